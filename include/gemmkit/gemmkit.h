@@ -1,0 +1,6 @@
+// The whole public API of gemmkit.
+#pragma once
+
+#include "gemmkit/error.h"
+#include "gemmkit/gemm.h"
+#include "gemmkit/tensor.h"

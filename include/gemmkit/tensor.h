@@ -1,0 +1,44 @@
+// Non-owning views of device tensors: a pointer, an element type, sizes and strides.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace gemmkit {
+
+enum class DType { bf16, f16, f32 };
+
+std::string_view dtype_name(DType dtype);
+int dtype_size(DType dtype);
+
+// A rank-2 matrix [rows, cols] or a rank-3 strided batch [batch, rows, cols].
+// Strides are in elements, one per dimension. Row-major is strides {cols, 1};
+// column-major is strides {1, rows}. A batch stride of 0 broadcasts one matrix
+// across the batch (allowed for inputs only).
+struct TensorView {
+  void* data = nullptr;
+  DType dtype = DType::bf16;
+  int rank = 2;
+  int64_t sizes[3] = {0, 0, 0};
+  int64_t strides[3] = {0, 0, 0};
+
+  static TensorView matrix(void* data, DType dtype, int64_t rows, int64_t cols,
+                           int64_t row_stride, int64_t col_stride);
+  static TensorView batched(void* data, DType dtype, int64_t batch, int64_t rows, int64_t cols,
+                            int64_t batch_stride, int64_t row_stride, int64_t col_stride);
+  static TensorView row_major(void* data, DType dtype, int64_t rows, int64_t cols) {
+    return matrix(data, dtype, rows, cols, cols, 1);
+  }
+  static TensorView col_major(void* data, DType dtype, int64_t rows, int64_t cols) {
+    return matrix(data, dtype, rows, cols, 1, rows);
+  }
+
+  int64_t batch() const { return rank == 3 ? sizes[0] : 1; }
+  int64_t rows() const { return sizes[rank - 2]; }
+  int64_t cols() const { return sizes[rank - 1]; }
+  int64_t batch_stride() const { return rank == 3 ? strides[0] : 0; }
+  int64_t row_stride() const { return strides[rank - 2]; }
+  int64_t col_stride() const { return strides[rank - 1]; }
+};
+
+}  // namespace gemmkit

@@ -1,0 +1,96 @@
+// The epilogue stage: turns a consumer warpgroup's 64 x kTileN f32 accumulators into D.
+//
+// The per-element operation lives in epilogue_op(); that is the seam where generated code
+// (bias, activations, casts, quantisation) will plug in. The two store paths around it only
+// move data: through shared memory and TMA when D allows it, else direct predicated stores.
+#pragma once
+
+// Where one warpgroup's slice of a tile lands in D.
+struct TileOrigin {
+  int batch;
+  i64 row;  // first row of the warpgroup's 64-row slice
+  i64 col;  // first column of the tile
+};
+
+__device__ __forceinline__ float epilogue_op(float acc, float c, const GemmParams& p) {
+  return kHasC ? p.alpha * acc + p.beta * c : p.alpha * acc;
+}
+
+__device__ __forceinline__ float load_c(const GemmParams& p, int batch, i64 row, i64 col) {
+  if (!kHasC || row >= p.m || col >= p.n) return 0.0f;
+  i64 index = batch * p.c.batch_stride + row * p.c.row_stride + col * p.c.col_stride;
+  return load_as_float(p.c.data, kCType, index);
+}
+
+// wgmma's accumulator fragment: thread t of the warpgroup holds, for each 8-column group j,
+// rows (t/32)*16 + (t%32)/4 + {0, 8} and columns 8j + 2*(t%4) + {0, 1}, at acc[4j + 2h + e].
+__device__ __forceinline__ int fragment_row(int t, int h) { return (t / 32) * 16 + (t % 32) / 4 + 8 * h; }
+__device__ __forceinline__ int fragment_col(int t, int j) { return 8 * j + 2 * (t % 4); }
+
+// Direct stores, for outputs TMA cannot address (unaligned base or strides, non-unit column stride).
+__device__ __forceinline__ void store_tile_direct(const float* acc, const GemmParams& p, TileOrigin at,
+                                                  int t) {
+#pragma unroll
+  for (int j = 0; j < kTileN / 8; ++j) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        i64 row = at.row + fragment_row(t, h);
+        i64 col = at.col + fragment_col(t, j) + e;
+        if (row < p.m && col < p.n) {
+          float value = epilogue_op(acc[4 * j + 2 * h + e], load_c(p, at.batch, row, col), p);
+          i64 index = at.batch * p.d.batch_stride + row * p.d.row_stride + col * p.d.col_stride;
+          store_from_float(p.d.data, kOutType, index, value);
+        }
+      }
+    }
+  }
+}
+
+// Through shared memory: the slice is written in chunks 128 bytes wide (64 rows each) into two
+// alternating 8 KB buffers laid out with the 128-byte swizzle the store's tensor map expects,
+// which keeps the fragment writes free of bank conflicts. One thread issues each TMA store;
+// rows and columns outside D are clipped by TMA.
+constexpr int kOutBytes = kOutType == GEMMKIT_F32 ? 4 : 2;
+constexpr int kChunkCols = 128 / kOutBytes;
+constexpr int kEpilogueBufferBytes = 64 * 128;
+
+__device__ __forceinline__ void store_tile_tma(const float* acc, const GemmParams& p, TileOrigin at,
+                                               int t, int warpgroup, u8* buffers,
+                                               const TensorMap* map_d) {
+  const int barrier_id = 1 + warpgroup;
+#pragma unroll
+  for (int chunk = 0; chunk < kTileN / kChunkCols; ++chunk) {
+    if (at.col + chunk * kChunkCols >= p.n) break;  // uniform across the warpgroup
+    u8* buffer = buffers + (chunk % 2) * kEpilogueBufferBytes;
+    if (t == 0) tma_store_wait_read<1>();  // the store that last used this buffer has read it
+    named_barrier_sync(barrier_id, 128);
+#pragma unroll
+    for (int jj = 0; jj < kChunkCols / 8; ++jj) {
+      const int j = chunk * (kChunkCols / 8) + jj;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = fragment_row(t, h);
+        const i64 row = at.row + r;
+        const i64 col = at.col + fragment_col(t, j);
+        float v0 = epilogue_op(acc[4 * j + 2 * h], load_c(p, at.batch, row, col), p);
+        float v1 = epilogue_op(acc[4 * j + 2 * h + 1], load_c(p, at.batch, row, col + 1), p);
+        const int byte = (fragment_col(t, jj)) * kOutBytes;  // within the 128-byte row
+        const int swizzled = (((byte / 16) ^ (r % 8)) * 16) | (byte % 16);
+        u8* dst = buffer + r * 128 + swizzled;
+        if (kOutType == GEMMKIT_F32) {
+          *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
+        } else {
+          *reinterpret_cast<u32*>(dst) = pack_pair(kOutType, v0, v1);
+        }
+      }
+    }
+    fence_async_shared();
+    named_barrier_sync(barrier_id, 128);
+    if (t == 0) {
+      tma_store_3d(map_d, buffer, int(at.col + chunk * kChunkCols), int(at.row), at.batch);
+      tma_store_commit();
+    }
+  }
+}

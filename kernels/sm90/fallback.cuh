@@ -1,0 +1,61 @@
+// The fallback GEMM: plain CUDA cores, any strides and any alignment. Used where TMA cannot
+// address an input (a base or stride that is not 16-byte aligned, no unit stride) and for K = 0.
+// Each 256-thread block computes a 64 x 64 tile of D, staging 16-deep K slices in shared memory.
+//
+// The generated prelude defines kInType, kOutType, kCType and kHasC.
+#pragma once
+
+constexpr int kFallbackTile = 64;
+constexpr int kFallbackDepth = 16;
+
+__device__ __forceinline__ float load_operand(const GemmMatrix& m, int batch, i64 row, i64 col) {
+  return load_as_float(m.data, kInType, batch * m.batch_stride + row * m.row_stride + col * m.col_stride);
+}
+
+extern "C" __global__ void __launch_bounds__(256) gemmkit_fallback(const GemmParams p) {
+  __shared__ float a_tile[kFallbackDepth][kFallbackTile + 1];
+  __shared__ float b_tile[kFallbackDepth][kFallbackTile + 1];
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+
+  // Grid-stride over batches and row blocks: the grid's y and z sizes are limited to 65535.
+  for (int batch = blockIdx.z; batch < p.batch; batch += gridDim.z) {
+    for (i64 m0 = i64(blockIdx.y) * kFallbackTile; m0 < p.m; m0 += i64(gridDim.y) * kFallbackTile) {
+      const i64 n0 = i64(blockIdx.x) * kFallbackTile;
+      float acc[4][4] = {};
+      for (i64 k0 = 0; k0 < p.k; k0 += kFallbackDepth) {
+        for (int i = threadIdx.x; i < kFallbackTile * kFallbackDepth; i += 256) {
+          const int r = i / kFallbackDepth, kk = i % kFallbackDepth;
+          const bool k_in = k0 + kk < p.k;
+          a_tile[kk][r] = (k_in && m0 + r < p.m) ? load_operand(p.a, batch, m0 + r, k0 + kk) : 0.0f;
+          const int c = i % kFallbackTile, kb = i / kFallbackTile;
+          b_tile[kb][c] = (k0 + kb < p.k && n0 + c < p.n) ? load_operand(p.b, batch, k0 + kb, n0 + c) : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < kFallbackDepth; ++kk) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc[i][j] += a_tile[kk][ty + 16 * i] * b_tile[kk][tx + 16 * j];
+          }
+        }
+        __syncthreads();
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const i64 row = m0 + ty + 16 * i, col = n0 + tx + 16 * j;
+          if (row >= p.m || col >= p.n) continue;
+          float value = p.alpha * acc[i][j];
+          if (kHasC) {
+            value += p.beta * load_as_float(p.c.data, kCType,
+                                            batch * p.c.batch_stride + row * p.c.row_stride + col * p.c.col_stride);
+          }
+          store_from_float(p.d.data, kOutType, batch * p.d.batch_stride + row * p.d.row_stride + col * p.d.col_stride,
+                           value);
+        }
+      }
+    }
+  }
+}

@@ -1,0 +1,18 @@
+// Kernel parameters, shared by the host code (C++) and the device code (NVRTC): plain types only,
+// so both compilers lay the struct out identically.
+#pragma once
+
+// One operand: element (b, i, j) lives at data + b*batch_stride + i*row_stride + j*col_stride.
+struct GemmMatrix {
+  void* data;
+  long long batch_stride;
+  long long row_stride;
+  long long col_stride;
+};
+
+// D = alpha * A * B + beta * C; A is m x k, B is k x n, C and D are m x n, all [batch].
+struct GemmParams {
+  long long m, n, k, batch;
+  float alpha, beta;
+  GemmMatrix a, b, c, d;
+};

@@ -1,0 +1,59 @@
+// The GPU reference: one thread per output element, products summed in double. Slow and
+// obviously right; tests and `gemmkit verify` judge the fast kernels against it. It also
+// writes, per element, the scale the error is judged against: |alpha| sum |a||b| + |beta c|.
+//
+// The generated prelude defines kInType and kCType and kHasC.
+#pragma once
+
+__device__ __forceinline__ double reference_operand(const GemmMatrix& m, i64 batch, i64 row, i64 col) {
+  return double(load_as_float(m.data, kInType, batch * m.batch_stride + row * m.row_stride + col * m.col_stride));
+}
+
+extern "C" __global__ void gemmkit_reference(const GemmParams p, double* ref, double* ref_abs) {
+  const i64 count = p.batch * p.m * p.n;
+  for (i64 index = i64(blockIdx.x) * blockDim.x + threadIdx.x; index < count;
+       index += i64(gridDim.x) * blockDim.x) {
+    const i64 batch = index / (p.m * p.n);
+    const i64 row = (index / p.n) % p.m;
+    const i64 col = index % p.n;
+    double sum = 0.0, sum_abs = 0.0;
+    for (i64 k = 0; k < p.k; ++k) {
+      const double product = reference_operand(p.a, batch, row, k) * reference_operand(p.b, batch, k, col);
+      sum += product;
+      sum_abs += fabs(product);
+    }
+    double value = double(p.alpha) * sum;
+    double scale = fabs(double(p.alpha)) * sum_abs;
+    if (kHasC) {
+      const double c = double(load_as_float(p.c.data, kCType,
+                                            batch * p.c.batch_stride + row * p.c.row_stride + col * p.c.col_stride));
+      value += double(p.beta) * c;
+      scale += fabs(double(p.beta) * c);
+    }
+    ref[index] = value;
+    ref_abs[index] = scale;
+  }
+}
+
+// Fills `count` elements of type `type` with values uniform in [lo, hi) from a hash of
+// (seed, index): fresh inputs for tests and benchmarks without a host round trip.
+extern "C" __global__ void gemmkit_fill_random(void* data, int type, i64 count, u64 seed, float lo, float hi) {
+  for (i64 i = i64(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += i64(gridDim.x) * blockDim.x) {
+    u64 x = seed ^ (u64(i) * 0x9e3779b97f4a7c15ull);
+    x ^= x >> 31;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 29;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 32;
+    const float unit = float(x & 0xffffff) / 16777216.0f;
+    store_from_float(data, type, i, lo + (hi - lo) * unit);
+  }
+}
+
+// Busy-waits `cycles` SM clock cycles: queued ahead of timed launches, it lets the host enqueue
+// them all before the first starts, so host-side launch cost stays out of the timings.
+extern "C" __global__ void gemmkit_spin(i64 cycles) {
+  const i64 start = clock64();
+  while (clock64() - start < cycles) {
+  }
+}

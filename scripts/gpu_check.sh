@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# On a GPU machine: build with every core, run every test (GPU included), benchmark
+# dense-large against cuBLASLt, check the kernels' SASS, and print a short summary last.
+# Logs go to $OUT (or build-gpu/logs).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=${GEMMKIT_BUILD_DIR:-build-gpu}
+out=${OUT:-$build/logs}
+mkdir -p "$out"
+export GEMMKIT_CACHE_DIR=${GEMMKIT_CACHE_DIR:-$PWD/$build/kernel-cache}
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader > "$out/device.txt" 2>&1
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release > "$out/configure.log" 2>&1 &&
+  cmake --build "$build" -j "$(nproc)" > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+
+ctest --test-dir "$build" -j 8 --output-on-failure --timeout 1200 > "$out/tests.log" 2>&1
+tests_rc=$?
+
+"$build/gemmkit" bench --suite bench/suites/${GEMMKIT_SUITE:-dense-large}.txt --json "$out/bench.json" \
+  > "$out/bench.txt" 2> "$out/bench.err"
+bench_rc=$?
+
+# Every cached kernel: HGMMA present in the TMA kernels, no local-memory traffic anywhere.
+: > "$out/sass.txt"
+for entry in "$GEMMKIT_CACHE_DIR"/*.cubin; do
+  [ -e "$entry" ] || continue
+  tail -c +33 "$entry" > /tmp/gemmkit-sass.cubin  # drop the cache entry's 32-byte header
+  sass=$(cuobjdump -sass /tmp/gemmkit-sass.cubin 2>&1)
+  printf '%s: %s HGMMA, %s LDL/STL, function %s\n' "$(basename "$entry")" "$(grep -c HGMMA <<< "$sass")" \
+    "$(grep -cE '\b(LDL|STL)\b' <<< "$sass")" "$(grep -m1 -oE 'Function : \S+' <<< "$sass")" >> "$out/sass.txt"
+done
+
+echo "== device: $(cat "$out/device.txt")"
+echo "== commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+echo "== sass:"; cat "$out/sass.txt"
+echo "== failed tests:"; grep -E '^\s+[0-9]+ - ' "$out/tests.log" | head -20
+echo "== tests: $(grep -E 'tests passed|tests failed' "$out/tests.log" | tail -1) (exit $tests_rc)"
+echo "== bench (exit $bench_rc):"; tail -25 "$out/bench.txt"; tail -3 "$out/bench.err"
+[ $tests_rc -eq 0 ] && [ $bench_rc -eq 0 ]

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs what the build needs and is missing (Debian/Ubuntu packages). Does nothing on a
+# machine that already has everything, e.g. the GPU machines, which have no network.
+set -euo pipefail
+missing=()
+have_cmake_package() { ls /usr/share/cmake/"$1" /usr/lib/cmake/"$1" /usr/lib/*/cmake/"$1" /usr/local/lib/cmake/"$1" \
+  /usr/local/share/cmake/"$1" /usr/local/lib/*/cmake/"$1" >/dev/null 2>&1; }
+have_cmake_package nlohmann_json || missing+=(nlohmann-json3-dev)
+have_cmake_package CLI11 || missing+=(libcli11-dev)
+have_cmake_package GTest || missing+=(libgtest-dev)
+command -v cmake >/dev/null || missing+=(cmake)
+command -v ninja >/dev/null || missing+=(ninja-build)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd=sudo
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || { echo "setup: the CUDA 13 toolkit is required" >&2; exit 1; }

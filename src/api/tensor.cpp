@@ -1,0 +1,44 @@
+#include "gemmkit/tensor.h"
+
+namespace gemmkit {
+
+std::string_view dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::bf16: return "bf16";
+    case DType::f16: return "f16";
+    case DType::f32: return "f32";
+  }
+  return "unknown";
+}
+
+int dtype_size(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
+
+TensorView TensorView::matrix(void* data, DType dtype, int64_t rows, int64_t cols, int64_t row_stride,
+                              int64_t col_stride) {
+  TensorView v;
+  v.data = data;
+  v.dtype = dtype;
+  v.rank = 2;
+  v.sizes[0] = rows;
+  v.sizes[1] = cols;
+  v.strides[0] = row_stride;
+  v.strides[1] = col_stride;
+  return v;
+}
+
+TensorView TensorView::batched(void* data, DType dtype, int64_t batch, int64_t rows, int64_t cols,
+                               int64_t batch_stride, int64_t row_stride, int64_t col_stride) {
+  TensorView v;
+  v.data = data;
+  v.dtype = dtype;
+  v.rank = 3;
+  v.sizes[0] = batch;
+  v.sizes[1] = rows;
+  v.sizes[2] = cols;
+  v.strides[0] = batch_stride;
+  v.strides[1] = row_stride;
+  v.strides[2] = col_stride;
+  return v;
+}
+
+}  // namespace gemmkit

@@ -1,0 +1,177 @@
+#include "api/validate.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <sstream>
+
+#include "gemmkit/error.h"
+
+namespace gemmkit {
+namespace {
+
+[[noreturn]] void fail(const std::string& message) { throw Error(ErrorCode::invalid_argument, message); }
+
+std::string shape_text(const TensorView& t) {
+  std::ostringstream s;
+  s << "[";
+  for (int i = 0; i < t.rank; ++i) s << (i ? ", " : "") << t.sizes[i];
+  s << "]";
+  return s.str();
+}
+
+std::string strides_text(const TensorView& t) {
+  std::ostringstream s;
+  s << "{";
+  for (int i = 0; i < t.rank; ++i) s << (i ? ", " : "") << t.strides[i];
+  s << "}";
+  return s.str();
+}
+
+void check_form(const TensorView& t, const char* name) {
+  if (t.rank != 2 && t.rank != 3) {
+    fail(std::string(name) + ": rank " + std::to_string(t.rank) + "; expected 2 (a matrix) or 3 (a batch of matrices)");
+  }
+  for (int i = 0; i < t.rank; ++i) {
+    if (t.sizes[i] < 0) fail(std::string(name) + ": sizes " + shape_text(t) + " include a negative size; expected sizes >= 0");
+    if (t.strides[i] < 0) {
+      fail(std::string(name) + ": strides " + strides_text(t) + " include a negative stride; expected strides >= 0");
+    }
+  }
+}
+
+int64_t element_count(const TensorView& t) {
+  int64_t count = 1;
+  for (int i = 0; i < t.rank; ++i) count *= t.sizes[i];
+  return count;
+}
+
+// Byte range [first, last) the tensor's elements occupy; throws if it cannot be addressed.
+struct ByteRange {
+  uintptr_t first = 0, last = 0;
+  bool overlaps(const ByteRange& o) const { return first < o.last && o.first < last; }
+};
+
+ByteRange byte_range(const TensorView& t, int64_t batch, const char* name) {
+  int64_t span = 1;
+  const int64_t sizes[3] = {batch, t.rows(), t.cols()};
+  const int64_t strides[3] = {t.batch_stride(), t.row_stride(), t.col_stride()};
+  for (int i = 0; i < 3; ++i) {
+    int64_t step = 0;
+    if (sizes[i] > 1 && (__builtin_mul_overflow(sizes[i] - 1, strides[i], &step) ||
+                         __builtin_add_overflow(span, step, &span))) {
+      fail(std::string(name) + ": strides " + strides_text(t) + " with sizes " + shape_text(t) +
+           " address more than 2^63 elements");
+    }
+  }
+  const uintptr_t first = reinterpret_cast<uintptr_t>(t.data);
+  return {first, first + uintptr_t(span) * uintptr_t(dtype_size(t.dtype))};
+}
+
+// D must not write any element twice: ordered by stride, each dimension must step past
+// everything the smaller ones cover.
+void check_no_self_overlap(const TensorView& d, int64_t batch) {
+  std::array<std::pair<int64_t, int64_t>, 3> dims = {
+      {{d.batch_stride(), batch}, {d.row_stride(), d.rows()}, {d.col_stride(), d.cols()}}};
+  std::sort(dims.begin(), dims.end());
+  int64_t covered = 1;  // elements spanned by the dimensions seen so far
+  for (auto [stride, size] : dims) {
+    if (size <= 1) continue;
+    if (stride < covered) {
+      fail("D: strides " + strides_text(d) + " with sizes " + shape_text(d) +
+           " make output elements overlap; expected every element of D to have its own address");
+    }
+    int64_t extent = 0;
+    if (__builtin_mul_overflow(stride, size - 1, &extent) || __builtin_add_overflow(extent, covered, &covered)) {
+      fail("D: strides " + strides_text(d) + " with sizes " + shape_text(d) + " address more than 2^63 elements");
+    }
+  }
+}
+
+MatrixRef matrix_ref(const TensorView& t) {
+  return {t.data, t.dtype, t.rank == 3 ? t.batch_stride() : 0, t.row_stride(), t.col_stride()};
+}
+
+}  // namespace
+
+Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options) {
+  check_form(a, "A");
+  check_form(b, "B");
+  check_form(d, "D");
+  const bool use_c = options.beta != 0.0f;
+  if (use_c && !options.c) {
+    fail("options.c: beta is " + std::to_string(options.beta) + " but no C was given; expected C when beta != 0");
+  }
+  if (use_c) check_form(*options.c, "C");
+
+  if (a.dtype != DType::bf16 && a.dtype != DType::f16) {
+    fail("A: dtype " + std::string(dtype_name(a.dtype)) + " is not supported; expected bf16 or f16");
+  }
+  if (b.dtype != a.dtype) {
+    fail("B: dtype " + std::string(dtype_name(b.dtype)) + " differs from A's " + std::string(dtype_name(a.dtype)) +
+         "; expected A and B of one type");
+  }
+
+  const int64_t m = a.rows(), k = a.cols(), n = b.cols();
+  if (b.rows() != k) {
+    fail("B: shape " + shape_text(b) + " has " + std::to_string(b.rows()) + " rows but A " + shape_text(a) + " has K = " +
+         std::to_string(k) + " columns; expected B to be K x N");
+  }
+  if (d.rows() != m || d.cols() != n) {
+    fail("D: shape " + shape_text(d) + "; expected M x N = " + std::to_string(m) + " x " + std::to_string(n));
+  }
+  if (use_c && (options.c->rows() != m || options.c->cols() != n)) {
+    fail("C: shape " + shape_text(*options.c) + "; expected the shape of D, M x N = " + std::to_string(m) + " x " +
+         std::to_string(n));
+  }
+
+  // The batch comes from D; a rank-2 input is shared by every batch.
+  const int64_t batch = d.batch();
+  auto check_batch = [&](const TensorView& t, const char* name) {
+    if (t.rank == 3 && t.batch() != batch) {
+      fail(std::string(name) + ": batch " + std::to_string(t.batch()) + "; expected D's batch " + std::to_string(batch) +
+           (d.rank == 2 ? " (D is a single matrix)" : ""));
+    }
+  };
+  check_batch(a, "A");
+  check_batch(b, "B");
+  if (use_c) check_batch(*options.c, "C");
+
+  Problem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.batch = batch;
+  p.alpha = options.alpha;
+  p.beta = options.beta;
+  p.a = matrix_ref(a);
+  p.b = matrix_ref(b);
+  p.d = matrix_ref(d);
+  if (use_c) p.c = matrix_ref(*options.c);
+
+  if (element_count(d) == 0) return p;  // nothing to compute or touch
+
+  auto check_data = [](const TensorView& t, const char* name) {
+    if (t.data == nullptr && element_count(t) > 0) fail(std::string(name) + ": data is null; expected a device pointer");
+  };
+  check_data(a, "A");
+  check_data(b, "B");
+  check_data(d, "D");
+  if (use_c) check_data(*options.c, "C");
+
+  check_no_self_overlap(d, batch);
+  const ByteRange d_range = byte_range(d, batch, "D");
+  if (k > 0 && byte_range(a, batch, "A").overlaps(d_range)) fail("D: memory overlaps A; expected D apart from the inputs");
+  if (k > 0 && byte_range(b, batch, "B").overlaps(d_range)) fail("D: memory overlaps B; expected D apart from the inputs");
+  if (use_c) {
+    const TensorView& c = *options.c;
+    const bool same_as_d = c.data == d.data && c.dtype == d.dtype && c.batch_stride() == d.batch_stride() &&
+                           c.row_stride() == d.row_stride() && c.col_stride() == d.col_stride();
+    if (!same_as_d && byte_range(c, batch, "C").overlaps(d_range)) {
+      fail("D: memory overlaps C; expected C to be D itself (same pointer, dtype and strides) or apart from it");
+    }
+  }
+  return p;
+}
+
+}  // namespace gemmkit

@@ -1,0 +1,65 @@
+// Kernel configurations and the cold-start heuristic that picks one for a problem.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "dispatch/problem.h"
+
+namespace gemmkit {
+
+enum class KernelKind { tma, fallback };
+
+struct TileShape {
+  int m, n;
+};
+
+// Everything that changes the generated kernel. Two equal configs share one binary.
+struct KernelConfig {
+  KernelKind kind = KernelKind::tma;
+  int tile_m = 128, tile_n = 128;
+  int stages = 4;
+  int group_m = 8;          // row blocks per raster group of the persistent tile order
+  bool a_k_major = true;    // A's K dimension is contiguous (else M is)
+  bool b_k_major = true;    // B's K dimension is contiguous (else N is)
+  bool a_batched = false;   // A has a batch stride (else one A serves every batch)
+  bool b_batched = false;
+  bool tma_store = true;    // D is written by TMA through shared memory (else direct stores)
+  bool has_c = false;
+  DType in = DType::bf16, out = DType::bf16, c = DType::bf16;
+
+  int threads() const;
+  int smem_bytes() const;  // dynamic shared memory the launch reserves
+  std::string name() const;  // e.g. "tma 128x256 s4 KK tma-store"
+  bool operator<(const KernelConfig& other) const;
+  bool operator==(const KernelConfig& other) const;
+};
+
+// The tile shapes the TMA kernel is built for.
+const std::vector<TileShape>& tile_shapes();
+
+// Shared memory a TMA config needs with `stages` stages.
+int tma_smem_bytes(TileShape tile, int stages, bool tma_store);
+
+// The most stages that fit in `smem_limit` bytes (at most 8), or 0 if none fits.
+int max_stages(TileShape tile, bool tma_store, int smem_limit);
+
+struct DeviceLimits {
+  int sm_count = 132;
+  int smem_per_block = 232448;
+};
+
+// Whether TMA can read an operand of rows x cols, and along which dimension it is contiguous.
+struct TmaAccess {
+  bool ok = false;
+  bool cols_contiguous = false;  // else rows are
+};
+TmaAccess tma_access(const MatrixRef& m, int64_t batch, int64_t rows, int64_t cols);
+
+// Whether TMA can write D (row-major, aligned).
+bool tma_can_store(const Problem& p);
+
+// The cold-start choice for a (normalised, see plan.h) problem.
+KernelConfig choose_config(const Problem& p, const DeviceLimits& limits);
+
+}  // namespace gemmkit

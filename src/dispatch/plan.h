@@ -1,0 +1,27 @@
+// From a validated problem to a launch: normalise, pick a config, get its kernel, run it.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "dispatch/config.h"
+#include "runtime/kernel_cache.h"
+
+namespace gemmkit {
+
+// The kernels write D row by row. A D whose columns are contiguous instead is computed as
+// D^T = B^T A^T, which is the same memory with A and B swapped and every operand transposed.
+Problem normalize(const Problem& p);
+
+struct Plan {
+  KernelConfig config;
+  const runtime::LoadedKernel* kernel = nullptr;
+  int sm_count = 0;
+};
+
+// The plan for a normalised problem on its device (the current device), compiling and loading
+// the kernel on first use. `forced` replaces the heuristic's choice (benchmarks and tests).
+Plan make_plan(const Problem& normalized, const KernelConfig* forced = nullptr);
+
+void run_plan(const Plan& plan, const Problem& normalized, cudaStream_t stream);
+
+}  // namespace gemmkit

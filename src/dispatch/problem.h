@@ -1,0 +1,36 @@
+// A validated GEMM problem: D = alpha * A * B + beta * C, every stride explicit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "gemmkit/tensor.h"
+
+namespace gemmkit {
+
+// One operand seen as [batch,] rows x cols with a stride (in elements) per dimension.
+// For A the dimensions are (M, K), for B (K, N), for C and D (M, N).
+struct MatrixRef {
+  void* data = nullptr;
+  DType dtype = DType::bf16;
+  int64_t batch_stride = 0;
+  int64_t row_stride = 0;
+  int64_t col_stride = 0;
+};
+
+struct Problem {
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  MatrixRef a, b, d;
+  MatrixRef c;  // data is null unless beta != 0
+  float alpha = 1.0f, beta = 0.0f;
+  int device = 0;
+
+  bool has_c() const { return c.data != nullptr; }
+};
+
+// "NT"-style layout letters, row-major convention: the first letter is A, the second B;
+// N means the operand is stored as written (A as M x K, B as K x N, row-major), T means
+// it is stored transposed (A as K x M, B as N x K, row-major).
+std::string layout_name(const Problem& p);
+
+}  // namespace gemmkit

@@ -1,0 +1,69 @@
+#include "reference/compare.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "reference/host_numeric.h"
+
+namespace gemmkit::reference {
+
+std::string Comparison::summary() const {
+  char line[512];
+  if (passed()) {
+    std::snprintf(line, sizeof line, "ok: rel %.1e, max abs %.1e over %lld", rel_error_norm,
+                  max_abs_error, static_cast<long long>(checked));
+  } else {
+    std::snprintf(line, sizeof line,
+                  "FAIL: %lld bad (%lld NaN) of %lld, first at (b,i,j)=(%lld,%lld,%lld): got %.8g, "
+                  "expected %.8g; rel %.1e, max abs %.1e",
+                  static_cast<long long>(bad), static_cast<long long>(nan),
+                  static_cast<long long>(checked), static_cast<long long>(first_b),
+                  static_cast<long long>(first_i), static_cast<long long>(first_j), first_value,
+                  first_ref, rel_error_norm, max_abs_error);
+  }
+  return line;
+}
+
+Comparison compare(const Problem& p, const void* host_d, const double* ref, const double* ref_abs) {
+  Comparison result;
+  const double relative = 2 * unit_roundoff(p.d.dtype);
+  double error_sq = 0, ref_sq = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t i = 0; i < p.m; ++i) {
+      for (int64_t j = 0; j < p.n; ++j) {
+        const int64_t index = (b * p.m + i) * p.n + j;
+        const double d = load_element(
+            host_d, p.d.dtype, b * p.d.batch_stride + i * p.d.row_stride + j * p.d.col_stride);
+        const double r = ref[index];
+        ++result.checked;
+        bool ok;
+        if (!std::isfinite(r)) {
+          // Non-finite inputs: only the same inf, or a NaN for a NaN, is right.
+          ok = std::isnan(r) ? std::isnan(d) : d == r;
+        } else if (!std::isfinite(d)) {
+          ok = false;
+          ++result.nan;
+        } else {
+          const double error = std::fabs(d - r);
+          ok = error <= relative * std::fabs(r) + 1e-5 * ref_abs[index];
+          result.max_abs_error = std::max(result.max_abs_error, error);
+          error_sq += error * error;
+          ref_sq += r * r;
+        }
+        if (!ok && result.bad++ == 0) {
+          result.first_bad = index;
+          result.first_b = b;
+          result.first_i = i;
+          result.first_j = j;
+          result.first_value = d;
+          result.first_ref = r;
+        }
+      }
+    }
+  }
+  result.rel_error_norm = ref_sq > 0 ? std::sqrt(error_sq / ref_sq) : 0;
+  return result;
+}
+
+}  // namespace gemmkit::reference

@@ -1,0 +1,32 @@
+// Judging a GEMM output against the CPU reference.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "dispatch/problem.h"
+
+namespace gemmkit::reference {
+
+struct Comparison {
+  int64_t checked = 0;
+  int64_t bad = 0;  // elements outside the tolerance, non-finite ones included
+  int64_t nan = 0;  // non-finite outputs where the reference is finite (e.g. unwritten, NaN-poisoned)
+  double max_abs_error = 0;
+  double rel_error_norm = 0;  // ||d - ref||_2 / ||ref||_2, or 0 if ||ref||_2 = 0
+  int64_t first_bad = -1;     // index into the dense [batch][M][N] order
+  int64_t first_b = -1, first_i = -1, first_j = -1;  // first_bad as (batch, row, col)
+  double first_value = 0, first_ref = 0;             // what D held there, and the reference
+
+  bool passed() const { return bad == 0 && nan == 0; }
+  // One line: "ok: rel 3.1e-03, max abs 1.2e-02 over 1048576" or
+  // "FAIL: 12 bad (3 NaN) of 1048576, first at (b,i,j)=(0,5,7): got 1.5, expected 2.25; rel ...".
+  std::string summary() const;
+};
+
+// host_d: host image of D (same strides as p.d). An element passes if
+//   |d - ref| <= 2 * unit_roundoff(D's dtype) * |ref| + 1e-5 * ref_abs
+// i.e. one rounding of the output plus an accumulation error proportional to sum |A||B|.
+Comparison compare(const Problem& p, const void* host_d, const double* ref, const double* ref_abs);
+
+}  // namespace gemmkit::reference

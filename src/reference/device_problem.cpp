@@ -1,0 +1,149 @@
+#include "reference/device_problem.h"
+
+#include <cuda_runtime_api.h>
+
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+#include "api/validate.h"
+#include "gemmkit/error.h"
+#include "reference/gpu_reference.h"
+#include "runtime/driver.h"
+
+namespace gemmkit::reference {
+namespace {
+
+// Strides (row, col) of a rows x cols operand stored as written (row-major) or transposed.
+struct Strides {
+  int64_t row, col, span;
+};
+Strides operand_strides(int64_t rows, int64_t cols, bool transposed, int64_t pad, bool align) {
+  const int64_t inner = transposed ? rows : cols, outer = transposed ? cols : rows;
+  const int64_t leading = (align ? (inner + 7) / 8 * 8 : inner) + pad;
+  return transposed ? Strides{1, leading, outer * leading} : Strides{leading, 1, outer * leading};
+}
+
+}  // namespace
+
+std::string ProblemSpec::describe() const {
+  std::ostringstream s;
+  s << m << "x" << n << "x" << k;
+  if (batch != 1) s << " batch " << batch;
+  s << " " << layout << " " << dtype_name(in) << "->" << dtype_name(out);
+  if (beta != 0.0f) s << " beta " << beta << (c_is_d ? " (C=D)" : "");
+  if (d_col_major) s << " D col-major";
+  if (pad_a || pad_b || pad_d) s << " pad " << pad_a << "/" << pad_b << "/" << pad_d;
+  if (offset_a || offset_b || offset_d) s << " offset " << offset_a << "/" << offset_b << "/" << offset_d;
+  if (align_leading) s << " aligned-ld";
+  return s.str();
+}
+
+void* DeviceProblem::Buffer::data() const { return static_cast<char*>(base) + offset * dtype_size(type); }
+
+DeviceProblem::Buffer DeviceProblem::allocate(DType type, int64_t offset, int64_t elements) {
+  Buffer buffer;
+  buffer.type = type;
+  buffer.offset = offset;
+  buffer.elements = offset + std::max<int64_t>(elements, 1);
+  runtime::check(cudaMalloc(&buffer.base, size_t(buffer.elements) * dtype_size(type)), "cudaMalloc");
+  return buffer;
+}
+
+DeviceProblem::DeviceProblem(const ProblemSpec& spec, uint64_t seed) : spec_(spec), seed_(seed) {
+  if (spec.layout.size() != 2) throw std::invalid_argument("layout must be two letters: " + spec.layout);
+  const bool a_t = spec.layout[0] == 'T', b_t = spec.layout[1] == 'T';
+  const Strides sa = operand_strides(spec.m, spec.k, a_t, spec.pad_a, spec.align_leading);
+  const Strides sb = operand_strides(spec.k, spec.n, b_t, spec.pad_b, spec.align_leading);
+  const Strides sd = operand_strides(spec.m, spec.n, spec.d_col_major, spec.pad_d, spec.align_leading);
+  a_buf_ = allocate(spec.in, spec.offset_a, sa.span * spec.batch);
+  b_buf_ = allocate(spec.in, spec.offset_b, sb.span * spec.batch);
+  d_buf_ = allocate(spec.out, spec.offset_d, sd.span * spec.batch);
+  auto view = [&](const Buffer& buffer, int64_t rows, int64_t cols, const Strides& s) {
+    return spec.batch == 1 ? TensorView::matrix(buffer.data(), buffer.type, rows, cols, s.row, s.col)
+                           : TensorView::batched(buffer.data(), buffer.type, spec.batch, rows, cols, s.span, s.row, s.col);
+  };
+  a_ = view(a_buf_, spec.m, spec.k, sa);
+  b_ = view(b_buf_, spec.k, spec.n, sb);
+  d_ = view(d_buf_, spec.m, spec.n, sd);
+  fill_random(a_buf_.base, spec.in, a_buf_.elements, seed, -1.0f, 1.0f, nullptr);
+  fill_random(b_buf_.base, spec.in, b_buf_.elements, seed + 1, -1.0f, 1.0f, nullptr);
+  if (spec.beta != 0.0f) {
+    // C has D's type and strides; with C = D it is also the pristine copy D is reset from.
+    c_buf_ = allocate(spec.out, spec.offset_d, sd.span * spec.batch);
+    c_ = view(c_buf_, spec.m, spec.n, sd);
+    fill_random(c_buf_.base, spec.out, c_buf_.elements, seed + 2, -1.0f, 1.0f, nullptr);
+  }
+  runtime::check(cudaDeviceSynchronize(), "filling inputs");
+}
+
+DeviceProblem::~DeviceProblem() {
+  for (Buffer* b : {&a_buf_, &b_buf_, &d_buf_, &c_buf_}) {
+    if (b->base) cudaFree(b->base);
+  }
+}
+
+TensorView DeviceProblem::a() const { return a_; }
+TensorView DeviceProblem::b() const { return b_; }
+TensorView DeviceProblem::d() const { return d_; }
+
+GemmOptions DeviceProblem::options(cudaStream_t stream) const {
+  GemmOptions o;
+  o.alpha = spec_.alpha;
+  o.beta = spec_.beta;
+  o.stream = stream;
+  if (spec_.beta != 0.0f) o.c = spec_.c_is_d ? d_ : c_;
+  return o;
+}
+
+void DeviceProblem::prepare_output(cudaStream_t stream) {
+  const size_t bytes = size_t(d_buf_.elements) * dtype_size(spec_.out);
+  if (spec_.c_is_d) {
+    runtime::check(cudaMemcpyAsync(d_buf_.base, c_buf_.base, bytes, cudaMemcpyDeviceToDevice, stream), "copy C to D");
+  } else {
+    runtime::check(cudaMemsetAsync(d_buf_.base, 0xff, bytes, stream), "poison D");
+  }
+}
+
+int64_t DeviceProblem::bytes() const {
+  int64_t total = 0;
+  for (const Buffer* b : {&a_buf_, &b_buf_, &d_buf_, &c_buf_}) total += b->elements * dtype_size(b->type);
+  return total;
+}
+
+Comparison DeviceProblem::check(cudaStream_t stream) const {
+  GemmOptions reference_options = options(stream);
+  if (spec_.beta != 0.0f) reference_options.c = c_;  // the original C, also when C is D
+  return check_against(validate_gemm(a_, b_, d_, reference_options), stream);
+}
+
+std::vector<char> DeviceProblem::copy_output() const {
+  std::vector<char> host(static_cast<size_t>(d_buf_.elements) * dtype_size(spec_.out));
+  runtime::check(cudaMemcpy(host.data(), d_buf_.base, host.size(), cudaMemcpyDeviceToHost), "copy D");
+  return host;
+}
+
+Comparison DeviceProblem::check_against(Problem p, cudaStream_t stream) const {
+  const int64_t count = p.batch * p.m * p.n;
+  double* device_ref = nullptr;
+  runtime::check(cudaMalloc(reinterpret_cast<void**>(&device_ref), size_t(std::max<int64_t>(count, 1)) * 2 * sizeof(double)),
+                 "cudaMalloc");
+  std::vector<double> ref(static_cast<size_t>(count)), ref_abs(static_cast<size_t>(count));
+  std::vector<char> host_d;
+  try {
+    gpu_gemm(p, device_ref, device_ref + count, stream);
+    runtime::check(cudaStreamSynchronize(stream), "reference GEMM");
+    runtime::check(cudaMemcpy(ref.data(), device_ref, count * sizeof(double), cudaMemcpyDeviceToHost), "copy ref");
+    runtime::check(cudaMemcpy(ref_abs.data(), device_ref + count, count * sizeof(double), cudaMemcpyDeviceToHost),
+                   "copy ref_abs");
+    host_d = copy_output();
+  } catch (...) {
+    cudaFree(device_ref);
+    throw;
+  }
+  cudaFree(device_ref);
+  p.d.data = host_d.data() + d_buf_.offset * dtype_size(spec_.out);
+  return compare(p, p.d.data, ref.data(), ref_abs.data());
+}
+
+}  // namespace gemmkit::reference

@@ -1,0 +1,77 @@
+// A GEMM problem with its own device buffers: random inputs, poisoned output, and a check
+// against the double-precision GPU reference. Shared by the GPU tests, `verify` and `bench`.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dispatch/problem.h"
+#include "gemmkit/gemm.h"
+#include "reference/compare.h"
+
+namespace gemmkit::reference {
+
+struct ProblemSpec {
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  std::string layout = "NT";  // row-major convention, see problem.h
+  DType in = DType::bf16, out = DType::bf16;
+  float alpha = 1.0f, beta = 0.0f;
+  bool c_is_d = false;     // beta * D accumulates in place
+  bool d_col_major = false;
+  // Extra elements in each operand's leading dimension (odd values break 16-byte alignment)
+  // and elements added to its base pointer (likewise).
+  int64_t pad_a = 0, pad_b = 0, pad_d = 0;
+  int64_t offset_a = 0, offset_b = 0, offset_d = 0;
+  // Round every leading dimension up to a multiple of 8 elements (16 bytes in bf16), so TMA
+  // can address operands whose M, N or K is odd.
+  bool align_leading = false;
+
+  std::string describe() const;
+};
+
+class DeviceProblem {
+ public:
+  // Allocates on the current device and fills A, B (and C) with uniform values in [-1, 1).
+  DeviceProblem(const ProblemSpec& spec, uint64_t seed);
+  ~DeviceProblem();
+  DeviceProblem(const DeviceProblem&) = delete;
+  DeviceProblem& operator=(const DeviceProblem&) = delete;
+
+  TensorView a() const;
+  TensorView b() const;
+  TensorView d() const;
+  GemmOptions options(cudaStream_t stream) const;
+  const ProblemSpec& spec() const { return spec_; }
+
+  // Before each run: D's buffer is set to all-ones bytes (NaN in bf16, f16 and f32), or, when
+  // C is D, to the original C.
+  void prepare_output(cudaStream_t stream);
+  // Compares D with the GPU reference (synchronises the stream).
+  Comparison check(cudaStream_t stream) const;
+  // The same for a problem built on this one's buffers with other views (e.g. a broadcast B).
+  Comparison check_against(Problem p, cudaStream_t stream) const;
+  // The bytes of D's buffer, copied to the host.
+  std::vector<char> copy_output() const;
+  // Bytes of device memory this problem holds.
+  int64_t bytes() const;
+
+ private:
+  struct Buffer {
+    void* base = nullptr;
+    int64_t elements = 0;  // including the offset
+    int64_t offset = 0;
+    DType type = DType::bf16;
+    void* data() const;
+  };
+  Buffer allocate(DType type, int64_t offset, int64_t elements);
+
+  ProblemSpec spec_;
+  TensorView a_, b_, d_, c_;
+  Buffer a_buf_, b_buf_, d_buf_, c_buf_;
+  uint64_t seed_ = 0;
+};
+
+}  // namespace gemmkit::reference

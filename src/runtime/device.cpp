@@ -1,0 +1,99 @@
+#include "runtime/device.h"
+
+#include <cuda_runtime_api.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+
+#include "gemmkit/error.h"
+#include "runtime/driver.h"
+
+namespace gemmkit::runtime {
+
+int device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" status for later calls
+    return 0;
+  }
+  return count;
+}
+
+void require_device() {
+  int count = 0;
+  cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    std::string why = status == cudaSuccess ? "no device found" : cudaGetErrorString(status);
+    throw Error(ErrorCode::no_device, "no CUDA device: " + why);
+  }
+}
+
+const DeviceInfo& device_info(int ordinal) {
+  static std::mutex mutex;
+  static std::map<int, std::unique_ptr<DeviceInfo>> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& slot = cache[ordinal];
+  if (slot) return *slot;
+  require_device();
+  auto info = std::make_unique<DeviceInfo>();
+  info->ordinal = ordinal;
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties");
+  info->name = prop.name;
+  auto attribute = [&](cudaDeviceAttr a) {
+    int value = 0;
+    check(cudaDeviceGetAttribute(&value, a, ordinal), "cudaDeviceGetAttribute");
+    return value;
+  };
+  info->sm_count = attribute(cudaDevAttrMultiProcessorCount);
+  info->cc_major = attribute(cudaDevAttrComputeCapabilityMajor);
+  info->cc_minor = attribute(cudaDevAttrComputeCapabilityMinor);
+  info->smem_per_block_optin = attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+  info->l2_bytes = attribute(cudaDevAttrL2CacheSize);
+  info->sm_clock_khz = attribute(cudaDevAttrClockRate);
+  info->memory_clock_khz = attribute(cudaDevAttrMemoryClockRate);
+  info->memory_bus_bits = attribute(cudaDevAttrGlobalMemoryBusWidth);
+  slot = std::move(info);
+  return *slot;
+}
+
+void require_sm90(const DeviceInfo& info) {
+  if (info.cc_major == 9 && info.cc_minor == 0) return;
+  std::ostringstream message;
+  message << "device " << info.ordinal << " (" << info.name << ") has compute capability " << info.cc_major
+          << "." << info.cc_minor << "; gemmkit's kernels need sm_90 (H100, H200)";
+  throw Error(ErrorCode::unsupported_device, message.str());
+}
+
+int pointer_device(const void* pointer, const char* argument) {
+  cudaPointerAttributes attributes{};
+  cudaError_t status = cudaPointerGetAttributes(&attributes, pointer);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    throw Error(ErrorCode::invalid_argument, std::string(argument) + ": CUDA does not recognise pointer (" +
+                                                 cudaGetErrorString(status) + "); expected device memory");
+  }
+  if (attributes.type != cudaMemoryTypeDevice && attributes.type != cudaMemoryTypeManaged) {
+    std::ostringstream message;
+    message << argument << ": pointer " << pointer << " is "
+            << (attributes.type == cudaMemoryTypeHost ? "pinned host memory" : "not device memory")
+            << "; expected device memory";
+    throw Error(ErrorCode::invalid_argument, message.str());
+  }
+  return attributes.device;
+}
+
+DeviceGuard::DeviceGuard(int ordinal) {
+  check(cudaGetDevice(&previous_), "cudaGetDevice");
+  if (previous_ != ordinal) check(cudaSetDevice(ordinal), "cudaSetDevice");
+}
+
+DeviceGuard::~DeviceGuard() {
+  int current = -1;
+  if (cudaGetDevice(&current) == cudaSuccess && current != previous_) cudaSetDevice(previous_);
+}
+
+}  // namespace gemmkit::runtime

@@ -1,0 +1,48 @@
+// What gemmkit needs to know about CUDA devices, and the checks that need a live driver.
+#pragma once
+
+#include <string>
+
+namespace gemmkit::runtime {
+
+struct DeviceInfo {
+  int ordinal = 0;
+  std::string name;
+  int sm_count = 0;
+  int cc_major = 0, cc_minor = 0;
+  int smem_per_block_optin = 0;  // bytes of dynamic shared memory a block may opt into
+  int l2_bytes = 0;
+  int sm_clock_khz = 0;
+  int memory_clock_khz = 0;
+  int memory_bus_bits = 0;
+};
+
+// Number of CUDA devices; 0 when there is no driver or no device. Never throws.
+int device_count();
+
+// Throws Error(no_device) with a one-line explanation when no device can be used.
+void require_device();
+
+// Cached properties of one device. Throws Error(no_device / cuda_error).
+const DeviceInfo& device_info(int ordinal);
+
+// Throws Error(unsupported_device) unless the device is sm_90 (H100, H200).
+void require_sm90(const DeviceInfo& info);
+
+// The device that holds `pointer`; throws Error(invalid_argument) naming `argument` when it is
+// host memory or unknown to CUDA.
+int pointer_device(const void* pointer, const char* argument);
+
+// Makes `ordinal` the current device for the lifetime of the guard, then restores the caller's.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int ordinal);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+}  // namespace gemmkit::runtime

@@ -1,0 +1,67 @@
+#include "runtime/kernel_cache.h"
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "runtime/driver.h"
+#include "runtime/nvrtc_compiler.h"
+
+namespace gemmkit::runtime {
+
+const DiskCache& kernel_disk_cache() {
+  static const DiskCache cache(DiskCache::default_directory());
+  return cache;
+}
+
+std::string kernel_cache_key(const std::string& source, const std::string& entry_point) {
+  std::string key = "arch=sm_90a\nnvrtc=" + nvrtc_version() + "\nentry=" + entry_point + "\noptions=";
+  for (const std::string& option : nvrtc_options()) key += option + " ";
+  return key + "\nsource=\n" + source;
+}
+
+bool precompile_kernel(const std::string& source, const std::string& entry_point) {
+  const std::string key = kernel_cache_key(source, entry_point);
+  if (kernel_disk_cache().load(key)) return false;
+  kernel_disk_cache().store(key, compile_kernel(source, entry_point).cubin);
+  return true;
+}
+
+const LoadedKernel& load_kernel(int device, const std::string& source, const std::string& entry_point,
+                                int smem_bytes) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, std::string, std::string>, std::unique_ptr<LoadedKernel>> loaded;
+  // One lock over compile and load: a second thread asking for the same kernel waits rather
+  // than compiling it again.
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& slot = loaded[{device, entry_point, source}];
+  if (slot) return *slot;
+
+  const std::string key = kernel_cache_key(source, entry_point);
+  std::string cubin;
+  if (auto hit = kernel_disk_cache().load(key)) {
+    cubin = std::move(*hit);
+  } else {
+    cubin = compile_kernel(source, entry_point).cubin;
+    kernel_disk_cache().store(key, cubin);  // best effort: a read-only cache only costs time
+  }
+
+  const Driver& d = driver();
+  CUmodule module = nullptr;
+  check(d.module_load_data(&module, cubin.data()), "cuModuleLoadData");
+  auto kernel = std::make_unique<LoadedKernel>();
+  check(d.module_get_function(&kernel->function, module, entry_point.c_str()), "cuModuleGetFunction");
+  if (smem_bytes > 48 * 1024) {
+    check(d.func_set_attribute(kernel->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes),
+          "cuFuncSetAttribute(max dynamic shared memory)");
+  }
+  check(d.func_get_attribute(&kernel->registers, CU_FUNC_ATTRIBUTE_NUM_REGS, kernel->function),
+        "cuFuncGetAttribute(registers)");
+  check(d.func_get_attribute(&kernel->local_bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, kernel->function),
+        "cuFuncGetAttribute(local memory)");
+  slot = std::move(kernel);
+  return *slot;
+}
+
+}  // namespace gemmkit::runtime

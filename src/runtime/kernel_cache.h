@@ -1,0 +1,35 @@
+// Kernels ready to launch: compiled once (or read from the disk cache) and loaded once per
+// device and process.
+#pragma once
+
+#include <cuda.h>
+
+#include <string>
+
+#include "runtime/disk_cache.h"
+
+namespace gemmkit::runtime {
+
+struct LoadedKernel {
+  CUfunction function = nullptr;
+  int registers = 0;
+  int local_bytes = 0;  // per-thread local memory: spills or stack, 0 when clean
+};
+
+// The kernel `entry_point` of `source` loaded on `device` (the current device must be
+// `device`), with its dynamic shared-memory limit raised to `smem_bytes`. Thread-safe;
+// the reference stays valid for the life of the process.
+const LoadedKernel& load_kernel(int device, const std::string& source, const std::string& entry_point,
+                                int smem_bytes);
+
+// Compiles `source` into the disk cache unless it is there already; needs no GPU. Returns
+// whether it compiled.
+bool precompile_kernel(const std::string& source, const std::string& entry_point);
+
+// The process-wide disk cache (directory from DiskCache::default_directory()).
+const DiskCache& kernel_disk_cache();
+
+// The disk-cache key of a source: everything that changes the compiled binary.
+std::string kernel_cache_key(const std::string& source, const std::string& entry_point);
+
+}  // namespace gemmkit::runtime

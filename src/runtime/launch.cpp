@@ -1,0 +1,59 @@
+#include "runtime/launch.h"
+
+#include <algorithm>
+
+#include "kernels/sm90/params.h"
+#include "runtime/driver.h"
+#include "runtime/tensor_map.h"
+
+namespace gemmkit::runtime {
+namespace {
+
+GemmMatrix matrix(const MatrixRef& m) { return {m.data, m.batch_stride, m.row_stride, m.col_stride}; }
+
+GemmParams params(const Problem& p) {
+  return {p.m, p.n, p.k, p.batch, p.alpha, p.beta, matrix(p.a), matrix(p.b), matrix(p.c), matrix(p.d)};
+}
+
+unsigned clamp_grid(int64_t blocks, int64_t limit) { return unsigned(std::max<int64_t>(1, std::min(blocks, limit))); }
+
+void launch(const LoadedKernel& kernel, unsigned gx, unsigned gy, unsigned gz, unsigned threads, unsigned smem,
+            cudaStream_t stream, void** args) {
+  check(driver().launch_kernel(kernel.function, gx, gy, gz, threads, 1, 1, smem, stream, args, nullptr),
+        "cuLaunchKernel");
+}
+
+}  // namespace
+
+void launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const Problem& p, int sm_count,
+                 cudaStream_t stream) {
+  GemmParams args = params(p);
+  if (config.kind == KernelKind::fallback) {
+    void* pointers[] = {&args};
+    launch(kernel, clamp_grid((p.n + 63) / 64, INT32_MAX), clamp_grid((p.m + 63) / 64, 65535),
+           clamp_grid(p.batch, 65535), config.threads(), 0, stream, pointers);
+    return;
+  }
+  // Boxes: K-major operands load rows x 64 at once, MN-major ones 64 x 64 per block.
+  CUtensorMap map_a = make_tensor_map(p.a, p.batch, p.m, p.k, config.a_k_major, 64,
+                                      config.a_k_major ? config.tile_m : 64);
+  CUtensorMap map_b = make_tensor_map(p.b, p.batch, p.k, p.n, !config.b_k_major, 64,
+                                      config.b_k_major ? config.tile_n : 64);
+  CUtensorMap map_d{};
+  if (config.tma_store) {
+    map_d = make_tensor_map(p.d, p.batch, p.m, p.n, true, 128 / dtype_size(p.d.dtype), 64);
+  }
+  const int64_t tiles = ((p.m + config.tile_m - 1) / config.tile_m) * ((p.n + config.tile_n - 1) / config.tile_n) * p.batch;
+  void* pointers[] = {&map_a, &map_b, &map_d, &args};
+  launch(kernel, clamp_grid(tiles, sm_count), 1, 1, config.threads(), config.smem_bytes(), stream, pointers);
+}
+
+void launch_reference(const LoadedKernel& kernel, const Problem& p, double* ref, double* ref_abs,
+                      cudaStream_t stream) {
+  GemmParams args = params(p);
+  void* pointers[] = {&args, &ref, &ref_abs};
+  const int64_t count = p.batch * p.m * p.n;
+  launch(kernel, clamp_grid((count + 255) / 256, 1 << 20), 1, 1, 256, 0, stream, pointers);
+}
+
+}  // namespace gemmkit::runtime

@@ -1,0 +1,19 @@
+// Launches of the generated kernels on the caller's stream.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "dispatch/config.h"
+#include "runtime/kernel_cache.h"
+
+namespace gemmkit::runtime {
+
+// Runs the GEMM kernel that `config` describes (TMA or fallback) for problem `p`.
+void launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const Problem& p, int sm_count,
+                 cudaStream_t stream);
+
+// Runs the double-precision reference: ref and ref_abs are dense [batch][m][n] device arrays.
+void launch_reference(const LoadedKernel& kernel, const Problem& p, double* ref, double* ref_abs,
+                      cudaStream_t stream);
+
+}  // namespace gemmkit::runtime

@@ -1,0 +1,283 @@
+// Kernel configurations: shared-memory sizing, TMA addressability, the cold-start heuristic,
+// config identity and problem normalisation.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "dispatch/config.h"
+#include "dispatch/plan.h"
+
+namespace gemmkit {
+namespace {
+
+// Fake device addresses, 16-byte aligned and 4 GiB apart.
+char* address(int slot) { return reinterpret_cast<char*>((uintptr_t(1) << 40) + (uintptr_t(slot) << 32)); }
+
+MatrixRef row_major(int slot, DType type, int64_t cols) { return {address(slot), type, 0, cols, 1}; }
+MatrixRef col_major(int slot, DType type, int64_t rows) { return {address(slot), type, 0, 1, rows}; }
+
+// NN: A (M x K), B (K x N) and D (M x N, f32) all row-major and aligned.
+Problem problem(int64_t m, int64_t n, int64_t k) {
+  Problem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.a = row_major(0, DType::bf16, k);
+  p.b = row_major(1, DType::bf16, n);
+  p.d = row_major(2, DType::f32, n);
+  return p;
+}
+
+const int kSmemLimit = DeviceLimits{}.smem_per_block;
+
+// ---- shared memory and stages
+
+TEST(ConfigStages, MaxStagesFillsButDoesNotExceedSharedMemory) {
+  for (TileShape tile : tile_shapes()) {
+    for (bool tma_store : {false, true}) {
+      SCOPED_TRACE(std::to_string(tile.m) + "x" + std::to_string(tile.n) + (tma_store ? " tma-store" : ""));
+      const int stages = max_stages(tile, tma_store, kSmemLimit);
+      EXPECT_GE(stages, 2);
+      EXPECT_LE(stages, 8);
+      EXPECT_LE(tma_smem_bytes(tile, stages, tma_store), kSmemLimit);
+      if (stages < 8) {
+        EXPECT_GT(tma_smem_bytes(tile, stages + 1, tma_store), kSmemLimit);
+      }
+    }
+  }
+}
+
+TEST(ConfigStages, SmemGrowsWithStagesAndStoreBuffer) {
+  for (TileShape tile : tile_shapes()) {
+    EXPECT_LT(tma_smem_bytes(tile, 2, false), tma_smem_bytes(tile, 3, false));
+    EXPECT_LT(tma_smem_bytes(tile, 2, false), tma_smem_bytes(tile, 2, true));
+    // A limit just below one stage leaves no stage at all.
+    EXPECT_EQ(max_stages(tile, false, tma_smem_bytes(tile, 1, false) - 1), 0);
+  }
+}
+
+// ---- tma_access
+
+TEST(ConfigTmaAccess, AlignedRowAndColumnMajorAreOk) {
+  const TmaAccess rows = tma_access(row_major(0, DType::bf16, 64), 1, 128, 64);
+  EXPECT_TRUE(rows.ok);
+  EXPECT_TRUE(rows.cols_contiguous);
+  const TmaAccess cols = tma_access(col_major(0, DType::bf16, 128), 1, 128, 64);
+  EXPECT_TRUE(cols.ok);
+  EXPECT_FALSE(cols.cols_contiguous);
+}
+
+TEST(ConfigTmaAccess, RejectsWhatTmaCannotAddress) {
+  MatrixRef misaligned = row_major(0, DType::bf16, 64);
+  misaligned.data = address(0) + 2;
+  EXPECT_FALSE(tma_access(misaligned, 1, 128, 64).ok);
+  EXPECT_FALSE(tma_access(row_major(0, DType::bf16, 7), 1, 16, 7).ok);  // 14-byte rows
+  EXPECT_FALSE(tma_access({address(0), DType::bf16, 0, 128, 2}, 1, 16, 64).ok);  // no unit stride
+  EXPECT_FALSE(tma_access({address(0), DType::bf16, 0, 32, 1}, 1, 16, 64).ok);  // rows overlap
+  EXPECT_FALSE(tma_access({address(0), DType::bf16, 0, 1, 32}, 1, 64, 16).ok);  // columns overlap
+}
+
+TEST(ConfigTmaAccess, ExtentOneDimensionsAcceptAnyStride) {
+  const TmaAccess one_row = tma_access({address(0), DType::bf16, 0, 3, 1}, 1, 1, 64);
+  EXPECT_TRUE(one_row.ok);
+  EXPECT_TRUE(one_row.cols_contiguous);
+  const TmaAccess one_col = tma_access({address(0), DType::bf16, 0, 1, 5}, 1, 64, 1);
+  EXPECT_TRUE(one_col.ok);
+  EXPECT_FALSE(one_col.cols_contiguous);
+}
+
+TEST(ConfigTmaAccess, BatchStrides) {
+  MatrixRef m = row_major(0, DType::bf16, 64);
+  m.batch_stride = 0;  // broadcast
+  EXPECT_TRUE(tma_access(m, 4, 128, 64).ok);
+  m.batch_stride = 128 * 64;
+  EXPECT_TRUE(tma_access(m, 4, 128, 64).ok);
+  m.batch_stride = 128 * 64 + 1;  // not a multiple of 16 bytes
+  EXPECT_FALSE(tma_access(m, 4, 128, 64).ok);
+}
+
+// ---- choose_config
+
+void expect_full_stages(const KernelConfig& c) {
+  EXPECT_EQ(c.stages, max_stages({c.tile_m, c.tile_n}, c.tma_store, kSmemLimit)) << c.name();
+}
+
+TEST(ConfigChoose, FallbackForZeroKOrUnalignedA) {
+  EXPECT_EQ(choose_config(problem(256, 256, 0), {}).kind, KernelKind::fallback);
+  Problem p = problem(256, 256, 256);
+  p.a.data = address(0) + 2;
+  EXPECT_EQ(choose_config(p, {}).kind, KernelKind::fallback);
+}
+
+TEST(ConfigChoose, MajornessFollowsLayout) {
+  Problem nt = problem(1024, 1024, 1024);
+  nt.b = col_major(1, DType::bf16, 1024);  // B stored N x K
+  KernelConfig c = choose_config(nt, {});
+  EXPECT_EQ(c.kind, KernelKind::tma);
+  EXPECT_TRUE(c.a_k_major);
+  EXPECT_TRUE(c.b_k_major);
+  EXPECT_TRUE(c.tma_store);
+  expect_full_stages(c);
+
+  c = choose_config(problem(1024, 1024, 1024), {});  // NN
+  EXPECT_EQ(c.kind, KernelKind::tma);
+  EXPECT_TRUE(c.a_k_major);
+  EXPECT_FALSE(c.b_k_major);
+
+  Problem tn = nt;
+  tn.a = col_major(0, DType::bf16, 1024);  // A stored K x M
+  c = choose_config(tn, {});
+  EXPECT_EQ(c.kind, KernelKind::tma);
+  EXPECT_FALSE(c.a_k_major);
+  EXPECT_TRUE(c.b_k_major);
+}
+
+TEST(ConfigChoose, OddOutputLeadingDimensionUsesDirectStores) {
+  Problem p = problem(1024, 1024, 1024);
+  p.d.row_stride = 1025;
+  const KernelConfig c = choose_config(p, {});
+  EXPECT_EQ(c.kind, KernelKind::tma);
+  EXPECT_FALSE(c.tma_store);
+  expect_full_stages(c);
+}
+
+TEST(ConfigChoose, TileRowsFollowProblemSize) {
+  for (int64_t m : {1, 16}) {
+    const KernelConfig c = choose_config(problem(m, 4096, 4096), {});
+    EXPECT_EQ(c.tile_m, 64) << "M = " << m;
+    expect_full_stages(c);
+  }
+  const KernelConfig big = choose_config(problem(8192, 8192, 8192), {});
+  EXPECT_EQ(big.tile_m, 128);
+  expect_full_stages(big);
+}
+
+TEST(ConfigChoose, TypesAndCPropagate) {
+  Problem p = problem(512, 512, 512);
+  p.a.dtype = p.b.dtype = DType::f16;
+  p.d.dtype = DType::bf16;
+  KernelConfig c = choose_config(p, {});
+  EXPECT_EQ(c.in, DType::f16);
+  EXPECT_EQ(c.out, DType::bf16);
+  EXPECT_FALSE(c.has_c);
+
+  p.c = row_major(3, DType::f32, 512);
+  p.beta = 1.0f;
+  c = choose_config(p, {});
+  EXPECT_TRUE(c.has_c);
+  EXPECT_EQ(c.c, DType::f32);
+}
+
+// ---- KernelConfig identity
+
+TEST(ConfigKernelConfig, EveryFieldTakesPartInComparison) {
+  const KernelConfig base;
+  const KernelConfig copy = base;
+  EXPECT_TRUE(base == copy);
+  EXPECT_FALSE(base < copy);
+  EXPECT_FALSE(copy < base);
+
+  const std::vector<std::function<void(KernelConfig&)>> changes = {
+      [](KernelConfig& c) { c.kind = KernelKind::fallback; }, [](KernelConfig& c) { c.tile_m = 64; },
+      [](KernelConfig& c) { c.tile_n = 256; },              [](KernelConfig& c) { c.stages = 3; },
+      [](KernelConfig& c) { c.group_m = 4; },               [](KernelConfig& c) { c.a_k_major = false; },
+      [](KernelConfig& c) { c.b_k_major = false; },         [](KernelConfig& c) { c.a_batched = true; },
+      [](KernelConfig& c) { c.b_batched = true; },          [](KernelConfig& c) { c.tma_store = false; },
+      [](KernelConfig& c) { c.has_c = true; },              [](KernelConfig& c) { c.in = DType::f16; },
+      [](KernelConfig& c) { c.out = DType::f32; },          [](KernelConfig& c) { c.c = DType::f32; },
+  };
+  std::set<KernelConfig> distinct = {base};
+  for (size_t i = 0; i < changes.size(); ++i) {
+    KernelConfig changed = base;
+    changes[i](changed);
+    EXPECT_FALSE(changed == base) << "change " << i;
+    EXPECT_NE(changed < base, base < changed) << "change " << i;
+    distinct.insert(changed);
+  }
+  EXPECT_EQ(distinct.size(), changes.size() + 1);
+}
+
+TEST(ConfigKernelConfig, NameShowsTileStagesMajornessAndStore) {
+  const KernelConfig base;
+  std::vector<KernelConfig> configs(7, base);
+  configs[1].tile_m = 64;
+  configs[2].tile_n = 256;
+  configs[3].stages = 3;
+  configs[4].a_k_major = false;
+  configs[5].b_k_major = false;
+  configs[6].tma_store = false;
+  std::set<std::string> names;
+  for (const KernelConfig& c : configs) names.insert(c.name());
+  EXPECT_EQ(names.size(), configs.size());
+}
+
+// ---- normalize
+
+TEST(ConfigNormalize, ColumnMajorDIsComputedTransposed) {
+  constexpr int64_t M = 64, N = 32, K = 48;
+  Problem p;
+  p.m = M;
+  p.n = N;
+  p.k = K;
+  p.batch = 2;
+  p.alpha = 2.0f;
+  p.beta = 0.5f;
+  p.a = {address(0), DType::bf16, M * K, K, 1};
+  p.b = {address(1), DType::bf16, K * N, N, 1};
+  p.d = {address(2), DType::f32, M * N, 1, M};
+  p.c = {address(3), DType::f16, M * N, 1, M};
+
+  const Problem t = normalize(p);
+  EXPECT_EQ(t.m, N);
+  EXPECT_EQ(t.n, M);
+  EXPECT_EQ(t.k, K);
+  EXPECT_EQ(t.batch, 2);
+  EXPECT_EQ(t.alpha, 2.0f);
+  EXPECT_EQ(t.beta, 0.5f);
+  // A' = B^T: N x K
+  EXPECT_EQ(t.a.data, p.b.data);
+  EXPECT_EQ(t.a.row_stride, 1);
+  EXPECT_EQ(t.a.col_stride, N);
+  EXPECT_EQ(t.a.batch_stride, K * N);
+  // B' = A^T: K x M
+  EXPECT_EQ(t.b.data, p.a.data);
+  EXPECT_EQ(t.b.row_stride, 1);
+  EXPECT_EQ(t.b.col_stride, K);
+  EXPECT_EQ(t.b.batch_stride, M * K);
+  // D' = D^T and C' = C^T: N x M, row-major
+  EXPECT_EQ(t.d.data, p.d.data);
+  EXPECT_EQ(t.d.row_stride, M);
+  EXPECT_EQ(t.d.col_stride, 1);
+  EXPECT_EQ(t.c.data, p.c.data);
+  EXPECT_EQ(t.c.dtype, DType::f16);
+  EXPECT_EQ(t.c.row_stride, M);
+  EXPECT_EQ(t.c.col_stride, 1);
+}
+
+void expect_same(const MatrixRef& x, const MatrixRef& y) {
+  EXPECT_EQ(x.data, y.data);
+  EXPECT_EQ(x.dtype, y.dtype);
+  EXPECT_EQ(x.batch_stride, y.batch_stride);
+  EXPECT_EQ(x.row_stride, y.row_stride);
+  EXPECT_EQ(x.col_stride, y.col_stride);
+}
+
+TEST(ConfigNormalize, RowMajorDIsUnchanged) {
+  Problem p = problem(64, 32, 48);
+  p.b = col_major(1, DType::bf16, 48);
+  const Problem t = normalize(p);
+  EXPECT_EQ(t.m, p.m);
+  EXPECT_EQ(t.n, p.n);
+  EXPECT_EQ(t.k, p.k);
+  expect_same(t.a, p.a);
+  expect_same(t.b, p.b);
+  expect_same(t.d, p.d);
+  expect_same(t.c, p.c);
+}
+
+}  // namespace
+}  // namespace gemmkit

@@ -1,0 +1,107 @@
+// Kernel source generation: the wgmma wrapper, the generated prelude and the kernel entry points.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "codegen/kernel_source.h"
+
+namespace gemmkit::codegen {
+namespace {
+
+size_t count(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + needle.size())) ++n;
+  return n;
+}
+
+bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
+
+TEST(KernelSourceWgmma, OperandsMatchTileWidthTypeAndMajorness) {
+  for (int n : {128, 192, 256}) {
+    for (DType type : {DType::bf16, DType::f16}) {
+      for (bool a_k : {true, false}) {
+        for (bool b_k : {true, false}) {
+          const std::string text = wgmma_function(n, type, a_k, b_k);
+          SCOPED_TRACE(text);
+          const std::string name(dtype_name(type)), other(dtype_name(type == DType::bf16 ? DType::f16 : DType::bf16));
+          const int registers = n / 2;
+          EXPECT_TRUE(contains(text, "m64n" + std::to_string(n) + "k16"));
+          EXPECT_EQ(count(text, "." + name), 2u);
+          EXPECT_EQ(count(text, "." + other), 0u);
+          EXPECT_EQ(count(text, "\"+f\""), size_t(registers));
+          EXPECT_TRUE(contains(text, "d[" + std::to_string(registers - 1) + "]"));
+          EXPECT_FALSE(contains(text, "d[" + std::to_string(registers) + "]"));
+          // Descriptors follow the accumulators; then scale-d, two scales, and the A, B transposes.
+          EXPECT_TRUE(contains(text, "}, %" + std::to_string(registers) + ", %" + std::to_string(registers + 1) +
+                                         ", p, 1, 1, " + (a_k ? "0" : "1") + ", " + (b_k ? "0" : "1") + ";"));
+          EXPECT_TRUE(contains(text, "setp.ne.b32 p, %" + std::to_string(registers + 2) + ","));
+        }
+      }
+    }
+  }
+}
+
+KernelConfig tma_config() {
+  KernelConfig c;
+  c.tile_m = 64;
+  c.tile_n = 192;
+  c.stages = 5;
+  c.a_k_major = false;
+  c.b_k_major = true;
+  c.tma_store = false;
+  c.in = DType::f16;
+  return c;
+}
+
+TEST(KernelSource, GemmSourceCarriesTheConfig) {
+  const KernelConfig c = tma_config();
+  const std::string source = gemm_source(c);
+  EXPECT_TRUE(contains(source, "constexpr int kTileM = " + std::to_string(c.tile_m) + ";"));
+  EXPECT_TRUE(contains(source, "constexpr int kTileN = " + std::to_string(c.tile_n) + ";"));
+  EXPECT_TRUE(contains(source, "constexpr int kStages = " + std::to_string(c.stages) + ";"));
+  EXPECT_TRUE(contains(source, "constexpr bool kAKMajor = false;"));
+  EXPECT_TRUE(contains(source, "constexpr bool kBKMajor = true;"));
+  EXPECT_TRUE(contains(source, "constexpr bool kTmaStore = false;"));
+  EXPECT_TRUE(contains(source, "constexpr unsigned kSmemBytes = " + std::to_string(c.smem_bytes()) + ";"));
+  EXPECT_TRUE(contains(source, wgmma_function(c.tile_n, c.in, c.a_k_major, c.b_k_major)));
+  EXPECT_TRUE(contains(source, kGemmKernel));
+  EXPECT_STREQ(gemm_kernel_name(c), kGemmKernel);
+  EXPECT_FALSE(contains(source, "#pragma once"));
+
+  KernelConfig flipped = c;
+  flipped.a_k_major = true;
+  flipped.tma_store = true;
+  const std::string flipped_source = gemm_source(flipped);
+  EXPECT_TRUE(contains(flipped_source, "constexpr bool kAKMajor = true;"));
+  EXPECT_TRUE(contains(flipped_source, "constexpr bool kTmaStore = true;"));
+}
+
+TEST(KernelSource, FallbackSourceHasOnlyTheFallbackKernel) {
+  KernelConfig c;
+  c.kind = KernelKind::fallback;
+  const std::string source = gemm_source(c);
+  EXPECT_TRUE(contains(source, kFallbackKernel));
+  EXPECT_FALSE(contains(source, kGemmKernel));
+  EXPECT_FALSE(contains(source, "#pragma once"));
+  EXPECT_STREQ(gemm_kernel_name(c), kFallbackKernel);
+}
+
+TEST(KernelSource, SourceIsDeterministicPerConfig) {
+  const KernelConfig c = tma_config();
+  KernelConfig other = c;
+  other.stages = 4;
+  EXPECT_EQ(gemm_source(c), gemm_source(c));
+  EXPECT_NE(gemm_source(c), gemm_source(other));
+}
+
+TEST(KernelSource, ReferenceSourceHasTheReferenceKernel) {
+  const std::string source = reference_source(DType::bf16, true, DType::f32);
+  EXPECT_TRUE(contains(source, kReferenceKernel));
+  EXPECT_TRUE(contains(source, "constexpr bool kHasC = true;"));
+  EXPECT_FALSE(contains(source, kGemmKernel));
+  EXPECT_FALSE(contains(source, "#pragma once"));
+  EXPECT_NE(source, reference_source(DType::bf16, false, DType::f32));
+}
+
+}  // namespace
+}  // namespace gemmkit::codegen

@@ -1,0 +1,277 @@
+// validate_gemm: the argument checks that need no GPU. Pointers are fake device addresses;
+// validate_gemm never dereferences them.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "api/validate.h"
+#include "gemmkit/error.h"
+#include "runtime/device.h"
+
+namespace gemmkit {
+namespace {
+
+constexpr int64_t M = 64, N = 32, K = 48;
+
+// Fake device addresses 4 GiB apart, so that well-formed operands never overlap.
+char* address(int slot) { return reinterpret_cast<char*>((uintptr_t(1) << 40) + (uintptr_t(slot) << 32)); }
+
+struct Args {
+  TensorView a = TensorView::row_major(address(0), DType::bf16, M, K);
+  TensorView b = TensorView::row_major(address(1), DType::bf16, K, N);
+  TensorView d = TensorView::row_major(address(2), DType::f32, M, N);
+  GemmOptions options;
+};
+
+// A C of D's shape, apart from every other operand, used with beta = 0.5.
+Args with_c() {
+  Args x;
+  x.options.beta = 0.5f;
+  x.options.c = TensorView::row_major(address(3), DType::f32, M, N);
+  return x;
+}
+
+Problem validate(const Args& x) { return validate_gemm(x.a, x.b, x.d, x.options); }
+
+// Expects invalid_argument with a message that starts with `argument` and contains each of `given`.
+void expect_rejected(const Args& x, const std::string& argument, std::initializer_list<std::string> given) {
+  try {
+    validate(x);
+    ADD_FAILURE() << "validate_gemm accepted the arguments; expected an error about " << argument;
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << message;
+    EXPECT_EQ(message.rfind(argument, 0), 0u) << "message does not start with '" << argument << "': " << message;
+    for (const std::string& part : given) {
+      EXPECT_NE(message.find(part), std::string::npos) << "message lacks '" << part << "': " << message;
+    }
+  }
+}
+
+TEST(Validate, WellFormedArgumentsAreAccepted) {
+  const Args x;
+  const Problem p = validate(x);
+  EXPECT_EQ(p.m, M);
+  EXPECT_EQ(p.n, N);
+  EXPECT_EQ(p.k, K);
+  EXPECT_EQ(p.batch, 1);
+  EXPECT_EQ(p.a.data, x.a.data);
+  EXPECT_EQ(p.b.data, x.b.data);
+  EXPECT_EQ(p.d.data, x.d.data);
+  EXPECT_FALSE(p.has_c());
+}
+
+TEST(Validate, RejectsUnsupportedInputType) {
+  Args x;
+  x.a.dtype = DType::f32;
+  x.b.dtype = DType::f32;
+  expect_rejected(x, "A:", {"f32"});
+}
+
+TEST(Validate, RejectsBTypeDifferentFromA) {
+  Args x;
+  x.b.dtype = DType::f16;
+  expect_rejected(x, "B:", {"dtype f16", "bf16"});
+}
+
+TEST(Validate, RejectsRankOtherThanTwoOrThree) {
+  Args x;
+  x.a.rank = 1;
+  expect_rejected(x, "A:", {"rank 1"});
+  Args y;
+  y.b.rank = 4;
+  expect_rejected(y, "B:", {"rank 4"});
+}
+
+TEST(Validate, RejectsNegativeSize) {
+  Args x;
+  x.d = TensorView::matrix(address(2), DType::f32, M, -3, N, 1);
+  expect_rejected(x, "D:", {"[64, -3]"});
+}
+
+TEST(Validate, RejectsNegativeStride) {
+  Args x;
+  x.b = TensorView::matrix(address(1), DType::bf16, K, N, -N, 1);
+  expect_rejected(x, "B:", {"{-32, 1}"});
+}
+
+TEST(Validate, RejectsKMismatch) {
+  Args x;
+  x.b = TensorView::row_major(address(1), DType::bf16, K - 8, N);
+  expect_rejected(x, "B:", {"[40, 32]", "K = 48"});
+}
+
+TEST(Validate, RejectsDShapeMismatch) {
+  Args x;
+  x.d = TensorView::row_major(address(2), DType::f32, M, N + 1);
+  expect_rejected(x, "D:", {"[64, 33]", "64 x 32"});
+}
+
+TEST(Validate, RejectsCShapeMismatch) {
+  Args x = with_c();
+  x.options.c = TensorView::row_major(address(3), DType::f32, M + 1, N);
+  expect_rejected(x, "C:", {"[65, 32]"});
+}
+
+TEST(Validate, RejectsBetaWithoutC) {
+  Args x;
+  x.options.beta = 0.5f;
+  expect_rejected(x, "options.c:", {"beta", "0.5"});
+}
+
+TEST(Validate, RejectsBatchMismatch) {
+  Args x;
+  x.a = TensorView::batched(address(0), DType::bf16, 3, M, K, M * K, K, 1);
+  x.d = TensorView::batched(address(2), DType::f32, 2, M, N, M * N, N, 1);
+  expect_rejected(x, "A:", {"batch 3", "2"});
+
+  Args y;  // A batched, D a single matrix
+  y.a = x.a;
+  expect_rejected(y, "A:", {"batch 3"});
+}
+
+TEST(Validate, RejectsNullData) {
+  Args a;
+  a.a.data = nullptr;
+  expect_rejected(a, "A:", {"null"});
+  Args b;
+  b.b.data = nullptr;
+  expect_rejected(b, "B:", {"null"});
+  Args d;
+  d.d.data = nullptr;
+  expect_rejected(d, "D:", {"null"});
+  Args c = with_c();
+  c.options.c->data = nullptr;
+  expect_rejected(c, "C:", {"null"});
+}
+
+TEST(Validate, RejectsDOverlappingInputs) {
+  Args a;
+  a.d.data = static_cast<char*>(a.a.data) + 256;
+  expect_rejected(a, "D:", {"overlaps A"});
+  Args b;
+  b.d.data = static_cast<char*>(b.b.data) + 256;
+  expect_rejected(b, "D:", {"overlaps B"});
+}
+
+TEST(Validate, RejectsCPartlyOverlappingD) {
+  Args shifted = with_c();
+  shifted.options.c->data = static_cast<char*>(shifted.d.data) + 4;
+  expect_rejected(shifted, "D:", {"overlaps C"});
+
+  Args other_strides = with_c();  // same pointer, but C walks D's memory in another order
+  other_strides.options.c = TensorView::col_major(other_strides.d.data, DType::f32, M, N);
+  expect_rejected(other_strides, "D:", {"overlaps C"});
+
+  Args other_type = with_c();
+  other_type.options.c = TensorView::row_major(other_type.d.data, DType::bf16, M, N);
+  expect_rejected(other_type, "D:", {"overlaps C"});
+}
+
+TEST(Validate, AcceptsCThatIsD) {
+  Args x = with_c();
+  x.options.c = x.d;
+  const Problem p = validate(x);
+  EXPECT_TRUE(p.has_c());
+  EXPECT_EQ(p.c.data, x.d.data);
+  EXPECT_EQ(p.beta, 0.5f);
+}
+
+TEST(Validate, RejectsDWithOverlappingElements) {
+  Args rows;  // every row at the same address
+  rows.d = TensorView::matrix(address(2), DType::f32, M, N, 0, 1);
+  expect_rejected(rows, "D:", {"{0, 1}", "[64, 32]"});
+
+  Args batches;  // every batch at the same address
+  batches.d = TensorView::batched(address(2), DType::f32, 2, M, N, 0, N, 1);
+  expect_rejected(batches, "D:", {"{0, 32, 1}"});
+
+  Args columns;  // column-major with a leading dimension shorter than a column
+  columns.d = TensorView::matrix(address(2), DType::f32, M, N, 1, M - 1);
+  expect_rejected(columns, "D:", {"{1, 63}"});
+}
+
+TEST(Validate, EmptyProblemsAcceptNullPointers) {
+  const auto null_args = [](int64_t batch, int64_t m, int64_t n) {
+    Args x;
+    x.a = TensorView::row_major(nullptr, DType::bf16, m, K);
+    x.b = TensorView::row_major(nullptr, DType::bf16, K, n);
+    x.d = TensorView::batched(nullptr, DType::f32, batch, m, n, m * n, n, 1);
+    return x;
+  };
+  EXPECT_EQ(validate(null_args(1, 0, N)).m, 0);
+  EXPECT_EQ(validate(null_args(1, M, 0)).n, 0);
+  EXPECT_EQ(validate(null_args(0, M, N)).batch, 0);
+}
+
+TEST(Validate, ZeroKAcceptsNullInputs) {
+  Args x;
+  x.a = TensorView::row_major(nullptr, DType::bf16, M, 0);
+  x.b = TensorView::row_major(nullptr, DType::bf16, 0, N);
+  const Problem p = validate(x);
+  EXPECT_EQ(p.k, 0);
+  EXPECT_EQ(p.m, M);
+  EXPECT_EQ(p.n, N);
+  // D must still be usable.
+  x.d.data = nullptr;
+  expect_rejected(x, "D:", {"null"});
+}
+
+TEST(Validate, RankTwoBIsBroadcastAcrossTheBatch) {
+  Args x;
+  x.a = TensorView::batched(address(0), DType::bf16, 3, M, K, M * K, K, 1);
+  x.d = TensorView::batched(address(2), DType::f32, 3, M, N, M * N, N, 1);
+  const Problem p = validate(x);
+  EXPECT_EQ(p.batch, 3);
+  EXPECT_EQ(p.a.batch_stride, M * K);
+  EXPECT_EQ(p.b.batch_stride, 0);
+  EXPECT_EQ(p.d.batch_stride, M * N);
+}
+
+TEST(Validate, StridesReachTheProblem) {
+  Args x = with_c();
+  x.a = TensorView::matrix(address(0), DType::f16, M, K, K + 8, 1);  // row-major, padded
+  x.b = TensorView::matrix(address(1), DType::f16, K, N, 1, K + 16);  // column-major, padded
+  x.d = TensorView::col_major(address(2), DType::bf16, M, N);
+  x.options.c = TensorView::matrix(address(3), DType::f32, M, N, N + 4, 1);
+  const Problem p = validate(x);
+  EXPECT_EQ(p.a.row_stride, K + 8);
+  EXPECT_EQ(p.a.col_stride, 1);
+  EXPECT_EQ(p.a.dtype, DType::f16);
+  EXPECT_EQ(p.b.row_stride, 1);
+  EXPECT_EQ(p.b.col_stride, K + 16);
+  EXPECT_EQ(p.d.row_stride, 1);
+  EXPECT_EQ(p.d.col_stride, M);
+  EXPECT_EQ(p.d.dtype, DType::bf16);
+  EXPECT_EQ(p.c.row_stride, N + 4);
+  EXPECT_EQ(p.c.col_stride, 1);
+  EXPECT_EQ(p.c.data, x.options.c->data);
+  EXPECT_EQ(p.c.dtype, DType::f32);
+}
+
+TEST(Validate, CIsDroppedWhenBetaIsZero) {
+  Args x = with_c();
+  x.options.beta = 0.0f;
+  x.options.alpha = 2.0f;
+  const Problem p = validate(x);
+  EXPECT_FALSE(p.has_c());
+  EXPECT_EQ(p.c.data, nullptr);
+  EXPECT_EQ(p.alpha, 2.0f);
+}
+
+TEST(ValidateGemm, ThrowsNoDeviceWithoutAGpu) {
+  if (runtime::device_count() > 0) GTEST_SKIP() << "a CUDA device is present; the GPU tests cover gemm() there";
+  const Args x;
+  try {
+    gemm(x.a, x.b, x.d, x.options);
+    FAIL() << "gemm returned without a CUDA device";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::no_device) << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind("no CUDA device", 0), 0u) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace gemmkit

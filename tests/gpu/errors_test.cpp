@@ -1,0 +1,52 @@
+// Errors that need a live device: host pointers and tensors on different devices.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <vector>
+
+#include "gemmkit/error.h"
+#include "gpu_test.h"
+
+namespace gemmkit {
+namespace {
+
+using GemmDeviceErrors = testing::GpuTest;
+
+// Expects gemm to throw invalid_argument with a message containing `needle`.
+void expect_rejected(const TensorView& a, const TensorView& b, const TensorView& d, const std::string& needle) {
+  try {
+    gemm(a, b, d);
+    FAIL() << "gemm accepted the arguments; expected an error mentioning '" << needle << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(GemmDeviceErrors, HostPointersAreRejected) {
+  reference::DeviceProblem problem({.m = 64, .n = 64, .k = 64}, testing::fresh_seed());
+  std::vector<uint16_t> host(64 * 64);
+  TensorView host_view = TensorView::row_major(host.data(), DType::bf16, 64, 64);
+  expect_rejected(host_view, problem.b(), problem.d(), "A: ");
+  expect_rejected(problem.a(), host_view, problem.d(), "B: ");
+
+  void* pinned = nullptr;
+  ASSERT_EQ(cudaMallocHost(&pinned, 64 * 64 * 2), cudaSuccess);
+  expect_rejected(problem.a(), problem.b(), TensorView::row_major(pinned, DType::bf16, 64, 64), "D: pointer");
+  cudaFreeHost(pinned);
+}
+
+TEST_F(GemmDeviceErrors, TensorsOnDifferentDevicesAreRejected) {
+  if (runtime::device_count() < 2) GTEST_SKIP() << "one device: nothing to mix";
+  reference::DeviceProblem on_zero({.m = 64, .n = 64, .k = 64}, testing::fresh_seed());
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  {
+    reference::DeviceProblem on_one({.m = 64, .n = 64, .k = 64}, testing::fresh_seed());
+    expect_rejected(on_zero.a(), on_one.b(), on_one.d(), "A: on device 0 but D is on device 1");
+  }
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+}
+
+}  // namespace
+}  // namespace gemmkit

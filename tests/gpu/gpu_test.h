@@ -1,0 +1,49 @@
+// Shared pieces of the GPU tests: skipping without an sm_90 device, and one checked GEMM run.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "api/validate.h"
+#include "dispatch/plan.h"
+#include "reference/device_problem.h"
+#include "runtime/device.h"
+
+namespace gemmkit::testing {
+
+// Base of every GPU test: skips, with the reason, unless an sm_90 device is present.
+class GpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (runtime::device_count() == 0) GTEST_SKIP() << "no CUDA device: GPU test skipped";
+    const runtime::DeviceInfo& info = runtime::device_info(0);
+    if (info.cc_major != 9 || info.cc_minor != 0) GTEST_SKIP() << info.name << " is not sm_90: GPU test skipped";
+  }
+};
+
+inline uint64_t fresh_seed() {
+  static std::random_device device;
+  return (uint64_t(device()) << 32) | device();
+}
+
+// Runs gemmkit::gemm (or the forced config) on fresh random inputs with D poisoned, and
+// expects it to match the double-precision reference.
+inline void expect_correct(const reference::ProblemSpec& spec, const KernelConfig* forced = nullptr) {
+  reference::DeviceProblem problem(spec, fresh_seed());
+  problem.prepare_output(nullptr);
+  std::string config = "gemmkit::gemm";
+  if (forced) {
+    Problem p = validate_gemm(problem.a(), problem.b(), problem.d(), problem.options(nullptr));
+    const Problem normalized = normalize(p);
+    run_plan(make_plan(normalized, forced), normalized, nullptr);
+    config = forced->name();
+  } else {
+    gemm(problem.a(), problem.b(), problem.d(), problem.options(nullptr));
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << spec.describe();
+  const reference::Comparison result = problem.check(nullptr);
+  EXPECT_TRUE(result.passed()) << spec.describe() << " [" << config << "]: " << result.summary();
+}
+
+}  // namespace gemmkit::testing

@@ -1,0 +1,185 @@
+// gemmkit bench: our kernels and cuBLASLt on the same buffers, in one process.
+//
+// For each problem: enough buffer sets that cycling through them evicts L2 between uses of a
+// set; warm-up runs; then each timed run between two events, all queued behind a spin kernel
+// so the host's launch cost does not leak into the GPU timings; the median is reported.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <set>
+
+#include "api/validate.h"
+#include "baseline/cublaslt.h"
+#include "codegen/kernel_source.h"
+#include "commands.h"
+#include "dispatch/plan.h"
+#include "gemmkit/error.h"
+#include "reference/gpu_reference.h"
+#include "report.h"
+#include "runtime/device.h"
+#include "runtime/driver.h"
+#include "runtime/kernel_cache.h"
+
+namespace gemmkit::tools {
+namespace {
+
+// Without a GPU: compile every kernel the suite would launch on an H100/H200 (132 SMs,
+// 227 KB of shared memory), so the cache is warm and the kernels are known to build.
+int compile_only(const std::vector<SuiteProblem>& problems) {
+  std::set<KernelConfig> configs;
+  for (const SuiteProblem& sp : problems) {
+    // Aligned stand-in addresses: only the layout matters for the choice of kernel.
+    reference::ProblemSpec spec = to_spec(sp);
+    auto* fake = reinterpret_cast<char*>(uintptr_t(1) << 40);
+    auto view = [&](int64_t rows, int64_t cols, bool transposed, DType type, char* data) {
+      return transposed ? TensorView::matrix(data, type, rows, cols, 1, rows) : TensorView::row_major(data, type, rows, cols);
+    };
+    const int64_t gap = int64_t(1) << 38;
+    TensorView a = view(spec.m, spec.k, spec.layout[0] == 'T', spec.in, fake);
+    TensorView b = view(spec.k, spec.n, spec.layout[1] == 'T', spec.in, fake + gap);
+    TensorView d = view(spec.m, spec.n, false, spec.out, fake + 2 * gap);
+    if (spec.batch > 1) {
+      a = TensorView::batched(a.data, a.dtype, spec.batch, a.rows(), a.cols(), spec.m * spec.k, a.row_stride(), a.col_stride());
+      b = TensorView::batched(b.data, b.dtype, spec.batch, b.rows(), b.cols(), spec.k * spec.n, b.row_stride(), b.col_stride());
+      d = TensorView::batched(d.data, d.dtype, spec.batch, d.rows(), d.cols(), spec.m * spec.n, d.row_stride(), d.col_stride());
+    }
+    const Problem p = normalize(validate_gemm(a, b, d, {}));
+    if (p.m > 0 && p.n > 0) configs.insert(choose_config(p, DeviceLimits{}));
+  }
+  int compiled = 0;
+  for (const KernelConfig& config : configs) {
+    compiled += runtime::precompile_kernel(codegen::gemm_source(config), codegen::gemm_kernel_name(config));
+  }
+  std::printf("no CUDA device, nothing timed: compiled %d kernels (%zu needed, the rest were cached) for %zu problems into %s\n",
+              compiled, configs.size(), problems.size(), runtime::kernel_disk_cache().directory().c_str());
+  return 0;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+class Timer {
+ public:
+  Timer(cudaStream_t stream, int runs, int sm_clock_khz) : stream_(stream), events_(size_t(runs) + 1) {
+    for (cudaEvent_t& e : events_) runtime::check(cudaEventCreate(&e), "cudaEventCreate");
+    spin_cycles_ = int64_t(sm_clock_khz) * 20;  // about 20 ms: longer than queueing the runs takes
+  }
+  ~Timer() {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+
+  // Median microseconds of `launch(set)` over the timed runs, cycling through `sets` buffer sets.
+  template <typename Launch>
+  double median_us(int warmup, int sets, Launch&& launch) {
+    for (int i = 0; i < warmup; ++i) launch(i % sets);
+    runtime::check(cudaStreamSynchronize(stream_), "warm-up runs");
+    reference::gpu_spin(spin_cycles_, stream_);
+    const int runs = int(events_.size()) - 1;
+    runtime::check(cudaEventRecord(events_[0], stream_), "cudaEventRecord");
+    for (int i = 0; i < runs; ++i) {
+      launch((warmup + i) % sets);
+      runtime::check(cudaEventRecord(events_[i + 1], stream_), "cudaEventRecord");
+    }
+    runtime::check(cudaStreamSynchronize(stream_), "timed runs");
+    std::vector<double> us(static_cast<size_t>(runs));
+    for (int i = 0; i < runs; ++i) {
+      float ms = 0;
+      runtime::check(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]), "cudaEventElapsedTime");
+      us[size_t(i)] = ms * 1e3;
+    }
+    return median(us);
+  }
+
+ private:
+  cudaStream_t stream_;
+  std::vector<cudaEvent_t> events_;
+  int64_t spin_cycles_;
+};
+
+}  // namespace
+
+int run_bench(const BenchOptions& options) {
+  const std::vector<SuiteProblem> problems = load_suite(options.suite);
+  if (runtime::device_count() == 0) return compile_only(problems);
+
+  int device = 0;
+  runtime::check(cudaGetDevice(&device), "cudaGetDevice");
+  const runtime::DeviceInfo& info = runtime::device_info(device);
+  runtime::require_sm90(info);
+  std::printf("device %d: %s, %d SMs, L2 %d MB; %d warm-up and %d timed runs per problem, median\n", device,
+              info.name.c_str(), info.sm_count, info.l2_bytes >> 20, options.warmup, options.runs);
+
+  cudaStream_t stream = nullptr;
+  runtime::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  baseline::CublasLt cublaslt(device);
+  Timer timer(stream, options.runs, info.sm_clock_khz);
+  std::random_device seeds;
+  std::vector<BenchRecord> records;
+
+  for (const SuiteProblem& sp : problems) {
+    const reference::ProblemSpec spec = to_spec(sp);
+    const int in_bytes = dtype_size(spec.in), out_bytes = dtype_size(spec.out);
+    const double set_bytes = double(spec.batch) * (double(spec.m * spec.k + spec.k * spec.n) * in_bytes +
+                                                   double(spec.m * spec.n) * out_bytes);
+    size_t free_bytes = 0, total_bytes = 0;
+    runtime::check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+    const int wanted = int(std::ceil(3.0 * info.l2_bytes / std::max(set_bytes, 1.0)));
+    const int affordable = int(0.5 * double(free_bytes) / std::max(set_bytes, 1.0));
+    const int sets = std::clamp(std::min(wanted, affordable), 1, 64);
+
+    std::vector<std::unique_ptr<reference::DeviceProblem>> pool;
+    std::vector<Problem> lt_problems;
+    for (int s = 0; s < sets; ++s) {
+      pool.push_back(std::make_unique<reference::DeviceProblem>(spec, (uint64_t(seeds()) << 32) | seeds()));
+      Problem p = validate_gemm(pool.back()->a(), pool.back()->b(), pool.back()->d(), pool.back()->options(stream));
+      p.device = device;
+      lt_problems.push_back(p);
+    }
+
+    BenchRecord record;
+    record.m = spec.m;
+    record.n = spec.n;
+    record.k = spec.k;
+    record.batch = spec.batch;
+    record.layout = spec.layout;
+    record.dtype = dtype_spec(sp);
+    record.config = chosen_config(*pool[0]);
+    record.ours_us = timer.median_us(options.warmup, sets, [&](int s) {
+      const auto& problem = *pool[size_t(s)];
+      gemm(problem.a(), problem.b(), problem.d(), problem.options(stream));
+    });
+    record.baseline_us = NAN;
+    if (cublaslt.supports(lt_problems[0])) {
+      try {
+        record.baseline_us = timer.median_us(options.warmup, sets, [&](int s) { cublaslt.run(lt_problems[size_t(s)], stream); });
+      } catch (const Error& e) {
+        std::fprintf(stderr, "cuBLASLt: %s\n", e.what());
+      }
+    }
+    record.speedup = record.baseline_us / record.ours_us;
+    record.tflops = gemm_tflops(spec.m, spec.n, spec.k, spec.batch, record.ours_us);
+    record.gbps = gemm_gbps(spec.m, spec.n, spec.k, spec.batch, in_bytes, out_bytes, record.ours_us);
+    records.push_back(record);
+    std::fprintf(stderr, "  %s %s: ours %.1f us, cuBLASLt %.1f us (%d buffer sets)\n", shape_name(record).c_str(),
+                 record.config.c_str(), record.ours_us, record.baseline_us, sets);
+  }
+  cudaStreamDestroy(stream);
+
+  const BenchSummary summary = summarize(records);
+  std::printf("%s", format_table(records).c_str());
+  if (!options.json.empty()) {
+    std::ofstream out(options.json);
+    out << to_json(records, summary).dump(2) << "\n";
+    if (!out) throw Error(ErrorCode::io_error, "bench: cannot write " + options.json);
+  }
+  std::printf("%s\n", format_summary(summary).c_str());
+  return 0;
+}
+
+}  // namespace gemmkit::tools

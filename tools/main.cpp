@@ -1,0 +1,61 @@
+// gemmkit: the command-line tool. info, verify and bench; see README.md.
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+#include "commands.h"
+#include "gemmkit/error.h"
+
+#ifndef GEMMKIT_DEFAULT_SUITE
+#define GEMMKIT_DEFAULT_SUITE "bench/suites/dense-large.txt"
+#endif
+
+int main(int argc, char** argv) {
+  using namespace gemmkit::tools;
+  CLI::App app{"gemmkit: GEMM kernels for NVIDIA Hopper (sm_90a)"};
+  app.require_subcommand(1);
+
+  app.add_subcommand("info", "device, clocks and kernel cache");
+
+  CLI::App* verify = app.add_subcommand("verify", "check problems against the double-precision reference");
+  std::vector<std::string> shape;
+  std::string layout = "NT", dtype = "bf16", verify_suite;
+  int64_t batch = 1;
+  float beta = 0.0f;
+  verify->add_option("shape", shape, "M N K")->expected(0, 3);
+  verify->add_option("--layout", layout, "NN, NT, TN or TT (row-major convention; first letter A)");
+  verify->add_option("--dtype", dtype, "IN or IN:OUT, e.g. bf16 or f16:f32");
+  verify->add_option("--batch", batch, "strided batch count");
+  verify->add_option("--beta", beta, "beta; C is a separate random matrix");
+  verify->add_option("--suite", verify_suite, "suite file instead of one problem");
+
+  CLI::App* bench = app.add_subcommand("bench", "time our kernels against cuBLASLt");
+  BenchOptions bench_options;
+  bench_options.suite = GEMMKIT_DEFAULT_SUITE;
+  bench->add_option("--suite", bench_options.suite, "suite file")->capture_default_str();
+  bench->add_option("--json", bench_options.json, "also write the records as JSON here");
+  bench->add_option("--warmup", bench_options.warmup, "untimed runs per problem")->capture_default_str();
+  bench->add_option("--runs", bench_options.runs, "timed runs per problem (median reported)")
+      ->check(CLI::Range(20, 100000))
+      ->capture_default_str();
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (app.got_subcommand("info")) return run_info();
+    if (app.got_subcommand("bench")) return run_bench(bench_options);
+    std::vector<SuiteProblem> problems;
+    if (!verify_suite.empty()) {
+      if (!shape.empty()) throw gemmkit::Error(gemmkit::ErrorCode::invalid_argument, "verify: give M N K or --suite, not both");
+      problems = load_suite(verify_suite);
+    } else {
+      if (shape.size() != 3) throw gemmkit::Error(gemmkit::ErrorCode::invalid_argument, "verify: expected M N K or --suite FILE");
+      shape.insert(shape.end(), {layout, dtype, std::to_string(batch)});
+      problems.push_back(parse_problem(shape, "command line"));
+    }
+    return run_verify(problems, beta);
+  } catch (const std::exception& e) {
+    std::string message = e.what();
+    std::cerr << "gemmkit: error: " << message.substr(0, message.find('\n')) << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,124 @@
+#include "report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+namespace gemmkit::tools {
+namespace {
+
+constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+
+// printf-style formatting of one number; NaN (no measurement) prints as "-".
+std::string num(const char* fmt, double v) {
+  if (std::isnan(v)) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, fmt, v);
+  return buf;
+}
+
+// Explicit null, so readers see null rather than a NaN number that only dump() hides.
+nlohmann::json json_num(double v) {
+  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+}
+
+}  // namespace
+
+double gemm_tflops(int64_t m, int64_t n, int64_t k, int64_t batch, double us) {
+  // In double: 2*M*N*K*batch can overflow int64 for large batched shapes.
+  const double flops = 2.0 * double(m) * double(n) * double(k) * double(batch);
+  return flops / (us * 1e-6) / 1e12;
+}
+
+double gemm_gbps(int64_t m, int64_t n, int64_t k, int64_t batch, int in_bytes, int out_bytes,
+                 double us) {
+  const double per_batch = (double(m) * double(k) + double(k) * double(n)) * in_bytes +
+                           double(m) * double(n) * out_bytes;
+  return per_batch * double(batch) / (us * 1e-6) / 1e9;
+}
+
+std::string shape_name(const BenchRecord& r) {
+  std::string s = std::to_string(r.m) + "x" + std::to_string(r.n) + "x" + std::to_string(r.k);
+  if (r.batch > 1) s += "x" + std::to_string(r.batch);
+  return s;
+}
+
+std::string format_table(const std::vector<BenchRecord>& records) {
+  using Row = std::vector<std::string>;
+  std::vector<Row> rows = {{"shape", "layout", "dtype", "ours us", "cuBLASLt us", "speedup",
+                            "TFLOP/s", "GB/s", "config"}};
+  for (const auto& r : records)
+    rows.push_back({shape_name(r), r.layout, r.dtype, num("%.2f", r.ours_us),
+                    num("%.2f", r.baseline_us), num("%.2fx", r.speedup), num("%.1f", r.tflops),
+                    num("%.1f", r.gbps), r.config});
+
+  const size_t cols = rows[0].size();
+  std::vector<size_t> width(cols, 0);
+  for (const auto& row : rows)
+    for (size_t c = 0; c < cols; ++c) width[c] = std::max(width[c], row[c].size());
+
+  // Text columns (the first three and config) align left, numbers right.
+  auto left = [&](size_t c) { return c < 3 || c == cols - 1; };
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t c = 0; c < cols; ++c) {
+      const std::string pad(width[c] - row[c].size(), ' ');
+      if (c > 0) line += "  ";
+      line += left(c) ? row[c] + pad : pad + row[c];
+    }
+    line.erase(line.find_last_not_of(' ') + 1);
+    out += line + "\n";
+  }
+  return out;
+}
+
+BenchSummary summarize(const std::vector<BenchRecord>& records) {
+  BenchSummary s{nan, "", nan, 0};
+  double log_sum = 0;
+  for (const auto& r : records) {
+    // A missing baseline (NaN) or a nonsensical speedup has no place in a geomean.
+    if (!std::isfinite(r.speedup) || r.speedup <= 0) continue;
+    log_sum += std::log(r.speedup);
+    if (s.count == 0 || r.speedup < s.worst_speedup) {
+      s.worst_speedup = r.speedup;
+      s.worst_shape = shape_name(r) + " " + r.layout + " " + r.dtype;
+    }
+    ++s.count;
+  }
+  if (s.count > 0) s.geomean_speedup = std::exp(log_sum / s.count);
+  return s;
+}
+
+std::string format_summary(const BenchSummary& s) {
+  if (s.count == 0) return "summary: no shapes with a cuBLASLt baseline";
+  return "summary: " + std::to_string(s.count) + (s.count == 1 ? " shape" : " shapes") +
+         ", geomean speedup " + num("%.2fx", s.geomean_speedup) + " over cuBLASLt, worst " +
+         num("%.2fx", s.worst_speedup) + " at " + s.worst_shape;
+}
+
+nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSummary& s) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& r : records)
+    list.push_back({{"m", r.m},
+                    {"n", r.n},
+                    {"k", r.k},
+                    {"batch", r.batch},
+                    {"layout", r.layout},
+                    {"dtype", r.dtype},
+                    {"ours_us", json_num(r.ours_us)},
+                    {"baseline_us", json_num(r.baseline_us)},
+                    {"speedup", json_num(r.speedup)},
+                    {"tflops", json_num(r.tflops)},
+                    {"gbps", json_num(r.gbps)},
+                    {"config", r.config}});
+  nlohmann::json summary = {
+      {"count", s.count},
+      {"geomean_speedup", json_num(s.geomean_speedup)},
+      {"worst_shape", s.count > 0 ? nlohmann::json(s.worst_shape) : nlohmann::json(nullptr)},
+      {"worst_speedup", json_num(s.worst_speedup)}};
+  return {{"records", list}, {"summary", summary}};
+}
+
+}  // namespace gemmkit::tools

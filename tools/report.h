@@ -1,0 +1,49 @@
+// Benchmark results: per-shape records, a text table, a one-line summary and JSON.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace gemmkit::tools {
+
+struct BenchRecord {
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  std::string layout, dtype;  // dtype as dtype_spec()
+  // Medians in microseconds. baseline_us is NaN when cuBLASLt has no algorithm for the shape.
+  double ours_us = 0, baseline_us = 0;
+  double speedup = 0;           // baseline_us / ours_us (NaN if baseline missing)
+  double tflops = 0, gbps = 0;  // of our kernel
+  std::string config;           // our kernel configuration, e.g. "tma 128x256x64 s4"
+};
+
+// 2*M*N*K*batch floating-point operations in `us` microseconds, in TFLOP/s.
+double gemm_tflops(int64_t m, int64_t n, int64_t k, int64_t batch, double us);
+// A, B (in_bytes per element) and D (out_bytes) each moved once per batch entry, in GB/s (1e9).
+double gemm_gbps(int64_t m, int64_t n, int64_t k, int64_t batch, int in_bytes, int out_bytes,
+                 double us);
+
+// "MxNxK", with "xB" appended when batch > 1.
+std::string shape_name(const BenchRecord& r);
+
+// Aligned text table, a header row first; missing values print as "-".
+std::string format_table(const std::vector<BenchRecord>& records);
+
+// Over the records with a finite, positive speedup. With none: count 0 and NaN values.
+struct BenchSummary {
+  double geomean_speedup;
+  std::string worst_shape;  // e.g. "4096x2112x7168 NT bf16"
+  double worst_speedup;
+  int count;
+};
+BenchSummary summarize(const std::vector<BenchRecord>& records);
+
+// One line, e.g. "summary: 18 shapes, geomean speedup 1.03x over cuBLASLt, worst 0.91x at ...".
+std::string format_summary(const BenchSummary& s);
+
+// {"records": [{m, n, k, batch, layout, dtype, ours_us, baseline_us, speedup, tflops, gbps,
+// config}, ...], "summary": {count, geomean_speedup, worst_shape, worst_speedup}}; NaN is null.
+nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSummary& s);
+
+}  // namespace gemmkit::tools
