@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a GPU machine: build with every core, run every test (GPU included), benchmark
 # dense-large against cuBLASLt, check the kernels' SASS, and print a short summary last.
-# Logs go to $OUT (or build-gpu/logs).
+# Logs go to $OUT (or build-gpu/logs). GEMMKIT_SUITE picks another suite (default dense-large);
+# GEMMKIT_COMMIT names the commit where the tree travels without .git.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${GEMMKIT_BUILD_DIR:-build-gpu}
@@ -31,7 +32,7 @@ for entry in "$GEMMKIT_CACHE_DIR"/*.cubin; do
 done
 
 echo "== device: $(cat "$out/device.txt")"
-echo "== commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+echo "== commit: ${GEMMKIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 echo "== sass:"; cat "$out/sass.txt"
 echo "== failed tests:"; grep -E '^\s+[0-9]+ - ' "$out/tests.log" | head -20
 echo "== tests: $(grep -E 'tests passed|tests failed' "$out/tests.log" | tail -1) (exit $tests_rc)"

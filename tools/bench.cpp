@@ -1,12 +1,13 @@
 // gemmkit bench: our kernels and cuBLASLt on the same buffers, in one process.
 //
 // For each problem: enough buffer sets that cycling through them evicts L2 between uses of a
-// set; warm-up runs; then each timed run between two events, all queued behind a spin kernel
-// so the host's launch cost does not leak into the GPU timings; the median is reported.
+// set; warm-up runs; then timed runs of ours and cuBLASLt, alternating, each between two
+// events; the medians are reported.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <random>
 #include <set>
@@ -64,41 +65,45 @@ double median(std::vector<double> values) {
   return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
+// Times several launchers on one stream, alternating between them run by run so each sees the
+// same clocks and temperature; all runs are queued behind a spin kernel so the host's launch
+// cost does not leak into the GPU timings.
 class Timer {
  public:
-  Timer(cudaStream_t stream, int runs, int sm_clock_khz) : stream_(stream), events_(size_t(runs) + 1) {
-    for (cudaEvent_t& e : events_) runtime::check(cudaEventCreate(&e), "cudaEventCreate");
-    spin_cycles_ = int64_t(sm_clock_khz) * 20;  // about 20 ms: longer than queueing the runs takes
-  }
-  ~Timer() {
-    for (cudaEvent_t e : events_) cudaEventDestroy(e);
-  }
+  Timer(cudaStream_t stream, int warmup, int runs, int sm_clock_khz)
+      : stream_(stream), warmup_(warmup), runs_(runs), spin_cycles_(int64_t(sm_clock_khz) * 20) {}  // ~20 ms
 
-  // Median microseconds of `launch(set)` over the timed runs, cycling through `sets` buffer sets.
-  template <typename Launch>
-  double median_us(int warmup, int sets, Launch&& launch) {
-    for (int i = 0; i < warmup; ++i) launch(i % sets);
+  // Median microseconds of each launcher; launch(set) runs on buffer set `set` of `sets`.
+  std::vector<double> median_us(int sets, const std::vector<std::function<void(int)>>& launchers) {
+    const size_t count = launchers.size();
+    for (int i = 0; i < warmup_; ++i) {
+      for (const auto& launch : launchers) launch(i % sets);
+    }
     runtime::check(cudaStreamSynchronize(stream_), "warm-up runs");
+    std::vector<cudaEvent_t> events(size_t(runs_) * count + 1);
+    for (cudaEvent_t& e : events) runtime::check(cudaEventCreate(&e), "cudaEventCreate");
     reference::gpu_spin(spin_cycles_, stream_);
-    const int runs = int(events_.size()) - 1;
-    runtime::check(cudaEventRecord(events_[0], stream_), "cudaEventRecord");
-    for (int i = 0; i < runs; ++i) {
-      launch((warmup + i) % sets);
-      runtime::check(cudaEventRecord(events_[i + 1], stream_), "cudaEventRecord");
+    runtime::check(cudaEventRecord(events[0], stream_), "cudaEventRecord");
+    for (size_t i = 0; i + 1 < events.size(); ++i) {
+      launchers[i % count](int((warmup_ + i / count) % sets));
+      runtime::check(cudaEventRecord(events[i + 1], stream_), "cudaEventRecord");
     }
     runtime::check(cudaStreamSynchronize(stream_), "timed runs");
-    std::vector<double> us(static_cast<size_t>(runs));
-    for (int i = 0; i < runs; ++i) {
+    std::vector<std::vector<double>> us(count);
+    for (size_t i = 0; i + 1 < events.size(); ++i) {
       float ms = 0;
-      runtime::check(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]), "cudaEventElapsedTime");
-      us[size_t(i)] = ms * 1e3;
+      runtime::check(cudaEventElapsedTime(&ms, events[i], events[i + 1]), "cudaEventElapsedTime");
+      us[i % count].push_back(ms * 1e3);
     }
-    return median(us);
+    for (cudaEvent_t e : events) cudaEventDestroy(e);
+    std::vector<double> medians;
+    for (auto& values : us) medians.push_back(median(values));
+    return medians;
   }
 
  private:
   cudaStream_t stream_;
-  std::vector<cudaEvent_t> events_;
+  int warmup_, runs_;
   int64_t spin_cycles_;
 };
 
@@ -118,7 +123,7 @@ int run_bench(const BenchOptions& options) {
   cudaStream_t stream = nullptr;
   runtime::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   baseline::CublasLt cublaslt(device);
-  Timer timer(stream, options.runs, info.sm_clock_khz);
+  Timer timer(stream, options.warmup, options.runs, info.sm_clock_khz);
   std::random_device seeds;
   std::vector<BenchRecord> records;
 
@@ -150,18 +155,21 @@ int run_bench(const BenchOptions& options) {
     record.layout = spec.layout;
     record.dtype = dtype_spec(sp);
     record.config = chosen_config(*pool[0]);
-    record.ours_us = timer.median_us(options.warmup, sets, [&](int s) {
+    std::vector<std::function<void(int)>> launchers = {[&](int s) {
       const auto& problem = *pool[size_t(s)];
       gemm(problem.a(), problem.b(), problem.d(), problem.options(stream));
-    });
-    record.baseline_us = NAN;
+    }};
     if (cublaslt.supports(lt_problems[0])) {
       try {
-        record.baseline_us = timer.median_us(options.warmup, sets, [&](int s) { cublaslt.run(lt_problems[size_t(s)], stream); });
+        cublaslt.run(lt_problems[0], stream);  // plans it; throws if cuBLASLt has no algorithm
+        launchers.push_back([&](int s) { cublaslt.run(lt_problems[size_t(s)], stream); });
       } catch (const Error& e) {
-        std::fprintf(stderr, "cuBLASLt: %s\n", e.what());
+        std::fprintf(stderr, "cuBLASLt cannot run %s: %s\n", spec.describe().c_str(), e.what());
       }
     }
+    const std::vector<double> medians = timer.median_us(sets, launchers);
+    record.ours_us = medians[0];
+    record.baseline_us = medians.size() > 1 ? medians[1] : NAN;
     record.speedup = record.baseline_us / record.ours_us;
     record.tflops = gemm_tflops(spec.m, spec.n, spec.k, spec.batch, record.ours_us);
     record.gbps = gemm_gbps(spec.m, spec.n, spec.k, spec.batch, in_bytes, out_bytes, record.ours_us);
