@@ -3,8 +3,15 @@
 # machine that already has everything, e.g. the GPU machines, which have no network.
 set -euo pipefail
 missing=()
-have_cmake_package() { ls /usr/share/cmake/"$1" /usr/lib/cmake/"$1" /usr/lib/*/cmake/"$1" /usr/local/lib/cmake/"$1" \
-  /usr/local/share/cmake/"$1" /usr/local/lib/*/cmake/"$1" >/dev/null 2>&1; }
+# True when a CMake package config for $1 sits in any usual prefix.
+have_cmake_package() {
+  local dir
+  for dir in /usr/share/cmake /usr/lib/cmake /usr/lib/*/cmake /usr/local/lib/cmake /usr/local/share/cmake \
+             /usr/local/lib/*/cmake; do
+    [ -d "$dir/$1" ] && return 0
+  done
+  return 1
+}
 have_cmake_package nlohmann_json || missing+=(nlohmann-json3-dev)
 have_cmake_package CLI11 || missing+=(libcli11-dev)
 have_cmake_package GTest || missing+=(libgtest-dev)
