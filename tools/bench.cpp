@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -57,6 +58,35 @@ int compile_only(const std::vector<SuiteProblem>& problems) {
   std::printf("no CUDA device, nothing timed: compiled %d kernels (%zu needed, the rest were cached) for %zu problems into %s\n",
               compiled, configs.size(), problems.size(), runtime::kernel_disk_cache().directory().c_str());
   return 0;
+}
+
+// The tile named by --tile, which must be one the kernel is built for.
+TileShape parse_tile(const std::string& text) {
+  std::string shapes;
+  for (TileShape t : tile_shapes()) {
+    const std::string name = std::to_string(t.m) + "x" + std::to_string(t.n);
+    if (name == text) return t;
+    shapes += (shapes.empty() ? "" : ", ") + name;
+  }
+  throw Error(ErrorCode::invalid_argument, "bench: --tile " + text + " is not a tile shape the kernel is built for (" + shapes + ")");
+}
+
+// The plan gemm() makes for a problem, with what --tile, --cluster and --store-buffers force.
+Plan forced_plan(const Problem& normalized, const BenchOptions& options, const runtime::DeviceInfo& info) {
+  KernelConfig config = make_plan(normalized).config;
+  if (config.kind != KernelKind::tma) {
+    throw Error(ErrorCode::invalid_argument,
+                "bench: --tile, --cluster and --store-buffers need problems the TMA kernel can run (aligned operands, K > 0)");
+  }
+  if (!options.tile.empty()) {
+    const TileShape tile = parse_tile(options.tile);
+    config.tile_m = tile.m;
+    config.tile_n = tile.n;
+  }
+  if (options.cluster > 0) config.cluster_m = options.cluster;
+  if (options.store_buffers > 0) config.store_buffers = options.store_buffers;
+  config.stages = max_stages(config, info.smem_per_block_optin);
+  return make_plan(normalized, &config);
 }
 
 double median(std::vector<double> values) {
@@ -111,6 +141,8 @@ class Timer {
 
 int run_bench(const BenchOptions& options) {
   const std::vector<SuiteProblem> problems = load_suite(options.suite);
+  if (!options.tile.empty()) parse_tile(options.tile);  // a bad tile is an error with or without a GPU
+  const bool force = !options.tile.empty() || options.cluster > 0 || options.store_buffers > 0;
   if (runtime::device_count() == 0) return compile_only(problems);
 
   int device = 0;
@@ -146,6 +178,7 @@ int run_bench(const BenchOptions& options) {
       p.device = device;
       lt_problems.push_back(p);
     }
+    const std::optional<Plan> forced = force ? std::optional(forced_plan(normalize(lt_problems[0]), options, info)) : std::nullopt;
 
     BenchRecord record;
     record.m = spec.m;
@@ -154,8 +187,9 @@ int run_bench(const BenchOptions& options) {
     record.batch = spec.batch;
     record.layout = spec.layout;
     record.dtype = dtype_spec(sp);
-    record.config = chosen_config(*pool[0]);
+    record.config = forced ? forced->config.name() : chosen_config(*pool[0]);
     std::vector<std::function<void(int)>> launchers = {[&](int s) {
+      if (forced) return run_plan(*forced, normalize(lt_problems[size_t(s)]), stream);
       const auto& problem = *pool[size_t(s)];
       gemm(problem.a(), problem.b(), problem.d(), problem.options(stream));
     }};

@@ -24,6 +24,9 @@ struct BenchOptions {
   std::string json;  // empty: no JSON file
   int warmup = 5;
   int runs = 30;
+  std::string tile;  // e.g. "128x176": force this tile on every problem (empty: the heuristic's)
+  int cluster = 0;   // force this cluster size, 1 or 2 (0: the heuristic's)
+  int store_buffers = 0;  // force this many epilogue staging buffers (0: the heuristic's)
 };
 int run_bench(const BenchOptions& options);
 

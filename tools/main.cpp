@@ -38,6 +38,11 @@ int main(int argc, char** argv) {
   bench->add_option("--runs", bench_options.runs, "timed runs per problem (median reported)")
       ->check(CLI::Range(20, 100000))
       ->capture_default_str();
+  bench->add_option("--tile", bench_options.tile, "force a tile shape MxN on our side, e.g. 128x176");
+  bench->add_option("--cluster", bench_options.cluster, "force CTAs per cluster on our side (1 or 2)")
+      ->check(CLI::Range(1, 2));
+  bench->add_option("--store-buffers", bench_options.store_buffers, "force 8 KB epilogue buffers per warpgroup (1-8)")
+      ->check(CLI::Range(1, 8));
 
   CLI11_PARSE(app, argc, argv);
   try {

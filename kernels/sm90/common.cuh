@@ -32,6 +32,18 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(u64* bar, u32 bytes) {
                : "memory");
 }
 
+// Arrives on the barrier at the same shared-memory offset in cluster CTA `cta` (maybe this one).
+// CTA-scope release, as for a local arrive: a cluster-scope one costs a memory fence per call
+// and is not needed, since what it guards is this warp's wgmma reads, already complete.
+__device__ __forceinline__ void mbarrier_arrive_cluster(u64* bar, u32 cta) {
+  asm volatile(
+      "{\n.reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}" ::"r"(smem_u32(bar)),
+      "r"(cta)
+      : "memory");
+}
+
 // Waits until the barrier's phase with the given parity has completed.
 __device__ __forceinline__ void mbarrier_wait(u64* bar, u32 parity) {
   asm volatile(
@@ -58,6 +70,17 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const TensorMap* map, u64
       "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(smem_u32(dst)),
       "l"(map), "r"(smem_u32(bar)), "r"(x), "r"(y), "r"(z)
+      : "memory");
+}
+
+// Loads one box into the same shared-memory offset of every cluster CTA in `cta_mask`; each
+// CTA's barrier at `bar`'s offset counts the bytes that land there.
+__device__ __forceinline__ void tma_load_3d_multicast(void* dst, const TensorMap* map, u64* bar, int x, int y,
+                                                      int z, u16 cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%3, %4, %5}], [%2], %6;" ::"r"(smem_u32(dst)),
+      "l"(map), "r"(smem_u32(bar)), "r"(x), "r"(y), "r"(z), "h"(cta_mask)
       : "memory");
 }
 
@@ -89,7 +112,18 @@ __device__ __forceinline__ void fence_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-// ---- warpgroups ----------------------------------------------------------------------------
+// ---- warpgroups and clusters --------------------------------------------------------------
+
+__device__ __forceinline__ u32 cluster_rank() {
+  u32 rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  return rank;
+}
+
+// Every thread of every CTA in the cluster; orders memory (barrier inits too) across it.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
 
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");

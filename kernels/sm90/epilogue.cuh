@@ -48,27 +48,42 @@ __device__ __forceinline__ void store_tile_direct(const float* acc, const GemmPa
   }
 }
 
-// Through shared memory: the slice is written in chunks 128 bytes wide (64 rows each) into two
-// alternating 8 KB buffers laid out with the 128-byte swizzle the store's tensor map expects,
-// which keeps the fragment writes free of bank conflicts. One thread issues each TMA store;
-// rows and columns outside D are clipped by TMA.
+// Through shared memory: the slice is written in groups of columns 128 bytes wide (64 rows each)
+// into kStoreBuffers 8 KB buffers, used in turn (with as many buffers as groups, a tile's
+// stores drain while the next tile multiplies). A group holds 128 / kStoreBoxBytes TMA store boxes, each
+// laid out with the swizzle of its width, which keeps the fragment writes free of bank
+// conflicts; boxes narrower than 128 bytes serve tiles whose row of D is not a multiple of 128
+// bytes. One thread issues the stores; rows and columns outside D are clipped by TMA.
 constexpr int kOutBytes = kOutType == GEMMKIT_F32 ? 4 : 2;
-constexpr int kChunkCols = 128 / kOutBytes;
+constexpr int kGroupCols = 128 / kOutBytes;
+constexpr int kBoxCols = kStoreBoxBytes / kOutBytes;
+constexpr int kBoxBytes = 64 * kStoreBoxBytes;
 constexpr int kEpilogueBufferBytes = 64 * 128;
 
+// Byte offset in a buffer of column byte `byte` (0..127) of row r: box, then row, then the
+// 16-byte unit XOR-ed with the row bits the swizzle mode uses (as TMA's SWIZZLE_32B/64B/128B).
+__device__ __forceinline__ int staged_offset(int r, int byte) {
+  const int in_box = r * kStoreBoxBytes + byte % kStoreBoxBytes;
+  return (byte / kStoreBoxBytes) * kBoxBytes + (in_box ^ (((in_box >> 7) & (kStoreBoxBytes / 16 - 1)) << 4));
+}
+
+// `filled` counts the buffer fills of this warpgroup so far, across tiles: fill i uses buffer
+// i % kStoreBuffers, which fill i - kStoreBuffers (the oldest store still allowed in flight)
+// last used.
 __device__ __forceinline__ void store_tile_tma(const float* acc, const GemmParams& p, TileOrigin at,
                                                int t, int warpgroup, u8* buffers,
-                                               const TensorMap* map_d) {
+                                               const TensorMap* map_d, u32& filled) {
   const int barrier_id = 1 + warpgroup;
 #pragma unroll
-  for (int chunk = 0; chunk < kTileN / kChunkCols; ++chunk) {
-    if (at.col + chunk * kChunkCols >= p.n) break;  // uniform across the warpgroup
-    u8* buffer = buffers + (chunk % 2) * kEpilogueBufferBytes;
-    if (t == 0) tma_store_wait_read<1>();  // the store that last used this buffer has read it
+  for (int group = 0; group < (kTileN + kGroupCols - 1) / kGroupCols; ++group) {
+    if (at.col + group * kGroupCols >= p.n) break;  // uniform across the warpgroup
+    u8* buffer = buffers + (filled++ % kStoreBuffers) * kEpilogueBufferBytes;
+    if (t == 0) tma_store_wait_read<kStoreBuffers - 1>();  // the fill kStoreBuffers ago has been read
     named_barrier_sync(barrier_id, 128);
 #pragma unroll
-    for (int jj = 0; jj < kChunkCols / 8; ++jj) {
-      const int j = chunk * (kChunkCols / 8) + jj;
+    for (int jj = 0; jj < kGroupCols / 8; ++jj) {
+      const int j = group * (kGroupCols / 8) + jj;
+      if (j >= kTileN / 8) break;  // a partial last group
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = fragment_row(t, h);
@@ -76,9 +91,7 @@ __device__ __forceinline__ void store_tile_tma(const float* acc, const GemmParam
         const i64 col = at.col + fragment_col(t, j);
         float v0 = epilogue_op(acc[4 * j + 2 * h], load_c(p, at.batch, row, col), p);
         float v1 = epilogue_op(acc[4 * j + 2 * h + 1], load_c(p, at.batch, row, col + 1), p);
-        const int byte = (fragment_col(t, jj)) * kOutBytes;  // within the 128-byte row
-        const int swizzled = (((byte / 16) ^ (r % 8)) * 16) | (byte % 16);
-        u8* dst = buffer + r * 128 + swizzled;
+        u8* dst = buffer + staged_offset(r, fragment_col(t, jj) * kOutBytes);
         if (kOutType == GEMMKIT_F32) {
           *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
         } else {
@@ -89,8 +102,14 @@ __device__ __forceinline__ void store_tile_tma(const float* acc, const GemmParam
     fence_async_shared();
     named_barrier_sync(barrier_id, 128);
     if (t == 0) {
-      tma_store_3d(map_d, buffer, int(at.col + chunk * kChunkCols), int(at.row), at.batch);
-      tma_store_commit();
+#pragma unroll
+      for (int box = 0; box < 128 / kStoreBoxBytes; ++box) {
+        const int first = group * kGroupCols + box * kBoxCols;  // within the tile
+        if (first < kTileN && at.col + first < p.n) {
+          tma_store_3d(map_d, buffer + box * kBoxBytes, int(at.col + first), int(at.row), at.batch);
+        }
+      }
+      tma_store_commit();  // one bulk group per buffer fill, which tma_store_wait_read counts
     }
   }
 }

@@ -6,50 +6,71 @@
 // then run the epilogue while the producer already fetches the next tile. Each stage has a
 // "full" barrier (TMA bytes landed) and an "empty" barrier (every consumer warp is done with it).
 //
-// The generated prelude defines kTileM, kTileN, kStages, kGroupM, kAKMajor, kBKMajor, kInType,
-// kOutType, kCType, kHasC, kABatched, kBBatched, kTmaStore, kSmemBytes and wgmma_tile().
+// With kClusterM = 2, two CTAs of a cluster take vertically adjacent tiles, which share their
+// columns of B: each CTA loads half of the B slice and multicasts it to both, halving B's L2
+// traffic. A stage is then refilled only when the consumers of both CTAs have released it, so
+// consumer warps arrive on the empty barriers of every CTA in the cluster.
+//
+// The generated prelude defines kTileM, kTileN, kStages, kGroupM, kClusterM, kAKMajor, kBKMajor,
+// kInType, kOutType, kCType, kHasC, kABatched, kBBatched, kTmaStore, kStoreBoxBytes, kStoreBuffers,
+// kSmemBytes
+// and wgmma_tile(). kTileN is any multiple of 16 up to 256.
 #pragma once
 
 constexpr int kTileK = 64;  // one 128-byte swizzle row of 16-bit elements
 constexpr int kConsumers = kTileM / 64;
 constexpr int kThreads = 128 * (kConsumers + 1);
-constexpr u32 kStageBytesA = kTileM * kTileK * 2;
-constexpr u32 kStageBytesB = kTileN * kTileK * 2;
 constexpr u32 kSwizzleAtom = 1024;      // 8 rows of 128 bytes
 constexpr u32 kMajorBlock = 64 * kTileK * 2;  // one 64-wide MN block of an MN-major tile
-constexpr u32 kEpilogueBytes = kTmaStore ? kConsumers * 2 * kEpilogueBufferBytes : 0;
+constexpr int kBlocksN = (kTileN + 63) / 64;  // 64-wide blocks of an N-major B slice (the last may be partial)
+constexpr u32 kStageBytesA = kTileM * kTileK * 2;
+constexpr u32 kStageBytesB = kBKMajor ? kTileN * kTileK * 2 : kBlocksN * kMajorBlock;
+constexpr u32 kEpilogueBytes = kTmaStore ? kConsumers * kStoreBuffers * kEpilogueBufferBytes : 0;
 static_assert(kSwizzleAtom + kStages * (kStageBytesA + kStageBytesB) + kEpilogueBytes +
                   2 * kStages * 8 <= kSmemBytes,
               "shared-memory plan exceeds the size the host reserves");
 
-// Persistent tile order: tiles are numbered batch by batch; inside a batch, groups of kGroupM
-// row blocks are walked column by column so that CTAs running at once share A and B in L2.
+// Persistent tile order over cluster tiles (kClusterM tiles stacked in M; CTA `rank` of the
+// cluster takes the rank-th): numbered batch by batch; inside a batch, groups of kGroupM tile
+// rows are walked column by column so that clusters running at once share A and B in L2.
 struct TileScheduler {
-  i64 tiles_m, tiles_n, per_batch, total;
+  static constexpr i64 kGroup = kGroupM / kClusterM;  // cluster rows per group
+  i64 rows, tiles_n, per_batch, total;
 
   __device__ explicit TileScheduler(const GemmParams& p)
-      : tiles_m((p.m + kTileM - 1) / kTileM),
+      : rows(((p.m + kTileM - 1) / kTileM + kClusterM - 1) / kClusterM),
         tiles_n((p.n + kTileN - 1) / kTileN),
-        per_batch(tiles_m * tiles_n),
+        per_batch(rows * tiles_n),
         total(per_batch * p.batch) {}
 
-  __device__ void locate(i64 tile, int& batch, i64& row, i64& col) const {
+  __device__ void locate(i64 tile, int rank, int& batch, i64& row, i64& col) const {
     batch = int(tile / per_batch);
     const i64 in_batch = tile % per_batch;
-    const i64 group_tiles = kGroupM * tiles_n;
-    const i64 first_m = (in_batch / group_tiles) * kGroupM;
-    const i64 group_m = min(i64(kGroupM), tiles_m - first_m);
+    const i64 group_tiles = kGroup * tiles_n;
+    const i64 first = (in_batch / group_tiles) * kGroup;
+    const i64 group_rows = min(kGroup, rows - first);
     const i64 in_group = in_batch % group_tiles;
-    row = (first_m + in_group % group_m) * kTileM;
-    col = (in_group / group_m) * kTileN;
+    row = ((first + in_group % group_rows) * kClusterM + rank) * kTileM;
+    col = (in_group / group_rows) * kTileN;
   }
 };
 
+// A box of B: into this CTA alone, or multicast to every CTA of the cluster.
+__device__ __forceinline__ void load_b_box(u8* dst, const TensorMap* map_b, u64* full, int x, int y, int z) {
+  if (kClusterM == 1) {
+    tma_load_3d(dst, map_b, full, x, y, z);
+  } else {
+    tma_load_3d_multicast(dst, map_b, full, x, y, z, u16((1u << kClusterM) - 1));
+  }
+}
+
 // Loads the K slice `k_block` of A and B for the tile at (batch, row, col) into one stage.
-// K-major operands come in one box of rows x 64; MN-major ones in boxes of 64 x 64 (a swizzle
-// row holds only 64 elements), one per 64-wide block of M or N.
+// K-major operands come in boxes of rows x 64; MN-major ones in boxes of 64 x 64 (a swizzle
+// row holds only 64 elements), one per 64-wide block of M or N. B's boxes are shared out
+// among the cluster's CTAs (K-major: kTileN / kClusterM rows each; N-major: every
+// kClusterM-th block), and the full barrier expects the whole slice from all of them.
 __device__ __forceinline__ void load_stage(const TensorMap* map_a, const TensorMap* map_b, u8* a, u8* b,
-                                           u64* full, int batch, i64 row, i64 col, int k_block) {
+                                           u64* full, int rank, int batch, i64 row, i64 col, int k_block) {
   const int k = k_block * kTileK;
   const int batch_a = kABatched ? batch : 0, batch_b = kBBatched ? batch : 0;  // else broadcast
   mbarrier_arrive_expect_tx(full, kStageBytesA + kStageBytesB);
@@ -59,9 +80,19 @@ __device__ __forceinline__ void load_stage(const TensorMap* map_a, const TensorM
     for (int i = 0; i < kTileM / 64; ++i) tma_load_3d(a + i * kMajorBlock, map_a, full, int(row) + 64 * i, k, batch_a);
   }
   if (kBKMajor) {
-    tma_load_3d(b, map_b, full, k, int(col), batch_b);
+    constexpr int rows = kTileN / kClusterM;
+    load_b_box(b + rank * rows * kTileK * 2, map_b, full, k, int(col) + rank * rows, batch_b);
   } else {
-    for (int i = 0; i < kTileN / 64; ++i) tma_load_3d(b + i * kMajorBlock, map_b, full, int(col) + 64 * i, k, batch_b);
+    for (int i = rank; i < kBlocksN; i += kClusterM) load_b_box(b + i * kMajorBlock, map_b, full, int(col) + 64 * i, k, batch_b);
+  }
+}
+
+// A consumer warp is done with a stage: tell the producer of every CTA that fills it.
+__device__ __forceinline__ void release_stage(u64* empty) {
+  if (kClusterM == 1) {
+    mbarrier_arrive(empty);
+  } else {
+    for (int cta = 0; cta < kClusterM; ++cta) mbarrier_arrive_cluster(empty, cta);
   }
 }
 
@@ -75,61 +106,18 @@ __device__ __forceinline__ u64 operand_descriptor(const u8* tile, bool k_major) 
 // 32 bytes along a K-major row, 16 rows (2 KB) down an MN-major block.
 __device__ __forceinline__ u64 k_step(bool k_major) { return k_major ? 32 / 16 : 2 * kSwizzleAtom / 16; }
 
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
-    gemmkit_gemm(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b,
-                 const __grid_constant__ TensorMap map_d, const GemmParams p) {
-  extern __shared__ u8 smem_raw[];
-  u8* smem = reinterpret_cast<u8*>((reinterpret_cast<u64>(smem_raw) + kSwizzleAtom - 1) &
-                                   ~u64(kSwizzleAtom - 1));
-  u8* stages_a = smem;
-  u8* stages_b = stages_a + kStages * kStageBytesA;
-  u8* epilogue_buffers = stages_b + kStages * kStageBytesB;
-  u64* full = reinterpret_cast<u64*>(epilogue_buffers + kEpilogueBytes);
-  u64* empty = full + kStages;
-
-  const int warpgroup = threadIdx.x / 128;
-  const int t = threadIdx.x % 128;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(&full[s], 1);
-      mbarrier_init(&empty[s], kConsumers * 4);  // one arrival per consumer warp
-    }
-    fence_barrier_init();
-  }
-  __syncthreads();
-
-  const TileScheduler tiles(p);
-  const int k_blocks = int((p.k + kTileK - 1) / kTileK);
-
-  if (warpgroup == 0) {
-    registers_decrease<56>();
-    if (t != 0) return;
-    tma_prefetch_descriptor(&map_a);
-    tma_prefetch_descriptor(&map_b);
-    u32 iteration = 0;
-    for (i64 tile = blockIdx.x; tile < tiles.total; tile += gridDim.x) {
-      int batch;
-      i64 row, col;
-      tiles.locate(tile, batch, row, col);
-      for (int kb = 0; kb < k_blocks; ++kb, ++iteration) {
-        const u32 s = iteration % kStages;
-        mbarrier_wait(&empty[s], ((iteration / kStages) & 1) ^ 1);
-        load_stage(&map_a, &map_b, stages_a + s * kStageBytesA, stages_b + s * kStageBytesB,
-                   &full[s], batch, row, col, kb);
-      }
-    }
-    return;
-  }
-
-  registers_increase<224>();
-  const int slice = warpgroup - 1;  // this warpgroup's 64 rows of the tile
+// A consumer warpgroup: multiplies its `slice` (64 rows) of each tile, then stores it.
+__device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams& p, const TileScheduler& tiles,
+                                        int k_blocks, i64 first_tile, i64 tile_step, int rank, int slice, int t,
+                                        const u8* stages_a, const u8* stages_b, u8* epilogue_buffers,
+                                        u64* full, u64* empty) {
   const bool warp_leader = t % 32 == 0;
   float acc[kTileN / 2];
-  u32 iteration = 0;
-  for (i64 tile = blockIdx.x; tile < tiles.total; tile += gridDim.x) {
+  u32 iteration = 0, buffer_fills = 0;
+  for (i64 tile = first_tile; tile < tiles.total; tile += tile_step) {
     int batch;
     i64 row, col;
-    tiles.locate(tile, batch, row, col);
+    tiles.locate(tile, rank, batch, row, col);
     // One wgmma group stays in flight: after committing K block kb, wait for kb - 1 and
     // hand its stage back to the producer.
     for (int kb = 0; kb < k_blocks; ++kb, ++iteration) {
@@ -145,20 +133,82 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       }
       wgmma_commit();
       wgmma_wait<1>();
-      if (kb > 0 && warp_leader) mbarrier_arrive(&empty[(iteration - 1) % kStages]);
+      if (kb > 0 && warp_leader) release_stage(&empty[(iteration - 1) % kStages]);
     }
     wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < kTileN / 2; ++i) fence_register(acc[i]);
-    if (warp_leader) mbarrier_arrive(&empty[(iteration - 1) % kStages]);
+    if (warp_leader) release_stage(&empty[(iteration - 1) % kStages]);
 
     const TileOrigin at{batch, row + slice * 64, col};
     if (at.row >= p.m) continue;  // this slice lies wholly below D
     if (kTmaStore) {
-      store_tile_tma(acc, p, at, t, slice, epilogue_buffers + slice * 2 * kEpilogueBufferBytes, &map_d);
+      store_tile_tma(acc, p, at, t, slice, epilogue_buffers + slice * kStoreBuffers * kEpilogueBufferBytes, &map_d,
+                     buffer_fills);
     } else {
       store_tile_direct(acc, p, at, t);
     }
   }
   if (kTmaStore && t == 0) tma_store_wait_all();
 }
+
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+    gemmkit_gemm(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b,
+                 const __grid_constant__ TensorMap map_d, const GemmParams p) {
+  extern __shared__ u8 smem_raw[];
+  u8* smem = reinterpret_cast<u8*>((reinterpret_cast<u64>(smem_raw) + kSwizzleAtom - 1) &
+                                   ~u64(kSwizzleAtom - 1));
+  u8* stages_a = smem;
+  u8* stages_b = stages_a + kStages * kStageBytesA;
+  u8* epilogue_buffers = stages_b + kStages * kStageBytesB;
+  u64* full = reinterpret_cast<u64*>(epilogue_buffers + kEpilogueBytes);
+  u64* empty = full + kStages;
+
+  const int warpgroup = threadIdx.x / 128;
+  const int t = threadIdx.x % 128;
+  const int rank = kClusterM == 1 ? 0 : int(cluster_rank());
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(&full[s], 1);
+      mbarrier_init(&empty[s], kClusterM * kConsumers * 4);  // one arrival per consumer warp
+    }
+    fence_barrier_init();
+  }
+  // The peer CTA's barriers must be initialised before anything lands in them.
+  if (kClusterM == 1) {
+    __syncthreads();
+  } else {
+    cluster_sync();
+  }
+
+  const TileScheduler tiles(p);
+  const int k_blocks = int((p.k + kTileK - 1) / kTileK);
+  const i64 first_tile = blockIdx.x / kClusterM, tile_step = gridDim.x / kClusterM;
+
+  if (warpgroup == 0) {
+    registers_decrease<56>();
+    if (t == 0) {
+      tma_prefetch_descriptor(&map_a);
+      tma_prefetch_descriptor(&map_b);
+      u32 iteration = 0;
+      for (i64 tile = first_tile; tile < tiles.total; tile += tile_step) {
+        int batch;
+        i64 row, col;
+        tiles.locate(tile, rank, batch, row, col);
+        for (int kb = 0; kb < k_blocks; ++kb, ++iteration) {
+          const u32 s = iteration % kStages;
+          mbarrier_wait(&empty[s], ((iteration / kStages) & 1) ^ 1);
+          load_stage(&map_a, &map_b, stages_a + s * kStageBytesA, stages_b + s * kStageBytesB,
+                     &full[s], rank, batch, row, col, kb);
+        }
+      }
+    }
+  } else {
+    registers_increase<224>();
+    consume(map_d, p, tiles, k_blocks, first_tile, tile_step, rank, warpgroup - 1, t, stages_a, stages_b,
+            epilogue_buffers, full, empty);
+  }
+  // No CTA may leave while its peer can still arrive on its barriers.
+  if (kClusterM > 1) cluster_sync();
+}
+

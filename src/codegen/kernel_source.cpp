@@ -75,11 +75,14 @@ std::string gemm_source(const KernelConfig& config) {
     << "constexpr int kTileN = " << config.tile_n << ";\n"
     << "constexpr int kStages = " << config.stages << ";\n"
     << "constexpr int kGroupM = " << config.group_m << ";\n"
+    << "constexpr int kClusterM = " << config.cluster_m << ";\n"
     << "constexpr bool kAKMajor = " << bool_text(config.a_k_major) << ";\n"
     << "constexpr bool kBKMajor = " << bool_text(config.b_k_major) << ";\n"
     << "constexpr bool kABatched = " << bool_text(config.a_batched) << ";\n"
     << "constexpr bool kBBatched = " << bool_text(config.b_batched) << ";\n"
     << "constexpr bool kTmaStore = " << bool_text(config.tma_store) << ";\n"
+    << "constexpr int kStoreBoxBytes = " << config.store_box_bytes() << ";\n"
+    << "constexpr int kStoreBuffers = " << config.store_buffers << ";\n"
     << "constexpr unsigned kSmemBytes = " << config.smem_bytes() << ";\n"
     << file_text("common.cuh")
     << wgmma_function(config.tile_n, config.in, config.a_k_major, config.b_k_major)

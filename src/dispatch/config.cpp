@@ -25,30 +25,42 @@ bool tma_stride_ok(int64_t stride_elements, int element_bytes, int64_t at_least)
 }
 
 auto key(const KernelConfig& c) {
-  return std::tie(c.kind, c.tile_m, c.tile_n, c.stages, c.group_m, c.a_k_major, c.b_k_major, c.a_batched,
-                  c.b_batched, c.tma_store, c.has_c, c.in, c.out, c.c);
+  return std::tie(c.kind, c.tile_m, c.tile_n, c.stages, c.group_m, c.cluster_m, c.a_k_major, c.b_k_major, c.a_batched,
+                  c.b_batched, c.tma_store, c.store_buffers, c.has_c, c.in, c.out, c.c);
 }
 
-// Relative wgmma throughput of a tile: larger tiles reuse each loaded byte more.
-// Rough figures, to be replaced by measurements (the autotuner's job).
-double tile_efficiency(TileShape t) {
-  if (t.m == 128) return t.n == 256 ? 1.0 : t.n == 192 ? 0.95 : 0.85;
-  return t.n == 256 ? 0.8 : 0.65;
+// Relative throughput of a tile: each K block loads m rows of A and n of B (n / cluster per
+// CTA when a cluster shares B) for m * n products, so load traffic per FLOP grows with
+// 1/n + 1/(cluster * m); it costs ~30% of the traffic above 128x256's without a cluster.
+// A rough model, to be replaced by measurements (the autotuner's job).
+double tile_efficiency(TileShape t, int cluster) {
+  const double traffic = (1.0 / t.n + 1.0 / (cluster * t.m)) / (1.0 / 128 + 1.0 / 256);
+  return 1.0 / (1.0 + 0.3 * (traffic - 1.0));
 }
 
 }  // namespace
 
 int KernelConfig::threads() const { return kind == KernelKind::tma ? 128 * (tile_m / 64 + 1) : 256; }
 
-int KernelConfig::smem_bytes() const {
-  return kind == KernelKind::tma ? tma_smem_bytes({tile_m, tile_n}, stages, tma_store) : 0;
+int KernelConfig::smem_bytes() const { return kind == KernelKind::tma ? tma_smem_bytes(*this) : 0; }
+
+int KernelConfig::stage_bytes() const {
+  // An N-major B arrives in 64-column boxes, so its slice is rounded up to whole boxes.
+  const int b_rows = b_k_major ? tile_n : int(ceil_div(tile_n, 64)) * 64;
+  return (tile_m + b_rows) * kTileK * 2;
+}
+
+int KernelConfig::store_box_bytes() const {
+  const int row_bytes = tile_n * dtype_size(out);
+  return row_bytes % 128 == 0 ? 128 : row_bytes % 64 == 0 ? 64 : 32;
 }
 
 std::string KernelConfig::name() const {
   if (kind == KernelKind::fallback) return "fallback simt 64x64";
   std::ostringstream s;
-  s << "tma " << tile_m << "x" << tile_n << " s" << stages << " " << (a_k_major ? 'K' : 'M')
-    << (b_k_major ? 'K' : 'N') << (tma_store ? "" : " direct-store");
+  s << "tma " << tile_m << "x" << tile_n << " s" << stages << (cluster_m > 1 ? " c" + std::to_string(cluster_m) : "")
+    << " " << (a_k_major ? 'K' : 'M') << (b_k_major ? 'K' : 'N')
+    << (!tma_store ? " direct-store" : store_buffers != 2 ? " b" + std::to_string(store_buffers) : "");
   return s.str();
 }
 
@@ -56,22 +68,31 @@ bool KernelConfig::operator<(const KernelConfig& other) const { return key(*this
 bool KernelConfig::operator==(const KernelConfig& other) const { return key(*this) == key(other); }
 
 const std::vector<TileShape>& tile_shapes() {
-  // 192 columns divide some common LLM widths exactly (2112 = 11 x 192, 24576 = 128 x 192).
-  static const std::vector<TileShape> shapes = {{128, 256}, {128, 192}, {128, 128}, {64, 256}, {64, 128}};
+  // Every 16th width from 128 to 256 for full-height tiles, so that some width divides N (or
+  // nearly) and fills the last wave: 2112 = 12 x 176, for one. Half-height tiles for small M.
+  static const std::vector<TileShape> shapes = [] {
+    std::vector<TileShape> s;
+    for (int n = 256; n >= 128; n -= 16) s.push_back({128, n});
+    s.push_back({64, 256});
+    s.push_back({64, 128});
+    return s;
+  }();
   return shapes;
 }
 
-int tma_smem_bytes(TileShape tile, int stages, bool tma_store) {
-  int stage_bytes = (tile.m + tile.n) * kTileK * 2;
-  int epilogue = tma_store ? (tile.m / 64) * 2 * kEpilogueBuffer : 0;
-  int barriers = stages * 2 * 8;
-  return kAlignmentSlack + stages * stage_bytes + epilogue + barriers;
+int tma_smem_bytes(const KernelConfig& c) {
+  int epilogue = c.tma_store ? (c.tile_m / 64) * c.store_buffers * kEpilogueBuffer : 0;
+  int barriers = c.stages * 2 * 8;
+  return kAlignmentSlack + c.stages * c.stage_bytes() + epilogue + barriers;
 }
 
-int max_stages(TileShape tile, bool tma_store, int smem_limit) {
-  int stages = 0;
-  while (stages < 8 && tma_smem_bytes(tile, stages + 1, tma_store) <= smem_limit) ++stages;
-  return stages;
+int max_stages(KernelConfig c, int smem_limit) {
+  c.stages = 0;
+  while (c.stages < 8) {
+    ++c.stages;
+    if (tma_smem_bytes(c) > smem_limit) return c.stages - 1;
+  }
+  return c.stages;
 }
 
 TmaAccess tma_access(const MatrixRef& m, int64_t batch, int64_t rows, int64_t cols) {
@@ -121,22 +142,31 @@ KernelConfig choose_config(const Problem& p, const DeviceLimits& limits) {
   config.b_batched = p.batch > 1 && p.b.batch_stride != 0;
   config.tma_store = tma_can_store(p);
 
-  // Cost ~ waves of tiles over the SMs, each wave as long as its tile's work at its efficiency.
+  // Cost ~ waves of (cluster) tiles over the SMs, each wave as long as its tile's work at its
+  // efficiency. Candidates come largest tile first, clustered first, and a later one must win
+  // by 2%: the model cannot tell closer calls apart, and fewer tiles means fewer epilogues.
   double best = std::numeric_limits<double>::infinity();
+  KernelConfig best_config = config;
   for (TileShape tile : tile_shapes()) {
-    const int stages = max_stages(tile, config.tma_store, limits.smem_per_block);
-    if (stages < 2) continue;
-    const int64_t tiles = ceil_div(p.m, tile.m) * ceil_div(p.n, tile.n) * p.batch;
-    const double waves = double(ceil_div(tiles, limits.sm_count));
-    const double cost = waves * tile.m * tile.n / tile_efficiency(tile);
-    if (cost < best) {
-      best = cost;
-      config.tile_m = tile.m;
-      config.tile_n = tile.n;
-      config.stages = stages;
+    const int64_t tiles_m = ceil_div(p.m, tile.m);
+    for (int cluster : {2, 1}) {
+      if (cluster > tiles_m) continue;
+      KernelConfig candidate = config;
+      candidate.tile_m = tile.m;
+      candidate.tile_n = tile.n;
+      candidate.cluster_m = cluster;
+      candidate.stages = max_stages(candidate, limits.smem_per_block);
+      if (candidate.stages < 2) continue;
+      const int64_t cluster_tiles = ceil_div(tiles_m, cluster) * ceil_div(p.n, tile.n) * p.batch;
+      const double waves = double(ceil_div(cluster_tiles, limits.sm_count / cluster));
+      const double cost = waves * tile.m * tile.n / tile_efficiency(tile, cluster);
+      if (cost < 0.98 * best) {
+        best = cost;
+        best_config = candidate;
+      }
     }
   }
-  return config;
+  return best_config;
 }
 
 }  // namespace gemmkit

@@ -20,16 +20,22 @@ struct KernelConfig {
   int tile_m = 128, tile_n = 128;
   int stages = 4;
   int group_m = 8;          // row blocks per raster group of the persistent tile order
+  int cluster_m = 1;        // CTAs per cluster, on vertically adjacent tiles sharing B (1 or 2)
   bool a_k_major = true;    // A's K dimension is contiguous (else M is)
   bool b_k_major = true;    // B's K dimension is contiguous (else N is)
   bool a_batched = false;   // A has a batch stride (else one A serves every batch)
   bool b_batched = false;
   bool tma_store = true;    // D is written by TMA through shared memory (else direct stores)
+  int store_buffers = 2;    // 8 KB staging buffers per consumer warpgroup for the TMA store
   bool has_c = false;
   DType in = DType::bf16, out = DType::bf16, c = DType::bf16;
 
   int threads() const;
   int smem_bytes() const;  // dynamic shared memory the launch reserves
+  int stage_bytes() const;  // one ring stage: the A and B slices of one 64-deep K block
+  // Width in bytes of one TMA store box of D: 128, or 64 or 32 where the tile's row of D is
+  // not a multiple of 128 bytes. The box's swizzle mode has the same width.
+  int store_box_bytes() const;
   std::string name() const;  // e.g. "tma 128x256 s4 KK tma-store"
   bool operator<(const KernelConfig& other) const;
   bool operator==(const KernelConfig& other) const;
@@ -38,11 +44,11 @@ struct KernelConfig {
 // The tile shapes the TMA kernel is built for.
 const std::vector<TileShape>& tile_shapes();
 
-// Shared memory a TMA config needs with `stages` stages.
-int tma_smem_bytes(TileShape tile, int stages, bool tma_store);
+// Shared memory a TMA config needs (the same as c.smem_bytes()).
+int tma_smem_bytes(const KernelConfig& c);
 
-// The most stages that fit in `smem_limit` bytes (at most 8), or 0 if none fits.
-int max_stages(TileShape tile, bool tma_store, int smem_limit);
+// The most stages (at most 8) with which `c` fits in `smem_limit` bytes, or 0 if none does.
+int max_stages(KernelConfig c, int smem_limit);
 
 struct DeviceLimits {
   int sm_count = 132;

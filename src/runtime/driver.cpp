@@ -28,6 +28,7 @@ Driver load_driver() {
   resolve(d.func_set_attribute, "cuFuncSetAttribute");
   resolve(d.func_get_attribute, "cuFuncGetAttribute");
   resolve(d.launch_kernel, "cuLaunchKernel");
+  resolve(d.launch_kernel_ex, "cuLaunchKernelEx");
   resolve(d.tensor_map_encode_tiled, "cuTensorMapEncodeTiled");
   resolve(d.get_error_string, "cuGetErrorString");
   return d;

@@ -34,18 +34,35 @@ void launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
            clamp_grid(p.batch, 65535), config.threads(), 0, stream, pointers);
     return;
   }
-  // Boxes: K-major operands load rows x 64 at once, MN-major ones 64 x 64 per block.
+  // Boxes: K-major operands load rows x 64 at once (B shared out among a cluster's CTAs),
+  // MN-major ones 64 x 64 per block.
   CUtensorMap map_a = make_tensor_map(p.a, p.batch, p.m, p.k, config.a_k_major, 64,
                                       config.a_k_major ? config.tile_m : 64);
   CUtensorMap map_b = make_tensor_map(p.b, p.batch, p.k, p.n, !config.b_k_major, 64,
-                                      config.b_k_major ? config.tile_n : 64);
+                                      config.b_k_major ? config.tile_n / config.cluster_m : 64);
   CUtensorMap map_d{};
   if (config.tma_store) {
-    map_d = make_tensor_map(p.d, p.batch, p.m, p.n, true, 128 / dtype_size(p.d.dtype), 64);
+    map_d = make_tensor_map(p.d, p.batch, p.m, p.n, true, config.store_box_bytes() / dtype_size(p.d.dtype), 64);
   }
-  const int64_t tiles = ((p.m + config.tile_m - 1) / config.tile_m) * ((p.n + config.tile_n - 1) / config.tile_n) * p.batch;
+  // A persistent grid: one CTA per SM at most, whole clusters, no more than there are tiles.
+  const int cluster = config.cluster_m;
+  const int64_t cluster_rows = ((p.m + config.tile_m - 1) / config.tile_m + cluster - 1) / cluster;
+  const int64_t cluster_tiles = cluster_rows * ((p.n + config.tile_n - 1) / config.tile_n) * p.batch;
   void* pointers[] = {&map_a, &map_b, &map_d, &args};
-  launch(kernel, clamp_grid(tiles, sm_count), 1, 1, config.threads(), config.smem_bytes(), stream, pointers);
+  CUlaunchAttribute cluster_shape{};
+  cluster_shape.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  cluster_shape.value.clusterDim.x = unsigned(cluster);
+  cluster_shape.value.clusterDim.y = cluster_shape.value.clusterDim.z = 1;
+  CUlaunchConfig launch_config{};
+  launch_config.gridDimX = clamp_grid(cluster_tiles, sm_count / cluster) * unsigned(cluster);
+  launch_config.gridDimY = launch_config.gridDimZ = 1;
+  launch_config.blockDimX = unsigned(config.threads());
+  launch_config.blockDimY = launch_config.blockDimZ = 1;
+  launch_config.sharedMemBytes = unsigned(config.smem_bytes());
+  launch_config.hStream = stream;
+  launch_config.attrs = &cluster_shape;
+  launch_config.numAttrs = cluster > 1 ? 1 : 0;
+  check(driver().launch_kernel_ex(&launch_config, kernel.function, pointers, nullptr), "cuLaunchKernelEx");
 }
 
 void launch_reference(const LoadedKernel& kernel, const Problem& p, double* ref, double* ref_abs,

@@ -22,9 +22,13 @@ CUtensorMap make_tensor_map(const MatrixRef& m, int64_t batch, int64_t rows, int
   const CUtensorMapDataType type =
       m.dtype == DType::f32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
                             : (m.dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16);
+  const uint32_t row_bytes = box_inner * uint32_t(bytes);
+  const CUtensorMapSwizzle swizzle = row_bytes == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
+                                     : row_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                                       : CU_TENSOR_MAP_SWIZZLE_32B;
   CUtensorMap map{};
   check(driver().tensor_map_encode_tiled(&map, type, 3, m.data, dims, strides, box, element_strides,
-                                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                         CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
         "cuTensorMapEncodeTiled");
   return map;

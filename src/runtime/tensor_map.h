@@ -11,8 +11,8 @@ namespace gemmkit::runtime {
 
 // A 3-D map over [batch][rows][cols] of `m`, innermost dimension first: the contiguous one
 // (cols if `cols_contiguous`, else rows), then the other, then the batch (size 1 when the
-// operand is broadcast). Boxes are box_inner x box_outer x 1 with the 128-byte swizzle;
-// elements outside the tensor read as zero and are not written.
+// operand is broadcast). Boxes are box_inner x box_outer x 1, swizzled in units as wide as a
+// box row (32, 64 or 128 bytes); elements outside the tensor read as zero and are not written.
 CUtensorMap make_tensor_map(const MatrixRef& m, int64_t batch, int64_t rows, int64_t cols, bool cols_contiguous,
                             uint32_t box_inner, uint32_t box_outer);
 

@@ -27,17 +27,21 @@ void expect_clean_compile(const std::string& source, const std::string& entry, c
   EXPECT_EQ(r.stack_bytes, 0) << what << "\n" << compiled.log;
 }
 
-// The TMA kernel: every tile shape with every operand majorness, at the most stages that fit.
+// The TMA kernel: every tile shape with every operand majorness, alone and in a cluster of
+// two, at the most stages that fit.
 struct TmaCase {
   TileShape tile;
   bool a_k_major, b_k_major;
+  int cluster_m;
 };
 
 std::vector<TmaCase> tma_cases() {
   std::vector<TmaCase> cases;
   for (TileShape tile : tile_shapes()) {
     for (bool a_k : {true, false}) {
-      for (bool b_k : {true, false}) cases.push_back({tile, a_k, b_k});
+      for (bool b_k : {true, false}) {
+        for (int cluster : {1, 2}) cases.push_back({tile, a_k, b_k, cluster});
+      }
     }
   }
   return cases;
@@ -50,16 +54,17 @@ TEST_P(TmaKernelCompiles, WithoutSpills) {
   KernelConfig config;
   config.tile_m = c.tile.m;
   config.tile_n = c.tile.n;
-  config.stages = max_stages(c.tile, true, DeviceLimits{}.smem_per_block);
   config.a_k_major = c.a_k_major;
   config.b_k_major = c.b_k_major;
+  config.cluster_m = c.cluster_m;
+  config.stages = max_stages(config, DeviceLimits{}.smem_per_block);
   expect_clean_compile(codegen::gemm_source(config), codegen::kGemmKernel, config.name());
 }
 
 std::string tma_case_name(const ::testing::TestParamInfo<TmaCase>& info) {
   const TmaCase& c = info.param;
   return std::to_string(c.tile.m) + "x" + std::to_string(c.tile.n) + "_" + (c.a_k_major ? "K" : "M") +
-         (c.b_k_major ? "K" : "N");
+         (c.b_k_major ? "K" : "N") + "_cluster" + std::to_string(c.cluster_m);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTiles, TmaKernelCompiles, ::testing::ValuesIn(tma_cases()), tma_case_name);
@@ -73,13 +78,13 @@ TEST(TmaKernelVariants, CompileWithoutSpills) {
         KernelConfig config;
         config.tile_m = 128;
         config.tile_n = 256;
-        config.stages = max_stages({128, 256}, !direct, DeviceLimits{}.smem_per_block);
+        config.tma_store = !direct;
+        config.stages = max_stages(config, DeviceLimits{}.smem_per_block);
         config.in = in;
         config.out = out;
         config.has_c = true;
         config.c = out;
         config.a_batched = config.b_batched = true;
-        config.tma_store = !direct;
         expect_clean_compile(codegen::gemm_source(config), codegen::kGemmKernel,
                              config.name() + " " + std::string(dtype_name(in)) + "->" + std::string(dtype_name(out)));
       }

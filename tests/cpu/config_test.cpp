@@ -36,27 +36,72 @@ const int kSmemLimit = DeviceLimits{}.smem_per_block;
 
 // ---- shared memory and stages
 
+KernelConfig tile_config(TileShape tile, bool b_k_major, bool tma_store, int stages) {
+  KernelConfig c;
+  c.tile_m = tile.m;
+  c.tile_n = tile.n;
+  c.b_k_major = b_k_major;
+  c.tma_store = tma_store;
+  c.stages = stages;
+  return c;
+}
+
 TEST(ConfigStages, MaxStagesFillsButDoesNotExceedSharedMemory) {
   for (TileShape tile : tile_shapes()) {
-    for (bool tma_store : {false, true}) {
-      SCOPED_TRACE(std::to_string(tile.m) + "x" + std::to_string(tile.n) + (tma_store ? " tma-store" : ""));
-      const int stages = max_stages(tile, tma_store, kSmemLimit);
-      EXPECT_GE(stages, 2);
-      EXPECT_LE(stages, 8);
-      EXPECT_LE(tma_smem_bytes(tile, stages, tma_store), kSmemLimit);
-      if (stages < 8) {
-        EXPECT_GT(tma_smem_bytes(tile, stages + 1, tma_store), kSmemLimit);
+    for (bool b_k_major : {false, true}) {
+      for (bool tma_store : {false, true}) {
+        KernelConfig c = tile_config(tile, b_k_major, tma_store, 0);
+        SCOPED_TRACE(c.name());
+        c.stages = max_stages(c, kSmemLimit);
+        EXPECT_GE(c.stages, 3);
+        EXPECT_LE(c.stages, 8);
+        EXPECT_LE(tma_smem_bytes(c), kSmemLimit);
+        EXPECT_EQ(c.smem_bytes(), tma_smem_bytes(c));
+        if (c.stages < 8) {
+          ++c.stages;
+          EXPECT_GT(tma_smem_bytes(c), kSmemLimit);
+        }
       }
     }
   }
 }
 
-TEST(ConfigStages, SmemGrowsWithStagesAndStoreBuffer) {
+TEST(ConfigStages, SmemGrowsWithStagesStoreBufferAndPartialBoxes) {
   for (TileShape tile : tile_shapes()) {
-    EXPECT_LT(tma_smem_bytes(tile, 2, false), tma_smem_bytes(tile, 3, false));
-    EXPECT_LT(tma_smem_bytes(tile, 2, false), tma_smem_bytes(tile, 2, true));
+    EXPECT_LT(tma_smem_bytes(tile_config(tile, true, false, 2)), tma_smem_bytes(tile_config(tile, true, false, 3)));
+    EXPECT_LT(tma_smem_bytes(tile_config(tile, true, false, 2)), tma_smem_bytes(tile_config(tile, true, true, 2)));
+    // An N-major B is loaded in whole 64-column boxes.
+    const int k_major = tile_config(tile, true, false, 1).stage_bytes();
+    const int n_major = tile_config(tile, false, false, 1).stage_bytes();
+    EXPECT_EQ(k_major, (tile.m + tile.n) * 128);
+    EXPECT_EQ(n_major, (tile.m + (tile.n + 63) / 64 * 64) * 128);
     // A limit just below one stage leaves no stage at all.
-    EXPECT_EQ(max_stages(tile, false, tma_smem_bytes(tile, 1, false) - 1), 0);
+    const KernelConfig one = tile_config(tile, true, false, 1);
+    EXPECT_EQ(max_stages(one, tma_smem_bytes(one) - 1), 0);
+  }
+}
+
+TEST(ConfigStages, StoreBoxIsTheWidestSwizzleDividingTheTileRow) {
+  KernelConfig c;
+  c.tile_n = 256;
+  EXPECT_EQ(c.store_box_bytes(), 128);
+  c.tile_n = 176;  // 352 bytes of bf16
+  EXPECT_EQ(c.store_box_bytes(), 32);
+  c.tile_n = 160;  // 320 bytes
+  EXPECT_EQ(c.store_box_bytes(), 64);
+  c.out = DType::f32;
+  c.tile_n = 176;  // 704 bytes
+  EXPECT_EQ(c.store_box_bytes(), 64);
+  c.tile_n = 144;  // 576 bytes
+  EXPECT_EQ(c.store_box_bytes(), 64);
+  c.tile_n = 160;
+  EXPECT_EQ(c.store_box_bytes(), 128);
+  for (TileShape tile : tile_shapes()) {
+    for (DType out : {DType::bf16, DType::f32}) {
+      c.tile_n = tile.n;
+      c.out = out;
+      EXPECT_EQ(tile.n * dtype_size(out) % c.store_box_bytes(), 0) << c.name();
+    }
   }
 }
 
@@ -102,9 +147,7 @@ TEST(ConfigTmaAccess, BatchStrides) {
 
 // ---- choose_config
 
-void expect_full_stages(const KernelConfig& c) {
-  EXPECT_EQ(c.stages, max_stages({c.tile_m, c.tile_n}, c.tma_store, kSmemLimit)) << c.name();
-}
+void expect_full_stages(const KernelConfig& c) { EXPECT_EQ(c.stages, max_stages(c, kSmemLimit)) << c.name(); }
 
 TEST(ConfigChoose, FallbackForZeroKOrUnalignedA) {
   EXPECT_EQ(choose_config(problem(256, 256, 0), {}).kind, KernelKind::fallback);
@@ -149,11 +192,23 @@ TEST(ConfigChoose, TileRowsFollowProblemSize) {
   for (int64_t m : {1, 16}) {
     const KernelConfig c = choose_config(problem(m, 4096, 4096), {});
     EXPECT_EQ(c.tile_m, 64) << "M = " << m;
+    EXPECT_EQ(c.cluster_m, 1) << "M = " << m << ": one row of tiles leaves no pair to share B";
     expect_full_stages(c);
   }
   const KernelConfig big = choose_config(problem(8192, 8192, 8192), {});
   EXPECT_EQ(big.tile_m, 128);
+  EXPECT_EQ(big.tile_n, 256);
+  EXPECT_EQ(big.cluster_m, 2);
   expect_full_stages(big);
+}
+
+// 4096 x 2112 on 132 SMs: 128 x 176 tiles divide N exactly and make 384 tiles, 2.9 waves;
+// 128 x 192 would make 352 tiles, a last wave two-thirds full.
+TEST(ConfigChoose, TileWidthFillsTheLastWave) {
+  const KernelConfig c = choose_config(problem(4096, 2112, 7168), {132, kSmemLimit});
+  EXPECT_EQ(c.tile_m, 128);
+  EXPECT_EQ(c.tile_n, 176);
+  expect_full_stages(c);
 }
 
 TEST(ConfigChoose, TypesAndCPropagate) {
@@ -184,7 +239,8 @@ TEST(ConfigKernelConfig, EveryFieldTakesPartInComparison) {
   const std::vector<std::function<void(KernelConfig&)>> changes = {
       [](KernelConfig& c) { c.kind = KernelKind::fallback; }, [](KernelConfig& c) { c.tile_m = 64; },
       [](KernelConfig& c) { c.tile_n = 256; },              [](KernelConfig& c) { c.stages = 3; },
-      [](KernelConfig& c) { c.group_m = 4; },               [](KernelConfig& c) { c.a_k_major = false; },
+      [](KernelConfig& c) { c.group_m = 4; },               [](KernelConfig& c) { c.cluster_m = 2; },
+      [](KernelConfig& c) { c.a_k_major = false; },
       [](KernelConfig& c) { c.b_k_major = false; },         [](KernelConfig& c) { c.a_batched = true; },
       [](KernelConfig& c) { c.b_batched = true; },          [](KernelConfig& c) { c.tma_store = false; },
       [](KernelConfig& c) { c.has_c = true; },              [](KernelConfig& c) { c.in = DType::f16; },
@@ -201,15 +257,16 @@ TEST(ConfigKernelConfig, EveryFieldTakesPartInComparison) {
   EXPECT_EQ(distinct.size(), changes.size() + 1);
 }
 
-TEST(ConfigKernelConfig, NameShowsTileStagesMajornessAndStore) {
+TEST(ConfigKernelConfig, NameShowsTileStagesClusterMajornessAndStore) {
   const KernelConfig base;
-  std::vector<KernelConfig> configs(7, base);
+  std::vector<KernelConfig> configs(8, base);
   configs[1].tile_m = 64;
   configs[2].tile_n = 256;
   configs[3].stages = 3;
   configs[4].a_k_major = false;
   configs[5].b_k_major = false;
   configs[6].tma_store = false;
+  configs[7].cluster_m = 2;
   std::set<std::string> names;
   for (const KernelConfig& c : configs) names.insert(c.name());
   EXPECT_EQ(names.size(), configs.size());

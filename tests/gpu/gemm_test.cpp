@@ -125,23 +125,50 @@ TEST_F(GemmUnaligned, FallbackAndDirectStores) {
   }
 }
 
-// Each tile shape, forced, on shapes with partial tiles in every dimension.
+// Each tile shape, forced, alone and in a cluster of two, on shapes with partial tiles in
+// every dimension (and clusters whose second tile lies wholly below D).
 TEST_F(GemmTiles, EveryTileShapeForced) {
   const runtime::DeviceInfo& info = runtime::device_info(0);
   for (TileShape tile : tile_shapes()) {
     for (const char* layout : kLayouts) {
       for (bool direct : {false, true}) {
-        KernelConfig config;
-        config.tile_m = tile.m;
-        config.tile_n = tile.n;
-        config.stages = max_stages(tile, !direct, info.smem_per_block_optin);
-        config.a_k_major = layout[0] == 'N';
-        config.b_k_major = layout[1] == 'T';
-        config.tma_store = !direct;
-        for (auto [m, n, k] : {std::tuple{tile.m + 1, tile.n - 1, 1000}, std::tuple{3 * tile.m - 5, 2 * tile.n + 7, 64},
-                               std::tuple{1, 1, 1}}) {
-          expect_correct({.m = m, .n = n, .k = k, .layout = layout, .align_leading = true}, &config);
+        for (int cluster : {1, 2}) {
+          KernelConfig config;
+          config.tile_m = tile.m;
+          config.tile_n = tile.n;
+          config.cluster_m = cluster;
+          config.a_k_major = layout[0] == 'N';
+          config.b_k_major = layout[1] == 'T';
+          config.tma_store = !direct;
+          config.stages = max_stages(config, info.smem_per_block_optin);
+          for (auto [m, n, k] : {std::tuple{tile.m + 1, tile.n - 1, 1000}, std::tuple{3 * tile.m - 5, 2 * tile.n + 7, 64},
+                                 std::tuple{1, 1, 1}}) {
+            expect_correct({.m = m, .n = n, .k = k, .layout = layout, .align_leading = true}, &config);
+          }
         }
+      }
+    }
+  }
+}
+
+// Tiles whose row of D is not a multiple of 128 bytes store through 32- or 64-byte boxes (and an
+// N-major B slice ends in a partial 64-column box): each output type, with C, at odd sizes.
+TEST_F(GemmTiles, NarrowStoreBoxes) {
+  const runtime::DeviceInfo& info = runtime::device_info(0);
+  for (int tile_n : {144, 160, 176}) {
+    for (DType out : {DType::bf16, DType::f16, DType::f32}) {
+      for (const char* layout : {"NT", "NN"}) {
+        KernelConfig config;
+        config.tile_m = 128;
+        config.tile_n = tile_n;
+        config.b_k_major = layout[1] == 'T';
+        config.out = config.c = out;
+        config.has_c = true;
+        config.cluster_m = 2;
+        config.stages = max_stages(config, info.smem_per_block_optin);
+        expect_correct({.m = 300, .n = 3 * tile_n - 8, .k = 520, .layout = layout, .out = out, .beta = 0.5f,
+                        .align_leading = true},
+                       &config);
       }
     }
   }
