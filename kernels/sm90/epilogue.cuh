@@ -67,18 +67,25 @@ __device__ __forceinline__ int staged_offset(int r, int byte) {
   return (byte / kStoreBoxBytes) * kBoxBytes + (in_box ^ (((in_box >> 7) & (kStoreBoxBytes / 16 - 1)) << 4));
 }
 
-// `filled` counts the buffer fills of this warpgroup so far, across tiles: fill i uses buffer
-// i % kStoreBuffers, which fill i - kStoreBuffers (the oldest store still allowed in flight)
-// last used.
+// Group g uses buffer g % kStoreBuffers. The first group waits until every store of the
+// previous tile has read its buffer (long done: a whole main loop ran since), so a tile that
+// ended early at the right edge of D leaves no buffer in use; later groups wait only for the
+// store that last used their buffer, kStoreBuffers groups ago.
 __device__ __forceinline__ void store_tile_tma(const float* acc, const GemmParams& p, TileOrigin at,
                                                int t, int warpgroup, u8* buffers,
-                                               const TensorMap* map_d, u32& filled) {
+                                               const TensorMap* map_d) {
   const int barrier_id = 1 + warpgroup;
 #pragma unroll
   for (int group = 0; group < (kTileN + kGroupCols - 1) / kGroupCols; ++group) {
     if (at.col + group * kGroupCols >= p.n) break;  // uniform across the warpgroup
-    u8* buffer = buffers + (filled++ % kStoreBuffers) * kEpilogueBufferBytes;
-    if (t == 0) tma_store_wait_read<kStoreBuffers - 1>();  // the fill kStoreBuffers ago has been read
+    u8* buffer = buffers + (group % kStoreBuffers) * kEpilogueBufferBytes;
+    if (t == 0) {
+      if (group == 0) {
+        tma_store_wait_read<0>();
+      } else {
+        tma_store_wait_read<kStoreBuffers - 1>();
+      }
+    }
     named_barrier_sync(barrier_id, 128);
 #pragma unroll
     for (int jj = 0; jj < kGroupCols / 8; ++jj) {

@@ -113,7 +113,7 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
                                         u64* full, u64* empty) {
   const bool warp_leader = t % 32 == 0;
   float acc[kTileN / 2];
-  u32 iteration = 0, buffer_fills = 0;
+  u32 iteration = 0;
   for (i64 tile = first_tile; tile < tiles.total; tile += tile_step) {
     int batch;
     i64 row, col;
@@ -143,8 +143,7 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
     const TileOrigin at{batch, row + slice * 64, col};
     if (at.row >= p.m) continue;  // this slice lies wholly below D
     if (kTmaStore) {
-      store_tile_tma(acc, p, at, t, slice, epilogue_buffers + slice * kStoreBuffers * kEpilogueBufferBytes, &map_d,
-                     buffer_fills);
+      store_tile_tma(acc, p, at, t, slice, epilogue_buffers + slice * kStoreBuffers * kEpilogueBufferBytes, &map_d);
     } else {
       store_tile_direct(acc, p, at, t);
     }
