@@ -50,8 +50,8 @@ __device__ __forceinline__ void store_tile_direct(const float* acc, const GemmPa
 
 // Through shared memory: the slice is written in groups of columns 128 bytes wide (64 rows each)
 // into kStoreBuffers 8 KB buffers, used in turn (with as many buffers as groups, a tile's
-// stores drain while the next tile multiplies). A group holds 128 / kStoreBoxBytes TMA store boxes, each
-// laid out with the swizzle of its width, which keeps the fragment writes free of bank
+// stores drain while the next tile multiplies). A group holds 128 / kStoreBoxBytes TMA store
+// boxes, each laid out with the swizzle of its width, which keeps the fragment writes free of bank
 // conflicts; boxes narrower than 128 bytes serve tiles whose row of D is not a multiple of 128
 // bytes. One thread issues the stores; rows and columns outside D are clipped by TMA.
 constexpr int kOutBytes = kOutType == GEMMKIT_F32 ? 4 : 2;

@@ -13,8 +13,7 @@
 //
 // The generated prelude defines kTileM, kTileN, kStages, kGroupM, kClusterM, kAKMajor, kBKMajor,
 // kInType, kOutType, kCType, kHasC, kABatched, kBBatched, kTmaStore, kStoreBoxBytes, kStoreBuffers,
-// kSmemBytes
-// and wgmma_tile(). kTileN is any multiple of 16 up to 256.
+// kSmemBytes and wgmma_tile(). kTileN is any multiple of 16 up to 256.
 #pragma once
 
 constexpr int kTileK = 64;  // one 128-byte swizzle row of 16-bit elements

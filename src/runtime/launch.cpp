@@ -17,10 +17,24 @@ GemmParams params(const Problem& p) {
 
 unsigned clamp_grid(int64_t blocks, int64_t limit) { return unsigned(std::max<int64_t>(1, std::min(blocks, limit))); }
 
+// One launch; with cluster > 1, that many consecutive CTAs along x form a cluster.
 void launch(const LoadedKernel& kernel, unsigned gx, unsigned gy, unsigned gz, unsigned threads, unsigned smem,
-            cudaStream_t stream, void** args) {
-  check(driver().launch_kernel(kernel.function, gx, gy, gz, threads, 1, 1, smem, stream, args, nullptr),
-        "cuLaunchKernel");
+            int cluster, cudaStream_t stream, void** args) {
+  CUlaunchAttribute cluster_shape{};
+  cluster_shape.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  cluster_shape.value.clusterDim.x = unsigned(cluster);
+  cluster_shape.value.clusterDim.y = cluster_shape.value.clusterDim.z = 1;
+  CUlaunchConfig config{};
+  config.gridDimX = gx;
+  config.gridDimY = gy;
+  config.gridDimZ = gz;
+  config.blockDimX = threads;
+  config.blockDimY = config.blockDimZ = 1;
+  config.sharedMemBytes = smem;
+  config.hStream = stream;
+  config.attrs = &cluster_shape;
+  config.numAttrs = cluster > 1 ? 1 : 0;
+  check(driver().launch_kernel_ex(&config, kernel.function, args, nullptr), "cuLaunchKernelEx");
 }
 
 }  // namespace
@@ -31,7 +45,7 @@ void launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   if (config.kind == KernelKind::fallback) {
     void* pointers[] = {&args};
     launch(kernel, clamp_grid((p.n + 63) / 64, INT32_MAX), clamp_grid((p.m + 63) / 64, 65535),
-           clamp_grid(p.batch, 65535), config.threads(), 0, stream, pointers);
+           clamp_grid(p.batch, 65535), config.threads(), 0, 1, stream, pointers);
     return;
   }
   // Boxes: K-major operands load rows x 64 at once (B shared out among a cluster's CTAs),
@@ -49,20 +63,8 @@ void launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   const int64_t cluster_rows = ((p.m + config.tile_m - 1) / config.tile_m + cluster - 1) / cluster;
   const int64_t cluster_tiles = cluster_rows * ((p.n + config.tile_n - 1) / config.tile_n) * p.batch;
   void* pointers[] = {&map_a, &map_b, &map_d, &args};
-  CUlaunchAttribute cluster_shape{};
-  cluster_shape.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  cluster_shape.value.clusterDim.x = unsigned(cluster);
-  cluster_shape.value.clusterDim.y = cluster_shape.value.clusterDim.z = 1;
-  CUlaunchConfig launch_config{};
-  launch_config.gridDimX = clamp_grid(cluster_tiles, sm_count / cluster) * unsigned(cluster);
-  launch_config.gridDimY = launch_config.gridDimZ = 1;
-  launch_config.blockDimX = unsigned(config.threads());
-  launch_config.blockDimY = launch_config.blockDimZ = 1;
-  launch_config.sharedMemBytes = unsigned(config.smem_bytes());
-  launch_config.hStream = stream;
-  launch_config.attrs = &cluster_shape;
-  launch_config.numAttrs = cluster > 1 ? 1 : 0;
-  check(driver().launch_kernel_ex(&launch_config, kernel.function, pointers, nullptr), "cuLaunchKernelEx");
+  launch(kernel, clamp_grid(cluster_tiles, sm_count / cluster) * unsigned(cluster), 1, 1, config.threads(),
+         config.smem_bytes(), cluster, stream, pointers);
 }
 
 void launch_reference(const LoadedKernel& kernel, const Problem& p, double* ref, double* ref_abs,
@@ -70,7 +72,7 @@ void launch_reference(const LoadedKernel& kernel, const Problem& p, double* ref,
   GemmParams args = params(p);
   void* pointers[] = {&args, &ref, &ref_abs};
   const int64_t count = p.batch * p.m * p.n;
-  launch(kernel, clamp_grid((count + 255) / 256, 1 << 20), 1, 1, 256, 0, stream, pointers);
+  launch(kernel, clamp_grid((count + 255) / 256, 1 << 20), 1, 1, 256, 0, 1, stream, pointers);
 }
 
 }  // namespace gemmkit::runtime
