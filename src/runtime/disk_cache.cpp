@@ -11,6 +11,8 @@
 #include <system_error>
 #include <utility>
 
+#include "runtime/file_descriptor.h"
+
 namespace gemmkit::runtime {
 namespace {
 
@@ -82,16 +84,6 @@ std::string entry_stem(std::string_view key) {
   return hex(fnv1a(key)) + hex(seeded_hash(key, kNameSeed));
 }
 
-// Closes the descriptor on every path out, exceptions included.
-struct Fd {
-  int fd;
-  explicit Fd(int f) : fd(f) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 bool read_all(int fd, void* data, size_t size) {
   char* p = static_cast<char*>(data);
@@ -171,7 +163,7 @@ const std::filesystem::path& DiskCache::directory() const { return directory_; }
 std::optional<std::string> DiskCache::load(std::string_view key) const {
   try {
     const fs::path path = directory_ / (entry_stem(key) + kEntryExtension);
-    Fd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    FileDescriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (file.fd < 0) return std::nullopt;  // plain miss
     std::optional<std::string> payload = read_entry(file.fd, key);
     if (!payload) remove_if_same(path, file.fd);

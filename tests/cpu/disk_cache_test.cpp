@@ -2,21 +2,24 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "test_support.h"
 
 namespace gemmkit::runtime {
 namespace {
 
 namespace fs = std::filesystem;
+using gemmkit::testing::EnvGuard;
+using gemmkit::testing::expect_empty_counts_as_unset;
+using gemmkit::testing::read_file;
+using gemmkit::testing::run_in_processes;
+using gemmkit::testing::write_file;
 
 // A key shaped like the real ones: a whole kernel source plus options, tens of KB.
 std::string long_key(const std::string& tag) {
@@ -31,16 +34,6 @@ std::string binary_payload(size_t size, unsigned seed) {
   for (size_t i = 0; i < size; ++i)
     s[i] = static_cast<char>((i * 131 + seed * 7 + (i >> 9)) & 0xff);
   return s;
-}
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_file(const fs::path& p, const std::string& bytes) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 std::vector<fs::path> files_in(const fs::path& dir) {
@@ -58,18 +51,9 @@ std::vector<fs::path> entries_in(const fs::path& dir) {
   return out;
 }
 
-class DiskCacheTest : public ::testing::Test {
+class DiskCacheTest : public gemmkit::testing::TempDirTest {
  protected:
-  void SetUp() override {
-    std::string templ = (fs::temp_directory_path() / "gemmkit-disk-cache-test-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(templ.data()), nullptr);
-    dir_ = templ;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::permissions(dir_, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(dir_, ec);
-  }
+  DiskCacheTest() : TempDirTest("gemmkit-disk-cache-test") {}
 
   // The single entry file in `dir` (by default the test directory).
   fs::path only_entry(const fs::path& dir = {}) const {
@@ -77,8 +61,6 @@ class DiskCacheTest : public ::testing::Test {
     EXPECT_EQ(entries.size(), 1u);
     return entries.empty() ? fs::path() : entries.front();
   }
-
-  fs::path dir_;
 };
 
 TEST_F(DiskCacheTest, MissOnEmptyCache) {
@@ -254,31 +236,6 @@ TEST_F(DiskCacheTest, EntryOfAnotherKeyIsMissAndRemoved) {
   EXPECT_EQ(cache.load(key_a), std::optional<std::string>("payload A"));
 }
 
-// Sets or unsets environment variables for one test and restores them afterwards.
-class EnvGuard {
- public:
-  explicit EnvGuard(std::vector<std::string> names) : names_(std::move(names)) {
-    for (const auto& n : names_) {
-      const char* v = std::getenv(n.c_str());
-      saved_.emplace_back(v ? std::optional<std::string>(v) : std::nullopt);
-    }
-  }
-  ~EnvGuard() {
-    for (size_t i = 0; i < names_.size(); ++i) set(names_[i], saved_[i]);
-  }
-  static void set(const std::string& name, const std::optional<std::string>& value) {
-    if (value) {
-      ::setenv(name.c_str(), value->c_str(), 1);
-    } else {
-      ::unsetenv(name.c_str());
-    }
-  }
-
- private:
-  std::vector<std::string> names_;
-  std::vector<std::optional<std::string>> saved_;
-};
-
 TEST(DiskCacheDefaultDirectory, HonoursEnvironmentInOrder) {
   EnvGuard guard({"GEMMKIT_CACHE_DIR", "XDG_CACHE_HOME", "HOME"});
   EnvGuard::set("GEMMKIT_CACHE_DIR", "/opt/gk-cache");
@@ -286,15 +243,10 @@ TEST(DiskCacheDefaultDirectory, HonoursEnvironmentInOrder) {
   EnvGuard::set("HOME", "/home/someone");
   EXPECT_EQ(DiskCache::default_directory(), fs::path("/opt/gk-cache"));
 
-  EnvGuard::set("GEMMKIT_CACHE_DIR", "");  // empty counts as unset
-  EXPECT_EQ(DiskCache::default_directory(), fs::path("/xdg/gemmkit"));
-  EnvGuard::set("GEMMKIT_CACHE_DIR", std::nullopt);
-  EXPECT_EQ(DiskCache::default_directory(), fs::path("/xdg/gemmkit"));
+  expect_empty_counts_as_unset("GEMMKIT_CACHE_DIR", DiskCache::default_directory, "/xdg/gemmkit");
 
-  EnvGuard::set("XDG_CACHE_HOME", "");
-  EXPECT_EQ(DiskCache::default_directory(), fs::path("/home/someone/.cache/gemmkit"));
-  EnvGuard::set("XDG_CACHE_HOME", std::nullopt);
-  EXPECT_EQ(DiskCache::default_directory(), fs::path("/home/someone/.cache/gemmkit"));
+  expect_empty_counts_as_unset("XDG_CACHE_HOME", DiskCache::default_directory,
+                               "/home/someone/.cache/gemmkit");
 
   EnvGuard::set("HOME", std::nullopt);
   EXPECT_EQ(DiskCache::default_directory(), fs::temp_directory_path() / "gemmkit-cache");
@@ -349,31 +301,18 @@ TEST_F(DiskCacheTest, ConcurrentProcesses) {
   auto own_payload = [](int i) { return binary_payload(16 << 10, 10 + static_cast<unsigned>(i)); };
   constexpr int kProcesses = 4;
 
-  std::vector<pid_t> children;
-  for (int i = 0; i < kProcesses; ++i) {
-    const pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      // Child: no gtest assertions here; report through the exit status and leave with _exit
-      // so nothing of the parent's state (gtest, stdio buffers) runs twice.
-      int status = 0;
-      DiskCache cache(dir);
-      for (int round = 0; round < 30 && status == 0; ++round) {
-        if (!cache.store(shared_key, shared_payload)) status = 1;
-        if (!cache.store(own_key(i), own_payload(i))) status = 2;
-        const auto loaded = cache.load(shared_key);
-        if (loaded && *loaded != shared_payload) status = 3;  // a miss is fine, a wrong hit is not
-      }
-      ::_exit(status);
-    }
-    children.push_back(pid);
-  }
-  for (pid_t pid : children) {
+  // Each child reports through its exit status (no gtest assertions there).
+  ASSERT_NO_FATAL_FAILURE(run_in_processes(kProcesses, [&](int i) {
     int status = 0;
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-    EXPECT_TRUE(WIFEXITED(status));
-    EXPECT_EQ(WEXITSTATUS(status), 0);
-  }
+    DiskCache cache(dir);
+    for (int round = 0; round < 30 && status == 0; ++round) {
+      if (!cache.store(shared_key, shared_payload)) status = 1;
+      if (!cache.store(own_key(i), own_payload(i))) status = 2;
+      const auto loaded = cache.load(shared_key);
+      if (loaded && *loaded != shared_payload) status = 3;  // a miss is fine, a wrong hit is not
+    }
+    return status;
+  }));
 
   DiskCache cache(dir);
   EXPECT_EQ(cache.load(shared_key), std::optional<std::string>(shared_payload));
