@@ -2,7 +2,8 @@
 //
 // For each problem: enough buffer sets that cycling through them evicts L2 between uses of a
 // set; warm-up runs; then timed runs of ours and cuBLASLt, alternating, each between two
-// events; the medians are reported.
+// events; the medians are reported. Once at the start, the device-to-device copy bandwidth, the
+// yardstick for each problem's GB/s. --overhead times host calls instead (overhead.cpp).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +16,7 @@
 
 #include "api/validate.h"
 #include "baseline/cublaslt.h"
+#include "bench_options.h"
 #include "codegen/kernel_source.h"
 #include "commands.h"
 #include "dispatch/plan.h"
@@ -60,17 +62,6 @@ int compile_only(const std::vector<SuiteProblem>& problems) {
   return 0;
 }
 
-// The tile named by --tile, which must be one the kernel is built for.
-TileShape parse_tile(const std::string& text) {
-  std::string shapes;
-  for (TileShape t : tile_shapes()) {
-    const std::string name = std::to_string(t.m) + "x" + std::to_string(t.n);
-    if (name == text) return t;
-    shapes += (shapes.empty() ? "" : ", ") + name;
-  }
-  throw Error(ErrorCode::invalid_argument, "bench: --tile " + text + " is not a tile shape the kernel is built for (" + shapes + ")");
-}
-
 // The plan gemm() makes for a problem, with what --tile, --cluster and --store-buffers force.
 Plan forced_plan(const Problem& normalized, const BenchOptions& options, const runtime::DeviceInfo& info) {
   KernelConfig config = make_plan(normalized).config;
@@ -89,12 +80,6 @@ Plan forced_plan(const Problem& normalized, const BenchOptions& options, const r
   return make_plan(normalized, &config);
 }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
 // Times several launchers on one stream, alternating between them run by run so each sees the
 // same clocks and temperature; all runs are queued behind a spin kernel so the host's launch
 // cost does not leak into the GPU timings.
@@ -104,18 +89,18 @@ class Timer {
       : stream_(stream), warmup_(warmup), runs_(runs), spin_cycles_(int64_t(sm_clock_khz) * 20) {}  // ~20 ms
 
   // Median microseconds of each launcher; launch(set) runs on buffer set `set` of `sets`.
+  // Every run, whichever side, takes the next set in turn: a side never runs on the buffers the
+  // other side has just pulled into L2.
   std::vector<double> median_us(int sets, const std::vector<std::function<void(int)>>& launchers) {
     const size_t count = launchers.size();
-    for (int i = 0; i < warmup_; ++i) {
-      for (const auto& launch : launchers) launch(i % sets);
-    }
+    for (size_t i = 0; i < size_t(warmup_) * count; ++i) launchers[i % count](int(i % sets));
     runtime::check(cudaStreamSynchronize(stream_), "warm-up runs");
     std::vector<cudaEvent_t> events(size_t(runs_) * count + 1);
     for (cudaEvent_t& e : events) runtime::check(cudaEventCreate(&e), "cudaEventCreate");
     reference::gpu_spin(spin_cycles_, stream_);
     runtime::check(cudaEventRecord(events[0], stream_), "cudaEventRecord");
     for (size_t i = 0; i + 1 < events.size(); ++i) {
-      launchers[i % count](int((warmup_ + i / count) % sets));
+      launchers[i % count](int((size_t(warmup_) * count + i) % sets));
       runtime::check(cudaEventRecord(events[i + 1], stream_), "cudaEventRecord");
     }
     runtime::check(cudaStreamSynchronize(stream_), "timed runs");
@@ -137,11 +122,39 @@ class Timer {
   int64_t spin_cycles_;
 };
 
+struct CudaFree {
+  void operator()(void* p) const { cudaFree(p); }
+};
+
+// Device-to-device copy bandwidth (read + write) in GB/s, the most a memory-bound GEMM can
+// approach: the median of 10 copies of up to 1 GiB after 3 warm-ups. NaN when too little memory
+// is free to copy far past L2.
+double measure_copy_gbps(cudaStream_t stream, int sm_clock_khz) {
+  size_t free_bytes = 0, total_bytes = 0;
+  runtime::check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  const size_t mib = size_t(1) << 20;
+  const size_t bytes = std::min(1024 * mib, free_bytes / 4 / mib * mib);  // two buffers, half of what is free
+  if (bytes < 256 * mib) return NAN;
+  void* src = nullptr;
+  void* dst = nullptr;
+  runtime::check(cudaMalloc(&src, bytes), "cudaMalloc (copy bandwidth)");
+  const std::unique_ptr<void, CudaFree> src_owner(src);
+  runtime::check(cudaMalloc(&dst, bytes), "cudaMalloc (copy bandwidth)");
+  const std::unique_ptr<void, CudaFree> dst_owner(dst);
+  Timer timer(stream, 3, 10, sm_clock_khz);
+  const double us = timer.median_us(1, {[&](int) {
+    runtime::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
+  }})[0];
+  return copy_gbps(double(bytes), us);
+}
+
 }  // namespace
 
 int run_bench(const BenchOptions& options) {
-  const std::vector<SuiteProblem> problems = load_suite(options.suite);
-  if (!options.tile.empty()) parse_tile(options.tile);  // a bad tile is an error with or without a GPU
+  // --overhead times one small problem in place of the suite; bad options fail with or without a GPU.
+  const std::vector<SuiteProblem> problems =
+      options.overhead ? std::vector{parse_overhead_shape(options.overhead_shape)} : load_suite(options.suite);
+  if (!options.tile.empty()) parse_tile(options.tile);
   const bool force = !options.tile.empty() || options.cluster > 0 || options.store_buffers > 0;
   if (runtime::device_count() == 0) return compile_only(problems);
 
@@ -149,11 +162,14 @@ int run_bench(const BenchOptions& options) {
   runtime::check(cudaGetDevice(&device), "cudaGetDevice");
   const runtime::DeviceInfo& info = runtime::device_info(device);
   runtime::require_sm90(info);
-  std::printf("device %d: %s, %d SMs, L2 %d MB; %d warm-up and %d timed runs per problem, median\n", device,
-              info.name.c_str(), info.sm_count, info.l2_bytes >> 20, options.warmup, options.runs);
+  if (options.overhead) return run_overhead(problems[0], options.json, info);
 
   cudaStream_t stream = nullptr;
   runtime::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  const double copy = measure_copy_gbps(stream, info.sm_clock_khz);
+  std::printf("device %d: %s, %d SMs, L2 %d MB; %s; %d warm-up and %d timed runs per problem, median\n", device,
+              info.name.c_str(), info.sm_count, info.l2_bytes >> 20, format_copy_bandwidth(copy).c_str(),
+              options.warmup, options.runs);
   baseline::CublasLt cublaslt(device);
   Timer timer(stream, options.warmup, options.runs, info.sm_clock_khz);
   std::random_device seeds;
@@ -214,10 +230,10 @@ int run_bench(const BenchOptions& options) {
   cudaStreamDestroy(stream);
 
   const BenchSummary summary = summarize(records);
-  std::printf("%s", format_table(records).c_str());
+  std::printf("%s", format_table(records, copy).c_str());
   if (!options.json.empty()) {
     std::ofstream out(options.json);
-    out << to_json(records, summary).dump(2) << "\n";
+    out << to_json(records, summary, copy).dump(2) << "\n";
     if (!out) throw Error(ErrorCode::io_error, "bench: cannot write " + options.json);
   }
   std::printf("%s\n", format_summary(summary).c_str());

@@ -33,16 +33,25 @@ int main(int argc, char** argv) {
   BenchOptions bench_options;
   bench_options.suite = GEMMKIT_DEFAULT_SUITE;
   bench->add_option("--suite", bench_options.suite, "suite file")->capture_default_str();
-  bench->add_option("--json", bench_options.json, "also write the records as JSON here");
+  bench->add_option("--json", bench_options.json, "also write the results as JSON here");
   bench->add_option("--warmup", bench_options.warmup, "untimed runs per problem")->capture_default_str();
   bench->add_option("--runs", bench_options.runs, "timed runs per problem (median reported)")
       ->check(CLI::Range(20, 100000))
       ->capture_default_str();
-  bench->add_option("--tile", bench_options.tile, "force a tile shape MxN on our side, e.g. 128x176");
-  bench->add_option("--cluster", bench_options.cluster, "force CTAs per cluster on our side (1 or 2)")
+  CLI::Option* tile = bench->add_option("--tile", bench_options.tile, "force a tile shape MxN on our side, e.g. 128x176");
+  CLI::Option* cluster = bench->add_option("--cluster", bench_options.cluster, "force CTAs per cluster on our side (1 or 2)")
       ->check(CLI::Range(1, 2));
-  bench->add_option("--store-buffers", bench_options.store_buffers, "force 8 KB epilogue buffers per warpgroup (1-8)")
-      ->check(CLI::Range(1, 8));
+  CLI::Option* store_buffers =
+      bench->add_option("--store-buffers", bench_options.store_buffers, "force 8 KB epilogue buffers per warpgroup (1-8)")
+          ->check(CLI::Range(1, 8));
+  // Forcing a plan skips gemm()'s own path, which is what --overhead times.
+  CLI::Option* overhead =
+      bench->add_flag("--overhead", bench_options.overhead,
+                      "time host microseconds per call of ours and cuBLASLt on one small problem (ignores --suite, --warmup, --runs)")
+          ->excludes(tile, cluster, store_buffers);
+  bench->add_option("--overhead-shape", bench_options.overhead_shape, "M,N,K of the --overhead problem (NT, bf16)")
+      ->needs(overhead)
+      ->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);
   try {

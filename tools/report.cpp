@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 
 namespace gemmkit::tools {
@@ -23,6 +24,41 @@ nlohmann::json json_num(double v) {
   return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
 }
 
+using Row = std::vector<std::string>;
+
+// Rows padded to their columns' widths; left(c) says which columns align left (text), the rest
+// align right (numbers).
+std::string align_columns(const std::vector<Row>& rows, const std::function<bool(size_t)>& left) {
+  const size_t cols = rows[0].size();
+  std::vector<size_t> width(cols, 0);
+  for (const auto& row : rows)
+    for (size_t c = 0; c < cols; ++c) width[c] = std::max(width[c], row[c].size());
+
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t c = 0; c < cols; ++c) {
+      const std::string pad(width[c] - row[c].size(), ' ');
+      if (c > 0) line += "  ";
+      line += left(c) ? row[c] + pad : pad + row[c];
+    }
+    line.erase(line.find_last_not_of(' ') + 1);
+    out += line + "\n";
+  }
+  return out;
+}
+
+double min_of(const std::vector<double>& v) {
+  return v.empty() ? nan : *std::min_element(v.begin(), v.end());
+}
+
+double max_of(const std::vector<double>& v) {
+  return v.empty() ? nan : *std::max_element(v.begin(), v.end());
+}
+
+// A copy bandwidth that is NaN, infinite or not positive was not measured.
+bool measured(double copy_gbps) { return std::isfinite(copy_gbps) && copy_gbps > 0; }
+
 }  // namespace
 
 double gemm_tflops(int64_t m, int64_t n, int64_t k, int64_t batch, double us) {
@@ -38,40 +74,41 @@ double gemm_gbps(int64_t m, int64_t n, int64_t k, int64_t batch, int in_bytes, i
   return per_batch * double(batch) / (us * 1e-6) / 1e9;
 }
 
+double copy_gbps(double bytes, double us) { return 2.0 * bytes / (us * 1e-6) / 1e9; }
+
+double copy_fraction(double gbps, double copy_gbps) {
+  return measured(copy_gbps) ? gbps / copy_gbps : nan;
+}
+
+std::string format_copy_bandwidth(double copy_gbps) {
+  if (!measured(copy_gbps)) return "copy bandwidth unknown";
+  return "copy bandwidth " + num("%.0f", copy_gbps) + " GB/s (device-to-device, read + write)";
+}
+
+double median(std::vector<double> values) {
+  if (values.empty()) return nan;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
 std::string shape_name(const BenchRecord& r) {
   std::string s = std::to_string(r.m) + "x" + std::to_string(r.n) + "x" + std::to_string(r.k);
   if (r.batch > 1) s += "x" + std::to_string(r.batch);
   return s;
 }
 
-std::string format_table(const std::vector<BenchRecord>& records) {
-  using Row = std::vector<std::string>;
+std::string format_table(const std::vector<BenchRecord>& records, double copy_gbps) {
   std::vector<Row> rows = {{"shape", "layout", "dtype", "ours us", "cuBLASLt us", "speedup",
-                            "TFLOP/s", "GB/s", "config"}};
+                            "TFLOP/s", "GB/s", "%copy", "config"}};
   for (const auto& r : records)
     rows.push_back({shape_name(r), r.layout, r.dtype, num("%.2f", r.ours_us),
                     num("%.2f", r.baseline_us), num("%.2fx", r.speedup), num("%.1f", r.tflops),
-                    num("%.1f", r.gbps), r.config});
-
-  const size_t cols = rows[0].size();
-  std::vector<size_t> width(cols, 0);
-  for (const auto& row : rows)
-    for (size_t c = 0; c < cols; ++c) width[c] = std::max(width[c], row[c].size());
-
+                    num("%.1f", r.gbps), num("%.1f", 100 * copy_fraction(r.gbps, copy_gbps)),
+                    r.config});
   // Text columns (the first three and config) align left, numbers right.
-  auto left = [&](size_t c) { return c < 3 || c == cols - 1; };
-  std::string out;
-  for (const auto& row : rows) {
-    std::string line;
-    for (size_t c = 0; c < cols; ++c) {
-      const std::string pad(width[c] - row[c].size(), ' ');
-      if (c > 0) line += "  ";
-      line += left(c) ? row[c] + pad : pad + row[c];
-    }
-    line.erase(line.find_last_not_of(' ') + 1);
-    out += line + "\n";
-  }
-  return out;
+  const size_t config = rows[0].size() - 1;
+  return align_columns(rows, [&](size_t c) { return c < 3 || c == config; });
 }
 
 BenchSummary summarize(const std::vector<BenchRecord>& records) {
@@ -98,7 +135,8 @@ std::string format_summary(const BenchSummary& s) {
          num("%.2fx", s.worst_speedup) + " at " + s.worst_shape;
 }
 
-nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSummary& s) {
+nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSummary& s,
+                       double copy_gbps) {
   nlohmann::json list = nlohmann::json::array();
   for (const auto& r : records)
     list.push_back({{"m", r.m},
@@ -112,13 +150,43 @@ nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSumma
                     {"speedup", json_num(r.speedup)},
                     {"tflops", json_num(r.tflops)},
                     {"gbps", json_num(r.gbps)},
+                    {"copy_fraction", json_num(copy_fraction(r.gbps, copy_gbps))},
                     {"config", r.config}});
   nlohmann::json summary = {
       {"count", s.count},
       {"geomean_speedup", json_num(s.geomean_speedup)},
       {"worst_shape", s.count > 0 ? nlohmann::json(s.worst_shape) : nlohmann::json(nullptr)},
-      {"worst_speedup", json_num(s.worst_speedup)}};
+      {"worst_speedup", json_num(s.worst_speedup)},
+      {"copy_gbps", json_num(measured(copy_gbps) ? copy_gbps : nan)}};
   return {{"records", list}, {"summary", summary}};
+}
+
+std::string format_overhead_table(const OverheadResult& r) {
+  auto row = [](const char* side, const std::vector<double>& us) {
+    return Row{side, num("%.2f", median(us)), num("%.2f", min_of(us)), num("%.2f", max_of(us))};
+  };
+  const std::vector<Row> rows = {{"side", "median us", "min us", "max us"},
+                                 row("ours", r.ours_us),
+                                 row("cuBLASLt", r.baseline_us)};
+  return align_columns(rows, [](size_t c) { return c == 0; });
+}
+
+std::string format_overhead_summary(const OverheadResult& r) {
+  const std::string baseline = r.baseline_us.empty()
+                                   ? "cuBLASLt cannot run it"
+                                   : "cuBLASLt " + num("%.2f", median(r.baseline_us)) + " us per call";
+  return "overhead: ours " + num("%.2f", median(r.ours_us)) + " us per call, " + baseline + " (" +
+         r.shape + ", " + std::to_string(r.calls) + " calls x " + std::to_string(r.ours_us.size()) +
+         ", median)";
+}
+
+nlohmann::json overhead_json(const OverheadResult& r) {
+  return {{"overhead",
+           {{"ours_us", json_num(median(r.ours_us))},
+            {"baseline_us", json_num(median(r.baseline_us))},
+            {"calls", r.calls},
+            {"repeats", r.ours_us.size()},
+            {"shape", r.shape}}}};
 }
 
 }  // namespace gemmkit::tools

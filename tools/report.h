@@ -1,4 +1,5 @@
-// Benchmark results: per-shape records, a text table, a one-line summary and JSON.
+// Benchmark results: per-shape records, a text table, a one-line summary and JSON; the same for
+// bench --overhead's host times.
 #pragma once
 
 #include <cstdint>
@@ -24,11 +25,23 @@ double gemm_tflops(int64_t m, int64_t n, int64_t k, int64_t batch, double us);
 double gemm_gbps(int64_t m, int64_t n, int64_t k, int64_t batch, int in_bytes, int out_bytes,
                  double us);
 
+// A device-to-device copy of `bytes` in `us` microseconds; each byte is read and written, so
+// both count. In GB/s (1e9).
+double copy_gbps(double bytes, double us);
+// gbps as a fraction of the copy bandwidth; NaN when either is unknown (NaN) or copy_gbps <= 0.
+double copy_fraction(double gbps, double copy_gbps);
+// "copy bandwidth 3012 GB/s (device-to-device, read + write)", or "copy bandwidth unknown".
+std::string format_copy_bandwidth(double copy_gbps);
+
+// Median of the values; NaN when there are none.
+double median(std::vector<double> values);
+
 // "MxNxK", with "xB" appended when batch > 1.
 std::string shape_name(const BenchRecord& r);
 
-// Aligned text table, a header row first; missing values print as "-".
-std::string format_table(const std::vector<BenchRecord>& records);
+// Aligned text table, a header row first; missing values print as "-". The "%copy" column is
+// each record's GB/s as a percentage of copy_gbps (NaN: not measured).
+std::string format_table(const std::vector<BenchRecord>& records, double copy_gbps);
 
 // Over the records with a finite, positive speedup. With none: count 0 and NaN values.
 struct BenchSummary {
@@ -43,7 +56,28 @@ BenchSummary summarize(const std::vector<BenchRecord>& records);
 std::string format_summary(const BenchSummary& s);
 
 // {"records": [{m, n, k, batch, layout, dtype, ours_us, baseline_us, speedup, tflops, gbps,
-// config}, ...], "summary": {count, geomean_speedup, worst_shape, worst_speedup}}; NaN is null.
-nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSummary& s);
+// copy_fraction, config}, ...], "summary": {count, geomean_speedup, worst_shape, worst_speedup,
+// copy_gbps}}; NaN is null.
+nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSummary& s,
+                       double copy_gbps);
+
+// Host time per call of gemmkit::gemm and of cuBLASLt on one small problem (bench --overhead).
+struct OverheadResult {
+  std::string shape;  // e.g. "64x64x64 NT bf16"
+  int calls = 0;      // back-to-back calls per repeat
+  // Microseconds per call, one value per repeat; baseline_us is empty when cuBLASLt cannot run
+  // the problem.
+  std::vector<double> ours_us, baseline_us;
+};
+
+// One row per side: median, min and max microseconds per call over the repeats.
+std::string format_overhead_table(const OverheadResult& r);
+
+// "overhead: ours 2.41 us per call, cuBLASLt 4.87 us per call (64x64x64 NT bf16, 2000 calls x 5,
+// median)".
+std::string format_overhead_summary(const OverheadResult& r);
+
+// {"overhead": {ours_us, baseline_us, calls, repeats, shape}}, medians; no baseline is null.
+nlohmann::json overhead_json(const OverheadResult& r);
 
 }  // namespace gemmkit::tools

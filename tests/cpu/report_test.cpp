@@ -30,6 +30,29 @@ BenchRecord record(int64_t m, int64_t n, int64_t k, double ours, double baseline
   return r;
 }
 
+// The cell of `line` under the right-aligned column `name` of `header`.
+std::string cell_under(const std::string& header, const std::string& line, const std::string& name) {
+  const size_t end = header.find(name) + name.size();
+  const std::string head = line.substr(0, end);
+  return head.substr(head.find_last_of(' ') + 1);
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::istringstream in(text);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  return lines;
+}
+
+OverheadResult overhead(std::vector<double> ours, std::vector<double> baseline) {
+  OverheadResult r;
+  r.shape = "64x64x64 NT bf16";
+  r.calls = 2000;
+  r.ours_us = std::move(ours);
+  r.baseline_us = std::move(baseline);
+  return r;
+}
+
 TEST(Report, TflopsFollowsTheFormula) {
   // 2 * 1000^3 flops in 2000 us = 2e9 / 2e-3 s = 1e12 flop/s.
   EXPECT_DOUBLE_EQ(gemm_tflops(1000, 1000, 1000, 1, 2000.0), 1.0);
@@ -47,6 +70,34 @@ TEST(Report, GbpsCountsEachOperandOnce) {
   EXPECT_NEAR(gemm_gbps(10, 20, 30, 5, 2, 4, 10.0), 1.3, 1e-12);
   // Swapped element sizes: A 300*4 = 1200 B, B 600*4 = 2400 B, D 200*2 = 400 B; 4000 B in 1 us.
   EXPECT_NEAR(gemm_gbps(10, 20, 30, 1, 4, 2, 1.0), 4.0, 1e-12);
+}
+
+TEST(Report, CopyBandwidthCountsReadAndWrite) {
+  // 1e9 bytes copied in 1000 us: 1e9 read + 1e9 written in 1e-3 s = 2000 GB/s.
+  EXPECT_NEAR(copy_gbps(1e9, 1000.0), 2000.0, 1e-9);
+  // 1 GiB in 700 us.
+  EXPECT_NEAR(copy_gbps(1073741824.0, 700.0), 2.0 * 1073741824.0 / 700e-6 / 1e9, 1e-9);
+}
+
+TEST(Report, CopyFractionIsOursOverTheCopyBandwidth) {
+  EXPECT_DOUBLE_EQ(copy_fraction(1500.0, 3000.0), 0.5);
+  EXPECT_DOUBLE_EQ(copy_fraction(3300.0, 3000.0), 1.1);  // above 1 is reported, not clamped
+  EXPECT_TRUE(std::isnan(copy_fraction(1500.0, kNaN)));  // copy bandwidth not measured
+  EXPECT_TRUE(std::isnan(copy_fraction(1500.0, 0.0)));
+  EXPECT_TRUE(std::isnan(copy_fraction(kNaN, 3000.0)));
+}
+
+TEST(Report, CopyBandwidthLine) {
+  EXPECT_EQ(format_copy_bandwidth(3012.4), "copy bandwidth 3012 GB/s (device-to-device, read + write)");
+  EXPECT_EQ(format_copy_bandwidth(kNaN), "copy bandwidth unknown");
+  EXPECT_EQ(format_copy_bandwidth(0.0), "copy bandwidth unknown");
+}
+
+TEST(Report, MedianOfOddEvenAndNoValues) {
+  EXPECT_DOUBLE_EQ(median({3.0, 1.0, 2.0}), 2.0);
+  EXPECT_DOUBLE_EQ(median({4.0, 1.0, 3.0, 2.0}), 2.5);
+  EXPECT_DOUBLE_EQ(median({7.0}), 7.0);
+  EXPECT_TRUE(std::isnan(median({})));
 }
 
 TEST(Report, GeomeanOfKnownSpeedups) {
@@ -91,7 +142,7 @@ TEST(Report, JsonHasEveryFieldAndNullForNaN) {
   std::vector<BenchRecord> records = {
       record(4096, 2112, 7168, 100.0, 110.0, "tma 128x256x64 s4", 2),
       record(1, 2112, 7168, 5.0, kNaN, "tma 64x128x64 s6")};
-  auto j = to_json(records, summarize(records));
+  auto j = to_json(records, summarize(records), 3000.0);
   ASSERT_EQ(j["records"].size(), 2u);
   const auto& r0 = j["records"][0];
   EXPECT_EQ(r0["m"], 4096);
@@ -105,37 +156,52 @@ TEST(Report, JsonHasEveryFieldAndNullForNaN) {
   EXPECT_DOUBLE_EQ(r0["speedup"].get<double>(), 1.1);
   EXPECT_DOUBLE_EQ(r0["tflops"].get<double>(), records[0].tflops);
   EXPECT_DOUBLE_EQ(r0["gbps"].get<double>(), records[0].gbps);
+  EXPECT_DOUBLE_EQ(r0["copy_fraction"].get<double>(), records[0].gbps / 3000.0);
   EXPECT_EQ(r0["config"], "tma 128x256x64 s4");
+  EXPECT_EQ(r0.size(), 13u);  // the fields above, nothing else
 
   const auto& r1 = j["records"][1];
   EXPECT_TRUE(r1["baseline_us"].is_null());
   EXPECT_TRUE(r1["speedup"].is_null());
   EXPECT_DOUBLE_EQ(r1["ours_us"].get<double>(), 5.0);
+  EXPECT_DOUBLE_EQ(r1["copy_fraction"].get<double>(), records[1].gbps / 3000.0);
 
   EXPECT_EQ(j["summary"]["count"], 1);
   EXPECT_NEAR(j["summary"]["geomean_speedup"].get<double>(), 1.1, 1e-12);
   EXPECT_EQ(j["summary"]["worst_shape"], "4096x2112x7168x2 NT bf16");
+  EXPECT_DOUBLE_EQ(j["summary"]["copy_gbps"].get<double>(), 3000.0);
+  EXPECT_EQ(j["summary"].size(), 5u);
   // Serialized text carries null too, and parses back.
   const std::string text = j.dump();
   EXPECT_NE(text.find("\"baseline_us\":null"), std::string::npos) << text;
   EXPECT_EQ(nlohmann::json::parse(text), j);
 
-  auto empty = to_json({}, summarize({}));
+  auto empty = to_json({}, summarize({}), kNaN);
   EXPECT_TRUE(empty["records"].is_array());
   EXPECT_TRUE(empty["summary"]["geomean_speedup"].is_null());
+}
+
+TEST(Report, JsonCopyFieldsAreNullWhenCopyBandwidthIsUnknown) {
+  std::vector<BenchRecord> records = {record(4096, 2112, 7168, 100.0, 110.0, "tma 128x256x64 s4")};
+  for (double unknown : {kNaN, 0.0}) {
+    auto j = to_json(records, summarize(records), unknown);
+    EXPECT_TRUE(j["summary"].contains("copy_gbps"));
+    EXPECT_TRUE(j["summary"]["copy_gbps"].is_null());
+    EXPECT_TRUE(j["records"][0].contains("copy_fraction"));
+    EXPECT_TRUE(j["records"][0]["copy_fraction"].is_null());
+    EXPECT_DOUBLE_EQ(j["records"][0]["gbps"].get<double>(), records[0].gbps);  // still there
+    EXPECT_NE(j.dump().find("\"copy_gbps\":null"), std::string::npos);
+  }
 }
 
 TEST(Report, TableHasHeaderEveryRecordAndAlignedColumns) {
   std::vector<BenchRecord> records = {record(4096, 2112, 7168, 123.456, 130.0, "tma 128x256x64 s4"),
                                       record(1, 16, 64, 7.5, kNaN, "simt 64x64x32 s2", 8)};
-  const std::string table = format_table(records);
-  std::istringstream in(table);
-  std::vector<std::string> lines;
-  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  const std::vector<std::string> lines = lines_of(format_table(records, 3000.0));
   ASSERT_EQ(lines.size(), 3u);  // header + one row per record
 
   for (const char* column : {"shape", "layout", "dtype", "ours us", "cuBLASLt us", "speedup",
-                             "TFLOP/s", "GB/s", "config"})
+                             "TFLOP/s", "GB/s", "%copy", "config"})
     EXPECT_NE(lines[0].find(column), std::string::npos) << column;
   EXPECT_NE(lines[1].find("4096x2112x7168 "), std::string::npos);
   EXPECT_NE(lines[1].find("123.46"), std::string::npos);
@@ -146,6 +212,82 @@ TEST(Report, TableHasHeaderEveryRecordAndAlignedColumns) {
   const size_t at = lines[0].find("config");
   EXPECT_EQ(lines[1].find("tma 128x256x64 s4"), at);
   EXPECT_EQ(lines[2].find("simt 64x64x32 s2"), at);
+}
+
+TEST(Report, CopyColumnIsGbpsAsAPercentOfTheCopyBandwidth) {
+  std::vector<BenchRecord> records = {record(1, 4096, 7168, 20.0, 21.0, "tma 64x128x64 s6"),
+                                      record(16, 4096, 7168, 25.0, kNaN, "tma 64x128x64 s6")};
+  records[0].gbps = 1500.0;
+  records[1].gbps = 2712.3;
+  std::vector<std::string> lines = lines_of(format_table(records, 3000.0));
+  ASSERT_EQ(lines.size(), 3u);
+  const std::string& header = lines[0];
+  // Right after GB/s, before config.
+  EXPECT_LT(header.find("GB/s"), header.find("%copy"));
+  EXPECT_LT(header.find("%copy"), header.find("config"));
+  EXPECT_EQ(cell_under(header, lines[1], "%copy"), "50.0");
+  EXPECT_EQ(cell_under(header, lines[2], "%copy"), "90.4");
+  EXPECT_EQ(cell_under(header, lines[1], "GB/s"), "1500.0");
+  EXPECT_EQ(cell_under(header, lines[2], "GB/s"), "2712.3");
+
+  // Not measured: a dash in every row, the other columns as before.
+  lines = lines_of(format_table(records, kNaN));
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(cell_under(lines[0], lines[1], "%copy"), "-");
+  EXPECT_EQ(cell_under(lines[0], lines[2], "%copy"), "-");
+  EXPECT_EQ(cell_under(lines[0], lines[1], "GB/s"), "1500.0");
+  EXPECT_NE(lines[1].find("tma 64x128x64 s6"), std::string::npos);
+}
+
+TEST(Report, OverheadSummaryGivesMediansShapeAndCounts) {
+  OverheadResult r = overhead({2.5, 2.41, 2.3, 2.6, 2.40}, {5.0, 4.87, 4.9, 4.8, 4.85});
+  EXPECT_EQ(format_overhead_summary(r),
+            "overhead: ours 2.41 us per call, cuBLASLt 4.87 us per call (64x64x64 NT bf16, 2000 calls x 5, median)");
+  r.baseline_us.clear();
+  r.ours_us = {3.0, 1.0, 2.0};
+  r.calls = 100;
+  EXPECT_EQ(format_overhead_summary(r),
+            "overhead: ours 2.00 us per call, cuBLASLt cannot run it (64x64x64 NT bf16, 100 calls x 3, median)");
+}
+
+TEST(Report, OverheadTableHasOneRowPerSide) {
+  OverheadResult r = overhead({2.5, 2.41, 2.3, 2.6, 2.40}, {5.0, 4.87, 4.9, 4.8, 4.85});
+  std::vector<std::string> lines = lines_of(format_overhead_table(r));
+  ASSERT_EQ(lines.size(), 3u);
+  const std::string& header = lines[0];
+  EXPECT_EQ(lines[1].rfind("ours ", 0), 0u) << lines[1];
+  EXPECT_EQ(lines[2].rfind("cuBLASLt ", 0), 0u) << lines[2];
+  EXPECT_EQ(cell_under(header, lines[1], "median us"), "2.41");
+  EXPECT_EQ(cell_under(header, lines[1], "min us"), "2.30");
+  EXPECT_EQ(cell_under(header, lines[1], "max us"), "2.60");
+  EXPECT_EQ(cell_under(header, lines[2], "median us"), "4.87");
+  EXPECT_EQ(cell_under(header, lines[2], "min us"), "4.80");
+  EXPECT_EQ(cell_under(header, lines[2], "max us"), "5.00");
+
+  r.baseline_us.clear();
+  lines = lines_of(format_overhead_table(r));
+  ASSERT_EQ(lines.size(), 3u);
+  for (const char* column : {"median us", "min us", "max us"})
+    EXPECT_EQ(cell_under(lines[0], lines[2], column), "-") << column;
+}
+
+TEST(Report, OverheadJsonHasMediansAndCounts) {
+  OverheadResult r = overhead({2.5, 2.41, 2.3, 2.6, 2.40}, {5.0, 4.87, 4.9, 4.8, 4.85});
+  auto j = overhead_json(r);
+  ASSERT_EQ(j.size(), 1u);
+  const auto& o = j["overhead"];
+  EXPECT_DOUBLE_EQ(o["ours_us"].get<double>(), 2.41);
+  EXPECT_DOUBLE_EQ(o["baseline_us"].get<double>(), 4.87);
+  EXPECT_EQ(o["calls"], 2000);
+  EXPECT_EQ(o["repeats"], 5);
+  EXPECT_EQ(o["shape"], "64x64x64 NT bf16");
+  EXPECT_EQ(o.size(), 5u);
+
+  r.baseline_us.clear();
+  j = overhead_json(r);
+  EXPECT_TRUE(j["overhead"]["baseline_us"].is_null());
+  EXPECT_NE(j.dump().find("\"baseline_us\":null"), std::string::npos);
+  EXPECT_EQ(nlohmann::json::parse(j.dump()), j);
 }
 
 }  // namespace

@@ -1,0 +1,63 @@
+#include "bench_options.h"
+
+#include <gtest/gtest.h>
+
+#include "gemmkit/error.h"
+
+using gemmkit::DType;
+using gemmkit::Error;
+using gemmkit::ErrorCode;
+using gemmkit::TileShape;
+using gemmkit::tile_shapes;
+using namespace gemmkit::tools;
+
+namespace {
+
+TEST(BenchOptions, OverheadShapeKeepsMNKInOrder) {
+  const SuiteProblem p = parse_overhead_shape("1,4096,7168");
+  EXPECT_EQ(p.m, 1);
+  EXPECT_EQ(p.n, 4096);
+  EXPECT_EQ(p.k, 7168);
+  EXPECT_EQ(p.layout, "NT");
+  EXPECT_EQ(p.in_dtype, DType::bf16);
+  EXPECT_EQ(p.out_dtype, DType::bf16);
+  EXPECT_EQ(p.batch, 1);
+  EXPECT_EQ(parse_overhead_shape("64,64,64").k, 64);
+}
+
+TEST(BenchOptions, OverheadShapeRejectsAnythingButThreePositiveIntegers) {
+  for (const char* text : {"", "64", "64,64", "64,64,64,64", "64,64,64,", ",64,64", "64,,64", "0,64,64",
+                           "64,-1,64", "64,64,0", "+64,64,64", " 64,64,64", "64,64,64 ", "64x64x64", "a,64,64",
+                           "64,64,6.5", "99999999999999999999,64,64"}) {
+    try {
+      parse_overhead_shape(text);
+      ADD_FAILURE() << "accepted '" << text << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+      const std::string message = e.what();
+      EXPECT_NE(message.find("--overhead-shape"), std::string::npos) << message;
+      EXPECT_NE(message.find("'" + std::string(text) + "'"), std::string::npos) << message;
+      EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    }
+  }
+}
+
+TEST(BenchOptions, TileNamesEveryBuiltShapeAndNothingElse) {
+  ASSERT_FALSE(tile_shapes().empty());
+  for (const TileShape t : tile_shapes()) {
+    const TileShape parsed = parse_tile(std::to_string(t.m) + "x" + std::to_string(t.n));
+    EXPECT_EQ(parsed.m, t.m);
+    EXPECT_EQ(parsed.n, t.n);
+  }
+  try {
+    parse_tile("3x5");
+    FAIL() << "accepted 3x5";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("--tile 3x5"), std::string::npos) << message;
+    const TileShape first = tile_shapes().front();
+    EXPECT_NE(message.find(std::to_string(first.m) + "x" + std::to_string(first.n)), std::string::npos) << message;
+  }
+}
+
+}  // namespace

@@ -1,0 +1,40 @@
+#include "bench_options.h"
+
+#include <charconv>
+
+#include "gemmkit/error.h"
+
+namespace gemmkit::tools {
+
+TileShape parse_tile(const std::string& text) {
+  std::string shapes;
+  for (TileShape t : tile_shapes()) {
+    const std::string name = std::to_string(t.m) + "x" + std::to_string(t.n);
+    if (name == text) return t;
+    shapes += (shapes.empty() ? "" : ", ") + name;
+  }
+  throw Error(ErrorCode::invalid_argument, "bench: --tile " + text + " is not a tile shape the kernel is built for (" + shapes + ")");
+}
+
+SuiteProblem parse_overhead_shape(const std::string& text) {
+  const Error bad(ErrorCode::invalid_argument,
+                  "bench: --overhead-shape expects M,N,K as three positive integers, got '" + text + "'");
+  int64_t dims[3] = {};
+  const char* at = text.data();
+  const char* end = at + text.size();
+  for (int i = 0; i < 3; ++i) {
+    if (i > 0 && (at == end || *at++ != ',')) throw bad;
+    // from_chars takes neither '+' nor spaces, so "+64" and " 64" fail too.
+    auto [next, ec] = std::from_chars(at, end, dims[i]);
+    if (ec != std::errc() || dims[i] <= 0) throw bad;
+    at = next;
+  }
+  if (at != end) throw bad;
+  SuiteProblem p;
+  p.m = dims[0];
+  p.n = dims[1];
+  p.k = dims[2];
+  return p;
+}
+
+}  // namespace gemmkit::tools

@@ -1,0 +1,87 @@
+// gemmkit bench --overhead: host time per call of gemmkit::gemm and of cuBLASLt on one small
+// problem. Calls go back to back with no synchronisation, onto an otherwise idle stream, so the
+// time is what the calling thread spends per call (checks, plan lookup, launch), not the GPU's.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+#include "api/validate.h"
+#include "baseline/cublaslt.h"
+#include "commands.h"
+#include "gemmkit/error.h"
+#include "report.h"
+#include "runtime/driver.h"
+
+namespace gemmkit::tools {
+namespace {
+
+constexpr int kWarmupCalls = 100;  // the first calls compile our kernel and plan cuBLASLt's
+constexpr int kCalls = 2000;       // per repeat and side
+constexpr int kRepeats = 5;
+
+// Host microseconds per call over kCalls back-to-back calls. The stream is drained before, so
+// the calls queue behind nothing, and after, so the next measurement starts from the same state.
+template <class Call>
+double host_us_per_call(const Call& call, cudaStream_t stream) {
+  runtime::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < kCalls; ++i) call();
+  const auto stop = std::chrono::steady_clock::now();
+  runtime::check(cudaStreamSynchronize(stream), "overhead calls");
+  return std::chrono::duration<double, std::micro>(stop - start).count() / kCalls;
+}
+
+}  // namespace
+
+int run_overhead(const SuiteProblem& sp, const std::string& json, const runtime::DeviceInfo& info) {
+  std::printf("device %d: %s; host microseconds per call, %d back-to-back calls x %d repeats per side\n",
+              info.ordinal, info.name.c_str(), kCalls, kRepeats);
+  cudaStream_t stream = nullptr;
+  runtime::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  std::random_device seeds;
+  const reference::DeviceProblem problem(to_spec(sp), (uint64_t(seeds()) << 32) | seeds());
+  // Views and options built once, as a caller would hold them, so only gemm() itself is timed.
+  const TensorView a = problem.a(), b = problem.b(), d = problem.d();
+  const GemmOptions options = problem.options(stream);
+  Problem p = validate_gemm(a, b, d, options);
+  p.device = info.ordinal;
+
+  OverheadResult result;
+  result.shape = std::to_string(sp.m) + "x" + std::to_string(sp.n) + "x" + std::to_string(sp.k) + " " + sp.layout + " " +
+                 dtype_spec(sp);
+  result.calls = kCalls;
+  baseline::CublasLt cublaslt(info.ordinal);
+  auto ours = [&] { gemm(a, b, d, options); };
+  auto theirs = [&] { cublaslt.run(p, stream); };
+  bool with_baseline = cublaslt.supports(p);
+  if (with_baseline) {
+    try {
+      theirs();  // plans it; throws if cuBLASLt has no algorithm
+    } catch (const Error& e) {
+      std::fprintf(stderr, "cuBLASLt cannot run %s: %s\n", result.shape.c_str(), e.what());
+      with_baseline = false;
+    }
+  }
+  for (int i = 0; i < kWarmupCalls; ++i) {
+    ours();
+    if (with_baseline) theirs();
+  }
+  // Sides alternate repeat by repeat, so both see the same clocks.
+  for (int r = 0; r < kRepeats; ++r) {
+    result.ours_us.push_back(host_us_per_call(ours, stream));
+    if (with_baseline) result.baseline_us.push_back(host_us_per_call(theirs, stream));
+  }
+  cudaStreamDestroy(stream);
+
+  std::printf("%s", format_overhead_table(result).c_str());
+  if (!json.empty()) {
+    std::ofstream out(json);
+    out << overhead_json(result).dump(2) << "\n";
+    if (!out) throw Error(ErrorCode::io_error, "bench: cannot write " + json);
+  }
+  std::printf("%s\n", format_overhead_summary(result).c_str());
+  return 0;
+}
+
+}  // namespace gemmkit::tools
