@@ -129,6 +129,20 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Whether `value` holds in any of the `threads` threads meeting at named barrier `id`.
+__device__ __forceinline__ bool named_barrier_any(int id, int threads, bool value) {
+  u32 any;
+  asm volatile(
+      "{\n.reg .pred in, out;\n"
+      "setp.ne.u32 in, %1, 0;\n"
+      "bar.red.or.pred out, %2, %3, in;\n"
+      "selp.u32 %0, 1, 0, out;\n}"
+      : "=r"(any)
+      : "r"(u32(value)), "r"(id), "r"(threads)
+      : "memory");
+  return any != 0;
+}
+
 template <int Registers>
 __device__ __forceinline__ void registers_decrease() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(Registers));
@@ -137,6 +151,27 @@ __device__ __forceinline__ void registers_decrease() {
 template <int Registers>
 __device__ __forceinline__ void registers_increase() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(Registers));
+}
+
+// ---- global memory shared between CTAs -----------------------------------------------------
+
+// Adds to a counter other CTAs also use: releases this CTA's earlier writes (ordered before by a
+// barrier) and acquires the writes of the CTAs that added before. Returns the old value.
+__device__ __forceinline__ u32 atomic_add_acq_rel(u32* counter, u32 value) {
+  u32 old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(counter), "r"(value) : "memory");
+  return old;
+}
+
+__device__ __forceinline__ void store_relaxed(u32* address, u32 value) {
+  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(address), "r"(value) : "memory");
+}
+
+// Reads through L2, where other SMs' writes are, never from this SM's L1.
+__device__ __forceinline__ float2 load_l2(const float2* address) {
+  float2 v;
+  asm volatile("ld.global.cg.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "l"(address) : "memory");
+  return v;
 }
 
 // ---- wgmma ----------------------------------------------------------------------------------

@@ -11,9 +11,12 @@
 // traffic. A stage is then refilled only when the consumers of both CTAs have released it, so
 // consumer warps arrive on the empty barriers of every CTA in the cluster.
 //
-// The generated prelude defines kTileM, kTileN, kStages, kGroupM, kClusterM, kAKMajor, kBKMajor,
-// kInType, kOutType, kCType, kHasC, kABatched, kBBatched, kTmaStore, kStoreBoxBytes, kStoreBuffers,
-// kSmemBytes and wgmma_tile(). kTileN is any multiple of 16 up to 256.
+// With kSplitK, each tile's K range is cut into p.splits parts, taken by different CTAs as
+// separate work units and summed by the last to finish (split_k.cuh).
+//
+// The generated prelude defines kTileM, kTileN, kStages, kGroupM, kClusterM, kSplitK, kAKMajor,
+// kBKMajor, kInType, kOutType, kCType, kHasC, kABatched, kBBatched, kTmaStore, kStoreBoxBytes,
+// kStoreBuffers, kSmemBytes and wgmma_tile(). kTileN is any multiple of 16 up to 256.
 #pragma once
 
 constexpr int kTileK = 64;  // one 128-byte swizzle row of 16-bit elements
@@ -29,28 +32,48 @@ static_assert(kSwizzleAtom + kStages * (kStageBytesA + kStageBytesB) + kEpilogue
                   2 * kStages * 8 <= kSmemBytes,
               "shared-memory plan exceeds the size the host reserves");
 
-// Persistent tile order over cluster tiles (kClusterM tiles stacked in M; CTA `rank` of the
-// cluster takes the rank-th): numbered batch by batch; inside a batch, groups of kGroupM tile
-// rows are walked column by column so that clusters running at once share A and B in L2.
+// One work unit of a CTA: a tile (its batch and first row and column) and the K blocks of it
+// to multiply; `tile` numbers the CTA's tile among all tiles, `split` its part of K.
+struct Work {
+  int batch;
+  i64 row, col, tile;
+  int split, k_begin, k_end;
+};
+
+// Persistent order over work units: cluster tiles (kClusterM tiles stacked in M; CTA `rank` of
+// the cluster takes the rank-th), each split into `splits` consecutive units, so that a tile's
+// parts run at once. Numbered batch by batch; inside a batch, groups of kGroupM tile rows are
+// walked column by column so that clusters running at once share A and B in L2.
 struct TileScheduler {
   static constexpr i64 kGroup = kGroupM / kClusterM;  // cluster rows per group
-  i64 rows, tiles_n, per_batch, total;
+  i64 rows, tiles_n, per_batch;
+  int splits, k_blocks;  // splits: 1 unless kSplitK (then p.splits, at most k_blocks)
+  i64 total;             // work units
 
   __device__ explicit TileScheduler(const GemmParams& p)
       : rows(((p.m + kTileM - 1) / kTileM + kClusterM - 1) / kClusterM),
         tiles_n((p.n + kTileN - 1) / kTileN),
         per_batch(rows * tiles_n),
-        total(per_batch * p.batch) {}
+        splits(kSplitK ? p.splits : 1),
+        k_blocks(int((p.k + kTileK - 1) / kTileK)),
+        total(per_batch * p.batch * splits) {}
 
-  __device__ void locate(i64 tile, int rank, int& batch, i64& row, i64& col) const {
-    batch = int(tile / per_batch);
-    const i64 in_batch = tile % per_batch;
+  __device__ Work work(i64 unit, int rank) const {
+    Work w;
+    const i64 cluster_tile = kSplitK ? unit / splits : unit;
+    w.split = kSplitK ? int(unit % splits) : 0;
+    w.k_begin = kSplitK ? int(i64(w.split) * k_blocks / splits) : 0;
+    w.k_end = kSplitK ? int(i64(w.split + 1) * k_blocks / splits) : k_blocks;
+    w.tile = cluster_tile * kClusterM + rank;
+    w.batch = int(cluster_tile / per_batch);
+    const i64 in_batch = cluster_tile % per_batch;
     const i64 group_tiles = kGroup * tiles_n;
     const i64 first = (in_batch / group_tiles) * kGroup;
     const i64 group_rows = min(kGroup, rows - first);
     const i64 in_group = in_batch % group_tiles;
-    row = ((first + in_group % group_rows) * kClusterM + rank) * kTileM;
-    col = (in_group / group_rows) * kTileN;
+    w.row = ((first + in_group % group_rows) * kClusterM + rank) * kTileM;
+    w.col = (in_group / group_rows) * kTileN;
+    return w;
   }
 };
 
@@ -107,19 +130,17 @@ __device__ __forceinline__ u64 k_step(bool k_major) { return k_major ? 32 / 16 :
 
 // A consumer warpgroup: multiplies its `slice` (64 rows) of each tile, then stores it.
 __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams& p, const TileScheduler& tiles,
-                                        int k_blocks, i64 first_tile, i64 tile_step, int rank, int slice, int t,
+                                        i64 first_unit, i64 unit_step, int rank, int slice, int t,
                                         const u8* stages_a, const u8* stages_b, u8* epilogue_buffers,
                                         u64* full, u64* empty) {
   const bool warp_leader = t % 32 == 0;
   float acc[kTileN / 2];
   u32 iteration = 0;
-  for (i64 tile = first_tile; tile < tiles.total; tile += tile_step) {
-    int batch;
-    i64 row, col;
-    tiles.locate(tile, rank, batch, row, col);
+  for (i64 unit = first_unit; unit < tiles.total; unit += unit_step) {
+    const Work w = tiles.work(unit, rank);
     // One wgmma group stays in flight: after committing K block kb, wait for kb - 1 and
     // hand its stage back to the producer.
-    for (int kb = 0; kb < k_blocks; ++kb, ++iteration) {
+    for (int kb = w.k_begin; kb < w.k_end; ++kb, ++iteration) {
       const u32 s = iteration % kStages;
       mbarrier_wait(&full[s], (iteration / kStages) & 1);
       const u8* a = stages_a + s * kStageBytesA + slice * (64 * kTileK * 2);
@@ -128,19 +149,21 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kTileK / 16; ++kk) {
-        wgmma_tile(acc, desc_a + kk * k_step(kAKMajor), desc_b + kk * k_step(kBKMajor), (kb > 0 || kk > 0) ? 1u : 0u);
+        wgmma_tile(acc, desc_a + kk * k_step(kAKMajor), desc_b + kk * k_step(kBKMajor),
+                   (kb > w.k_begin || kk > 0) ? 1u : 0u);
       }
       wgmma_commit();
       wgmma_wait<1>();
-      if (kb > 0 && warp_leader) release_stage(&empty[(iteration - 1) % kStages]);
+      if (kb > w.k_begin && warp_leader) release_stage(&empty[(iteration - 1) % kStages]);
     }
     wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < kTileN / 2; ++i) fence_register(acc[i]);
     if (warp_leader) release_stage(&empty[(iteration - 1) % kStages]);
 
-    const TileOrigin at{batch, row + slice * 64, col};
+    const TileOrigin at{w.batch, w.row + slice * 64, w.col};
     if (at.row >= p.m) continue;  // this slice lies wholly below D
+    if (kSplitK && p.splits > 1 && !combine_splits(acc, p, w.tile * kConsumers + slice, w.split, at.row, t, 1 + slice)) continue;
     if (kTmaStore) {
       store_tile_tma(acc, p, at, t, slice, epilogue_buffers + slice * kStoreBuffers * kEpilogueBufferBytes, &map_d);
     } else {
@@ -180,8 +203,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   }
 
   const TileScheduler tiles(p);
-  const int k_blocks = int((p.k + kTileK - 1) / kTileK);
-  const i64 first_tile = blockIdx.x / kClusterM, tile_step = gridDim.x / kClusterM;
+  const i64 first_unit = blockIdx.x / kClusterM, unit_step = gridDim.x / kClusterM;
 
   if (warpgroup == 0) {
     registers_decrease<56>();
@@ -189,21 +211,19 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       tma_prefetch_descriptor(&map_a);
       tma_prefetch_descriptor(&map_b);
       u32 iteration = 0;
-      for (i64 tile = first_tile; tile < tiles.total; tile += tile_step) {
-        int batch;
-        i64 row, col;
-        tiles.locate(tile, rank, batch, row, col);
-        for (int kb = 0; kb < k_blocks; ++kb, ++iteration) {
+      for (i64 unit = first_unit; unit < tiles.total; unit += unit_step) {
+        const Work w = tiles.work(unit, rank);
+        for (int kb = w.k_begin; kb < w.k_end; ++kb, ++iteration) {
           const u32 s = iteration % kStages;
           mbarrier_wait(&empty[s], ((iteration / kStages) & 1) ^ 1);
           load_stage(&map_a, &map_b, stages_a + s * kStageBytesA, stages_b + s * kStageBytesB,
-                     &full[s], rank, batch, row, col, kb);
+                     &full[s], rank, w.batch, w.row, w.col, kb);
         }
       }
     }
   } else {
     registers_increase<224>();
-    consume(map_d, p, tiles, k_blocks, first_tile, tile_step, rank, warpgroup - 1, t, stages_a, stages_b,
+    consume(map_d, p, tiles, first_unit, unit_step, rank, warpgroup - 1, t, stages_a, stages_b,
             epilogue_buffers, full, empty);
   }
   // No CTA may leave while its peer can still arrive on its barriers.

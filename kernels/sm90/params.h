@@ -11,8 +11,13 @@ struct GemmMatrix {
 };
 
 // D = alpha * A * B + beta * C; A is m x k, B is k x n, C and D are m x n, all [batch].
+// With split-K, each tile's K range is cut into `splits` parts whose f32 partial tiles meet in
+// `partials`; `counters` (one per tile slice, zero between launches) count the arrivals.
 struct GemmParams {
   long long m, n, k, batch;
   float alpha, beta;
   GemmMatrix a, b, c, d;
+  float* partials;
+  unsigned* counters;
+  int splits;
 };

@@ -62,7 +62,8 @@ const char* gemm_kernel_name(const KernelConfig& config) {
   return config.kind == KernelKind::tma ? kGemmKernel : kFallbackKernel;
 }
 
-std::string gemm_source(const KernelConfig& config) {
+std::string gemm_source(const KernelConfig& requested) {
+  const KernelConfig config = compiled(requested);
   std::ostringstream s;
   s << "// gemmkit kernel: " << config.name() << "\n" << file_text("utility.cuh") << file_text("params.h")
     << "// ---- generated prelude\n";
@@ -76,6 +77,7 @@ std::string gemm_source(const KernelConfig& config) {
     << "constexpr int kStages = " << config.stages << ";\n"
     << "constexpr int kGroupM = " << config.group_m << ";\n"
     << "constexpr int kClusterM = " << config.cluster_m << ";\n"
+    << "constexpr bool kSplitK = " << bool_text(config.splits > 1) << ";\n"
     << "constexpr bool kAKMajor = " << bool_text(config.a_k_major) << ";\n"
     << "constexpr bool kBKMajor = " << bool_text(config.b_k_major) << ";\n"
     << "constexpr bool kABatched = " << bool_text(config.a_batched) << ";\n"
@@ -86,7 +88,7 @@ std::string gemm_source(const KernelConfig& config) {
     << "constexpr unsigned kSmemBytes = " << config.smem_bytes() << ";\n"
     << file_text("common.cuh")
     << wgmma_function(config.tile_n, config.in, config.a_k_major, config.b_k_major)
-    << file_text("epilogue.cuh") << file_text("gemm.cuh");
+    << file_text("epilogue.cuh") << file_text("split_k.cuh") << file_text("gemm.cuh");
   return s.str();
 }
 

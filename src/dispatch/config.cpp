@@ -1,5 +1,6 @@
 #include "dispatch/config.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <sstream>
@@ -14,6 +15,14 @@ constexpr int kEpilogueBuffer = 64 * 128;  // one 64-row, 128-byte-wide staging 
 constexpr int64_t kTmaStrideLimit = int64_t(1) << 40;
 constexpr int64_t kCoordinateLimit = int64_t(1) << 31;
 
+// Split-K: at most this many parts of at least kMinSplitBlocks K blocks each, partial tiles
+// within kMaxPartialBytes, and each part costed as this many K blocks more than its share
+// (filling the pipeline again, writing and summing the partial tile).
+constexpr int kMaxSplits = 16;
+constexpr int kMinSplitBlocks = 4;
+constexpr int64_t kMaxPartialBytes = int64_t(32) << 20;
+constexpr double kSplitOverheadBlocks = 2.0;
+
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -25,8 +34,8 @@ bool tma_stride_ok(int64_t stride_elements, int element_bytes, int64_t at_least)
 }
 
 auto key(const KernelConfig& c) {
-  return std::tie(c.kind, c.tile_m, c.tile_n, c.stages, c.group_m, c.cluster_m, c.a_k_major, c.b_k_major, c.a_batched,
-                  c.b_batched, c.tma_store, c.store_buffers, c.has_c, c.in, c.out, c.c);
+  return std::tie(c.kind, c.tile_m, c.tile_n, c.stages, c.group_m, c.cluster_m, c.splits, c.a_k_major, c.b_k_major,
+                  c.a_batched, c.b_batched, c.tma_store, c.store_buffers, c.has_c, c.in, c.out, c.c);
 }
 
 // Relative throughput of a tile: each K block loads m rows of A and n of B (n / cluster per
@@ -59,13 +68,18 @@ std::string KernelConfig::name() const {
   if (kind == KernelKind::fallback) return "fallback simt 64x64";
   std::ostringstream s;
   s << "tma " << tile_m << "x" << tile_n << " s" << stages << (cluster_m > 1 ? " c" + std::to_string(cluster_m) : "")
-    << " " << (a_k_major ? 'K' : 'M') << (b_k_major ? 'K' : 'N')
+    << (splits > 1 ? " split" + std::to_string(splits) : "") << " " << (a_k_major ? 'K' : 'M') << (b_k_major ? 'K' : 'N')
     << (!tma_store ? " direct-store" : store_buffers != 2 ? " b" + std::to_string(store_buffers) : "");
   return s.str();
 }
 
 bool KernelConfig::operator<(const KernelConfig& other) const { return key(*this) < key(other); }
 bool KernelConfig::operator==(const KernelConfig& other) const { return key(*this) == key(other); }
+
+KernelConfig compiled(KernelConfig c) {
+  c.splits = std::min(c.splits, 2);
+  return c;
+}
 
 const std::vector<TileShape>& tile_shapes() {
   // Every 16th width from 128 to 256 for full-height tiles, so that some width divides N (or
@@ -142,9 +156,11 @@ KernelConfig choose_config(const Problem& p, const DeviceLimits& limits) {
   config.b_batched = p.batch > 1 && p.b.batch_stride != 0;
   config.tma_store = tma_can_store(p);
 
-  // Cost ~ waves of (cluster) tiles over the SMs, each wave as long as its tile's work at its
-  // efficiency. Candidates come largest tile first, clustered first, and a later one must win
-  // by 2%: the model cannot tell closer calls apart, and fewer tiles means fewer epilogues.
+  // Cost ~ waves of work units (a cluster tile, or one K part of it) over the SMs, each wave as
+  // long as its unit's work at its tile's efficiency. Candidates come largest tile first,
+  // clustered first, fewest parts first, and a later one must win by 2%: the model cannot tell
+  // closer calls apart, and fewer units means fewer epilogues.
+  const int64_t k_blocks = ceil_div(p.k, kTileK);
   double best = std::numeric_limits<double>::infinity();
   KernelConfig best_config = config;
   for (TileShape tile : tile_shapes()) {
@@ -158,11 +174,20 @@ KernelConfig choose_config(const Problem& p, const DeviceLimits& limits) {
       candidate.stages = max_stages(candidate, limits.smem_per_block);
       if (candidate.stages < 2) continue;
       const int64_t cluster_tiles = ceil_div(tiles_m, cluster) * ceil_div(p.n, tile.n) * p.batch;
-      const double waves = double(ceil_div(cluster_tiles, limits.sm_count / cluster));
-      const double cost = waves * tile.m * tile.n / tile_efficiency(tile, cluster);
-      if (cost < 0.98 * best) {
-        best = cost;
-        best_config = candidate;
+      const int64_t partial_bytes = cluster_tiles * cluster * tile.m * tile.n * 4;
+      for (int splits = 1; splits <= kMaxSplits; ++splits) {
+        if (splits > 1 && (tile.n > kMaxSplitTileN || k_blocks < splits * kMinSplitBlocks ||
+                           splits * partial_bytes > kMaxPartialBytes)) {
+          break;
+        }
+        candidate.splits = splits;
+        const double waves = double(ceil_div(cluster_tiles * splits, limits.sm_count / cluster));
+        const double blocks = double(ceil_div(k_blocks, splits)) + (splits > 1 ? kSplitOverheadBlocks : 0.0);
+        const double cost = waves * blocks * tile.m * tile.n / tile_efficiency(tile, cluster);
+        if (cost < 0.98 * best) {
+          best = cost;
+          best_config = candidate;
+        }
       }
     }
   }

@@ -21,6 +21,8 @@ struct KernelConfig {
   int stages = 4;
   int group_m = 8;          // row blocks per raster group of the persistent tile order
   int cluster_m = 1;        // CTAs per cluster, on vertically adjacent tiles sharing B (1 or 2)
+  int splits = 1;           // parts each tile's K range is cut into (split-K); see compiled()
+                            // and kMaxSplitTileN
   bool a_k_major = true;    // A's K dimension is contiguous (else M is)
   bool b_k_major = true;    // B's K dimension is contiguous (else N is)
   bool a_batched = false;   // A has a batch stride (else one A serves every batch)
@@ -36,10 +38,18 @@ struct KernelConfig {
   // Width in bytes of one TMA store box of D: 128, or 64 or 32 where the tile's row of D is
   // not a multiple of 128 bytes. The box's swizzle mode has the same width.
   int store_box_bytes() const;
-  std::string name() const;  // e.g. "tma 128x256 s4 KK tma-store"
+  std::string name() const;  // e.g. "tma 128x256 s4 c2 KK", "tma 64x128 s8 split6 KK"
   bool operator<(const KernelConfig& other) const;
   bool operator==(const KernelConfig& other) const;
 };
+
+// The config as compiled: the split count is a launch parameter, so every count above 1
+// shares one binary (with the split-K reduction) and 1 another (without).
+KernelConfig compiled(KernelConfig c);
+
+// Split-K is built for tiles up to this wide: its reduction holds a second tile row's worth of
+// registers, which wider tiles do not have to spare.
+inline constexpr int kMaxSplitTileN = 128;
 
 // The tile shapes the TMA kernel is built for.
 const std::vector<TileShape>& tile_shapes();

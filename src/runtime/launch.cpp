@@ -5,6 +5,7 @@
 #include "kernels/sm90/params.h"
 #include "runtime/driver.h"
 #include "runtime/tensor_map.h"
+#include "runtime/workspace.h"
 
 namespace gemmkit::runtime {
 namespace {
@@ -12,8 +13,11 @@ namespace {
 GemmMatrix matrix(const MatrixRef& m) { return {m.data, m.batch_stride, m.row_stride, m.col_stride}; }
 
 GemmParams params(const Problem& p) {
-  return {p.m, p.n, p.k, p.batch, p.alpha, p.beta, matrix(p.a), matrix(p.b), matrix(p.c), matrix(p.d)};
+  return {p.m,         p.n,         p.k,         p.batch,     p.alpha, p.beta,
+          matrix(p.a), matrix(p.b), matrix(p.c), matrix(p.d), nullptr, nullptr, 1};
 }
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 unsigned clamp_grid(int64_t blocks, int64_t limit) { return unsigned(std::max<int64_t>(1, std::min(blocks, limit))); }
 
@@ -58,13 +62,25 @@ void launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   if (config.tma_store) {
     map_d = make_tensor_map(p.d, p.batch, p.m, p.n, true, config.store_box_bytes() / dtype_size(p.d.dtype), 64);
   }
-  // A persistent grid: one CTA per SM at most, whole clusters, no more than there are tiles.
   const int cluster = config.cluster_m;
-  const int64_t cluster_rows = ((p.m + config.tile_m - 1) / config.tile_m + cluster - 1) / cluster;
-  const int64_t cluster_tiles = cluster_rows * ((p.n + config.tile_n - 1) / config.tile_n) * p.batch;
+  const int64_t cluster_tiles = ceil_div(ceil_div(p.m, config.tile_m), cluster) * ceil_div(p.n, config.tile_n) * p.batch;
+  // Split-K: no part may be empty. Where no workspace can be had (growing it during a graph
+  // capture), the kernel runs unsplit.
+  const int64_t splits = std::min<int64_t>(config.splits, ceil_div(p.k, 64));
+  if (splits > 1) {
+    const int64_t tiles = cluster_tiles * cluster;
+    const auto workspace = split_workspace(stream, size_t(tiles * splits * config.tile_m * config.tile_n * 4),
+                                           size_t(tiles * (config.tile_m / 64)));
+    if (workspace) {
+      args.partials = workspace->partials;
+      args.counters = workspace->counters;
+      args.splits = int(splits);
+    }
+  }
+  // A persistent grid: one CTA per SM at most, whole clusters, no more than there are work units.
   void* pointers[] = {&map_a, &map_b, &map_d, &args};
-  launch(kernel, clamp_grid(cluster_tiles, sm_count / cluster) * unsigned(cluster), 1, 1, config.threads(),
-         config.smem_bytes(), cluster, stream, pointers);
+  launch(kernel, clamp_grid(cluster_tiles * args.splits, sm_count / cluster) * unsigned(cluster), 1, 1,
+         config.threads(), config.smem_bytes(), cluster, stream, pointers);
 }
 
 void launch_reference(const LoadedKernel& kernel, const Problem& p, double* ref, double* ref_abs,

@@ -28,11 +28,12 @@ void expect_clean_compile(const std::string& source, const std::string& entry, c
 }
 
 // The TMA kernel: every tile shape with every operand majorness, alone and in a cluster of
-// two, at the most stages that fit.
+// two, at the most stages that fit; tiles up to kMaxSplitTileN wide also with split-K.
 struct TmaCase {
   TileShape tile;
   bool a_k_major, b_k_major;
   int cluster_m;
+  int splits;
 };
 
 std::vector<TmaCase> tma_cases() {
@@ -40,7 +41,10 @@ std::vector<TmaCase> tma_cases() {
   for (TileShape tile : tile_shapes()) {
     for (bool a_k : {true, false}) {
       for (bool b_k : {true, false}) {
-        for (int cluster : {1, 2}) cases.push_back({tile, a_k, b_k, cluster});
+        for (int cluster : {1, 2}) {
+          cases.push_back({tile, a_k, b_k, cluster, 1});
+          if (tile.n <= kMaxSplitTileN) cases.push_back({tile, a_k, b_k, cluster, 2});
+        }
       }
     }
   }
@@ -57,6 +61,7 @@ TEST_P(TmaKernelCompiles, WithoutSpills) {
   config.a_k_major = c.a_k_major;
   config.b_k_major = c.b_k_major;
   config.cluster_m = c.cluster_m;
+  config.splits = c.splits;
   config.stages = max_stages(config, DeviceLimits{}.smem_per_block);
   expect_clean_compile(codegen::gemm_source(config), codegen::kGemmKernel, config.name());
 }
@@ -64,7 +69,7 @@ TEST_P(TmaKernelCompiles, WithoutSpills) {
 std::string tma_case_name(const ::testing::TestParamInfo<TmaCase>& info) {
   const TmaCase& c = info.param;
   return std::to_string(c.tile.m) + "x" + std::to_string(c.tile.n) + "_" + (c.a_k_major ? "K" : "M") +
-         (c.b_k_major ? "K" : "N") + "_cluster" + std::to_string(c.cluster_m);
+         (c.b_k_major ? "K" : "N") + "_cluster" + std::to_string(c.cluster_m) + (c.splits > 1 ? "_splitK" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTiles, TmaKernelCompiles, ::testing::ValuesIn(tma_cases()), tma_case_name);

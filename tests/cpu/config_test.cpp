@@ -211,6 +211,37 @@ TEST(ConfigChoose, TileWidthFillsTheLastWave) {
   expect_full_stages(c);
 }
 
+// Few tiles for 132 SMs (small M, modest N): K is split so that the parts fill the SMs, each
+// part long enough to pay for its reduction. Problems with tiles to spare are never split.
+TEST(ConfigChoose, SplitKFillsTheSmsWhenTilesAreFew) {
+  for (auto [m, n, k] : {std::tuple{1, 2112, 7168}, std::tuple{16, 4096, 7168}, std::tuple{128, 2112, 7168},
+                         std::tuple{1, 7168, 2048}}) {
+    const KernelConfig c = choose_config(problem(m, n, k), {132, kSmemLimit});
+    const int64_t tiles = (m + c.tile_m - 1) / c.tile_m * ((n + c.tile_n - 1) / c.tile_n);
+    EXPECT_GT(c.splits, 1) << m << "x" << n << "x" << k << ": " << c.name();
+    EXPECT_LE(c.tile_n, kMaxSplitTileN) << c.name();
+    EXPECT_GE(k / 64 / c.splits, 4) << c.name();
+    EXPECT_GT(tiles * c.splits, 132 / 2) << c.name() << ": most SMs should have a part";
+    EXPECT_LE(tiles * c.splits, 2 * 132) << c.name();
+    expect_full_stages(c);
+  }
+  for (auto [m, n, k] : {std::tuple{4096, 2112, 7168}, std::tuple{8192, 8192, 8192}, std::tuple{64, 28672, 8192}}) {
+    EXPECT_EQ(choose_config(problem(m, n, k), {132, kSmemLimit}).splits, 1) << m << "x" << n << "x" << k;
+  }
+  EXPECT_EQ(choose_config(problem(1, 2112, 192), {132, kSmemLimit}).splits, 1) << "3 K blocks cannot be split";
+}
+
+// Every split count above 1 runs on one binary.
+TEST(ConfigKernelConfig, SplitCountIsALaunchParameter) {
+  KernelConfig four, eight, one;
+  four.splits = 4;
+  eight.splits = 8;
+  EXPECT_FALSE(four == eight);
+  EXPECT_TRUE(compiled(four) == compiled(eight));
+  EXPECT_FALSE(compiled(four) == compiled(one));
+  EXPECT_TRUE(compiled(one) == one);
+}
+
 TEST(ConfigChoose, TypesAndCPropagate) {
   Problem p = problem(512, 512, 512);
   p.a.dtype = p.b.dtype = DType::f16;
@@ -240,6 +271,7 @@ TEST(ConfigKernelConfig, EveryFieldTakesPartInComparison) {
       [](KernelConfig& c) { c.kind = KernelKind::fallback; }, [](KernelConfig& c) { c.tile_m = 64; },
       [](KernelConfig& c) { c.tile_n = 256; },              [](KernelConfig& c) { c.stages = 3; },
       [](KernelConfig& c) { c.group_m = 4; },               [](KernelConfig& c) { c.cluster_m = 2; },
+      [](KernelConfig& c) { c.splits = 3; },                [](KernelConfig& c) { c.store_buffers = 4; },
       [](KernelConfig& c) { c.a_k_major = false; },
       [](KernelConfig& c) { c.b_k_major = false; },         [](KernelConfig& c) { c.a_batched = true; },
       [](KernelConfig& c) { c.b_batched = true; },          [](KernelConfig& c) { c.tma_store = false; },
@@ -259,7 +291,7 @@ TEST(ConfigKernelConfig, EveryFieldTakesPartInComparison) {
 
 TEST(ConfigKernelConfig, NameShowsTileStagesClusterMajornessAndStore) {
   const KernelConfig base;
-  std::vector<KernelConfig> configs(8, base);
+  std::vector<KernelConfig> configs(9, base);
   configs[1].tile_m = 64;
   configs[2].tile_n = 256;
   configs[3].stages = 3;
@@ -267,6 +299,7 @@ TEST(ConfigKernelConfig, NameShowsTileStagesClusterMajornessAndStore) {
   configs[5].b_k_major = false;
   configs[6].tma_store = false;
   configs[7].cluster_m = 2;
+  configs[8].splits = 4;
   std::set<std::string> names;
   for (const KernelConfig& c : configs) names.insert(c.name());
   EXPECT_EQ(names.size(), configs.size());

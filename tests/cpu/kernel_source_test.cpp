@@ -94,6 +94,16 @@ TEST(KernelSource, SourceIsDeterministicPerConfig) {
   EXPECT_NE(gemm_source(c), gemm_source(other));
 }
 
+// The split count is a launch parameter: one source (so one binary) for every count above 1.
+TEST(KernelSource, SplitKSourceIsSharedByEverySplitCount) {
+  KernelConfig two = tma_config(), nine = tma_config();
+  two.splits = 2;
+  nine.splits = 9;
+  EXPECT_EQ(gemm_source(two), gemm_source(nine));
+  EXPECT_TRUE(contains(gemm_source(two), "constexpr bool kSplitK = true;"));
+  EXPECT_TRUE(contains(gemm_source(tma_config()), "constexpr bool kSplitK = false;"));
+}
+
 TEST(KernelSource, ReferenceSourceHasTheReferenceKernel) {
   const std::string source = reference_source(DType::bf16, true, DType::f32);
   EXPECT_TRUE(contains(source, kReferenceKernel));

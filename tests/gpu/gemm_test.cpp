@@ -13,6 +13,7 @@ using GemmBatch = testing::GpuTest;
 using GemmBeta = testing::GpuTest;
 using GemmDeterminism = testing::GpuTest;
 using GemmEdges = testing::GpuTest;
+using GemmSplitK = testing::GpuTest;
 using GemmTiles = testing::GpuTest;
 using GemmTypes = testing::GpuTest;
 using GemmUnaligned = testing::GpuTest;
@@ -174,6 +175,59 @@ TEST_F(GemmTiles, NarrowStoreBoxes) {
   }
 }
 
+KernelConfig split_config(TileShape tile, const char* layout, int cluster, int splits) {
+  KernelConfig config;
+  config.tile_m = tile.m;
+  config.tile_n = tile.n;
+  config.cluster_m = cluster;
+  config.splits = splits;
+  config.a_k_major = layout[0] == 'N';
+  config.b_k_major = layout[1] == 'T';
+  config.stages = max_stages(config, runtime::device_info(0).smem_per_block_optin);
+  return config;
+}
+
+// Split-K, forced: each tile that can be split, every layout, alone and in a cluster, with
+// uneven parts (K not a multiple of 64 or of the split count), partial tiles, rows below D,
+// and more parts asked for than K has blocks (the launch uses fewer).
+TEST_F(GemmSplitK, EveryTileLayoutAndClusterForced) {
+  for (TileShape tile : tile_shapes()) {
+    if (tile.n > kMaxSplitTileN) continue;
+    for (const char* layout : kLayouts) {
+      for (int cluster : {1, 2}) {
+        for (int splits : {2, 3, 7}) {
+          const KernelConfig config = split_config(tile, layout, cluster, splits);
+          for (auto [m, n, k] : {std::tuple{1, 2 * tile.n + 7, 1000}, std::tuple{tile.m + 17, tile.n - 1, 4097},
+                                 std::tuple{16, 300, 130}}) {
+            expect_correct({.m = m, .n = n, .k = k, .layout = layout, .align_leading = true}, &config);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The reduction feeds every epilogue: each output type, C (separate and in place), direct
+// stores, and batches.
+TEST_F(GemmSplitK, EpiloguesAndBatches) {
+  for (DType out : {DType::bf16, DType::f16, DType::f32}) {
+    KernelConfig config = split_config({64, 128}, "NT", 1, 5);
+    config.out = config.c = out;
+    config.has_c = true;
+    for (bool in_place : {false, true}) {
+      expect_correct({.m = 33, .n = 520, .k = 2000, .layout = "NT", .out = out, .alpha = 0.5f, .beta = -2.0f,
+                      .c_is_d = in_place, .align_leading = true},
+                     &config);
+    }
+  }
+  KernelConfig direct = split_config({128, 128}, "NN", 1, 4);
+  direct.tma_store = false;
+  expect_correct({.m = 130, .n = 131, .k = 1500, .layout = "NN", .pad_d = 1, .align_leading = true}, &direct);
+  KernelConfig batched = split_config({64, 128}, "TT", 2, 3);
+  batched.a_batched = batched.b_batched = true;
+  expect_correct({.m = 100, .n = 250, .k = 900, .batch = 3, .layout = "TT", .align_leading = true}, &batched);
+}
+
 // The same inputs twice must give bit-identical D: a difference means a race.
 TEST_F(GemmDeterminism, RepeatedRunsAreIdentical) {
   for (const char* layout : kLayouts) {
@@ -188,6 +242,24 @@ TEST_F(GemmDeterminism, RepeatedRunsAreIdentical) {
     EXPECT_EQ(results[0], results[1]) << layout;
     EXPECT_EQ(results[0], results[2]) << layout;
   }
+}
+
+// Split-K sums its parts in a fixed order whichever finishes last: D is bit-identical run to run.
+TEST_F(GemmDeterminism, SplitKRunsAreIdentical) {
+  reference::DeviceProblem problem({.m = 16, .n = 2112, .k = 7168, .layout = "NT"}, testing::fresh_seed());
+  const KernelConfig config = split_config({64, 128}, "NT", 1, 7);
+  Problem p = validate_gemm(problem.a(), problem.b(), problem.d(), problem.options(nullptr));
+  const Plan plan = make_plan(normalize(p), &config);
+  std::vector<std::vector<char>> results;
+  for (int run = 0; run < 5; ++run) {
+    problem.prepare_output(nullptr);
+    run_plan(plan, normalize(p), nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    results.push_back(problem.copy_output());
+  }
+  for (int run = 1; run < 5; ++run) EXPECT_EQ(results[0], results[run]) << "run " << run;
+  const reference::Comparison result = problem.check(nullptr);
+  EXPECT_TRUE(result.passed()) << result.summary();
 }
 
 }  // namespace
