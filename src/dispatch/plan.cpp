@@ -1,12 +1,15 @@
 #include "dispatch/plan.h"
 
+#include <array>
 #include <map>
 #include <mutex>
+#include <unordered_map>
 #include <utility>
 
 #include "codegen/kernel_source.h"
 #include "runtime/device.h"
 #include "runtime/launch.h"
+#include "runtime/words_hash.h"
 
 namespace gemmkit {
 namespace {
@@ -15,6 +18,45 @@ MatrixRef transposed(const MatrixRef& m) {
   MatrixRef t = m;
   std::swap(t.row_stride, t.col_stride);
   return t;
+}
+
+// Everything of a normalised problem that choose_config reads: equal keys, equal plans. Of the
+// pointers only their 16-byte alignment matters.
+using PlanKey = std::array<int64_t, 17>;
+
+PlanKey plan_key(const Problem& p) {
+  auto alignment = [](const void* data) { return int64_t(reinterpret_cast<uintptr_t>(data) % 16); };
+  const int64_t types = int64_t(p.a.dtype) | int64_t(p.d.dtype) << 4 | int64_t(p.c.dtype) << 8 |
+                        int64_t(p.has_c()) << 12 | int64_t(p.device) << 16;
+  return {types,          p.m,          p.n,           p.k,           p.batch,          alignment(p.a.data),
+          p.a.batch_stride, p.a.row_stride, p.a.col_stride, alignment(p.b.data), p.b.batch_stride, p.b.row_stride,
+          p.b.col_stride, alignment(p.d.data), p.d.batch_stride, p.d.row_stride, p.d.col_stride};
+}
+
+// The kernel for a config on a device, generated, compiled and loaded on first use.
+const runtime::LoadedKernel& kernel_for(int device, const KernelConfig& config) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, KernelConfig>, const runtime::LoadedKernel*> loaded;
+  const std::pair<int, KernelConfig> key{device, compiled(config)};
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = loaded.find(key); it != loaded.end()) return *it->second;
+  }
+  const runtime::LoadedKernel& kernel = runtime::load_kernel(device, codegen::gemm_source(config),
+                                                             codegen::gemm_kernel_name(config), config.smem_bytes());
+  std::lock_guard<std::mutex> lock(mutex);
+  loaded[key] = &kernel;
+  return kernel;
+}
+
+Plan new_plan(const Problem& normalized, const KernelConfig* forced) {
+  const runtime::DeviceInfo& info = runtime::device_info(normalized.device);
+  runtime::require_sm90(info);
+  Plan plan;
+  plan.sm_count = info.sm_count;
+  plan.config = forced ? *forced : choose_config(normalized, {info.sm_count, info.smem_per_block_optin});
+  plan.kernel = &kernel_for(normalized.device, plan.config);
+  return plan;
 }
 
 }  // namespace
@@ -33,30 +75,14 @@ Problem normalize(const Problem& p) {
 }
 
 Plan make_plan(const Problem& normalized, const KernelConfig* forced) {
-  const runtime::DeviceInfo& info = runtime::device_info(normalized.device);
-  runtime::require_sm90(info);
-  Plan plan;
-  plan.sm_count = info.sm_count;
-  plan.config = forced ? *forced : choose_config(normalized, {info.sm_count, info.smem_per_block_optin});
-
-  // Configs already loaded on this device skip source generation entirely.
-  static std::mutex mutex;
-  static std::map<std::pair<int, KernelConfig>, const runtime::LoadedKernel*> loaded;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto it = loaded.find({normalized.device, plan.config});
-    if (it != loaded.end()) {
-      plan.kernel = it->second;
-      return plan;
-    }
-  }
-  const runtime::LoadedKernel& kernel =
-      runtime::load_kernel(normalized.device, codegen::gemm_source(plan.config),
-                           codegen::gemm_kernel_name(plan.config), plan.config.smem_bytes());
-  std::lock_guard<std::mutex> lock(mutex);
-  loaded[{normalized.device, plan.config}] = &kernel;
-  plan.kernel = &kernel;
-  return plan;
+  if (forced) return new_plan(normalized, forced);
+  // Per thread, so that calls from several threads never wait on each other; bounded, since a
+  // caller that varies shapes without end would otherwise grow it without end.
+  thread_local std::unordered_map<PlanKey, Plan, runtime::WordsHash> plans;
+  const PlanKey key = plan_key(normalized);
+  if (auto it = plans.find(key); it != plans.end()) return it->second;
+  if (plans.size() >= 4096) plans.clear();
+  return plans.emplace(key, new_plan(normalized, nullptr)).first->second;
 }
 
 void run_plan(const Plan& plan, const Problem& normalized, cudaStream_t stream) {

@@ -19,7 +19,8 @@ struct Plan {
 };
 
 // The plan for a normalised problem on its device (the current device), compiling and loading
-// the kernel on first use. `forced` replaces the heuristic's choice (benchmarks and tests).
+// the kernel on first use. Plans are cached by everything the choice depends on, so a repeated
+// problem costs one hash lookup. `forced` replaces the heuristic's choice (benchmarks and tests).
 Plan make_plan(const Problem& normalized, const KernelConfig* forced = nullptr);
 
 void run_plan(const Plan& plan, const Problem& normalized, cudaStream_t stream);

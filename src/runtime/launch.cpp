@@ -1,10 +1,13 @@
 #include "runtime/launch.h"
 
 #include <algorithm>
+#include <array>
+#include <unordered_map>
 
 #include "kernels/sm90/params.h"
 #include "runtime/driver.h"
 #include "runtime/tensor_map.h"
+#include "runtime/words_hash.h"
 #include "runtime/workspace.h"
 
 namespace gemmkit::runtime {
@@ -18,6 +21,29 @@ GemmParams params(const Problem& p) {
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Tensor maps by everything that goes into one, so that calls on the same buffers (the usual
+// case: weights, and activations reused by the caller's allocator) skip the encoding. Per
+// thread, so that threads never wait on each other; bounded, since pointers may vary without end.
+CUtensorMap cached_tensor_map(const MatrixRef& m, int64_t batch, int64_t rows, int64_t cols, bool cols_contiguous,
+                              uint32_t box_inner, uint32_t box_outer) {
+  using Key = std::array<int64_t, 10>;
+  thread_local std::unordered_map<Key, CUtensorMap, WordsHash> maps;
+  const Key key = {int64_t(reinterpret_cast<uintptr_t>(m.data)),
+                   int64_t(m.dtype) | int64_t(cols_contiguous) << 4,
+                   batch,
+                   rows,
+                   cols,
+                   m.batch_stride,
+                   m.row_stride,
+                   m.col_stride,
+                   box_inner,
+                   box_outer};
+  if (auto it = maps.find(key); it != maps.end()) return it->second;
+  if (maps.size() >= 1024) maps.clear();
+  return maps.emplace(key, make_tensor_map(m, batch, rows, cols, cols_contiguous, box_inner, box_outer))
+      .first->second;
+}
 
 unsigned clamp_grid(int64_t blocks, int64_t limit) { return unsigned(std::max<int64_t>(1, std::min(blocks, limit))); }
 
@@ -54,13 +80,13 @@ void launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   }
   // Boxes: K-major operands load rows x 64 at once (B shared out among a cluster's CTAs),
   // MN-major ones 64 x 64 per block.
-  CUtensorMap map_a = make_tensor_map(p.a, p.batch, p.m, p.k, config.a_k_major, 64,
+  CUtensorMap map_a = cached_tensor_map(p.a, p.batch, p.m, p.k, config.a_k_major, 64,
                                       config.a_k_major ? config.tile_m : 64);
-  CUtensorMap map_b = make_tensor_map(p.b, p.batch, p.k, p.n, !config.b_k_major, 64,
+  CUtensorMap map_b = cached_tensor_map(p.b, p.batch, p.k, p.n, !config.b_k_major, 64,
                                       config.b_k_major ? config.tile_n / config.cluster_m : 64);
   CUtensorMap map_d{};
   if (config.tma_store) {
-    map_d = make_tensor_map(p.d, p.batch, p.m, p.n, true, config.store_box_bytes() / dtype_size(p.d.dtype), 64);
+    map_d = cached_tensor_map(p.d, p.batch, p.m, p.n, true, config.store_box_bytes() / dtype_size(p.d.dtype), 64);
   }
   const int cluster = config.cluster_m;
   const int64_t cluster_tiles = ceil_div(ceil_div(p.m, config.tile_m), cluster) * ceil_div(p.n, config.tile_n) * p.batch;
