@@ -95,7 +95,7 @@ void launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   const int64_t splits = std::min<int64_t>(config.splits, ceil_div(p.k, 64));
   if (splits > 1) {
     const int64_t tiles = cluster_tiles * cluster;
-    const auto workspace = split_workspace(stream, size_t(tiles * splits * config.tile_m * config.tile_n * 4),
+    const auto workspace = split_workspace(p.device, stream, size_t(tiles * splits * config.tile_m * config.tile_n * 4),
                                            size_t(tiles * (config.tile_m / 64)));
     if (workspace) {
       args.partials = workspace->partials;

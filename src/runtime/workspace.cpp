@@ -5,16 +5,10 @@
 #include <thread>
 #include <tuple>
 
-#include "gemmkit/error.h"
+#include "runtime/driver.h"
 
 namespace gemmkit::runtime {
 namespace {
-
-void check_cuda(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) {
-    throw Error(ErrorCode::cuda_error, std::string(what) + " failed: " + cudaGetErrorString(status));
-  }
-}
 
 // Sizes grow to powers of two (from 1 MiB), so that a run of growing problems allocates rarely.
 size_t grown(size_t needed) {
@@ -33,36 +27,34 @@ struct Buffers {
 // cudaStreamPerThread names a different stream in every thread, so the thread is part of the key.
 using StreamKey = std::tuple<int, cudaStream_t, std::thread::id>;
 
-StreamKey stream_key(cudaStream_t stream) {
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+StreamKey stream_key(int device, cudaStream_t stream) {
   return {device, stream, stream == cudaStreamPerThread ? std::this_thread::get_id() : std::thread::id()};
 }
 
 }  // namespace
 
-std::optional<SplitWorkspace> split_workspace(cudaStream_t stream, size_t partial_bytes, size_t counters) {
+std::optional<SplitWorkspace> split_workspace(int device, cudaStream_t stream, size_t partial_bytes, size_t counters) {
   static std::mutex mutex;
   static std::map<StreamKey, Buffers> buffers;
   const size_t counter_bytes = counters * sizeof(unsigned);
-  const StreamKey key = stream_key(stream);
+  const StreamKey key = stream_key(device, stream);
   std::lock_guard<std::mutex> lock(mutex);
   Buffers& b = buffers[key];
   if (b.partial_bytes < partial_bytes || b.counter_bytes < counter_bytes) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    check_cuda(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
+    check(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
     if (capture != cudaStreamCaptureStatusNone) return std::nullopt;
   }
   if (b.partial_bytes < partial_bytes) {
     const size_t size = grown(partial_bytes);
-    check_cuda(cudaMallocAsync(&b.partials, size, stream), "cudaMallocAsync(split-K partials)");
+    check(cudaMallocAsync(&b.partials, size, stream), "cudaMallocAsync(split-K partials)");
     b.partial_bytes = size;
   }
   if (b.counter_bytes < counter_bytes) {
     const size_t size = grown(counter_bytes);
     void* fresh = nullptr;
-    check_cuda(cudaMallocAsync(&fresh, size, stream), "cudaMallocAsync(split-K counters)");
-    check_cuda(cudaMemsetAsync(fresh, 0, size, stream), "cudaMemsetAsync(split-K counters)");
+    check(cudaMallocAsync(&fresh, size, stream), "cudaMallocAsync(split-K counters)");
+    check(cudaMemsetAsync(fresh, 0, size, stream), "cudaMemsetAsync(split-K counters)");
     b.counters = fresh;
     b.counter_bytes = size;
   }

@@ -16,10 +16,10 @@ struct SplitWorkspace {
 };
 
 // Buffers of at least `partial_bytes` and `counters` counters for kernels queued on `stream`
-// of the current device. They grow by stream-ordered allocation and are never freed (a CUDA
+// of `device` (the current device). They grow by stream-ordered allocation and are never freed (a CUDA
 // graph captured earlier may still use them). Returns nullopt when they would have to grow
 // while `stream` is being captured, where allocating is not allowed; the caller then runs
 // without split-K.
-std::optional<SplitWorkspace> split_workspace(cudaStream_t stream, size_t partial_bytes, size_t counters);
+std::optional<SplitWorkspace> split_workspace(int device, cudaStream_t stream, size_t partial_bytes, size_t counters);
 
 }  // namespace gemmkit::runtime
