@@ -21,11 +21,11 @@
 #include "commands.h"
 #include "dispatch/plan.h"
 #include "gemmkit/error.h"
-#include "reference/gpu_reference.h"
 #include "report.h"
 #include "runtime/device.h"
 #include "runtime/driver.h"
 #include "runtime/kernel_cache.h"
+#include "tuning/gpu_timer.h"
 
 namespace gemmkit::tools {
 namespace {
@@ -35,22 +35,7 @@ namespace {
 int compile_only(const std::vector<SuiteProblem>& problems) {
   std::set<KernelConfig> configs;
   for (const SuiteProblem& sp : problems) {
-    // Aligned stand-in addresses: only the layout matters for the choice of kernel.
-    reference::ProblemSpec spec = to_spec(sp);
-    auto* fake = reinterpret_cast<char*>(uintptr_t(1) << 40);
-    auto view = [&](int64_t rows, int64_t cols, bool transposed, DType type, char* data) {
-      return transposed ? TensorView::matrix(data, type, rows, cols, 1, rows) : TensorView::row_major(data, type, rows, cols);
-    };
-    const int64_t gap = int64_t(1) << 38;
-    TensorView a = view(spec.m, spec.k, spec.layout[0] == 'T', spec.in, fake);
-    TensorView b = view(spec.k, spec.n, spec.layout[1] == 'T', spec.in, fake + gap);
-    TensorView d = view(spec.m, spec.n, false, spec.out, fake + 2 * gap);
-    if (spec.batch > 1) {
-      a = TensorView::batched(a.data, a.dtype, spec.batch, a.rows(), a.cols(), spec.m * spec.k, a.row_stride(), a.col_stride());
-      b = TensorView::batched(b.data, b.dtype, spec.batch, b.rows(), b.cols(), spec.k * spec.n, b.row_stride(), b.col_stride());
-      d = TensorView::batched(d.data, d.dtype, spec.batch, d.rows(), d.cols(), spec.m * spec.n, d.row_stride(), d.col_stride());
-    }
-    const Problem p = normalize(validate_gemm(a, b, d, {}));
+    const Problem p = stand_in_problem(sp, 0);
     if (p.m > 0 && p.n > 0) configs.insert(choose_config(p, DeviceLimits{}));
   }
   int compiled = 0;
@@ -80,48 +65,6 @@ Plan forced_plan(const Problem& normalized, const BenchOptions& options, const r
   return make_plan(normalized, &config);
 }
 
-// Times several launchers on one stream, alternating between them run by run so each sees the
-// same clocks and temperature; all runs are queued behind a spin kernel so the host's launch
-// cost does not leak into the GPU timings.
-class Timer {
- public:
-  Timer(cudaStream_t stream, int warmup, int runs, int sm_clock_khz)
-      : stream_(stream), warmup_(warmup), runs_(runs), spin_cycles_(int64_t(sm_clock_khz) * 20) {}  // ~20 ms
-
-  // Median microseconds of each launcher; launch(set) runs on buffer set `set` of `sets`.
-  // Every run, whichever side, takes the next set in turn: a side never runs on the buffers the
-  // other side has just pulled into L2.
-  std::vector<double> median_us(int sets, const std::vector<std::function<void(int)>>& launchers) {
-    const size_t count = launchers.size();
-    for (size_t i = 0; i < size_t(warmup_) * count; ++i) launchers[i % count](int(i % sets));
-    runtime::check(cudaStreamSynchronize(stream_), "warm-up runs");
-    std::vector<cudaEvent_t> events(size_t(runs_) * count + 1);
-    for (cudaEvent_t& e : events) runtime::check(cudaEventCreate(&e), "cudaEventCreate");
-    reference::gpu_spin(spin_cycles_, stream_);
-    runtime::check(cudaEventRecord(events[0], stream_), "cudaEventRecord");
-    for (size_t i = 0; i + 1 < events.size(); ++i) {
-      launchers[i % count](int((size_t(warmup_) * count + i) % sets));
-      runtime::check(cudaEventRecord(events[i + 1], stream_), "cudaEventRecord");
-    }
-    runtime::check(cudaStreamSynchronize(stream_), "timed runs");
-    std::vector<std::vector<double>> us(count);
-    for (size_t i = 0; i + 1 < events.size(); ++i) {
-      float ms = 0;
-      runtime::check(cudaEventElapsedTime(&ms, events[i], events[i + 1]), "cudaEventElapsedTime");
-      us[i % count].push_back(ms * 1e3);
-    }
-    for (cudaEvent_t e : events) cudaEventDestroy(e);
-    std::vector<double> medians;
-    for (auto& values : us) medians.push_back(median(values));
-    return medians;
-  }
-
- private:
-  cudaStream_t stream_;
-  int warmup_, runs_;
-  int64_t spin_cycles_;
-};
-
 struct CudaFree {
   void operator()(void* p) const { cudaFree(p); }
 };
@@ -141,7 +84,7 @@ double measure_copy_gbps(cudaStream_t stream, int sm_clock_khz) {
   const std::unique_ptr<void, CudaFree> src_owner(src);
   runtime::check(cudaMalloc(&dst, bytes), "cudaMalloc (copy bandwidth)");
   const std::unique_ptr<void, CudaFree> dst_owner(dst);
-  Timer timer(stream, 3, 10, sm_clock_khz);
+  tuning::GpuTimer timer(stream, 3, 10, sm_clock_khz);
   const double us = timer.median_us(1, {[&](int) {
     runtime::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
   }})[0];
@@ -150,12 +93,31 @@ double measure_copy_gbps(cudaStream_t stream, int sm_clock_khz) {
 
 }  // namespace
 
+std::vector<std::unique_ptr<reference::DeviceProblem>> buffer_sets(const reference::ProblemSpec& spec,
+                                                                   const runtime::DeviceInfo& info) {
+  const double set_bytes = double(spec.batch) * (double(spec.m * spec.k + spec.k * spec.n) * dtype_size(spec.in) +
+                                                 double(spec.m * spec.n) * dtype_size(spec.out));
+  size_t free_bytes = 0, total_bytes = 0;
+  runtime::check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  const int wanted = int(std::ceil(3.0 * info.l2_bytes / std::max(set_bytes, 1.0)));
+  const int affordable = int(0.5 * double(free_bytes) / std::max(set_bytes, 1.0));
+  const int sets = std::clamp(std::min(wanted, affordable), 1, 64);
+  std::random_device seeds;
+  std::vector<std::unique_ptr<reference::DeviceProblem>> pool;
+  for (int s = 0; s < sets; ++s) {
+    pool.push_back(std::make_unique<reference::DeviceProblem>(spec, (uint64_t(seeds()) << 32) | seeds()));
+  }
+  return pool;
+}
+
 int run_bench(const BenchOptions& options) {
   // --overhead times one small problem in place of the suite; bad options fail with or without a GPU.
   const std::vector<SuiteProblem> problems =
       options.overhead ? std::vector{parse_overhead_shape(options.overhead_shape)} : load_suite(options.suite);
   if (!options.tile.empty()) parse_tile(options.tile);
   const bool force = !options.tile.empty() || options.cluster > 0 || options.store_buffers > 0;
+  const bool hint_matrix = !options.hint_matrix.empty();
+  if (hint_matrix) runtime::require_device();  // it tunes: nothing to do without a GPU
   if (runtime::device_count() == 0) return compile_only(problems);
 
   int device = 0;
@@ -163,6 +125,7 @@ int run_bench(const BenchOptions& options) {
   const runtime::DeviceInfo& info = runtime::device_info(device);
   runtime::require_sm90(info);
   if (options.overhead) return run_overhead(problems[0], options.json, info);
+  if (hint_matrix) return run_hint_matrix(options.hint_matrix[0], options.hint_matrix[1], options, info);
 
   cudaStream_t stream = nullptr;
   runtime::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -171,26 +134,17 @@ int run_bench(const BenchOptions& options) {
               info.name.c_str(), info.sm_count, info.l2_bytes >> 20, format_copy_bandwidth(copy).c_str(),
               options.warmup, options.runs);
   baseline::CublasLt cublaslt(device);
-  Timer timer(stream, options.warmup, options.runs, info.sm_clock_khz);
-  std::random_device seeds;
+  tuning::GpuTimer timer(stream, options.warmup, options.runs, info.sm_clock_khz);
   std::vector<BenchRecord> records;
 
   for (const SuiteProblem& sp : problems) {
     const reference::ProblemSpec spec = to_spec(sp);
     const int in_bytes = dtype_size(spec.in), out_bytes = dtype_size(spec.out);
-    const double set_bytes = double(spec.batch) * (double(spec.m * spec.k + spec.k * spec.n) * in_bytes +
-                                                   double(spec.m * spec.n) * out_bytes);
-    size_t free_bytes = 0, total_bytes = 0;
-    runtime::check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
-    const int wanted = int(std::ceil(3.0 * info.l2_bytes / std::max(set_bytes, 1.0)));
-    const int affordable = int(0.5 * double(free_bytes) / std::max(set_bytes, 1.0));
-    const int sets = std::clamp(std::min(wanted, affordable), 1, 64);
-
-    std::vector<std::unique_ptr<reference::DeviceProblem>> pool;
+    const std::vector<std::unique_ptr<reference::DeviceProblem>> pool = buffer_sets(spec, info);
+    const int sets = int(pool.size());
     std::vector<Problem> lt_problems;
-    for (int s = 0; s < sets; ++s) {
-      pool.push_back(std::make_unique<reference::DeviceProblem>(spec, (uint64_t(seeds()) << 32) | seeds()));
-      Problem p = validate_gemm(pool.back()->a(), pool.back()->b(), pool.back()->d(), pool.back()->options(stream));
+    for (const auto& set : pool) {
+      Problem p = validate_gemm(set->a(), set->b(), set->d(), set->options(stream));
       p.device = device;
       lt_problems.push_back(p);
     }

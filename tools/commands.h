@@ -1,8 +1,11 @@
 // The gemmkit CLI's subcommands. Each returns the process exit code.
 #pragma once
 
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "dispatch/problem.h"
 #include "reference/device_problem.h"
 #include "runtime/device.h"
 #include "suite.h"
@@ -14,7 +17,12 @@ int run_info();
 // The device problem a suite line describes.
 reference::ProblemSpec to_spec(const SuiteProblem& p);
 
-// The configuration gemmkit::gemm picks for a problem on the current device.
+// The normalised problem a suite line describes, on `device` at aligned stand-in addresses
+// (nothing is allocated): enough to choose, compile or tune its kernel, not to run it.
+Problem stand_in_problem(const SuiteProblem& p, int device);
+
+// The configuration gemmkit::gemm picks for a problem on the current device, with " tuned"
+// appended where it is a tuning winner.
 std::string chosen_config(const reference::DeviceProblem& problem);
 
 // Verifies each problem against the GPU reference; non-zero exit on any failure.
@@ -30,8 +38,23 @@ struct BenchOptions {
   int store_buffers = 0;  // force this many epilogue staging buffers (0: the heuristic's)
   bool overhead = false;   // time host microseconds per call on one small problem instead of the suite
   std::string overhead_shape = "64,64,64";  // M,N,K of that problem, as parse_overhead_shape takes
+  std::vector<int64_t> hint_matrix;  // N and K: run the hint matrix instead of the suite (empty: no)
 };
 int run_bench(const BenchOptions& options);
+
+// Buffer sets of one problem, each with fresh random inputs: enough that cycling through them
+// keeps any run from finding the previous run's operands in L2 (3x the L2, at most 64 sets,
+// within half the free memory).
+std::vector<std::unique_ptr<reference::DeviceProblem>> buffer_sets(const reference::ProblemSpec& spec,
+                                                                   const runtime::DeviceInfo& info);
+
+// bench --hint-matrix N K: tunes M = 64, 256 and 4096 of an N x K NT bf16 problem, then times
+// each tuned kernel pinned at each of those M, and gemm() dispatching by M's bucket.
+int run_hint_matrix(int64_t n, int64_t k, const BenchOptions& options, const runtime::DeviceInfo& info);
+
+// gemmkit tune: tunes every problem of a suite on the current device and stores the winners in
+// the tuning database; writes the results as JSON to `json` unless it is empty.
+int run_tune(const std::string& suite, const std::string& json);
 
 // bench --overhead: host microseconds per call of gemmkit::gemm and of cuBLASLt on `problem`, on
 // the current device (`info`, already checked to be sm_90). Writes the result as JSON to `json`

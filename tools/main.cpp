@@ -1,4 +1,4 @@
-// gemmkit: the command-line tool. info, verify and bench; see README.md.
+// gemmkit: the command-line tool. info, verify, bench and tune; see README.md.
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -52,11 +52,24 @@ int main(int argc, char** argv) {
   bench->add_option("--overhead-shape", bench_options.overhead_shape, "M,N,K of the --overhead problem (NT, bf16)")
       ->needs(overhead)
       ->capture_default_str();
+  bench
+      ->add_option("--hint-matrix", bench_options.hint_matrix,
+                   "N K: tune M = 64, 256, 4096 of N x K (NT bf16), then time each tuned kernel at each M, pinned and "
+                   "dispatched by M (ignores --suite)")
+      ->expected(2)
+      ->check(CLI::PositiveNumber)
+      ->excludes(tile, cluster, store_buffers, overhead);
+
+  CLI::App* tune = app.add_subcommand("tune", "time candidate kernels for each problem and store the winners in the tuning database");
+  std::string tune_suite, tune_json;
+  tune->add_option("--suite", tune_suite, "suite file")->required();
+  tune->add_option("--json", tune_json, "also write the results as JSON here");
 
   CLI11_PARSE(app, argc, argv);
   try {
     if (app.got_subcommand("info")) return run_info();
     if (app.got_subcommand("bench")) return run_bench(bench_options);
+    if (app.got_subcommand("tune")) return run_tune(tune_suite, tune_json);
     std::vector<SuiteProblem> problems;
     if (!verify_suite.empty()) {
       if (!shape.empty()) throw gemmkit::Error(gemmkit::ErrorCode::invalid_argument, "verify: give M N K or --suite, not both");

@@ -6,7 +6,12 @@
 #include <functional>
 #include <limits>
 
+#include "tuning/gpu_timer.h"
+
 namespace gemmkit::tools {
+
+using tuning::median;
+
 namespace {
 
 constexpr double nan = std::numeric_limits<double>::quiet_NaN();
@@ -83,13 +88,6 @@ double copy_fraction(double gbps, double copy_gbps) {
 std::string format_copy_bandwidth(double copy_gbps) {
   if (!measured(copy_gbps)) return "copy bandwidth unknown";
   return "copy bandwidth " + num("%.0f", copy_gbps) + " GB/s (device-to-device, read + write)";
-}
-
-double median(std::vector<double> values) {
-  if (values.empty()) return nan;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
 std::string shape_name(const BenchRecord& r) {
@@ -187,6 +185,94 @@ nlohmann::json overhead_json(const OverheadResult& r) {
             {"calls", r.calls},
             {"repeats", r.ours_us.size()},
             {"shape", r.shape}}}};
+}
+
+PickSummary summarize_picks(const std::vector<TuneRecord>& records) {
+  PickSummary s;
+  s.count = int(records.size());
+  if (records.empty()) {
+    s.median = s.p90 = s.worst = nan;
+    return s;
+  }
+  std::vector<double> ratios;
+  for (const TuneRecord& r : records) {
+    const double ratio = r.pick_us / r.best_us;
+    ratios.push_back(ratio);
+    if (ratios.size() == 1 || ratio > s.worst) {
+      s.worst = ratio;
+      s.worst_shape = r.shape;
+    }
+    s.within_10_percent += ratio <= 1.10;
+  }
+  s.median = median(ratios);
+  std::sort(ratios.begin(), ratios.end());
+  s.p90 = ratios[size_t(std::ceil(0.9 * double(ratios.size()))) - 1];
+  return s;
+}
+
+std::string format_tune_table(const std::vector<TuneRecord>& records) {
+  std::vector<Row> rows = {{"shape", "tuned best", "us", "model's pick", "us", "pick/best"}};
+  for (const TuneRecord& r : records) {
+    rows.push_back({r.shape, r.best_config, num("%.2f", r.best_us), r.pick_config, num("%.2f", r.pick_us),
+                    num("%.2fx", r.pick_us / r.best_us)});
+  }
+  return align_columns(rows, [](size_t c) { return c == 0 || c == 1 || c == 3; });
+}
+
+std::string format_pick_summary(const PickSummary& s) {
+  if (s.count == 0) return "cost model's pick against the tuned best: no problems tuned";
+  return "cost model's pick against the tuned best over " + std::to_string(s.count) + " problems: median " +
+         num("%.2fx", s.median) + ", p90 " + num("%.2fx", s.p90) + ", worst " + num("%.2fx", s.worst) + " at " +
+         s.worst_shape + "; " + std::to_string(s.within_10_percent) + " of " + std::to_string(s.count) +
+         " within 10%";
+}
+
+nlohmann::json tune_json(const std::vector<TuneRecord>& records, const PickSummary& s) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const TuneRecord& r : records) {
+    list.push_back({{"shape", r.shape},
+                    {"best_config", r.best_config},
+                    {"best_us", json_num(r.best_us)},
+                    {"pick_config", r.pick_config},
+                    {"pick_us", json_num(r.pick_us)},
+                    {"pick_over_best", json_num(r.pick_us / r.best_us)},
+                    {"candidates", r.candidates}});
+  }
+  nlohmann::json summary = {{"count", s.count},
+                            {"median", json_num(s.median)},
+                            {"p90", json_num(s.p90)},
+                            {"worst", json_num(s.worst)},
+                            {"worst_shape", s.count > 0 ? nlohmann::json(s.worst_shape) : nlohmann::json(nullptr)},
+                            {"within_10_percent", s.within_10_percent}};
+  return {{"records", list}, {"summary", summary}};
+}
+
+std::string format_hint_matrix(const std::vector<HintCell>& cells) {
+  std::vector<int64_t> hints, ms;
+  for (const HintCell& c : cells) {
+    if (std::find(hints.begin(), hints.end(), c.hint) == hints.end()) hints.push_back(c.hint);
+    if (std::find(ms.begin(), ms.end(), c.m) == ms.end()) ms.push_back(c.m);
+  }
+  Row header = {"tuned for M ="};
+  for (int64_t m : ms) header.push_back("run at M = " + std::to_string(m));
+  std::vector<Row> rows = {header};
+  for (int64_t hint : hints) {
+    Row row = {std::to_string(hint)};
+    for (int64_t m : ms) {
+      auto cell = std::find_if(cells.begin(), cells.end(), [&](const HintCell& c) { return c.hint == hint && c.m == m; });
+      row.push_back(cell == cells.end() ? "-" : num("%.2f", cell->pinned_us) + " / " + num("%.2f", cell->dispatch_us));
+    }
+    rows.push_back(row);
+  }
+  return align_columns(rows, [](size_t c) { return c == 0; });
+}
+
+nlohmann::json hint_matrix_json(const std::vector<HintCell>& cells) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const HintCell& c : cells) {
+    list.push_back({{"hint", c.hint}, {"m", c.m}, {"pinned_us", json_num(c.pinned_us)}, {"dispatch_us", json_num(c.dispatch_us)}});
+  }
+  return {{"cells", list}};
 }
 
 }  // namespace gemmkit::tools

@@ -33,9 +33,6 @@ double copy_fraction(double gbps, double copy_gbps);
 // "copy bandwidth 3012 GB/s (device-to-device, read + write)", or "copy bandwidth unknown".
 std::string format_copy_bandwidth(double copy_gbps);
 
-// Median of the values; NaN when there are none.
-double median(std::vector<double> values);
-
 // "MxNxK", with "xB" appended when batch > 1.
 std::string shape_name(const BenchRecord& r);
 
@@ -79,5 +76,48 @@ std::string format_overhead_summary(const OverheadResult& r);
 
 // {"overhead": {ours_us, baseline_us, calls, repeats, shape}}, medians; no baseline is null.
 nlohmann::json overhead_json(const OverheadResult& r);
+
+// One problem of `gemmkit tune`: the tuned best and the cost model's untuned pick.
+struct TuneRecord {
+  std::string shape;  // e.g. "4096x2112x7168 NT bf16"
+  std::string best_config, pick_config;
+  double best_us = 0, pick_us = 0;  // medians
+  int candidates = 0;
+};
+
+// How far the cost model's pick is from the tuned best (pick_us / best_us, 1 when it is the
+// best) over the records: median, 90th percentile (nearest rank), worst, and how many are
+// within 10%. With no records: count 0 and NaN values.
+struct PickSummary {
+  int count = 0;
+  double median = 0, p90 = 0, worst = 0;
+  std::string worst_shape;
+  int within_10_percent = 0;
+};
+PickSummary summarize_picks(const std::vector<TuneRecord>& records);
+
+// Aligned table: shape, best config and us, the model's pick and us, pick / best.
+std::string format_tune_table(const std::vector<TuneRecord>& records);
+
+// "cost model's pick against the tuned best over 54 problems: median 1.00x, p90 1.06x, worst
+// 1.21x at 128x7168x16384 NT bf16; 50 of 54 within 10%".
+std::string format_pick_summary(const PickSummary& s);
+
+// {"records": [{shape, best_config, best_us, pick_config, pick_us, pick_over_best,
+// candidates}, ...], "summary": {count, median, p90, worst, worst_shape, within_10_percent}}.
+nlohmann::json tune_json(const std::vector<TuneRecord>& records, const PickSummary& s);
+
+// bench --hint-matrix: the kernel tuned for M = hint run at M = m, pinned, and gemm()
+// dispatching by m's bucket.
+struct HintCell {
+  int64_t hint = 0, m = 0;
+  double pinned_us = 0, dispatch_us = 0;
+};
+
+// One row per hint, one column per runtime M, each cell "pinned / dispatch" microseconds.
+std::string format_hint_matrix(const std::vector<HintCell>& cells);
+
+// {"cells": [{hint, m, pinned_us, dispatch_us}, ...]}; NaN is null.
+nlohmann::json hint_matrix_json(const std::vector<HintCell>& cells);
 
 }  // namespace gemmkit::tools

@@ -22,6 +22,23 @@ reference::ProblemSpec to_spec(const SuiteProblem& p) {
   return spec;
 }
 
+Problem stand_in_problem(const SuiteProblem& sp, int device) {
+  const reference::ProblemSpec spec = to_spec(sp);
+  auto* base = reinterpret_cast<char*>(uintptr_t(1) << 40);
+  const int64_t gap = int64_t(1) << 38;
+  auto view = [&](int64_t rows, int64_t cols, bool transposed, DType type, char* data, int64_t batch_stride) {
+    TensorView v = transposed ? TensorView::matrix(data, type, rows, cols, 1, rows) : TensorView::row_major(data, type, rows, cols);
+    if (spec.batch <= 1) return v;
+    return TensorView::batched(v.data, type, spec.batch, rows, cols, batch_stride, v.row_stride(), v.col_stride());
+  };
+  const TensorView a = view(spec.m, spec.k, spec.layout[0] == 'T', spec.in, base, spec.m * spec.k);
+  const TensorView b = view(spec.k, spec.n, spec.layout[1] == 'T', spec.in, base + gap, spec.k * spec.n);
+  const TensorView d = view(spec.m, spec.n, false, spec.out, base + 2 * gap, spec.m * spec.n);
+  Problem p = validate_gemm(a, b, d, {});
+  p.device = device;
+  return normalize(p);
+}
+
 // The configuration gemmkit::gemm picks for a problem (for reports).
 std::string chosen_config(const reference::DeviceProblem& problem) {
   Problem p = validate_gemm(problem.a(), problem.b(), problem.d(), problem.options(nullptr));
@@ -29,7 +46,8 @@ std::string chosen_config(const reference::DeviceProblem& problem) {
   int device = 0;
   cudaGetDevice(&device);
   p.device = device;
-  return make_plan(normalize(p)).config.name();
+  const Plan plan = make_plan(normalize(p));
+  return plan.config.name() + (plan.tuned ? " tuned" : "");
 }
 
 int run_verify(const std::vector<SuiteProblem>& problems, float beta) {

@@ -4,3 +4,4 @@
 #include "gemmkit/error.h"
 #include "gemmkit/gemm.h"
 #include "gemmkit/tensor.h"
+#include "gemmkit/tuning.h"

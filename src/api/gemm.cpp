@@ -39,7 +39,7 @@ void gemm(const TensorView& a, const TensorView& b, const TensorView& d, const G
   problem.device = common_device(problem);
   runtime::DeviceGuard guard(problem.device);
   const Problem normalized = normalize(problem);
-  run_plan(make_plan(normalized), normalized, options.stream);
+  run_plan(make_plan(normalized, nullptr, options.stream), normalized, options.stream);
 }
 
 }  // namespace gemmkit

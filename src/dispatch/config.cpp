@@ -15,10 +15,9 @@ constexpr int kEpilogueBuffer = 64 * 128;  // one 64-row, 128-byte-wide staging 
 constexpr int64_t kTmaStrideLimit = int64_t(1) << 40;
 constexpr int64_t kCoordinateLimit = int64_t(1) << 31;
 
-// Split-K: at most this many parts of at least kMinSplitBlocks K blocks each, partial tiles
-// within kMaxPartialBytes, and each part costed as this many K blocks more than its share
-// (filling the pipeline again, writing and summing the partial tile).
-constexpr int kMaxSplits = 16;
+// Split-K in the cost model: at most kMaxSplits parts of at least kMinSplitBlocks K blocks
+// each, partial tiles within kMaxPartialBytes, and each part costed as kSplitOverheadBlocks K
+// blocks more than its share (filling the pipeline again, writing and summing the partial tile).
 constexpr int kMinSplitBlocks = 4;
 constexpr int64_t kMaxPartialBytes = int64_t(32) << 20;
 constexpr double kSplitOverheadBlocks = 2.0;
@@ -134,7 +133,9 @@ bool tma_can_store(const Problem& p) {
   return access.ok && access.cols_contiguous && (p.batch <= 1 || p.d.batch_stride != 0);
 }
 
-KernelConfig choose_config(const Problem& p, const DeviceLimits& limits) {
+// The config's fields that follow from the problem alone (types, majorness, batching, store
+// path); the kind is fallback where TMA cannot read A or B, or K is 0.
+KernelConfig problem_config(const Problem& p) {
   KernelConfig config;
   config.in = p.a.dtype;
   config.out = p.d.dtype;
@@ -155,14 +156,19 @@ KernelConfig choose_config(const Problem& p, const DeviceLimits& limits) {
   config.a_batched = p.batch > 1 && p.a.batch_stride != 0;
   config.b_batched = p.batch > 1 && p.b.batch_stride != 0;
   config.tma_store = tma_can_store(p);
+  return config;
+}
 
+std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& limits) {
+  const KernelConfig config = problem_config(p);
+  if (config.kind != KernelKind::tma) return {};
   // Cost ~ waves of work units (a cluster tile, or one K part of it) over the SMs, each wave as
   // long as its unit's work at its tile's efficiency. Candidates come largest tile first,
-  // clustered first, fewest parts first, and a later one must win by 2%: the model cannot tell
-  // closer calls apart, and fewer units means fewer epilogues.
+  // clustered first, fewest parts first, and a later one must win by 2% to be the pick: the
+  // model cannot tell closer calls apart, and fewer units means fewer epilogues.
   const int64_t k_blocks = ceil_div(p.k, kTileK);
-  double best = std::numeric_limits<double>::infinity();
-  KernelConfig best_config = config;
+  std::vector<Candidate> candidates;
+  size_t pick = 0;
   for (TileShape tile : tile_shapes()) {
     const int64_t tiles_m = ceil_div(p.m, tile.m);
     for (int cluster : {2, 1}) {
@@ -184,14 +190,32 @@ KernelConfig choose_config(const Problem& p, const DeviceLimits& limits) {
         const double waves = double(ceil_div(cluster_tiles * splits, limits.sm_count / cluster));
         const double blocks = double(ceil_div(k_blocks, splits)) + (splits > 1 ? kSplitOverheadBlocks : 0.0);
         const double cost = waves * blocks * tile.m * tile.n / tile_efficiency(tile, cluster);
-        if (cost < 0.98 * best) {
-          best = cost;
-          best_config = candidate;
-        }
+        if (candidates.empty() || cost < 0.98 * candidates[pick].cost) pick = candidates.size();
+        candidates.push_back({candidate, cost});
       }
     }
   }
-  return best_config;
+  // The pick first, then the rest by cost (ties in enumeration order).
+  std::rotate(candidates.begin(), candidates.begin() + pick, candidates.begin() + pick + 1);
+  std::stable_sort(candidates.begin() + 1, candidates.end(),
+                   [](const Candidate& x, const Candidate& y) { return x.cost < y.cost; });
+  return candidates;
+}
+
+KernelConfig choose_config(const Problem& p, const DeviceLimits& limits) {
+  const std::vector<Candidate> ranked = rank_candidates(p, limits);
+  return ranked.empty() ? problem_config(p) : ranked.front().config;
+}
+
+bool fits(const KernelConfig& c, const DeviceLimits& limits) {
+  if (c.kind != KernelKind::tma) return true;
+  const std::vector<TileShape>& shapes = tile_shapes();
+  const bool known_tile = std::any_of(shapes.begin(), shapes.end(),
+                                      [&](TileShape t) { return t.m == c.tile_m && t.n == c.tile_n; });
+  return known_tile && (c.cluster_m == 1 || c.cluster_m == 2) && c.group_m >= c.cluster_m && c.group_m <= 64 &&
+         c.splits >= 1 && c.splits <= kMaxSplits && (c.splits == 1 || c.tile_n <= kMaxSplitTileN) &&
+         c.store_buffers >= 1 && c.store_buffers <= 8 && c.stages >= 2 && c.stages <= 8 &&
+         tma_smem_bytes(c) <= limits.smem_per_block;
 }
 
 }  // namespace gemmkit

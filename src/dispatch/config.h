@@ -50,6 +50,8 @@ KernelConfig compiled(KernelConfig c);
 // Split-K is built for tiles up to this wide: its reduction holds a second tile row's worth of
 // registers, which wider tiles do not have to spare.
 inline constexpr int kMaxSplitTileN = 128;
+// The most parts a tile's K range is cut into.
+inline constexpr int kMaxSplits = 16;
 
 // The tile shapes the TMA kernel is built for.
 const std::vector<TileShape>& tile_shapes();
@@ -75,7 +77,25 @@ TmaAccess tma_access(const MatrixRef& m, int64_t batch, int64_t rows, int64_t co
 // Whether TMA can write D (row-major, aligned).
 bool tma_can_store(const Problem& p);
 
-// The cold-start choice for a (normalised, see plan.h) problem.
+// The fields of a config that follow from a (normalised, see plan.h) problem alone: types,
+// majorness, batching and the store path. Its kind is fallback where the TMA kernel cannot run.
+KernelConfig problem_config(const Problem& p);
+
+struct Candidate {
+  KernelConfig config;
+  double cost;  // the cost model's estimate, in arbitrary units
+};
+
+// Every TMA config the cost model weighs for a normalised problem (tiles, clusters, split
+// counts; the most stages that fit): the model's pick first, then the rest cheapest first.
+// Empty where the problem needs the fallback kernel.
+std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& limits);
+
+// The cold-start choice for a normalised problem: rank_candidates' first, else the fallback.
 KernelConfig choose_config(const Problem& p, const DeviceLimits& limits);
+
+// Whether a config (e.g. one read from the tuning database) is one the TMA kernel is built for
+// and fits the device's shared memory. Fallback configs always fit.
+bool fits(const KernelConfig& c, const DeviceLimits& limits);
 
 }  // namespace gemmkit

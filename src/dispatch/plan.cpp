@@ -10,6 +10,7 @@
 #include "runtime/device.h"
 #include "runtime/launch.h"
 #include "runtime/words_hash.h"
+#include "tuning/tuned_configs.h"
 
 namespace gemmkit {
 namespace {
@@ -49,12 +50,18 @@ const runtime::LoadedKernel& kernel_for(int device, const KernelConfig& config) 
   return kernel;
 }
 
-Plan new_plan(const Problem& normalized, const KernelConfig* forced) {
+Plan new_plan(const Problem& normalized, const KernelConfig* forced, cudaStream_t stream) {
   const runtime::DeviceInfo& info = runtime::device_info(normalized.device);
   runtime::require_sm90(info);
   Plan plan;
   plan.sm_count = info.sm_count;
-  plan.config = forced ? *forced : choose_config(normalized, {info.sm_count, info.smem_per_block_optin});
+  if (forced) {
+    plan.config = *forced;
+  } else {
+    const tuning::Dispatch choice = tuning::dispatch_config(normalized, info, stream);
+    plan.config = choice.config;
+    plan.tuned = choice.tuned;
+  }
   plan.kernel = &kernel_for(normalized.device, plan.config);
   return plan;
 }
@@ -74,15 +81,22 @@ Problem normalize(const Problem& p) {
   return t;
 }
 
-Plan make_plan(const Problem& normalized, const KernelConfig* forced) {
-  if (forced) return new_plan(normalized, forced);
+Plan make_plan(const Problem& normalized, const KernelConfig* forced, cudaStream_t stream) {
+  if (forced) return new_plan(normalized, forced, stream);
   // Per thread, so that calls from several threads never wait on each other; bounded, since a
-  // caller that varies shapes without end would otherwise grow it without end.
+  // caller that varies shapes without end would otherwise grow it without end; dropped when
+  // tuning may have changed the choice.
   thread_local std::unordered_map<PlanKey, Plan, runtime::WordsHash> plans;
+  thread_local uint64_t plans_generation = 0;
+  const uint64_t generation = tuning::generation();
+  if (generation != plans_generation) {
+    plans.clear();
+    plans_generation = generation;
+  }
   const PlanKey key = plan_key(normalized);
   if (auto it = plans.find(key); it != plans.end()) return it->second;
   if (plans.size() >= 4096) plans.clear();
-  return plans.emplace(key, new_plan(normalized, nullptr)).first->second;
+  return plans.emplace(key, new_plan(normalized, nullptr, stream)).first->second;
 }
 
 void run_plan(const Plan& plan, const Problem& normalized, cudaStream_t stream) {

@@ -10,6 +10,7 @@
 #include "gemmkit/error.h"
 #include "reference/gpu_reference.h"
 #include "runtime/driver.h"
+#include "runtime/utility_kernels.h"
 
 namespace gemmkit::reference {
 namespace {
@@ -66,13 +67,13 @@ DeviceProblem::DeviceProblem(const ProblemSpec& spec, uint64_t seed) : spec_(spe
   a_ = view(a_buf_, spec.m, spec.k, sa);
   b_ = view(b_buf_, spec.k, spec.n, sb);
   d_ = view(d_buf_, spec.m, spec.n, sd);
-  fill_random(a_buf_.base, spec.in, a_buf_.elements, seed, -1.0f, 1.0f, nullptr);
-  fill_random(b_buf_.base, spec.in, b_buf_.elements, seed + 1, -1.0f, 1.0f, nullptr);
+  runtime::fill_random(a_buf_.base, spec.in, a_buf_.elements, seed, -1.0f, 1.0f, nullptr);
+  runtime::fill_random(b_buf_.base, spec.in, b_buf_.elements, seed + 1, -1.0f, 1.0f, nullptr);
   if (spec.beta != 0.0f) {
     // C has D's type and strides; with C = D it is also the pristine copy D is reset from.
     c_buf_ = allocate(spec.out, spec.offset_d, sd.span * spec.batch);
     c_ = view(c_buf_, spec.m, spec.n, sd);
-    fill_random(c_buf_.base, spec.out, c_buf_.elements, seed + 2, -1.0f, 1.0f, nullptr);
+    runtime::fill_random(c_buf_.base, spec.out, c_buf_.elements, seed + 2, -1.0f, 1.0f, nullptr);
   }
   runtime::check(cudaDeviceSynchronize(), "filling inputs");
 }

@@ -6,6 +6,8 @@
 #include <limits>
 #include <sstream>
 
+#include "tuning/gpu_timer.h"
+
 using namespace gemmkit::tools;
 
 namespace {
@@ -94,10 +96,10 @@ TEST(Report, CopyBandwidthLine) {
 }
 
 TEST(Report, MedianOfOddEvenAndNoValues) {
-  EXPECT_DOUBLE_EQ(median({3.0, 1.0, 2.0}), 2.0);
-  EXPECT_DOUBLE_EQ(median({4.0, 1.0, 3.0, 2.0}), 2.5);
-  EXPECT_DOUBLE_EQ(median({7.0}), 7.0);
-  EXPECT_TRUE(std::isnan(median({})));
+  EXPECT_DOUBLE_EQ(gemmkit::tuning::median({3.0, 1.0, 2.0}), 2.0);
+  EXPECT_DOUBLE_EQ(gemmkit::tuning::median({4.0, 1.0, 3.0, 2.0}), 2.5);
+  EXPECT_DOUBLE_EQ(gemmkit::tuning::median({7.0}), 7.0);
+  EXPECT_TRUE(std::isnan(gemmkit::tuning::median({})));
 }
 
 TEST(Report, GeomeanOfKnownSpeedups) {
@@ -288,6 +290,71 @@ TEST(Report, OverheadJsonHasMediansAndCounts) {
   EXPECT_TRUE(j["overhead"]["baseline_us"].is_null());
   EXPECT_NE(j.dump().find("\"baseline_us\":null"), std::string::npos);
   EXPECT_EQ(nlohmann::json::parse(j.dump()), j);
+}
+
+TuneRecord tuned(const std::string& shape, double best_us, double pick_us) {
+  return {shape, "tma best", "tma pick", best_us, pick_us, 12};
+}
+
+// Ratios 1.0, 1.05, 1.2, 1.0, 1.5 (pick / best): sorted 1, 1, 1.05, 1.2, 1.5.
+TEST(ReportTune, PickSummaryOverRatios) {
+  const std::vector<TuneRecord> records = {tuned("a", 10, 10), tuned("b", 20, 21), tuned("c", 5, 6), tuned("d", 1, 1),
+                                           tuned("e", 2, 3)};
+  const PickSummary s = summarize_picks(records);
+  EXPECT_EQ(s.count, 5);
+  EXPECT_DOUBLE_EQ(s.median, 1.05);
+  EXPECT_DOUBLE_EQ(s.p90, 1.5) << "nearest rank: the 5th of 5";
+  EXPECT_DOUBLE_EQ(s.worst, 1.5);
+  EXPECT_EQ(s.worst_shape, "e");
+  EXPECT_EQ(s.within_10_percent, 3);
+  EXPECT_EQ(format_pick_summary(s),
+            "cost model's pick against the tuned best over 5 problems: median 1.05x, p90 1.50x, worst 1.50x at e; 3 "
+            "of 5 within 10%");
+
+  const PickSummary none = summarize_picks({});
+  EXPECT_EQ(none.count, 0);
+  EXPECT_TRUE(std::isnan(none.median));
+  EXPECT_EQ(format_pick_summary(none), "cost model's pick against the tuned best: no problems tuned");
+}
+
+TEST(ReportTune, TableAndJsonCarryEveryRecord) {
+  const std::vector<TuneRecord> records = {tuned("64x7168x2048 NT bf16", 10, 12.5)};
+  const std::vector<std::string> lines = lines_of(format_tune_table(records));
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(cell_under(lines[0], lines[1], "pick/best"), "1.25x");
+  EXPECT_NE(lines[1].find("tma best"), std::string::npos);
+  EXPECT_NE(lines[1].find("tma pick"), std::string::npos);
+
+  const nlohmann::json j = tune_json(records, summarize_picks(records));
+  ASSERT_EQ(j["records"].size(), 1u);
+  EXPECT_EQ(j["records"][0]["shape"], "64x7168x2048 NT bf16");
+  EXPECT_DOUBLE_EQ(j["records"][0]["pick_over_best"].get<double>(), 1.25);
+  EXPECT_EQ(j["records"][0]["candidates"], 12);
+  EXPECT_EQ(j["summary"]["within_10_percent"], 0);
+  EXPECT_EQ(j["summary"]["worst_shape"], "64x7168x2048 NT bf16");
+}
+
+TEST(ReportHintMatrix, RowPerHintColumnPerRuntimeM) {
+  std::vector<HintCell> cells;
+  for (int64_t hint : {64, 256}) {
+    for (int64_t m : {64, 256}) cells.push_back({hint, m, double(hint + m), double(m) / 10});
+  }
+  const std::vector<std::string> lines = lines_of(format_hint_matrix(cells));
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0].find("tuned for M ="), 0u);
+  EXPECT_NE(lines[0].find("run at M = 256"), std::string::npos);
+  EXPECT_EQ(lines[1].substr(0, 2), "64");
+  EXPECT_NE(lines[1].find("128.00 / 6.40"), std::string::npos);
+  EXPECT_NE(lines[1].find("320.00 / 25.60"), std::string::npos);
+  EXPECT_LT(lines[1].find("128.00 / 6.40"), lines[1].find("320.00 / 25.60")) << "columns in order of M";
+  EXPECT_NE(lines[2].find("512.00 / 25.60"), std::string::npos);
+
+  const nlohmann::json j = hint_matrix_json(cells);
+  ASSERT_EQ(j["cells"].size(), 4u);
+  EXPECT_EQ(j["cells"][3]["hint"], 256);
+  EXPECT_EQ(j["cells"][3]["m"], 256);
+  EXPECT_DOUBLE_EQ(j["cells"][3]["pinned_us"].get<double>(), 512.0);
+  EXPECT_DOUBLE_EQ(j["cells"][3]["dispatch_us"].get<double>(), 25.6);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "dispatch/tuning_db.h"
+#include "tuning/tuning_db.h"
 #include "gemmkit/error.h"
 
 #include <gtest/gtest.h>

@@ -7,6 +7,7 @@
 
 #include "api/validate.h"
 #include "dispatch/plan.h"
+#include "gemmkit/tuning.h"
 #include "reference/device_problem.h"
 #include "runtime/device.h"
 
@@ -20,6 +21,18 @@ class GpuTest : public ::testing::Test {
     const runtime::DeviceInfo& info = runtime::device_info(0);
     if (info.cc_major != 9 || info.cc_minor != 0) GTEST_SKIP() << info.name << " is not sm_90: GPU test skipped";
   }
+};
+
+// Sets the tuning mode for one test and restores the previous one afterwards.
+class TuningModeGuard {
+ public:
+  explicit TuningModeGuard(TuningMode mode) : previous_(tuning_mode()) { set_tuning_mode(mode); }
+  ~TuningModeGuard() { set_tuning_mode(previous_); }
+  TuningModeGuard(const TuningModeGuard&) = delete;
+  TuningModeGuard& operator=(const TuningModeGuard&) = delete;
+
+ private:
+  TuningMode previous_;
 };
 
 inline uint64_t fresh_seed() {

@@ -1,0 +1,211 @@
+#include "tuning/autotuner.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "codegen/kernel_source.h"
+#include "dispatch/plan.h"
+#include "gemmkit/error.h"
+#include "runtime/device.h"
+#include "runtime/driver.h"
+#include "runtime/kernel_cache.h"
+#include "runtime/utility_kernels.h"
+#include "tuning/gpu_timer.h"
+
+namespace gemmkit::tuning {
+namespace {
+
+constexpr size_t kTopByCost = 8;
+constexpr int kWarmupRuns = 2;
+constexpr int kTimedRuns = 15;
+constexpr int kMaxBufferSets = 16;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t round_up8(int64_t x) { return ceil_div(std::max<int64_t>(x, 1), 8) * 8; }
+
+}  // namespace
+
+void precompile(const std::vector<KernelConfig>& configs) {
+  std::set<KernelConfig> distinct;
+  for (const KernelConfig& c : configs) distinct.insert(compiled(c));
+  const std::vector<KernelConfig> work(distinct.begin(), distinct.end());
+  std::atomic<size_t> next{0};
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
+  auto worker = [&] {
+    for (size_t i = next++; i < work.size(); i = next++) {
+      try {
+        runtime::precompile_kernel(codegen::gemm_source(work[i]), codegen::gemm_kernel_name(work[i]));
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(failure_mutex);
+        if (!failure) failure = std::current_exception();
+      }
+    }
+  };
+  const size_t count = std::min<size_t>(work.size(), std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < count; ++t) threads.emplace_back(worker);
+  for (std::thread& t : threads) t.join();
+  if (failure) std::rethrow_exception(failure);
+}
+
+namespace {
+
+// A stream per device for tuning, kept for the life of the process (split-K workspaces are
+// kept per stream, so a fresh stream per tuning would leave one behind each time).
+cudaStream_t tuning_stream(int device) {
+  static std::mutex mutex;
+  static std::map<int, cudaStream_t> streams;
+  std::lock_guard<std::mutex> lock(mutex);
+  cudaStream_t& stream = streams[device];
+  if (!stream) runtime::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate (tuning)");
+  return stream;
+}
+
+struct CudaFree {
+  void operator()(void* p) const { cudaFree(p); }
+};
+
+// One operand of the scratch problem: `count` matrices of `elements` elements each.
+struct ScratchOperand {
+  MatrixRef view;
+  int64_t elements = 0, count = 1;
+  int64_t bytes() const { return elements * count * dtype_size(view.dtype); }
+};
+
+// Operands laid out as `base` expects (majorness, batching, types), packed with every leading
+// dimension rounded up to 16 bytes so that TMA can address them.
+std::vector<ScratchOperand> scratch_layout(const Problem& p, const KernelConfig& base) {
+  auto operand = [&](DType type, int64_t rows, int64_t cols, bool cols_contiguous, bool batched) {
+    ScratchOperand o;
+    o.view.dtype = type;
+    const int64_t ld = round_up8(cols_contiguous ? cols : rows);
+    o.view.row_stride = cols_contiguous ? ld : 1;
+    o.view.col_stride = cols_contiguous ? 1 : ld;
+    o.elements = ld * (cols_contiguous ? rows : cols);
+    o.count = batched ? p.batch : 1;
+    o.view.batch_stride = batched ? o.elements : 0;
+    return o;
+  };
+  std::vector<ScratchOperand> operands = {
+      operand(base.in, p.m, p.k, base.a_k_major, base.a_batched),
+      operand(base.in, p.k, p.n, !base.b_k_major, base.b_batched),
+      operand(base.out, p.m, p.n, true, p.batch > 1),
+  };
+  if (base.has_c) operands.push_back(operand(base.c, p.m, p.n, true, p.batch > 1));
+  return operands;
+}
+
+// Buffer sets of the scratch problem, with random inputs, and the problem on each.
+class ScratchProblems {
+ public:
+  ScratchProblems(const Problem& p, const KernelConfig& base, const runtime::DeviceInfo& info, cudaStream_t stream) {
+    const std::vector<ScratchOperand> layout = scratch_layout(p, base);
+    int64_t set_bytes = 0;
+    for (const ScratchOperand& o : layout) set_bytes += o.bytes();
+    size_t free_bytes = 0, total_bytes = 0;
+    runtime::check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+    const int64_t wanted = ceil_div(3 * int64_t(info.l2_bytes), set_bytes);
+    const int64_t affordable = int64_t(0.4 * double(free_bytes)) / set_bytes;
+    if (affordable < 1) {
+      throw Error(ErrorCode::cuda_error, "tuning: scratch buffers of " + std::to_string(set_bytes >> 20) +
+                                             " MiB do not fit in 40% of the device's free memory");
+    }
+    const int sets = int(std::clamp<int64_t>(std::min(wanted, affordable), 1, kMaxBufferSets));
+    std::random_device seeds;
+    for (int s = 0; s < sets; ++s) {
+      Problem q = p;
+      MatrixRef* refs[] = {&q.a, &q.b, &q.d, &q.c};
+      for (size_t i = 0; i < layout.size(); ++i) {
+        void* data = nullptr;
+        runtime::check(cudaMalloc(&data, size_t(layout[i].bytes())), "cudaMalloc (tuning scratch)");
+        buffers_.emplace_back(data);
+        *refs[i] = layout[i].view;
+        refs[i]->data = data;
+        if (i != 2) {  // D is written, not read
+          runtime::fill_random(data, layout[i].view.dtype, layout[i].elements * layout[i].count,
+                               (uint64_t(seeds()) << 32) | seeds(), -1.0f, 1.0f, stream);
+        }
+      }
+      q.alpha = 1.0f;
+      q.beta = base.has_c ? 0.5f : 0.0f;
+      if (!base.has_c) q.c = MatrixRef{};
+      problems_.push_back(q);
+    }
+    runtime::check(cudaStreamSynchronize(stream), "tuning scratch fill");
+  }
+
+  const std::vector<Problem>& problems() const { return problems_; }
+
+ private:
+  std::vector<std::unique_ptr<void, CudaFree>> buffers_;
+  std::vector<Problem> problems_;
+};
+
+}  // namespace
+
+std::vector<KernelConfig> tuning_candidates(const Problem& p, const DeviceLimits& limits) {
+  const std::vector<Candidate> ranked = rank_candidates(p, limits);
+  std::vector<KernelConfig> chosen;
+  auto add = [&](const KernelConfig& c) {
+    if (std::find(chosen.begin(), chosen.end(), c) == chosen.end()) chosen.push_back(c);
+  };
+  for (size_t i = 0; i < ranked.size() && i < kTopByCost; ++i) add(ranked[i].config);
+  for (TileShape tile : tile_shapes()) {
+    auto best = std::find_if(ranked.begin(), ranked.end(), [&](const Candidate& c) {
+      return c.config.tile_m == tile.m && c.config.tile_n == tile.n;
+    });
+    if (best != ranked.end()) add(best->config);
+  }
+  if (!ranked.empty()) {
+    const KernelConfig& pick = ranked.front().config;
+    const int64_t tiles = ceil_div(p.m, pick.tile_m) * ceil_div(p.n, pick.tile_n) * p.batch;
+    if (tiles > limits.sm_count) {
+      for (int group : {pick.group_m / 2, pick.group_m * 2}) {
+        KernelConfig variant = pick;
+        variant.group_m = group;
+        if (fits(variant, limits)) add(variant);
+      }
+    }
+  }
+  return chosen;
+}
+
+TuneResult tune(const Problem& p) {
+  const runtime::DeviceInfo& info = runtime::device_info(p.device);
+  runtime::require_sm90(info);
+  const std::vector<KernelConfig> candidates = tuning_candidates(p, {info.sm_count, info.smem_per_block_optin});
+  if (candidates.empty()) {
+    throw Error(ErrorCode::invalid_argument, "tuning: only the fallback kernel can run this problem");
+  }
+  precompile(candidates);
+  const cudaStream_t stream = tuning_stream(p.device);
+  const ScratchProblems scratch(p, problem_config(p), info, stream);
+  const std::vector<Problem>& problems = scratch.problems();
+
+  std::vector<Plan> plans;
+  for (const KernelConfig& c : candidates) plans.push_back(make_plan(problems[0], &c));
+  std::vector<std::function<void(int)>> launchers;
+  for (const Plan& plan : plans) {
+    launchers.push_back([&, plan](int set) { run_plan(plan, problems[size_t(set)], stream); });
+  }
+  const GpuTimer timer(stream, kWarmupRuns, kTimedRuns, info.sm_clock_khz);
+  const std::vector<double> us = timer.median_us(int(problems.size()), launchers);
+
+  TuneResult result;
+  for (size_t i = 0; i < candidates.size(); ++i) result.timed.push_back({candidates[i], us[i]});
+  result.first_pick = result.timed.front();
+  std::stable_sort(result.timed.begin(), result.timed.end(), [](const Timed& x, const Timed& y) { return x.us < y.us; });
+  return result;
+}
+
+}  // namespace gemmkit::tuning

@@ -1,0 +1,147 @@
+#include "tuning/tuned_configs.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <sstream>
+
+#include "gemmkit/error.h"
+#include "gemmkit/tuning.h"
+#include "tuning/autotuner.h"
+
+#ifndef GEMMKIT_VERSION
+#error "GEMMKIT_VERSION must be defined by the build"
+#endif
+
+namespace gemmkit {
+namespace {
+
+std::atomic<uint64_t> tuning_generation{0};
+
+TuningMode mode_from_environment() {
+  const char* value = std::getenv("GEMMKIT_TUNING");
+  const std::string_view text = value ? value : "";
+  if (text.empty() || text == "database") return TuningMode::database;
+  if (text == "off") return TuningMode::off;
+  if (text == "online") return TuningMode::online;
+  throw Error(ErrorCode::invalid_argument,
+              "GEMMKIT_TUNING: got \"" + std::string(text) + "\"; expected off, database or online");
+}
+
+// Read from the environment on first use; set_tuning_mode replaces it.
+std::atomic<int>& mode_slot() {
+  static std::atomic<int> slot{int(mode_from_environment())};
+  return slot;
+}
+
+}  // namespace
+
+TuningMode tuning_mode() { return TuningMode(mode_slot().load(std::memory_order_relaxed)); }
+
+void set_tuning_mode(TuningMode mode) {
+  mode_slot().store(int(mode), std::memory_order_relaxed);
+  tuning_generation.fetch_add(1, std::memory_order_release);
+}
+
+}  // namespace gemmkit
+
+namespace gemmkit::tuning {
+namespace {
+
+const char* store_name(const KernelConfig& c) { return c.tma_store ? "tma" : "direct"; }
+
+}  // namespace
+
+TuningDatabase& database() {
+  static TuningDatabase db(TuningDatabase::default_path());
+  return db;
+}
+
+uint64_t generation() { return tuning_generation.load(std::memory_order_acquire); }
+
+std::string scope(const runtime::DeviceInfo& info) {
+  return info.name + "|sm_" + std::to_string(info.cc_major) + std::to_string(info.cc_minor) + "|gemmkit " +
+         GEMMKIT_VERSION;
+}
+
+int64_t m_bucket(int64_t m) {
+  int64_t bucket = 1;
+  while (bucket < m) bucket *= 2;
+  return bucket;
+}
+
+std::string problem_key(const Problem& p) {
+  const KernelConfig base = problem_config(p);
+  std::ostringstream key;
+  key << (base.a_k_major ? 'K' : 'M') << (base.b_k_major ? 'K' : 'N') << ' ' << dtype_name(base.in) << '>'
+      << dtype_name(base.out) << " c" << (base.has_c ? dtype_name(base.c) : "-") << " b" << base.a_batched
+      << base.b_batched << ' ' << store_name(base) << " n" << p.n << " k" << p.k << " batch" << p.batch << " m"
+      << m_bucket(p.m);
+  return key.str();
+}
+
+std::string tuned_fields(const KernelConfig& c) {
+  std::ostringstream text;
+  text << c.tile_m << 'x' << c.tile_n << " s" << c.stages << " g" << c.group_m << " c" << c.cluster_m << " k"
+       << c.splits << " b" << c.store_buffers;
+  return text.str();
+}
+
+std::optional<KernelConfig> with_tuned_fields(KernelConfig base, std::string_view text) {
+  std::istringstream in{std::string(text)};
+  char x = 0, s = 0, g = 0, c = 0, k = 0, b = 0;
+  in >> base.tile_m >> x >> base.tile_n >> s >> base.stages >> g >> base.group_m >> c >> base.cluster_m >> k >>
+      base.splits >> b >> base.store_buffers;
+  const bool parsed = bool(in) && (in >> std::ws).eof() && x == 'x' && s == 's' && g == 'g' && c == 'c' &&
+                      k == 'k' && b == 'b';
+  if (!parsed) return std::nullopt;
+  return base;
+}
+
+std::optional<KernelConfig> tuned_config(const Problem& p, const runtime::DeviceInfo& info,
+                                         const TuningDatabase& db) {
+  const KernelConfig base = problem_config(p);
+  if (base.kind != KernelKind::tma) return std::nullopt;
+  const std::optional<TuningEntry> entry = db.find(scope(info), problem_key(p));
+  if (!entry) return std::nullopt;
+  const std::optional<KernelConfig> config = with_tuned_fields(base, entry->config);
+  if (!config || !fits(*config, {info.sm_count, info.smem_per_block_optin})) return std::nullopt;
+  return config;
+}
+
+bool store_winner(const Problem& p, const runtime::DeviceInfo& info, const KernelConfig& config, double us,
+                  TuningDatabase& db) {
+  const bool stored = db.put(scope(info), problem_key(p), {tuned_fields(config), us});
+  tuning_generation.fetch_add(1, std::memory_order_release);
+  return stored;
+}
+
+Dispatch dispatch_config(const Problem& p, const runtime::DeviceInfo& info, cudaStream_t stream) {
+  const DeviceLimits limits{info.sm_count, info.smem_per_block_optin};
+  const TuningMode mode = tuning_mode();
+  if (mode == TuningMode::off || problem_config(p).kind != KernelKind::tma) return {choose_config(p, limits), false};
+  if (auto tuned = tuned_config(p, info)) return {*tuned, true};
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (mode != TuningMode::online || cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
+      capture != cudaStreamCaptureStatusNone) {
+    return {choose_config(p, limits), false};
+  }
+  // One tuning at a time, so that tunings do not share the GPU and skew each other's timings;
+  // a thread that waited finds the winner another one stored.
+  static std::mutex tuning;
+  std::lock_guard<std::mutex> lock(tuning);
+  if (auto tuned = tuned_config(p, info)) return {*tuned, true};
+  try {
+    const TuneResult result = tune(p);
+    store_winner(p, info, result.timed.front().config, result.timed.front().us);
+    return {result.timed.front().config, true};
+  } catch (const Error& e) {
+    // Tuning is an optimisation: the call goes on with the cost model's pick.
+    std::fprintf(stderr, "gemmkit: online tuning of %s failed (%s); using the cost model's pick\n",
+                 problem_key(p).c_str(), e.what());
+    return {choose_config(p, limits), false};
+  }
+}
+
+}  // namespace gemmkit::tuning

@@ -1,0 +1,80 @@
+// gemmkit tune: for each problem of a suite, times the autotuner's candidates on the GPU and
+// stores the fastest in the tuning database, with a progress line per problem; then a table of
+// each winner against the cost model's untuned pick, and how far that pick is from the best.
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "commands.h"
+#include "gemmkit/error.h"
+#include "report.h"
+#include "runtime/driver.h"
+#include "tuning/autotuner.h"
+#include "tuning/tuned_configs.h"
+
+namespace gemmkit::tools {
+namespace {
+
+std::string label(const SuiteProblem& p) {
+  char shape[96];
+  std::snprintf(shape, sizeof shape, p.batch > 1 ? "%lldx%lldx%lldx%lld" : "%lldx%lldx%lld", static_cast<long long>(p.m),
+                static_cast<long long>(p.n), static_cast<long long>(p.k), static_cast<long long>(p.batch));
+  return std::string(shape) + " " + p.layout + " " + dtype_spec(p);
+}
+
+std::string progress_bar(size_t done, size_t total) {
+  constexpr size_t kWidth = 20;
+  const size_t filled = total == 0 ? kWidth : done * kWidth / total;
+  const std::string bar = std::string(filled, '#') + std::string(kWidth - filled, '.');
+  char text[64];
+  std::snprintf(text, sizeof text, "[%s] %zu/%zu", bar.c_str(), done, total);
+  return text;
+}
+
+}  // namespace
+
+int run_tune(const std::string& suite, const std::string& json) {
+  const std::vector<SuiteProblem> problems = load_suite(suite);
+  runtime::require_device();
+  int device = 0;
+  runtime::check(cudaGetDevice(&device), "cudaGetDevice");
+  const runtime::DeviceInfo& info = runtime::device_info(device);
+  runtime::require_sm90(info);
+  TuningDatabase& db = tuning::database();
+  std::fprintf(stderr, "tuning %zu problems on device %d (%s); winners go to %s\n", problems.size(), device,
+               info.name.c_str(), db.path().c_str());
+
+  std::vector<TuneRecord> records;
+  for (size_t i = 0; i < problems.size(); ++i) {
+    const std::string name = label(problems[i]);
+    const Problem p = stand_in_problem(problems[i], device);
+    const std::string bar = progress_bar(i + 1, problems.size());
+    if (p.m == 0 || p.n == 0 || p.batch == 0 || problem_config(p).kind != KernelKind::tma) {
+      std::fprintf(stderr, "%s %s: nothing to tune (empty, or only the fallback kernel runs it)\n", bar.c_str(),
+                   name.c_str());
+      continue;
+    }
+    const tuning::TuneResult result = tuning::tune(p);
+    const tuning::Timed& best = result.timed.front();
+    if (!tuning::store_winner(p, info, best.config, best.us)) {
+      throw Error(ErrorCode::io_error, "tune: cannot write the tuning database " + db.path().string());
+    }
+    TuneRecord record{name, best.config.name(), result.first_pick.config.name(), best.us, result.first_pick.us,
+                      int(result.timed.size())};
+    std::fprintf(stderr, "%s %s: best %s %.2f us of %d candidates; model's pick %.2fx\n", bar.c_str(), name.c_str(),
+                 record.best_config.c_str(), record.best_us, record.candidates, record.pick_us / record.best_us);
+    records.push_back(record);
+  }
+
+  const PickSummary summary = summarize_picks(records);
+  std::printf("%s", format_tune_table(records).c_str());
+  if (!json.empty()) {
+    std::ofstream out(json);
+    out << tune_json(records, summary).dump(2) << "\n";
+    if (!out) throw Error(ErrorCode::io_error, "tune: cannot write " + json);
+  }
+  std::printf("%s\n", format_pick_summary(summary).c_str());
+  return 0;
+}
+
+}  // namespace gemmkit::tools
