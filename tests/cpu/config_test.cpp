@@ -211,24 +211,25 @@ TEST(ConfigChoose, TileWidthFillsTheLastWave) {
   expect_full_stages(c);
 }
 
-// Few tiles for 132 SMs (small M, modest N): K is split so that the parts fill the SMs, each
-// part long enough to pay for its reduction. Problems with tiles to spare are never split.
+// Few tiles for 132 SMs (small M, modest N): K is split so that the parts fill many SMs, each
+// part long enough (24 K blocks or more) to pay for its reduction. Problems with tiles to spare,
+// or too little K for two such parts, are never split.
 TEST(ConfigChoose, SplitKFillsTheSmsWhenTilesAreFew) {
   for (auto [m, n, k] : {std::tuple{1, 2112, 7168}, std::tuple{16, 4096, 7168}, std::tuple{128, 2112, 7168},
-                         std::tuple{1, 7168, 2048}}) {
+                         std::tuple{1, 7168, 16384}}) {
     const KernelConfig c = choose_config(problem(m, n, k), {132, kSmemLimit});
     const int64_t tiles = (m + c.tile_m - 1) / c.tile_m * ((n + c.tile_n - 1) / c.tile_n);
     EXPECT_GT(c.splits, 1) << m << "x" << n << "x" << k << ": " << c.name();
     EXPECT_LE(c.tile_n, kMaxSplitTileN) << c.name();
-    EXPECT_GE(k / 64 / c.splits, 4) << c.name();
+    EXPECT_GE(k / 64 / c.splits, 24) << c.name();
     EXPECT_GT(tiles * c.splits, 132 / 2) << c.name() << ": most SMs should have a part";
-    EXPECT_LE(tiles * c.splits, 2 * 132) << c.name();
+    EXPECT_LE(tiles * c.splits, 132) << c.name() << ": memory-bound parts gain nothing from a second wave";
     expect_full_stages(c);
   }
-  for (auto [m, n, k] : {std::tuple{4096, 2112, 7168}, std::tuple{8192, 8192, 8192}, std::tuple{64, 28672, 8192}}) {
+  for (auto [m, n, k] : {std::tuple{4096, 2112, 7168}, std::tuple{8192, 8192, 8192}, std::tuple{64, 28672, 8192},
+                         std::tuple{1, 7168, 2048}, std::tuple{1, 2112, 192}}) {
     EXPECT_EQ(choose_config(problem(m, n, k), {132, kSmemLimit}).splits, 1) << m << "x" << n << "x" << k;
   }
-  EXPECT_EQ(choose_config(problem(1, 2112, 192), {132, kSmemLimit}).splits, 1) << "3 K blocks cannot be split";
 }
 
 // Every split count above 1 runs on one binary.
