@@ -31,6 +31,7 @@ Driver load_driver() {
   resolve(d.launch_kernel_ex, "cuLaunchKernelEx");
   resolve(d.tensor_map_encode_tiled, "cuTensorMapEncodeTiled");
   resolve(d.get_error_string, "cuGetErrorString");
+  resolve(d.pointer_get_attributes, "cuPointerGetAttributes");
   return d;
 }
 

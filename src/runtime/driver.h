@@ -20,6 +20,7 @@ struct Driver {
                                       const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
                                       CUtensorMapL2promotion, CUtensorMapFloatOOBfill) = nullptr;
   CUresult (*get_error_string)(CUresult, const char**) = nullptr;
+  CUresult (*pointer_get_attributes)(unsigned, CUpointer_attribute*, void**, CUdeviceptr) = nullptr;
 };
 
 // The resolved driver table; throws Error(no_device) if the driver is missing.

@@ -1,8 +1,10 @@
-// Errors that need a live device: host pointers and tensors on different devices.
+// Pointers that need a live device to judge: host memory and tensors on different devices are
+// rejected, managed memory is accepted.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
 
+#include <cstring>
 #include <vector>
 
 #include "gemmkit/error.h"
@@ -35,6 +37,20 @@ TEST_F(GemmDeviceErrors, HostPointersAreRejected) {
   ASSERT_EQ(cudaMallocHost(&pinned, 64 * 64 * 2), cudaSuccess);
   expect_rejected(problem.a(), problem.b(), TensorView::row_major(pinned, DType::bf16, 64, 64), "D: pointer");
   cudaFreeHost(pinned);
+}
+
+// Managed memory is device-accessible: accepted, and the result is the same as in device memory.
+TEST_F(GemmDeviceErrors, ManagedMemoryIsAccepted) {
+  reference::DeviceProblem problem({.m = 64, .n = 64, .k = 64}, testing::fresh_seed());
+  void* managed = nullptr;
+  ASSERT_EQ(cudaMallocManaged(&managed, 64 * 64 * 2), cudaSuccess);
+  problem.prepare_output(nullptr);
+  gemm(problem.a(), problem.b(), problem.d(), problem.options(nullptr));
+  EXPECT_NO_THROW(gemm(problem.a(), problem.b(), TensorView::row_major(managed, DType::bf16, 64, 64)));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<char> expected = problem.copy_output();
+  EXPECT_EQ(std::memcmp(expected.data(), managed, expected.size()), 0);
+  cudaFree(managed);
 }
 
 TEST_F(GemmDeviceErrors, TensorsOnDifferentDevicesAreRejected) {
