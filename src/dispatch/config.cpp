@@ -68,7 +68,8 @@ int KernelConfig::store_box_bytes() const {
 std::string KernelConfig::name() const {
   if (kind == KernelKind::fallback) return "fallback simt 64x64";
   std::ostringstream s;
-  s << "tma " << tile_m << "x" << tile_n << " s" << stages << (cluster_m > 1 ? " c" + std::to_string(cluster_m) : "")
+  s << "tma " << tile_m << "x" << tile_n << " s" << stages << (group_m != KernelConfig{}.group_m ? " g" + std::to_string(group_m) : "")
+    << (cluster_m > 1 ? " c" + std::to_string(cluster_m) : "")
     << (splits > 1 ? " split" + std::to_string(splits) : "") << " " << (a_k_major ? 'K' : 'M') << (b_k_major ? 'K' : 'N')
     << (!tma_store ? " direct-store" : store_buffers != 2 ? " b" + std::to_string(store_buffers) : "");
   return s.str();

@@ -38,7 +38,8 @@ struct KernelConfig {
   // Width in bytes of one TMA store box of D: 128, or 64 or 32 where the tile's row of D is
   // not a multiple of 128 bytes. The box's swizzle mode has the same width.
   int store_box_bytes() const;
-  std::string name() const;  // e.g. "tma 128x256 s4 c2 KK", "tma 64x128 s8 split6 KK"
+  // e.g. "tma 128x256 s4 c2 KK", "tma 64x128 s8 split6 KK"; a raster group other than 8 shows as " g16"
+  std::string name() const;
   bool operator<(const KernelConfig& other) const;
   bool operator==(const KernelConfig& other) const;
 };

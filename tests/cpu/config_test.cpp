@@ -292,7 +292,7 @@ TEST(ConfigKernelConfig, EveryFieldTakesPartInComparison) {
 
 TEST(ConfigKernelConfig, NameShowsTileStagesClusterMajornessAndStore) {
   const KernelConfig base;
-  std::vector<KernelConfig> configs(9, base);
+  std::vector<KernelConfig> configs(10, base);
   configs[1].tile_m = 64;
   configs[2].tile_n = 256;
   configs[3].stages = 3;
@@ -301,6 +301,7 @@ TEST(ConfigKernelConfig, NameShowsTileStagesClusterMajornessAndStore) {
   configs[6].tma_store = false;
   configs[7].cluster_m = 2;
   configs[8].splits = 4;
+  configs[9].group_m = 16;
   std::set<std::string> names;
   for (const KernelConfig& c : configs) names.insert(c.name());
   EXPECT_EQ(names.size(), configs.size());
