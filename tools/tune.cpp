@@ -50,7 +50,7 @@ int run_tune(const std::string& suite, const std::string& json) {
     const Problem p = stand_in_problem(problems[i], device);
     const std::string bar = progress_bar(i + 1, problems.size());
     if (p.m == 0 || p.n == 0 || p.batch == 0 || problem_config(p).kind != KernelKind::tma) {
-      std::fprintf(stderr, "%s %s: nothing to tune (empty, or only the fallback kernel runs it)\n", bar.c_str(),
+      std::fprintf(stderr, "%s %s: nothing to tune (empty, or run by the GEMV or fallback kernel)\n", bar.c_str(),
                    name.c_str());
       continue;
     }

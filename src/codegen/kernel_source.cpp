@@ -59,7 +59,12 @@ std::string wgmma_function(int tile_n, DType in, bool a_k_major, bool b_k_major)
 }
 
 const char* gemm_kernel_name(const KernelConfig& config) {
-  return config.kind == KernelKind::tma ? kGemmKernel : kFallbackKernel;
+  switch (config.kind) {
+    case KernelKind::tma: return kGemmKernel;
+    case KernelKind::gemv: return kGemvKernel;
+    case KernelKind::fallback: return kFallbackKernel;
+  }
+  return kFallbackKernel;
 }
 
 std::string gemm_source(const KernelConfig& requested) {
@@ -68,8 +73,8 @@ std::string gemm_source(const KernelConfig& requested) {
   s << "// gemmkit kernel: " << config.name() << "\n" << file_text("utility.cuh") << file_text("params.h")
     << "// ---- generated prelude\n";
   element_types(s, config.in, config.out, config.has_c, config.c);
-  if (config.kind == KernelKind::fallback) {
-    s << file_text("fallback.cuh");
+  if (config.kind != KernelKind::tma) {
+    s << file_text(config.kind == KernelKind::gemv ? "gemv.cuh" : "fallback.cuh");
     return s.str();
   }
   s << "constexpr int kTileM = " << config.tile_m << ";\n"

@@ -11,9 +11,10 @@ namespace gemmkit::codegen {
 // Entry-point names of the generated kernels.
 inline constexpr const char* kGemmKernel = "gemmkit_gemm";
 inline constexpr const char* kFallbackKernel = "gemmkit_fallback";
+inline constexpr const char* kGemvKernel = "gemmkit_gemv";
 inline constexpr const char* kReferenceKernel = "gemmkit_reference";
 
-// The GEMM kernel (TMA or fallback) that `config` describes.
+// The GEMM kernel (TMA, GEMV or fallback) that `config` describes.
 std::string gemm_source(const KernelConfig& config);
 
 // The double-precision reference kernel for inputs of `in`, C of `c` (if has_c).

@@ -67,6 +67,7 @@ int KernelConfig::store_box_bytes() const {
 
 std::string KernelConfig::name() const {
   if (kind == KernelKind::fallback) return "fallback simt 64x64";
+  if (kind == KernelKind::gemv) return "gemv simt";
   std::ostringstream s;
   s << "tma " << tile_m << "x" << tile_n << " s" << stages << (group_m != KernelConfig{}.group_m ? " g" + std::to_string(group_m) : "")
     << (cluster_m > 1 ? " c" + std::to_string(cluster_m) : "")
@@ -145,6 +146,15 @@ KernelConfig problem_config(const Problem& p) {
   config.has_c = p.has_c();
   config.c = p.has_c() ? p.c.dtype : p.d.dtype;
 
+  // One row of A against B stored N x K: a matrix-vector product, bound by reading B once.
+  if (p.m == 1 && p.k > 0 && (p.b.row_stride == 1 || p.k == 1)) {
+    config.kind = KernelKind::gemv;
+    config.tile_m = 1;
+    config.tile_n = 8;  // output columns per block, one per warp
+    config.stages = 0;
+    config.tma_store = false;
+    return config;
+  }
   const TmaAccess a = tma_access(p.a, p.batch, p.m, p.k);
   const TmaAccess b = tma_access(p.b, p.batch, p.k, p.n);
   if (p.k == 0 || !a.ok || !b.ok) {

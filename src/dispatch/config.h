@@ -8,7 +8,9 @@
 
 namespace gemmkit {
 
-enum class KernelKind { tma, fallback };
+// tma: the TMA + WGMMA kernel; gemv: M = 1 with B's K contiguous (gemv.cuh); fallback: plain
+// CUDA cores for operands TMA cannot address, and K = 0.
+enum class KernelKind { tma, fallback, gemv };
 
 struct TileShape {
   int m, n;
@@ -79,7 +81,8 @@ TmaAccess tma_access(const MatrixRef& m, int64_t batch, int64_t rows, int64_t co
 bool tma_can_store(const Problem& p);
 
 // The fields of a config that follow from a (normalised, see plan.h) problem alone: types,
-// majorness, batching and the store path. Its kind is fallback where the TMA kernel cannot run.
+// majorness, batching and the store path. Its kind is gemv for M = 1 with B's K contiguous,
+// fallback where the TMA kernel cannot run, else tma.
 KernelConfig problem_config(const Problem& p);
 
 struct Candidate {

@@ -72,6 +72,12 @@ void launch(const LoadedKernel& kernel, unsigned gx, unsigned gy, unsigned gz, u
 void launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const Problem& p, int sm_count,
                  cudaStream_t stream) {
   GemmParams args = params(p);
+  if (config.kind == KernelKind::gemv) {
+    void* pointers[] = {&args};
+    launch(kernel, clamp_grid(ceil_div(p.n, config.tile_n), INT32_MAX), clamp_grid(p.batch, 65535), 1,
+           config.threads(), 0, 1, stream, pointers);
+    return;
+  }
   if (config.kind == KernelKind::fallback) {
     void* pointers[] = {&args};
     launch(kernel, clamp_grid((p.n + 63) / 64, INT32_MAX), clamp_grid((p.m + 63) / 64, 65535),

@@ -97,17 +97,19 @@ TEST(TmaKernelVariants, CompileWithoutSpills) {
   }
 }
 
-TEST(FallbackKernel, CompilesForEveryTypeCombination) {
-  for (DType in : {DType::bf16, DType::f16}) {
-    for (DType out : {DType::bf16, DType::f16, DType::f32}) {
-      KernelConfig config;
-      config.kind = KernelKind::fallback;
-      config.in = in;
-      config.out = out;
-      config.has_c = true;
-      config.c = out;
-      expect_clean_compile(codegen::gemm_source(config), codegen::kFallbackKernel,
-                           "fallback " + std::string(dtype_name(in)) + "->" + std::string(dtype_name(out)));
+TEST(SimtKernels, FallbackAndGemvCompileForEveryTypeCombination) {
+  for (KernelKind kind : {KernelKind::fallback, KernelKind::gemv}) {
+    for (DType in : {DType::bf16, DType::f16}) {
+      for (DType out : {DType::bf16, DType::f16, DType::f32}) {
+        KernelConfig config;
+        config.kind = kind;
+        config.in = in;
+        config.out = out;
+        config.has_c = true;
+        config.c = out;
+        expect_clean_compile(codegen::gemm_source(config), codegen::gemm_kernel_name(config),
+                             config.name() + " " + std::string(dtype_name(in)) + "->" + std::string(dtype_name(out)));
+      }
     }
   }
 }

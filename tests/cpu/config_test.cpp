@@ -156,6 +156,25 @@ TEST(ConfigChoose, FallbackForZeroKOrUnalignedA) {
   EXPECT_EQ(choose_config(p, {}).kind, KernelKind::fallback);
 }
 
+// One row of A against B stored N x K (K contiguous) is a matrix-vector product, whatever the
+// alignment; B stored K x N, or two rows, go to the TMA kernel.
+TEST(ConfigChoose, GemvForOneRowAgainstKContiguousB) {
+  Problem nt = problem(1, 4096, 7168);
+  nt.b = col_major(1, DType::bf16, 7168);
+  EXPECT_EQ(choose_config(nt, {}).kind, KernelKind::gemv);
+  EXPECT_EQ(choose_config(nt, {}).name(), "gemv simt");
+  nt.a.data = address(0) + 2;  // unaligned: still GEMV
+  nt.b.col_stride = 7169;
+  EXPECT_EQ(choose_config(nt, {}).kind, KernelKind::gemv);
+  EXPECT_EQ(choose_config(problem(1, 4096, 7168), {}).kind, KernelKind::tma) << "B stored K x N";
+  Problem two_rows = problem(2, 4096, 7168);
+  two_rows.b = col_major(1, DType::bf16, 7168);
+  EXPECT_EQ(choose_config(two_rows, {}).kind, KernelKind::tma);
+  Problem no_k = nt;
+  no_k.k = 0;
+  EXPECT_EQ(choose_config(no_k, {}).kind, KernelKind::fallback) << "K = 0 is beta * C";
+}
+
 TEST(ConfigChoose, MajornessFollowsLayout) {
   Problem nt = problem(1024, 1024, 1024);
   nt.b = col_major(1, DType::bf16, 1024);  // B stored N x K

@@ -46,7 +46,7 @@ runtime::DeviceInfo device(const std::string& name) {
 // ---- candidates
 
 TEST(TuningCandidates, RankedPickIsTheHeuristicsAndEveryCandidateFits) {
-  for (Problem p : {nt_problem(1, 2112, 7168), nt_problem(128, 7168, 16384), nt_problem(8192, 8192, 8192)}) {
+  for (Problem p : {nt_problem(16, 2112, 7168), nt_problem(128, 7168, 16384), nt_problem(8192, 8192, 8192)}) {
     const std::vector<Candidate> ranked = rank_candidates(p, kLimits);
     ASSERT_GT(ranked.size(), 10u);
     EXPECT_EQ(ranked.front().config, choose_config(p, kLimits));
@@ -56,6 +56,7 @@ TEST(TuningCandidates, RankedPickIsTheHeuristicsAndEveryCandidateFits) {
     }
   }
   EXPECT_TRUE(rank_candidates(nt_problem(64, 64, 0), kLimits).empty()) << "K = 0 runs the fallback kernel";
+  EXPECT_TRUE(rank_candidates(nt_problem(1, 2112, 7168), kLimits).empty()) << "M = 1 runs the GEMV kernel";
 }
 
 TEST(TuningCandidates, FitsRejectsWhatTheKernelIsNotBuiltFor) {

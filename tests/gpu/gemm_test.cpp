@@ -13,6 +13,7 @@ using GemmBatch = testing::GpuTest;
 using GemmBeta = testing::GpuTest;
 using GemmDeterminism = testing::GpuTest;
 using GemmEdges = testing::GpuTest;
+using GemmGemv = testing::GpuTest;
 using GemmSplitK = testing::GpuTest;
 using GemmTiles = testing::GpuTest;
 using GemmTypes = testing::GpuTest;
@@ -123,6 +124,25 @@ TEST_F(GemmUnaligned, FallbackAndDirectStores) {
     // Column-major D: computed as the transpose.
     expect_correct({.m = 190, .n = 260, .k = 100, .layout = layout, .d_col_major = true});
     expect_correct({.m = 190, .n = 260, .k = 100, .layout = layout, .d_col_major = true, .pad_d = 1});
+  }
+}
+
+// M = 1 against B stored N x K runs the GEMV kernel: 16-byte loads where A and B's rows are
+// aligned, element loads where K is odd or a base is off; batches, C and every output type.
+TEST_F(GemmGemv, OneRowAgainstNxKWeights) {
+  const ProblemSpec specs[] = {
+      {.m = 1, .n = 2112, .k = 7168, .layout = "NT"},
+      {.m = 1, .n = 1000, .k = 4097, .layout = "NT"},
+      {.m = 1, .n = 33, .k = 129, .layout = "TT", .offset_b = 1},
+      {.m = 1, .n = 257, .k = 1000, .batch = 3, .layout = "NT", .out = DType::f32, .beta = 0.5f},
+      {.m = 1, .n = 300, .k = 520, .layout = "NT", .in = DType::f16, .out = DType::f16, .beta = -1.0f, .c_is_d = true},
+      {.m = 1, .n = 1, .k = 1, .layout = "NT"},
+  };
+  for (const ProblemSpec& spec : specs) {
+    reference::DeviceProblem problem(spec, 1);
+    const Problem p = validate_gemm(problem.a(), problem.b(), problem.d(), problem.options(nullptr));
+    EXPECT_EQ(make_plan(normalize(p)).config.kind, KernelKind::gemv) << spec.describe();
+    expect_correct(spec);
   }
 }
 
