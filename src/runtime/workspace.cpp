@@ -34,10 +34,18 @@ StreamKey stream_key(int device, cudaStream_t stream) {
 }  // namespace
 
 std::optional<SplitWorkspace> split_workspace(int device, cudaStream_t stream, size_t partial_bytes, size_t counters) {
-  static std::mutex mutex;
-  static std::map<StreamKey, Buffers> buffers;
   const size_t counter_bytes = counters * sizeof(unsigned);
   const StreamKey key = stream_key(device, stream);
+  // What this thread last got for the stream, looked up without the lock. Buffers that another
+  // thread has since outgrown are never freed and are still big enough here; kernels on one
+  // stream run one after another, so it does not matter which of them a launch uses.
+  thread_local std::map<StreamKey, Buffers> seen;
+  if (auto it = seen.find(key);
+      it != seen.end() && it->second.partial_bytes >= partial_bytes && it->second.counter_bytes >= counter_bytes) {
+    return SplitWorkspace{static_cast<float*>(it->second.partials), static_cast<unsigned*>(it->second.counters)};
+  }
+  static std::mutex mutex;
+  static std::map<StreamKey, Buffers> buffers;
   std::lock_guard<std::mutex> lock(mutex);
   Buffers& b = buffers[key];
   if (b.partial_bytes < partial_bytes || b.counter_bytes < counter_bytes) {
@@ -58,6 +66,7 @@ std::optional<SplitWorkspace> split_workspace(int device, cudaStream_t stream, s
     b.counters = fresh;
     b.counter_bytes = size;
   }
+  seen[key] = b;
   return SplitWorkspace{static_cast<float*>(b.partials), static_cast<unsigned*>(b.counters)};
 }
 
