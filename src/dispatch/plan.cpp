@@ -70,7 +70,8 @@ Plan new_plan(const Problem& normalized, const KernelConfig* forced, cudaStream_
 
 Problem normalize(const Problem& p) {
   const bool d_by_columns = p.d.col_stride != 1 && p.d.row_stride == 1 && p.n > 1;
-  if (!d_by_columns) return p;
+  const bool column_vector = p.n == 1 && p.m > 1 && p.k > 0 && p.a.col_stride == 1;  // GEMV as one row
+  if (!d_by_columns && !column_vector) return p;
   Problem t = p;
   t.m = p.n;
   t.n = p.m;

@@ -10,6 +10,8 @@ namespace gemmkit {
 
 // The kernels write D row by row. A D whose columns are contiguous instead is computed as
 // D^T = B^T A^T, which is the same memory with A and B swapped and every operand transposed.
+// So is N = 1 with A's K contiguous: transposed, it is one row against A stored M x K, which the
+// GEMV kernel takes.
 Problem normalize(const Problem& p);
 
 struct Plan {

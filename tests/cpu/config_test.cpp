@@ -377,6 +377,23 @@ void expect_same(const MatrixRef& x, const MatrixRef& y) {
   EXPECT_EQ(x.col_stride, y.col_stride);
 }
 
+// N = 1 with A's K contiguous becomes one row against A stored M x K: the GEMV kernel's case.
+TEST(ConfigNormalize, ColumnVectorBecomesARowForTheGemv) {
+  Problem p = problem(4096, 1, 7168);  // A row-major: K contiguous
+  const Problem t = normalize(p);
+  EXPECT_EQ(t.m, 1);
+  EXPECT_EQ(t.n, 4096);
+  EXPECT_EQ(t.a.data, p.b.data);
+  EXPECT_EQ(t.b.data, p.a.data);
+  EXPECT_EQ(t.b.row_stride, 1) << "B^T = A^T walks K contiguously";
+  EXPECT_EQ(t.b.col_stride, 7168);
+  EXPECT_EQ(choose_config(t, {}).kind, KernelKind::gemv);
+
+  Problem a_by_columns = problem(4096, 1, 7168);
+  a_by_columns.a = col_major(0, DType::bf16, 4096);
+  EXPECT_EQ(normalize(a_by_columns).m, 4096) << "A's K not contiguous: no GEMV, left as it is";
+}
+
 TEST(ConfigNormalize, RowMajorDIsUnchanged) {
   Problem p = problem(64, 32, 48);
   p.b = col_major(1, DType::bf16, 48);

@@ -127,8 +127,9 @@ TEST_F(GemmUnaligned, FallbackAndDirectStores) {
   }
 }
 
-// M = 1 against B stored N x K runs the GEMV kernel: 16-byte loads where A and B's rows are
-// aligned, element loads where K is odd or a base is off; batches, C and every output type.
+// M = 1 against B stored N x K, and N = 1 against A stored M x K, run the GEMV kernel: 16-byte
+// loads where the rows are aligned, element loads where K is odd or a base is off; batches, C
+// and every output type.
 TEST_F(GemmGemv, OneRowAgainstNxKWeights) {
   const ProblemSpec specs[] = {
       {.m = 1, .n = 2112, .k = 7168, .layout = "NT"},
@@ -137,6 +138,9 @@ TEST_F(GemmGemv, OneRowAgainstNxKWeights) {
       {.m = 1, .n = 257, .k = 1000, .batch = 3, .layout = "NT", .out = DType::f32, .beta = 0.5f},
       {.m = 1, .n = 300, .k = 520, .layout = "NT", .in = DType::f16, .out = DType::f16, .beta = -1.0f, .c_is_d = true},
       {.m = 1, .n = 1, .k = 1, .layout = "NT"},
+      // N = 1 with A stored M x K: computed transposed, as one row against A.
+      {.m = 2112, .n = 1, .k = 7168, .layout = "NN"},
+      {.m = 999, .n = 1, .k = 1001, .batch = 2, .layout = "NT", .out = DType::f32, .beta = 2.0f},
   };
   for (const ProblemSpec& spec : specs) {
     reference::DeviceProblem problem(spec, 1);
