@@ -47,21 +47,15 @@ int compile_only(const std::vector<SuiteProblem>& problems) {
   return 0;
 }
 
-// The plan gemm() makes for a problem, with what --tile, --cluster and --store-buffers force.
-Plan forced_plan(const Problem& normalized, const BenchOptions& options, const runtime::DeviceInfo& info) {
-  KernelConfig config = make_plan(normalized).config;
-  if (config.kind != KernelKind::tma) {
+// The plan gemm() makes for a problem, with what --tile, --cluster, --store-buffers and --schedule force.
+Plan forced_plan(const Problem& normalized, const ConfigOverrides& overrides, const runtime::DeviceInfo& info) {
+  const KernelConfig chosen = make_plan(normalized).config;
+  if (chosen.kind != KernelKind::tma) {
     throw Error(ErrorCode::invalid_argument,
-                "bench: --tile, --cluster and --store-buffers need problems the TMA kernel can run (aligned operands, K > 0)");
+                "bench: --tile, --cluster, --store-buffers and --schedule need problems the TMA kernel can run "
+                "(aligned operands, K > 0)");
   }
-  if (!options.tile.empty()) {
-    const TileShape tile = parse_tile(options.tile);
-    config.tile_m = tile.m;
-    config.tile_n = tile.n;
-  }
-  if (options.cluster > 0) config.cluster_m = options.cluster;
-  if (options.store_buffers > 0) config.store_buffers = options.store_buffers;
-  config.stages = max_stages(config, info.smem_per_block_optin);
+  const KernelConfig config = apply_overrides(chosen, overrides, info.smem_per_block_optin);
   return make_plan(normalized, &config);
 }
 
@@ -114,8 +108,8 @@ int run_bench(const BenchOptions& options) {
   // --overhead times one small problem in place of the suite; bad options fail with or without a GPU.
   const std::vector<SuiteProblem> problems =
       options.overhead ? std::vector{parse_overhead_shape(options.overhead_shape)} : load_suite(options.suite);
-  if (!options.tile.empty()) parse_tile(options.tile);
-  const bool force = !options.tile.empty() || options.cluster > 0 || options.store_buffers > 0;
+  if (!options.overrides.tile.empty()) parse_tile(options.overrides.tile);
+  const bool force = options.overrides.any();
   const bool hint_matrix = !options.hint_matrix.empty();
   if (hint_matrix) runtime::require_device();  // it tunes: nothing to do without a GPU
   if (runtime::device_count() == 0) return compile_only(problems);
@@ -148,7 +142,7 @@ int run_bench(const BenchOptions& options) {
       p.device = device;
       lt_problems.push_back(p);
     }
-    const std::optional<Plan> forced = force ? std::optional(forced_plan(normalize(lt_problems[0]), options, info)) : std::nullopt;
+    const std::optional<Plan> forced = force ? std::optional(forced_plan(normalize(lt_problems[0]), options.overrides, info)) : std::nullopt;
 
     BenchRecord record;
     record.m = spec.m;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_options.h"
 #include "dispatch/problem.h"
 #include "reference/device_problem.h"
 #include "runtime/device.h"
@@ -33,9 +34,7 @@ struct BenchOptions {
   std::string json;  // empty: no JSON file
   int warmup = 5;
   int runs = 30;
-  std::string tile;  // e.g. "128x176": force this tile on every problem (empty: the heuristic's)
-  int cluster = 0;   // force this cluster size, 1 or 2 (0: the heuristic's)
-  int store_buffers = 0;  // force this many epilogue staging buffers (0: the heuristic's)
+  ConfigOverrides overrides;  // forced on our side for every problem
   bool overhead = false;   // time host microseconds per call on one small problem instead of the suite
   std::string overhead_shape = "64,64,64";  // M,N,K of that problem, as parse_overhead_shape takes
   std::vector<int64_t> hint_matrix;  // N and K: run the hint matrix instead of the suite (empty: no)

@@ -38,17 +38,21 @@ int main(int argc, char** argv) {
   bench->add_option("--runs", bench_options.runs, "timed runs per problem (median reported)")
       ->check(CLI::Range(20, 100000))
       ->capture_default_str();
-  CLI::Option* tile = bench->add_option("--tile", bench_options.tile, "force a tile shape MxN on our side, e.g. 128x176");
-  CLI::Option* cluster = bench->add_option("--cluster", bench_options.cluster, "force CTAs per cluster on our side (1 or 2)")
+  ConfigOverrides& overrides = bench_options.overrides;
+  CLI::Option* tile = bench->add_option("--tile", overrides.tile, "force a tile shape MxN on our side, e.g. 128x176");
+  CLI::Option* cluster = bench->add_option("--cluster", overrides.cluster, "force CTAs per cluster on our side (1 or 2)")
       ->check(CLI::Range(1, 2));
   CLI::Option* store_buffers =
-      bench->add_option("--store-buffers", bench_options.store_buffers, "force 8 KB epilogue buffers per warpgroup (1-8)")
+      bench->add_option("--store-buffers", overrides.store_buffers, "force 8 KB epilogue buffers per warpgroup (1-8)")
           ->check(CLI::Range(1, 8));
+  CLI::Option* schedule = bench->add_option(
+      "--schedule", overrides.schedule,
+      "force how consumer warpgroups share work on our side: cooperative (each tile) or pingpong (64-row tiles in turn)");
   // Forcing a plan skips gemm()'s own path, which is what --overhead times.
   CLI::Option* overhead =
       bench->add_flag("--overhead", bench_options.overhead,
                       "time host microseconds per call of ours and cuBLASLt on one small problem (ignores --suite, --warmup, --runs)")
-          ->excludes(tile, cluster, store_buffers);
+          ->excludes(tile, cluster, store_buffers, schedule);
   bench->add_option("--overhead-shape", bench_options.overhead_shape, "M,N,K of the --overhead problem (NT, bf16)")
       ->needs(overhead)
       ->capture_default_str();
@@ -58,7 +62,7 @@ int main(int argc, char** argv) {
                    "dispatched by M (ignores --suite)")
       ->expected(2)
       ->check(CLI::PositiveNumber)
-      ->excludes(tile, cluster, store_buffers, overhead);
+      ->excludes(tile, cluster, store_buffers, schedule, overhead);
 
   CLI::App* tune = app.add_subcommand("tune", "time candidate kernels for each problem and store the winners in the tuning database");
   std::string tune_suite, tune_json;

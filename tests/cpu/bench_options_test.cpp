@@ -60,4 +60,56 @@ TEST(BenchOptions, TileNamesEveryBuiltShapeAndNothingElse) {
   }
 }
 
+// A config as the heuristic might pick it for a large problem.
+gemmkit::KernelConfig chosen() {
+  gemmkit::KernelConfig c;
+  c.tile_m = 128;
+  c.tile_n = 256;
+  c.cluster_m = 2;
+  c.stages = 4;
+  return c;
+}
+
+const int kSmem = gemmkit::DeviceLimits{}.smem_per_block;
+
+TEST(BenchOptions, OverridesReplaceOnlyWhatTheyName) {
+  EXPECT_EQ(apply_overrides(chosen(), {}, kSmem), chosen());
+  const gemmkit::KernelConfig tile = apply_overrides(chosen(), {.tile = "128x176"}, kSmem);
+  EXPECT_EQ(tile.tile_n, 176);
+  EXPECT_EQ(tile.cluster_m, 2);
+  EXPECT_EQ(tile.stages, gemmkit::max_stages(tile, kSmem));
+  EXPECT_EQ(apply_overrides(chosen(), {.cluster = 1}, kSmem).cluster_m, 1);
+  EXPECT_EQ(apply_overrides(chosen(), {.store_buffers = 4}, kSmem).store_buffers, 4);
+}
+
+TEST(BenchOptions, PingPongTakesTheChosenWidthInSixtyFourRowTiles) {
+  const gemmkit::KernelConfig pp = apply_overrides(chosen(), {.schedule = "pingpong"}, kSmem);
+  EXPECT_TRUE(pp.pingpong);
+  EXPECT_EQ(pp.tile_m, 64);
+  EXPECT_EQ(pp.tile_n, 256);
+  EXPECT_EQ(pp.cluster_m, 2);
+  EXPECT_TRUE(gemmkit::fits(pp, {132, kSmem})) << pp.name();
+  EXPECT_FALSE(apply_overrides(pp, {.schedule = "cooperative"}, kSmem).pingpong);
+  // A split count survives only on tiles narrow enough for split-K.
+  gemmkit::KernelConfig split = chosen();
+  split.tile_m = 64;
+  split.tile_n = 128;
+  split.splits = 3;
+  EXPECT_EQ(apply_overrides(split, {.schedule = "pingpong"}, kSmem).splits, 3);
+  EXPECT_EQ(apply_overrides(split, {.tile = "64x256"}, kSmem).splits, 1);
+}
+
+TEST(BenchOptions, OverridesThatMakeNoBuiltConfigAreRejected) {
+  for (const ConfigOverrides& bad : {ConfigOverrides{.tile = "128x256", .schedule = "pingpong"},
+                                     ConfigOverrides{.schedule = "pong"}}) {
+    try {
+      apply_overrides(chosen(), bad, kSmem);
+      ADD_FAILURE() << "accepted --tile '" << bad.tile << "' --schedule '" << bad.schedule << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+      EXPECT_NE(std::string(e.what()).find("--schedule"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
