@@ -17,27 +17,18 @@ TileShape parse_tile(const std::string& text) {
 }
 
 KernelConfig apply_overrides(KernelConfig config, const ConfigOverrides& overrides, int smem_limit) {
-  if (!overrides.schedule.empty() && overrides.schedule != "cooperative" && overrides.schedule != "pingpong") {
-    throw Error(ErrorCode::invalid_argument,
-                "bench: --schedule expects cooperative or pingpong, got '" + overrides.schedule + "'");
-  }
   if (!overrides.tile.empty()) {
     const TileShape tile = parse_tile(overrides.tile);
     config.tile_m = tile.m;
     config.tile_n = tile.n;
-  }
-  if (!overrides.schedule.empty()) {
-    config.pingpong = overrides.schedule == "pingpong";
-    if (config.pingpong && overrides.tile.empty()) config.tile_m = 64;
   }
   if (overrides.cluster > 0) config.cluster_m = overrides.cluster;
   if (overrides.store_buffers > 0) config.store_buffers = overrides.store_buffers;
   if (config.tile_n > kMaxSplitTileN) config.splits = 1;
   config.stages = max_stages(config, smem_limit);
   if (!fits(config, {1, smem_limit})) {
-    throw Error(ErrorCode::invalid_argument, "bench: --tile, --cluster, --store-buffers and --schedule make " +
-                                                 config.name() +
-                                                 ", which the kernel is not built for (ping-pong needs a 64-row tile)");
+    throw Error(ErrorCode::invalid_argument, "bench: --tile, --cluster and --store-buffers make " + config.name() +
+                                                 ", which does not fit in the device's shared memory");
   }
   return config;
 }

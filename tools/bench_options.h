@@ -13,18 +13,16 @@ namespace gemmkit::tools {
 // Throws Error(invalid_argument) naming --tile and the shapes it could be.
 TileShape parse_tile(const std::string& text);
 
-// What --tile, --cluster, --store-buffers and --schedule force on our side of bench.
+// What --tile, --cluster and --store-buffers force on our side of bench.
 struct ConfigOverrides {
   std::string tile;       // e.g. "128x176" (empty: the heuristic's)
   int cluster = 0;        // CTAs per cluster, 1 or 2 (0: the heuristic's)
   int store_buffers = 0;  // epilogue staging buffers per consumer, 1-8 (0: the heuristic's)
-  std::string schedule;   // "cooperative" or "pingpong" (empty: the heuristic's)
-  bool any() const { return !tile.empty() || cluster > 0 || store_buffers > 0 || !schedule.empty(); }
+  bool any() const { return !tile.empty() || cluster > 0 || store_buffers > 0; }
 };
 
 // `chosen`, a TMA config, with the overrides applied and the most stages that fit in
-// `smem_limit`. Ping-pong runs 64-row tiles: without --tile it keeps the chosen tile's width.
-// A split count stays only where the new tile is narrow enough for split-K. Throws
+// `smem_limit`. A split count stays only where the new tile is narrow enough for split-K. Throws
 // Error(invalid_argument) naming the options where the result is not a config the kernel is built for.
 KernelConfig apply_overrides(KernelConfig chosen, const ConfigOverrides& overrides, int smem_limit);
 

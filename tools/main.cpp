@@ -45,14 +45,11 @@ int main(int argc, char** argv) {
   CLI::Option* store_buffers =
       bench->add_option("--store-buffers", overrides.store_buffers, "force 8 KB epilogue buffers per warpgroup (1-8)")
           ->check(CLI::Range(1, 8));
-  CLI::Option* schedule = bench->add_option(
-      "--schedule", overrides.schedule,
-      "force how consumer warpgroups share work on our side: cooperative (each tile) or pingpong (64-row tiles in turn)");
   // Forcing a plan skips gemm()'s own path, which is what --overhead times.
   CLI::Option* overhead =
       bench->add_flag("--overhead", bench_options.overhead,
                       "time host microseconds per call of ours and cuBLASLt on one small problem (ignores --suite, --warmup, --runs)")
-          ->excludes(tile, cluster, store_buffers, schedule);
+          ->excludes(tile, cluster, store_buffers);
   bench->add_option("--overhead-shape", bench_options.overhead_shape, "M,N,K of the --overhead problem (NT, bf16)")
       ->needs(overhead)
       ->capture_default_str();
@@ -62,7 +59,7 @@ int main(int argc, char** argv) {
                    "dispatched by M (ignores --suite)")
       ->expected(2)
       ->check(CLI::PositiveNumber)
-      ->excludes(tile, cluster, store_buffers, schedule, overhead);
+      ->excludes(tile, cluster, store_buffers, overhead);
 
   CLI::App* tune = app.add_subcommand("tune", "time candidate kernels for each problem and store the winners in the tuning database");
   std::string tune_suite, tune_json;

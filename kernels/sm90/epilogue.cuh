@@ -72,9 +72,9 @@ __device__ __forceinline__ int staged_offset(int r, int byte) {
 // ended early at the right edge of D leaves no buffer in use; later groups wait only for the
 // store that last used their buffer, kStoreBuffers groups ago.
 __device__ __forceinline__ void store_tile_tma(const float* acc, const GemmParams& p, TileOrigin at,
-                                               int t, int consumer, u8* buffers,
+                                               int t, int warpgroup, u8* buffers,
                                                const TensorMap* map_d) {
-  const int barrier_id = 1 + consumer;
+  const int barrier_id = 1 + warpgroup;
 #pragma unroll
   for (int group = 0; group < (kTileN + kGroupCols - 1) / kGroupCols; ++group) {
     if (at.col + group * kGroupCols >= p.n) break;  // uniform across the warpgroup

@@ -2,15 +2,9 @@
 //
 // Warp-specialised and persistent. Warpgroup 0 is the producer: one thread walks the tiles and
 // streams 64-wide K slices of A and B into a ring of kStages shared-memory stages with TMA.
-// Warpgroups 1..kConsumers multiply with wgmma and run the epilogue, in one of two schedules:
-// - cooperative: each consumer owns 64 rows of every kTileM x kTileN tile; while they store a
-//   tile, the producer already fetches the next, but the tensor cores wait.
-// - ping-pong (kPingPong, 64-row tiles): two consumers take the CTA's tiles in turn, each a
-//   whole tile, so that one's epilogue runs while the other multiplies. A consumer starts a
-//   tile's main loop only when the other has issued its last wgmma of the tile before, which
-//   keeps the ring's stages in order (each waits on a stage at most one phase ahead).
-// Each stage has a "full" barrier (TMA bytes landed) and an "empty" barrier (every consumer warp
-// that reads it is done with it).
+// Warpgroups 1..kConsumers each own 64 rows of the kTileM x kTileN tile and multiply with wgmma,
+// then run the epilogue while the producer already fetches the next tile. Each stage has a
+// "full" barrier (TMA bytes landed) and an "empty" barrier (every consumer warp is done with it).
 //
 // With kClusterM = 2, two CTAs of a cluster take vertically adjacent tiles, which share their
 // columns of B: each CTA loads half of the B slice and multicasts it to both, halving B's L2
@@ -22,14 +16,12 @@
 //
 // The generated prelude defines kTileM, kTileN, kStages, kGroupM, kClusterM, kSplitK, kAKMajor,
 // kBKMajor, kInType, kOutType, kCType, kHasC, kABatched, kBBatched, kTmaStore, kStoreBoxBytes,
-// kStoreBuffers, kPingPong, kSmemBytes and wgmma_tile(). kTileN is any multiple of 16 up to 256.
+// kStoreBuffers, kSmemBytes and wgmma_tile(). kTileN is any multiple of 16 up to 256.
 #pragma once
 
 constexpr int kTileK = 64;  // one 128-byte swizzle row of 16-bit elements
-constexpr int kSlices = kTileM / 64;  // 64-row slices of a tile, one per cooperative consumer
-constexpr int kConsumers = kPingPong ? 2 : kSlices;
+constexpr int kConsumers = kTileM / 64;
 constexpr int kThreads = 128 * (kConsumers + 1);
-static_assert(!kPingPong || kTileM == 64, "ping-pong consumers each take a whole 64-row tile");
 constexpr u32 kSwizzleAtom = 1024;      // 8 rows of 128 bytes
 constexpr u32 kMajorBlock = 64 * kTileK * 2;  // one 64-wide MN block of an MN-major tile
 constexpr int kBlocksN = (kTileN + 63) / 64;  // 64-wide blocks of an N-major B slice (the last may be partial)
@@ -136,32 +128,16 @@ __device__ __forceinline__ u64 operand_descriptor(const u8* tile, bool k_major) 
 // 32 bytes along a K-major row, 16 rows (2 KB) down an MN-major block.
 __device__ __forceinline__ u64 k_step(bool k_major) { return k_major ? 32 / 16 : 2 * kSwizzleAtom / 16; }
 
-// Ping-pong turns: consumer c waits at named barrier kTurnBarrier + c until the other consumer,
-// done issuing the previous tile's main loop, arrives there.
-constexpr int kTurnBarrier = 1 + kConsumers;  // after the consumers' epilogue barriers 1..kConsumers
-__device__ __forceinline__ void wait_turn(int consumer) { named_barrier_sync(kTurnBarrier + consumer, 256); }
-__device__ __forceinline__ void pass_turn(int consumer) { named_barrier_arrive(kTurnBarrier + (1 - consumer), 256); }
-
-// A consumer warpgroup: multiplies its 64 rows of each of its tiles (cooperative: the consumer's
-// slice of every tile; ping-pong: every other tile, whole), then stores them.
+// A consumer warpgroup: multiplies its `slice` (64 rows) of each tile, then stores it.
 __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams& p, const TileScheduler& tiles,
-                                        i64 first_unit, i64 unit_step, int rank, int consumer, int t,
+                                        i64 first_unit, i64 unit_step, int rank, int slice, int t,
                                         const u8* stages_a, const u8* stages_b, u8* epilogue_buffers,
                                         u64* full, u64* empty) {
-  const int slice = kPingPong ? 0 : consumer;
   const bool warp_leader = t % 32 == 0;
   float acc[kTileN / 2];
-  u32 iteration = 0;  // ring position: K blocks of this CTA's units before the current one
-  i64 turn = 0;       // the unit's place among this CTA's units
-  for (i64 unit = first_unit; unit < tiles.total; unit += unit_step, ++turn) {
+  u32 iteration = 0;
+  for (i64 unit = first_unit; unit < tiles.total; unit += unit_step) {
     const Work w = tiles.work(unit, rank);
-    if (kPingPong) {
-      if (turn % 2 != consumer) {  // the other consumer's tile: its stages go by
-        iteration += w.k_end - w.k_begin;
-        continue;
-      }
-      if (turn > 0) wait_turn(consumer);
-    }
     // One wgmma group stays in flight: after committing K block kb, wait for kb - 1 and
     // hand its stage back to the producer.
     for (int kb = w.k_begin; kb < w.k_end; ++kb, ++iteration) {
@@ -180,7 +156,6 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
       wgmma_wait<1>();
       if (kb > w.k_begin && warp_leader) release_stage(&empty[(iteration - 1) % kStages]);
     }
-    if (kPingPong && unit + unit_step < tiles.total) pass_turn(consumer);
     wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < kTileN / 2; ++i) fence_register(acc[i]);
@@ -188,12 +163,9 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
 
     const TileOrigin at{w.batch, w.row + slice * 64, w.col};
     if (at.row >= p.m) continue;  // this slice lies wholly below D
-    if (kSplitK && p.splits > 1 &&
-        !combine_splits(acc, p, w.tile * kSlices + slice, w.split, at.row, t, 1 + consumer)) {
-      continue;
-    }
+    if (kSplitK && p.splits > 1 && !combine_splits(acc, p, w.tile * kConsumers + slice, w.split, at.row, t, 1 + slice)) continue;
     if (kTmaStore) {
-      store_tile_tma(acc, p, at, t, consumer, epilogue_buffers + consumer * kStoreBuffers * kEpilogueBufferBytes, &map_d);
+      store_tile_tma(acc, p, at, t, slice, epilogue_buffers + slice * kStoreBuffers * kEpilogueBufferBytes, &map_d);
     } else {
       store_tile_direct(acc, p, at, t);
     }
@@ -219,7 +191,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(&full[s], 1);
-      mbarrier_init(&empty[s], kClusterM * (kPingPong ? 1 : kConsumers) * 4);  // one arrival per reading warp
+      mbarrier_init(&empty[s], kClusterM * kConsumers * 4);  // one arrival per consumer warp
     }
     fence_barrier_init();
   }

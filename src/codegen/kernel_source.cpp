@@ -90,7 +90,6 @@ std::string gemm_source(const KernelConfig& requested) {
     << "constexpr bool kTmaStore = " << bool_text(config.tma_store) << ";\n"
     << "constexpr int kStoreBoxBytes = " << config.store_box_bytes() << ";\n"
     << "constexpr int kStoreBuffers = " << config.store_buffers << ";\n"
-    << "constexpr bool kPingPong = " << bool_text(config.pingpong) << ";\n"
     << "constexpr unsigned kSmemBytes = " << config.smem_bytes() << ";\n"
     << file_text("common.cuh")
     << wgmma_function(config.tile_n, config.in, config.a_k_major, config.b_k_major)

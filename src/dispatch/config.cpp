@@ -23,9 +23,6 @@ constexpr int64_t kCoordinateLimit = int64_t(1) << 31;
 constexpr int kMinSplitBlocks = 24;
 constexpr int64_t kMaxPartialBytes = int64_t(32) << 20;
 constexpr double kSplitOverheadBlocks = 10.0;
-// The epilogue of a tile, in K blocks of the same tile's main loop: while the consumers store a
-// tile the tensor cores wait, unless the schedule is ping-pong.
-constexpr double kEpilogueBlocks = 0.0;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -39,7 +36,7 @@ bool tma_stride_ok(int64_t stride_elements, int element_bytes, int64_t at_least)
 
 auto key(const KernelConfig& c) {
   return std::tie(c.kind, c.tile_m, c.tile_n, c.stages, c.group_m, c.cluster_m, c.splits, c.a_k_major, c.b_k_major,
-                  c.a_batched, c.b_batched, c.tma_store, c.store_buffers, c.pingpong, c.has_c, c.in, c.out, c.c);
+                  c.a_batched, c.b_batched, c.tma_store, c.store_buffers, c.has_c, c.in, c.out, c.c);
 }
 
 // Relative throughput of a tile: each K block loads m rows of A and n of B (n / cluster per
@@ -53,9 +50,7 @@ double tile_efficiency(TileShape t, int cluster) {
 
 }  // namespace
 
-int KernelConfig::consumers() const { return pingpong ? 2 : tile_m / 64; }
-
-int KernelConfig::threads() const { return kind == KernelKind::tma ? 128 * (consumers() + 1) : 256; }
+int KernelConfig::threads() const { return kind == KernelKind::tma ? 128 * (tile_m / 64 + 1) : 256; }
 
 int KernelConfig::smem_bytes() const { return kind == KernelKind::tma ? tma_smem_bytes(*this) : 0; }
 
@@ -76,8 +71,7 @@ std::string KernelConfig::name() const {
   std::ostringstream s;
   s << "tma " << tile_m << "x" << tile_n << " s" << stages << (group_m != KernelConfig{}.group_m ? " g" + std::to_string(group_m) : "")
     << (cluster_m > 1 ? " c" + std::to_string(cluster_m) : "")
-    << (splits > 1 ? " split" + std::to_string(splits) : "") << (pingpong ? " pp" : "") << " "
-    << (a_k_major ? 'K' : 'M') << (b_k_major ? 'K' : 'N')
+    << (splits > 1 ? " split" + std::to_string(splits) : "") << " " << (a_k_major ? 'K' : 'M') << (b_k_major ? 'K' : 'N')
     << (!tma_store ? " direct-store" : store_buffers != 2 ? " b" + std::to_string(store_buffers) : "");
   return s.str();
 }
@@ -104,7 +98,7 @@ const std::vector<TileShape>& tile_shapes() {
 }
 
 int tma_smem_bytes(const KernelConfig& c) {
-  int epilogue = c.tma_store ? c.consumers() * c.store_buffers * kEpilogueBuffer : 0;
+  int epilogue = c.tma_store ? (c.tile_m / 64) * c.store_buffers * kEpilogueBuffer : 0;
   int barriers = c.stages * 2 * 8;
   return kAlignmentSlack + c.stages * c.stage_bytes() + epilogue + barriers;
 }
@@ -191,33 +185,26 @@ std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& lim
   for (TileShape tile : tile_shapes()) {
     const int64_t tiles_m = ceil_div(p.m, tile.m);
     for (int cluster : {2, 1}) {
-      for (bool pingpong : {false, true}) {
-        if (cluster > tiles_m || (pingpong && tile.m != 64)) continue;
-        KernelConfig candidate = config;
-        candidate.tile_m = tile.m;
-        candidate.tile_n = tile.n;
-        candidate.cluster_m = cluster;
-        candidate.pingpong = pingpong;
-        candidate.stages = max_stages(candidate, limits.smem_per_block);
-        if (candidate.stages < 2) continue;
-        const int64_t cluster_tiles = ceil_div(tiles_m, cluster) * ceil_div(p.n, tile.n) * p.batch;
-        const int64_t partial_bytes = cluster_tiles * cluster * tile.m * tile.n * 4;
-        for (int splits = 1; splits <= kMaxSplits; ++splits) {
-          if (splits > 1 && (tile.n > kMaxSplitTileN || k_blocks < splits * kMinSplitBlocks ||
-                             splits * partial_bytes > kMaxPartialBytes)) {
-            break;
-          }
-          candidate.splits = splits;
-          const double waves = double(ceil_div(cluster_tiles * splits, limits.sm_count / cluster));
-          const double blocks = double(ceil_div(k_blocks, splits)) + (splits > 1 ? kSplitOverheadBlocks : 0.0);
-          // A unit's main loop and epilogue, one after the other; ping-pong overlaps one consumer's
-          // epilogue with the other's main loop, so a unit takes the longer of its main loop and
-          // half of both.
-          const double unit = pingpong ? std::max(blocks, 0.5 * (blocks + kEpilogueBlocks)) : blocks + kEpilogueBlocks;
-          const double cost = waves * unit * tile.m * tile.n / tile_efficiency(tile, cluster);
-          if (candidates.empty() || cost < 0.98 * candidates[pick].cost) pick = candidates.size();
-          candidates.push_back({candidate, cost});
+      if (cluster > tiles_m) continue;
+      KernelConfig candidate = config;
+      candidate.tile_m = tile.m;
+      candidate.tile_n = tile.n;
+      candidate.cluster_m = cluster;
+      candidate.stages = max_stages(candidate, limits.smem_per_block);
+      if (candidate.stages < 2) continue;
+      const int64_t cluster_tiles = ceil_div(tiles_m, cluster) * ceil_div(p.n, tile.n) * p.batch;
+      const int64_t partial_bytes = cluster_tiles * cluster * tile.m * tile.n * 4;
+      for (int splits = 1; splits <= kMaxSplits; ++splits) {
+        if (splits > 1 && (tile.n > kMaxSplitTileN || k_blocks < splits * kMinSplitBlocks ||
+                           splits * partial_bytes > kMaxPartialBytes)) {
+          break;
         }
+        candidate.splits = splits;
+        const double waves = double(ceil_div(cluster_tiles * splits, limits.sm_count / cluster));
+        const double blocks = double(ceil_div(k_blocks, splits)) + (splits > 1 ? kSplitOverheadBlocks : 0.0);
+        const double cost = waves * blocks * tile.m * tile.n / tile_efficiency(tile, cluster);
+        if (candidates.empty() || cost < 0.98 * candidates[pick].cost) pick = candidates.size();
+        candidates.push_back({candidate, cost});
       }
     }
   }
@@ -238,8 +225,7 @@ bool fits(const KernelConfig& c, const DeviceLimits& limits) {
   const std::vector<TileShape>& shapes = tile_shapes();
   const bool known_tile = std::any_of(shapes.begin(), shapes.end(),
                                       [&](TileShape t) { return t.m == c.tile_m && t.n == c.tile_n; });
-  return known_tile && (!c.pingpong || c.tile_m == 64) && (c.cluster_m == 1 || c.cluster_m == 2) &&
-         c.group_m >= c.cluster_m && c.group_m <= 64 &&
+  return known_tile && (c.cluster_m == 1 || c.cluster_m == 2) && c.group_m >= c.cluster_m && c.group_m <= 64 &&
          c.splits >= 1 && c.splits <= kMaxSplits && (c.splits == 1 || c.tile_n <= kMaxSplitTileN) &&
          c.store_buffers >= 1 && c.store_buffers <= 8 && c.stages >= 2 && c.stages <= 8 &&
          tma_smem_bytes(c) <= limits.smem_per_block;

@@ -31,20 +31,16 @@ struct KernelConfig {
   bool b_batched = false;
   bool tma_store = true;    // D is written by TMA through shared memory (else direct stores)
   int store_buffers = 2;    // 8 KB staging buffers per consumer warpgroup for the TMA store
-  bool pingpong = false;    // two consumer warpgroups take whole 64-row tiles in turn, so that one's
-                            // epilogue overlaps the other's main loop (else they share each tile)
   bool has_c = false;
   DType in = DType::bf16, out = DType::bf16, c = DType::bf16;
 
-  int consumers() const;  // consumer warpgroups of the TMA kernel
   int threads() const;
   int smem_bytes() const;  // dynamic shared memory the launch reserves
   int stage_bytes() const;  // one ring stage: the A and B slices of one 64-deep K block
   // Width in bytes of one TMA store box of D: 128, or 64 or 32 where the tile's row of D is
   // not a multiple of 128 bytes. The box's swizzle mode has the same width.
   int store_box_bytes() const;
-  // e.g. "tma 128x256 s4 c2 KK", "tma 64x128 s8 split6 KK", "tma 64x256 s4 c2 pp KK" (ping-pong);
-  // a raster group other than 8 shows as " g16"
+  // e.g. "tma 128x256 s4 c2 KK", "tma 64x128 s8 split6 KK"; a raster group other than 8 shows as " g16"
   std::string name() const;
   bool operator<(const KernelConfig& other) const;
   bool operator==(const KernelConfig& other) const;

@@ -161,12 +161,10 @@ std::vector<KernelConfig> tuning_candidates(const Problem& p, const DeviceLimits
   };
   for (size_t i = 0; i < ranked.size() && i < kTopByCost; ++i) add(ranked[i].config);
   for (TileShape tile : tile_shapes()) {
-    for (bool pingpong : {false, true}) {
-      auto best = std::find_if(ranked.begin(), ranked.end(), [&](const Candidate& c) {
-        return c.config.tile_m == tile.m && c.config.tile_n == tile.n && c.config.pingpong == pingpong;
-      });
-      if (best != ranked.end()) add(best->config);
-    }
+    auto best = std::find_if(ranked.begin(), ranked.end(), [&](const Candidate& c) {
+      return c.config.tile_m == tile.m && c.config.tile_n == tile.n;
+    });
+    if (best != ranked.end()) add(best->config);
   }
   if (!ranked.empty()) {
     const KernelConfig& pick = ranked.front().config;

@@ -8,7 +8,7 @@
 namespace gemmkit::tuning {
 
 // The configs worth timing for a normalised problem: the cost model's eight best, the best of
-// each tile shape and schedule it weighed, and, where tiles outnumber the SMs, the pick with a narrower and
+// each tile shape it weighed, and, where tiles outnumber the SMs, the pick with a narrower and
 // a wider raster group. The model's pick comes first. Empty where the fallback kernel runs.
 std::vector<KernelConfig> tuning_candidates(const Problem& p, const DeviceLimits& limits);
 

@@ -84,7 +84,7 @@ std::string problem_key(const Problem& p) {
 std::string tuned_fields(const KernelConfig& c) {
   std::ostringstream text;
   text << c.tile_m << 'x' << c.tile_n << " s" << c.stages << " g" << c.group_m << " c" << c.cluster_m << " k"
-       << c.splits << " b" << c.store_buffers << (c.pingpong ? " pp" : "");
+       << c.splits << " b" << c.store_buffers;
   return text.str();
 }
 
@@ -93,12 +93,8 @@ std::optional<KernelConfig> with_tuned_fields(KernelConfig base, std::string_vie
   char x = 0, s = 0, g = 0, c = 0, k = 0, b = 0;
   in >> base.tile_m >> x >> base.tile_n >> s >> base.stages >> g >> base.group_m >> c >> base.cluster_m >> k >>
       base.splits >> b >> base.store_buffers;
-  const bool fields = bool(in);
-  std::string schedule;  // "pp" for ping-pong, nothing for cooperative
-  in >> schedule;
-  base.pingpong = schedule == "pp";
-  const bool parsed = fields && (schedule.empty() || base.pingpong) && (in >> std::ws).eof() && x == 'x' &&
-                      s == 's' && g == 'g' && c == 'c' && k == 'k' && b == 'b';
+  const bool parsed = bool(in) && (in >> std::ws).eof() && x == 'x' && s == 's' && g == 'g' && c == 'c' &&
+                      k == 'k' && b == 'b';
   if (!parsed) return std::nullopt;
   return base;
 }

@@ -28,14 +28,12 @@ void expect_clean_compile(const std::string& source, const std::string& entry, c
 }
 
 // The TMA kernel: every tile shape with every operand majorness, alone and in a cluster of
-// two, at the most stages that fit; tiles up to kMaxSplitTileN wide also with split-K; 64-row
-// tiles also with ping-pong consumers.
+// two, at the most stages that fit; tiles up to kMaxSplitTileN wide also with split-K.
 struct TmaCase {
   TileShape tile;
   bool a_k_major, b_k_major;
   int cluster_m;
   int splits;
-  bool pingpong;
 };
 
 std::vector<TmaCase> tma_cases() {
@@ -44,11 +42,8 @@ std::vector<TmaCase> tma_cases() {
     for (bool a_k : {true, false}) {
       for (bool b_k : {true, false}) {
         for (int cluster : {1, 2}) {
-          for (bool pingpong : {false, true}) {
-            if (pingpong && tile.m != 64) continue;
-            cases.push_back({tile, a_k, b_k, cluster, 1, pingpong});
-            if (tile.n <= kMaxSplitTileN) cases.push_back({tile, a_k, b_k, cluster, 2, pingpong});
-          }
+          cases.push_back({tile, a_k, b_k, cluster, 1});
+          if (tile.n <= kMaxSplitTileN) cases.push_back({tile, a_k, b_k, cluster, 2});
         }
       }
     }
@@ -67,7 +62,6 @@ TEST_P(TmaKernelCompiles, WithoutSpills) {
   config.b_k_major = c.b_k_major;
   config.cluster_m = c.cluster_m;
   config.splits = c.splits;
-  config.pingpong = c.pingpong;
   config.stages = max_stages(config, DeviceLimits{}.smem_per_block);
   expect_clean_compile(codegen::gemm_source(config), codegen::kGemmKernel, config.name());
 }
@@ -75,8 +69,7 @@ TEST_P(TmaKernelCompiles, WithoutSpills) {
 std::string tma_case_name(const ::testing::TestParamInfo<TmaCase>& info) {
   const TmaCase& c = info.param;
   return std::to_string(c.tile.m) + "x" + std::to_string(c.tile.n) + "_" + (c.a_k_major ? "K" : "M") +
-         (c.b_k_major ? "K" : "N") + "_cluster" + std::to_string(c.cluster_m) + (c.splits > 1 ? "_splitK" : "") +
-         (c.pingpong ? "_pingpong" : "");
+         (c.b_k_major ? "K" : "N") + "_cluster" + std::to_string(c.cluster_m) + (c.splits > 1 ? "_splitK" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTiles, TmaKernelCompiles, ::testing::ValuesIn(tma_cases()), tma_case_name);

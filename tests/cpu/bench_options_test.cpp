@@ -82,33 +82,22 @@ TEST(BenchOptions, OverridesReplaceOnlyWhatTheyName) {
   EXPECT_EQ(apply_overrides(chosen(), {.store_buffers = 4}, kSmem).store_buffers, 4);
 }
 
-TEST(BenchOptions, PingPongTakesTheChosenWidthInSixtyFourRowTiles) {
-  const gemmkit::KernelConfig pp = apply_overrides(chosen(), {.schedule = "pingpong"}, kSmem);
-  EXPECT_TRUE(pp.pingpong);
-  EXPECT_EQ(pp.tile_m, 64);
-  EXPECT_EQ(pp.tile_n, 256);
-  EXPECT_EQ(pp.cluster_m, 2);
-  EXPECT_TRUE(gemmkit::fits(pp, {132, kSmem})) << pp.name();
-  EXPECT_FALSE(apply_overrides(pp, {.schedule = "cooperative"}, kSmem).pingpong);
-  // A split count survives only on tiles narrow enough for split-K.
+TEST(BenchOptions, ASplitCountStaysOnlyOnTilesBuiltForSplitK) {
   gemmkit::KernelConfig split = chosen();
   split.tile_m = 64;
   split.tile_n = 128;
   split.splits = 3;
-  EXPECT_EQ(apply_overrides(split, {.schedule = "pingpong"}, kSmem).splits, 3);
+  EXPECT_EQ(apply_overrides(split, {.cluster = 1}, kSmem).splits, 3);
   EXPECT_EQ(apply_overrides(split, {.tile = "64x256"}, kSmem).splits, 1);
 }
 
-TEST(BenchOptions, OverridesThatMakeNoBuiltConfigAreRejected) {
-  for (const ConfigOverrides& bad : {ConfigOverrides{.tile = "128x256", .schedule = "pingpong"},
-                                     ConfigOverrides{.schedule = "pong"}}) {
-    try {
-      apply_overrides(chosen(), bad, kSmem);
-      ADD_FAILURE() << "accepted --tile '" << bad.tile << "' --schedule '" << bad.schedule << "'";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
-      EXPECT_NE(std::string(e.what()).find("--schedule"), std::string::npos) << e.what();
-    }
+TEST(BenchOptions, OverridesThatDoNotFitAreRejected) {
+  try {
+    apply_overrides(chosen(), {.store_buffers = 8}, 100 * 1024);
+    ADD_FAILURE() << "accepted a config larger than the shared memory";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("--store-buffers"), std::string::npos) << e.what();
   }
 }
 

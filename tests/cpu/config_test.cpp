@@ -81,19 +81,6 @@ TEST(ConfigStages, SmemGrowsWithStagesStoreBufferAndPartialBoxes) {
   }
 }
 
-TEST(ConfigStages, PingPongHasTwoConsumersEachWithItsStoreBuffers) {
-  for (TileShape tile : tile_shapes()) {
-    if (tile.m != 64) continue;
-    const KernelConfig cooperative = tile_config(tile, true, true, 3);
-    KernelConfig pingpong = cooperative;
-    pingpong.pingpong = true;
-    EXPECT_EQ(cooperative.threads(), 256);
-    EXPECT_EQ(pingpong.threads(), 384);
-    EXPECT_EQ(tma_smem_bytes(pingpong) - tma_smem_bytes(cooperative), cooperative.store_buffers * 64 * 128);
-    EXPECT_GE(max_stages(pingpong, kSmemLimit), 4) << pingpong.name();
-  }
-}
-
 TEST(ConfigStages, StoreBoxIsTheWidestSwizzleDividingTheTileRow) {
   KernelConfig c;
   c.tile_n = 256;
@@ -305,7 +292,6 @@ TEST(ConfigKernelConfig, EveryFieldTakesPartInComparison) {
       [](KernelConfig& c) { c.tile_n = 256; },              [](KernelConfig& c) { c.stages = 3; },
       [](KernelConfig& c) { c.group_m = 4; },               [](KernelConfig& c) { c.cluster_m = 2; },
       [](KernelConfig& c) { c.splits = 3; },                [](KernelConfig& c) { c.store_buffers = 4; },
-      [](KernelConfig& c) { c.pingpong = true; },
       [](KernelConfig& c) { c.a_k_major = false; },
       [](KernelConfig& c) { c.b_k_major = false; },         [](KernelConfig& c) { c.a_batched = true; },
       [](KernelConfig& c) { c.b_batched = true; },          [](KernelConfig& c) { c.tma_store = false; },
@@ -325,7 +311,7 @@ TEST(ConfigKernelConfig, EveryFieldTakesPartInComparison) {
 
 TEST(ConfigKernelConfig, NameShowsTileStagesClusterMajornessAndStore) {
   const KernelConfig base;
-  std::vector<KernelConfig> configs(11, base);
+  std::vector<KernelConfig> configs(10, base);
   configs[1].tile_m = 64;
   configs[2].tile_n = 256;
   configs[3].stages = 3;
@@ -335,8 +321,6 @@ TEST(ConfigKernelConfig, NameShowsTileStagesClusterMajornessAndStore) {
   configs[7].cluster_m = 2;
   configs[8].splits = 4;
   configs[9].group_m = 16;
-  configs[10].tile_m = 64;
-  configs[10].pingpong = true;
   std::set<std::string> names;
   for (const KernelConfig& c : configs) names.insert(c.name());
   EXPECT_EQ(names.size(), configs.size());

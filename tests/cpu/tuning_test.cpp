@@ -75,8 +75,6 @@ TEST(TuningCandidates, FitsRejectsWhatTheKernelIsNotBuiltFor) {
   EXPECT_FALSE(changed([](KernelConfig& c) { c.splits = 2; })) << "split-K is built for tiles up to 128 wide";
   EXPECT_FALSE(changed([](KernelConfig& c) { c.splits = kMaxSplits + 1; }));
   EXPECT_FALSE(changed([](KernelConfig& c) { c.store_buffers = 0; }));
-  EXPECT_FALSE(changed([](KernelConfig& c) { c.pingpong = true; })) << "ping-pong takes 64-row tiles";
-  EXPECT_TRUE(changed([](KernelConfig& c) { c.tile_m = 64, c.pingpong = true; }));
   EXPECT_TRUE(changed([](KernelConfig& c) { c.tile_n = 128, c.splits = 3; }));
 }
 
@@ -86,14 +84,9 @@ TEST(TuningCandidates, PickFirstEveryTileShapeAndRasterVariantsWhereTilesAreMany
   EXPECT_EQ(candidates.front(), choose_config(big, kLimits));
   EXPECT_EQ(std::set<KernelConfig>(candidates.begin(), candidates.end()).size(), candidates.size()) << "distinct";
   for (TileShape tile : tile_shapes()) {
-    for (bool pingpong : {false, true}) {
-      if (pingpong && tile.m != 64) continue;
-      EXPECT_TRUE(std::any_of(candidates.begin(), candidates.end(),
-                              [&](const KernelConfig& c) {
-                                return c.tile_m == tile.m && c.tile_n == tile.n && c.pingpong == pingpong;
-                              }))
-          << tile.m << "x" << tile.n << (pingpong ? " ping-pong" : "");
-    }
+    EXPECT_TRUE(std::any_of(candidates.begin(), candidates.end(),
+                            [&](const KernelConfig& c) { return c.tile_m == tile.m && c.tile_n == tile.n; }))
+        << tile.m << "x" << tile.n;
   }
   std::set<int> groups;
   for (const KernelConfig& c : candidates) groups.insert(c.group_m);
@@ -151,8 +144,7 @@ TEST(TuningKeys, TunedFieldsRoundTripOntoTheProblemsFields) {
 TEST(TuningKeys, MalformedTunedFieldsAreRejected) {
   const KernelConfig base = problem_config(nt_problem(64, 64, 64));
   for (const char* text : {"", "128x256", "128x256 s4 g8 c2 k1", "128x256 s4 g8 c2 k1 b2 extra", "128y256 s4 g8 c2 k1 b2",
-                           "128x256 s4 g8 c2 q1 b2", "tma 128x256 s4 c2 KK", "128x256 s4 g8 c2 k1 bx",
-                           "64x256 s4 g8 c2 k1 b2 p", "64x256 s4 g8 c2 k1 b2 pp pp", "64x256 s4 g8 c2 k1 pp"}) {
+                           "128x256 s4 g8 c2 q1 b2", "tma 128x256 s4 c2 KK", "128x256 s4 g8 c2 k1 bx"}) {
     EXPECT_FALSE(tuning::with_tuned_fields(base, text).has_value()) << '"' << text << '"';
   }
 }

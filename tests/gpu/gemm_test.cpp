@@ -1,5 +1,5 @@
 // gemmkit::gemm against the double-precision GPU reference: shapes, layouts, types, batches,
-// beta, unaligned operands, every tile shape and schedule forced. Skips without an sm_90 device.
+// beta, unaligned operands, and every tile shape forced. Skips without an sm_90 device.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -14,7 +14,6 @@ using GemmBeta = testing::GpuTest;
 using GemmDeterminism = testing::GpuTest;
 using GemmEdges = testing::GpuTest;
 using GemmGemv = testing::GpuTest;
-using GemmPingPong = testing::GpuTest;
 using GemmSplitK = testing::GpuTest;
 using GemmTiles = testing::GpuTest;
 using GemmTypes = testing::GpuTest;
@@ -177,65 +176,6 @@ TEST_F(GemmTiles, EveryTileShapeForced) {
   }
 }
 
-// Ping-pong, forced on each 64-row tile: every layout, both store paths, alone and in a cluster.
-// The first shape gives each CTA several tiles, so that the consumers take turns, over a short
-// K (the epilogue outlasts the other's main loop) and a long one (the ring wraps many times
-// per tile); the others have partial tiles, and a second cluster tile wholly below D.
-TEST_F(GemmPingPong, EveryTileLayoutAndClusterForced) {
-  const runtime::DeviceInfo& info = runtime::device_info(0);
-  for (TileShape tile : tile_shapes()) {
-    if (tile.m != 64) continue;
-    for (const char* layout : kLayouts) {
-      for (bool direct : {false, true}) {
-        for (int cluster : {1, 2}) {
-          KernelConfig config;
-          config.tile_m = tile.m;
-          config.tile_n = tile.n;
-          config.pingpong = true;
-          config.cluster_m = cluster;
-          config.a_k_major = layout[0] == 'N';
-          config.b_k_major = layout[1] == 'T';
-          config.tma_store = !direct;
-          config.stages = max_stages(config, info.smem_per_block_optin);
-          for (auto [m, n, k] : {std::tuple{70 * tile.m + 3, 5 * tile.n - 9, 200}, std::tuple{9 * tile.m, 3 * tile.n, 1500},
-                                 std::tuple{tile.m + 1, tile.n - 1, 1000}, std::tuple{1, 1, 1}}) {
-            expect_correct({.m = m, .n = n, .k = k, .layout = layout, .align_leading = true}, &config);
-          }
-        }
-      }
-    }
-  }
-}
-
-// Ping-pong with split-K (parts of one tile on different consumers and CTAs), C, each output
-// type, and batches.
-TEST_F(GemmPingPong, SplitKEpiloguesAndBatches) {
-  const runtime::DeviceInfo& info = runtime::device_info(0);
-  for (DType out : {DType::bf16, DType::f16, DType::f32}) {
-    for (int splits : {1, 3}) {
-      KernelConfig config;
-      config.tile_m = 64;
-      config.tile_n = 128;
-      config.pingpong = true;
-      config.splits = splits;
-      config.out = config.c = out;
-      config.has_c = true;
-      config.stages = max_stages(config, info.smem_per_block_optin);
-      expect_correct({.m = 1000, .n = 2100, .k = 4097, .layout = "NT", .out = out, .alpha = 0.5f, .beta = -2.0f,
-                      .align_leading = true},
-                     &config);
-    }
-  }
-  KernelConfig batched;
-  batched.tile_m = 64;
-  batched.tile_n = 256;
-  batched.pingpong = true;
-  batched.cluster_m = 2;
-  batched.a_batched = batched.b_batched = true;
-  batched.stages = max_stages(batched, info.smem_per_block_optin);
-  expect_correct({.m = 700, .n = 600, .k = 300, .batch = 5, .layout = "NT", .align_leading = true}, &batched);
-}
-
 // Tiles whose row of D is not a multiple of 128 bytes store through 32- or 64-byte boxes (and an
 // N-major B slice ends in a partial 64-column box): each output type, with C, at odd sizes.
 TEST_F(GemmTiles, NarrowStoreBoxes) {
@@ -328,10 +268,10 @@ TEST_F(GemmDeterminism, RepeatedRunsAreIdentical) {
   }
 }
 
-// Runs `config` five times on the same inputs: D must be bit-identical each time (a difference
-// means a race), and right.
-void expect_identical_runs(const ProblemSpec& spec, const KernelConfig& config) {
-  reference::DeviceProblem problem(spec, testing::fresh_seed());
+// Split-K sums its parts in a fixed order whichever finishes last: D is bit-identical run to run.
+TEST_F(GemmDeterminism, SplitKRunsAreIdentical) {
+  reference::DeviceProblem problem({.m = 16, .n = 2112, .k = 7168, .layout = "NT"}, testing::fresh_seed());
+  const KernelConfig config = split_config({64, 128}, "NT", 1, 7);
   Problem p = validate_gemm(problem.a(), problem.b(), problem.d(), problem.options(nullptr));
   const Plan plan = make_plan(normalize(p), &config);
   std::vector<std::vector<char>> results;
@@ -341,25 +281,9 @@ void expect_identical_runs(const ProblemSpec& spec, const KernelConfig& config) 
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     results.push_back(problem.copy_output());
   }
-  for (int run = 1; run < 5; ++run) EXPECT_EQ(results[0], results[run]) << config.name() << ", run " << run;
+  for (int run = 1; run < 5; ++run) EXPECT_EQ(results[0], results[run]) << "run " << run;
   const reference::Comparison result = problem.check(nullptr);
-  EXPECT_TRUE(result.passed()) << config.name() << ": " << result.summary();
-}
-
-// Split-K sums its parts in a fixed order whichever finishes last.
-TEST_F(GemmDeterminism, SplitKRunsAreIdentical) {
-  expect_identical_runs({.m = 16, .n = 2112, .k = 7168, .layout = "NT"}, split_config({64, 128}, "NT", 1, 7));
-}
-
-// Ping-pong consumers share the ring and take turns.
-TEST_F(GemmDeterminism, PingPongRunsAreIdentical) {
-  KernelConfig config;
-  config.tile_m = 64;
-  config.tile_n = 256;
-  config.pingpong = true;
-  config.cluster_m = 2;
-  config.stages = max_stages(config, runtime::device_info(0).smem_per_block_optin);
-  expect_identical_runs({.m = 4000, .n = 3000, .k = 700, .layout = "NT"}, config);
+  EXPECT_TRUE(result.passed()) << result.summary();
 }
 
 }  // namespace
