@@ -107,6 +107,19 @@ __device__ __forceinline__ void tma_store_wait_all() {
   asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
+// Stores four 8x8 matrices of 16-bit values: lane l gives the shared address of row l % 8 of
+// matrix l / 8, and its register i holds row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of
+// matrix i, the layout of a wgmma accumulator fragment.
+__device__ __forceinline__ void stmatrix_x4(u32 row_address, u32 m0, u32 m1, u32 m2, u32 m3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(row_address), "r"(m0),
+               "r"(m1), "r"(m2), "r"(m3)
+               : "memory");
+}
+
+__device__ __forceinline__ void store_shared(u32 address, float x, float y) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(address), "f"(x), "f"(y) : "memory");
+}
+
 // Orders this thread's ordinary shared-memory writes before later TMA reads of them.
 __device__ __forceinline__ void fence_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");

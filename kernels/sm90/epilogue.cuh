@@ -27,6 +27,13 @@ __device__ __forceinline__ float load_c(const GemmParams& p, int batch, i64 row,
 __device__ __forceinline__ int fragment_row(int t, int h) { return (t / 32) * 16 + (t % 32) / 4 + 8 * h; }
 __device__ __forceinline__ int fragment_col(int t, int j) { return 8 * j + 2 * (t % 4); }
 
+// The value of D at thread t's accumulator of column group j, half h (rows + 8h), element e.
+__device__ __forceinline__ float output_value(const float* acc, const GemmParams& p, TileOrigin at, int t, int j,
+                                              int h, int e) {
+  const i64 row = at.row + fragment_row(t, h), col = at.col + fragment_col(t, j) + e;
+  return epilogue_op(acc[4 * j + 2 * h + e], load_c(p, at.batch, row, col), p);
+}
+
 // Direct stores, for outputs TMA cannot address (unaligned base or strides, non-unit column stride).
 __device__ __forceinline__ void store_tile_direct(const float* acc, const GemmParams& p, TileOrigin at,
                                                   int t) {
@@ -39,7 +46,7 @@ __device__ __forceinline__ void store_tile_direct(const float* acc, const GemmPa
         i64 row = at.row + fragment_row(t, h);
         i64 col = at.col + fragment_col(t, j) + e;
         if (row < p.m && col < p.n) {
-          float value = epilogue_op(acc[4 * j + 2 * h + e], load_c(p, at.batch, row, col), p);
+          const float value = output_value(acc, p, at, t, j, h, e);
           i64 index = at.batch * p.d.batch_stride + row * p.d.row_stride + col * p.d.col_stride;
           store_from_float(p.d.data, kOutType, index, value);
         }
@@ -67,6 +74,42 @@ __device__ __forceinline__ int staged_offset(int r, int byte) {
   return (byte / kStoreBoxBytes) * kBoxBytes + (in_box ^ (((in_box >> 7) & (kStoreBoxBytes / 16 - 1)) << 4));
 }
 
+// Writes group `group` (columns 128 bytes wide) of the slice into the buffer at shared address
+// `buffer`: 16-bit outputs with stmatrix, each instruction two column groups of 8 by the
+// warp's 16 rows; f32 outputs as pairs.
+__device__ __forceinline__ void stage_group(const float* acc, const GemmParams& p, TileOrigin at, int t, int group,
+                                            u32 buffer) {
+  constexpr int kGroupJs = kGroupCols / 8;  // 8-column groups j in a staging group
+  if (kOutType == GEMMKIT_F32) {
+#pragma unroll
+    for (int jj = 0; jj < kGroupJs; ++jj) {
+      const int j = group * kGroupJs + jj;
+      if (j >= kTileN / 8) break;  // a partial last group
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        store_shared(buffer + staged_offset(fragment_row(t, h), fragment_col(t, jj) * 4),
+                     output_value(acc, p, at, t, j, h, 0), output_value(acc, p, at, t, j, h, 1));
+      }
+    }
+  } else {
+    // Matrix q of an stmatrix is half q % 2 (rows +8) of column group j + q / 2.
+    const int lane = t % 32;
+    const int row = (t / 32) * 16 + 8 * ((lane / 8) % 2) + lane % 8;
+#pragma unroll
+    for (int jj = 0; jj < kGroupJs; jj += 2) {
+      const int j = group * kGroupJs + jj;
+      if (j >= kTileN / 8) break;  // a partial last group (kTileN / 8 is even)
+      u32 m[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        m[q] = pack_pair(kOutType, output_value(acc, p, at, t, j + q / 2, q % 2, 0),
+                         output_value(acc, p, at, t, j + q / 2, q % 2, 1));
+      }
+      stmatrix_x4(buffer + staged_offset(row, (jj + lane / 16) * 16), m[0], m[1], m[2], m[3]);
+    }
+  }
+}
+
 // Group g uses buffer g % kStoreBuffers. The first group waits until every store of the
 // previous tile has read its buffer (long done: a whole main loop ran since), so a tile that
 // ended early at the right edge of D leaves no buffer in use; later groups wait only for the
@@ -87,25 +130,7 @@ __device__ __forceinline__ void store_tile_tma(const float* acc, const GemmParam
       }
     }
     named_barrier_sync(barrier_id, 128);
-#pragma unroll
-    for (int jj = 0; jj < kGroupCols / 8; ++jj) {
-      const int j = group * (kGroupCols / 8) + jj;
-      if (j >= kTileN / 8) break;  // a partial last group
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = fragment_row(t, h);
-        const i64 row = at.row + r;
-        const i64 col = at.col + fragment_col(t, j);
-        float v0 = epilogue_op(acc[4 * j + 2 * h], load_c(p, at.batch, row, col), p);
-        float v1 = epilogue_op(acc[4 * j + 2 * h + 1], load_c(p, at.batch, row, col + 1), p);
-        u8* dst = buffer + staged_offset(r, fragment_col(t, jj) * kOutBytes);
-        if (kOutType == GEMMKIT_F32) {
-          *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
-        } else {
-          *reinterpret_cast<u32*>(dst) = pack_pair(kOutType, v0, v1);
-        }
-      }
-    }
+    stage_group(acc, p, at, t, group, smem_u32(buffer));
     fence_async_shared();
     named_barrier_sync(barrier_id, 128);
     if (t == 0) {
