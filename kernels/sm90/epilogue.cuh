@@ -55,31 +55,35 @@ __device__ __forceinline__ void store_tile_direct(const float* acc, const GemmPa
   }
 }
 
-// Through shared memory: the slice is written in groups of columns 128 bytes wide (64 rows each)
-// into kStoreBuffers 8 KB buffers, used in turn (with as many buffers as groups, a tile's
-// stores drain while the next tile multiplies). A group holds 128 / kStoreBoxBytes TMA store
-// boxes, each laid out with the swizzle of its width, which keeps the fragment writes free of bank
-// conflicts; boxes narrower than 128 bytes serve tiles whose row of D is not a multiple of 128
-// bytes. One thread issues the stores; rows and columns outside D are clipped by TMA.
+// Through shared memory, warp by warp: each warp writes its 16 rows of the slice in groups of
+// columns 128 bytes wide into its part of kStoreBuffers 8 KB buffers, used in turn, and issues
+// their TMA stores itself, so that the warps of a warpgroup never wait for each other (with as
+// many buffers as groups, a tile's stores drain while the next tile multiplies). A warp's part
+// of a group holds 128 / kStoreBoxBytes boxes of 16 rows, each laid out with the swizzle of its
+// width, which keeps stmatrix free of bank conflicts; boxes narrower than 128 bytes serve tiles
+// whose row of D is not a multiple of 128 bytes. Rows and columns outside D are clipped by TMA.
 constexpr int kOutBytes = kOutType == GEMMKIT_F32 ? 4 : 2;
 constexpr int kGroupCols = 128 / kOutBytes;
 constexpr int kBoxCols = kStoreBoxBytes / kOutBytes;
-constexpr int kBoxBytes = 64 * kStoreBoxBytes;
+constexpr int kBoxRows = 16;  // one warp's rows
+constexpr int kBoxBytes = kBoxRows * kStoreBoxBytes;
 constexpr int kEpilogueBufferBytes = 64 * 128;
 
-// Byte offset in a buffer of column byte `byte` (0..127) of row r: box, then row, then the
-// 16-byte unit XOR-ed with the row bits the swizzle mode uses (as TMA's SWIZZLE_32B/64B/128B).
+// Byte offset in a warp's part of a buffer of column byte `byte` (0..127) of its row r (0..15):
+// box, then row, then the 16-byte unit XOR-ed with the row bits the swizzle mode uses (as TMA's
+// SWIZZLE_32B/64B/128B; every box starts on a multiple of its swizzle pattern).
 __device__ __forceinline__ int staged_offset(int r, int byte) {
   const int in_box = r * kStoreBoxBytes + byte % kStoreBoxBytes;
   return (byte / kStoreBoxBytes) * kBoxBytes + (in_box ^ (((in_box >> 7) & (kStoreBoxBytes / 16 - 1)) << 4));
 }
 
-// Writes group `group` (columns 128 bytes wide) of the slice into the buffer at shared address
-// `buffer`: 16-bit outputs with stmatrix, each instruction two column groups of 8 by the
-// warp's 16 rows; f32 outputs as pairs.
+// Writes this warp's part of group `group` (columns 128 bytes wide) into `part`, the shared
+// address of its 16 rows: 16-bit outputs with stmatrix, each instruction two column groups of
+// 8 by the 16 rows; f32 outputs as pairs.
 __device__ __forceinline__ void stage_group(const float* acc, const GemmParams& p, TileOrigin at, int t, int group,
-                                            u32 buffer) {
+                                            u32 part) {
   constexpr int kGroupJs = kGroupCols / 8;  // 8-column groups j in a staging group
+  const int lane = t % 32;
   if (kOutType == GEMMKIT_F32) {
 #pragma unroll
     for (int jj = 0; jj < kGroupJs; ++jj) {
@@ -87,14 +91,13 @@ __device__ __forceinline__ void stage_group(const float* acc, const GemmParams& 
       if (j >= kTileN / 8) break;  // a partial last group
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        store_shared(buffer + staged_offset(fragment_row(t, h), fragment_col(t, jj) * 4),
+        store_shared(part + staged_offset(fragment_row(t, h) % 16, fragment_col(t, jj) * 4),
                      output_value(acc, p, at, t, j, h, 0), output_value(acc, p, at, t, j, h, 1));
       }
     }
   } else {
     // Matrix q of an stmatrix is half q % 2 (rows +8) of column group j + q / 2.
-    const int lane = t % 32;
-    const int row = (t / 32) * 16 + 8 * ((lane / 8) % 2) + lane % 8;
+    const int row = 8 * ((lane / 8) % 2) + lane % 8;
 #pragma unroll
     for (int jj = 0; jj < kGroupJs; jj += 2) {
       const int j = group * kGroupJs + jj;
@@ -105,40 +108,40 @@ __device__ __forceinline__ void stage_group(const float* acc, const GemmParams& 
         m[q] = pack_pair(kOutType, output_value(acc, p, at, t, j + q / 2, q % 2, 0),
                          output_value(acc, p, at, t, j + q / 2, q % 2, 1));
       }
-      stmatrix_x4(buffer + staged_offset(row, (jj + lane / 16) * 16), m[0], m[1], m[2], m[3]);
+      stmatrix_x4(part + staged_offset(row, (jj + lane / 16) * 16), m[0], m[1], m[2], m[3]);
     }
   }
 }
 
-// Group g uses buffer g % kStoreBuffers. The first group waits until every store of the
-// previous tile has read its buffer (long done: a whole main loop ran since), so a tile that
-// ended early at the right edge of D leaves no buffer in use; later groups wait only for the
-// store that last used their buffer, kStoreBuffers groups ago.
-__device__ __forceinline__ void store_tile_tma(const float* acc, const GemmParams& p, TileOrigin at,
-                                               int t, int warpgroup, u8* buffers,
-                                               const TensorMap* map_d) {
-  const int barrier_id = 1 + warpgroup;
+// Group g uses buffer g % kStoreBuffers. Before its first group a warp waits until every store
+// of its previous tile has read its buffer (long done: a whole main loop ran since), so a tile
+// that ended early at the right edge of D leaves no buffer in use; later groups wait only for
+// the store that last used their buffer, kStoreBuffers groups ago.
+__device__ __forceinline__ void store_tile_tma(const float* acc, const GemmParams& p, TileOrigin at, int t,
+                                               u8* buffers, const TensorMap* map_d) {
+  const int warp = t / 32;
+  const bool leader = t % 32 == 0;
 #pragma unroll
   for (int group = 0; group < (kTileN + kGroupCols - 1) / kGroupCols; ++group) {
     if (at.col + group * kGroupCols >= p.n) break;  // uniform across the warpgroup
-    u8* buffer = buffers + (group % kStoreBuffers) * kEpilogueBufferBytes;
-    if (t == 0) {
+    u8* part = buffers + (group % kStoreBuffers) * kEpilogueBufferBytes + warp * (kEpilogueBufferBytes / 4);
+    if (leader) {
       if (group == 0) {
         tma_store_wait_read<0>();
       } else {
         tma_store_wait_read<kStoreBuffers - 1>();
       }
     }
-    named_barrier_sync(barrier_id, 128);
-    stage_group(acc, p, at, t, group, smem_u32(buffer));
+    __syncwarp();
+    stage_group(acc, p, at, t, group, smem_u32(part));
     fence_async_shared();
-    named_barrier_sync(barrier_id, 128);
-    if (t == 0) {
+    __syncwarp();
+    if (leader) {
 #pragma unroll
       for (int box = 0; box < 128 / kStoreBoxBytes; ++box) {
         const int first = group * kGroupCols + box * kBoxCols;  // within the tile
         if (first < kTileN && at.col + first < p.n) {
-          tma_store_3d(map_d, buffer + box * kBoxBytes, int(at.col + first), int(at.row), at.batch);
+          tma_store_3d(map_d, part + box * kBoxBytes, int(at.col + first), int(at.row) + kBoxRows * warp, at.batch);
         }
       }
       tma_store_commit();  // one bulk group per buffer fill, which tma_store_wait_read counts

@@ -165,12 +165,12 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
     if (at.row >= p.m) continue;  // this slice lies wholly below D
     if (kSplitK && p.splits > 1 && !combine_splits(acc, p, w.tile * kConsumers + slice, w.split, at.row, t, 1 + slice)) continue;
     if (kTmaStore) {
-      store_tile_tma(acc, p, at, t, slice, epilogue_buffers + slice * kStoreBuffers * kEpilogueBufferBytes, &map_d);
+      store_tile_tma(acc, p, at, t, epilogue_buffers + slice * kStoreBuffers * kEpilogueBufferBytes, &map_d);
     } else {
       store_tile_direct(acc, p, at, t);
     }
   }
-  if (kTmaStore && t == 0) tma_store_wait_all();
+  if (kTmaStore && t % 32 == 0) tma_store_wait_all();
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1)

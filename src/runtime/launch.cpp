@@ -92,7 +92,8 @@ void launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
                                       config.b_k_major ? config.tile_n / config.cluster_m : 64);
   CUtensorMap map_d{};
   if (config.tma_store) {
-    map_d = cached_tensor_map(p.d, p.batch, p.m, p.n, true, config.store_box_bytes() / dtype_size(p.d.dtype), 64);
+    // One warp's 16 rows of a 128-byte column group (or of a narrower box).
+    map_d = cached_tensor_map(p.d, p.batch, p.m, p.n, true, config.store_box_bytes() / dtype_size(p.d.dtype), 16);
   }
   const int cluster = config.cluster_m;
   const int64_t cluster_tiles = ceil_div(ceil_div(p.m, config.tile_m), cluster) * ceil_div(p.n, config.tile_n) * p.batch;
