@@ -25,9 +25,11 @@ struct Program {
 
 }  // namespace
 
+// --no-cache: NVRTC (12.9 and later) keeps a cache of its own, and a program it finds there
+// comes back without ptxas' report, which the compile tests read. Our disk cache sits in front.
 const std::vector<std::string>& nvrtc_options() {
   static const std::vector<std::string> options = {
-      "--gpu-architecture=sm_90a", "--std=c++17", "--ptxas-options=--verbose", "-DNDEBUG"};
+      "--gpu-architecture=sm_90a", "--std=c++17", "--ptxas-options=--verbose", "--no-cache", "-DNDEBUG"};
   return options;
 }
 

@@ -138,6 +138,15 @@ TEST(SimtKernels, FallbackAndGemvCompileForEveryTypeCombination) {
   }
 }
 
+// NVRTC's own cache would hand back a program compiled before without ptxas' report.
+TEST(TmaKernelVariants, CompilingTwiceReportsBothTimes) {
+  KernelConfig config;
+  config.stages = max_stages(config, DeviceLimits{}.smem_per_block);
+  for (int time = 0; time < 2; ++time) {
+    expect_clean_compile(codegen::gemm_source(config), codegen::kGemmKernel, config.name() + ", time " + std::to_string(time));
+  }
+}
+
 TEST(ReferenceKernel, Compiles) {
   expect_clean_compile(codegen::reference_source(DType::bf16, true, DType::f32), codegen::kReferenceKernel,
                        "reference");
