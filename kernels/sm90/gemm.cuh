@@ -28,6 +28,11 @@ constexpr int kBlocksN = (kTileN + 63) / 64;  // 64-wide blocks of an N-major B 
 constexpr u32 kStageBytesA = kTileM * kTileK * 2;
 constexpr u32 kStageBytesB = kBKMajor ? kTileN * kTileK * 2 : kBlocksN * kMajorBlock;
 constexpr u32 kEpilogueBytes = kTmaStore ? kConsumers * kStoreBuffers * kEpilogueBufferBytes : 0;
+// Registers per thread after reallocation: the producer gives most of its own back, and the
+// consumers share the rest of the 64K (all of 240 where one consumer has them to itself).
+constexpr int kProducerRegisters = 56;
+constexpr int kConsumerRegisters = kConsumers == 1 ? 240 : 224;
+static_assert(128 * (kProducerRegisters + kConsumers * kConsumerRegisters) <= 65536, "register file overcommitted");
 static_assert(kSwizzleAtom + kStages * (kStageBytesA + kStageBytesB) + kEpilogueBytes +
                   2 * kStages * 8 <= kSmemBytes,
               "shared-memory plan exceeds the size the host reserves");
@@ -206,7 +211,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   const i64 first_unit = blockIdx.x / kClusterM, unit_step = gridDim.x / kClusterM;
 
   if (warpgroup == 0) {
-    registers_decrease<56>();
+    registers_decrease<kProducerRegisters>();
     if (t == 0) {
       tma_prefetch_descriptor(&map_a);
       tma_prefetch_descriptor(&map_b);
@@ -222,7 +227,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   } else {
-    registers_increase<224>();
+    registers_increase<kConsumerRegisters>();
     consume(map_d, p, tiles, first_unit, unit_step, rank, warpgroup - 1, t, stages_a, stages_b,
             epilogue_buffers, full, empty);
   }
