@@ -3,7 +3,9 @@
 // For each problem: enough buffer sets that cycling through them evicts L2 between uses of a
 // set; warm-up runs; then timed runs of ours and cuBLASLt, alternating, each between two
 // events; the medians are reported. Once at the start, the device-to-device copy bandwidth, the
-// yardstick for each problem's GB/s. --overhead times host calls instead (overhead.cpp).
+// yardstick for each problem's GB/s; and with each problem, in the same alternation, a copy
+// that moves as many bytes, the yardstick at its size. --overhead times host calls instead
+// (overhead.cpp).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -84,16 +86,45 @@ double measure_copy_gbps(cudaStream_t stream, int sm_clock_khz) {
   return copy_gbps(double(bytes), us);
 }
 
+// Bytes of one buffer set: A, B and D.
+double set_bytes(const reference::ProblemSpec& spec) {
+  return double(spec.batch) * (double(spec.m * spec.k + spec.k * spec.n) * dtype_size(spec.in) +
+                               double(spec.m * spec.n) * dtype_size(spec.out));
+}
+
+// Source and destination halves for a copy that moves as many bytes as a buffer set, one pair
+// per set so that copies rotate past L2 as the GEMMs do. No memory when that much is not free.
+struct CopyBuffers {
+  std::unique_ptr<void, CudaFree> memory;
+  size_t half = 0;  // bytes copied per run
+
+  CopyBuffers(double bytes, int sets) : half(size_t(bytes / 2) / 16 * 16) {
+    size_t free_bytes = 0, total_bytes = 0;
+    runtime::check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+    void* p = nullptr;
+    if (half == 0 || 2 * half * size_t(sets) > free_bytes / 2) return;
+    if (cudaMalloc(&p, 2 * half * size_t(sets)) != cudaSuccess) {
+      cudaGetLastError();
+      return;
+    }
+    memory.reset(p);
+  }
+
+  void copy(int set, cudaStream_t stream) const {
+    char* base = static_cast<char*>(memory.get()) + size_t(set) * 2 * half;
+    runtime::check(cudaMemcpyAsync(base + half, base, half, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
+  }
+};
+
 }  // namespace
 
 std::vector<std::unique_ptr<reference::DeviceProblem>> buffer_sets(const reference::ProblemSpec& spec,
                                                                    const runtime::DeviceInfo& info) {
-  const double set_bytes = double(spec.batch) * (double(spec.m * spec.k + spec.k * spec.n) * dtype_size(spec.in) +
-                                                 double(spec.m * spec.n) * dtype_size(spec.out));
+  const double bytes = set_bytes(spec);
   size_t free_bytes = 0, total_bytes = 0;
   runtime::check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
-  const int wanted = int(std::ceil(3.0 * info.l2_bytes / std::max(set_bytes, 1.0)));
-  const int affordable = int(0.5 * double(free_bytes) / std::max(set_bytes, 1.0));
+  const int wanted = int(std::ceil(3.0 * info.l2_bytes / std::max(bytes, 1.0)));
+  const int affordable = int(0.5 * double(free_bytes) / std::max(bytes, 1.0));
   const int sets = std::clamp(std::min(wanted, affordable), 1, 64);
   std::random_device seeds;
   std::vector<std::unique_ptr<reference::DeviceProblem>> pool;
@@ -156,23 +187,29 @@ int run_bench(const BenchOptions& options) {
       const auto& problem = *pool[size_t(s)];
       gemm(problem.a(), problem.b(), problem.d(), problem.options(stream));
     }};
+    bool with_baseline = false;
     if (cublaslt.supports(lt_problems[0])) {
       try {
         cublaslt.run(lt_problems[0], stream);  // plans it; throws if cuBLASLt has no algorithm
         launchers.push_back([&](int s) { cublaslt.run(lt_problems[size_t(s)], stream); });
+        with_baseline = true;
       } catch (const Error& e) {
         std::fprintf(stderr, "cuBLASLt cannot run %s: %s\n", spec.describe().c_str(), e.what());
       }
     }
+    const CopyBuffers copies(set_bytes(spec), sets);
+    if (copies.memory) launchers.push_back([&](int s) { copies.copy(s, stream); });
     const std::vector<double> medians = timer.median_us(sets, launchers);
     record.ours_us = medians[0];
-    record.baseline_us = medians.size() > 1 ? medians[1] : NAN;
+    record.baseline_us = with_baseline ? medians[1] : NAN;
+    if (copies.memory) record.copy_us = medians.back();
     record.speedup = record.baseline_us / record.ours_us;
     record.tflops = gemm_tflops(spec.m, spec.n, spec.k, spec.batch, record.ours_us);
     record.gbps = gemm_gbps(spec.m, spec.n, spec.k, spec.batch, in_bytes, out_bytes, record.ours_us);
     records.push_back(record);
-    std::fprintf(stderr, "  %s %s: ours %.1f us, cuBLASLt %.1f us (%d buffer sets)\n", shape_name(record).c_str(),
-                 record.config.c_str(), record.ours_us, record.baseline_us, sets);
+    std::fprintf(stderr, "  %s %s: ours %.1f us, cuBLASLt %.1f us, copy %.1f us (%d buffer sets)\n",
+                 shape_name(record).c_str(), record.config.c_str(), record.ours_us, record.baseline_us, record.copy_us,
+                 sets);
   }
   cudaStreamDestroy(stream);
 

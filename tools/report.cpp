@@ -85,6 +85,11 @@ double copy_fraction(double gbps, double copy_gbps) {
   return measured(copy_gbps) ? gbps / copy_gbps : nan;
 }
 
+double sized_copy_fraction(const BenchRecord& r) {
+  const bool known = std::isfinite(r.copy_us) && r.copy_us > 0 && std::isfinite(r.ours_us) && r.ours_us > 0;
+  return known ? r.copy_us / r.ours_us : nan;
+}
+
 std::string format_copy_bandwidth(double copy_gbps) {
   if (!measured(copy_gbps)) return "copy bandwidth unknown";
   return "copy bandwidth " + num("%.0f", copy_gbps) + " GB/s (device-to-device, read + write)";
@@ -98,12 +103,12 @@ std::string shape_name(const BenchRecord& r) {
 
 std::string format_table(const std::vector<BenchRecord>& records, double copy_gbps) {
   std::vector<Row> rows = {{"shape", "layout", "dtype", "ours us", "cuBLASLt us", "speedup",
-                            "TFLOP/s", "GB/s", "%copy", "config"}};
+                            "TFLOP/s", "GB/s", "%copy", "%copy@size", "config"}};
   for (const auto& r : records)
     rows.push_back({shape_name(r), r.layout, r.dtype, num("%.2f", r.ours_us),
                     num("%.2f", r.baseline_us), num("%.2fx", r.speedup), num("%.1f", r.tflops),
                     num("%.1f", r.gbps), num("%.1f", 100 * copy_fraction(r.gbps, copy_gbps)),
-                    r.config});
+                    num("%.1f", 100 * sized_copy_fraction(r)), r.config});
   // Text columns (the first three and config) align left, numbers right.
   const size_t config = rows[0].size() - 1;
   return align_columns(rows, [&](size_t c) { return c < 3 || c == config; });
@@ -149,6 +154,8 @@ nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSumma
                     {"tflops", json_num(r.tflops)},
                     {"gbps", json_num(r.gbps)},
                     {"copy_fraction", json_num(copy_fraction(r.gbps, copy_gbps))},
+                    {"copy_us", json_num(r.copy_us)},
+                    {"sized_copy_fraction", json_num(sized_copy_fraction(r))},
                     {"config", r.config}});
   nlohmann::json summary = {
       {"count", s.count},

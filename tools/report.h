@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -16,6 +17,9 @@ struct BenchRecord {
   double ours_us = 0, baseline_us = 0;
   double speedup = 0;           // baseline_us / ours_us (NaN if baseline missing)
   double tflops = 0, gbps = 0;  // of our kernel
+  // Median of a device-to-device copy that moves as many bytes (half read, half written): what
+  // moving this problem's bytes costs at its size, launch and ramp-up included. NaN: not timed.
+  double copy_us = std::numeric_limits<double>::quiet_NaN();
   std::string config;           // our kernel configuration, e.g. "tma 128x256x64 s4"
 };
 
@@ -30,6 +34,9 @@ double gemm_gbps(int64_t m, int64_t n, int64_t k, int64_t batch, int in_bytes, i
 double copy_gbps(double bytes, double us);
 // gbps as a fraction of the copy bandwidth; NaN when either is unknown (NaN) or copy_gbps <= 0.
 double copy_fraction(double gbps, double copy_gbps);
+// Our bandwidth as a fraction of a copy's that moves as many bytes: copy_us / ours_us; NaN when
+// either is unknown or not positive.
+double sized_copy_fraction(const BenchRecord& r);
 // "copy bandwidth 3012 GB/s (device-to-device, read + write)", or "copy bandwidth unknown".
 std::string format_copy_bandwidth(double copy_gbps);
 
@@ -37,7 +44,8 @@ std::string format_copy_bandwidth(double copy_gbps);
 std::string shape_name(const BenchRecord& r);
 
 // Aligned text table, a header row first; missing values print as "-". The "%copy" column is
-// each record's GB/s as a percentage of copy_gbps (NaN: not measured).
+// each record's GB/s as a percentage of copy_gbps (NaN: not measured), "%copy@size" the same
+// against a copy of the record's own size (sized_copy_fraction).
 std::string format_table(const std::vector<BenchRecord>& records, double copy_gbps);
 
 // Over the records with a finite, positive speedup. With none: count 0 and NaN values.
@@ -53,7 +61,7 @@ BenchSummary summarize(const std::vector<BenchRecord>& records);
 std::string format_summary(const BenchSummary& s);
 
 // {"records": [{m, n, k, batch, layout, dtype, ours_us, baseline_us, speedup, tflops, gbps,
-// copy_fraction, config}, ...], "summary": {count, geomean_speedup, worst_shape, worst_speedup,
+// copy_fraction, copy_us, sized_copy_fraction, config}, ...], "summary": {count, geomean_speedup, worst_shape, worst_speedup,
 // copy_gbps}}; NaN is null.
 nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSummary& s,
                        double copy_gbps);

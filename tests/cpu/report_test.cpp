@@ -144,6 +144,7 @@ TEST(Report, JsonHasEveryFieldAndNullForNaN) {
   std::vector<BenchRecord> records = {
       record(4096, 2112, 7168, 100.0, 110.0, "tma 128x256x64 s4", 2),
       record(1, 2112, 7168, 5.0, kNaN, "tma 64x128x64 s6")};
+  records[1].copy_us = 4.0;
   auto j = to_json(records, summarize(records), 3000.0);
   ASSERT_EQ(j["records"].size(), 2u);
   const auto& r0 = j["records"][0];
@@ -159,14 +160,18 @@ TEST(Report, JsonHasEveryFieldAndNullForNaN) {
   EXPECT_DOUBLE_EQ(r0["tflops"].get<double>(), records[0].tflops);
   EXPECT_DOUBLE_EQ(r0["gbps"].get<double>(), records[0].gbps);
   EXPECT_DOUBLE_EQ(r0["copy_fraction"].get<double>(), records[0].gbps / 3000.0);
+  EXPECT_TRUE(r0["copy_us"].is_null());  // no copy timed
+  EXPECT_TRUE(r0["sized_copy_fraction"].is_null());
   EXPECT_EQ(r0["config"], "tma 128x256x64 s4");
-  EXPECT_EQ(r0.size(), 13u);  // the fields above, nothing else
+  EXPECT_EQ(r0.size(), 15u);  // the fields above, nothing else
 
   const auto& r1 = j["records"][1];
   EXPECT_TRUE(r1["baseline_us"].is_null());
   EXPECT_TRUE(r1["speedup"].is_null());
   EXPECT_DOUBLE_EQ(r1["ours_us"].get<double>(), 5.0);
   EXPECT_DOUBLE_EQ(r1["copy_fraction"].get<double>(), records[1].gbps / 3000.0);
+  EXPECT_DOUBLE_EQ(r1["copy_us"].get<double>(), 4.0);
+  EXPECT_DOUBLE_EQ(r1["sized_copy_fraction"].get<double>(), 0.8);
 
   EXPECT_EQ(j["summary"]["count"], 1);
   EXPECT_NEAR(j["summary"]["geomean_speedup"].get<double>(), 1.1, 1e-12);
@@ -203,7 +208,7 @@ TEST(Report, TableHasHeaderEveryRecordAndAlignedColumns) {
   ASSERT_EQ(lines.size(), 3u);  // header + one row per record
 
   for (const char* column : {"shape", "layout", "dtype", "ours us", "cuBLASLt us", "speedup",
-                             "TFLOP/s", "GB/s", "%copy", "config"})
+                             "TFLOP/s", "GB/s", "%copy", "%copy@size", "config"})
     EXPECT_NE(lines[0].find(column), std::string::npos) << column;
   EXPECT_NE(lines[1].find("4096x2112x7168 "), std::string::npos);
   EXPECT_NE(lines[1].find("123.46"), std::string::npos);
@@ -239,6 +244,33 @@ TEST(Report, CopyColumnIsGbpsAsAPercentOfTheCopyBandwidth) {
   EXPECT_EQ(cell_under(lines[0], lines[2], "%copy"), "-");
   EXPECT_EQ(cell_under(lines[0], lines[1], "GB/s"), "1500.0");
   EXPECT_NE(lines[1].find("tma 64x128x64 s6"), std::string::npos);
+}
+
+TEST(Report, SizedCopyFractionIsTheCopyTimeOverOurs) {
+  BenchRecord r = record(1, 2112, 7168, 20.0, 18.0, "gemv simt");
+  EXPECT_TRUE(std::isnan(sized_copy_fraction(r)));  // no copy timed
+  r.copy_us = 17.0;
+  EXPECT_DOUBLE_EQ(sized_copy_fraction(r), 0.85);
+  r.copy_us = 25.0;
+  EXPECT_DOUBLE_EQ(sized_copy_fraction(r), 1.25);  // above 1 is reported, not clamped
+  r.copy_us = 0.0;
+  EXPECT_TRUE(std::isnan(sized_copy_fraction(r)));
+  r.copy_us = 17.0;
+  r.ours_us = kNaN;
+  EXPECT_TRUE(std::isnan(sized_copy_fraction(r)));
+}
+
+TEST(Report, SizedCopyColumnFollowsTheCopyColumn) {
+  std::vector<BenchRecord> records = {record(1, 4096, 7168, 20.0, 21.0, "gemv simt"),
+                                      record(16, 4096, 7168, 25.0, kNaN, "tma 64x128x64 s6")};
+  records[0].copy_us = 17.0;
+  const std::vector<std::string> lines = lines_of(format_table(records, 3000.0));
+  ASSERT_EQ(lines.size(), 3u);
+  const std::string& header = lines[0];
+  EXPECT_LT(header.find("%copy "), header.find("%copy@size"));
+  EXPECT_LT(header.find("%copy@size"), header.find("config"));
+  EXPECT_EQ(cell_under(header, lines[1], "%copy@size"), "85.0");
+  EXPECT_EQ(cell_under(header, lines[2], "%copy@size"), "-");  // no copy timed
 }
 
 TEST(Report, OverheadSummaryGivesMediansShapeAndCounts) {
