@@ -63,36 +63,15 @@ struct CudaFree {
   void operator()(void* p) const { cudaFree(p); }
 };
 
-// Device-to-device copy bandwidth (read + write) in GB/s, the most a memory-bound GEMM can
-// approach: the median of 10 copies of up to 1 GiB after 3 warm-ups. NaN when too little memory
-// is free to copy far past L2.
-double measure_copy_gbps(cudaStream_t stream, int sm_clock_khz) {
-  size_t free_bytes = 0, total_bytes = 0;
-  runtime::check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
-  const size_t mib = size_t(1) << 20;
-  const size_t bytes = std::min(1024 * mib, free_bytes / 4 / mib * mib);  // two buffers, half of what is free
-  if (bytes < 256 * mib) return NAN;
-  void* src = nullptr;
-  void* dst = nullptr;
-  runtime::check(cudaMalloc(&src, bytes), "cudaMalloc (copy bandwidth)");
-  const std::unique_ptr<void, CudaFree> src_owner(src);
-  runtime::check(cudaMalloc(&dst, bytes), "cudaMalloc (copy bandwidth)");
-  const std::unique_ptr<void, CudaFree> dst_owner(dst);
-  tuning::GpuTimer timer(stream, 3, 10, sm_clock_khz);
-  const double us = timer.median_us(1, {[&](int) {
-    runtime::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
-  }})[0];
-  return copy_gbps(double(bytes), us);
-}
-
 // Bytes of one buffer set: A, B and D.
 double set_bytes(const reference::ProblemSpec& spec) {
   return double(spec.batch) * (double(spec.m * spec.k + spec.k * spec.n) * dtype_size(spec.in) +
                                double(spec.m * spec.n) * dtype_size(spec.out));
 }
 
-// Source and destination halves for a copy that moves as many bytes as a buffer set, one pair
-// per set so that copies rotate past L2 as the GEMMs do. No memory when that much is not free.
+// Source and destination halves for copies that move `bytes` each (half read, half written),
+// one pair per set so that copies rotate past L2 as the GEMMs do. No memory unless half of what
+// is free covers them.
 struct CopyBuffers {
   std::unique_ptr<void, CudaFree> memory;
   size_t half = 0;  // bytes copied per run
@@ -100,8 +79,8 @@ struct CopyBuffers {
   CopyBuffers(double bytes, int sets) : half(size_t(bytes / 2) / 16 * 16) {
     size_t free_bytes = 0, total_bytes = 0;
     runtime::check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
-    void* p = nullptr;
     if (half == 0 || 2 * half * size_t(sets) > free_bytes / 2) return;
+    void* p = nullptr;
     if (cudaMalloc(&p, 2 * half * size_t(sets)) != cudaSuccess) {
       cudaGetLastError();
       return;
@@ -114,6 +93,22 @@ struct CopyBuffers {
     runtime::check(cudaMemcpyAsync(base + half, base, half, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
   }
 };
+
+// Device-to-device copy bandwidth (read + write) in GB/s, the most a memory-bound GEMM can
+// approach: the median of 10 copies of up to 1 GiB after 3 warm-ups. NaN when too little memory
+// is free to copy far past L2.
+double measure_copy_gbps(cudaStream_t stream, int sm_clock_khz) {
+  size_t free_bytes = 0, total_bytes = 0;
+  runtime::check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  const size_t mib = size_t(1) << 20;
+  const size_t bytes = std::min(1024 * mib, free_bytes / 4 / mib * mib);  // source and destination, half of what is free
+  if (bytes < 256 * mib) return NAN;
+  const CopyBuffers copies(2.0 * double(bytes), 1);
+  if (!copies.memory) return NAN;
+  tuning::GpuTimer timer(stream, 3, 10, sm_clock_khz);
+  const double us = timer.median_us(1, {[&](int) { copies.copy(0, stream); }})[0];
+  return copy_gbps(double(copies.half), us);
+}
 
 }  // namespace
 
