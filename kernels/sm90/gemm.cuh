@@ -5,6 +5,9 @@
 // Warpgroups 1..kConsumers each own 64 rows of the kTileM x kTileN tile and multiply with wgmma,
 // then run the epilogue while the producer already fetches the next tile. Each stage has a
 // "full" barrier (TMA bytes landed) and an "empty" barrier (every consumer warp is done with it).
+// The producer also works out where each tile lies and leaves it in a slot beside the stage of
+// the tile's first K block, so the consumers, who wait for that stage anyway, read it there
+// instead of repeating the scheduler's divisions between two tiles, when the tensor cores idle.
 //
 // With kClusterM = 2, two CTAs of a cluster take vertically adjacent tiles, which share their
 // columns of B: each CTA loads half of the B slice and multicasts it to both, halving B's L2
@@ -33,17 +36,20 @@ constexpr u32 kEpilogueBytes = kTmaStore ? kConsumers * kStoreBuffers * kEpilogu
 constexpr int kProducerRegisters = 56;
 constexpr int kConsumerRegisters = kConsumers == 1 ? 240 : 224;
 static_assert(128 * (kProducerRegisters + kConsumers * kConsumerRegisters) <= 65536, "register file overcommitted");
-static_assert(kSwizzleAtom + kStages * (kStageBytesA + kStageBytesB) + kEpilogueBytes +
-                  2 * kStages * 8 <= kSmemBytes,
-              "shared-memory plan exceeds the size the host reserves");
 
 // One work unit of a CTA: a tile (its batch and first row and column) and the K blocks of it
 // to multiply; `tile` numbers the CTA's tile among all tiles, `split` its part of K.
 struct Work {
   int batch;
-  i64 row, col, tile;
+  int row, col;  // below 2^31: the host picks this kernel only where TMA addresses A and B
   int split, k_begin, k_end;
+  i64 tile;
 };
+// Per stage: its full and empty barriers and a Work slot (the host reserves 32 bytes for it).
+static_assert(sizeof(Work) == 32, "the host's shared-memory plan assumes 32-byte work slots");
+static_assert(kSwizzleAtom + kStages * (kStageBytesA + kStageBytesB) + kEpilogueBytes +
+                  kStages * (2 * 8 + sizeof(Work)) <= kSmemBytes,
+              "shared-memory plan exceeds the size the host reserves");
 
 // Persistent order over work units: cluster tiles (kClusterM tiles stacked in M; CTA `rank` of
 // the cluster takes the rank-th), each split into `splits` consecutive units, so that a tile's
@@ -76,8 +82,8 @@ struct TileScheduler {
     const i64 first = (in_batch / group_tiles) * kGroup;
     const i64 group_rows = min(kGroup, rows - first);
     const i64 in_group = in_batch % group_tiles;
-    w.row = ((first + in_group % group_rows) * kClusterM + rank) * kTileM;
-    w.col = (in_group / group_rows) * kTileN;
+    w.row = int(((first + in_group % group_rows) * kClusterM + rank) * kTileM);
+    w.col = int((in_group / group_rows) * kTileN);
     return w;
   }
 };
@@ -114,6 +120,20 @@ __device__ __forceinline__ void load_stage(const TensorMap* map_a, const TensorM
   }
 }
 
+// Leaves in a work slot what the consumers read of a unit: where its tile lies and, for
+// split-K, which part of K it is. Writing only those keeps the producer within its registers.
+__device__ __forceinline__ void publish(Work& slot, const Work& w) {
+  slot.batch = w.batch;
+  slot.row = w.row;
+  slot.col = w.col;
+  if (kSplitK) {
+    slot.tile = w.tile;
+    slot.split = w.split;
+    slot.k_begin = w.k_begin;
+    slot.k_end = w.k_end;
+  }
+}
+
 // A consumer warp is done with a stage: tell the producer of every CTA that fills it.
 __device__ __forceinline__ void release_stage(u64* empty) {
   if (kClusterM == 1) {
@@ -135,17 +155,21 @@ __device__ __forceinline__ u64 k_step(bool k_major) { return k_major ? 32 / 16 :
 
 // A consumer warpgroup: multiplies its `slice` (64 rows) of each tile, then stores it.
 __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams& p, const TileScheduler& tiles,
-                                        i64 first_unit, i64 unit_step, int rank, int slice, int t,
+                                        i64 first_unit, i64 unit_step, int slice, int t,
                                         const u8* stages_a, const u8* stages_b, u8* epilogue_buffers,
-                                        u64* full, u64* empty) {
+                                        u64* full, u64* empty, const Work* slots) {
   const bool warp_leader = t % 32 == 0;
   float acc[kTileN / 2];
   u32 iteration = 0;
   for (i64 unit = first_unit; unit < tiles.total; unit += unit_step) {
-    const Work w = tiles.work(unit, rank);
-    // One wgmma group stays in flight: after committing K block kb, wait for kb - 1 and
-    // hand its stage back to the producer.
-    for (int kb = w.k_begin; kb < w.k_end; ++kb, ++iteration) {
+    mbarrier_wait(&full[iteration % kStages], (iteration / kStages) & 1);
+    const Work w = slots[iteration % kStages];  // the stage holds the unit's first K block
+    // Unsplit, the count is a kernel parameter, not a value loaded from shared memory, which
+    // lets the compiler keep the loop's bookkeeping in uniform registers.
+    const int k_count = kSplitK ? w.k_end - w.k_begin : tiles.k_blocks;
+    // One wgmma group stays in flight: after committing K block i, wait for i - 1 and hand
+    // its stage back to the producer.
+    for (int i = 0; i < k_count; ++i, ++iteration) {
       const u32 s = iteration % kStages;
       mbarrier_wait(&full[s], (iteration / kStages) & 1);
       const u8* a = stages_a + s * kStageBytesA + slice * (64 * kTileK * 2);
@@ -155,11 +179,11 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
 #pragma unroll
       for (int kk = 0; kk < kTileK / 16; ++kk) {
         wgmma_tile(acc, desc_a + kk * k_step(kAKMajor), desc_b + kk * k_step(kBKMajor),
-                   (kb > w.k_begin || kk > 0) ? 1u : 0u);
+                   (i > 0 || kk > 0) ? 1u : 0u);
       }
       wgmma_commit();
       wgmma_wait<1>();
-      if (kb > w.k_begin && warp_leader) release_stage(&empty[(iteration - 1) % kStages]);
+      if (i > 0 && warp_leader) release_stage(&empty[(iteration - 1) % kStages]);
     }
     wgmma_wait<0>();
 #pragma unroll
@@ -189,6 +213,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   u8* epilogue_buffers = stages_b + kStages * kStageBytesB;
   u64* full = reinterpret_cast<u64*>(epilogue_buffers + kEpilogueBytes);
   u64* empty = full + kStages;
+  Work* slots = reinterpret_cast<Work*>(empty + kStages);
 
   const int warpgroup = threadIdx.x / 128;
   const int t = threadIdx.x % 128;
@@ -221,6 +246,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
         for (int kb = w.k_begin; kb < w.k_end; ++kb, ++iteration) {
           const u32 s = iteration % kStages;
           mbarrier_wait(&empty[s], ((iteration / kStages) & 1) ^ 1);
+          if (kb == w.k_begin) publish(slots[s], w);  // by the full barrier's arrival below
           load_stage(&map_a, &map_b, stages_a + s * kStageBytesA, stages_b + s * kStageBytesB,
                      &full[s], rank, w.batch, w.row, w.col, kb);
         }
@@ -228,8 +254,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
     registers_increase<kConsumerRegisters>();
-    consume(map_d, p, tiles, first_unit, unit_step, rank, warpgroup - 1, t, stages_a, stages_b,
-            epilogue_buffers, full, empty);
+    consume(map_d, p, tiles, first_unit, unit_step, warpgroup - 1, t, stages_a, stages_b,
+            epilogue_buffers, full, empty, slots);
   }
   // No CTA may leave while its peer can still arrive on its barriers.
   if (kClusterM > 1) cluster_sync();

@@ -12,6 +12,7 @@ namespace {
 constexpr int kTileK = 64;
 constexpr int kAlignmentSlack = 1024;   // the kernel rounds its shared memory up to 1 KB
 constexpr int kEpilogueBuffer = 64 * 128;  // one 64-row, 128-byte-wide staging buffer
+constexpr int kWorkSlot = 32;              // the kernel's Work, one per stage
 constexpr int64_t kTmaStrideLimit = int64_t(1) << 40;
 constexpr int64_t kCoordinateLimit = int64_t(1) << 31;
 
@@ -99,8 +100,8 @@ const std::vector<TileShape>& tile_shapes() {
 
 int tma_smem_bytes(const KernelConfig& c) {
   int epilogue = c.tma_store ? (c.tile_m / 64) * c.store_buffers * kEpilogueBuffer : 0;
-  int barriers = c.stages * 2 * 8;
-  return kAlignmentSlack + c.stages * c.stage_bytes() + epilogue + barriers;
+  int barriers_and_slots = c.stages * (2 * 8 + kWorkSlot);
+  return kAlignmentSlack + c.stages * c.stage_bytes() + epilogue + barriers_and_slots;
 }
 
 int max_stages(KernelConfig c, int smem_limit) {
