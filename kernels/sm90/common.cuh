@@ -203,13 +203,15 @@ __device__ __forceinline__ void wgmma_wait() {
 // Keeps the compiler from moving accesses of an accumulator register across a wgmma wait.
 __device__ __forceinline__ void fence_register(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 
-// Shared-memory matrix descriptor for a tile written by TMA with 128-byte swizzling.
-// `leading` and `stride` are the byte offsets the PTX ISA calls LBO and SBO.
-__device__ __forceinline__ u64 smem_descriptor(const void* tile, u32 leading, u32 stride) {
-  u64 desc = 0;
-  desc |= u64((smem_u32(tile) & 0x3ffff) >> 4);
-  desc |= u64((leading >> 4) & 0x3fff) << 16;
-  desc |= u64((stride >> 4) & 0x3fff) << 32;
-  desc |= u64(1) << 62;  // 128-byte swizzle
-  return desc;
+// Shared-memory matrix descriptor for a tile written by TMA with 128-byte swizzling, built from
+// two words. `leading` and `stride` are the byte offsets the PTX ISA calls LBO and SBO. The low
+// word holds the start address (14 bits of 16-byte units) and LBO; the high word SBO and the
+// swizzle mode. Shared memory ends below 256 KB, so moving the start address inside it never
+// carries out of its 14 bits: callers step a descriptor with 32-bit adds to its low word.
+__device__ __forceinline__ u32 descriptor_low(const void* tile, u32 leading) {
+  return ((smem_u32(tile) & 0x3ffff) >> 4) | (((leading >> 4) & 0x3fff) << 16);
+}
+
+__device__ __forceinline__ u64 smem_descriptor(u32 low, u32 stride) {
+  return u64(low) | (u64((stride >> 4) & 0x3fff) << 32) | (u64(1) << 62);
 }

@@ -143,15 +143,15 @@ __device__ __forceinline__ void release_stage(u64* empty) {
   }
 }
 
-// Descriptor of an operand tile. K-major: rows of 128 bytes, 8-row atoms 1 KB apart.
-// MN-major: 64-wide MN blocks kMajorBlock apart, 8 K rows 1 KB apart.
-__device__ __forceinline__ u64 operand_descriptor(const u8* tile, bool k_major) {
-  return k_major ? smem_descriptor(tile, 16, kSwizzleAtom) : smem_descriptor(tile, kMajorBlock, kSwizzleAtom);
+// Low word of the descriptor of an operand tile (the high word is the same for all: 8-row atoms
+// kSwizzleAtom apart). K-major: rows of 128 bytes. MN-major: 64-wide MN blocks kMajorBlock apart.
+__device__ __forceinline__ u32 operand_descriptor_low(const u8* tile, bool k_major) {
+  return descriptor_low(tile, k_major ? 16 : kMajorBlock);
 }
 
 // How far one 16-deep K step moves a descriptor's start address (in its 16-byte units):
 // 32 bytes along a K-major row, 16 rows (2 KB) down an MN-major block.
-__device__ __forceinline__ u64 k_step(bool k_major) { return k_major ? 32 / 16 : 2 * kSwizzleAtom / 16; }
+__device__ __forceinline__ u32 k_step(bool k_major) { return k_major ? 32 / 16 : 2 * kSwizzleAtom / 16; }
 
 // A consumer warpgroup: multiplies its `slice` (64 rows) of each tile, then stores it.
 __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams& p, const TileScheduler& tiles,
@@ -174,11 +174,12 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
       mbarrier_wait(&full[s], (iteration / kStages) & 1);
       const u8* a = stages_a + s * kStageBytesA + slice * (64 * kTileK * 2);
       const u8* b = stages_b + s * kStageBytesB;
-      const u64 desc_a = operand_descriptor(a, kAKMajor), desc_b = operand_descriptor(b, kBKMajor);
+      const u32 low_a = operand_descriptor_low(a, kAKMajor), low_b = operand_descriptor_low(b, kBKMajor);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kTileK / 16; ++kk) {
-        wgmma_tile(acc, desc_a + kk * k_step(kAKMajor), desc_b + kk * k_step(kBKMajor),
+        wgmma_tile(acc, smem_descriptor(low_a + kk * k_step(kAKMajor), kSwizzleAtom),
+                   smem_descriptor(low_b + kk * k_step(kBKMajor), kSwizzleAtom),
                    (i > 0 || kk > 0) ? 1u : 0u);
       }
       wgmma_commit();
