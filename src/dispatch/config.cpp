@@ -173,6 +173,18 @@ KernelConfig problem_config(const Problem& p) {
   return config;
 }
 
+int raster_group_rows(const Problem& p, int tile_m, const DeviceLimits& limits) {
+  // A group of tile rows walks every column of B while its rows of A stay in L2, so B comes
+  // from memory once per group: the fewer groups the better, as long as a group's rows of A fit
+  // in a third of L2 (the rest holds B's current columns and D on its way out). Powers of two
+  // from 8 (where deep K keeps it) to 64, and no more than M needs, to keep the kernels few.
+  const int64_t row_bytes = int64_t(tile_m) * p.k * dtype_size(p.a.dtype);
+  const int64_t tiles_m = ceil_div(p.m, tile_m);
+  int rows = 8;
+  while (rows < 64 && rows < tiles_m && 2 * rows * row_bytes <= limits.l2_bytes / 3) rows *= 2;
+  return rows;
+}
+
 std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& limits) {
   const KernelConfig config = problem_config(p);
   if (config.kind != KernelKind::tma) return {};
@@ -192,6 +204,7 @@ std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& lim
       candidate.tile_n = tile.n;
       candidate.cluster_m = cluster;
       candidate.stages = max_stages(candidate, limits.smem_per_block);
+      candidate.group_m = raster_group_rows(p, tile.m, limits);
       if (candidate.stages < 2) continue;
       const int64_t cluster_tiles = ceil_div(tiles_m, cluster) * ceil_div(p.n, tile.n) * p.batch;
       const int64_t partial_bytes = cluster_tiles * cluster * tile.m * tile.n * 4;

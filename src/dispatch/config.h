@@ -68,7 +68,11 @@ int max_stages(KernelConfig c, int smem_limit);
 struct DeviceLimits {
   int sm_count = 132;
   int smem_per_block = 232448;
+  int64_t l2_bytes = 50 << 20;
 };
+
+// Tile rows per raster group of the persistent tile order (see TileScheduler in gemm.cuh).
+int raster_group_rows(const Problem& p, int tile_m, const DeviceLimits& limits);
 
 // Whether TMA can read an operand of rows x cols, and along which dimension it is contiguous.
 struct TmaAccess {

@@ -118,7 +118,7 @@ bool store_winner(const Problem& p, const runtime::DeviceInfo& info, const Kerne
 }
 
 Dispatch dispatch_config(const Problem& p, const runtime::DeviceInfo& info, cudaStream_t stream) {
-  const DeviceLimits limits{info.sm_count, info.smem_per_block_optin};
+  const DeviceLimits limits{info.sm_count, info.smem_per_block_optin, info.l2_bytes};
   const TuningMode mode = tuning_mode();
   if (mode == TuningMode::off || problem_config(p).kind != KernelKind::tma) return {choose_config(p, limits), false};
   if (auto tuned = tuned_config(p, info)) return {*tuned, true};

@@ -230,6 +230,30 @@ TEST(ConfigChoose, TileWidthFillsTheLastWave) {
   expect_full_stages(c);
 }
 
+// A raster group's rows of A stay in L2 while the group sweeps B, which is then read from memory
+// once per group: short K gets tall groups (one for all of M = 4096 at K = 512), deep K the
+// 8 rows it always had, and no group's rows of A take more than a third of L2.
+TEST(ConfigChoose, RasterGroupsAreAsTallAsAThirdOfL2HoldsTheirRowsOfA) {
+  const DeviceLimits limits{132, kSmemLimit};
+  EXPECT_EQ(choose_config(problem(4096, 32768, 512), limits).group_m, 4096 / 128);
+  EXPECT_EQ(choose_config(problem(8192, 32768, 512), limits).group_m, 64);
+  EXPECT_EQ(choose_config(problem(4096, 4096, 7168), limits).group_m, 8);
+  for (int64_t m : {64, 1000, 4096, 8192, 30000}) {
+    int previous = 64;
+    for (int64_t k : {64, 512, 1536, 2048, 4096, 7168, 16384}) {
+      const KernelConfig c = choose_config(problem(m, 8192, k), limits);
+      SCOPED_TRACE(std::to_string(m) + "x8192x" + std::to_string(k) + ": " + c.name());
+      EXPECT_TRUE(c.group_m == 8 || c.group_m == 16 || c.group_m == 32 || c.group_m == 64);
+      EXPECT_LE(c.group_m, previous);  // never taller for deeper K
+      if (c.group_m > 8) {
+        EXPECT_LE(int64_t(c.group_m) * c.tile_m * k * 2, limits.l2_bytes / 3);
+        EXPECT_LT(c.group_m / 2 * c.tile_m, m);  // half as tall would not cover M already
+      }
+      previous = c.group_m;
+    }
+  }
+}
+
 // Few tiles for 132 SMs (small M, modest N): K is split so that the parts fill many SMs, each
 // part long enough (24 K blocks or more) to pay for its reduction. Problems with tiles to spare,
 // or too little K for two such parts, are never split.

@@ -25,7 +25,7 @@ class Autotuner : public testing::GpuTest {
 
   static DeviceLimits limits() {
     const runtime::DeviceInfo& info = runtime::device_info(0);
-    return {info.sm_count, info.smem_per_block_optin};
+    return {info.sm_count, info.smem_per_block_optin, info.l2_bytes};
   }
 
   // A problem class no database holds yet: an N no one tunes for, drawn afresh each run.
