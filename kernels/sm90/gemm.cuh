@@ -32,9 +32,10 @@ constexpr u32 kStageBytesA = kTileM * kTileK * 2;
 constexpr u32 kStageBytesB = kBKMajor ? kTileN * kTileK * 2 : kBlocksN * kMajorBlock;
 constexpr u32 kEpilogueBytes = kTmaStore ? kConsumers * kStoreBuffers * kEpilogueBufferBytes : 0;
 // Registers per thread after reallocation: the producer gives most of its own back, and the
-// consumers share the rest of the 64K (all of 240 where one consumer has them to itself).
+// consumers share the rest of the 64K in multiples of 8, at most 240 (224 for two, 152 for three).
 constexpr int kProducerRegisters = 56;
-constexpr int kConsumerRegisters = kConsumers == 1 ? 240 : 224;
+constexpr int kConsumerShare = (65536 / 128 - kProducerRegisters) / kConsumers / 8 * 8;
+constexpr int kConsumerRegisters = kConsumerShare < 240 ? kConsumerShare : 240;
 static_assert(128 * (kProducerRegisters + kConsumers * kConsumerRegisters) <= 65536, "register file overcommitted");
 
 // One work unit of a CTA: a tile (its batch and first row and column) and the K blocks of it

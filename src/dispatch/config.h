@@ -59,6 +59,14 @@ inline constexpr int kMaxSplits = 16;
 // The tile shapes the TMA kernel is built for.
 const std::vector<TileShape>& tile_shapes();
 
+// Whether the tile's kernel can read C: not 192 x 176, whose three consumer warpgroups have
+// 152 registers each, too few for C's addressing beside the accumulators.
+bool tile_takes_c(TileShape tile);
+
+// Epilogue staging buffers per consumer warpgroup: two, or one where two would leave the ring
+// fewer than 4 stages.
+int store_buffers_for(KernelConfig c, int smem_limit);
+
 // Shared memory a TMA config needs (the same as c.smem_bytes()).
 int tma_smem_bytes(const KernelConfig& c);
 

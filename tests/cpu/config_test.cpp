@@ -221,13 +221,38 @@ TEST(ConfigChoose, TileRowsFollowProblemSize) {
   expect_full_stages(big);
 }
 
-// 4096 x 2112 on 132 SMs: 128 x 176 tiles divide N exactly and make 384 tiles, 2.9 waves;
-// 128 x 192 would make 352 tiles, a last wave two-thirds full.
+// 4096 x 2112 on 132 SMs: 176-wide tiles divide N exactly; 192 rows make 22 x 12 = 264 tiles,
+// two full waves (128 rows: 384 tiles, 2.9 waves, of tiles that load more per multiply).
+// 128 x 192 would make 352 tiles, a last wave two-thirds full. C rules out 192 rows.
 TEST(ConfigChoose, TileWidthFillsTheLastWave) {
   const KernelConfig c = choose_config(problem(4096, 2112, 7168), {132, kSmemLimit});
-  EXPECT_EQ(c.tile_m, 128);
+  EXPECT_EQ(c.tile_m, 192);
   EXPECT_EQ(c.tile_n, 176);
   expect_full_stages(c);
+  Problem with_c = problem(4096, 2112, 7168);
+  with_c.c = with_c.d;
+  with_c.beta = 1.0f;
+  ASSERT_TRUE(with_c.has_c());
+  const KernelConfig c_tile = choose_config(with_c, {132, kSmemLimit});
+  EXPECT_EQ(c_tile.tile_m, 128);
+  EXPECT_EQ(c_tile.tile_n, 176);
+}
+
+// Three consumer warpgroups cannot read C; where two epilogue buffers would leave fewer than 4
+// stages, one is used.
+TEST(ConfigChoose, ThreeWarpgroupTilesTakeNoCAndKeepFourStages) {
+  const DeviceLimits limits{132, kSmemLimit};
+  for (TileShape tile : tile_shapes()) {
+    KernelConfig c = tile_config(tile, true, true, 0);
+    c.store_buffers = store_buffers_for(c, kSmemLimit);
+    c.stages = max_stages(c, kSmemLimit);
+    SCOPED_TRACE(c.name());
+    EXPECT_GE(c.stages, 4);
+    EXPECT_EQ(c.store_buffers, tile.m == 192 ? 1 : 2);
+    EXPECT_TRUE(fits(c, limits));
+    c.has_c = true;
+    EXPECT_EQ(fits(c, limits), tile.m <= 128);
+  }
 }
 
 // A raster group's rows of A stay in L2 while the group sweeps B, which is then read from memory
