@@ -23,7 +23,8 @@ KernelConfig apply_overrides(KernelConfig config, const ConfigOverrides& overrid
     config.tile_n = tile.n;
   }
   if (overrides.cluster > 0) config.cluster_m = overrides.cluster;
-  if (overrides.store_buffers > 0) config.store_buffers = overrides.store_buffers;
+  // Unless forced, the store buffers are the forced tile's own, as the heuristic gives them.
+  config.store_buffers = overrides.store_buffers > 0 ? overrides.store_buffers : store_buffers_for(config, smem_limit);
   if (config.tile_n > kMaxSplitTileN) config.splits = 1;
   config.stages = max_stages(config, smem_limit);
   if (!fits(config, {1, smem_limit})) {

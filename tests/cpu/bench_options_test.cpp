@@ -82,6 +82,17 @@ TEST(BenchOptions, OverridesReplaceOnlyWhatTheyName) {
   EXPECT_EQ(apply_overrides(chosen(), {.store_buffers = 4}, kSmem).store_buffers, 4);
 }
 
+// A forced tile takes the store buffers the heuristic would give it, not the replaced tile's.
+TEST(BenchOptions, AForcedTileGetsItsOwnStoreBuffers) {
+  const gemmkit::KernelConfig three = apply_overrides(chosen(), {.tile = "192x176"}, kSmem);
+  EXPECT_EQ(three.store_buffers, 1);
+  EXPECT_EQ(three.stages, 4);
+  const gemmkit::KernelConfig back = apply_overrides(three, {.tile = "128x176"}, kSmem);
+  EXPECT_EQ(back.store_buffers, 2);
+  EXPECT_EQ(back.stages, gemmkit::max_stages(back, kSmem));
+  EXPECT_EQ(apply_overrides(three, {.tile = "128x176", .store_buffers = 1}, kSmem).store_buffers, 1);
+}
+
 TEST(BenchOptions, ASplitCountStaysOnlyOnTilesBuiltForSplitK) {
   gemmkit::KernelConfig split = chosen();
   split.tile_m = 64;
