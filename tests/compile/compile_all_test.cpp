@@ -74,8 +74,8 @@ std::string tma_case_name(const ::testing::TestParamInfo<TmaCase>& info) {
 
 INSTANTIATE_TEST_SUITE_P(AllTiles, TmaKernelCompiles, ::testing::ValuesIn(tma_cases()), tma_case_name);
 
-// C on every tile that takes it, alone and in a cluster, with 16-bit and f32 outputs, through TMA and direct
-// stores, and through the split-K reduction on the tiles it is built for.
+// C on every tile that takes it, alone and in a cluster, with 16-bit and f32 outputs, through
+// TMA and direct stores, and through the split-K reduction on the tiles it is built for.
 TEST(TmaKernelVariants, EveryTileWithCCompilesWithoutSpills) {
   for (TileShape tile : tile_shapes()) {
     if (!tile_takes_c(tile)) continue;
