@@ -77,13 +77,39 @@ __device__ __forceinline__ int staged_offset(int r, int byte) {
   return (byte / kStoreBoxBytes) * kBoxBytes + (in_box ^ (((in_box >> 7) & (kStoreBoxBytes / 16 - 1)) << 4));
 }
 
+// 16-bit outputs: the stmatrix operands of one group, each instruction two column groups of 8
+// by the 16 rows (matrix q is half q % 2, rows +8, of column group j + q / 2).
+constexpr int kGroupJs = kGroupCols / 8;  // 8-column groups j in a staging group
+constexpr int kPackedPerGroup = kGroupJs * 2;
+__device__ __forceinline__ void pack_group(const float* acc, const GemmParams& p, TileOrigin at, int t, int group,
+                                           u32* m) {
+#pragma unroll
+  for (int jj = 0; jj < kGroupJs; jj += 2) {
+    const int j = group * kGroupJs + jj;
+    if (j >= kTileN / 8) break;  // a partial last group (kTileN / 8 is even)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      m[2 * jj + q] = pack_pair(kOutType, output_value(acc, p, at, t, j + q / 2, q % 2, 0),
+                                output_value(acc, p, at, t, j + q / 2, q % 2, 1));
+    }
+  }
+}
+
+__device__ __forceinline__ void stmatrix_group(const u32* m, int group, int t, u32 part) {
+  const int lane = t % 32;
+  const int row = 8 * ((lane / 8) % 2) + lane % 8;
+#pragma unroll
+  for (int jj = 0; jj < kGroupJs; jj += 2) {
+    if (group * kGroupJs + jj >= kTileN / 8) break;
+    stmatrix_x4(part + staged_offset(row, (jj + lane / 16) * 16), m[2 * jj], m[2 * jj + 1], m[2 * jj + 2],
+                m[2 * jj + 3]);
+  }
+}
+
 // Writes this warp's part of group `group` (columns 128 bytes wide) into `part`, the shared
-// address of its 16 rows: 16-bit outputs with stmatrix, each instruction two column groups of
-// 8 by the 16 rows; f32 outputs as pairs.
+// address of its 16 rows: 16-bit outputs with stmatrix, f32 outputs as pairs.
 __device__ __forceinline__ void stage_group(const float* acc, const GemmParams& p, TileOrigin at, int t, int group,
                                             u32 part) {
-  constexpr int kGroupJs = kGroupCols / 8;  // 8-column groups j in a staging group
-  const int lane = t % 32;
   if (kOutType == GEMMKIT_F32) {
 #pragma unroll
     for (int jj = 0; jj < kGroupJs; ++jj) {
@@ -96,44 +122,41 @@ __device__ __forceinline__ void stage_group(const float* acc, const GemmParams& 
       }
     }
   } else {
-    // Matrix q of an stmatrix is half q % 2 (rows +8) of column group j + q / 2.
-    const int row = 8 * ((lane / 8) % 2) + lane % 8;
-#pragma unroll
-    for (int jj = 0; jj < kGroupJs; jj += 2) {
-      const int j = group * kGroupJs + jj;
-      if (j >= kTileN / 8) break;  // a partial last group (kTileN / 8 is even)
-      u32 m[4];
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        m[q] = pack_pair(kOutType, output_value(acc, p, at, t, j + q / 2, q % 2, 0),
-                         output_value(acc, p, at, t, j + q / 2, q % 2, 1));
-      }
-      stmatrix_x4(part + staged_offset(row, (jj + lane / 16) * 16), m[0], m[1], m[2], m[3]);
-    }
+    u32 m[kPackedPerGroup];
+    pack_group(acc, p, at, t, group, m);
+    stmatrix_group(m, group, t, part);
   }
 }
 
-// Group g uses buffer g % kStoreBuffers. Before its first group a warp waits until every store
-// of its previous tile has read its buffer (long done: a whole main loop ran since), so a tile
-// that ended early at the right edge of D leaves no buffer in use; later groups wait only for
-// the store that last used their buffer, kStoreBuffers groups ago.
-__device__ __forceinline__ void store_tile_tma(const float* acc, const GemmParams& p, TileOrigin at, int t,
-                                               u8* buffers, const TensorMap* map_d) {
+// Stores groups [First, End) of the slice: from the accumulators, or (16-bit outputs) from
+// `packed`, the groups' stmatrix operands packed earlier. Group g uses buffer g % kStoreBuffers.
+// Before its first group a warp waits until every store it issued before has read its buffer
+// (long done: a main loop or a K block ran since), so a tile that ended early at the right edge
+// of D leaves no buffer in use; later groups wait only for the store that last used their
+// buffer, kStoreBuffers groups ago.
+constexpr int kGroups = (kTileN + kGroupCols - 1) / kGroupCols;
+template <int First, int End>
+__device__ __forceinline__ void store_tile_tma(const float* acc, const u32* packed, const GemmParams& p, TileOrigin at,
+                                               int t, u8* buffers, const TensorMap* map_d) {
   const int warp = t / 32;
   const bool leader = t % 32 == 0;
 #pragma unroll
-  for (int group = 0; group < (kTileN + kGroupCols - 1) / kGroupCols; ++group) {
+  for (int group = First; group < End; ++group) {
     if (at.col + group * kGroupCols >= p.n) break;  // uniform across the warpgroup
     u8* part = buffers + (group % kStoreBuffers) * kEpilogueBufferBytes + warp * (kEpilogueBufferBytes / 4);
     if (leader) {
-      if (group == 0) {
+      if (group == First) {
         tma_store_wait_read<0>();
       } else {
         tma_store_wait_read<kStoreBuffers - 1>();
       }
     }
     __syncwarp();
-    stage_group(acc, p, at, t, group, smem_u32(part));
+    if (packed) {
+      stmatrix_group(packed + (group - First) * kPackedPerGroup, group, t, smem_u32(part));
+    } else {
+      stage_group(acc, p, at, t, group, smem_u32(part));
+    }
     fence_async_shared();
     __syncwarp();
     if (leader) {

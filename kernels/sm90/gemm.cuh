@@ -3,8 +3,9 @@
 // Warp-specialised and persistent. Warpgroup 0 is the producer: one thread walks the tiles and
 // streams 64-wide K slices of A and B into a ring of kStages shared-memory stages with TMA.
 // Warpgroups 1..kConsumers each own 64 rows of the kTileM x kTileN tile and multiply with wgmma,
-// then run the epilogue while the producer already fetches the next tile. Each stage has a
-// "full" barrier (TMA bytes landed) and an "empty" barrier (every consumer warp is done with it).
+// then run the epilogue while the producer already fetches the next tile (part of it waits for
+// the next tile's first K block: kDeferGroups). Each stage has a "full" barrier (TMA bytes
+// landed) and an "empty" barrier (every consumer warp is done with it).
 // The producer also works out where each tile lies and leaves it in a slot beside the stage of
 // the tile's first K block, so the consumers, who wait for that stage anyway, read it there
 // instead of repeating the scheduler's divisions between two tiles, when the tensor cores idle.
@@ -154,13 +155,26 @@ __device__ __forceinline__ u32 operand_descriptor_low(const u8* tile, bool k_maj
 // 32 bytes along a K-major row, 16 rows (2 KB) down an MN-major block.
 __device__ __forceinline__ u32 k_step(bool k_major) { return k_major ? 32 / 16 : 2 * kSwizzleAtom / 16; }
 
+// A tile's epilogue leaves its last column groups to the next tile: their stmatrix operands wait
+// in registers (packed, half the accumulators' size) and are staged and stored while the next
+// tile's first K block multiplies, so the tensor cores idle through half as long an epilogue.
+// Only for 16-bit D stored with TMA, unsplit and without C: f32 pairs would not fit, and with
+// C's loads the consumers run out of registers.
+constexpr bool kDeferGroups = kTmaStore && kOutType != GEMMKIT_F32 && !kSplitK && !kHasC && kGroups > 1;
+constexpr int kDeferFrom = (kGroups + 1) / 2;  // groups [kDeferFrom, kGroups) wait
+constexpr int kDeferredRegisters = kDeferGroups ? (kGroups - kDeferFrom) * kPackedPerGroup : 1;
+
 // A consumer warpgroup: multiplies its `slice` (64 rows) of each tile, then stores it.
 __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams& p, const TileScheduler& tiles,
                                         i64 first_unit, i64 unit_step, int slice, int t,
                                         const u8* stages_a, const u8* stages_b, u8* epilogue_buffers,
                                         u64* full, u64* empty, const Work* slots) {
   const bool warp_leader = t % 32 == 0;
+  u8* buffers = epilogue_buffers + slice * kStoreBuffers * kEpilogueBufferBytes;
   float acc[kTileN / 2];
+  u32 deferred[kDeferredRegisters];
+  TileOrigin deferred_at{};
+  bool have_deferred = false;
   u32 iteration = 0;
   for (i64 unit = first_unit; unit < tiles.total; unit += unit_step) {
     mbarrier_wait(&full[iteration % kStages], (iteration / kStages) & 1);
@@ -184,6 +198,10 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
                    (i > 0 || kk > 0) ? 1u : 0u);
       }
       wgmma_commit();
+      if (kDeferGroups && i == 0 && have_deferred) {
+        store_tile_tma<kDeferFrom, kGroups>(acc, deferred, p, deferred_at, t, buffers, &map_d);
+        have_deferred = false;
+      }
       wgmma_wait<1>();
       if (i > 0 && warp_leader) release_stage(&empty[(iteration - 1) % kStages]);
     }
@@ -195,12 +213,19 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
     const TileOrigin at{w.batch, w.row + slice * 64, w.col};
     if (at.row >= p.m) continue;  // this slice lies wholly below D
     if (kSplitK && p.splits > 1 && !combine_splits(acc, p, w.tile * kConsumers + slice, w.split, at.row, t, 1 + slice)) continue;
-    if (kTmaStore) {
-      store_tile_tma(acc, p, at, t, epilogue_buffers + slice * kStoreBuffers * kEpilogueBufferBytes, &map_d);
+    if (kDeferGroups) {
+      store_tile_tma<0, kDeferFrom>(acc, nullptr, p, at, t, buffers, &map_d);
+#pragma unroll
+      for (int g = kDeferFrom; g < kGroups; ++g) pack_group(acc, p, at, t, g, deferred + (g - kDeferFrom) * kPackedPerGroup);
+      deferred_at = at;
+      have_deferred = at.col + kDeferFrom * kGroupCols < p.n;
+    } else if (kTmaStore) {
+      store_tile_tma<0, kGroups>(acc, nullptr, p, at, t, buffers, &map_d);
     } else {
       store_tile_direct(acc, p, at, t);
     }
   }
+  if (kDeferGroups && have_deferred) store_tile_tma<kDeferFrom, kGroups>(acc, deferred, p, deferred_at, t, buffers, &map_d);
   if (kTmaStore && t % 32 == 0) tma_store_wait_all();
 }
 
