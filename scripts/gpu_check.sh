@@ -21,13 +21,13 @@ tests_rc=$?
   > "$out/bench.txt" 2> "$out/bench.err"
 bench_rc=$?
 
-# Every cached kernel: HGMMA present in the TMA kernels, no local-memory traffic anywhere.
+# Every cached kernel: HGMMA (16-bit) or QGMMA (8-bit) present in the TMA kernels, no local-memory traffic anywhere.
 : > "$out/sass.txt"
 for entry in "$GEMMKIT_CACHE_DIR"/*.cubin; do
   [ -e "$entry" ] || continue
   tail -c +33 "$entry" > /tmp/gemmkit-sass.cubin  # drop the cache entry's 32-byte header
   sass=$(cuobjdump -sass /tmp/gemmkit-sass.cubin 2>&1)
-  printf '%s: %s HGMMA, %s LDL/STL, function %s\n' "$(basename "$entry")" "$(grep -c HGMMA <<< "$sass")" \
+  printf '%s: %s HGMMA+QGMMA, %s LDL/STL, function %s\n' "$(basename "$entry")" "$(grep -cE "HGMMA|QGMMA" <<< "$sass")" \
     "$(grep -cE '\b(LDL|STL)\b' <<< "$sass")" "$(grep -m1 -oE 'Function : \S+' <<< "$sass")" >> "$out/sass.txt"
 done
 

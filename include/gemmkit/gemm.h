@@ -1,4 +1,4 @@
-// D = alpha * A * B + beta * C on an sm_90 GPU.
+// D = alpha * A * B + beta * C on an sm_90 GPU, with 16-bit or 8-bit (FP8) inputs.
 #pragma once
 
 #include <optional>
@@ -9,16 +9,44 @@ typedef struct CUstream_st* cudaStream_t;
 
 namespace gemmkit {
 
+// How the stored values q of an FP8 operand turn into the values multiplied: q * s, where s is
+// the operand's scale for q's block. A scale tensor has one element per block, laid out like
+// its operand: A's scales are indexed [m block][k block], B's [k block][n block], each view
+// with any strides (row-major, transposed, batched [batch,] ... or shared by every batch).
+// For A (M x K) and B (K x N), the shapes are:
+//
+//   mode     blocks                  A's scales                   B's scales                 dtype
+//   tensor   the whole operand       1 x 1                        1 x 1                      f32
+//   rowwise  a row of A, a column    M x 1                        1 x N                      f32
+//            of B
+//   block    128 along K, and 1 or   M x ceil(K/128)   (1x128)    ceil(K/128) x ceil(N/128)  f32
+//            128 along M or N        ceil(M/128) x ceil(K/128)    (128x128), or
+//                                    (128x128)                    ceil(K/128) x N  (128x1)
+//   mx       32 along K (MXFP8)      M x ceil(K/32)               ceil(K/32) x N             ue8m0
+//
+// DeepSeek-V3's recipe is block with activations 1x128 (A: M x ceil(K/128)) and weights
+// 128x128. Scales live on the device, so a CUDA graph replays with whatever they hold then.
+enum class ScaleMode { none, tensor, rowwise, block, mx };
+
+struct Scale {
+  ScaleMode mode = ScaleMode::none;  // none: every scale is 1
+  TensorView scales;                 // shape and dtype as the table above says
+};
+
 struct GemmOptions {
   float alpha = 1.0f;
   float beta = 0.0f;
   // Read only when beta != 0. Same shape as D; any dtype gemmkit outputs. May be D itself.
   std::optional<TensorView> c;
   cudaStream_t stream = nullptr;
+  // Scales of FP8 inputs (see ScaleMode); 16-bit inputs take none.
+  Scale scale_a, scale_b;
 };
 
 // A is [batch,] M x K, B is [batch,] K x N, D is [batch,] M x N, each with any strides.
-// A and B are bf16 or f16 (the same type); D is bf16, f16 or f32; accumulation is f32.
+// A and B are both bf16 or both f16, or each e4m3 or e5m2 (e.g. e4m3 x e5m2 for gradients);
+// D is bf16, f16 or f32; accumulation is f32. FP8 products are summed by the tensor cores in
+// 128-deep (MXFP8: 32-deep) chunks, each added to an f32 accumulator with its block scales.
 // Runs asynchronously on options.stream, on the device that holds the tensors.
 // Throws gemmkit::Error naming the argument at fault.
 void gemm(const TensorView& a, const TensorView& b, const TensorView& d,

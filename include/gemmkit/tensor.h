@@ -6,10 +6,13 @@
 
 namespace gemmkit {
 
-enum class DType { bf16, f16, f32 };
+// e4m3 and e5m2 are the 8-bit floats of FP8 inputs; ue8m0 is the one-byte power-of-two scale of
+// MXFP8 (the value 2^(bits - 127)), valid only as a scale.
+enum class DType { bf16, f16, f32, e4m3, e5m2, ue8m0 };
 
 std::string_view dtype_name(DType dtype);
 int dtype_size(DType dtype);
+bool is_fp8(DType dtype);  // e4m3 or e5m2
 
 // A rank-2 matrix [rows, cols] or a rank-3 strided batch [batch, rows, cols].
 // Strides are in elements, one per dimension. Row-major is strides {cols, 1};

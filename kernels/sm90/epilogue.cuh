@@ -31,7 +31,8 @@ __device__ __forceinline__ int fragment_col(int t, int j) { return 8 * j + 2 * (
 __device__ __forceinline__ float output_value(const float* acc, const GemmParams& p, TileOrigin at, int t, int j,
                                               int h, int e) {
   const i64 row = at.row + fragment_row(t, h), col = at.col + fragment_col(t, j) + e;
-  return epilogue_op(acc[4 * j + 2 * h + e], load_c(p, at.batch, row, col), p);
+  const float scaled = acc[4 * j + 2 * h + e] * outer_scale_a(p, at.batch, row) * outer_scale_b(p, at.batch, col);
+  return epilogue_op(scaled, load_c(p, at.batch, row, col), p);
 }
 
 // Direct stores, for outputs TMA cannot address (unaligned base or strides, non-unit column stride).

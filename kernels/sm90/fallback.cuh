@@ -2,14 +2,19 @@
 // address an input (a base or stride that is not 16-byte aligned, no unit stride) and for K = 0.
 // Each 256-thread block computes a 64 x 64 tile of D, staging 16-deep K slices in shared memory.
 //
-// The generated prelude defines kInType, kOutType, kCType and kHasC.
+// FP8 operands (any layout; wgmma's kernel takes only K-major ones) are dequantised as they
+// are staged: each value times its scale.
+//
+// The generated prelude defines kAType, kBType, kOutType, kCType, kHasC, kScaleA and kScaleB.
 #pragma once
 
 constexpr int kFallbackTile = 64;
 constexpr int kFallbackDepth = 16;
 
-__device__ __forceinline__ float load_operand(const GemmMatrix& m, int batch, i64 row, i64 col) {
-  return load_as_float(m.data, kInType, batch * m.batch_stride + row * m.row_stride + col * m.col_stride);
+__device__ __forceinline__ float load_operand(const GemmMatrix& m, int type, const GemmScale& s, int mode, int batch,
+                                              i64 row, i64 col) {
+  const float value = load_as_float(m.data, type, batch * m.batch_stride + row * m.row_stride + col * m.col_stride);
+  return mode == GEMMKIT_SCALE_NONE ? value : value * element_scale(s, mode, batch, row, col);
 }
 
 extern "C" __global__ void __launch_bounds__(256) gemmkit_fallback(const GemmParams p) {
@@ -26,9 +31,9 @@ extern "C" __global__ void __launch_bounds__(256) gemmkit_fallback(const GemmPar
         for (int i = threadIdx.x; i < kFallbackTile * kFallbackDepth; i += 256) {
           const int r = i / kFallbackDepth, kk = i % kFallbackDepth;
           const bool k_in = k0 + kk < p.k;
-          a_tile[kk][r] = (k_in && m0 + r < p.m) ? load_operand(p.a, batch, m0 + r, k0 + kk) : 0.0f;
+          a_tile[kk][r] = (k_in && m0 + r < p.m) ? load_operand(p.a, kAType, p.scale_a, kScaleA, batch, m0 + r, k0 + kk) : 0.0f;
           const int c = i % kFallbackTile, kb = i / kFallbackTile;
-          b_tile[kb][c] = (k0 + kb < p.k && n0 + c < p.n) ? load_operand(p.b, batch, k0 + kb, n0 + c) : 0.0f;
+          b_tile[kb][c] = (k0 + kb < p.k && n0 + c < p.n) ? load_operand(p.b, kBType, p.scale_b, kScaleB, batch, k0 + kb, n0 + c) : 0.0f;
         }
         __syncthreads();
 #pragma unroll

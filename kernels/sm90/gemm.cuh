@@ -1,7 +1,9 @@
-// The dense GEMM kernel for sm_90a: D = alpha * A * B + beta * C, bf16/f16 in, f32 accumulate.
+// The dense GEMM kernel for sm_90a: D = alpha * A * B + beta * C, bf16/f16 or e4m3/e5m2 in,
+// f32 accumulate.
 //
 // Warp-specialised and persistent. Warpgroup 0 is the producer: one thread walks the tiles and
-// streams 64-wide K slices of A and B into a ring of kStages shared-memory stages with TMA.
+// streams K slices of A and B, 128 bytes deep (64 16-bit or 128 8-bit elements), into a ring of
+// kStages shared-memory stages with TMA; with block or mx scales, one warp stages their scales.
 // Warpgroups 1..kConsumers each own 64 rows of the kTileM x kTileN tile and multiply with wgmma,
 // then run the epilogue while the producer already fetches the next tile (part of it waits for
 // the next tile's first K block: kDeferGroups). Each stage has a "full" barrier (TMA bytes
@@ -18,23 +20,30 @@
 // With kSplitK, each tile's K range is cut into p.splits parts, taken by different CTAs as
 // separate work units and summed by the last to finish (split_k.cuh).
 //
+// 8-bit inputs (both K-major, as wgmma requires) take the same pipeline; their consumers
+// accumulate in two levels (promote.cuh).
+//
 // The generated prelude defines kTileM, kTileN, kStages, kGroupM, kClusterM, kSplitK, kAKMajor,
-// kBKMajor, kInType, kOutType, kCType, kHasC, kABatched, kBBatched, kTmaStore, kStoreBoxBytes,
-// kStoreBuffers, kSmemBytes and wgmma_tile(). kTileN is any multiple of 16 up to 256.
+// kBKMajor, kAType, kBType, kOutType, kCType, kHasC, kScaleA, kScaleB, kScaleMNA, kScaleMNB,
+// kABatched, kBBatched, kTmaStore, kStoreBoxBytes, kStoreBuffers, kSmemBytes and wgmma_tile().
+// kTileN is any multiple of 16 up to 256.
 #pragma once
 
-constexpr int kTileK = 64;  // one 128-byte swizzle row of 16-bit elements
+constexpr u32 kRowBytes = 128;  // a K slice's row: one 128-byte swizzle row
+constexpr int kTileK = k8Bit ? 128 : 64;  // elements
 constexpr int kConsumers = kTileM / 64;
 constexpr int kThreads = 128 * (kConsumers + 1);
 constexpr u32 kSwizzleAtom = 1024;      // 8 rows of 128 bytes
-constexpr u32 kMajorBlock = 64 * kTileK * 2;  // one 64-wide MN block of an MN-major tile
+constexpr u32 kMajorBlock = 64 * kRowBytes;  // one 64-wide MN block of an MN-major (16-bit) tile
 constexpr int kBlocksN = (kTileN + 63) / 64;  // 64-wide blocks of an N-major B slice (the last may be partial)
-constexpr u32 kStageBytesA = kTileM * kTileK * 2;
-constexpr u32 kStageBytesB = kBKMajor ? kTileN * kTileK * 2 : kBlocksN * kMajorBlock;
+constexpr u32 kStageBytesA = kTileM * kRowBytes;
+constexpr u32 kStageBytesB = kBKMajor ? kTileN * kRowBytes : kBlocksN * kMajorBlock;
 constexpr u32 kEpilogueBytes = kTmaStore ? kConsumers * kStoreBuffers * kEpilogueBufferBytes : 0;
 // Registers per thread after reallocation: the producer gives most of its own back, and the
 // consumers share the rest of the 64K in multiples of 8, at most 240 (224 for two, 152 for three).
-constexpr int kProducerRegisters = 56;
+// A producer with a scale warp keeps 88, whose address arithmetic spilled at 56 to 72; two
+// consumers then have 208.
+constexpr int kProducerRegisters = kInnerScales ? 88 : 56;
 constexpr int kConsumerShare = (65536 / 128 - kProducerRegisters) / kConsumers / 8 * 8;
 constexpr int kConsumerRegisters = kConsumerShare < 240 ? kConsumerShare : 240;
 static_assert(128 * (kProducerRegisters + kConsumers * kConsumerRegisters) <= 65536, "register file overcommitted");
@@ -50,7 +59,7 @@ struct Work {
 // Per stage: its full and empty barriers and a Work slot (the host reserves 32 bytes for it).
 static_assert(sizeof(Work) == 32, "the host's shared-memory plan assumes 32-byte work slots");
 static_assert(kSwizzleAtom + kStages * (kStageBytesA + kStageBytesB) + kEpilogueBytes +
-                  kStages * (2 * 8 + sizeof(Work)) <= kSmemBytes,
+                  kStages * (2 * 8 + sizeof(Work) + kStageScaleBytes) <= kSmemBytes,
               "shared-memory plan exceeds the size the host reserves");
 
 // Persistent order over work units: cluster tiles (kClusterM tiles stacked in M; CTA `rank` of
@@ -116,9 +125,25 @@ __device__ __forceinline__ void load_stage(const TensorMap* map_a, const TensorM
   }
   if (kBKMajor) {
     constexpr int rows = kTileN / kClusterM;
-    load_b_box(b + rank * rows * kTileK * 2, map_b, full, k, int(col) + rank * rows, batch_b);
+    load_b_box(b + rank * rows * kRowBytes, map_b, full, k, int(col) + rank * rows, batch_b);
   } else {
     for (int i = rank; i < kBlocksN; i += kClusterM) load_b_box(b + i * kMajorBlock, map_b, full, int(col) + 64 * i, k, batch_b);
+  }
+}
+
+// The producer's walk: for each K block of each of this CTA's work units, in order, waits until
+// the consumers have released the stage it goes to, then lets `fill` fill it.
+template <class Fill>
+__device__ __forceinline__ void for_each_stage(const TileScheduler& tiles, i64 first_unit, i64 unit_step, int rank,
+                                               u64* empty, Fill fill) {
+  u32 iteration = 0;
+  for (i64 unit = first_unit; unit < tiles.total; unit += unit_step) {
+    const Work w = tiles.work(unit, rank);
+    for (int kb = w.k_begin; kb < w.k_end; ++kb, ++iteration) {
+      const u32 s = iteration % kStages;
+      mbarrier_wait(&empty[s], ((iteration / kStages) & 1) ^ 1);
+      fill(w, kb, s);
+    }
   }
 }
 
@@ -158,17 +183,53 @@ __device__ __forceinline__ u32 k_step(bool k_major) { return k_major ? 32 / 16 :
 // A tile's epilogue leaves its last column groups to the next tile: their stmatrix operands wait
 // in registers (packed, half the accumulators' size) and are staged and stored while the next
 // tile's first K block multiplies, so the tensor cores idle through half as long an epilogue.
-// Only for 16-bit D stored with TMA, unsplit and without C: f32 pairs would not fit, and with
-// C's loads the consumers run out of registers.
-constexpr bool kDeferGroups = kTmaStore && kOutType != GEMMKIT_F32 && !kSplitK && !kHasC && kGroups > 1;
+// Only for 16-bit D stored with TMA, unsplit and without C, from 16-bit inputs: f32 pairs would
+// not fit, and with C's loads or 8-bit inputs' partial accumulators the consumers run out of
+// registers.
+constexpr bool kDeferGroups = kTmaStore && kOutType != GEMMKIT_F32 && !kSplitK && !kHasC && !k8Bit && kGroups > 1;
 constexpr int kDeferFrom = (kGroups + 1) / 2;  // groups [kDeferFrom, kGroups) wait
 constexpr int kDeferredRegisters = kDeferGroups ? (kGroups - kDeferFrom) * kPackedPerGroup : 1;
+
+// 8-bit inputs: each K granule of a K block is multiplied into `partial`, whose sums the tensor
+// cores keep narrower than f32, then promoted into `acc` with its inner scales. A stage goes
+// back to the producer when its last granule is promoted (its scales are read by then).
+__device__ __forceinline__ void multiply_8bit(float* acc, int k_count, u32& iteration, int slice, int t,
+                                              const u8* stages_a, const u8* stages_b, const float* stage_scales,
+                                              u64* full, u64* empty) {
+  constexpr int kSteps = kRowBytes / 32 / kGranules;  // k32 wgmma steps per granule
+  float partial[kTileN / 2];
+#pragma unroll
+  for (int i = 0; i < kTileN / 2; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < k_count; ++i, ++iteration) {
+    const u32 s = iteration % kStages;
+    mbarrier_wait(&full[s], (iteration / kStages) & 1);
+    const u32 low_a = operand_descriptor_low(stages_a + s * kStageBytesA + slice * 64 * kRowBytes, true);
+    const u32 low_b = operand_descriptor_low(stages_b + s * kStageBytesB, true);
+    const float* scales = stage_scales + s * (kStageScalesA + kStageScalesB);
+#pragma unroll
+    for (int g = 0; g < kGranules; ++g) {
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kSteps; ++kk) {
+        const u32 step = (g * kSteps + kk) * k_step(true);
+        wgmma_tile(partial, smem_descriptor(low_a + step, kSwizzleAtom), smem_descriptor(low_b + step, kSwizzleAtom),
+                   kk > 0 ? 1u : 0u);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+#pragma unroll
+      for (int j = 0; j < kTileN / 2; ++j) fence_register(partial[j]);
+      promote(acc, partial, scales + g * kTileM + slice * 64, scales + kStageScalesA + g * kTileN, t);
+    }
+    if (t % 32 == 0) release_stage(&empty[s]);
+  }
+}
 
 // A consumer warpgroup: multiplies its `slice` (64 rows) of each tile, then stores it.
 __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams& p, const TileScheduler& tiles,
                                         i64 first_unit, i64 unit_step, int slice, int t,
-                                        const u8* stages_a, const u8* stages_b, u8* epilogue_buffers,
-                                        u64* full, u64* empty, const Work* slots) {
+                                        const u8* stages_a, const u8* stages_b, const float* stage_scales,
+                                        u8* epilogue_buffers, u64* full, u64* empty, const Work* slots) {
   const bool warp_leader = t % 32 == 0;
   u8* buffers = epilogue_buffers + slice * kStoreBuffers * kEpilogueBufferBytes;
   float acc[kTileN / 2];
@@ -182,33 +243,37 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
     // Unsplit, the count is a kernel parameter, not a value loaded from shared memory, which
     // lets the compiler keep the loop's bookkeeping in uniform registers.
     const int k_count = kSplitK ? w.k_end - w.k_begin : tiles.k_blocks;
-    // One wgmma group stays in flight: after committing K block i, wait for i - 1 and hand
-    // its stage back to the producer.
-    for (int i = 0; i < k_count; ++i, ++iteration) {
-      const u32 s = iteration % kStages;
-      mbarrier_wait(&full[s], (iteration / kStages) & 1);
-      const u8* a = stages_a + s * kStageBytesA + slice * (64 * kTileK * 2);
-      const u8* b = stages_b + s * kStageBytesB;
-      const u32 low_a = operand_descriptor_low(a, kAKMajor), low_b = operand_descriptor_low(b, kBKMajor);
-      wgmma_fence();
+    if constexpr (k8Bit) {
+      multiply_8bit(acc, k_count, iteration, slice, t, stages_a, stages_b, stage_scales, full, empty);
+    } else {
+      // One wgmma group stays in flight: after committing K block i, wait for i - 1 and hand
+      // its stage back to the producer.
+      for (int i = 0; i < k_count; ++i, ++iteration) {
+        const u32 s = iteration % kStages;
+        mbarrier_wait(&full[s], (iteration / kStages) & 1);
+        const u8* a = stages_a + s * kStageBytesA + slice * 64 * kRowBytes;
+        const u8* b = stages_b + s * kStageBytesB;
+        const u32 low_a = operand_descriptor_low(a, kAKMajor), low_b = operand_descriptor_low(b, kBKMajor);
+        wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kTileK / 16; ++kk) {
-        wgmma_tile(acc, smem_descriptor(low_a + kk * k_step(kAKMajor), kSwizzleAtom),
-                   smem_descriptor(low_b + kk * k_step(kBKMajor), kSwizzleAtom),
-                   (i > 0 || kk > 0) ? 1u : 0u);
+        for (int kk = 0; kk < kRowBytes / 32; ++kk) {
+          wgmma_tile(acc, smem_descriptor(low_a + kk * k_step(kAKMajor), kSwizzleAtom),
+                     smem_descriptor(low_b + kk * k_step(kBKMajor), kSwizzleAtom),
+                     (i > 0 || kk > 0) ? 1u : 0u);
+        }
+        wgmma_commit();
+        if (kDeferGroups && i == 0 && have_deferred) {
+          store_tile_tma<kDeferFrom, kGroups>(acc, deferred, p, deferred_at, t, buffers, &map_d);
+          have_deferred = false;
+        }
+        wgmma_wait<1>();
+        if (i > 0 && warp_leader) release_stage(&empty[(iteration - 1) % kStages]);
       }
-      wgmma_commit();
-      if (kDeferGroups && i == 0 && have_deferred) {
-        store_tile_tma<kDeferFrom, kGroups>(acc, deferred, p, deferred_at, t, buffers, &map_d);
-        have_deferred = false;
-      }
-      wgmma_wait<1>();
-      if (i > 0 && warp_leader) release_stage(&empty[(iteration - 1) % kStages]);
+      wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < kTileN / 2; ++i) fence_register(acc[i]);
+      if (warp_leader) release_stage(&empty[(iteration - 1) % kStages]);
     }
-    wgmma_wait<0>();
-#pragma unroll
-    for (int i = 0; i < kTileN / 2; ++i) fence_register(acc[i]);
-    if (warp_leader) release_stage(&empty[(iteration - 1) % kStages]);
 
     const TileOrigin at{w.batch, w.row + slice * 64, w.col};
     if (at.row >= p.m) continue;  // this slice lies wholly below D
@@ -241,13 +306,14 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   u64* full = reinterpret_cast<u64*>(epilogue_buffers + kEpilogueBytes);
   u64* empty = full + kStages;
   Work* slots = reinterpret_cast<Work*>(empty + kStages);
+  float* stage_scales = reinterpret_cast<float*>(slots + kStages);  // kInnerScales only
 
   const int warpgroup = threadIdx.x / 128;
   const int t = threadIdx.x % 128;
   const int rank = kClusterM == 1 ? 0 : int(cluster_rank());
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(&full[s], 1);
+      mbarrier_init(&full[s], kInnerScales ? 1 + 32 : 1);  // the TMA thread, and the scale warp's lanes
       mbarrier_init(&empty[s], kClusterM * kConsumers * 4);  // one arrival per consumer warp
     }
     fence_barrier_init();
@@ -267,21 +333,20 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     if (t == 0) {
       tma_prefetch_descriptor(&map_a);
       tma_prefetch_descriptor(&map_b);
-      u32 iteration = 0;
-      for (i64 unit = first_unit; unit < tiles.total; unit += unit_step) {
-        const Work w = tiles.work(unit, rank);
-        for (int kb = w.k_begin; kb < w.k_end; ++kb, ++iteration) {
-          const u32 s = iteration % kStages;
-          mbarrier_wait(&empty[s], ((iteration / kStages) & 1) ^ 1);
-          if (kb == w.k_begin) publish(slots[s], w);  // by the full barrier's arrival below
-          load_stage(&map_a, &map_b, stages_a + s * kStageBytesA, stages_b + s * kStageBytesB,
-                     &full[s], rank, w.batch, w.row, w.col, kb);
-        }
-      }
+      for_each_stage(tiles, first_unit, unit_step, rank, empty, [&](const Work& w, int kb, u32 s) {
+        if (kb == w.k_begin) publish(slots[s], w);  // by the full barrier's arrival below
+        load_stage(&map_a, &map_b, stages_a + s * kStageBytesA, stages_b + s * kStageBytesB, &full[s], rank, w.batch,
+                   w.row, w.col, kb);
+      });
+    } else if (kInnerScales && t / 32 == 1) {
+      for_each_stage(tiles, first_unit, unit_step, rank, empty, [&](const Work& w, int kb, u32 s) {
+        load_stage_scales(stage_scales + s * (kStageScalesA + kStageScalesB), p, w.batch, w.row, w.col, kb, t % 32);
+        mbarrier_arrive(&full[s]);
+      });
     }
   } else {
     registers_increase<kConsumerRegisters>();
-    consume(map_d, p, tiles, first_unit, unit_step, warpgroup - 1, t, stages_a, stages_b,
+    consume(map_d, p, tiles, first_unit, unit_step, warpgroup - 1, t, stages_a, stages_b, stage_scales,
             epilogue_buffers, full, empty, slots);
   }
   // No CTA may leave while its peer can still arrive on its barriers.

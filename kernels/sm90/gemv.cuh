@@ -2,21 +2,44 @@
 // B[:, n] + beta * C[0, n], where B's K dimension is contiguous (B stored N x K, the decode
 // layout). It is bound by reading B once, so it skips the TMA pipeline and shared memory: each
 // warp takes an output column at a time and streams its row of B with 16-byte loads, several
-// in flight, while A (1 x K) stays in L1/L2; a warp sum gives the dot product.
+// in flight, while A (1 x K) stays in L1/L2; a warp sum gives the dot product. FP8 inputs have
+// their block and mx scales applied per 16-byte vector (a vector never straddles a 32-element
+// scale block), and their tensor and rowwise scales once per output.
 //
-// The generated prelude defines kInType, kOutType, kCType and kHasC.
+// The generated prelude defines kAType, kBType, kOutType, kCType, kHasC, kScaleA and kScaleB.
 #pragma once
 
 constexpr int kGemvWarps = 8;    // warps per block
 constexpr int kGemvUnroll = 4;   // 16-byte loads of B in flight per lane
+constexpr bool kGemv8Bit = kAType == GEMMKIT_E4M3 || kAType == GEMMKIT_E5M2;
+constexpr int kGemvBytes = kGemv8Bit ? 1 : 2;      // per element
+constexpr int kGemvVector = 16 / kGemvBytes;       // elements per 16-byte load
 
-// Eight 16-bit values packed in a uint4, as floats, dotted with eight others.
-__device__ __forceinline__ float dot8(uint4 x, uint4 y) {
+// Two e4m3 or e5m2 values packed in 16 bits, as floats (exact).
+__device__ __forceinline__ float2 fp8x2_to_float2(u32 bits, int type) {
+  u32 pair;
+  const u16 in = u16(bits);
+  if (type == GEMMKIT_E4M3)
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(pair) : "h"(in));
+  else
+    asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(pair) : "h"(in));
+  return make_float2(f16_to_float(u16(pair)), f16_to_float(u16(pair >> 16)));
+}
+
+// 16 bytes of A dotted with 16 bytes of B: eight 16-bit or sixteen 8-bit elements each.
+__device__ __forceinline__ float dot_vector(uint4 x, uint4 y) {
   const u32 xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
   float sum = 0.0f;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    if (kInType == GEMMKIT_BF16) {
+    if (kGemv8Bit) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float2 a = fp8x2_to_float2(xs[i] >> (16 * half), kAType), b = fp8x2_to_float2(ys[i] >> (16 * half), kBType);
+        sum += a.x * b.x;
+        sum += a.y * b.y;
+      }
+    } else if (kAType == GEMMKIT_BF16) {
       sum += bf16_to_float(u16(xs[i])) * bf16_to_float(u16(ys[i]));
       sum += bf16_to_float(u16(xs[i] >> 16)) * bf16_to_float(u16(ys[i] >> 16));
     } else {
@@ -37,31 +60,48 @@ __device__ __forceinline__ uint4 load_streaming(const uint4* p) {
 }
 
 __device__ __forceinline__ bool aligned16(const void* p, long long stride_elements) {
-  return (reinterpret_cast<u64>(p) | u64(stride_elements * 2)) % 16 == 0;
+  return (reinterpret_cast<u64>(p) | u64(stride_elements * kGemvBytes)) % 16 == 0;
+}
+
+// Where the inner (block, mx) scales of one output column start: A's of row 0 and B's of column
+// n of one batch; K steps through them by the scales' K strides.
+struct InnerScales {
+  i64 a, b;  // element offsets into p.scale_a.data and p.scale_b.data
+};
+
+// The product of A's and B's inner scales at K index k (1 without inner scales).
+__device__ __forceinline__ float inner_factor(const GemmParams& p, InnerScales at, i64 k) {
+  float factor = 1.0f;
+  if (is_inner_scale(kScaleA)) factor *= scale_at(p.scale_a, kScaleA, at.a + (k / scale_k_block(kScaleA)) * p.scale_a.col_stride);
+  if (is_inner_scale(kScaleB)) factor *= scale_at(p.scale_b, kScaleB, at.b + (k / scale_k_block(kScaleB)) * p.scale_b.row_stride);
+  return factor;
 }
 
 // This lane's share of A[0, :] . B[:, n] for one batch; `a` and `b` point at element k = 0.
-__device__ __forceinline__ float lane_dot(const u16* a, long long a_step, const u16* b, long long k, int lane,
-                                          bool vector) {
+__device__ __forceinline__ float lane_dot(const GemmParams& p, const u8* a, long long a_step, const u8* b,
+                                          InnerScales scales, int lane, bool vector) {
+  const long long k = p.k;
   float sum = 0.0f;
   long long done = 0;
-  if (vector) {  // 8 elements per load, 32 lanes side by side, kGemvUnroll loads per round
-    const uint4* a8 = reinterpret_cast<const uint4*>(a);
-    const uint4* b8 = reinterpret_cast<const uint4*>(b);
-    const long long vectors = k / 8;
+  if (vector) {  // kGemvVector elements per load, 32 lanes side by side, kGemvUnroll loads per round
+    const uint4* a16 = reinterpret_cast<const uint4*>(a);
+    const uint4* b16 = reinterpret_cast<const uint4*>(b);
+    const long long vectors = k / kGemvVector;
     long long v = lane;
     for (; v + 32 * (kGemvUnroll - 1) < vectors; v += 32 * kGemvUnroll) {
       uint4 bv[kGemvUnroll];
 #pragma unroll
-      for (int u = 0; u < kGemvUnroll; ++u) bv[u] = load_streaming(b8 + v + 32 * u);
+      for (int u = 0; u < kGemvUnroll; ++u) bv[u] = load_streaming(b16 + v + 32 * u);
 #pragma unroll
-      for (int u = 0; u < kGemvUnroll; ++u) sum += dot8(a8[v + 32 * u], bv[u]);
+      for (int u = 0; u < kGemvUnroll; ++u) {
+        sum += dot_vector(a16[v + 32 * u], bv[u]) * inner_factor(p, scales, (v + 32 * u) * kGemvVector);
+      }
     }
-    for (; v < vectors; v += 32) sum += dot8(a8[v], load_streaming(b8 + v));
-    done = vectors * 8;
+    for (; v < vectors; v += 32) sum += dot_vector(a16[v], load_streaming(b16 + v)) * inner_factor(p, scales, v * kGemvVector);
+    done = vectors * kGemvVector;
   }
   for (long long kk = done + lane; kk < k; kk += 32) {
-    sum += load_as_float(a, kInType, kk * a_step) * load_as_float(b, kInType, kk);
+    sum += load_as_float(a, kAType, kk * a_step) * load_as_float(b, kBType, kk) * inner_factor(p, scales, kk);
   }
   return sum;
 }
@@ -71,16 +111,18 @@ extern "C" __global__ void __launch_bounds__(32 * kGemvWarps) gemmkit_gemv(const
   const long long first = (long long)(blockIdx.x) * kGemvWarps + threadIdx.x / 32;
   const long long step = (long long)(gridDim.x) * kGemvWarps;
   for (int batch = blockIdx.y; batch < p.batch; batch += gridDim.y) {
-    const u16* a = static_cast<const u16*>(p.a.data) + batch * p.a.batch_stride;
-    const u16* b_batch = static_cast<const u16*>(p.b.data) + batch * p.b.batch_stride;
+    const u8* a = static_cast<const u8*>(p.a.data) + batch * p.a.batch_stride * kGemvBytes;
+    const u8* b_batch = static_cast<const u8*>(p.b.data) + batch * p.b.batch_stride * kGemvBytes;
     // Uniform over the grid: 16-byte loads where A is contiguous too and every row start aligned.
     const bool vector = p.a.col_stride == 1 && aligned16(a, 0) && aligned16(b_batch, p.b.col_stride);
     for (long long n = first; n < p.n; n += step) {
-      float sum = lane_dot(a, p.a.col_stride, b_batch + n * p.b.col_stride, p.k, lane, vector);
+      const InnerScales scales{batch * p.scale_a.batch_stride,
+                               batch * p.scale_b.batch_stride + (n / p.scale_b.block_cols) * p.scale_b.col_stride};
+      float sum = lane_dot(p, a, p.a.col_stride, b_batch + n * p.b.col_stride * kGemvBytes, scales, lane, vector);
 #pragma unroll
       for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
       if (lane == 0) {
-        float value = p.alpha * sum;
+        float value = p.alpha * (sum * outer_scale_a(p, batch, 0) * outer_scale_b(p, batch, n));
         if (kHasC) value += p.beta * load_as_float(p.c.data, kCType, batch * p.c.batch_stride + n * p.c.col_stride);
         store_from_float(p.d.data, kOutType, batch * p.d.batch_stride + n * p.d.col_stride, value);
       }

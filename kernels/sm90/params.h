@@ -10,6 +10,18 @@ struct GemmMatrix {
   long long col_stride;
 };
 
+// The scales of an FP8 operand of rows x cols: element (r, c) is multiplied by the scale at
+// data + b*batch_stride + (r / block_rows)*row_stride + (c / block_cols)*col_stride. The mode
+// (none, tensor, rowwise, block, mx) and the scales' dtype are compile-time constants.
+struct GemmScale {
+  const void* data;
+  long long batch_stride;
+  long long row_stride;
+  long long col_stride;
+  long long block_rows;
+  long long block_cols;
+};
+
 // D = alpha * A * B + beta * C; A is m x k, B is k x n, C and D are m x n, all [batch].
 // With split-K, each tile's K range is cut into `splits` parts whose f32 partial tiles meet in
 // `partials`; `counters` (one per tile slice, zero between launches) count the arrivals.
@@ -17,6 +29,7 @@ struct GemmParams {
   long long m, n, k, batch;
   float alpha, beta;
   GemmMatrix a, b, c, d;
+  GemmScale scale_a, scale_b;
   float* partials;
   unsigned* counters;
   int splits;

@@ -1,12 +1,15 @@
 // The GPU reference: one thread per output element, products summed in double. Slow and
 // obviously right; tests and `gemmkit verify` judge the fast kernels against it. It also
 // writes, per element, the scale the error is judged against: |alpha| sum |a||b| + |beta c|.
+// FP8 operands are dequantised first: each value times its scale, in double.
 //
-// The generated prelude defines kInType and kCType and kHasC.
+// The generated prelude defines kAType, kBType, kCType, kHasC, kScaleA and kScaleB.
 #pragma once
 
-__device__ __forceinline__ double reference_operand(const GemmMatrix& m, i64 batch, i64 row, i64 col) {
-  return double(load_as_float(m.data, kInType, batch * m.batch_stride + row * m.row_stride + col * m.col_stride));
+__device__ __forceinline__ double reference_operand(const GemmMatrix& m, int type, const GemmScale& s, int mode,
+                                                    i64 batch, i64 row, i64 col) {
+  const double value = load_as_float(m.data, type, batch * m.batch_stride + row * m.row_stride + col * m.col_stride);
+  return value * double(element_scale(s, mode, batch, row, col));
 }
 
 extern "C" __global__ void gemmkit_reference(const GemmParams p, double* ref, double* ref_abs) {
@@ -18,7 +21,8 @@ extern "C" __global__ void gemmkit_reference(const GemmParams p, double* ref, do
     const i64 col = index % p.n;
     double sum = 0.0, sum_abs = 0.0;
     for (i64 k = 0; k < p.k; ++k) {
-      const double product = reference_operand(p.a, batch, row, k) * reference_operand(p.b, batch, k, col);
+      const double product = reference_operand(p.a, kAType, p.scale_a, kScaleA, batch, row, k) *
+                             reference_operand(p.b, kBType, p.scale_b, kScaleB, batch, k, col);
       sum += product;
       sum_abs += fabs(product);
     }

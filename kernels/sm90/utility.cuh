@@ -7,10 +7,21 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef long long i64;
 
-// Element type codes, as the generated prelude sets kInType, kOutType and kCType.
+// Element type codes, as the generated prelude sets kAType, kBType, kOutType and kCType
+// (the order of gemmkit::DType).
 #define GEMMKIT_BF16 0
 #define GEMMKIT_F16 1
 #define GEMMKIT_F32 2
+#define GEMMKIT_E4M3 3
+#define GEMMKIT_E5M2 4
+#define GEMMKIT_UE8M0 5
+
+// Scale mode codes, as the prelude sets kScaleA and kScaleB (the order of gemmkit::ScaleMode).
+#define GEMMKIT_SCALE_NONE 0
+#define GEMMKIT_SCALE_TENSOR 1
+#define GEMMKIT_SCALE_ROWWISE 2
+#define GEMMKIT_SCALE_BLOCK 3
+#define GEMMKIT_SCALE_MX 4
 
 __device__ __forceinline__ float bf16_to_float(u16 x) { return __uint_as_float(u32(x) << 16); }
 
@@ -20,9 +31,28 @@ __device__ __forceinline__ float f16_to_float(u16 x) {
   return f;
 }
 
+// An e4m3 or e5m2 value (exact in f16, so in f32).
+__device__ __forceinline__ float fp8_to_float(u8 x, int type) {
+  u32 pair;
+  const u16 bits = x;
+  if (type == GEMMKIT_E4M3)
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(pair) : "h"(bits));
+  else
+    asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(pair) : "h"(bits));
+  return f16_to_float(u16(pair));
+}
+
+// 2^(e - 127); e = 255 is NaN, and e = 0 the subnormal 2^-127.
+__device__ __forceinline__ float ue8m0_to_float(u8 e) {
+  if (e == 0xff) return __uint_as_float(0x7fffffffu);
+  return e == 0 ? __uint_as_float(0x00400000u) : __uint_as_float(u32(e) << 23);
+}
+
 // Reads element `index` of a buffer whose type is `type`, as float.
 __device__ __forceinline__ float load_as_float(const void* base, int type, i64 index) {
   if (type == GEMMKIT_F32) return static_cast<const float*>(base)[index];
+  if (type == GEMMKIT_E4M3 || type == GEMMKIT_E5M2) return fp8_to_float(static_cast<const u8*>(base)[index], type);
+  if (type == GEMMKIT_UE8M0) return ue8m0_to_float(static_cast<const u8*>(base)[index]);
   u16 bits = static_cast<const u16*>(base)[index];
   return type == GEMMKIT_BF16 ? bf16_to_float(bits) : f16_to_float(bits);
 }
@@ -37,10 +67,25 @@ __device__ __forceinline__ u32 pack_pair(int type, float lo, float hi) {
   return packed;
 }
 
-// Writes element `index` of a buffer whose type is `type`, rounding to nearest-even.
+// Rounds a float to e4m3 or e5m2, nearest-even, saturating at the largest finite value.
+__device__ __forceinline__ u8 float_to_fp8(float value, int type) {
+  u16 pair;
+  if (type == GEMMKIT_E4M3)
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(value));
+  else
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(value));
+  return u8(pair & 0xffu);
+}
+
+// Writes element `index` of a buffer whose type is `type`, rounding to nearest-even (ue8m0:
+// down to a power of two).
 __device__ __forceinline__ void store_from_float(void* base, int type, i64 index, float value) {
   if (type == GEMMKIT_F32) {
     static_cast<float*>(base)[index] = value;
+  } else if (type == GEMMKIT_E4M3 || type == GEMMKIT_E5M2) {
+    static_cast<u8*>(base)[index] = float_to_fp8(value, type);
+  } else if (type == GEMMKIT_UE8M0) {
+    static_cast<u8*>(base)[index] = u8(__float_as_uint(value) >> 23);
   } else {
     static_cast<u16*>(base)[index] = u16(pack_pair(type, value, 0.0f) & 0xffffu);
   }

@@ -7,11 +7,26 @@ std::string_view dtype_name(DType dtype) {
     case DType::bf16: return "bf16";
     case DType::f16: return "f16";
     case DType::f32: return "f32";
+    case DType::e4m3: return "e4m3";
+    case DType::e5m2: return "e5m2";
+    case DType::ue8m0: return "ue8m0";
   }
   return "unknown";
 }
 
-int dtype_size(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
+int dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::bf16:
+    case DType::f16: return 2;
+    case DType::f32: return 4;
+    case DType::e4m3:
+    case DType::e5m2:
+    case DType::ue8m0: return 1;
+  }
+  return 0;
+}
+
+bool is_fp8(DType dtype) { return dtype == DType::e4m3 || dtype == DType::e5m2; }
 
 TensorView TensorView::matrix(void* data, DType dtype, int64_t rows, int64_t cols, int64_t row_stride,
                               int64_t col_stride) {

@@ -4,6 +4,9 @@
 #include <array>
 #include <cstdint>
 #include <sstream>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "gemmkit/error.h"
 
@@ -92,6 +95,66 @@ MatrixRef matrix_ref(const TensorView& t) {
   return {t.data, t.dtype, t.rank == 3 ? t.batch_stride() : 0, t.row_stride(), t.col_stride()};
 }
 
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+std::string_view mode_name(ScaleMode mode) {
+  switch (mode) {
+    case ScaleMode::none: return "none";
+    case ScaleMode::tensor: return "tensor";
+    case ScaleMode::rowwise: return "rowwise";
+    case ScaleMode::block: return "block";
+    case ScaleMode::mx: return "mx";
+  }
+  return "unknown";
+}
+
+// The scales of operand `x` (A: rows M, cols K; B: rows K, cols N) as the kernels read them:
+// the mode's shape (see gemm.h) decides the blocks, and anything else is an error.
+ScaleRef scale_ref(const Scale& scale, const TensorView& x, bool is_a, int64_t rows, int64_t cols) {
+  const std::string name = is_a ? "scale_a" : "scale_b";
+  ScaleRef ref;
+  ref.mode = scale.mode;
+  if (scale.mode == ScaleMode::none) return ref;
+  if (!is_fp8(x.dtype)) {
+    fail(name + ": mode " + std::string(mode_name(scale.mode)) + " given for " + (is_a ? "A" : "B") + " of dtype " +
+         std::string(dtype_name(x.dtype)) + "; expected scales only for e4m3 or e5m2 inputs (mode none otherwise)");
+  }
+  const TensorView& t = scale.scales;
+  check_form(t, name.c_str());
+  const DType wanted = scale.mode == ScaleMode::mx ? DType::ue8m0 : DType::f32;
+  if (t.dtype != wanted) {
+    fail(name + ": dtype " + std::string(dtype_name(t.dtype)) + " with mode " + std::string(mode_name(scale.mode)) +
+         "; expected " + std::string(dtype_name(wanted)));
+  }
+  // Candidate blocks (along rows, along cols) of the mode, in the order the message lists them.
+  const int64_t whole_rows = std::max<int64_t>(rows, 1), whole_cols = std::max<int64_t>(cols, 1);
+  std::vector<std::pair<int64_t, int64_t>> blocks;
+  switch (scale.mode) {
+    case ScaleMode::tensor: blocks = {{whole_rows, whole_cols}}; break;
+    case ScaleMode::rowwise: blocks = {is_a ? std::pair{int64_t(1), whole_cols} : std::pair{whole_rows, int64_t(1)}}; break;
+    case ScaleMode::block:
+      blocks = is_a ? std::vector<std::pair<int64_t, int64_t>>{{1, 128}, {128, 128}}
+                    : std::vector<std::pair<int64_t, int64_t>>{{128, 128}, {128, 1}};
+      break;
+    case ScaleMode::mx: blocks = {is_a ? std::pair{int64_t(1), int64_t(32)} : std::pair{int64_t(32), int64_t(1)}}; break;
+    case ScaleMode::none: break;
+  }
+  std::string expected;
+  for (auto [br, bc] : blocks) {
+    const int64_t want_rows = ceil_div(rows, br), want_cols = ceil_div(cols, bc);
+    if (t.rows() == want_rows && t.cols() == want_cols) {
+      ref.m = matrix_ref(t);
+      ref.block_rows = br;
+      ref.block_cols = bc;
+      return ref;
+    }
+    expected += (expected.empty() ? "" : " or ") + std::to_string(want_rows) + " x " + std::to_string(want_cols) +
+                (scale.mode == ScaleMode::block ? " (" + std::to_string(br) + "x" + std::to_string(bc) + " blocks)" : "");
+  }
+  fail(name + ": shape " + shape_text(t) + " does not fit " + std::string(mode_name(scale.mode)) + " scaling of " +
+       (is_a ? "A" : "B") + " (" + std::to_string(rows) + " x " + std::to_string(cols) + "); expected " + expected);
+}
+
 }  // namespace
 
 Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options) {
@@ -104,12 +167,18 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
   }
   if (use_c) check_form(*options.c, "C");
 
-  if (a.dtype != DType::bf16 && a.dtype != DType::f16) {
-    fail("A: dtype " + std::string(dtype_name(a.dtype)) + " is not supported; expected bf16 or f16");
+  if (a.dtype != DType::bf16 && a.dtype != DType::f16 && !is_fp8(a.dtype)) {
+    fail("A: dtype " + std::string(dtype_name(a.dtype)) + " is not supported; expected bf16, f16, e4m3 or e5m2");
   }
-  if (b.dtype != a.dtype) {
-    fail("B: dtype " + std::string(dtype_name(b.dtype)) + " differs from A's " + std::string(dtype_name(a.dtype)) +
-         "; expected A and B of one type");
+  if (is_fp8(a.dtype) ? !is_fp8(b.dtype) : b.dtype != a.dtype) {
+    fail("B: dtype " + std::string(dtype_name(b.dtype)) + " does not go with A's " + std::string(dtype_name(a.dtype)) +
+         "; expected A and B both bf16, both f16, or each e4m3 or e5m2");
+  }
+  if (d.dtype != DType::bf16 && d.dtype != DType::f16 && d.dtype != DType::f32) {
+    fail("D: dtype " + std::string(dtype_name(d.dtype)) + " is not supported; expected bf16, f16 or f32");
+  }
+  if (use_c && options.c->dtype != DType::bf16 && options.c->dtype != DType::f16 && options.c->dtype != DType::f32) {
+    fail("C: dtype " + std::string(dtype_name(options.c->dtype)) + " is not supported; expected bf16, f16 or f32");
   }
 
   const int64_t m = a.rows(), k = a.cols(), n = b.cols();
@@ -136,6 +205,10 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
   check_batch(a, "A");
   check_batch(b, "B");
   if (use_c) check_batch(*options.c, "C");
+  const ScaleRef scale_a = scale_ref(options.scale_a, a, /*is_a=*/true, m, k);
+  const ScaleRef scale_b = scale_ref(options.scale_b, b, /*is_a=*/false, k, n);
+  if (scale_a.mode != ScaleMode::none) check_batch(options.scale_a.scales, "scale_a");
+  if (scale_b.mode != ScaleMode::none) check_batch(options.scale_b.scales, "scale_b");
 
   Problem p;
   p.m = m;
@@ -148,6 +221,8 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
   p.b = matrix_ref(b);
   p.d = matrix_ref(d);
   if (use_c) p.c = matrix_ref(*options.c);
+  p.scale_a = scale_a;
+  p.scale_b = scale_b;
 
   if (element_count(d) == 0) return p;  // nothing to compute or touch
 
@@ -158,11 +233,18 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
   check_data(b, "B");
   check_data(d, "D");
   if (use_c) check_data(*options.c, "C");
+  if (scale_a.mode != ScaleMode::none) check_data(options.scale_a.scales, "scale_a");
+  if (scale_b.mode != ScaleMode::none) check_data(options.scale_b.scales, "scale_b");
 
   check_no_self_overlap(d, batch);
   const ByteRange d_range = byte_range(d, batch, "D");
   if (k > 0 && byte_range(a, batch, "A").overlaps(d_range)) fail("D: memory overlaps A; expected D apart from the inputs");
   if (k > 0 && byte_range(b, batch, "B").overlaps(d_range)) fail("D: memory overlaps B; expected D apart from the inputs");
+  for (auto [scale, name] : {std::pair{&options.scale_a, "scale_a"}, std::pair{&options.scale_b, "scale_b"}}) {
+    if (k > 0 && scale->mode != ScaleMode::none && byte_range(scale->scales, batch, name).overlaps(d_range)) {
+      fail(std::string("D: memory overlaps ") + name + "; expected D apart from the inputs");
+    }
+  }
   if (use_c) {
     const TensorView& c = *options.c;
     const bool same_as_d = c.data == d.data && c.dtype == d.dtype && c.batch_stride() == d.batch_stride() &&

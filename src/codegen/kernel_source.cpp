@@ -13,11 +13,41 @@ const char* type_code(DType t) {
     case DType::bf16: return "GEMMKIT_BF16";
     case DType::f16: return "GEMMKIT_F16";
     case DType::f32: return "GEMMKIT_F32";
+    case DType::e4m3: return "GEMMKIT_E4M3";
+    case DType::e5m2: return "GEMMKIT_E5M2";
+    case DType::ue8m0: return "GEMMKIT_UE8M0";
   }
   return "";
 }
 
-// The text of an embedded file, without its include guard pragma (everything becomes one file).
+const char* scale_code(ScaleMode mode) {
+  switch (mode) {
+    case ScaleMode::none: return "GEMMKIT_SCALE_NONE";
+    case ScaleMode::tensor: return "GEMMKIT_SCALE_TENSOR";
+    case ScaleMode::rowwise: return "GEMMKIT_SCALE_ROWWISE";
+    case ScaleMode::block: return "GEMMKIT_SCALE_BLOCK";
+    case ScaleMode::mx: return "GEMMKIT_SCALE_MX";
+  }
+  return "";
+}
+
+std::string bool_text(bool b) { return b ? "true" : "false"; }
+
+// The element types and scale modes every kernel reads, then the scale lookups.
+void operand_prelude(std::ostringstream& s, const OperandTypes& t) {
+  s << file_text("utility.cuh") << file_text("params.h") << "// ---- generated prelude\n"
+    << "constexpr int kAType = " << type_code(t.a) << ";\n"
+    << "constexpr int kBType = " << type_code(t.b) << ";\n"
+    << "constexpr int kOutType = " << type_code(t.out) << ";\n"
+    << "constexpr int kCType = " << type_code(t.c) << ";\n"
+    << "constexpr bool kHasC = " << bool_text(t.has_c) << ";\n"
+    << "constexpr int kScaleA = " << scale_code(t.scale_a) << ";\n"
+    << "constexpr int kScaleB = " << scale_code(t.scale_b) << ";\n"
+    << file_text("scales.cuh");
+}
+
+}  // namespace
+
 std::string file_text(const std::string& name) {
   for (const KernelFile& file : kernel_files()) {
     if (name != file.name) continue;
@@ -29,30 +59,23 @@ std::string file_text(const std::string& name) {
   throw std::logic_error("kernel file not embedded: " + name);
 }
 
-std::string bool_text(bool b) { return b ? "true" : "false"; }
-
-void element_types(std::ostringstream& s, DType in, DType out, bool has_c, DType c) {
-  s << "constexpr int kInType = " << type_code(in) << ";\n"
-    << "constexpr int kOutType = " << type_code(out) << ";\n"
-    << "constexpr int kCType = " << type_code(c) << ";\n"
-    << "constexpr bool kHasC = " << bool_text(has_c) << ";\n";
-}
-
-}  // namespace
-
-std::string wgmma_function(int tile_n, DType in, bool a_k_major, bool b_k_major) {
+std::string wgmma_function(int tile_n, DType a, DType b, bool a_k_major, bool b_k_major) {
   const int registers = tile_n / 2;
+  // One instruction reads 32 bytes of K: 16 16-bit or 32 8-bit elements. 8-bit operands are
+  // K-major by definition and take no transpose bits.
+  const int k = 32 / dtype_size(a);
   std::ostringstream s;
-  s << "// D(64x" << tile_n << ", f32) += A(64x16) * B(16x" << tile_n << "), both from shared memory;\n"
+  s << "// D(64x" << tile_n << ", f32) += A(64x" << k << ") * B(" << k << "x" << tile_n << "), both from shared memory;\n"
     << "// `accumulate` = 0 overwrites D instead.\n"
     << "__device__ __forceinline__ void wgmma_tile(float* d, u64 desc_a, u64 desc_b, u32 accumulate) {\n"
     << "  asm volatile(\n"
     << "      \"{\\n.reg .pred p;\\nsetp.ne.b32 p, %" << registers + 2 << ", 0;\\n\"\n"
-    << "      \"wgmma.mma_async.sync.aligned.m64n" << tile_n << "k16.f32." << dtype_name(in) << "."
-    << dtype_name(in) << " {";
+    << "      \"wgmma.mma_async.sync.aligned.m64n" << tile_n << "k" << k << ".f32." << dtype_name(a) << "."
+    << dtype_name(b) << " {";
   for (int i = 0; i < registers; ++i) s << (i ? ", " : "") << "%" << i;
-  s << "}, %" << registers << ", %" << registers + 1 << ", p, 1, 1, " << (a_k_major ? 0 : 1) << ", "
-    << (b_k_major ? 0 : 1) << ";\\n}\\n\"\n      : ";
+  s << "}, %" << registers << ", %" << registers + 1 << ", p, 1, 1";
+  if (!is_fp8(a)) s << ", " << (a_k_major ? 0 : 1) << ", " << (b_k_major ? 0 : 1);
+  s << ";\\n}\\n\"\n      : ";
   for (int i = 0; i < registers; ++i) s << (i ? ", " : "") << "\"+f\"(d[" << i << "])";
   s << "\n      : \"l\"(desc_a), \"l\"(desc_b), \"r\"(accumulate));\n}\n";
   return s.str();
@@ -70,9 +93,8 @@ const char* gemm_kernel_name(const KernelConfig& config) {
 std::string gemm_source(const KernelConfig& requested) {
   const KernelConfig config = compiled(requested);
   std::ostringstream s;
-  s << "// gemmkit kernel: " << config.name() << "\n" << file_text("utility.cuh") << file_text("params.h")
-    << "// ---- generated prelude\n";
-  element_types(s, config.in, config.out, config.has_c, config.c);
+  s << "// gemmkit kernel: " << config.name() << "\n";
+  operand_prelude(s, {config.in, config.in_b, config.out, config.has_c, config.c, config.scale_a, config.scale_b});
   if (config.kind != KernelKind::tma) {
     s << file_text(config.kind == KernelKind::gemv ? "gemv.cuh" : "fallback.cuh");
     return s.str();
@@ -91,17 +113,18 @@ std::string gemm_source(const KernelConfig& requested) {
     << "constexpr int kStoreBoxBytes = " << config.store_box_bytes() << ";\n"
     << "constexpr int kStoreBuffers = " << config.store_buffers << ";\n"
     << "constexpr unsigned kSmemBytes = " << config.smem_bytes() << ";\n"
+    << "constexpr int kScaleMNA = " << config.scale_a_mn << ";\n"
+    << "constexpr int kScaleMNB = " << config.scale_b_mn << ";\n"
     << file_text("common.cuh")
-    << wgmma_function(config.tile_n, config.in, config.a_k_major, config.b_k_major)
-    << file_text("epilogue.cuh") << file_text("split_k.cuh") << file_text("gemm.cuh");
+    << wgmma_function(config.tile_n, config.in, config.in_b, config.a_k_major, config.b_k_major)
+    << file_text("epilogue.cuh") << file_text("split_k.cuh") << file_text("promote.cuh") << file_text("gemm.cuh");
   return s.str();
 }
 
-std::string reference_source(DType in, bool has_c, DType c) {
+std::string reference_source(const OperandTypes& types) {
   std::ostringstream s;
-  s << "// gemmkit reference kernel\n" << file_text("utility.cuh") << file_text("params.h")
-    << "// ---- generated prelude\n";
-  element_types(s, in, DType::f32, has_c, c);
+  s << "// gemmkit reference kernel\n";
+  operand_prelude(s, types);
   s << file_text("reference.cuh");
   return s.str();
 }

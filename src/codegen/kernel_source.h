@@ -17,11 +17,24 @@ inline constexpr const char* kReferenceKernel = "gemmkit_reference";
 // The GEMM kernel (TMA, GEMV or fallback) that `config` describes.
 std::string gemm_source(const KernelConfig& config);
 
-// The double-precision reference kernel for inputs of `in`, C of `c` (if has_c).
-std::string reference_source(DType in, bool has_c, DType c);
+// What every kernel's prelude says about its operands: element types and scale modes.
+struct OperandTypes {
+  DType a = DType::bf16, b = DType::bf16, out = DType::f32;
+  bool has_c = false;
+  DType c = DType::f32;
+  ScaleMode scale_a = ScaleMode::none, scale_b = ScaleMode::none;
+};
 
-// The wgmma wrapper for one 64 x tile_n x 16 step, with the given operand majorness.
-std::string wgmma_function(int tile_n, DType in, bool a_k_major, bool b_k_major);
+// The double-precision reference kernel for operands of `types` (its output is f64).
+std::string reference_source(const OperandTypes& types);
+
+// The wgmma wrapper for one 64 x tile_n x (32 bytes of K) step, with the given operand types and
+// majorness (8-bit operands are K-major).
+std::string wgmma_function(int tile_n, DType a, DType b, bool a_k_major, bool b_k_major);
+
+// The text of an embedded kernels/sm90 file, headed by its name and without its include guard
+// pragma, for splicing into one source.
+std::string file_text(const std::string& name);
 
 // Entry-point name of the kernel in gemm_source(config).
 const char* gemm_kernel_name(const KernelConfig& config);

@@ -9,7 +9,7 @@
 namespace gemmkit {
 namespace {
 
-constexpr int kTileK = 64;
+constexpr int kRowBytes = 128;          // a ring stage's K depth in bytes, one swizzle row
 constexpr int kAlignmentSlack = 1024;   // the kernel rounds its shared memory up to 1 KB
 constexpr int kEpilogueBuffer = 64 * 128;  // one 64-row, 128-byte-wide staging buffer
 constexpr int kWorkSlot = 32;              // the kernel's Work, one per stage
@@ -37,7 +37,8 @@ bool tma_stride_ok(int64_t stride_elements, int element_bytes, int64_t at_least)
 
 auto key(const KernelConfig& c) {
   return std::tie(c.kind, c.tile_m, c.tile_n, c.stages, c.group_m, c.cluster_m, c.splits, c.a_k_major, c.b_k_major,
-                  c.a_batched, c.b_batched, c.tma_store, c.store_buffers, c.has_c, c.in, c.out, c.c);
+                  c.a_batched, c.b_batched, c.tma_store, c.store_buffers, c.has_c, c.in, c.out, c.c, c.in_b, c.scale_a,
+                  c.scale_b, c.scale_a_mn, c.scale_b_mn);
 }
 
 // Relative throughput of a tile: each K block loads m rows of A and n of B (n / cluster per
@@ -55,10 +56,18 @@ int KernelConfig::threads() const { return kind == KernelKind::tma ? 128 * (tile
 
 int KernelConfig::smem_bytes() const { return kind == KernelKind::tma ? tma_smem_bytes(*this) : 0; }
 
+int KernelConfig::tile_k() const { return kRowBytes / dtype_size(in); }
+
 int KernelConfig::stage_bytes() const {
   // An N-major B arrives in 64-column boxes, so its slice is rounded up to whole boxes.
   const int b_rows = b_k_major ? tile_n : int(ceil_div(tile_n, 64)) * 64;
-  return (tile_m + b_rows) * kTileK * 2;
+  // Block and mx scales as promote.cuh stages them: an f32 per tile row (A) or column (B) for
+  // each granule of the K block (one, or four of 32 with mx).
+  const bool mx = scale_a == ScaleMode::mx || scale_b == ScaleMode::mx;
+  const int granules = mx ? 4 : 1;
+  auto inner = [](ScaleMode m) { return m == ScaleMode::block || m == ScaleMode::mx; };
+  const int scales = granules * ((inner(scale_a) ? tile_m : 0) + (inner(scale_b) ? tile_n : 0));
+  return (tile_m + b_rows) * kRowBytes + 4 * scales;
 }
 
 int KernelConfig::store_box_bytes() const {
@@ -82,14 +91,17 @@ bool KernelConfig::operator==(const KernelConfig& other) const { return key(*thi
 
 KernelConfig compiled(KernelConfig c) {
   c.splits = std::min(c.splits, 2);
+  if (!is_fp8(c.in)) c.in_b = c.in;  // 16-bit inputs are of one type
   return c;
 }
 
-const std::vector<TileShape>& tile_shapes() {
+const std::vector<TileShape>& tile_shapes(bool eight_bit) {
   // Every 16th width from 128 to 256 for full-height tiles, so that some width divides N (or
   // nearly) and fills the last wave: 2112 = 12 x 176, for one. 192 x 176, three consumer
   // warpgroups, loads less per multiply than 128 x 176 where N suits 176 (the widest its
-  // registers allow). Half-height tiles for small M.
+  // registers allow). Half-height tiles for small M. 8-bit inputs multiply twice the K per
+  // byte of shared memory, so 128 x 128 already feeds the tensor cores as 128 x 256 does for
+  // 16-bit ones; their partial accumulators stop the widths at 176.
   static const std::vector<TileShape> shapes = [] {
     std::vector<TileShape> s;
     for (int n = 256; n >= 128; n -= 16) s.push_back({128, n});
@@ -98,7 +110,13 @@ const std::vector<TileShape>& tile_shapes() {
     s.push_back({64, 128});
     return s;
   }();
-  return shapes;
+  static const std::vector<TileShape> eight_bit_shapes = [] {
+    std::vector<TileShape> s;
+    for (int n = 176; n >= 128; n -= 16) s.push_back({128, n});
+    s.push_back({64, 128});
+    return s;
+  }();
+  return eight_bit ? eight_bit_shapes : shapes;
 }
 
 int tma_smem_bytes(const KernelConfig& c) {
@@ -146,6 +164,11 @@ bool tma_can_store(const Problem& p) {
 KernelConfig problem_config(const Problem& p) {
   KernelConfig config;
   config.in = p.a.dtype;
+  config.in_b = p.b.dtype;
+  config.scale_a = p.scale_a.mode;
+  config.scale_b = p.scale_b.mode;
+  if (p.scale_a.mode == ScaleMode::block) config.scale_a_mn = int(p.scale_a.block_rows);
+  if (p.scale_b.mode == ScaleMode::block) config.scale_b_mn = int(p.scale_b.block_cols);
   config.out = p.d.dtype;
   config.has_c = p.has_c();
   config.c = p.has_c() ? p.c.dtype : p.d.dtype;
@@ -161,7 +184,9 @@ KernelConfig problem_config(const Problem& p) {
   }
   const TmaAccess a = tma_access(p.a, p.batch, p.m, p.k);
   const TmaAccess b = tma_access(p.b, p.batch, p.k, p.n);
-  if (p.k == 0 || !a.ok || !b.ok) {
+  // wgmma reads 8-bit operands K-major only.
+  const bool eight_bit_mn_major = is_fp8(p.a.dtype) && (!a.cols_contiguous || b.cols_contiguous);
+  if (p.k == 0 || !a.ok || !b.ok || eight_bit_mn_major) {
     config.kind = KernelKind::fallback;
     config.tile_m = config.tile_n = 64;
     config.stages = 0;
@@ -177,6 +202,10 @@ KernelConfig problem_config(const Problem& p) {
 }
 
 bool tile_takes_c(TileShape tile) { return tile.m <= 128; }
+
+bool tile_takes_scales(TileShape tile, ScaleMode a, ScaleMode b) {
+  return tile.n <= 144 || (a != ScaleMode::mx && b != ScaleMode::mx);
+}
 
 int store_buffers_for(KernelConfig c, int smem_limit) {
   // A ring of 4 stages matters more than a second buffer: 192 x 176 ran 4096x2112x7168 in
@@ -204,12 +233,13 @@ std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& lim
   // long as its unit's work at its tile's efficiency. Candidates come largest tile first,
   // clustered first, fewest parts first, and a later one must win by 2% to be the pick: the
   // model cannot tell closer calls apart, and fewer units means fewer epilogues.
-  const int64_t k_blocks = ceil_div(p.k, kTileK);
+  const int64_t k_blocks = ceil_div(p.k, config.tile_k());
   std::vector<Candidate> candidates;
   size_t pick = 0;
-  for (TileShape tile : tile_shapes()) {
+  for (TileShape tile : tile_shapes(is_fp8(config.in))) {
     const int64_t tiles_m = ceil_div(p.m, tile.m);
     if (config.has_c && !tile_takes_c(tile)) continue;
+    if (!tile_takes_scales(tile, config.scale_a, config.scale_b)) continue;
     for (int cluster : {2, 1}) {
       if (cluster > tiles_m) continue;
       KernelConfig candidate = config;
@@ -250,10 +280,11 @@ KernelConfig choose_config(const Problem& p, const DeviceLimits& limits) {
 
 bool fits(const KernelConfig& c, const DeviceLimits& limits) {
   if (c.kind != KernelKind::tma) return true;
-  const std::vector<TileShape>& shapes = tile_shapes();
+  const std::vector<TileShape>& shapes = tile_shapes(is_fp8(c.in));
   const bool known_tile = std::any_of(shapes.begin(), shapes.end(),
                                       [&](TileShape t) { return t.m == c.tile_m && t.n == c.tile_n; });
-  return known_tile && (!c.has_c || tile_takes_c({c.tile_m, c.tile_n})) && (c.cluster_m == 1 || c.cluster_m == 2) &&
+  return known_tile && (!c.has_c || tile_takes_c({c.tile_m, c.tile_n})) &&
+         tile_takes_scales({c.tile_m, c.tile_n}, c.scale_a, c.scale_b) && (c.cluster_m == 1 || c.cluster_m == 2) &&
          c.group_m >= c.cluster_m && c.group_m <= 64 &&
          c.splits >= 1 && c.splits <= kMaxSplits && (c.splits == 1 || c.tile_n <= kMaxSplitTileN) &&
          c.store_buffers >= 1 && c.store_buffers <= 8 && c.stages >= 2 && c.stages <= 8 &&

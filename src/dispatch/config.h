@@ -33,10 +33,15 @@ struct KernelConfig {
   int store_buffers = 2;    // 8 KB staging buffers per consumer warpgroup for the TMA store
   bool has_c = false;
   DType in = DType::bf16, out = DType::bf16, c = DType::bf16;
+  DType in_b = DType::bf16;  // B's element type: `in` for 16-bit inputs, e4m3 or e5m2 with 8-bit A
+  ScaleMode scale_a = ScaleMode::none, scale_b = ScaleMode::none;  // FP8 scales (gemmkit/gemm.h)
+  int scale_a_mn = 1, scale_b_mn = 1;  // M (N) elements per block scale of A (B): 1 or 128
 
   int threads() const;
   int smem_bytes() const;  // dynamic shared memory the launch reserves
-  int stage_bytes() const;  // one ring stage: the A and B slices of one 64-deep K block
+  int tile_k() const;      // K elements per ring stage: 128 bytes' worth (64 16-bit, 128 8-bit)
+  // One ring stage: the A and B slices of one K block, and the block and mx scales staged with them.
+  int stage_bytes() const;
   // Width in bytes of one TMA store box of D: 128, or 64 or 32 where the tile's row of D is
   // not a multiple of 128 bytes. The box's swizzle mode has the same width.
   int store_box_bytes() const;
@@ -47,7 +52,8 @@ struct KernelConfig {
 };
 
 // The config as compiled: the split count is a launch parameter, so every count above 1
-// shares one binary (with the split-K reduction) and 1 another (without).
+// shares one binary (with the split-K reduction) and 1 another (without); 16-bit inputs take
+// B's type from A's.
 KernelConfig compiled(KernelConfig c);
 
 // Split-K is built for tiles up to this wide: its reduction holds a second tile row's worth of
@@ -56,12 +62,18 @@ inline constexpr int kMaxSplitTileN = 128;
 // The most parts a tile's K range is cut into.
 inline constexpr int kMaxSplits = 16;
 
-// The tile shapes the TMA kernel is built for.
-const std::vector<TileShape>& tile_shapes();
+// The tile shapes the TMA kernel is built for, with 16-bit or 8-bit inputs. 8-bit inputs keep a
+// partial accumulator beside the f32 one (two-level accumulation), which leaves registers for
+// tiles up to 176 wide.
+const std::vector<TileShape>& tile_shapes(bool eight_bit = false);
 
 // Whether the tile's kernel can read C: not 192 x 176, whose three consumer warpgroups have
 // 152 registers each, too few for C's addressing beside the accumulators.
 bool tile_takes_c(TileShape tile);
+
+// Whether the tile's kernel can take these scale modes: mx scales (promoted every 32 of K, with
+// a scale per column) spill registers on tiles wider than 144.
+bool tile_takes_scales(TileShape tile, ScaleMode a, ScaleMode b);
 
 // Epilogue staging buffers per consumer warpgroup: two, or one where two would leave the ring
 // fewer than 4 stages.

@@ -21,17 +21,27 @@ MatrixRef transposed(const MatrixRef& m) {
   return t;
 }
 
+ScaleRef transposed(const ScaleRef& s) {
+  ScaleRef t = s;
+  t.m = transposed(s.m);
+  std::swap(t.block_rows, t.block_cols);
+  return t;
+}
+
 // Everything of a normalised problem that choose_config reads: equal keys, equal plans. Of the
 // pointers only their 16-byte alignment matters.
-using PlanKey = std::array<int64_t, 17>;
+// Scales enter by their modes and blocks: the kernels read their strides at run time.
+using PlanKey = std::array<int64_t, 21>;
 
 PlanKey plan_key(const Problem& p) {
   auto alignment = [](const void* data) { return int64_t(reinterpret_cast<uintptr_t>(data) % 16); };
-  const int64_t types = int64_t(p.a.dtype) | int64_t(p.d.dtype) << 4 | int64_t(p.c.dtype) << 8 |
-                        int64_t(p.has_c()) << 12 | int64_t(p.device) << 16;
+  const int64_t types = int64_t(p.a.dtype) | int64_t(p.b.dtype) << 4 | int64_t(p.d.dtype) << 8 |
+                        int64_t(p.c.dtype) << 12 | int64_t(p.has_c()) << 16 | int64_t(p.scale_a.mode) << 20 |
+                        int64_t(p.scale_b.mode) << 24 | int64_t(p.device) << 28;
   return {types,          p.m,          p.n,           p.k,           p.batch,          alignment(p.a.data),
           p.a.batch_stride, p.a.row_stride, p.a.col_stride, alignment(p.b.data), p.b.batch_stride, p.b.row_stride,
-          p.b.col_stride, alignment(p.d.data), p.d.batch_stride, p.d.row_stride, p.d.col_stride};
+          p.b.col_stride, alignment(p.d.data), p.d.batch_stride, p.d.row_stride, p.d.col_stride,
+          p.scale_a.block_rows, p.scale_a.block_cols, p.scale_b.block_rows, p.scale_b.block_cols};
 }
 
 // The kernel for a config on a device, generated, compiled and loaded on first use.
@@ -79,6 +89,8 @@ Problem normalize(const Problem& p) {
   t.b = transposed(p.a);
   t.d = transposed(p.d);
   if (p.has_c()) t.c = transposed(p.c);
+  t.scale_a = transposed(p.scale_b);
+  t.scale_b = transposed(p.scale_a);
   return t;
 }
 

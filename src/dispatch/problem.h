@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "gemmkit/tensor.h"
+#include "gemmkit/gemm.h"
 
 namespace gemmkit {
 
@@ -18,10 +18,20 @@ struct MatrixRef {
   int64_t col_stride = 0;
 };
 
+// The scales of an FP8 operand seen as rows x cols (A: M x K, B: K x N): element (r, c) is
+// multiplied by scales(r / block_rows, c / block_cols). Blocks are at least 1; a tensor-wide
+// scale has blocks as large as the operand. Mode none: no data, every scale is 1.
+struct ScaleRef {
+  ScaleMode mode = ScaleMode::none;
+  MatrixRef m;  // f32, or ue8m0 for mx
+  int64_t block_rows = 1, block_cols = 1;
+};
+
 struct Problem {
   int64_t m = 0, n = 0, k = 0, batch = 1;
   MatrixRef a, b, d;
   MatrixRef c;  // data is null unless beta != 0
+  ScaleRef scale_a, scale_b;
   float alpha = 1.0f, beta = 0.0f;
   int device = 0;
 

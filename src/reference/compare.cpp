@@ -25,9 +25,12 @@ std::string Comparison::summary() const {
   return line;
 }
 
+double accumulation_tolerance(const Problem& p) { return is_fp8(p.a.dtype) ? 0x1p-10 : 1e-5; }
+
 Comparison compare(const Problem& p, const void* host_d, const double* ref, const double* ref_abs) {
   Comparison result;
   const double relative = 2 * unit_roundoff(p.d.dtype);
+  const double accumulation = accumulation_tolerance(p);
   double error_sq = 0, ref_sq = 0;
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t i = 0; i < p.m; ++i) {
@@ -46,7 +49,7 @@ Comparison compare(const Problem& p, const void* host_d, const double* ref, cons
           ++result.nan;
         } else {
           const double error = std::fabs(d - r);
-          ok = error <= relative * std::fabs(r) + 1e-5 * ref_abs[index];
+          ok = error <= relative * std::fabs(r) + accumulation * ref_abs[index];
           result.max_abs_error = std::max(result.max_abs_error, error);
           error_sq += error * error;
           ref_sq += r * r;

@@ -2,7 +2,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <sstream>
+#include <utility>
 #include <stdexcept>
 #include <vector>
 
@@ -31,12 +33,25 @@ std::string ProblemSpec::describe() const {
   std::ostringstream s;
   s << m << "x" << n << "x" << k;
   if (batch != 1) s << " batch " << batch;
-  s << " " << layout << " " << dtype_name(in) << "->" << dtype_name(out);
+  s << " " << layout << " " << dtype_name(in);
+  if (b_type() != in) s << "*" << dtype_name(b_type());
+  s << "->" << dtype_name(out);
+  static const char* const kModes[] = {"none", "tensor", "rowwise", "block", "mx"};
+  if (scale_a != ScaleMode::none) {
+    s << " scale_a " << kModes[int(scale_a)];
+    if (scale_a == ScaleMode::block) s << " " << scale_a_block_rows << "x128";
+  }
+  if (scale_b != ScaleMode::none) {
+    s << " scale_b " << kModes[int(scale_b)];
+    if (scale_b == ScaleMode::block) s << " 128x" << scale_b_block_cols;
+  }
+  if (scales_col_major) s << " scales col-major";
   if (beta != 0.0f) s << " beta " << beta << (c_is_d ? " (C=D)" : "");
   if (d_col_major) s << " D col-major";
   if (pad_a || pad_b || pad_d) s << " pad " << pad_a << "/" << pad_b << "/" << pad_d;
   if (offset_a || offset_b || offset_d) s << " offset " << offset_a << "/" << offset_b << "/" << offset_d;
   if (align_leading) s << " aligned-ld";
+  if (input_lo != -1.0f) s << " inputs from " << input_lo;
   return s.str();
 }
 
@@ -58,7 +73,7 @@ DeviceProblem::DeviceProblem(const ProblemSpec& spec, uint64_t seed) : spec_(spe
   const Strides sb = operand_strides(spec.k, spec.n, b_t, spec.pad_b, spec.align_leading);
   const Strides sd = operand_strides(spec.m, spec.n, spec.d_col_major, spec.pad_d, spec.align_leading);
   a_buf_ = allocate(spec.in, spec.offset_a, sa.span * spec.batch);
-  b_buf_ = allocate(spec.in, spec.offset_b, sb.span * spec.batch);
+  b_buf_ = allocate(spec.b_type(), spec.offset_b, sb.span * spec.batch);
   d_buf_ = allocate(spec.out, spec.offset_d, sd.span * spec.batch);
   auto view = [&](const Buffer& buffer, int64_t rows, int64_t cols, const Strides& s) {
     return spec.batch == 1 ? TensorView::matrix(buffer.data(), buffer.type, rows, cols, s.row, s.col)
@@ -67,8 +82,10 @@ DeviceProblem::DeviceProblem(const ProblemSpec& spec, uint64_t seed) : spec_(spe
   a_ = view(a_buf_, spec.m, spec.k, sa);
   b_ = view(b_buf_, spec.k, spec.n, sb);
   d_ = view(d_buf_, spec.m, spec.n, sd);
-  runtime::fill_random(a_buf_.base, spec.in, a_buf_.elements, seed, -1.0f, 1.0f, nullptr);
-  runtime::fill_random(b_buf_.base, spec.in, b_buf_.elements, seed + 1, -1.0f, 1.0f, nullptr);
+  runtime::fill_random(a_buf_.base, spec.in, a_buf_.elements, seed, spec.input_lo, 1.0f, nullptr);
+  runtime::fill_random(b_buf_.base, spec.b_type(), b_buf_.elements, seed + 1, spec.input_lo, 1.0f, nullptr);
+  scale_a_ = make_scale(spec.scale_a, true, spec.m, spec.k, scale_a_buf_, seed + 3);
+  scale_b_ = make_scale(spec.scale_b, false, spec.k, spec.n, scale_b_buf_, seed + 4);
   if (spec.beta != 0.0f) {
     // C has D's type and strides; with C = D it is also the pristine copy D is reset from.
     c_buf_ = allocate(spec.out, spec.offset_d, sd.span * spec.batch);
@@ -78,8 +95,39 @@ DeviceProblem::DeviceProblem(const ProblemSpec& spec, uint64_t seed) : spec_(spe
   runtime::check(cudaDeviceSynchronize(), "filling inputs");
 }
 
+Scale DeviceProblem::make_scale(ScaleMode mode, bool is_a, int64_t rows, int64_t cols, Buffer& buffer, uint64_t seed) {
+  if (mode == ScaleMode::none) return {};
+  auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  // Blocks along the operand's rows and columns (A: M x K, B: K x N), as gemmkit/gemm.h lists them.
+  int64_t block_rows = std::max<int64_t>(rows, 1), block_cols = std::max<int64_t>(cols, 1);
+  if (mode == ScaleMode::rowwise) (is_a ? block_rows : block_cols) = 1;
+  if (mode == ScaleMode::block) {
+    block_rows = is_a ? spec_.scale_a_block_rows : 128;
+    block_cols = is_a ? 128 : spec_.scale_b_block_cols;
+  }
+  if (mode == ScaleMode::mx) {
+    block_rows = is_a ? 1 : 32;
+    block_cols = is_a ? 32 : 1;
+  }
+  const int64_t scale_rows = ceil_div(rows, block_rows), scale_cols = ceil_div(cols, block_cols);
+  const DType type = mode == ScaleMode::mx ? DType::ue8m0 : DType::f32;
+  const Strides st = operand_strides(scale_rows, scale_cols, spec_.scales_col_major, 0, false);
+  buffer = allocate(type, 0, st.span * spec_.batch);
+  if (mode == ScaleMode::mx) {
+    runtime::fill_random(buffer.base, type, buffer.elements, seed, 0.25f, 4.0f, nullptr);
+  } else {
+    runtime::fill_random(buffer.base, type, buffer.elements, seed, 0.5f, 2.0f, nullptr);
+  }
+  Scale scale;
+  scale.mode = mode;
+  scale.scales = spec_.batch == 1
+                     ? TensorView::matrix(buffer.data(), type, scale_rows, scale_cols, st.row, st.col)
+                     : TensorView::batched(buffer.data(), type, spec_.batch, scale_rows, scale_cols, st.span, st.row, st.col);
+  return scale;
+}
+
 DeviceProblem::~DeviceProblem() {
-  for (Buffer* b : {&a_buf_, &b_buf_, &d_buf_, &c_buf_}) {
+  for (Buffer* b : {&a_buf_, &b_buf_, &d_buf_, &c_buf_, &scale_a_buf_, &scale_b_buf_}) {
     if (b->base) cudaFree(b->base);
   }
 }
@@ -94,6 +142,8 @@ GemmOptions DeviceProblem::options(cudaStream_t stream) const {
   o.beta = spec_.beta;
   o.stream = stream;
   if (spec_.beta != 0.0f) o.c = spec_.c_is_d ? d_ : c_;
+  o.scale_a = scale_a_;
+  o.scale_b = scale_b_;
   return o;
 }
 
@@ -108,7 +158,9 @@ void DeviceProblem::prepare_output(cudaStream_t stream) {
 
 int64_t DeviceProblem::bytes() const {
   int64_t total = 0;
-  for (const Buffer* b : {&a_buf_, &b_buf_, &d_buf_, &c_buf_}) total += b->elements * dtype_size(b->type);
+  for (const Buffer* b : {&a_buf_, &b_buf_, &d_buf_, &c_buf_, &scale_a_buf_, &scale_b_buf_}) {
+    total += b->elements * dtype_size(b->type);
+  }
   return total;
 }
 

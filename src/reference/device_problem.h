@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,14 @@ struct ProblemSpec {
   int64_t m = 0, n = 0, k = 0, batch = 1;
   std::string layout = "NT";  // row-major convention, see problem.h
   DType in = DType::bf16, out = DType::bf16;
+  std::optional<DType> in_b;  // B's type where it differs from A's (e.g. e4m3 x e5m2)
+  // Scales of FP8 inputs, random in [0.5, 2) (mx: powers of two from 1/4 to 2), shaped as the
+  // mode asks (see gemmkit/gemm.h), batched with the operands, row-major unless
+  // scales_col_major. Block scales of A cover 1 or 128 rows, those of B 128 or 1 columns.
+  ScaleMode scale_a = ScaleMode::none, scale_b = ScaleMode::none;
+  int64_t scale_a_block_rows = 1, scale_b_block_cols = 128;
+  bool scales_col_major = false;
+  float input_lo = -1.0f;  // A and B are uniform in [input_lo, 1): 0 makes every product positive
   float alpha = 1.0f, beta = 0.0f;
   bool c_is_d = false;     // beta * D accumulates in place
   bool d_col_major = false;
@@ -29,12 +38,14 @@ struct ProblemSpec {
   // can address operands whose M, N or K is odd.
   bool align_leading = false;
 
+  DType b_type() const { return in_b.value_or(in); }
   std::string describe() const;
 };
 
 class DeviceProblem {
  public:
-  // Allocates on the current device and fills A, B (and C) with uniform values in [-1, 1).
+  // Allocates on the current device and fills A, B (and C) with uniform values in [-1, 1) (A and
+  // B: [input_lo, 1)).
   DeviceProblem(const ProblemSpec& spec, uint64_t seed);
   ~DeviceProblem();
   DeviceProblem(const DeviceProblem&) = delete;
@@ -67,10 +78,13 @@ class DeviceProblem {
     void* data() const;
   };
   Buffer allocate(DType type, int64_t offset, int64_t elements);
+  // The scales of operand A (is_a) or B of rows x cols, allocated and filled; mode none: none.
+  Scale make_scale(ScaleMode mode, bool is_a, int64_t rows, int64_t cols, Buffer& buffer, uint64_t seed);
 
   ProblemSpec spec_;
   TensorView a_, b_, d_, c_;
-  Buffer a_buf_, b_buf_, d_buf_, c_buf_;
+  Buffer a_buf_, b_buf_, d_buf_, c_buf_, scale_a_buf_, scale_b_buf_;
+  Scale scale_a_, scale_b_;
   uint64_t seed_ = 0;
 };
 

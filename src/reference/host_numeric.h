@@ -55,11 +55,39 @@ inline uint16_t float_to_f16(float f) {
   return sign | static_cast<uint16_t>(rounded - ((127u - 15u) << 10));
 }
 
+// e4m3: 4 exponent bits (bias 7), 3 mantissa bits, no infinities, S.1111.111 is NaN.
+// e5m2: 5 exponent bits (bias 15), 2 mantissa bits, IEEE-like infinities and NaNs.
+inline float fp8_to_float(uint8_t x, DType dtype) {
+  const bool e4m3 = dtype == DType::e4m3;
+  const int mantissa_bits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
+  const uint32_t exponent = (x & 0x7Fu) >> mantissa_bits, mantissa = x & ((1u << mantissa_bits) - 1);
+  const uint32_t max_exponent = e4m3 ? 15 : 31;
+  float magnitude;
+  if (e4m3 && (x & 0x7Fu) == 0x7Fu) {
+    magnitude = std::numeric_limits<float>::quiet_NaN();
+  } else if (!e4m3 && exponent == max_exponent) {
+    magnitude = mantissa ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+  } else if (exponent == 0) {
+    magnitude = std::ldexp(float(mantissa), 1 - bias - mantissa_bits);
+  } else {
+    magnitude = std::ldexp(float(mantissa | (1u << mantissa_bits)), int(exponent) - bias - mantissa_bits);
+  }
+  return (x & 0x80u) ? -magnitude : magnitude;
+}
+
+// 2^(e - 127); 255 is NaN.
+inline float ue8m0_to_float(uint8_t e) {
+  return e == 0xFF ? std::numeric_limits<float>::quiet_NaN() : std::ldexp(1.0f, int(e) - 127);
+}
+
 inline double load_element(const void* base, DType dtype, int64_t index) {
   switch (dtype) {
     case DType::bf16: return bf16_to_float(static_cast<const uint16_t*>(base)[index]);
     case DType::f16: return f16_to_float(static_cast<const uint16_t*>(base)[index]);
     case DType::f32: return static_cast<const float*>(base)[index];
+    case DType::e4m3:
+    case DType::e5m2: return fp8_to_float(static_cast<const uint8_t*>(base)[index], dtype);
+    case DType::ue8m0: return ue8m0_to_float(static_cast<const uint8_t*>(base)[index]);
   }
   return std::numeric_limits<double>::quiet_NaN();
 }
@@ -82,6 +110,9 @@ inline void store_element(void* base, DType dtype, int64_t index, double value) 
       static_cast<uint16_t*>(base)[index] = float_to_f16(round_to_odd_float(value));
       break;
     case DType::f32: static_cast<float*>(base)[index] = static_cast<float>(value); break;
+    case DType::e4m3:
+    case DType::e5m2:
+    case DType::ue8m0: break;  // never an output
   }
 }
 
@@ -91,6 +122,9 @@ inline double unit_roundoff(DType dtype) {
     case DType::bf16: return 0x1p-8;
     case DType::f16: return 0x1p-11;
     case DType::f32: return 0x1p-24;
+    case DType::e4m3: return 0x1p-4;
+    case DType::e5m2: return 0x1p-3;
+    case DType::ue8m0: return 0.5;
   }
   return 0;
 }

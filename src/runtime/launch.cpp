@@ -15,9 +15,14 @@ namespace {
 
 GemmMatrix matrix(const MatrixRef& m) { return {m.data, m.batch_stride, m.row_stride, m.col_stride}; }
 
+GemmScale scale(const ScaleRef& s) {
+  return {s.m.data, s.m.batch_stride, s.m.row_stride, s.m.col_stride, s.block_rows, s.block_cols};
+}
+
 GemmParams params(const Problem& p) {
-  return {p.m,         p.n,         p.k,         p.batch,     p.alpha, p.beta,
-          matrix(p.a), matrix(p.b), matrix(p.c), matrix(p.d), nullptr, nullptr, 1};
+  return {p.m,         p.n,         p.k,         p.batch,     p.alpha,          p.beta,           matrix(p.a),
+          matrix(p.b), matrix(p.c), matrix(p.d), scale(p.scale_a), scale(p.scale_b), nullptr,     nullptr,
+          1};
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -84,12 +89,13 @@ void launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
            clamp_grid(p.batch, 65535), config.threads(), 0, 1, stream, pointers);
     return;
   }
-  // Boxes: K-major operands load rows x 64 at once (B shared out among a cluster's CTAs),
-  // MN-major ones 64 x 64 per block.
-  CUtensorMap map_a = cached_tensor_map(p.a, p.batch, p.m, p.k, config.a_k_major, 64,
-                                      config.a_k_major ? config.tile_m : 64);
-  CUtensorMap map_b = cached_tensor_map(p.b, p.batch, p.k, p.n, !config.b_k_major, 64,
-                                      config.b_k_major ? config.tile_n / config.cluster_m : 64);
+  // Boxes: K-major operands load rows x tile_k (128 bytes) at once (B shared out among a
+  // cluster's CTAs), MN-major (16-bit) ones 64 x 64 per block.
+  const uint32_t k_box = uint32_t(config.tile_k());
+  CUtensorMap map_a = cached_tensor_map(p.a, p.batch, p.m, p.k, config.a_k_major, config.a_k_major ? k_box : 64,
+                                        config.a_k_major ? config.tile_m : 64);
+  CUtensorMap map_b = cached_tensor_map(p.b, p.batch, p.k, p.n, !config.b_k_major, config.b_k_major ? k_box : 64,
+                                        config.b_k_major ? config.tile_n / config.cluster_m : 64);
   CUtensorMap map_d{};
   if (config.tma_store) {
     // One warp's 16 rows of a 128-byte column group (or of a narrower box).
@@ -99,7 +105,7 @@ void launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   const int64_t cluster_tiles = ceil_div(ceil_div(p.m, config.tile_m), cluster) * ceil_div(p.n, config.tile_n) * p.batch;
   // Split-K: no part may be empty. Where no workspace can be had (growing it during a graph
   // capture), the kernel runs unsplit.
-  const int64_t splits = std::min<int64_t>(config.splits, ceil_div(p.k, 64));
+  const int64_t splits = std::min<int64_t>(config.splits, ceil_div(p.k, config.tile_k()));
   if (splits > 1) {
     const int64_t tiles = cluster_tiles * cluster;
     const auto workspace = split_workspace(p.device, stream, size_t(tiles * splits * config.tile_m * config.tile_n * 4),

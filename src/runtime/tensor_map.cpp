@@ -19,9 +19,11 @@ CUtensorMap make_tensor_map(const MatrixRef& m, int64_t batch, int64_t rows, int
   const cuuint64_t strides[2] = {cuuint64_t(outer_stride), cuuint64_t(batch_stride)};
   const cuuint32_t box[3] = {box_inner, box_outer, 1};
   const cuuint32_t element_strides[3] = {1, 1, 1};
-  const CUtensorMapDataType type =
-      m.dtype == DType::f32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
-                            : (m.dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16);
+  // 8-bit floats travel as bytes: TMA only moves them.
+  const CUtensorMapDataType type = m.dtype == DType::f32    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                   : m.dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                   : m.dtype == DType::f16  ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                            : CU_TENSOR_MAP_DATA_TYPE_UINT8;
   const uint32_t row_bytes = box_inner * uint32_t(bytes);
   const CUtensorMapSwizzle swizzle = row_bytes == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
                                      : row_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B

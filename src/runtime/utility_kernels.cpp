@@ -13,7 +13,7 @@ namespace {
 const LoadedKernel& utility_kernel(const char* entry) {
   int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
-  return load_kernel(device, codegen::reference_source(DType::bf16, false, DType::f32), entry, 0);
+  return load_kernel(device, codegen::reference_source({}), entry, 0);
 }
 
 }  // namespace
@@ -21,7 +21,7 @@ const LoadedKernel& utility_kernel(const char* entry) {
 void fill_random(void* data, DType type, int64_t count, uint64_t seed, float lo, float hi, cudaStream_t stream) {
   if (count <= 0) return;
   const LoadedKernel& kernel = utility_kernel("gemmkit_fill_random");
-  int type_code = type == DType::bf16 ? 0 : type == DType::f16 ? 1 : 2;  // GEMMKIT_* in utility.cuh
+  int type_code = int(type);  // GEMMKIT_* in utility.cuh follow DType's order
   void* args[] = {&data, &type_code, &count, &seed, &lo, &hi};
   unsigned blocks = unsigned(std::min<int64_t>((count + 255) / 256, 1 << 16));
   check(driver().launch_kernel(kernel.function, blocks, 1, 1, 256, 1, 1, 0, stream, args, nullptr),

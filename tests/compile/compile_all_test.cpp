@@ -113,7 +113,7 @@ TEST(TmaKernelVariants, CompileWithoutSpills) {
         config.tile_n = 256;
         config.tma_store = !direct;
         config.stages = max_stages(config, DeviceLimits{}.smem_per_block);
-        config.in = in;
+        config.in = config.in_b = in;
         config.out = out;
         config.has_c = true;
         config.c = out;
@@ -125,19 +125,59 @@ TEST(TmaKernelVariants, CompileWithoutSpills) {
   }
 }
 
+// 8-bit inputs: every tile the modes allow with each scaling mode (block as DeepSeek-V3's
+// 1x128 and 128x128), in a cluster of two, split where the tile allows it, and with C and an
+// f32 output; e4m3 x e5m2 once.
+TEST(TmaKernelVariants, EightBitTilesCompileWithoutSpillsInEveryMode) {
+  for (TileShape tile : tile_shapes(true)) {
+    for (ScaleMode mode : {ScaleMode::tensor, ScaleMode::rowwise, ScaleMode::block, ScaleMode::mx}) {
+      if (!tile_takes_scales(tile, mode, mode)) continue;
+      for (int variant = 0; variant < 3; ++variant) {
+        KernelConfig config;
+        config.in = config.in_b = DType::e4m3;
+        config.scale_a = config.scale_b = mode;
+        config.scale_b_mn = mode == ScaleMode::block ? 128 : 1;
+        config.tile_m = tile.m;
+        config.tile_n = tile.n;
+        config.cluster_m = variant == 0 ? 2 : 1;
+        config.splits = variant == 1 && tile.n <= kMaxSplitTileN ? 2 : 1;
+        if (variant == 2) {
+          config.in_b = DType::e5m2;
+          config.out = config.c = DType::f32;
+          config.has_c = true;
+        }
+        config.stages = max_stages(config, DeviceLimits{}.smem_per_block);
+        expect_clean_compile(codegen::gemm_source(config), codegen::kGemmKernel,
+                             config.name() + " e4m3 scales " + std::to_string(int(mode)) + " variant " + std::to_string(variant));
+      }
+    }
+  }
+}
+
 TEST(SimtKernels, FallbackAndGemvCompileForEveryTypeCombination) {
   for (KernelKind kind : {KernelKind::fallback, KernelKind::gemv}) {
     for (DType in : {DType::bf16, DType::f16}) {
       for (DType out : {DType::bf16, DType::f16, DType::f32}) {
         KernelConfig config;
         config.kind = kind;
-        config.in = in;
+        config.in = config.in_b = in;
         config.out = out;
         config.has_c = true;
         config.c = out;
         expect_clean_compile(codegen::gemm_source(config), codegen::gemm_kernel_name(config),
                              config.name() + " " + std::string(dtype_name(in)) + "->" + std::string(dtype_name(out)));
       }
+    }
+    // 8-bit inputs with each scaling mode.
+    for (ScaleMode mode : {ScaleMode::none, ScaleMode::tensor, ScaleMode::rowwise, ScaleMode::block, ScaleMode::mx}) {
+      KernelConfig config;
+      config.kind = kind;
+      config.in = DType::e4m3;
+      config.in_b = DType::e5m2;
+      config.scale_a = config.scale_b = mode;
+      config.out = DType::bf16;
+      expect_clean_compile(codegen::gemm_source(config), codegen::gemm_kernel_name(config),
+                           config.name() + " e4m3 x e5m2 scales " + std::to_string(int(mode)));
     }
   }
 }
@@ -152,7 +192,7 @@ TEST(TmaKernelVariants, CompilingTwiceReportsBothTimes) {
 }
 
 TEST(ReferenceKernel, Compiles) {
-  expect_clean_compile(codegen::reference_source(DType::bf16, true, DType::f32), codegen::kReferenceKernel,
+  expect_clean_compile(codegen::reference_source({.has_c = true}), codegen::kReferenceKernel,
                        "reference");
 }
 

@@ -145,8 +145,8 @@ TEST_F(CacheThreadsTest, RacingPrecompilesFillTheKernelCache) {
   fallback.kind = KernelKind::fallback;
   const std::vector<Kernel> kernels = {
       {codegen::gemm_source(fallback), codegen::gemm_kernel_name(fallback)},
-      {codegen::reference_source(DType::bf16, false, DType::f32), codegen::kReferenceKernel},
-      {codegen::reference_source(DType::f16, true, DType::f16), codegen::kReferenceKernel},
+      {codegen::reference_source({}), codegen::kReferenceKernel},
+      {codegen::reference_source({.a = DType::f16, .b = DType::f16, .has_c = true, .c = DType::f16}), codegen::kReferenceKernel},
   };
   constexpr int kThreads = 8, kPasses = 20;
 

@@ -21,7 +21,7 @@ TEST(KernelSourceWgmma, OperandsMatchTileWidthTypeAndMajorness) {
     for (DType type : {DType::bf16, DType::f16}) {
       for (bool a_k : {true, false}) {
         for (bool b_k : {true, false}) {
-          const std::string text = wgmma_function(n, type, a_k, b_k);
+          const std::string text = wgmma_function(n, type, type, a_k, b_k);
           SCOPED_TRACE(text);
           const std::string name(dtype_name(type)), other(dtype_name(type == DType::bf16 ? DType::f16 : DType::bf16));
           const int registers = n / 2;
@@ -49,7 +49,7 @@ KernelConfig tma_config() {
   c.a_k_major = false;
   c.b_k_major = true;
   c.tma_store = false;
-  c.in = DType::f16;
+  c.in = c.in_b = DType::f16;
   return c;
 }
 
@@ -63,7 +63,7 @@ TEST(KernelSource, GemmSourceCarriesTheConfig) {
   EXPECT_TRUE(contains(source, "constexpr bool kBKMajor = true;"));
   EXPECT_TRUE(contains(source, "constexpr bool kTmaStore = false;"));
   EXPECT_TRUE(contains(source, "constexpr unsigned kSmemBytes = " + std::to_string(c.smem_bytes()) + ";"));
-  EXPECT_TRUE(contains(source, wgmma_function(c.tile_n, c.in, c.a_k_major, c.b_k_major)));
+  EXPECT_TRUE(contains(source, wgmma_function(c.tile_n, c.in, c.in_b, c.a_k_major, c.b_k_major)));
   EXPECT_TRUE(contains(source, kGemmKernel));
   EXPECT_STREQ(gemm_kernel_name(c), kGemmKernel);
   EXPECT_FALSE(contains(source, "#pragma once"));
@@ -105,12 +105,12 @@ TEST(KernelSource, SplitKSourceIsSharedByEverySplitCount) {
 }
 
 TEST(KernelSource, ReferenceSourceHasTheReferenceKernel) {
-  const std::string source = reference_source(DType::bf16, true, DType::f32);
+  const std::string source = reference_source({.has_c = true});
   EXPECT_TRUE(contains(source, kReferenceKernel));
   EXPECT_TRUE(contains(source, "constexpr bool kHasC = true;"));
   EXPECT_FALSE(contains(source, kGemmKernel));
   EXPECT_FALSE(contains(source, "#pragma once"));
-  EXPECT_NE(source, reference_source(DType::bf16, false, DType::f32));
+  EXPECT_NE(source, reference_source({}));
 }
 
 }  // namespace

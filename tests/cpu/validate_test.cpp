@@ -273,5 +273,94 @@ TEST(ValidateGemm, ThrowsNoDeviceWithoutAGpu) {
   }
 }
 
+// ---- FP8 inputs and their scales ----
+
+constexpr int64_t FK = 300;  // K of the FP8 problems: 3 blocks of 128 (the last partial), 10 of 32
+
+// e4m3 A (M x FK) and B (FK x N, stored N x FK) with the given modes and scale tensors at
+// fake addresses of their own.
+Args fp8_args(ScaleMode mode_a, TensorView scales_a, ScaleMode mode_b, TensorView scales_b) {
+  Args x;
+  x.a = TensorView::row_major(address(0), DType::e4m3, M, FK);
+  x.b = TensorView::col_major(address(1), DType::e5m2, FK, N);
+  x.d = TensorView::row_major(address(2), DType::bf16, M, N);
+  x.options.scale_a = {mode_a, scales_a};
+  x.options.scale_b = {mode_b, scales_b};
+  return x;
+}
+
+TensorView scales(int slot, DType type, int64_t rows, int64_t cols) {
+  return TensorView::row_major(address(slot), type, rows, cols);
+}
+
+TEST(ValidateFp8, EveryModeTakesItsShapesAndGivesItsBlocks) {
+  struct Case {
+    ScaleMode mode;
+    TensorView a, b;
+    int64_t a_block_rows, a_block_cols, b_block_rows, b_block_cols;
+  };
+  const Case cases[] = {
+      {ScaleMode::tensor, scales(4, DType::f32, 1, 1), scales(5, DType::f32, 1, 1), M, FK, FK, N},
+      {ScaleMode::rowwise, scales(4, DType::f32, M, 1), scales(5, DType::f32, 1, N), 1, FK, FK, 1},
+      {ScaleMode::block, scales(4, DType::f32, M, 3), scales(5, DType::f32, 3, 1), 1, 128, 128, 128},
+      {ScaleMode::block, scales(4, DType::f32, 1, 3), scales(5, DType::f32, 3, N), 128, 128, 128, 1},
+      {ScaleMode::mx, scales(4, DType::ue8m0, M, 10), scales(5, DType::ue8m0, 10, N), 1, 32, 32, 1},
+  };
+  for (const Case& c : cases) {
+    const Problem p = validate(fp8_args(c.mode, c.a, c.mode, c.b));
+    EXPECT_EQ(p.scale_a.mode, c.mode);
+    EXPECT_EQ(p.scale_a.m.data, c.a.data);
+    EXPECT_EQ(p.scale_a.block_rows, c.a_block_rows);
+    EXPECT_EQ(p.scale_a.block_cols, c.a_block_cols);
+    EXPECT_EQ(p.scale_b.block_rows, c.b_block_rows);
+    EXPECT_EQ(p.scale_b.block_cols, c.b_block_cols);
+    EXPECT_EQ(p.scale_b.m.row_stride, c.b.row_stride());
+  }
+  // No scales: every scale is 1.
+  const Problem p = validate(fp8_args(ScaleMode::none, {}, ScaleMode::none, {}));
+  EXPECT_EQ(p.scale_a.mode, ScaleMode::none);
+  EXPECT_EQ(p.b.dtype, DType::e5m2);
+}
+
+TEST(ValidateFp8, MisusedTypesAndScalesAreNamed) {
+  const TensorView good_a = scales(4, DType::f32, M, 3), good_b = scales(5, DType::f32, 3, 1);
+  // A scale wrong in shape, dtype or rank, each side.
+  expect_rejected(fp8_args(ScaleMode::block, scales(4, DType::f32, M, 2), ScaleMode::block, good_b), "scale_a",
+                  {"[64, 2]", "block", "64 x 3 (1x128 blocks) or 1 x 3 (128x128 blocks)"});
+  expect_rejected(fp8_args(ScaleMode::block, good_a, ScaleMode::block, scales(5, DType::f32, 1, 3)), "scale_b",
+                  {"[1, 3]", "3 x 1 (128x128 blocks) or 3 x 32 (128x1 blocks)"});
+  expect_rejected(fp8_args(ScaleMode::mx, scales(4, DType::f32, M, 10), ScaleMode::mx, scales(5, DType::ue8m0, 10, N)),
+                  "scale_a", {"f32", "mx", "ue8m0"});
+  expect_rejected(fp8_args(ScaleMode::tensor, scales(4, DType::ue8m0, 1, 1), ScaleMode::tensor, scales(5, DType::f32, 1, 1)),
+                  "scale_a", {"ue8m0", "expected f32"});
+  expect_rejected(fp8_args(ScaleMode::rowwise, scales(4, DType::f32, 1, 1), ScaleMode::rowwise, scales(5, DType::f32, 1, N)),
+                  "scale_a", {"rowwise", "64 x 1"});
+  Args batched = fp8_args(ScaleMode::tensor, TensorView::batched(address(4), DType::f32, 2, 1, 1, 1, 1, 1),
+                          ScaleMode::tensor, scales(5, DType::f32, 1, 1));
+  expect_rejected(batched, "scale_a", {"batch 2", "D's batch 1"});
+  expect_rejected(fp8_args(ScaleMode::tensor, TensorView::matrix(nullptr, DType::f32, 1, 1, 1, 1), ScaleMode::none, {}),
+                  "scale_a", {"null"});
+  // Scales overlapping D.
+  expect_rejected(fp8_args(ScaleMode::tensor, scales(2, DType::f32, 1, 1), ScaleMode::none, {}), "D",
+                  {"overlaps scale_a"});
+  // Scales for 16-bit inputs, 8-bit with 16-bit, 8-bit D or C.
+  Args bf16 = Args();
+  bf16.options.scale_a = {ScaleMode::tensor, scales(4, DType::f32, 1, 1)};
+  expect_rejected(bf16, "scale_a", {"tensor", "bf16", "e4m3 or e5m2"});
+  Args mixed = fp8_args(ScaleMode::none, {}, ScaleMode::none, {});
+  mixed.b = TensorView::col_major(address(1), DType::bf16, FK, N);
+  expect_rejected(mixed, "B", {"bf16", "e4m3"});
+  Args fp8_d = fp8_args(ScaleMode::none, {}, ScaleMode::none, {});
+  fp8_d.d = TensorView::row_major(address(2), DType::e4m3, M, N);
+  expect_rejected(fp8_d, "D", {"e4m3", "bf16, f16 or f32"});
+  Args fp8_c = fp8_args(ScaleMode::none, {}, ScaleMode::none, {});
+  fp8_c.options.beta = 1.0f;
+  fp8_c.options.c = TensorView::row_major(address(3), DType::e5m2, M, N);
+  expect_rejected(fp8_c, "C", {"e5m2"});
+  Args scale_as_input = fp8_args(ScaleMode::none, {}, ScaleMode::none, {});
+  scale_as_input.a.dtype = DType::ue8m0;
+  expect_rejected(scale_as_input, "A", {"ue8m0"});
+}
+
 }  // namespace
 }  // namespace gemmkit

@@ -1,0 +1,167 @@
+// FP8 GEMMs against the double-precision reference, which dequantises every value (q times its
+// scale) first: every scaling mode, both 8-bit types and their mixes, every M from 1 to past a
+// tile, K tails (partial 128-deep blocks), every layout, batches, C, forced tiles, clusters and
+// split-K, and bit-identical repeats. Skips without an sm_90 device.
+#include <gtest/gtest.h>
+
+#include <tuple>
+#include <vector>
+
+#include "gpu_test.h"
+
+namespace gemmkit {
+namespace {
+
+using Fp8Modes = testing::GpuTest;
+using Fp8Shapes = testing::GpuTest;
+using Fp8Layouts = testing::GpuTest;
+using Fp8Tiles = testing::GpuTest;
+using Fp8Accuracy = testing::GpuTest;
+using Fp8Determinism = testing::GpuTest;
+
+using reference::ProblemSpec;
+using testing::expect_correct;
+
+const ScaleMode kModes[] = {ScaleMode::tensor, ScaleMode::rowwise, ScaleMode::block, ScaleMode::mx};
+
+ProblemSpec fp8(int64_t m, int64_t n, int64_t k, ScaleMode mode, const char* layout = "NT") {
+  return {.m = m, .n = n, .k = k, .layout = layout, .in = DType::e4m3, .scale_a = mode, .scale_b = mode};
+}
+
+TEST_F(Fp8Modes, EveryModeTypePairAndOutput) {
+  for (ScaleMode mode : kModes) {
+    for (auto [a, b] : {std::pair{DType::e4m3, DType::e4m3}, std::pair{DType::e4m3, DType::e5m2},
+                        std::pair{DType::e5m2, DType::e4m3}, std::pair{DType::e5m2, DType::e5m2}}) {
+      for (DType out : {DType::bf16, DType::f16, DType::f32}) {
+        ProblemSpec spec = fp8(300, 272, 1040, mode);
+        spec.in = a;
+        spec.in_b = b;
+        spec.out = out;
+        expect_correct(spec);
+      }
+    }
+  }
+}
+
+// Block scales of A over 128 x 128 (weights on the left) and of B over 128 x 1; modes mixed
+// between the operands; scales stored column-major; no scales at all (every scale 1).
+TEST_F(Fp8Modes, OtherBlocksMixedModesAndScaleLayouts) {
+  ProblemSpec coarse_a = fp8(400, 300, 1000, ScaleMode::block);
+  coarse_a.scale_a_block_rows = 128;
+  expect_correct(coarse_a);
+  ProblemSpec fine_b = fp8(400, 300, 1000, ScaleMode::block);
+  fine_b.scale_b_block_cols = 1;
+  expect_correct(fine_b);
+  for (auto [a, b] : {std::pair{ScaleMode::block, ScaleMode::tensor}, std::pair{ScaleMode::rowwise, ScaleMode::block},
+                      std::pair{ScaleMode::none, ScaleMode::rowwise}, std::pair{ScaleMode::mx, ScaleMode::block},
+                      std::pair{ScaleMode::none, ScaleMode::none}}) {
+    ProblemSpec spec = fp8(257, 320, 800, a);
+    spec.scale_b = b;
+    expect_correct(spec);
+  }
+  for (ScaleMode mode : kModes) {
+    ProblemSpec spec = fp8(200, 264, 656, mode);
+    spec.scales_col_major = true;
+    expect_correct(spec);
+  }
+}
+
+// M from 1 to past a tile with N and K tails: K = 1040 ends in a 16-deep block, 528 in a
+// 16-deep one with mx's 32-deep granules cut too.
+TEST_F(Fp8Shapes, EveryMWithTails) {
+  for (ScaleMode mode : kModes) {
+    for (int64_t m : {1, 2, 16, 64, 127, 128, 129, 4096, 4097}) {
+      expect_correct(fp8(m, 200, m >= 4096 ? 528 : 1040, mode));
+    }
+    expect_correct(fp8(77, 2112, 7168, mode));
+    expect_correct(fp8(1, 1, 16, mode));
+  }
+}
+
+// 8-bit wgmma reads K-major operands only: the other layouts, D column-major (computed
+// transposed, with A's and B's scales swapped), K not a multiple of 16 (rows TMA cannot
+// address), batches (scales per batch) and beta * C.
+TEST_F(Fp8Layouts, LayoutsBatchesAndC) {
+  for (ScaleMode mode : kModes) {
+    for (const char* layout : {"NN", "TN", "TT"}) expect_correct(fp8(130, 90, 300, mode, layout));
+    ProblemSpec col_d = fp8(190, 260, 512, mode);
+    col_d.d_col_major = true;
+    expect_correct(col_d);
+    expect_correct(fp8(129, 65, 1001, mode));
+    ProblemSpec batched = fp8(100, 136, 640, mode);
+    batched.batch = 3;
+    expect_correct(batched);
+    ProblemSpec with_c = fp8(300, 257, 512, mode);
+    with_c.out = DType::f32;
+    with_c.alpha = 0.75f;
+    with_c.beta = -1.5f;
+    expect_correct(with_c);
+    with_c.c_is_d = true;
+    expect_correct(with_c);
+  }
+}
+
+KernelConfig fp8_config(ScaleMode mode, TileShape tile, int cluster, int splits) {
+  KernelConfig config;
+  config.in = config.in_b = DType::e4m3;
+  config.scale_a = config.scale_b = mode;
+  config.scale_b_mn = mode == ScaleMode::block ? 128 : 1;
+  config.tile_m = tile.m;
+  config.tile_n = tile.n;
+  config.cluster_m = cluster;
+  config.splits = splits;
+  config.stages = max_stages(config, runtime::device_info(0).smem_per_block_optin);
+  return config;
+}
+
+// Every 8-bit tile the modes allow, alone and in a cluster, and split-K, on partial tiles.
+TEST_F(Fp8Tiles, EveryTileClusterAndSplitForced) {
+  for (ScaleMode mode : kModes) {
+    for (TileShape tile : tile_shapes(true)) {
+      if (!tile_takes_scales(tile, mode, mode)) continue;
+      for (int cluster : {1, 2}) {
+        for (int splits : {1, 3}) {
+          if (splits > 1 && tile.n > kMaxSplitTileN) continue;
+          const KernelConfig config = fp8_config(mode, tile, cluster, splits);
+          for (auto [m, n, k] : {std::tuple{tile.m + 1, tile.n - 16, 1040}, std::tuple{3 * tile.m - 5, 2 * tile.n + 16, 128},
+                                 std::tuple{1, 16, 16}}) {
+            expect_correct(fp8(m, n, k, mode), &config);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Positive inputs make every product's rounding error of one sign: summed over all of
+// K = 16384 in the tensor cores' FP8 sums, the error would grow with the running sum, far past
+// the 2^-10 of sum |A||B| the comparison allows (compare.h); promoted every 128 (or 32) of K it
+// stays within it.
+TEST_F(Fp8Accuracy, LongPositiveSumsStayWithinTheTwoLevelBound) {
+  for (ScaleMode mode : kModes) {
+    ProblemSpec spec = fp8(256, 256, 16384, mode);
+    spec.input_lo = 0.0f;
+    spec.out = DType::f32;
+    expect_correct(spec);
+  }
+}
+
+TEST_F(Fp8Determinism, RepeatedRunsAreIdentical) {
+  for (ScaleMode mode : kModes) {
+    for (int64_t m : {1, 16, 1000}) {
+      reference::DeviceProblem problem(fp8(m, 1000, 4096, mode), testing::fresh_seed());
+      std::vector<std::vector<char>> results;
+      for (int run = 0; run < 3; ++run) {
+        problem.prepare_output(nullptr);
+        gemm(problem.a(), problem.b(), problem.d(), problem.options(nullptr));
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        results.push_back(problem.copy_output());
+      }
+      EXPECT_EQ(results[0], results[1]) << problem.spec().describe();
+      EXPECT_EQ(results[0], results[2]) << problem.spec().describe();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gemmkit
