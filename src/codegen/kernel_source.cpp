@@ -125,7 +125,7 @@ std::string reference_source(const OperandTypes& types) {
   std::ostringstream s;
   s << "// gemmkit reference kernel\n";
   operand_prelude(s, types);
-  s << file_text("reference.cuh");
+  s << file_text("reference.cuh") << file_text("stage.cuh");
   return s.str();
 }
 

@@ -25,7 +25,8 @@ struct OperandTypes {
   ScaleMode scale_a = ScaleMode::none, scale_b = ScaleMode::none;
 };
 
-// The double-precision reference kernel for operands of `types` (its output is f64).
+// The double-precision reference kernel for operands of `types` (its output is f64), with the
+// utility kernels (random fill, spin, 8-bit staging copy) beside it.
 std::string reference_source(const OperandTypes& types);
 
 // The wgmma wrapper for one 64 x tile_n x (32 bytes of K) step, with the given operand types and

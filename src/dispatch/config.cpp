@@ -38,7 +38,7 @@ bool tma_stride_ok(int64_t stride_elements, int element_bytes, int64_t at_least)
 auto key(const KernelConfig& c) {
   return std::tie(c.kind, c.tile_m, c.tile_n, c.stages, c.group_m, c.cluster_m, c.splits, c.a_k_major, c.b_k_major,
                   c.a_batched, c.b_batched, c.tma_store, c.store_buffers, c.has_c, c.in, c.out, c.c, c.in_b, c.scale_a,
-                  c.scale_b, c.scale_a_mn, c.scale_b_mn);
+                  c.scale_b, c.scale_a_mn, c.scale_b_mn, c.stage_a, c.stage_b);
 }
 
 // Relative throughput of a tile: each K block loads m rows of A and n of B (n / cluster per
@@ -82,7 +82,8 @@ std::string KernelConfig::name() const {
   s << "tma " << tile_m << "x" << tile_n << " s" << stages << (group_m != KernelConfig{}.group_m ? " g" + std::to_string(group_m) : "")
     << (cluster_m > 1 ? " c" + std::to_string(cluster_m) : "")
     << (splits > 1 ? " split" + std::to_string(splits) : "") << " " << (a_k_major ? 'K' : 'M') << (b_k_major ? 'K' : 'N')
-    << (!tma_store ? " direct-store" : store_buffers != 2 ? " b" + std::to_string(store_buffers) : "");
+    << (!tma_store ? " direct-store" : store_buffers != 2 ? " b" + std::to_string(store_buffers) : "")
+    << (stage_a ? " staged-A" : "") << (stage_b ? " staged-B" : "");
   return s.str();
 }
 
@@ -92,6 +93,7 @@ bool KernelConfig::operator==(const KernelConfig& other) const { return key(*thi
 KernelConfig compiled(KernelConfig c) {
   c.splits = std::min(c.splits, 2);
   if (!is_fp8(c.in)) c.in_b = c.in;  // 16-bit inputs are of one type
+  c.stage_a = c.stage_b = false;
   return c;
 }
 
@@ -182,11 +184,18 @@ KernelConfig problem_config(const Problem& p) {
     config.tma_store = false;
     return config;
   }
-  const TmaAccess a = tma_access(p.a, p.batch, p.m, p.k);
-  const TmaAccess b = tma_access(p.b, p.batch, p.k, p.n);
-  // wgmma reads 8-bit operands K-major only.
-  const bool eight_bit_mn_major = is_fp8(p.a.dtype) && (!a.cols_contiguous || b.cols_contiguous);
-  if (p.k == 0 || !a.ok || !b.ok || eight_bit_mn_major) {
+  TmaAccess a = tma_access(p.a, p.batch, p.m, p.k);
+  TmaAccess b = tma_access(p.b, p.batch, p.k, p.n);
+  // wgmma reads 8-bit operands K-major only: one that TMA cannot read so is staged, a dense
+  // K-major copy that TMA can, unless its coordinates are too large for TMA at all.
+  if (is_fp8(p.a.dtype) && p.m < kCoordinateLimit && p.n < kCoordinateLimit && p.k < kCoordinateLimit) {
+    config.stage_a = !(a.ok && a.cols_contiguous);
+    config.stage_b = !(b.ok && !b.cols_contiguous);
+    a = {true, true};
+    b = {true, false};
+  }
+  if (p.k == 0 || !a.ok || !b.ok) {
+    config.stage_a = config.stage_b = false;
     config.kind = KernelKind::fallback;
     config.tile_m = config.tile_n = 64;
     config.stages = 0;

@@ -36,6 +36,9 @@ struct KernelConfig {
   DType in_b = DType::bf16;  // B's element type: `in` for 16-bit inputs, e4m3 or e5m2 with 8-bit A
   ScaleMode scale_a = ScaleMode::none, scale_b = ScaleMode::none;  // FP8 scales (gemmkit/gemm.h)
   int scale_a_mn = 1, scale_b_mn = 1;  // M (N) elements per block scale of A (B): 1 or 128
+  // An 8-bit operand TMA cannot read K-major (wgmma's only 8-bit layout) is copied K-major into
+  // per-stream scratch before the launch (stage.cuh); the kernel is the same as for K-major.
+  bool stage_a = false, stage_b = false;
 
   int threads() const;
   int smem_bytes() const;  // dynamic shared memory the launch reserves
@@ -53,7 +56,7 @@ struct KernelConfig {
 
 // The config as compiled: the split count is a launch parameter, so every count above 1
 // shares one binary (with the split-K reduction) and 1 another (without); 16-bit inputs take
-// B's type from A's.
+// B's type from A's; staging happens before the launch.
 KernelConfig compiled(KernelConfig c);
 
 // Split-K is built for tiles up to this wide: its reduction holds a second tile row's worth of
@@ -105,8 +108,8 @@ TmaAccess tma_access(const MatrixRef& m, int64_t batch, int64_t rows, int64_t co
 bool tma_can_store(const Problem& p);
 
 // The fields of a config that follow from a (normalised, see plan.h) problem alone: types,
-// majorness, batching and the store path. Its kind is gemv for M = 1 with B's K contiguous,
-// fallback where the TMA kernel cannot run, else tma.
+// scales, majorness, batching, staging and the store path. Its kind is gemv for M = 1 with B's
+// K contiguous, fallback where the TMA kernel cannot run (even after staging), else tma.
 KernelConfig problem_config(const Problem& p);
 
 struct Candidate {

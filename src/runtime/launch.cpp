@@ -2,11 +2,16 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
+#include <string>
+#include <utility>
 #include <unordered_map>
 
+#include "gemmkit/error.h"
 #include "kernels/sm90/params.h"
 #include "runtime/driver.h"
 #include "runtime/tensor_map.h"
+#include "runtime/utility_kernels.h"
 #include "runtime/words_hash.h"
 #include "runtime/workspace.h"
 
@@ -26,6 +31,40 @@ GemmParams params(const Problem& p) {
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+MatrixRef transposed(MatrixRef m) {
+  std::swap(m.row_stride, m.col_stride);
+  return m;
+}
+
+// The K-major copy of an 8-bit operand seen as [batch] rows x k: rows `ld` bytes apart (K
+// rounded up to 16 bytes, as TMA needs), one copy per batch where the operand has a batch
+// stride, else one for all.
+struct StagedOperand {
+  int64_t ld = 0, copies = 0;
+  size_t bytes = 0;
+};
+
+StagedOperand staged_operand(const MatrixRef& m, int64_t batch, int64_t rows, int64_t k, bool staged) {
+  if (!staged) return {};
+  StagedOperand s;
+  s.ld = (k + 15) / 16 * 16;
+  s.copies = batch > 1 && m.batch_stride != 0 ? batch : 1;
+  s.bytes = size_t(s.copies * rows * s.ld);
+  return s;
+}
+
+// Copies `m` (rows x k) K-major into `scratch`; returns the copy's view.
+MatrixRef stage(const MatrixRef& m, int64_t batch, int64_t rows, int64_t k, const StagedOperand& s, void* scratch,
+                cudaStream_t stream) {
+  stage_k_major(m, s.copies, rows, k, scratch, s.ld, stream);
+  MatrixRef copy = m;
+  copy.data = scratch;
+  copy.batch_stride = s.copies > 1 ? rows * s.ld : 0;
+  copy.row_stride = s.ld;
+  copy.col_stride = 1;
+  return copy;
+}
 
 // Tensor maps by everything that goes into one, so that calls on the same buffers (the usual
 // case: weights, and activations reused by the caller's allocator) skip the encoding. Per
@@ -89,32 +128,54 @@ void launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
            clamp_grid(p.batch, 65535), config.threads(), 0, 1, stream, pointers);
     return;
   }
+  const int cluster = config.cluster_m;
+  const int64_t cluster_tiles = ceil_div(ceil_div(p.m, config.tile_m), cluster) * ceil_div(p.n, config.tile_n) * p.batch;
+  // Split-K: no part may be empty.
+  const int64_t splits = std::min<int64_t>(config.splits, ceil_div(p.k, config.tile_k()));
+  const int64_t tiles = cluster_tiles * cluster;
+  WorkspaceNeeds needs;
+  if (splits > 1) {
+    needs.partial_bytes = size_t(tiles * splits * config.tile_m * config.tile_n * 4);
+    needs.counters = size_t(tiles * (config.tile_m / 64));
+  }
+  const StagedOperand staged_a = staged_operand(p.a, p.batch, p.m, p.k, config.stage_a);
+  const StagedOperand staged_b = staged_operand(transposed(p.b), p.batch, p.n, p.k, config.stage_b);
+  needs.staged_a_bytes = staged_a.bytes;
+  needs.staged_b_bytes = staged_b.bytes;
+  // Where no workspace can be had (growing it during a graph capture), the kernel runs unsplit;
+  // operands that must be staged cannot run at all.
+  std::optional<Workspace> workspace;
+  if (splits > 1 || config.stage_a || config.stage_b) workspace = stream_workspace(p.device, stream, needs);
+  if (!workspace && (config.stage_a || config.stage_b)) {
+    throw Error(ErrorCode::invalid_argument,
+                std::string(config.stage_a ? "A" : "B") +
+                    ": an 8-bit operand that TMA cannot read K-major is copied K-major into scratch memory, which cannot "
+                    "grow while the stream is being captured; expected one uncaptured call of this problem (or a larger "
+                    "one) on this stream first");
+  }
+  if (workspace && splits > 1) {
+    args.partials = workspace->partials;
+    args.counters = workspace->counters;
+    args.splits = int(splits);
+  }
+  // The operands as the kernel reads them: staged ones replaced by their K-major copies.
+  Problem q = p;
+  if (config.stage_a) q.a = stage(p.a, p.batch, p.m, p.k, staged_a, workspace->staged_a, stream);
+  if (config.stage_b) q.b = transposed(stage(transposed(p.b), p.batch, p.n, p.k, staged_b, workspace->staged_b, stream));
+  args.a = matrix(q.a);
+  args.b = matrix(q.b);
+
   // Boxes: K-major operands load rows x tile_k (128 bytes) at once (B shared out among a
   // cluster's CTAs), MN-major (16-bit) ones 64 x 64 per block.
   const uint32_t k_box = uint32_t(config.tile_k());
-  CUtensorMap map_a = cached_tensor_map(p.a, p.batch, p.m, p.k, config.a_k_major, config.a_k_major ? k_box : 64,
+  CUtensorMap map_a = cached_tensor_map(q.a, p.batch, p.m, p.k, config.a_k_major, config.a_k_major ? k_box : 64,
                                         config.a_k_major ? config.tile_m : 64);
-  CUtensorMap map_b = cached_tensor_map(p.b, p.batch, p.k, p.n, !config.b_k_major, config.b_k_major ? k_box : 64,
+  CUtensorMap map_b = cached_tensor_map(q.b, p.batch, p.k, p.n, !config.b_k_major, config.b_k_major ? k_box : 64,
                                         config.b_k_major ? config.tile_n / config.cluster_m : 64);
   CUtensorMap map_d{};
   if (config.tma_store) {
     // One warp's 16 rows of a 128-byte column group (or of a narrower box).
     map_d = cached_tensor_map(p.d, p.batch, p.m, p.n, true, config.store_box_bytes() / dtype_size(p.d.dtype), 16);
-  }
-  const int cluster = config.cluster_m;
-  const int64_t cluster_tiles = ceil_div(ceil_div(p.m, config.tile_m), cluster) * ceil_div(p.n, config.tile_n) * p.batch;
-  // Split-K: no part may be empty. Where no workspace can be had (growing it during a graph
-  // capture), the kernel runs unsplit.
-  const int64_t splits = std::min<int64_t>(config.splits, ceil_div(p.k, config.tile_k()));
-  if (splits > 1) {
-    const int64_t tiles = cluster_tiles * cluster;
-    const auto workspace = split_workspace(p.device, stream, size_t(tiles * splits * config.tile_m * config.tile_n * 4),
-                                           size_t(tiles * (config.tile_m / 64)));
-    if (workspace) {
-      args.partials = workspace->partials;
-      args.counters = workspace->counters;
-      args.splits = int(splits);
-    }
   }
   // A persistent grid: one CTA per SM at most, whole clusters, no more than there are work units.
   void* pointers[] = {&map_a, &map_b, &map_d, &args};

@@ -17,12 +17,33 @@ size_t grown(size_t needed) {
   return size;
 }
 
-struct Buffers {
-  void* partials = nullptr;
-  size_t partial_bytes = 0;
-  void* counters = nullptr;
-  size_t counter_bytes = 0;
+// One growable buffer; the counters' is zeroed whenever it is allocated.
+struct Buffer {
+  void* data = nullptr;
+  size_t bytes = 0;
 };
+
+struct Buffers {
+  Buffer partials, counters, staged_a, staged_b;
+
+  bool cover(const WorkspaceNeeds& n) const {
+    return partials.bytes >= n.partial_bytes && counters.bytes >= n.counters * sizeof(unsigned) &&
+           staged_a.bytes >= n.staged_a_bytes && staged_b.bytes >= n.staged_b_bytes;
+  }
+  Workspace workspace() const {
+    return {static_cast<float*>(partials.data), static_cast<unsigned*>(counters.data), staged_a.data, staged_b.data};
+  }
+};
+
+void grow(Buffer& b, size_t needed, bool zeroed, cudaStream_t stream, const char* what) {
+  if (b.bytes >= needed) return;
+  const size_t size = grown(needed);
+  void* fresh = nullptr;
+  check(cudaMallocAsync(&fresh, size, stream), what);
+  if (zeroed) check(cudaMemsetAsync(fresh, 0, size, stream), what);
+  b.data = fresh;
+  b.bytes = size;
+}
 
 // cudaStreamPerThread names a different stream in every thread, so the thread is part of the key.
 using StreamKey = std::tuple<int, cudaStream_t, std::thread::id>;
@@ -33,41 +54,28 @@ StreamKey stream_key(int device, cudaStream_t stream) {
 
 }  // namespace
 
-std::optional<SplitWorkspace> split_workspace(int device, cudaStream_t stream, size_t partial_bytes, size_t counters) {
-  const size_t counter_bytes = counters * sizeof(unsigned);
+std::optional<Workspace> stream_workspace(int device, cudaStream_t stream, const WorkspaceNeeds& needs) {
   const StreamKey key = stream_key(device, stream);
   // What this thread last got for the stream, looked up without the lock. Buffers that another
   // thread has since outgrown are never freed and are still big enough here; kernels on one
   // stream run one after another, so it does not matter which of them a launch uses.
   thread_local std::map<StreamKey, Buffers> seen;
-  if (auto it = seen.find(key);
-      it != seen.end() && it->second.partial_bytes >= partial_bytes && it->second.counter_bytes >= counter_bytes) {
-    return SplitWorkspace{static_cast<float*>(it->second.partials), static_cast<unsigned*>(it->second.counters)};
-  }
+  if (auto it = seen.find(key); it != seen.end() && it->second.cover(needs)) return it->second.workspace();
   static std::mutex mutex;
   static std::map<StreamKey, Buffers> buffers;
   std::lock_guard<std::mutex> lock(mutex);
   Buffers& b = buffers[key];
-  if (b.partial_bytes < partial_bytes || b.counter_bytes < counter_bytes) {
+  if (!b.cover(needs)) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     check(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
     if (capture != cudaStreamCaptureStatusNone) return std::nullopt;
   }
-  if (b.partial_bytes < partial_bytes) {
-    const size_t size = grown(partial_bytes);
-    check(cudaMallocAsync(&b.partials, size, stream), "cudaMallocAsync(split-K partials)");
-    b.partial_bytes = size;
-  }
-  if (b.counter_bytes < counter_bytes) {
-    const size_t size = grown(counter_bytes);
-    void* fresh = nullptr;
-    check(cudaMallocAsync(&fresh, size, stream), "cudaMallocAsync(split-K counters)");
-    check(cudaMemsetAsync(fresh, 0, size, stream), "cudaMemsetAsync(split-K counters)");
-    b.counters = fresh;
-    b.counter_bytes = size;
-  }
+  grow(b.partials, needs.partial_bytes, false, stream, "cudaMallocAsync(split-K partials)");
+  grow(b.counters, needs.counters * sizeof(unsigned), true, stream, "cudaMallocAsync(split-K counters)");
+  grow(b.staged_a, needs.staged_a_bytes, false, stream, "cudaMallocAsync(staged A)");
+  grow(b.staged_b, needs.staged_b_bytes, false, stream, "cudaMallocAsync(staged B)");
   seen[key] = b;
-  return SplitWorkspace{static_cast<float*>(b.partials), static_cast<unsigned*>(b.counters)};
+  return b.workspace();
 }
 
 }  // namespace gemmkit::runtime

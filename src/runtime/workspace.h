@@ -1,6 +1,7 @@
-// Scratch device memory for split-K: the f32 partial tiles, and the arrival counters, which the
-// kernel leaves at zero after every launch. One pair of buffers per stream, so that kernels on
-// different streams never share one.
+// Scratch device memory a launch may need, one set per stream so that kernels on different
+// streams never share it: for split-K, the f32 partial tiles and the arrival counters (which the
+// kernel leaves at zero after every launch); for 8-bit operands that TMA cannot read K-major,
+// their K-major copies.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,17 +11,24 @@
 
 namespace gemmkit::runtime {
 
-struct SplitWorkspace {
-  float* partials = nullptr;
-  unsigned* counters = nullptr;
+struct WorkspaceNeeds {
+  size_t partial_bytes = 0;
+  size_t counters = 0;
+  size_t staged_a_bytes = 0, staged_b_bytes = 0;
 };
 
-// Buffers of at least `partial_bytes` and `counters` counters for kernels queued on `stream`
-// of `device` (the current device). They grow by stream-ordered allocation and are never freed (a CUDA
-// graph captured earlier may still use them). A thread's later calls for the same stream take no
-// lock unless the buffers must grow. Returns nullopt when they would have to grow
-// while `stream` is being captured, where allocating is not allowed; the caller then runs
-// without split-K.
-std::optional<SplitWorkspace> split_workspace(int device, cudaStream_t stream, size_t partial_bytes, size_t counters);
+struct Workspace {
+  float* partials = nullptr;
+  unsigned* counters = nullptr;
+  void* staged_a = nullptr;
+  void* staged_b = nullptr;
+};
+
+// Buffers at least as large as `needs` asks for kernels queued on `stream` of `device` (the
+// current device). They grow by stream-ordered allocation and are never freed (a CUDA graph
+// captured earlier may still use them). A thread's later calls for the same stream take no lock
+// unless the buffers must grow. Returns nullopt when they would have to grow while `stream` is
+// being captured, where allocating is not allowed.
+std::optional<Workspace> stream_workspace(int device, cudaStream_t stream, const WorkspaceNeeds& needs);
 
 }  // namespace gemmkit::runtime

@@ -4,9 +4,11 @@
 // split-K, and bit-identical repeats. Skips without an sm_90 device.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <tuple>
 #include <vector>
 
+#include "gemmkit/error.h"
 #include "gpu_test.h"
 
 namespace gemmkit {
@@ -78,12 +80,17 @@ TEST_F(Fp8Shapes, EveryMWithTails) {
   }
 }
 
-// 8-bit wgmma reads K-major operands only: the other layouts, D column-major (computed
-// transposed, with A's and B's scales swapped), K not a multiple of 16 (rows TMA cannot
-// address), batches (scales per batch) and beta * C.
+// 8-bit wgmma reads K-major operands only: the other layouts (staged K-major first), D
+// column-major (computed transposed, with A's and B's scales swapped), K not a multiple of 16
+// (rows TMA cannot address: staged too), batches (scales per batch) and beta * C.
 TEST_F(Fp8Layouts, LayoutsBatchesAndC) {
   for (ScaleMode mode : kModes) {
-    for (const char* layout : {"NN", "TN", "TT"}) expect_correct(fp8(130, 90, 300, mode, layout));
+    for (const char* layout : {"NN", "TN", "TT"}) {
+      expect_correct(fp8(130, 90, 300, mode, layout));
+      ProblemSpec batched = fp8(70, 200, 1000, mode, layout);
+      batched.batch = 2;
+      expect_correct(batched);
+    }
     ProblemSpec col_d = fp8(190, 260, 512, mode);
     col_d.d_col_major = true;
     expect_correct(col_d);
@@ -99,6 +106,54 @@ TEST_F(Fp8Layouts, LayoutsBatchesAndC) {
     with_c.c_is_d = true;
     expect_correct(with_c);
   }
+}
+
+// Which operands are staged, and that a staged problem captured into a CUDA graph before any
+// uncaptured call says what to do instead of running.
+TEST_F(Fp8Layouts, MnMajorAndUnalignedOperandsAreStaged) {
+  const struct {
+    const char* layout;
+    int64_t k;
+    bool stage_a, stage_b;
+  } cases[] = {{"NT", 1024, false, false}, {"NN", 1024, false, true}, {"TT", 1024, true, false},
+               {"TN", 1024, true, true},   {"NT", 1001, true, true}};
+  for (const auto& c : cases) {
+    reference::DeviceProblem problem(fp8(300, 200, c.k, ScaleMode::block, c.layout), 1);
+    const Problem p = validate_gemm(problem.a(), problem.b(), problem.d(), problem.options(nullptr));
+    const KernelConfig config = make_plan(normalize(p)).config;
+    EXPECT_EQ(config.kind, KernelKind::tma) << c.layout << " K " << c.k;
+    EXPECT_EQ(config.stage_a, c.stage_a) << c.layout << " K " << c.k;
+    EXPECT_EQ(config.stage_b, c.stage_b) << c.layout << " K " << c.k;
+  }
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  reference::DeviceProblem problem(fp8(300, 200, 4096, ScaleMode::tensor, "TN"), 1);
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  try {
+    gemm(problem.a(), problem.b(), problem.d(), problem.options(stream));
+    ADD_FAILURE() << "a staged problem ran during capture without scratch memory";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("uncaptured call"), std::string::npos) << e.what();
+  }
+  cudaGraph_t graph = nullptr;
+  cudaStreamEndCapture(stream, &graph);
+  if (graph) cudaGraphDestroy(graph);
+  cudaGetLastError();
+  // After one uncaptured call the scratch exists, and a captured replay is right.
+  gemm(problem.a(), problem.b(), problem.d(), problem.options(stream));
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  gemm(problem.a(), problem.b(), problem.d(), problem.options(stream));
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  problem.prepare_output(stream);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  const reference::Comparison result = problem.check(stream);
+  EXPECT_TRUE(result.passed()) << result.summary();
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
 }
 
 KernelConfig fp8_config(ScaleMode mode, TileShape tile, int cluster, int splits) {
