@@ -63,10 +63,20 @@ struct CudaFree {
   void operator()(void* p) const { cudaFree(p); }
 };
 
-// Bytes of one buffer set: A, B and D.
+// Bytes of one buffer set: A, B and D (FP8 inputs: one byte an element; scales left out).
 double set_bytes(const reference::ProblemSpec& spec) {
-  return double(spec.batch) * (double(spec.m * spec.k + spec.k * spec.n) * dtype_size(spec.in) +
+  return double(spec.batch) * (double(spec.m * spec.k) * dtype_size(spec.in) + double(spec.k * spec.n) * dtype_size(spec.b_type()) +
                                double(spec.m * spec.n) * dtype_size(spec.out));
+}
+
+// cuBLASLt reads block scales in one layout per kind (baseline/cublaslt.h): A's 1x128 and B's
+// 128x128 scales column-major, A's 128x128 and B's 128x1 ones row-major. Our kernels take any
+// strides, so the buffers get the layout cuBLASLt can read where one choice fits both operands
+// (DeepSeek's 1x128 x 128x128 does). Rowwise and per-tensor scales read the same either way.
+bool scales_col_major_for_cublaslt(const reference::ProblemSpec& spec) {
+  if (spec.scale_a == ScaleMode::block) return spec.scale_a_block_rows == 1;
+  if (spec.scale_b == ScaleMode::block) return spec.scale_b_block_cols != 1;
+  return false;
 }
 
 // Source and destination halves for copies that move `bytes` each (half read, half written),
@@ -156,8 +166,10 @@ int run_bench(const BenchOptions& options) {
   std::vector<BenchRecord> records;
 
   for (const SuiteProblem& sp : problems) {
-    const reference::ProblemSpec spec = to_spec(sp);
-    const int in_bytes = dtype_size(spec.in), out_bytes = dtype_size(spec.out);
+    reference::ProblemSpec spec = to_spec(sp);
+    const bool fp8 = is_fp8(spec.in);
+    if (fp8) spec.scales_col_major = scales_col_major_for_cublaslt(spec);
+    const int in_bytes = dtype_size(spec.in), out_bytes = dtype_size(spec.out);  // e4m3 and e5m2: 1 byte
     const std::vector<std::unique_ptr<reference::DeviceProblem>> pool = buffer_sets(spec, info);
     const int sets = int(pool.size());
     std::vector<Problem> lt_problems;
@@ -174,23 +186,46 @@ int run_bench(const BenchOptions& options) {
     record.k = spec.k;
     record.batch = spec.batch;
     record.layout = spec.layout;
-    record.dtype = dtype_spec(sp);
+    record.dtype = type_spec(sp);
     record.config = forced ? forced->config.name() : chosen_config(*pool[0]);
     std::vector<std::function<void(int)>> launchers = {[&](int s) {
       if (forced) return run_plan(*forced, normalize(lt_problems[size_t(s)]), stream);
       const auto& problem = *pool[size_t(s)];
       gemm(problem.a(), problem.b(), problem.d(), problem.options(stream));
     }};
-    bool with_baseline = false;
-    if (cublaslt.supports(lt_problems[0])) {
+    // cuBLASLt runs the same problems where it can. Where it rejects an FP8 row's scaling (mode,
+    // scale layout or shape, e.g. block scales at M = 1), it runs the row with per-tensor scales
+    // on the same shape and buffers instead, and the record says so.
+    std::vector<Problem> lt_runs = lt_problems;
+    std::string why;
+    bool threw = false;
+    const auto plan_baseline = [&] {
       try {
-        cublaslt.run(lt_problems[0], stream);  // plans it; throws if cuBLASLt has no algorithm
-        launchers.push_back([&](int s) { cublaslt.run(lt_problems[size_t(s)], stream); });
-        with_baseline = true;
+        cublaslt.run(lt_runs[0], stream);  // plans it; throws if cuBLASLt has no algorithm
+        return true;
       } catch (const Error& e) {
-        std::fprintf(stderr, "cuBLASLt cannot run %s: %s\n", spec.describe().c_str(), e.what());
+        why = e.what();
+        threw = true;
+        return false;
       }
+    };
+    bool with_baseline = cublaslt.supports(lt_runs[0], &why) && plan_baseline();
+    if (!with_baseline && fp8) {
+      const std::string own_why = why;
+      for (Problem& p : lt_runs) p = cublaslt.per_tensor_stand_in(p);
+      if (cublaslt.supports(lt_runs[0], &why) && plan_baseline()) {
+        with_baseline = true;
+        record.baseline_note = "per-tensor stand-in";
+        std::fprintf(stderr, "cuBLASLt cannot run %s (%s): timing it with per-tensor scales instead\n",
+                     spec.describe().c_str(), own_why.c_str());
+      } else {
+        std::fprintf(stderr, "cuBLASLt cannot run %s (%s), nor with per-tensor scales (%s)\n", spec.describe().c_str(),
+                     own_why.c_str(), why.c_str());
+      }
+    } else if (!with_baseline && threw) {
+      std::fprintf(stderr, "cuBLASLt cannot run %s: %s\n", spec.describe().c_str(), why.c_str());
     }
+    if (with_baseline) launchers.push_back([&](int s) { cublaslt.run(lt_runs[size_t(s)], stream); });
     const std::vector<double> medians = timer.median_us(sets, launchers);
     record.ours_us = medians[0];
     record.baseline_us = with_baseline ? medians[1] : NAN;
@@ -201,9 +236,10 @@ int run_bench(const BenchOptions& options) {
     record.tflops = gemm_tflops(spec.m, spec.n, spec.k, spec.batch, record.ours_us);
     record.gbps = gemm_gbps(spec.m, spec.n, spec.k, spec.batch, in_bytes, out_bytes, record.ours_us);
     records.push_back(record);
-    std::fprintf(stderr, "  %s %s: ours %.1f us, cuBLASLt %.1f us, copy %.1f us (%d buffer sets)\n",
-                 shape_name(record).c_str(), record.config.c_str(), record.ours_us, record.baseline_us, record.copy_us,
-                 sets);
+    std::fprintf(stderr, "  %s %s %s: ours %.1f us, cuBLASLt %.1f us%s, copy %.1f us (%d buffer sets)\n",
+                 shape_name(record).c_str(), record.dtype.c_str(), record.config.c_str(), record.ours_us,
+                 record.baseline_us, record.baseline_note.empty() ? "" : (" (" + record.baseline_note + ")").c_str(),
+                 record.copy_us, sets);
   }
   cudaStreamDestroy(stream);
 

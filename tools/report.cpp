@@ -96,26 +96,35 @@ std::string format_copy_bandwidth(double copy_gbps) {
 }
 
 std::string shape_name(const BenchRecord& r) {
-  std::string s = std::to_string(r.m) + "x" + std::to_string(r.n) + "x" + std::to_string(r.k);
-  if (r.batch > 1) s += "x" + std::to_string(r.batch);
+  // Appended piece by piece: GCC 12 warns (-Wrestrict, wrongly) about "x" + std::to_string(...).
+  std::string s = std::to_string(r.m);
+  for (int64_t v : {r.n, r.k}) s.append("x").append(std::to_string(v));
+  if (r.batch > 1) s.append("x").append(std::to_string(r.batch));
   return s;
 }
 
 std::string format_table(const std::vector<BenchRecord>& records, double copy_gbps) {
   std::vector<Row> rows = {{"shape", "layout", "dtype", "ours us", "cuBLASLt us", "speedup",
                             "TFLOP/s", "GB/s", "%copy", "%copy@size", "config"}};
-  for (const auto& r : records)
+  std::vector<std::string> notes;  // distinct, in order of appearance
+  for (const auto& r : records) {
+    const std::string marker = r.baseline_note.empty() ? "" : "*";
+    if (!marker.empty() && std::find(notes.begin(), notes.end(), r.baseline_note) == notes.end())
+      notes.push_back(r.baseline_note);
     rows.push_back({shape_name(r), r.layout, r.dtype, num("%.2f", r.ours_us),
-                    num("%.2f", r.baseline_us), num("%.2fx", r.speedup), num("%.1f", r.tflops),
+                    num("%.2f", r.baseline_us) + marker, num("%.2fx", r.speedup), num("%.1f", r.tflops),
                     num("%.1f", r.gbps), num("%.1f", 100 * copy_fraction(r.gbps, copy_gbps)),
                     num("%.1f", 100 * sized_copy_fraction(r)), r.config});
+  }
   // Text columns (the first three and config) align left, numbers right.
   const size_t config = rows[0].size() - 1;
-  return align_columns(rows, [&](size_t c) { return c < 3 || c == config; });
+  std::string table = align_columns(rows, [&](size_t c) { return c < 3 || c == config; });
+  for (const std::string& note : notes) table += "* cuBLASLt us: " + note + "\n";
+  return table;
 }
 
 BenchSummary summarize(const std::vector<BenchRecord>& records) {
-  BenchSummary s{nan, "", nan, 0};
+  BenchSummary s{nan, "", nan, 0, 0};
   double log_sum = 0;
   for (const auto& r : records) {
     // A missing baseline (NaN) or a nonsensical speedup has no place in a geomean.
@@ -124,8 +133,10 @@ BenchSummary summarize(const std::vector<BenchRecord>& records) {
     if (s.count == 0 || r.speedup < s.worst_speedup) {
       s.worst_speedup = r.speedup;
       s.worst_shape = shape_name(r) + " " + r.layout + " " + r.dtype;
+      if (!r.baseline_note.empty()) s.worst_shape += " (" + r.baseline_note + ")";
     }
     ++s.count;
+    s.stand_ins += !r.baseline_note.empty();
   }
   if (s.count > 0) s.geomean_speedup = std::exp(log_sum / s.count);
   return s;
@@ -133,8 +144,11 @@ BenchSummary summarize(const std::vector<BenchRecord>& records) {
 
 std::string format_summary(const BenchSummary& s) {
   if (s.count == 0) return "summary: no shapes with a cuBLASLt baseline";
+  const std::string stand_ins =
+      s.stand_ins == 0 ? ""
+                       : " (" + std::to_string(s.stand_ins) + " of them against a stand-in)";
   return "summary: " + std::to_string(s.count) + (s.count == 1 ? " shape" : " shapes") +
-         ", geomean speedup " + num("%.2fx", s.geomean_speedup) + " over cuBLASLt, worst " +
+         ", geomean speedup " + num("%.2fx", s.geomean_speedup) + " over cuBLASLt" + stand_ins + ", worst " +
          num("%.2fx", s.worst_speedup) + " at " + s.worst_shape;
 }
 
@@ -150,6 +164,7 @@ nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSumma
                     {"dtype", r.dtype},
                     {"ours_us", json_num(r.ours_us)},
                     {"baseline_us", json_num(r.baseline_us)},
+                    {"baseline_note", r.baseline_note.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.baseline_note)},
                     {"speedup", json_num(r.speedup)},
                     {"tflops", json_num(r.tflops)},
                     {"gbps", json_num(r.gbps)},
@@ -159,6 +174,7 @@ nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSumma
                     {"config", r.config}});
   nlohmann::json summary = {
       {"count", s.count},
+      {"stand_ins", s.stand_ins},
       {"geomean_speedup", json_num(s.geomean_speedup)},
       {"worst_shape", s.count > 0 ? nlohmann::json(s.worst_shape) : nlohmann::json(nullptr)},
       {"worst_speedup", json_num(s.worst_speedup)},

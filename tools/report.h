@@ -12,9 +12,12 @@ namespace gemmkit::tools {
 
 struct BenchRecord {
   int64_t m = 0, n = 0, k = 0, batch = 1;
-  std::string layout, dtype;  // dtype as dtype_spec()
+  std::string layout, dtype;  // dtype as type_spec(): dtype_spec(), then FP8's mode ("e4m3:bf16 block")
   // Medians in microseconds. baseline_us is NaN when cuBLASLt has no algorithm for the shape.
   double ours_us = 0, baseline_us = 0;
+  // Empty where cuBLASLt ran the same problem; else what it ran instead, e.g. "per-tensor
+  // stand-in" where it rejects an FP8 row's scaling and ran per-tensor scales on the same shape.
+  std::string baseline_note;
   double speedup = 0;           // baseline_us / ours_us (NaN if baseline missing)
   double tflops = 0, gbps = 0;  // of our kernel
   // Median of a device-to-device copy that moves as many bytes (half read, half written): what
@@ -45,24 +48,30 @@ std::string shape_name(const BenchRecord& r);
 
 // Aligned text table, a header row first; missing values print as "-". The "%copy" column is
 // each record's GB/s as a percentage of copy_gbps (NaN: not measured), "%copy@size" the same
-// against a copy of the record's own size (sized_copy_fraction).
+// against a copy of the record's own size (sized_copy_fraction). A record with a baseline_note
+// has "*" after its cuBLASLt time, and a line "* cuBLASLt us: <note>" follows the table for each
+// distinct note.
 std::string format_table(const std::vector<BenchRecord>& records, double copy_gbps);
 
-// Over the records with a finite, positive speedup. With none: count 0 and NaN values.
+// Over the records with a finite, positive speedup, whatever cuBLASLt ran. With none: count 0
+// and NaN values.
 struct BenchSummary {
   double geomean_speedup;
-  std::string worst_shape;  // e.g. "4096x2112x7168 NT bf16"
+  std::string worst_shape;  // e.g. "4096x2112x7168 NT bf16", then " (<baseline_note>)" if any
   double worst_speedup;
   int count;
+  int stand_ins = 0;  // how many of the count have a baseline_note (cuBLASLt ran a stand-in)
 };
 BenchSummary summarize(const std::vector<BenchRecord>& records);
 
-// One line, e.g. "summary: 18 shapes, geomean speedup 1.03x over cuBLASLt, worst 0.91x at ...".
+// One line, e.g. "summary: 18 shapes, geomean speedup 1.03x over cuBLASLt, worst 0.91x at ...";
+// with stand-ins, "over cuBLASLt (6 of them against a stand-in), worst ...".
 std::string format_summary(const BenchSummary& s);
 
-// {"records": [{m, n, k, batch, layout, dtype, ours_us, baseline_us, speedup, tflops, gbps,
-// copy_fraction, copy_us, sized_copy_fraction, config}, ...], "summary": {count, geomean_speedup, worst_shape, worst_speedup,
-// copy_gbps}}; NaN is null.
+// {"records": [{m, n, k, batch, layout, dtype, ours_us, baseline_us, baseline_note, speedup,
+// tflops, gbps, copy_fraction, copy_us, sized_copy_fraction, config}, ...], "summary": {count,
+// stand_ins, geomean_speedup, worst_shape, worst_speedup, copy_gbps}}; NaN and an empty
+// baseline_note are null.
 nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSummary& s,
                        double copy_gbps);
 

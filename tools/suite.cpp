@@ -32,14 +32,68 @@ const char* name_of(DType t) {
     case DType::bf16: return "bf16";
     case DType::f16: return "f16";
     case DType::f32: return "f32";
+    case DType::e4m3: return "e4m3";
+    case DType::e5m2: return "e5m2";
+    case DType::ue8m0: return "ue8m0";
   }
   return "?";
 }
 
+bool eight_bit(DType t) { return t == DType::e4m3 || t == DType::e5m2; }
+
+// One type name (already lower-case), with the usual alternative spellings; ue8m0 is a scale type
+// only and never names an operand.
 std::optional<DType> dtype_of(const std::string& s) {
-  for (DType t : {DType::bf16, DType::f16, DType::f32})
-    if (s == name_of(t)) return t;
+  if (s == "bf16" || s == "bfloat16") return DType::bf16;
+  if (s == "f16" || s == "fp16" || s == "float16") return DType::f16;
+  if (s == "f32" || s == "fp32" || s == "float32") return DType::f32;
+  if (s == "e4m3") return DType::e4m3;
+  if (s == "e5m2") return DType::e5m2;
   return std::nullopt;
+}
+
+const ScaleMode kModes[] = {ScaleMode::tensor, ScaleMode::rowwise, ScaleMode::block, ScaleMode::mx};
+
+std::optional<ScaleMode> mode_of(const std::string& field) {
+  const std::string s = lower(field);
+  for (ScaleMode mode : kModes)
+    if (s == scale_mode_spec(mode)) return mode;
+  return std::nullopt;
+}
+
+// A field that can only have been meant as a number (the batch), not as a mode.
+bool numeric(const std::string& field) {
+  return !field.empty() && (std::isdigit(static_cast<unsigned char>(field[0])) || field[0] == '-' || field[0] == '+');
+}
+
+// The dtype field: IN or IN:OUT, IN one 16-bit or 8-bit type or two 8-bit types A,B.
+void parse_dtype(const std::string& field, SuiteProblem& p, const std::string& where) {
+  const std::string spec = lower(field);
+  const size_t colon = spec.find(':');
+  const std::string in_text = spec.substr(0, colon);
+  const size_t comma = in_text.find(',');
+  const auto in_a = dtype_of(in_text.substr(0, comma));
+  const auto in_b = comma == std::string::npos ? in_a : dtype_of(in_text.substr(comma + 1));
+  bool ok = in_a && in_b && *in_a != DType::f32 && *in_b != DType::f32;
+  // Two input types only where both are 8-bit.
+  if (ok && comma != std::string::npos) ok = eight_bit(*in_a) && eight_bit(*in_b);
+  std::optional<DType> out;
+  if (ok) {
+    if (colon == std::string::npos) {
+      out = eight_bit(*in_a) ? DType::bf16 : *in_a;
+    } else {
+      out = dtype_of(spec.substr(colon + 1));
+      ok = out && !eight_bit(*out);  // outputs are 16- or 32-bit
+    }
+  }
+  if (!ok)
+    fail(where, "unknown dtype '" + field +
+                    "'; expected IN or IN:OUT with IN bf16, f16, e4m3, e5m2 or two 8-bit types A,B "
+                    "(e.g. e4m3,e5m2) and OUT bf16, f16 or f32");
+  p.in_dtype = *in_a;
+  p.in_b = *in_b == *in_a ? std::nullopt : in_b;
+  p.out_dtype = *out;
+  if (eight_bit(p.in_dtype)) p.mode = ScaleMode::tensor;
 }
 
 // Parses a whole field as a base-10 integer no smaller than `min`.
@@ -67,9 +121,11 @@ std::string join(const std::vector<std::string>& fields) {
 
 }  // namespace
 
+bool SuiteProblem::fp8() const { return eight_bit(in_dtype); }
+
 SuiteProblem parse_problem(const std::vector<std::string>& fields, const std::string& where) {
-  if (fields.size() < 3 || fields.size() > 6)
-    fail(where, "expected 3 to 6 fields (M N K [layout] [dtype] [batch]), got " +
+  if (fields.size() < 3 || fields.size() > 7)
+    fail(where, "expected 3 to 7 fields (M N K [layout] [dtype] [mode] [batch]), got " +
                     std::to_string(fields.size()) + ": '" + join(fields) + "'");
   SuiteProblem p;
   p.m = parse_int(fields[0], "M", 0, where);
@@ -82,20 +138,29 @@ SuiteProblem parse_problem(const std::vector<std::string>& fields, const std::st
       fail(where, "unknown layout '" + fields[3] + "'; expected NN, NT, TN or TT");
   }
 
-  if (fields.size() > 4) {
-    const std::string spec = lower(fields[4]);
-    const size_t colon = spec.find(':');
-    const auto in = dtype_of(spec.substr(0, colon));
-    const auto out = colon == std::string::npos ? in : dtype_of(spec.substr(colon + 1));
-    // Inputs are 16-bit only; the output may also be f32.
-    if (!in || *in == DType::f32 || !out)
-      fail(where, "unknown dtype '" + fields[4] +
-                      "'; expected IN or IN:OUT with IN bf16 or f16 and OUT bf16, f16 or f32");
-    p.in_dtype = *in;
-    p.out_dtype = *out;
-  }
+  if (fields.size() > 4) parse_dtype(fields[4], p, where);
 
-  if (fields.size() > 5) p.batch = parse_int(fields[5], "batch", 1, where);
+  // After the dtype: [mode] [batch]. A mode only follows 8-bit inputs; a number is the batch.
+  size_t next = 5;
+  if (fields.size() > next) {
+    const std::string& field = fields[next];
+    const auto mode = mode_of(field);
+    if (!p.fp8()) {
+      if (mode)
+        fail(where, "scaling mode '" + field + "' with " + name_of(p.in_dtype) +
+                        " inputs; expected a batch (a mode goes with e4m3 or e5m2 inputs only)");
+      if (fields.size() > 6)
+        fail(where, "expected 3 to 6 fields for 16-bit inputs (M N K [layout] [dtype] [batch]), got " +
+                        std::to_string(fields.size()) + ": '" + join(fields) + "'");
+    } else if (mode) {
+      p.mode = *mode;
+      ++next;
+    } else if (!numeric(field) || fields.size() > 6) {
+      fail(where, "unknown scaling mode '" + field + "'; expected tensor, rowwise, block or mx" +
+                      (fields.size() > 6 ? "" : " (or a batch)"));
+    }
+  }
+  if (fields.size() > next) p.batch = parse_int(fields[next], "batch", 1, where);
   return p;
 }
 
@@ -126,8 +191,26 @@ std::vector<SuiteProblem> load_suite(const std::string& path) {
 }
 
 std::string dtype_spec(const SuiteProblem& p) {
-  if (p.in_dtype == p.out_dtype) return name_of(p.in_dtype);
-  return std::string(name_of(p.in_dtype)) + ":" + name_of(p.out_dtype);
+  std::string in = name_of(p.in_dtype);
+  if (p.in_b && *p.in_b != p.in_dtype) in += std::string(",") + name_of(*p.in_b);
+  if (p.in_dtype == p.out_dtype && !p.in_b) return in;
+  return in + ":" + name_of(p.out_dtype);
+}
+
+std::string scale_mode_spec(ScaleMode mode) {
+  switch (mode) {
+    case ScaleMode::none: return "none";
+    case ScaleMode::tensor: return "tensor";
+    case ScaleMode::rowwise: return "rowwise";
+    case ScaleMode::block: return "block";
+    case ScaleMode::mx: return "mx";
+  }
+  return "?";
+}
+
+std::string type_spec(const SuiteProblem& p) {
+  if (!p.fp8()) return dtype_spec(p);
+  return dtype_spec(p) + " " + scale_mode_spec(p.mode);
 }
 
 }  // namespace gemmkit::tools

@@ -19,7 +19,7 @@ std::string label(const SuiteProblem& p) {
   char shape[96];
   std::snprintf(shape, sizeof shape, p.batch > 1 ? "%lldx%lldx%lldx%lld" : "%lldx%lldx%lld", static_cast<long long>(p.m),
                 static_cast<long long>(p.n), static_cast<long long>(p.k), static_cast<long long>(p.batch));
-  return std::string(shape) + " " + p.layout + " " + dtype_spec(p);
+  return std::string(shape) + " " + p.layout + " " + type_spec(p);
 }
 
 std::string progress_bar(size_t done, size_t total) {

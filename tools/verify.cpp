@@ -18,7 +18,11 @@ reference::ProblemSpec to_spec(const SuiteProblem& p) {
   spec.batch = p.batch;
   spec.layout = p.layout;
   spec.in = p.in_dtype;
+  spec.in_b = p.in_b;
   spec.out = p.out_dtype;
+  // FP8: both operands scaled in the line's mode; block keeps ProblemSpec's defaults, 1x128 blocks
+  // for A (activations) and 128x128 for B (weights), DeepSeek-V3's recipe.
+  if (p.fp8()) spec.scale_a = spec.scale_b = p.mode;
   return spec;
 }
 
@@ -32,9 +36,17 @@ Problem stand_in_problem(const SuiteProblem& sp, int device) {
     return TensorView::batched(v.data, type, spec.batch, rows, cols, batch_stride, v.row_stride(), v.col_stride());
   };
   const TensorView a = view(spec.m, spec.k, spec.layout[0] == 'T', spec.in, base, spec.m * spec.k);
-  const TensorView b = view(spec.k, spec.n, spec.layout[1] == 'T', spec.in, base + gap, spec.k * spec.n);
+  const TensorView b = view(spec.k, spec.n, spec.layout[1] == 'T', spec.b_type(), base + gap, spec.k * spec.n);
   const TensorView d = view(spec.m, spec.n, false, spec.out, base + 2 * gap, spec.m * spec.n);
-  Problem p = validate_gemm(a, b, d, {});
+  GemmOptions options;
+  for (bool is_a : {true, false}) {
+    const ScaleMode mode = is_a ? spec.scale_a : spec.scale_b;
+    if (mode == ScaleMode::none) continue;
+    const auto [rows, cols] = reference::scale_shape(spec, is_a);
+    const DType type = mode == ScaleMode::mx ? DType::ue8m0 : DType::f32;
+    (is_a ? options.scale_a : options.scale_b) = {mode, view(rows, cols, false, type, base + (3 + is_a) * gap, rows * cols)};
+  }
+  Problem p = validate_gemm(a, b, d, options);
   p.device = device;
   return normalize(p);
 }

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "gemmkit/error.h"
+#include "gemmkit/tensor.h"
 
 namespace gemmkit::baseline {
 namespace {
@@ -86,19 +87,95 @@ MatrixRef transposed(MatrixRef m) {
   return m;
 }
 
+uint32_t alignment(const void* pointer) {
+  const auto address = reinterpret_cast<uintptr_t>(pointer);
+  uint32_t align = 256;
+  while (align > 1 && address % align != 0) align /= 2;
+  return align;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 // The problem in cuBLASLt's terms: D' (m x n) = op(A') op(B') + C', every operand column-major.
 struct Mapping {
   bool swap = false;  // A' is our B^T, B' our A^T, D' our D^T
   uint64_t m = 0, n = 0, k = 0;
   ColumnMajor a, b, c, d;
+  bool fp8 = false;
+  // FP8: cuBLASLt's scale modes of A' and B' (cublasLtMatmulMatrixScale_t).
+  int32_t scale_mode_a = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F, scale_mode_b = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
 };
+
+// cuBLASLt's scale mode for the scales of our A (is_a) or B, or nullopt with the reason in *why.
+// cuBLASLt has no strides for scales: each mode has one layout, described in terms of the
+// operand's outer dimension (M for A, N for B) and K, whichever side of the product it is on.
+std::optional<int32_t> scale_mode(const Problem& p, bool is_a, std::string* why) {
+  const ScaleRef& s = is_a ? p.scale_a : p.scale_b;
+  const auto fail = [&](const std::string& reason) {
+    *why = std::string(is_a ? "scale_a" : "scale_b") + ": " + reason;
+    return std::nullopt;
+  };
+  if (s.mode == ScaleMode::none) return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;  // no pointer: 1
+  if (s.mode == ScaleMode::tensor) {
+    if (p.batch > 1 && s.m.batch_stride != 0) return fail("a scale per batch entry; cuBLASLt takes one for the batch");
+    return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+  }
+  if (s.mode == ScaleMode::mx) return fail("mx scales; cuBLASLt's VEC32_UE8M0 is for Blackwell, with tiled scales");
+  if (p.batch > 1) return fail("rowwise and block scales of a batch; cuBLASLt takes them for one matrix");
+  if (alignment(s.m.data) < 16) return fail("scales not 16-byte aligned");
+
+  // Extents and strides along the outer dimension and along K, in scale elements.
+  const int64_t outer = is_a ? p.m : p.n;
+  const int64_t outer_block = is_a ? s.block_rows : s.block_cols;
+  const int64_t outer_stride = is_a ? s.m.row_stride : s.m.col_stride;
+  const int64_t k_stride = is_a ? s.m.col_stride : s.m.row_stride;
+  const int64_t outer_count = ceil_div(outer, outer_block), k_count = ceil_div(p.k, 128);
+  const std::string outer_name = is_a ? "M" : "N";
+  if (s.mode == ScaleMode::rowwise) {
+    // cuBLAS 13.0 on an H100 returned wrong results (mostly zeros) for rowwise scaling at M = 1,
+    // with D row- or column-major; N = 1 is declined alike.
+    if (outer == 1) return fail("rowwise scaling at " + outer_name + " = 1, where cuBLASLt's results are wrong");
+    if (outer_stride != 1) return fail("rowwise scales must be contiguous");
+    return CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+  }
+  if (outer_block == 1) {  // 1x128 (A) or 128x1 (B): VEC128, the outer dimension contiguous, ld = outer
+    // cuBLAS 13.0 on an H100 has no algorithm for other M (2, 3, 6, 18, 130 tried) except M = 1,
+    // where it runs and returns wrong results.
+    if (outer % 4 != 0) {
+      return fail(outer_name + " = " + std::to_string(outer) + " is not a multiple of 4 (cuBLASLt's 1x128 scales)");
+    }
+    if ((outer > 1 && outer_stride != 1) || (k_count > 1 && k_stride != outer)) {
+      return fail(std::string("1x128 scales must be stored with ") + outer_name + " contiguous and ld = " +
+                  outer_name + " (" + (is_a ? "column" : "row") + "-major)");
+    }
+    return CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+  }
+  // 128x128: BLK128x128, the K blocks contiguous, ld = their count rounded up to a multiple of 4.
+  const int64_t ld = (k_count + 3) / 4 * 4;
+  if ((k_count > 1 && k_stride != 1) || (outer_count > 1 && outer_stride != ld)) {
+    return fail(std::string("128x128 scales must be stored with the K blocks contiguous and ld = ") + std::to_string(ld) +
+                " (" + (is_a ? "row" : "column") + "-major, ld rounded up to a multiple of 4)");
+  }
+  return CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+}
+
+// Scale modes come in families that cuBLASLt pairs only with their own: per-tensor, outer
+// vectors, 128-element blocks.
+int scale_family(int32_t mode) {
+  switch (mode) {
+    case CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F: return 0;
+    case CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F: return 1;
+    default: return 2;
+  }
+}
 
 // cuBLASLt transposes A and B but never C or D, so D fixes the orientation. If our D is
 // column-major, compute D = A B as written. If it is row-major, column-major reads it as D^T, so
 // compute D^T = B^T A^T: A' = B^T, B' = A^T, m' = N, n' = M. Transposing an operand only swaps
 // its two strides; each of A', B' is then read as is or transposed (transa/transb) by whichever
-// of its strides is 1, and C' must read like D' (no transpose). Returns nullopt, with the reason
-// in *why, where cuBLASLt cannot take the problem.
+// of its strides is 1, and C' must read like D' (no transpose). FP8 runs only as "TN": A' read
+// transposed and B' as is, i.e. both of our operands K-major. Returns nullopt, with the reason in
+// *why, where cuBLASLt cannot take the problem.
 std::optional<Mapping> map_problem(const Problem& p, std::string* why) {
   const auto fail = [&](const char* reason) {
     *why = reason;
@@ -106,8 +183,19 @@ std::optional<Mapping> map_problem(const Problem& p, std::string* why) {
   };
   if (p.m <= 0 || p.n <= 0 || p.k <= 0 || p.batch <= 0) return fail("empty problem");
   if (p.batch > std::numeric_limits<int32_t>::max()) return fail("batch too large");
-  if (p.a.dtype != p.b.dtype || p.a.dtype == DType::f32) return fail("A and B must be both bf16 or both f16");
-  if (p.d.dtype != p.a.dtype && p.d.dtype != DType::f32) return fail("D must have A's dtype or be f32");
+  const bool fp8 = is_fp8(p.a.dtype) || is_fp8(p.b.dtype);
+  if (fp8) {
+    if (!is_fp8(p.a.dtype) || !is_fp8(p.b.dtype)) return fail("A and B must both be e4m3 or e5m2");
+    if (p.a.dtype == DType::e5m2 && p.b.dtype == DType::e5m2) return fail("cuBLASLt has no e5m2 x e5m2 kernels");
+    if (p.d.dtype != DType::bf16 && p.d.dtype != DType::f16 && p.d.dtype != DType::f32) {
+      return fail("D must be bf16, f16 or f32");
+    }
+  } else {
+    if (p.a.dtype != p.b.dtype || (p.a.dtype != DType::bf16 && p.a.dtype != DType::f16)) {
+      return fail("A and B must be both bf16 or both f16");
+    }
+    if (p.d.dtype != p.a.dtype && p.d.dtype != DType::f32) return fail("D must have A's dtype or be f32");
+  }
   if (p.has_c() && p.c.dtype != p.d.dtype) return fail("C must have D's dtype");
   if (p.a.batch_stride < 0 || p.b.batch_stride < 0 || p.d.batch_stride < 0 ||
       (p.has_c() && p.c.batch_stride < 0)) {
@@ -118,6 +206,7 @@ std::optional<Mapping> map_problem(const Problem& p, std::string* why) {
   if (!d_view) return fail("D has no unit stride (or a leading dimension below its extent)");
   Mapping map;
   map.swap = d_view->transposed;
+  map.fp8 = fp8;
   const MatrixRef a = map.swap ? transposed(p.b) : p.a;
   const MatrixRef b = map.swap ? transposed(p.a) : p.b;
   const MatrixRef c = map.swap ? transposed(p.c) : p.c;
@@ -126,11 +215,28 @@ std::optional<Mapping> map_problem(const Problem& p, std::string* why) {
   map.n = uint64_t(map.swap ? p.m : p.n);
   map.k = uint64_t(p.k);
 
-  const auto a_view = column_major(map.m, map.k, a.row_stride, a.col_stride);
-  const auto b_view = column_major(map.k, map.n, b.row_stride, b.col_stride);
+  std::optional<ColumnMajor> a_view, b_view;
+  if (fp8) {
+    // A' (m x k) stored transposed, k x m with K contiguous; B' (k x n) stored as is, K contiguous.
+    if (auto ld = leading_dim(int64_t(map.k), int64_t(map.m), a.col_stride, a.row_stride)) {
+      a_view = ColumnMajor{true, map.k, map.m, *ld};
+    }
+    if (auto ld = leading_dim(int64_t(map.k), int64_t(map.n), b.row_stride, b.col_stride)) {
+      b_view = ColumnMajor{false, map.k, map.n, *ld};
+    }
+    if (!a_view || !b_view) {
+      return fail("FP8 needs both operands K-major (A stored M x K, B stored N x K: layout NT), as cuBLASLt runs FP8 only as TN");
+    }
+    for (const void* pointer : {p.a.data, p.b.data, p.d.data, p.has_c() ? p.c.data : p.d.data}) {
+      if (alignment(pointer) < 16) return fail("FP8 needs A, B, C and D 16-byte aligned");
+    }
+  } else {
+    a_view = column_major(map.m, map.k, a.row_stride, a.col_stride);
+    b_view = column_major(map.k, map.n, b.row_stride, b.col_stride);
+    if (!a_view) return fail("A has no unit stride (or a leading dimension below its extent)");
+    if (!b_view) return fail("B has no unit stride (or a leading dimension below its extent)");
+  }
   const auto dd_view = column_major(map.m, map.n, d.row_stride, d.col_stride);
-  if (!a_view) return fail("A has no unit stride (or a leading dimension below its extent)");
-  if (!b_view) return fail("B has no unit stride (or a leading dimension below its extent)");
   map.a = *a_view;
   map.b = *b_view;
   map.d = *dd_view;  // not transposed, by the choice of swap
@@ -138,6 +244,20 @@ std::optional<Mapping> map_problem(const Problem& p, std::string* why) {
     const auto c_view = column_major(map.m, map.n, c.row_stride, c.col_stride);
     if (!c_view || c_view->transposed) return fail("C must be laid out like D (row- or column-major)");
     map.c = *c_view;
+  }
+  if (fp8) {
+    const std::optional<int32_t> mode_a = scale_mode(p, true, why);
+    if (!mode_a) return std::nullopt;
+    const std::optional<int32_t> mode_b = scale_mode(p, false, why);
+    if (!mode_b) return std::nullopt;
+    if (scale_family(*mode_a) != scale_family(*mode_b)) {
+      return fail("cuBLASLt scales both operands alike: per tensor, rowwise or in 128-element blocks");
+    }
+    if (*mode_a == CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F && *mode_b == CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F) {
+      return fail("cuBLASLt has no 128x128 x 128x128 block scaling; one side needs 1x128 blocks");
+    }
+    map.scale_mode_a = map.swap ? *mode_b : *mode_a;
+    map.scale_mode_b = map.swap ? *mode_a : *mode_b;
   }
   return map;
 }
@@ -147,21 +267,18 @@ cudaDataType cuda_type(DType dtype) {
     case DType::bf16: return CUDA_R_16BF;
     case DType::f16: return CUDA_R_16F;
     case DType::f32: return CUDA_R_32F;
+    case DType::e4m3: return CUDA_R_8F_E4M3;
+    case DType::e5m2: return CUDA_R_8F_E5M2;
+    case DType::ue8m0: return CUDA_R_8F_UE8M0;
   }
   return CUDA_R_32F;
-}
-
-uint32_t alignment(const void* pointer) {
-  const auto address = reinterpret_cast<uintptr_t>(pointer);
-  uint32_t align = 256;
-  while (align > 1 && address % align != 0) align /= 2;
-  return align;
 }
 
 }  // namespace
 
 struct CublasLt::Plan {
   bool swap = false;
+  bool fp8 = false;  // run() sets the scale pointers
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;  // c null: pass d
   cublasLtMatmulPreference_t preference = nullptr;
@@ -195,6 +312,19 @@ void make_layout(cublasLtMatrixLayout_t* layout, const ColumnMajor& view, DType 
         "setting the batch stride");
 }
 
+// The scale pointers of cuBLASLt's A and B: our scales, swapped with the operands (null: mode
+// none, every scale 1).
+void set_scale_pointers(cublasLtMatmulDesc_t op, const Problem& p, bool swap) {
+  const void* ours_a = p.scale_a.mode == ScaleMode::none ? nullptr : p.scale_a.m.data;
+  const void* ours_b = p.scale_b.mode == ScaleMode::none ? nullptr : p.scale_b.m.data;
+  const void* lt_a = swap ? ours_b : ours_a;
+  const void* lt_b = swap ? ours_a : ours_b;
+  check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &lt_a, sizeof lt_a),
+        "setting A's scale pointer");
+  check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &lt_b, sizeof lt_b),
+        "setting B's scale pointer");
+}
+
 void set_preference(cublasLtMatmulPreference_t preference, cublasLtMatmulPreferenceAttributes_t attr,
                     uint32_t value) {
   check(cublasLtMatmulPreferenceSetAttribute(preference, attr, &value, sizeof value),
@@ -207,9 +337,17 @@ CublasLt::CublasLt(int device) : device_(device) {
   DeviceGuard guard(device);
   check(guard.status(), "cudaSetDevice");
   check(cublasLtCreate(&handle_), "cublasLtCreate");
-  if (cudaError_t status = cudaMalloc(&workspace_, kWorkspaceBytes); status != cudaSuccess) {
+  // The workspace, then 256 bytes for the unit scale of per_tensor_stand_in().
+  if (cudaError_t status = cudaMalloc(&workspace_, kWorkspaceBytes + 256); status != cudaSuccess) {
     cublasLtDestroy(handle_);
     check(status, "cudaMalloc of the workspace");
+  }
+  unit_scale_ = reinterpret_cast<float*>(static_cast<char*>(workspace_) + kWorkspaceBytes);
+  const float one = 1.0f;
+  if (cudaError_t status = cudaMemcpy(unit_scale_, &one, sizeof one, cudaMemcpyHostToDevice); status != cudaSuccess) {
+    cudaFree(workspace_);
+    cublasLtDestroy(handle_);
+    check(status, "cudaMemcpy of the unit scale");
   }
 }
 
@@ -220,17 +358,48 @@ CublasLt::~CublasLt() {
   cublasLtDestroy(handle_);
 }
 
-bool CublasLt::supports(const Problem& p) const {
-  std::string why;
-  return map_problem(p, &why).has_value();
+bool CublasLt::supports(const Problem& p, std::string* why) const {
+  std::string reason;
+  const bool ok = map_problem(p, &reason).has_value();
+  if (why) *why = ok ? std::string() : reason;
+  return ok;
+}
+
+Problem CublasLt::per_tensor_stand_in(const Problem& p) const {
+  Problem q = p;
+  const auto unit = [&](const MatrixRef& operand, int64_t rows, int64_t cols) {
+    ScaleRef s;
+    if (!is_fp8(operand.dtype)) return s;  // mode none
+    s.mode = ScaleMode::tensor;
+    s.m = MatrixRef{unit_scale_, DType::f32, /*batch_stride=*/0, /*row_stride=*/1, /*col_stride=*/1};
+    s.block_rows = std::max<int64_t>(rows, 1);
+    s.block_cols = std::max<int64_t>(cols, 1);
+    return s;
+  };
+  q.scale_a = unit(p.a, p.m, p.k);
+  q.scale_b = unit(p.b, p.k, p.n);
+  return q;
 }
 
 const CublasLt::Plan& CublasLt::plan_for(const Problem& p) {
   const auto operand_key = [](const MatrixRef& m) {
     return OperandKey{m.dtype, m.batch_stride, m.row_stride, m.col_stride, alignment(m.data)};
   };
-  const Key key{p.m, p.n, p.k, p.batch, operand_key(p.a), operand_key(p.b),
-                p.has_c() ? operand_key(p.c) : OperandKey{}, operand_key(p.d)};
+  const auto scale_key = [](const ScaleRef& s) {
+    if (s.mode == ScaleMode::none) return ScaleKey{};
+    return ScaleKey{s.mode,         s.block_rows,   s.block_cols, s.m.batch_stride,
+                    s.m.row_stride, s.m.col_stride, alignment(s.m.data)};
+  };
+  const Key key{p.m,
+                p.n,
+                p.k,
+                p.batch,
+                operand_key(p.a),
+                operand_key(p.b),
+                p.has_c() ? operand_key(p.c) : OperandKey{},
+                operand_key(p.d),
+                scale_key(p.scale_a),
+                scale_key(p.scale_b)};
   if (auto found = plans_.find(key); found != plans_.end()) return *found->second;
 
   std::string why;
@@ -248,6 +417,22 @@ const CublasLt::Plan& CublasLt::plan_for(const Problem& p) {
         "setting transa");
   check(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof trans_b),
         "setting transb");
+  plan->fp8 = map->fp8;
+  if (map->fp8) {
+    check(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &map->scale_mode_a,
+                                         sizeof map->scale_mode_a),
+          "setting A's scale mode");
+    check(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &map->scale_mode_b,
+                                         sizeof map->scale_mode_b),
+          "setting B's scale mode");
+    // Two-level accumulation (promotion to f32 along K), as our kernels do; this is the default,
+    // set so that it stays so.
+    const int8_t fast_accumulation = 0;
+    check(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accumulation,
+                                         sizeof fast_accumulation),
+          "turning fast accumulation off");
+    set_scale_pointers(plan->op, p, map->swap);
+  }
 
   make_layout(&plan->a, map->a, a.dtype, p.batch, a.batch_stride);
   make_layout(&plan->b, map->b, b.dtype, p.batch, b.batch_stride);
@@ -286,6 +471,7 @@ void CublasLt::run(const Problem& p, cudaStream_t stream) {
   DeviceGuard guard(device_);
   check(guard.status(), "cudaSetDevice");
   const Plan& plan = plan_for(p);
+  if (plan.fp8) set_scale_pointers(plan.op, p, plan.swap);  // the plan may have been made for other buffers
   const float alpha = p.alpha;
   const float beta = p.has_c() ? p.beta : 0.0f;
   check(cublasLtMatmul(handle_, plan.op, &alpha, plan.swap ? p.b.data : p.a.data, plan.a,

@@ -84,8 +84,8 @@ DeviceProblem::DeviceProblem(const ProblemSpec& spec, uint64_t seed) : spec_(spe
   d_ = view(d_buf_, spec.m, spec.n, sd);
   runtime::fill_random(a_buf_.base, spec.in, a_buf_.elements, seed, spec.input_lo, 1.0f, nullptr);
   runtime::fill_random(b_buf_.base, spec.b_type(), b_buf_.elements, seed + 1, spec.input_lo, 1.0f, nullptr);
-  scale_a_ = make_scale(spec.scale_a, true, spec.m, spec.k, scale_a_buf_, seed + 3);
-  scale_b_ = make_scale(spec.scale_b, false, spec.k, spec.n, scale_b_buf_, seed + 4);
+  scale_a_ = make_scale(spec.scale_a, true, scale_a_buf_, seed + 3);
+  scale_b_ = make_scale(spec.scale_b, false, scale_b_buf_, seed + 4);
   if (spec.beta != 0.0f) {
     // C has D's type and strides; with C = D it is also the pristine copy D is reset from.
     c_buf_ = allocate(spec.out, spec.offset_d, sd.span * spec.batch);
@@ -95,21 +95,27 @@ DeviceProblem::DeviceProblem(const ProblemSpec& spec, uint64_t seed) : spec_(spe
   runtime::check(cudaDeviceSynchronize(), "filling inputs");
 }
 
-Scale DeviceProblem::make_scale(ScaleMode mode, bool is_a, int64_t rows, int64_t cols, Buffer& buffer, uint64_t seed) {
-  if (mode == ScaleMode::none) return {};
+std::pair<int64_t, int64_t> scale_shape(const ProblemSpec& spec, bool is_a) {
+  const ScaleMode mode = is_a ? spec.scale_a : spec.scale_b;
+  const int64_t rows = is_a ? spec.m : spec.k, cols = is_a ? spec.k : spec.n;
   auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   // Blocks along the operand's rows and columns (A: M x K, B: K x N), as gemmkit/gemm.h lists them.
   int64_t block_rows = std::max<int64_t>(rows, 1), block_cols = std::max<int64_t>(cols, 1);
   if (mode == ScaleMode::rowwise) (is_a ? block_rows : block_cols) = 1;
   if (mode == ScaleMode::block) {
-    block_rows = is_a ? spec_.scale_a_block_rows : 128;
-    block_cols = is_a ? 128 : spec_.scale_b_block_cols;
+    block_rows = is_a ? spec.scale_a_block_rows : 128;
+    block_cols = is_a ? 128 : spec.scale_b_block_cols;
   }
   if (mode == ScaleMode::mx) {
     block_rows = is_a ? 1 : 32;
     block_cols = is_a ? 32 : 1;
   }
-  const int64_t scale_rows = ceil_div(rows, block_rows), scale_cols = ceil_div(cols, block_cols);
+  return {ceil_div(rows, block_rows), ceil_div(cols, block_cols)};
+}
+
+Scale DeviceProblem::make_scale(ScaleMode mode, bool is_a, Buffer& buffer, uint64_t seed) {
+  if (mode == ScaleMode::none) return {};
+  const auto [scale_rows, scale_cols] = scale_shape(spec_, is_a);
   const DType type = mode == ScaleMode::mx ? DType::ue8m0 : DType::f32;
   const Strides st = operand_strides(scale_rows, scale_cols, spec_.scales_col_major, 0, false);
   buffer = allocate(type, 0, st.span * spec_.batch);

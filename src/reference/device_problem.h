@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dispatch/problem.h"
@@ -41,6 +42,9 @@ struct ProblemSpec {
   DType b_type() const { return in_b.value_or(in); }
   std::string describe() const;
 };
+
+// Rows and columns of the scale tensor of A (is_a) or B that the spec's mode asks for.
+std::pair<int64_t, int64_t> scale_shape(const ProblemSpec& spec, bool is_a);
 
 class DeviceProblem {
  public:
@@ -78,8 +82,8 @@ class DeviceProblem {
     void* data() const;
   };
   Buffer allocate(DType type, int64_t offset, int64_t elements);
-  // The scales of operand A (is_a) or B of rows x cols, allocated and filled; mode none: none.
-  Scale make_scale(ScaleMode mode, bool is_a, int64_t rows, int64_t cols, Buffer& buffer, uint64_t seed);
+  // The scales of operand A (is_a) or B, allocated and filled; mode none: none.
+  Scale make_scale(ScaleMode mode, bool is_a, Buffer& buffer, uint64_t seed);
 
   ProblemSpec spec_;
   TensorView a_, b_, d_, c_;

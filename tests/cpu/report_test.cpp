@@ -163,7 +163,8 @@ TEST(Report, JsonHasEveryFieldAndNullForNaN) {
   EXPECT_TRUE(r0["copy_us"].is_null());  // no copy timed
   EXPECT_TRUE(r0["sized_copy_fraction"].is_null());
   EXPECT_EQ(r0["config"], "tma 128x256x64 s4");
-  EXPECT_EQ(r0.size(), 15u);  // the fields above, nothing else
+  EXPECT_TRUE(r0["baseline_note"].is_null());  // cuBLASLt ran the same problem
+  EXPECT_EQ(r0.size(), 16u);  // the fields above, nothing else
 
   const auto& r1 = j["records"][1];
   EXPECT_TRUE(r1["baseline_us"].is_null());
@@ -177,7 +178,8 @@ TEST(Report, JsonHasEveryFieldAndNullForNaN) {
   EXPECT_NEAR(j["summary"]["geomean_speedup"].get<double>(), 1.1, 1e-12);
   EXPECT_EQ(j["summary"]["worst_shape"], "4096x2112x7168x2 NT bf16");
   EXPECT_DOUBLE_EQ(j["summary"]["copy_gbps"].get<double>(), 3000.0);
-  EXPECT_EQ(j["summary"].size(), 5u);
+  EXPECT_EQ(j["summary"]["stand_ins"], 0);
+  EXPECT_EQ(j["summary"].size(), 6u);
   // Serialized text carries null too, and parses back.
   const std::string text = j.dump();
   EXPECT_NE(text.find("\"baseline_us\":null"), std::string::npos) << text;
@@ -186,6 +188,81 @@ TEST(Report, JsonHasEveryFieldAndNullForNaN) {
   auto empty = to_json({}, summarize({}), kNaN);
   EXPECT_TRUE(empty["records"].is_array());
   EXPECT_TRUE(empty["summary"]["geomean_speedup"].is_null());
+}
+
+// FP8 rows where cuBLASLt ran per-tensor scales in place of the row's own scaling.
+std::vector<BenchRecord> fp8_records() {
+  std::vector<BenchRecord> records = {record(4096, 7168, 2048, 10.0, 12.0, "tma 128x256x128 s4"),
+                                      record(1, 2112, 7168, 8.0, 4.0, "gemv"),
+                                      record(16, 2112, 7168, 9.0, 18.0, "tma 64x128x128 s6"),
+                                      record(64, 2112, 7168, 9.0, kNaN, "tma 64x128x128 s6")};
+  for (auto& r : records) r.dtype = "e4m3:bf16 block";
+  records[1].baseline_note = records[2].baseline_note = "per-tensor stand-in";
+  return records;
+}
+
+TEST(Report, StandInsAreMarkedInTheTable) {
+  const std::vector<BenchRecord> records = fp8_records();
+  const std::vector<std::string> lines = lines_of(format_table(records, 3000.0));
+  ASSERT_EQ(lines.size(), 6u);  // header, four rows, one footnote per distinct note
+  const std::string& header = lines[0];
+  EXPECT_EQ(cell_under(header, lines[1], "cuBLASLt us"), "12.00");
+  EXPECT_EQ(cell_under(header, lines[2], "cuBLASLt us"), "4.00*");
+  EXPECT_EQ(cell_under(header, lines[3], "cuBLASLt us"), "18.00*");
+  EXPECT_EQ(cell_under(header, lines[4], "cuBLASLt us"), "-");
+  EXPECT_EQ(cell_under(header, lines[2], "speedup"), "0.50x");  // against whatever ran
+  EXPECT_NE(lines[1].find("e4m3:bf16 block"), std::string::npos) << lines[1];
+  EXPECT_EQ(lines[5], "* cuBLASLt us: per-tensor stand-in");
+  // The config column still starts at the same place on every row.
+  const size_t at = header.find("config");
+  EXPECT_EQ(lines[1].find("tma 128x256x128 s4"), at);
+  EXPECT_EQ(lines[2].find("gemv"), at);
+
+  // No notes, no footnote, no marker.
+  std::vector<BenchRecord> plain = records;
+  for (auto& r : plain) r.baseline_note.clear();
+  const std::string table = format_table(plain, 3000.0);
+  EXPECT_EQ(lines_of(table).size(), 5u);
+  EXPECT_EQ(table.find('*'), std::string::npos) << table;
+}
+
+TEST(Report, SummaryCountsStandInsAndKeepsTheirSpeedups) {
+  const std::vector<BenchRecord> records = fp8_records();
+  const BenchSummary s = summarize(records);
+  EXPECT_EQ(s.count, 3);  // the row without a baseline is left out
+  EXPECT_EQ(s.stand_ins, 2);
+  EXPECT_NEAR(s.geomean_speedup, std::cbrt(1.2 * 0.5 * 2.0), 1e-12);
+  EXPECT_DOUBLE_EQ(s.worst_speedup, 0.5);
+  EXPECT_EQ(s.worst_shape, "1x2112x7168 NT e4m3:bf16 block (per-tensor stand-in)");
+  const std::string line = format_summary(s);
+  EXPECT_NE(line.find("3 shapes"), std::string::npos) << line;
+  EXPECT_NE(line.find("over cuBLASLt (2 of them against a stand-in), worst 0.50x at 1x2112x7168"), std::string::npos)
+      << line;
+  EXPECT_EQ(line.find('\n'), std::string::npos);
+
+  // Without stand-ins the line is as it always was.
+  EXPECT_EQ(format_summary(summarize({record(1, 1, 1, 1.0, 2.0, "a")})),
+            "summary: 1 shape, geomean speedup 2.00x over cuBLASLt, worst 2.00x at 1x1x1 NT bf16");
+}
+
+TEST(Report, JsonCarriesBaselineNotesAndTheStandInCount) {
+  const std::vector<BenchRecord> records = fp8_records();
+  const nlohmann::json j = to_json(records, summarize(records), 3000.0);
+  ASSERT_EQ(j["records"].size(), 4u);
+  EXPECT_TRUE(j["records"][0]["baseline_note"].is_null());
+  EXPECT_EQ(j["records"][1]["baseline_note"], "per-tensor stand-in");
+  EXPECT_EQ(j["records"][2]["baseline_note"], "per-tensor stand-in");
+  EXPECT_EQ(j["records"][1]["dtype"], "e4m3:bf16 block");
+  EXPECT_DOUBLE_EQ(j["records"][1]["speedup"].get<double>(), 0.5);
+  EXPECT_EQ(j["summary"]["count"], 3);
+  EXPECT_EQ(j["summary"]["stand_ins"], 2);
+  EXPECT_EQ(j["summary"]["worst_shape"], "1x2112x7168 NT e4m3:bf16 block (per-tensor stand-in)");
+  EXPECT_EQ(nlohmann::json::parse(j.dump()), j);
+}
+
+TEST(Report, GbpsOfFp8CountsOneBytePerInputElement) {
+  // M=10 N=20 K=30: A 300 B, B 600 B (one byte each), D 200 * 2 = 400 B; 1300 B in 1 us.
+  EXPECT_NEAR(gemm_gbps(10, 20, 30, 1, 1, 2, 1.0), 1.3, 1e-12);
 }
 
 TEST(Report, JsonCopyFieldsAreNullWhenCopyBandwidthIsUnknown) {

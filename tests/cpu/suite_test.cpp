@@ -50,6 +50,90 @@ TEST(Suite, ParsesEveryField) {
   EXPECT_EQ(p[1].batch, 1);
 }
 
+TEST(Suite, SixteenBitInputsHaveNoModeAndTheSixthFieldIsTheBatch) {
+  auto p = parse("1 2 3 NT bf16 4\n1 2 3 NT bf16\n");
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0].batch, 4);
+  for (const auto& q : p) {
+    EXPECT_EQ(q.mode, gemmkit::ScaleMode::none);
+    EXPECT_FALSE(q.in_b.has_value());
+    EXPECT_FALSE(q.fp8());
+  }
+}
+
+TEST(Suite, AcceptsUsualSpellingsInAnyCase) {
+  const std::vector<std::tuple<std::string, DType, DType>> cases = {
+      {"fp16", DType::f16, DType::f16},
+      {"float16", DType::f16, DType::f16},
+      {"bfloat16", DType::bf16, DType::bf16},
+      {"BFloat16:Float32", DType::bf16, DType::f32},
+      {"FP16:fp32", DType::f16, DType::f32},
+      {"bf16:float16", DType::bf16, DType::f16},
+      {"E4M3:FP32", DType::e4m3, DType::f32},
+      {"e5m2:bfloat16", DType::e5m2, DType::bf16},
+  };
+  for (const auto& [given, in, out] : cases) {
+    SCOPED_TRACE(given);
+    const SuiteProblem p = parse("1 1 1 NT " + given).at(0);
+    EXPECT_EQ(p.in_dtype, in);
+    EXPECT_EQ(p.out_dtype, out);
+  }
+}
+
+TEST(Suite, ParsesFp8DtypesModesAndBatches) {
+  using gemmkit::ScaleMode;
+  auto p = parse(
+      "1 2 3 NT e4m3\n"                    // 0: output bf16, mode tensor
+      "1 2 3 NT e4m3:f32 rowwise\n"        // 1
+      "1 2 3 NT e4m3:bf16 block 2\n"       // 2: block, batch 2
+      "1 2 3 NT e5m2:f16 3\n"              // 3: a number after the dtype is the batch
+      "1 2 3 NT e4m3,e5m2 MX\n"            // 4: two 8-bit types, mode in any case
+      "1 2 3 TN E5M2,E4M3:F32 Tensor 7\n"  // 5
+      "1 2 3 NT e4m3,e4m3:bf16\n");        // 6: the same type twice is one type
+  ASSERT_EQ(p.size(), 7u);
+  for (const auto& q : p) EXPECT_TRUE(q.fp8());
+
+  EXPECT_EQ(p[0].in_dtype, DType::e4m3);
+  EXPECT_FALSE(p[0].in_b.has_value());
+  EXPECT_EQ(p[0].b_dtype(), DType::e4m3);
+  EXPECT_EQ(p[0].out_dtype, DType::bf16);
+  EXPECT_EQ(p[0].mode, ScaleMode::tensor);
+  EXPECT_EQ(p[0].batch, 1);
+
+  EXPECT_EQ(p[1].out_dtype, DType::f32);
+  EXPECT_EQ(p[1].mode, ScaleMode::rowwise);
+  EXPECT_EQ(p[1].batch, 1);
+
+  EXPECT_EQ(p[2].mode, ScaleMode::block);
+  EXPECT_EQ(p[2].batch, 2);
+
+  EXPECT_EQ(p[3].in_dtype, DType::e5m2);
+  EXPECT_EQ(p[3].out_dtype, DType::f16);
+  EXPECT_EQ(p[3].mode, ScaleMode::tensor);
+  EXPECT_EQ(p[3].batch, 3);
+
+  EXPECT_EQ(p[4].in_dtype, DType::e4m3);
+  EXPECT_EQ(p[4].in_b, DType::e5m2);
+  EXPECT_EQ(p[4].b_dtype(), DType::e5m2);
+  EXPECT_EQ(p[4].out_dtype, DType::bf16);
+  EXPECT_EQ(p[4].mode, ScaleMode::mx);
+
+  EXPECT_EQ(p[5].layout, "TN");
+  EXPECT_EQ(p[5].in_dtype, DType::e5m2);
+  EXPECT_EQ(p[5].in_b, DType::e4m3);
+  EXPECT_EQ(p[5].out_dtype, DType::f32);
+  EXPECT_EQ(p[5].mode, ScaleMode::tensor);
+  EXPECT_EQ(p[5].batch, 7);
+
+  EXPECT_EQ(p[6].in_dtype, DType::e4m3);
+  EXPECT_FALSE(p[6].in_b.has_value());
+
+  // The command-line form takes the same fields.
+  const SuiteProblem q = parse_problem({"64", "7168", "2048", "nt", "e4m3:bf16", "block"}, "command line");
+  EXPECT_EQ(q.mode, ScaleMode::block);
+  EXPECT_EQ(q.batch, 1);
+}
+
 TEST(Suite, SkipsCommentsAndBlankLinesAndKeepsLineNumbers) {
   auto p = parse("# header\n\n  \t \n1 2 3 # trailing comment\n\t4\t5 \t6 NN#tight\r\n# end");
   ASSERT_EQ(p.size(), 2u);
@@ -88,12 +172,28 @@ TEST(Suite, RejectsMalformedLinesNamingFileLineAndText) {
       {"1 2 3 bf16", "'bf16'"},   // fields are positional: the fourth is the layout
       {"1 2 3 NT f32", "'f32'"},  // inputs must be 16-bit
       {"1 2 3 NT f32:f32", "'f32:f32'"},
-      {"1 2 3 NT fp16", "'fp16'"},
       {"1 2 3 NT bf16:f8", "'bf16:f8'"},
       {"1 2 3 NT bf16:", "'bf16:'"},
       {"1 2 3 NT bf16 0", "'0'"},
       {"1 2 3 NT bf16 -2", "'-2'"},
       {"1 2 3 NT bf16 2x", "'2x'"},
+      {"1 2 3 NT ue8m0", "'ue8m0'"},  // a scale type, not an input
+      {"1 2 3 NT e4m3:", "'e4m3:'"},
+      {"1 2 3 NT e4m3:e5m2", "'e4m3:e5m2'"},  // outputs are 16- or 32-bit
+      {"1 2 3 NT e4m3,bf16", "'e4m3,bf16'"},  // two input types only where both are 8-bit
+      {"1 2 3 NT bf16,f16:f32", "'bf16,f16:f32'"},
+      {"1 2 3 NT e4m3,", "'e4m3,'"},
+      {"1 2 3 NT e4m3,e5m2,e4m3", "'e4m3,e5m2,e4m3'"},
+      {"1 2 3 NT fp8", "'fp8'"},
+      {"1 2 3 NT bf16 block", "'block'"},  // a mode only with FP8 inputs
+      {"1 2 3 NT f16:f32 tensor 2", "'tensor'"},
+      {"1 2 3 NT e4m3:bf16 blocky", "'blocky'"},
+      {"1 2 3 NT e4m3:bf16 none", "'none'"},
+      {"1 2 3 NT e4m3:bf16 2 block", "'2'"},  // the mode comes before the batch
+      {"1 2 3 NT e4m3:bf16 block 0", "'0'"},
+      {"1 2 3 NT e4m3:bf16 -3", "'-3'"},
+      {"1 2 3 NT e4m3:bf16 2x", "'2x'"},
+      {"1 2 3 NT e4m3:bf16 block 2 3", "'1 2 3 NT e4m3:bf16 block 2 3'"},
   };
   for (const auto& [line, given] : cases) {
     SCOPED_TRACE(line);
@@ -171,6 +271,45 @@ TEST(Suite, DtypeSpecRoundTrips) {
   EXPECT_EQ(dtype_spec(p), "f16:f32");
 }
 
+TEST(Suite, Fp8DtypeSpecRoundTrips) {
+  // FP8 specs always name the output.
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"e4m3", "e4m3:bf16"},           {"e5m2", "e5m2:bf16"},           {"e4m3:bf16", "e4m3:bf16"},
+      {"e4m3:f16", "e4m3:f16"},        {"e5m2:f32", "e5m2:f32"},        {"e4m3,e5m2", "e4m3,e5m2:bf16"},
+      {"e5m2,e4m3:f32", "e5m2,e4m3:f32"}, {"E4M3,E5M2:FP16", "e4m3,e5m2:f16"}, {"e5m2,e5m2:bf16", "e5m2:bf16"},
+      {"fp16", "f16"},                 {"bfloat16:float32", "bf16:f32"}, {"float16:fp32", "f16:f32"},
+  };
+  for (const auto& [given, canonical] : cases) {
+    SCOPED_TRACE(given);
+    SuiteProblem p = parse("1 1 1 NT " + given).at(0);
+    EXPECT_EQ(dtype_spec(p), canonical);
+    SuiteProblem q = parse("1 1 1 NT " + dtype_spec(p)).at(0);
+    EXPECT_EQ(q.in_dtype, p.in_dtype);
+    EXPECT_EQ(q.in_b, p.in_b);
+    EXPECT_EQ(q.out_dtype, p.out_dtype);
+  }
+}
+
+TEST(Suite, TypeSpecRoundTripsWithTheMode) {
+  using gemmkit::ScaleMode;
+  EXPECT_EQ(type_spec(parse("1 1 1 NT bf16:f32 3").at(0)), "bf16:f32");  // 16-bit: the dtype alone
+  EXPECT_EQ(type_spec(parse("1 1 1 NT e4m3").at(0)), "e4m3:bf16 tensor");
+  for (ScaleMode mode : {ScaleMode::tensor, ScaleMode::rowwise, ScaleMode::block, ScaleMode::mx}) {
+    SCOPED_TRACE(scale_mode_spec(mode));
+    const std::string line = "5 6 7 NT e4m3,e5m2:f32 " + scale_mode_spec(mode) + " 2";
+    const SuiteProblem p = parse(line).at(0);
+    EXPECT_EQ(p.mode, mode);
+    EXPECT_EQ(type_spec(p), "e4m3,e5m2:f32 " + scale_mode_spec(mode));
+    const SuiteProblem q = parse("5 6 7 NT " + type_spec(p) + " 2").at(0);
+    EXPECT_EQ(q.mode, p.mode);
+    EXPECT_EQ(q.in_dtype, p.in_dtype);
+    EXPECT_EQ(q.in_b, p.in_b);
+    EXPECT_EQ(q.out_dtype, p.out_dtype);
+    EXPECT_EQ(q.batch, 2);
+  }
+  EXPECT_EQ(scale_mode_spec(ScaleMode::none), "none");
+}
+
 using Shape = std::tuple<int64_t, int64_t, int64_t>;
 
 const std::vector<std::pair<int64_t, int64_t>> kNK = {{2112, 7168},  {24576, 1536}, {32768, 512},
@@ -199,5 +338,36 @@ TEST(Suite, ShippedDenseLargeParses) {
 }
 
 TEST(Suite, ShippedDenseDecodeParses) { expect_suite("dense-decode.txt", 36, {1, 16, 64, 128}); }
+
+using Fp8Row = std::tuple<int64_t, int64_t, int64_t, gemmkit::ScaleMode>;
+
+void expect_fp8_suite(const std::string& file, const std::vector<int64_t>& ms,
+                      const std::vector<gemmkit::ScaleMode>& modes) {
+  SCOPED_TRACE(file);
+  auto problems = load_suite(std::string(GEMMKIT_SOURCE_DIR) + "/bench/suites/" + file);
+  EXPECT_EQ(problems.size(), ms.size() * kNK.size() * modes.size());
+  std::set<Fp8Row> want, got;
+  for (auto mode : modes)
+    for (int64_t m : ms)
+      for (auto [n, k] : kNK) want.insert({m, n, k, mode});
+  for (const auto& p : problems) {
+    got.insert({p.m, p.n, p.k, p.mode});
+    EXPECT_EQ(p.layout, "NT");
+    EXPECT_EQ(dtype_spec(p), "e4m3:bf16");
+    EXPECT_EQ(p.batch, 1);
+  }
+  EXPECT_EQ(got, want);
+}
+
+TEST(Suite, ShippedFp8LargeParses) {
+  using gemmkit::ScaleMode;
+  // dense-large's 2 x 9 grid, once per mode.
+  expect_fp8_suite("fp8-large.txt", {4096, 8192}, {ScaleMode::tensor, ScaleMode::rowwise, ScaleMode::block});
+}
+
+TEST(Suite, ShippedFp8DecodeParses) {
+  using gemmkit::ScaleMode;
+  expect_fp8_suite("fp8-decode.txt", {1, 16, 64, 128}, {ScaleMode::tensor, ScaleMode::block});
+}
 
 }  // namespace
