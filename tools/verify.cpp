@@ -44,7 +44,9 @@ Problem stand_in_problem(const SuiteProblem& sp, int device) {
     if (mode == ScaleMode::none) continue;
     const auto [rows, cols] = reference::scale_shape(spec, is_a);
     const DType type = mode == ScaleMode::mx ? DType::ue8m0 : DType::f32;
-    (is_a ? options.scale_a : options.scale_b) = {mode, view(rows, cols, false, type, base + (3 + is_a) * gap, rows * cols)};
+    Scale& scale = is_a ? options.scale_a : options.scale_b;
+    scale.mode = mode;
+    scale.scales = view(rows, cols, false, type, base + (3 + is_a) * gap, rows * cols);
   }
   Problem p = validate_gemm(a, b, d, options);
   p.device = device;
