@@ -5,11 +5,13 @@
 // move data: through shared memory and TMA when D allows it, else direct predicated stores.
 #pragma once
 
-// Where one warpgroup's slice of a tile lands in D.
+// Where one warpgroup's slice of a tile lands in D, and the outer scales of the thread's two
+// fragment rows (fragment_row(t, h)); 1 without tensor or rowwise scales.
 struct TileOrigin {
   int batch;
   i64 row;  // first row of the warpgroup's 64-row slice
   i64 col;  // first column of the tile
+  float row_scale[2];
 };
 
 __device__ __forceinline__ float epilogue_op(float acc, float c, const GemmParams& p) {
@@ -31,7 +33,7 @@ __device__ __forceinline__ int fragment_col(int t, int j) { return 8 * j + 2 * (
 __device__ __forceinline__ float output_value(const float* acc, const GemmParams& p, TileOrigin at, int t, int j,
                                               int h, int e) {
   const i64 row = at.row + fragment_row(t, h), col = at.col + fragment_col(t, j) + e;
-  const float scaled = acc[4 * j + 2 * h + e] * outer_scale_a(p, at.batch, row) * outer_scale_b(p, at.batch, col);
+  const float scaled = acc[4 * j + 2 * h + e] * at.row_scale[h] * column_outer_scale(p, at.batch, col);
   return epilogue_op(scaled, load_c(p, at.batch, row, col), p);
 }
 

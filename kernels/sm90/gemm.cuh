@@ -275,7 +275,10 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
       if (warp_leader) release_stage(&empty[(iteration - 1) % kStages]);
     }
 
-    const TileOrigin at{w.batch, w.row + slice * 64, w.col};
+    const i64 slice_row = w.row + slice * 64;
+    const TileOrigin at{w.batch, slice_row, w.col,
+                        {row_outer_scale(p, w.batch, slice_row + fragment_row(t, 0)),
+                         row_outer_scale(p, w.batch, slice_row + fragment_row(t, 1))}};
     if (at.row >= p.m) continue;  // this slice lies wholly below D
     if (kSplitK && p.splits > 1 && !combine_splits(acc, p, w.tile * kConsumers + slice, w.split, at.row, t, 1 + slice)) continue;
     if (kDeferGroups) {
@@ -340,8 +343,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       });
     } else if (kInnerScales && t / 32 == 1) {
       for_each_stage(tiles, first_unit, unit_step, rank, empty, [&](const Work& w, int kb, u32 s) {
-        load_stage_scales(stage_scales + s * (kStageScalesA + kStageScalesB), p, w.batch, w.row, w.col, kb, t % 32);
-        mbarrier_arrive(&full[s]);
+        load_stage_scales(stage_scales + s * (kStageScalesA + kStageScalesB), p, w.batch, w.row, w.col, kb, t % 32,
+                          &full[s]);
       });
     }
   } else {

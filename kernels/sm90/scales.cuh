@@ -42,3 +42,16 @@ __device__ __forceinline__ float outer_scale_b(const GemmParams& p, i64 batch, i
   if (kScaleB == GEMMKIT_SCALE_ROWWISE) return scale_at(p.scale_b, kScaleB, batch * p.scale_b.batch_stride + col * p.scale_b.col_stride);
   return 1.0f;
 }
+
+// The TMA kernel's epilogue splits the outer scales into the part an output row shares (A's
+// scale of the row, B's tensor scale), looked up once per tile, and B's rowwise scale of the
+// column. Rows and columns past D (computed, then clipped by the store) read no scale.
+__device__ __forceinline__ float row_outer_scale(const GemmParams& p, i64 batch, i64 row) {
+  if (row >= p.m) return 0.0f;
+  return outer_scale_a(p, batch, row) * (kScaleB == GEMMKIT_SCALE_TENSOR ? outer_scale_b(p, batch, 0) : 1.0f);
+}
+
+__device__ __forceinline__ float column_outer_scale(const GemmParams& p, i64 batch, i64 col) {
+  if (kScaleB != GEMMKIT_SCALE_ROWWISE) return 1.0f;
+  return col < p.n ? outer_scale_b(p, batch, col) : 0.0f;
+}

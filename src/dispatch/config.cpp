@@ -103,7 +103,7 @@ const std::vector<TileShape>& tile_shapes(bool eight_bit) {
   // warpgroups, loads less per multiply than 128 x 176 where N suits 176 (the widest its
   // registers allow). Half-height tiles for small M. 8-bit inputs multiply twice the K per
   // byte of shared memory, so 128 x 128 already feeds the tensor cores as 128 x 256 does for
-  // 16-bit ones; their partial accumulators stop the widths at 176.
+  // 16-bit ones; their partial accumulators stop the widths at 176 (128 with mx scales).
   static const std::vector<TileShape> shapes = [] {
     std::vector<TileShape> s;
     for (int n = 256; n >= 128; n -= 16) s.push_back({128, n});
@@ -213,7 +213,7 @@ KernelConfig problem_config(const Problem& p) {
 bool tile_takes_c(TileShape tile) { return tile.m <= 128; }
 
 bool tile_takes_scales(TileShape tile, ScaleMode a, ScaleMode b) {
-  return tile.n <= 144 || (a != ScaleMode::mx && b != ScaleMode::mx);
+  return tile.n <= 128 || (a != ScaleMode::mx && b != ScaleMode::mx);
 }
 
 int store_buffers_for(KernelConfig c, int smem_limit) {

@@ -75,7 +75,8 @@ const std::vector<TileShape>& tile_shapes(bool eight_bit = false);
 bool tile_takes_c(TileShape tile);
 
 // Whether the tile's kernel can take these scale modes: mx scales (promoted every 32 of K, with
-// a scale per column) spill registers on tiles wider than 144.
+// a scale per column, staged by loads rather than cp.async) spill registers on tiles wider
+// than 128.
 bool tile_takes_scales(TileShape tile, ScaleMode a, ScaleMode b);
 
 // Epilogue staging buffers per consumer warpgroup: two, or one where two would leave the ring
