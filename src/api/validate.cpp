@@ -8,87 +8,24 @@
 #include <utility>
 #include <vector>
 
+#include "api/tensor_checks.h"
 #include "gemmkit/error.h"
 
 namespace gemmkit {
 namespace {
 
-[[noreturn]] void fail(const std::string& message) { throw Error(ErrorCode::invalid_argument, message); }
+using api::byte_range;
+using api::check_form;
+using api::check_no_self_overlap;
+using api::fail;
+using api::shape_text;
+using api::strides_text;
 
-std::string shape_text(const TensorView& t) {
-  std::ostringstream s;
-  s << "[";
-  for (int i = 0; i < t.rank; ++i) s << (i ? ", " : "") << t.sizes[i];
-  s << "]";
-  return s.str();
-}
-
-std::string strides_text(const TensorView& t) {
-  std::ostringstream s;
-  s << "{";
-  for (int i = 0; i < t.rank; ++i) s << (i ? ", " : "") << t.strides[i];
-  s << "}";
-  return s.str();
-}
-
-void check_form(const TensorView& t, const char* name) {
-  if (t.rank != 2 && t.rank != 3) {
-    fail(std::string(name) + ": rank " + std::to_string(t.rank) + "; expected 2 (a matrix) or 3 (a batch of matrices)");
-  }
-  for (int i = 0; i < t.rank; ++i) {
-    if (t.sizes[i] < 0) fail(std::string(name) + ": sizes " + shape_text(t) + " include a negative size; expected sizes >= 0");
-    if (t.strides[i] < 0) {
-      fail(std::string(name) + ": strides " + strides_text(t) + " include a negative stride; expected strides >= 0");
-    }
-  }
-}
 
 int64_t element_count(const TensorView& t) {
   int64_t count = 1;
   for (int i = 0; i < t.rank; ++i) count *= t.sizes[i];
   return count;
-}
-
-// Byte range [first, last) the tensor's elements occupy; throws if it cannot be addressed.
-struct ByteRange {
-  uintptr_t first = 0, last = 0;
-  bool overlaps(const ByteRange& o) const { return first < o.last && o.first < last; }
-};
-
-ByteRange byte_range(const TensorView& t, int64_t batch, const char* name) {
-  int64_t span = 1;
-  const int64_t sizes[3] = {batch, t.rows(), t.cols()};
-  const int64_t strides[3] = {t.batch_stride(), t.row_stride(), t.col_stride()};
-  for (int i = 0; i < 3; ++i) {
-    int64_t step = 0;
-    if (sizes[i] > 1 && (__builtin_mul_overflow(sizes[i] - 1, strides[i], &step) ||
-                         __builtin_add_overflow(span, step, &span))) {
-      fail(std::string(name) + ": strides " + strides_text(t) + " with sizes " + shape_text(t) +
-           " address more than 2^63 elements");
-    }
-  }
-  const uintptr_t first = reinterpret_cast<uintptr_t>(t.data);
-  return {first, first + uintptr_t(span) * uintptr_t(dtype_size(t.dtype))};
-}
-
-// D must not write any element twice: ordered by stride, each dimension must step past
-// everything the smaller ones cover.
-void check_no_self_overlap(const TensorView& d, int64_t batch) {
-  std::array<std::pair<int64_t, int64_t>, 3> dims = {
-      {{d.batch_stride(), batch}, {d.row_stride(), d.rows()}, {d.col_stride(), d.cols()}}};
-  std::sort(dims.begin(), dims.end());
-  int64_t covered = 1;  // elements spanned by the dimensions seen so far
-  for (auto [stride, size] : dims) {
-    if (size <= 1) continue;
-    if (stride < covered) {
-      fail("D: strides " + strides_text(d) + " with sizes " + shape_text(d) +
-           " make output elements overlap; expected every element of D to have its own address");
-    }
-    int64_t extent = 0;
-    if (__builtin_mul_overflow(stride, size - 1, &extent) || __builtin_add_overflow(extent, covered, &covered)) {
-      fail("D: strides " + strides_text(d) + " with sizes " + shape_text(d) + " address more than 2^63 elements");
-    }
-  }
 }
 
 MatrixRef matrix_ref(const TensorView& t) {
@@ -143,6 +80,12 @@ ScaleRef scale_ref(const Scale& scale, const TensorView& x, bool is_a, int64_t r
   for (auto [br, bc] : blocks) {
     const int64_t want_rows = ceil_div(rows, br), want_cols = ceil_div(cols, bc);
     if (t.rows() == want_rows && t.cols() == want_cols) {
+      // The kernels read f32 scales as words.
+      if (reinterpret_cast<uintptr_t>(t.data) % uintptr_t(dtype_size(t.dtype)) != 0) {
+        fail(name + ": data is not " + std::to_string(dtype_size(t.dtype)) + "-byte aligned; expected " +
+             std::string(dtype_name(t.dtype)) + " scales at a multiple of " + std::to_string(dtype_size(t.dtype)) +
+             " bytes");
+      }
       ref.m = matrix_ref(t);
       ref.block_rows = br;
       ref.block_cols = bc;
@@ -236,8 +179,8 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
   if (scale_a.mode != ScaleMode::none) check_data(options.scale_a.scales, "scale_a");
   if (scale_b.mode != ScaleMode::none) check_data(options.scale_b.scales, "scale_b");
 
-  check_no_self_overlap(d, batch);
-  const ByteRange d_range = byte_range(d, batch, "D");
+  check_no_self_overlap(d, batch, "D");
+  const api::ByteRange d_range = byte_range(d, batch, "D");
   if (k > 0 && byte_range(a, batch, "A").overlaps(d_range)) fail("D: memory overlaps A; expected D apart from the inputs");
   if (k > 0 && byte_range(b, batch, "B").overlaps(d_range)) fail("D: memory overlaps B; expected D apart from the inputs");
   for (auto [scale, name] : {std::pair{&options.scale_a, "scale_a"}, std::pair{&options.scale_b, "scale_b"}}) {

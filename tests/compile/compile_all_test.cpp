@@ -7,25 +7,12 @@
 
 #include "codegen/kernel_source.h"
 #include "dispatch/config.h"
-#include "runtime/nvrtc_compiler.h"
+#include "clean_compile.h"
 
 namespace gemmkit {
 namespace {
 
-void expect_clean_compile(const std::string& source, const std::string& entry, const std::string& what) {
-  runtime::CompiledKernel compiled;
-  try {
-    compiled = runtime::compile_kernel(source, entry);
-  } catch (const std::exception& e) {
-    FAIL() << what << ": " << e.what();
-  }
-  const runtime::PtxasReport& r = compiled.report;
-  EXPECT_FALSE(compiled.cubin.empty()) << what;
-  EXPECT_GT(r.registers, 0) << what << ": no ptxas report in the log:\n" << compiled.log;
-  EXPECT_EQ(r.spill_store_bytes, 0) << what << "\n" << compiled.log;
-  EXPECT_EQ(r.spill_load_bytes, 0) << what << "\n" << compiled.log;
-  EXPECT_EQ(r.stack_bytes, 0) << what << "\n" << compiled.log;
-}
+using testing::expect_clean_compile;
 
 // The TMA kernel: every tile shape with every operand majorness, alone and in a cluster of
 // two, at the most stages that fit; tiles up to kMaxSplitTileN wide also with split-K.

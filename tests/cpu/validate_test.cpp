@@ -340,6 +340,9 @@ TEST(ValidateFp8, MisusedTypesAndScalesAreNamed) {
   expect_rejected(batched, "scale_a", {"batch 2", "D's batch 1"});
   expect_rejected(fp8_args(ScaleMode::tensor, TensorView::matrix(nullptr, DType::f32, 1, 1, 1, 1), ScaleMode::none, {}),
                   "scale_a", {"null"});
+  // f32 scales off a 4-byte boundary.
+  expect_rejected(fp8_args(ScaleMode::tensor, TensorView::row_major(address(4) + 2, DType::f32, 1, 1), ScaleMode::none, {}),
+                  "scale_a", {"4-byte aligned"});
   // Scales overlapping D.
   expect_rejected(fp8_args(ScaleMode::tensor, scales(2, DType::f32, 1, 1), ScaleMode::none, {}), "D",
                   {"overlaps scale_a"});
