@@ -3,5 +3,6 @@
 
 #include "gemmkit/error.h"
 #include "gemmkit/gemm.h"
+#include "gemmkit/quantize.h"
 #include "gemmkit/tensor.h"
 #include "gemmkit/tuning.h"

@@ -8,18 +8,6 @@
 namespace gemmkit::codegen {
 namespace {
 
-const char* type_code(DType t) {
-  switch (t) {
-    case DType::bf16: return "GEMMKIT_BF16";
-    case DType::f16: return "GEMMKIT_F16";
-    case DType::f32: return "GEMMKIT_F32";
-    case DType::e4m3: return "GEMMKIT_E4M3";
-    case DType::e5m2: return "GEMMKIT_E5M2";
-    case DType::ue8m0: return "GEMMKIT_UE8M0";
-  }
-  return "";
-}
-
 const char* scale_code(ScaleMode mode) {
   switch (mode) {
     case ScaleMode::none: return "GEMMKIT_SCALE_NONE";
@@ -47,6 +35,18 @@ void operand_prelude(std::ostringstream& s, const OperandTypes& t) {
 }
 
 }  // namespace
+
+const char* type_code(DType t) {
+  switch (t) {
+    case DType::bf16: return "GEMMKIT_BF16";
+    case DType::f16: return "GEMMKIT_F16";
+    case DType::f32: return "GEMMKIT_F32";
+    case DType::e4m3: return "GEMMKIT_E4M3";
+    case DType::e5m2: return "GEMMKIT_E5M2";
+    case DType::ue8m0: return "GEMMKIT_UE8M0";
+  }
+  return "";
+}
 
 std::string file_text(const std::string& name) {
   for (const KernelFile& file : kernel_files()) {

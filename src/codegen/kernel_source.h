@@ -33,6 +33,9 @@ std::string reference_source(const OperandTypes& types);
 // majorness (8-bit operands are K-major).
 std::string wgmma_function(int tile_n, DType a, DType b, bool a_k_major, bool b_k_major);
 
+// The GEMMKIT_* code device code knows an element type by (utility.cuh), e.g. "GEMMKIT_BF16".
+const char* type_code(DType t);
+
 // The text of an embedded kernels/sm90 file, headed by its name and without its include guard
 // pragma, for splicing into one source.
 std::string file_text(const std::string& name);
