@@ -29,6 +29,11 @@ std::string chosen_config(const reference::DeviceProblem& problem);
 // Verifies each problem against the GPU reference; non-zero exit on any failure.
 int run_verify(const std::vector<SuiteProblem>& problems, float beta);
 
+// For each FP8 problem: random bf16 data quantised by gemmkit::quantize in the problem's mode,
+// multiplied in FP8 and checked against the bf16 product within FP8's error
+// (reference/quantized_gemm.h); non-zero exit on any failure. 16-bit problems are an error.
+int run_quantize(const std::vector<SuiteProblem>& problems);
+
 struct BenchOptions {
   std::string suite;
   std::string json;  // empty: no JSON file

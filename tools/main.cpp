@@ -1,4 +1,4 @@
-// gemmkit: the command-line tool. info, verify, bench and tune; see README.md.
+// gemmkit: the command-line tool. info, verify, bench, tune and quantize; see README.md.
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -66,11 +66,17 @@ int main(int argc, char** argv) {
   tune->add_option("--suite", tune_suite, "suite file")->required();
   tune->add_option("--json", tune_json, "also write the results as JSON here");
 
+  CLI::App* quantize = app.add_subcommand(
+      "quantize", "quantise random bf16 data for each FP8 problem of a suite, multiply in FP8, check against the bf16 product");
+  std::string quantize_suite;
+  quantize->add_option("--suite", quantize_suite, "suite file of FP8 problems")->required();
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (app.got_subcommand("info")) return run_info();
     if (app.got_subcommand("bench")) return run_bench(bench_options);
     if (app.got_subcommand("tune")) return run_tune(tune_suite, tune_json);
+    if (app.got_subcommand("quantize")) return run_quantize(load_suite(quantize_suite));
     std::vector<SuiteProblem> problems;
     if (!verify_suite.empty()) {
       if (!shape.empty()) throw gemmkit::Error(gemmkit::ErrorCode::invalid_argument, "verify: give M N K or --suite, not both");

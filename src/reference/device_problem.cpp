@@ -95,10 +95,9 @@ DeviceProblem::DeviceProblem(const ProblemSpec& spec, uint64_t seed) : spec_(spe
   runtime::check(cudaDeviceSynchronize(), "filling inputs");
 }
 
-std::pair<int64_t, int64_t> scale_shape(const ProblemSpec& spec, bool is_a) {
+std::pair<int64_t, int64_t> scale_blocks(const ProblemSpec& spec, bool is_a) {
   const ScaleMode mode = is_a ? spec.scale_a : spec.scale_b;
   const int64_t rows = is_a ? spec.m : spec.k, cols = is_a ? spec.k : spec.n;
-  auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   // Blocks along the operand's rows and columns (A: M x K, B: K x N), as gemmkit/gemm.h lists them.
   int64_t block_rows = std::max<int64_t>(rows, 1), block_cols = std::max<int64_t>(cols, 1);
   if (mode == ScaleMode::rowwise) (is_a ? block_rows : block_cols) = 1;
@@ -110,7 +109,13 @@ std::pair<int64_t, int64_t> scale_shape(const ProblemSpec& spec, bool is_a) {
     block_rows = is_a ? 1 : 32;
     block_cols = is_a ? 32 : 1;
   }
-  return {ceil_div(rows, block_rows), ceil_div(cols, block_cols)};
+  return {block_rows, block_cols};
+}
+
+std::pair<int64_t, int64_t> scale_shape(const ProblemSpec& spec, bool is_a) {
+  const int64_t rows = is_a ? spec.m : spec.k, cols = is_a ? spec.k : spec.n;
+  const auto [block_rows, block_cols] = scale_blocks(spec, is_a);
+  return {(rows + block_rows - 1) / block_rows, (cols + block_cols - 1) / block_cols};
 }
 
 Scale DeviceProblem::make_scale(ScaleMode mode, bool is_a, Buffer& buffer, uint64_t seed) {

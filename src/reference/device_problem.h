@@ -43,7 +43,9 @@ struct ProblemSpec {
   std::string describe() const;
 };
 
-// Rows and columns of the scale tensor of A (is_a) or B that the spec's mode asks for.
+// Rows and columns of A's (is_a) or B's blocks that share a scale in the spec's mode, and the
+// rows and columns of the scale tensor that takes.
+std::pair<int64_t, int64_t> scale_blocks(const ProblemSpec& spec, bool is_a);
 std::pair<int64_t, int64_t> scale_shape(const ProblemSpec& spec, bool is_a);
 
 class DeviceProblem {

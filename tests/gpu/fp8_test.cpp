@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gemmkit/error.h"
+#include "reference/quantized_gemm.h"
 #include "gpu_test.h"
 
 namespace gemmkit {
@@ -198,6 +199,26 @@ TEST_F(Fp8Accuracy, LongPositiveSumsStayWithinTheTwoLevelBound) {
     spec.input_lo = 0.0f;
     spec.out = DType::f32;
     expect_correct(spec);
+  }
+}
+
+// Random bf16 data quantised by gemmkit::quantize in each mode and type, multiplied in FP8,
+// within what FP8's rounding allows of the bf16 product (quantized_gemm.h), batched and
+// transposed too.
+TEST_F(Fp8Accuracy, QuantisedInputsStayWithinFp8ErrorOfTheBf16Gemm) {
+  for (ScaleMode mode : kModes) {
+    for (auto [a, b] : {std::pair{DType::e4m3, DType::e4m3}, std::pair{DType::e5m2, DType::e4m3}}) {
+      ProblemSpec spec = fp8(256, 384, 1024, mode);
+      spec.in = a;
+      spec.in_b = b;
+      spec.out = DType::f32;
+      const reference::QuantizedComparison result = reference::quantized_gemm_check(spec, testing::fresh_seed());
+      EXPECT_TRUE(result.passed()) << spec.describe() << ": " << result.summary();
+    }
+    ProblemSpec other = fp8(130, 200, 520, mode, "TN");
+    other.batch = 2;
+    const reference::QuantizedComparison result = reference::quantized_gemm_check(other, testing::fresh_seed());
+    EXPECT_TRUE(result.passed()) << other.describe() << ": " << result.summary();
   }
 }
 
