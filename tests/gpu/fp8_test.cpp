@@ -145,15 +145,7 @@ TEST_F(Fp8Layouts, MnMajorAndUnalignedOperandsAreStaged) {
   ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
   gemm(problem.a(), problem.b(), problem.d(), problem.options(stream));
   ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  problem.prepare_output(stream);
-  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  const reference::Comparison result = problem.check(stream);
-  EXPECT_TRUE(result.passed()) << result.summary();
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+  testing::expect_replay_correct(problem, graph, stream);
   cudaStreamDestroy(stream);
 }
 

@@ -59,4 +59,18 @@ inline void expect_correct(const reference::ProblemSpec& spec, const KernelConfi
   EXPECT_TRUE(result.passed()) << spec.describe() << " [" << config << "]: " << result.summary();
 }
 
+// Replays a captured graph of `problem`'s GEMM with D poisoned, expects the reference's result,
+// and destroys the graph.
+inline void expect_replay_correct(reference::DeviceProblem& problem, cudaGraph_t graph, cudaStream_t stream) {
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  problem.prepare_output(stream);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  const reference::Comparison result = problem.check(stream);
+  EXPECT_TRUE(result.passed()) << result.summary();
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
 }  // namespace gemmkit::testing

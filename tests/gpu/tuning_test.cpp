@@ -103,16 +103,7 @@ TEST_F(Autotuner, NoOnlineTuningDuringGraphCapture) {
   cudaGraph_t graph = nullptr;
   ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
   EXPECT_FALSE(tuning::tuned_config(normalized(problem), runtime::device_info(0)).has_value());
-
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  problem.prepare_output(stream);
-  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  const reference::Comparison result = problem.check(stream);
-  EXPECT_TRUE(result.passed()) << result.summary();
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+  testing::expect_replay_correct(problem, graph, stream);
   cudaStreamDestroy(stream);
 }
 
