@@ -30,7 +30,8 @@ constexpr int kTimedRuns = 15;
 constexpr int kMaxBufferSets = 16;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-int64_t round_up8(int64_t x) { return ceil_div(std::max<int64_t>(x, 1), 8) * 8; }
+// x (at least 1) rounded up to a multiple of `step` elements.
+int64_t round_up(int64_t x, int64_t step) { return ceil_div(std::max<int64_t>(x, 1), step) * step; }
 
 }  // namespace
 
@@ -75,20 +76,25 @@ struct CudaFree {
   void operator()(void* p) const { cudaFree(p); }
 };
 
-// One operand of the scratch problem: `count` matrices of `elements` elements each.
+// One operand of the scratch problem: `count` matrices of `elements` elements each, random in
+// [lo, hi) unless it is D, and where it goes in the problem.
 struct ScratchOperand {
   MatrixRef view;
   int64_t elements = 0, count = 1;
+  bool random = true;
+  float lo = -1.0f, hi = 1.0f;
+  MatrixRef& (*target)(Problem&) = nullptr;
   int64_t bytes() const { return elements * count * dtype_size(view.dtype); }
 };
 
 // Operands laid out as `base` expects (majorness, batching, types), packed with every leading
-// dimension rounded up to 16 bytes so that TMA can address them.
+// dimension rounded up to 8 elements and 16 bytes so that TMA can address them; FP8 scales row-major, shaped
+// as the problem's are, in [0.5, 2) (ue8m0: powers of two from 1/4 to 2).
 std::vector<ScratchOperand> scratch_layout(const Problem& p, const KernelConfig& base) {
   auto operand = [&](DType type, int64_t rows, int64_t cols, bool cols_contiguous, bool batched) {
     ScratchOperand o;
     o.view.dtype = type;
-    const int64_t ld = round_up8(cols_contiguous ? cols : rows);
+    const int64_t ld = round_up(cols_contiguous ? cols : rows, std::max(8, 16 / dtype_size(type)));
     o.view.row_stride = cols_contiguous ? ld : 1;
     o.view.col_stride = cols_contiguous ? 1 : ld;
     o.elements = ld * (cols_contiguous ? rows : cols);
@@ -98,10 +104,28 @@ std::vector<ScratchOperand> scratch_layout(const Problem& p, const KernelConfig&
   };
   std::vector<ScratchOperand> operands = {
       operand(base.in, p.m, p.k, base.a_k_major, base.a_batched),
-      operand(base.in, p.k, p.n, !base.b_k_major, base.b_batched),
+      operand(base.in_b, p.k, p.n, !base.b_k_major, base.b_batched),
       operand(base.out, p.m, p.n, true, p.batch > 1),
   };
-  if (base.has_c) operands.push_back(operand(base.c, p.m, p.n, true, p.batch > 1));
+  operands[0].target = [](Problem& q) -> MatrixRef& { return q.a; };
+  operands[1].target = [](Problem& q) -> MatrixRef& { return q.b; };
+  operands[2].target = [](Problem& q) -> MatrixRef& { return q.d; };
+  operands[2].random = false;  // D is written, not read
+  if (base.has_c) {
+    operands.push_back(operand(base.c, p.m, p.n, true, p.batch > 1));
+    operands.back().target = [](Problem& q) -> MatrixRef& { return q.c; };
+  }
+  auto scales = [&](const ScaleRef& s, int64_t rows, int64_t cols, MatrixRef& (*target)(Problem&)) {
+    if (s.mode == ScaleMode::none) return;
+    ScratchOperand o = operand(s.m.dtype, ceil_div(rows, s.block_rows), ceil_div(cols, s.block_cols), true,
+                               p.batch > 1 && s.m.batch_stride != 0);
+    o.lo = s.mode == ScaleMode::mx ? 0.25f : 0.5f;
+    o.hi = s.mode == ScaleMode::mx ? 4.0f : 2.0f;
+    o.target = target;
+    operands.push_back(o);
+  };
+  scales(p.scale_a, p.m, p.k, [](Problem& q) -> MatrixRef& { return q.scale_a.m; });
+  scales(p.scale_b, p.k, p.n, [](Problem& q) -> MatrixRef& { return q.scale_b.m; });
   return operands;
 }
 
@@ -124,21 +148,21 @@ class ScratchProblems {
     std::random_device seeds;
     for (int s = 0; s < sets; ++s) {
       Problem q = p;
-      MatrixRef* refs[] = {&q.a, &q.b, &q.d, &q.c};
-      for (size_t i = 0; i < layout.size(); ++i) {
+      if (!base.has_c) q.c = MatrixRef{};
+      for (const ScratchOperand& o : layout) {
         void* data = nullptr;
-        runtime::check(cudaMalloc(&data, size_t(layout[i].bytes())), "cudaMalloc (tuning scratch)");
+        runtime::check(cudaMalloc(&data, size_t(o.bytes())), "cudaMalloc (tuning scratch)");
         buffers_.emplace_back(data);
-        *refs[i] = layout[i].view;
-        refs[i]->data = data;
-        if (i != 2) {  // D is written, not read
-          runtime::fill_random(data, layout[i].view.dtype, layout[i].elements * layout[i].count,
-                               (uint64_t(seeds()) << 32) | seeds(), -1.0f, 1.0f, stream);
+        MatrixRef& ref = o.target(q);
+        ref = o.view;
+        ref.data = data;
+        if (o.random) {
+          runtime::fill_random(data, o.view.dtype, o.elements * o.count, (uint64_t(seeds()) << 32) | seeds(), o.lo, o.hi,
+                               stream);
         }
       }
       q.alpha = 1.0f;
       q.beta = base.has_c ? 0.5f : 0.0f;
-      if (!base.has_c) q.c = MatrixRef{};
       problems_.push_back(q);
     }
     runtime::check(cudaStreamSynchronize(stream), "tuning scratch fill");
@@ -186,9 +210,6 @@ TuneResult tune(const Problem& p) {
   const std::vector<KernelConfig> candidates = tuning_candidates(p, {info.sm_count, info.smem_per_block_optin});
   if (candidates.empty()) {
     throw Error(ErrorCode::invalid_argument, "tuning: only the fallback kernel can run this problem");
-  }
-  if (p.scale_a.mode != ScaleMode::none || p.scale_b.mode != ScaleMode::none) {
-    throw Error(ErrorCode::invalid_argument, "tuning: FP8 problems with scales are not tuned yet; they run the cost model's pick");
   }
   precompile(candidates);
   const cudaStream_t stream = tuning_stream(p.device);

@@ -124,9 +124,7 @@ bool store_winner(const Problem& p, const runtime::DeviceInfo& info, const Kerne
 Dispatch dispatch_config(const Problem& p, const runtime::DeviceInfo& info, cudaStream_t stream) {
   const DeviceLimits limits{info.sm_count, info.smem_per_block_optin, info.l2_bytes};
   const TuningMode mode = tuning_mode();
-  // FP8 problems are not tuned yet (the tuner's scratch problems have no scales).
-  const bool untunable = p.scale_a.mode != ScaleMode::none || p.scale_b.mode != ScaleMode::none;
-  if (mode == TuningMode::off || untunable || problem_config(p).kind != KernelKind::tma) {
+  if (mode == TuningMode::off || problem_config(p).kind != KernelKind::tma) {
     return {choose_config(p, limits), false};
   }
   if (auto tuned = tuned_config(p, info)) return {*tuned, true};

@@ -72,6 +72,26 @@ TEST_F(Autotuner, EveryCandidateIsCorrect) {
   }
 }
 
+// FP8 problems tune on scratch inputs with scales of their modes (block scales change the
+// stage size, mx the tiles allowed); every candidate is right, and the winner's class key
+// names the modes.
+TEST_F(Autotuner, Fp8ProblemsTuneWithTheirScales) {
+  for (ScaleMode mode : {ScaleMode::block, ScaleMode::mx}) {
+    const ProblemSpec spec{.m = 16, .n = 2112, .k = 7168, .layout = "NT", .in = DType::e4m3, .scale_a = mode,
+                           .scale_b = mode};
+    reference::DeviceProblem problem(spec, 1);
+    const Problem p = normalized(problem);
+    const tuning::TuneResult result = tuning::tune(p);
+    ASSERT_FALSE(result.timed.empty());
+    for (const tuning::Timed& timed : result.timed) {
+      EXPECT_TRUE(std::isfinite(timed.us) && timed.us > 0) << timed.config.name();
+      EXPECT_EQ(timed.config.scale_a, mode);
+    }
+    for (const KernelConfig& config : tuning::tuning_candidates(p, limits())) expect_correct(spec, &config);
+    EXPECT_NE(tuning::problem_key(p).find("scales"), std::string::npos) << tuning::problem_key(p);
+  }
+}
+
 TEST_F(Autotuner, OnlineTuningStoresAWinnerThatLaterCallsUse) {
   const ProblemSpec spec = untuned_spec(48);
   testing::TuningModeGuard online(TuningMode::online);
