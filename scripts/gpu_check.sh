@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# On a GPU machine: build with every core, run every test (GPU included), benchmark
-# dense-large against cuBLASLt, check the kernels' SASS, and print a short summary last.
-# Logs go to $OUT (or build-gpu/logs). GEMMKIT_SUITE picks another suite (default dense-large);
-# GEMMKIT_COMMIT names the commit where the tree travels without .git.
+# On a GPU machine: build with every core, run every test (GPU included), benchmark suites
+# against cuBLASLt, check the kernels' SASS, and print a short summary last.
+# Logs go to $OUT (or build-gpu/logs). GEMMKIT_SUITES lists the suites to bench (default
+# dense-large; e.g. "dense-large fp8-large fp8-decode fp8-mx fp8-odd"), each into
+# bench-SUITE.{txt,json}; GEMMKIT_COMMIT names the commit where the tree travels without .git.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${GEMMKIT_BUILD_DIR:-build-gpu}
@@ -17,9 +18,11 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release > "$out/configure.log
 ctest --test-dir "$build" -j 8 --output-on-failure --timeout 1200 > "$out/tests.log" 2>&1
 tests_rc=$?
 
-"$build/gemmkit" bench --suite bench/suites/${GEMMKIT_SUITE:-dense-large}.txt --json "$out/bench.json" \
-  > "$out/bench.txt" 2> "$out/bench.err"
-bench_rc=$?
+bench_rc=0
+for suite in ${GEMMKIT_SUITES:-dense-large}; do
+  "$build/gemmkit" bench --suite "bench/suites/$suite.txt" --json "$out/bench-$suite.json" \
+    > "$out/bench-$suite.txt" 2> "$out/bench-$suite.err" || bench_rc=1
+done
 
 # Every cached kernel: HGMMA (16-bit) or QGMMA (8-bit) present in the TMA kernels, no local-memory traffic anywhere.
 : > "$out/sass.txt"
@@ -36,5 +39,8 @@ echo "== commit: ${GEMMKIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || e
 echo "== sass:"; cat "$out/sass.txt"
 echo "== failed tests:"; grep -E '^\s+[0-9]+ - ' "$out/tests.log" | head -20
 echo "== tests: $(grep -E 'tests passed|tests failed' "$out/tests.log" | tail -1) (exit $tests_rc)"
-echo "== bench (exit $bench_rc):"; tail -25 "$out/bench.txt"; tail -3 "$out/bench.err"
+echo "== bench (exit $bench_rc):"
+for suite in ${GEMMKIT_SUITES:-dense-large}; do
+  echo "-- $suite"; grep -E '^summary' "$out/bench-$suite.txt"; tail -2 "$out/bench-$suite.err"
+done
 [ $tests_rc -eq 0 ] && [ $bench_rc -eq 0 ]
