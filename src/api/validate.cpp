@@ -48,10 +48,10 @@ std::string_view mode_name(ScaleMode mode) {
 // The scales of operand `x` (A: rows M, cols K; B: rows K, cols N) as the kernels read them:
 // the mode's shape (see gemm.h) decides the blocks, and anything else is an error.
 ScaleRef scale_ref(const Scale& scale, const TensorView& x, bool is_a, int64_t rows, int64_t cols) {
-  const std::string name = is_a ? "scale_a" : "scale_b";
   ScaleRef ref;
   ref.mode = scale.mode;
   if (scale.mode == ScaleMode::none) return ref;
+  const std::string name = is_a ? "scale_a" : "scale_b";
   if (!is_fp8(x.dtype)) {
     fail(name + ": mode " + std::string(mode_name(scale.mode)) + " given for " + (is_a ? "A" : "B") + " of dtype " +
          std::string(dtype_name(x.dtype)) + "; expected scales only for e4m3 or e5m2 inputs (mode none otherwise)");
