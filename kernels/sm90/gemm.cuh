@@ -191,10 +191,12 @@ constexpr int kDeferFrom = (kGroups + 1) / 2;  // groups [kDeferFrom, kGroups) w
 constexpr int kDeferredRegisters = kDeferGroups ? (kGroups - kDeferFrom) * kPackedPerGroup : 1;
 
 // 8-bit inputs: each K granule of a K block is multiplied into `partial`, whose sums the tensor
-// cores keep narrower than f32, then promoted into `acc` with its inner scales. A stage goes
-// back to the producer when its last granule is promoted (its scales are read by then).
-__device__ __forceinline__ void multiply_8bit(float* acc, int k_count, u32& iteration, int slice, int t,
-                                              const u8* stages_a, const u8* stages_b, const float* stage_scales,
+// cores keep narrower than f32, then promoted into `acc` with its inner scales. The scales a
+// thread needs throughout the K block are read while its first granule multiplies. A stage goes
+// back to the producer once its last granule has multiplied, or where promotion reads B's scales
+// from it (mx, 128x1 blocks), once that is promoted.
+__device__ __forceinline__ void multiply_8bit(float* acc, int k_count, u32& iteration, int slice, int t, int col,
+                                              const u8* stages_a, const u8* stages_b, u32 stage_scales,
                                               u64* full, u64* empty) {
   constexpr int kSteps = kRowBytes / 32 / kGranules;  // k32 wgmma steps per granule
   float partial[kTileN / 2];
@@ -205,7 +207,8 @@ __device__ __forceinline__ void multiply_8bit(float* acc, int k_count, u32& iter
     mbarrier_wait(&full[s], (iteration / kStages) & 1);
     const u32 low_a = operand_descriptor_low(stages_a + s * kStageBytesA + slice * 64 * kRowBytes, true);
     const u32 low_b = operand_descriptor_low(stages_b + s * kStageBytesB, true);
-    const float* scales = stage_scales + s * (kStageScalesA + kStageScalesB);
+    const u32 scales = stage_scales + s * kStageScaleBytes;
+    KBlockScales k_scales;
 #pragma unroll
     for (int g = 0; g < kGranules; ++g) {
       wgmma_fence();
@@ -216,19 +219,21 @@ __device__ __forceinline__ void multiply_8bit(float* acc, int k_count, u32& iter
                    kk > 0 ? 1u : 0u);
       }
       wgmma_commit();
+      if (g == 0) k_scales = read_k_block_scales(scales, slice, t);
       wgmma_wait<0>();
 #pragma unroll
       for (int j = 0; j < kTileN / 2; ++j) fence_register(partial[j]);
-      promote(acc, partial, scales + g * kTileM + slice * 64, scales + kStageScalesA + g * kTileN, t);
+      if (g == kGranules - 1 && !kPromoteReadsStage && t % 32 == 0) release_stage(&empty[s]);
+      promote(acc, partial, k_scales, scales, g, col % 128, t);
     }
-    if (t % 32 == 0) release_stage(&empty[s]);
+    if (kPromoteReadsStage && t % 32 == 0) release_stage(&empty[s]);
   }
 }
 
 // A consumer warpgroup: multiplies its `slice` (64 rows) of each tile, then stores it.
 __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams& p, const TileScheduler& tiles,
                                         i64 first_unit, i64 unit_step, int slice, int t,
-                                        const u8* stages_a, const u8* stages_b, const float* stage_scales,
+                                        const u8* stages_a, const u8* stages_b, u32 stage_scales,
                                         u8* epilogue_buffers, u64* full, u64* empty, const Work* slots) {
   const bool warp_leader = t % 32 == 0;
   u8* buffers = epilogue_buffers + slice * kStoreBuffers * kEpilogueBufferBytes;
@@ -244,7 +249,7 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
     // lets the compiler keep the loop's bookkeeping in uniform registers.
     const int k_count = kSplitK ? w.k_end - w.k_begin : tiles.k_blocks;
     if constexpr (k8Bit) {
-      multiply_8bit(acc, k_count, iteration, slice, t, stages_a, stages_b, stage_scales, full, empty);
+      multiply_8bit(acc, k_count, iteration, slice, t, w.col, stages_a, stages_b, stage_scales, full, empty);
     } else {
       // One wgmma group stays in flight: after committing K block i, wait for i - 1 and hand
       // its stage back to the producer.
@@ -309,7 +314,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   u64* full = reinterpret_cast<u64*>(epilogue_buffers + kEpilogueBytes);
   u64* empty = full + kStages;
   Work* slots = reinterpret_cast<Work*>(empty + kStages);
-  float* stage_scales = reinterpret_cast<float*>(slots + kStages);  // kInnerScales only
+  const u32 stage_scales = smem_u32(slots + kStages);  // kInnerScales only
 
   const int warpgroup = threadIdx.x / 128;
   const int t = threadIdx.x % 128;
@@ -343,7 +348,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       });
     } else if (kInnerScales && t / 32 == 1) {
       for_each_stage(tiles, first_unit, unit_step, rank, empty, [&](const Work& w, int kb, u32 s) {
-        load_stage_scales(stage_scales + s * (kStageScalesA + kStageScalesB), p, w.batch, w.row, w.col, kb, t % 32,
+        load_stage_scales(stage_scales + s * kStageScaleBytes, p, w.batch, w.row, w.col, kb, t % 32,
                           &full[s]);
       });
     }

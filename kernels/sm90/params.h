@@ -20,6 +20,7 @@ struct GemmScale {
   long long col_stride;
   long long block_rows;
   long long block_cols;
+  int word_copies;  // mx: every 4 exponents along a row are one aligned word (the TMA kernel copies them so)
 };
 
 // D = alpha * A * B + beta * C; A is m x k, B is k x n, C and D are m x n, all [batch].

@@ -11,37 +11,20 @@ constexpr bool kInnerA = is_inner_scale(kScaleA), kInnerB = is_inner_scale(kScal
 constexpr bool kInnerScales = kInnerA || kInnerB;
 constexpr int kGranuleK = kScaleA == GEMMKIT_SCALE_MX || kScaleB == GEMMKIT_SCALE_MX ? 32 : 128;
 constexpr int kGranules = 128 / kGranuleK;  // per K block of 128 8-bit elements
-// Floats staged per stage: per granule, A's scale of each tile row, B's of each tile column.
-constexpr int kStageScalesA = kInnerA ? kGranules * kTileM : 0;
-constexpr int kStageScalesB = kInnerB ? kGranules * kTileN : 0;
-constexpr u32 kStageScaleBytes = (kStageScalesA + kStageScalesB) * 4;
+// Scales are staged in 4-byte words. A: one per tile row (a 1x128 block's f32, or the four mx
+// exponents of the row's K block, packed), or one for the whole tile with 128x128 blocks (a
+// tile never straddles one), padded to four. B, 16-byte aligned after them: one per tile column
+// (a 128x1 block's f32; with mx, the tile's exponents of granule g fill kTileN bytes at
+// g * kTileN), or with 128x128 blocks one per 128 block the tile touches.
+constexpr bool kMxA = kScaleA == GEMMKIT_SCALE_MX, kMxB = kScaleB == GEMMKIT_SCALE_MX;
+constexpr int kBlocksB = (kTileN + 127) / 128 + 1;  // 128-column blocks a tile at any column touches
+constexpr int kStageWordsA = !kInnerA ? 0 : kScaleMNA == 1 ? kTileM : 4;
+constexpr int kStageWordsB = !kInnerB ? 0 : kScaleMNB == 1 ? kTileN : kBlocksB;
+constexpr u32 kStageScaleBytes = (kStageWordsA + kStageWordsB + 3) / 4 * 16;
 
-// Where the staged scale `i` of K block `k_block` of the tile at (batch, row, col) lives: A's
-// for tile row i % kTileM of granule i / kTileM, then B's for each tile column likewise; null
-// outside the operands (where TMA fills the data with zeros too, and the scale staged is 0).
-// Coordinates fit in 32 bits (the host picks this kernel only where TMA addresses the
-// operands), which spares producer registers.
-__device__ __forceinline__ const u8* stage_scale_address(const GemmParams& p, int batch, int row, int col, int k_block,
-                                                         int i) {
-  constexpr int kBytesA = kScaleA == GEMMKIT_SCALE_MX ? 1 : 4, kBytesB = kScaleB == GEMMKIT_SCALE_MX ? 1 : 4;
-  if (kInnerA && i < kStageScalesA) {
-    const int r = row + i % kTileM, k = k_block * 128 + (i / kTileM) * kGranuleK;
-    if (r >= p.m || k >= p.k) return nullptr;
-    const i64 index = batch * p.scale_a.batch_stride + (r / kScaleMNA) * p.scale_a.row_stride +
-                      (k / scale_k_block(kInnerA ? kScaleA : GEMMKIT_SCALE_BLOCK)) * p.scale_a.col_stride;
-    return static_cast<const u8*>(p.scale_a.data) + index * kBytesA;
-  }
-  i -= kStageScalesA;
-  const int c = col + i % kTileN, k = k_block * 128 + (i / kTileN) * kGranuleK;
-  if (c >= p.n || k >= p.k) return nullptr;
-  const i64 index = batch * p.scale_b.batch_stride + (k / scale_k_block(kInnerB ? kScaleB : GEMMKIT_SCALE_BLOCK)) * p.scale_b.row_stride +
-                    (c / kScaleMNB) * p.scale_b.col_stride;
-  return static_cast<const u8*>(p.scale_b.data) + index * kBytesB;
-}
-
-// Copies 4 bytes from global to shared memory asynchronously (0 bytes read: zeros written).
-__device__ __forceinline__ void cp_async_4(void* dst, const void* src, u32 src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes) : "memory");
+// Copies `bytes` (0 to 4) from global to shared memory asynchronously; the rest of the 4 are zeros.
+__device__ __forceinline__ void cp_async_4(u32 dst, const void* src, u32 bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
 }
 
 // Arrives on `bar` once this thread's earlier cp.async copies have landed (the barrier's count
@@ -50,59 +33,154 @@ __device__ __forceinline__ void cp_async_arrive(u64* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_u32(bar)) : "memory");
 }
 
-// By one producer warp: stages the inner scales of one K block and arrives on the stage's full
-// barrier, each lane once. f32 scales travel by cp.async, so the warp moves on to the next
-// stage at once and the barrier completes when they land, as TMA's bytes do. mx scales are
-// bytes, which cp.async cannot move one at a time: the lanes load and convert them, a few in
-// flight at a time (the producer keeps few registers), then arrive.
-__device__ __forceinline__ void load_stage_scales(float* dst, const GemmParams& p, int batch, int row, int col, int k_block,
-                                                  int lane, u64* full) {
-  constexpr int kTotal = kStageScalesA + kStageScalesB;
-  if (kScaleA != GEMMKIT_SCALE_MX && kScaleB != GEMMKIT_SCALE_MX) {
-    for (int i = lane; i < kTotal; i += 32) {
-      const u8* src = stage_scale_address(p, batch, row, col, k_block, i);
-      cp_async_4(dst + i, src ? src : static_cast<const u8*>(kInnerA ? p.scale_a.data : p.scale_b.data), src ? 4 : 0);
-    }
-    cp_async_arrive(full);
-    return;
-  }
-  constexpr int kInFlight = 4;
-  for (int first = 0; first < kTotal; first += 32 * kInFlight) {
-    float v[kInFlight];
-#pragma unroll
-    for (int u = 0; u < kInFlight; ++u) {
-      const int i = first + lane + 32 * u;
-      const u8* src = i < kTotal ? stage_scale_address(p, batch, row, col, k_block, i) : nullptr;
-      const bool mx = i < kStageScalesA ? kScaleA == GEMMKIT_SCALE_MX : kScaleB == GEMMKIT_SCALE_MX;
-      v[u] = !src ? 0.0f : mx ? ue8m0_to_float(*src) : *reinterpret_cast<const float*>(src);
-    }
-#pragma unroll
-    for (int u = 0; u < kInFlight; ++u) {
-      if (first + lane + 32 * u < kTotal) dst[first + lane + 32 * u] = v[u];
-    }
-  }
-  mbarrier_arrive(full);
+__device__ __forceinline__ void st_shared_u32(u32 address, u32 v) {
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(address), "r"(v) : "memory");
+}
+__device__ __forceinline__ u32 ld_shared_u32(u32 address) {
+  u32 v;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(address) : "memory");
+  return v;
+}
+__device__ __forceinline__ u32 ld_shared_u16(u32 address) {
+  u32 v;
+  asm volatile("ld.shared.u16 %0, [%1];" : "=r"(v) : "r"(address) : "memory");
+  return v;
+}
+__device__ __forceinline__ float2 ld_shared_f32x2(u32 address) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(address) : "memory");
+  return v;
 }
 
-// acc += partial * (A's scale of the row) * (B's scale of the column) for one granule whose
-// scales are staged at `scales_a` (this slice's 64 rows) and `scales_b` (the tile's columns).
-// Without inner scales this is a plain sum.
-__device__ __forceinline__ void promote(float* acc, const float* partial, const float* scales_a, const float* scales_b,
-                                        int t) {
-  const float a0 = kInnerA ? scales_a[fragment_row(t, 0)] : 1.0f;
-  const float a1 = kInnerA ? scales_a[fragment_row(t, 1)] : 1.0f;
+// Stages word `i` of K block `k_block`'s scales for the tile at (batch, row, col) at shared
+// address `dst`. Outside the operands the word is 0 (as TMA fills the data there with zeros).
+// f32 scales and mx exponents that lie 4 to a word (GemmScale::word_copies) travel by cp.async;
+// other mx exponents are read byte by byte. Returns whether it stored without cp.async.
+__device__ __forceinline__ bool stage_scale_word(u32 dst, const GemmParams& p, int batch, int row, int col,
+                                                 int k_block, int i) {
+  const bool is_a = i < kStageWordsA;
+  const GemmScale& s = is_a ? p.scale_a : p.scale_b;
+  const u8* base = static_cast<const u8*>(s.data);
+  if (is_a ? !kMxA : !kMxB) {
+    // One f32: A's of a row (or of the tile's 128-row block), B's of a column or 128-column block.
+    i64 index;
+    bool inside;
+    if (is_a) {
+      const int r = kScaleMNA == 1 ? row + i : row;
+      inside = r < p.m && (kScaleMNA == 1 || i == 0);  // 128x128 blocks: words 1 to 3 are padding
+      index = batch * s.batch_stride + (r / kScaleMNA) * s.row_stride + k_block * s.col_stride;
+    } else {
+      const int c = kScaleMNB == 1 ? col + (i - kStageWordsA) : (col / 128 + (i - kStageWordsA)) * 128;
+      inside = c < p.n;
+      index = batch * s.batch_stride + k_block * s.row_stride + (c / kScaleMNB) * s.col_stride;
+    }
+    cp_async_4(dst, inside ? base + 4 * index : base, inside ? 4 : 0);
+    return false;
+  }
+  // Four mx exponents: A's of one row along K (granules 4 k_block .. + 3), B's of one granule
+  // along N (four columns). The present ones are a prefix of the four.
+  const int granules = int((p.k + 31) / 32);
+  const u8* first;
+  i64 step;
+  int present;
+  if (is_a) {
+    const int r = row + i, g = 4 * k_block;
+    present = r < p.m ? min(4, granules - g) : 0;
+    first = base + batch * s.batch_stride + r * s.row_stride + g * s.col_stride;
+    step = s.col_stride;
+  } else {
+    const int w = i - kStageWordsA, g = 4 * k_block + w / (kTileN / 4), c = col + 4 * (w % (kTileN / 4));
+    present = g < granules ? max(0, min(4, int(p.n) - c)) : 0;
+    first = base + batch * s.batch_stride + g * s.row_stride + c * s.col_stride;
+    step = s.col_stride;
+  }
+  if (s.word_copies) {
+    cp_async_4(dst, present > 0 ? first : base, present);
+    return false;
+  }
+  u32 word = 0;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    if (e < present) word |= u32(first[e * step]) << (8 * e);
+  }
+  st_shared_u32(dst, word);
+  return true;
+}
+
+// By one producer warp: stages the inner scales of one K block and arrives on the stage's full
+// barrier, each lane once. Copies by cp.async let the warp move on to the next stage at once
+// (the barrier completes when they land, as TMA's bytes do); stores need a release first.
+__device__ __forceinline__ void load_stage_scales(u32 dst, const GemmParams& p, int batch, int row, int col, int k_block,
+                                                  int lane, u64* full) {
+  constexpr int kWords = kStageWordsA + kStageWordsB;
+  bool stored = false;
+#pragma unroll
+  for (int first = 0; first < kWords; first += 32) {
+    if (first + lane < kWords) stored |= stage_scale_word(dst + 4 * (first + lane), p, batch, row, col, k_block, first + lane);
+  }
+  if (stored) {
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    mbarrier_arrive(full);
+  } else {
+    cp_async_arrive(full);
+  }
+}
+
+// The scales of one K block that a consumer thread reads before its promotions: the A words of
+// its two fragment rows and, with 128x128 B blocks, the values of the blocks the tile touches.
+struct KBlockScales {
+  u32 a[2];
+  float b[kBlocksB];
+};
+
+__device__ __forceinline__ KBlockScales read_k_block_scales(u32 scales, int slice, int t) {
+  KBlockScales k{};
+  if (kInnerA) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) k.a[h] = ld_shared_u32(scales + 4 * (kScaleMNA == 1 ? slice * 64 + fragment_row(t, h) : 0));
+  }
+  if (kInnerB && !kMxB && kScaleMNB > 1) {
+#pragma unroll
+    for (int q = 0; q < kBlocksB; ++q) k.b[q] = __uint_as_float(ld_shared_u32(scales + 4 * (kStageWordsA + q)));
+  }
+  return k;
+}
+
+// Whether promote() reads B's scales from the stage (else all it needs is in KBlockScales).
+constexpr bool kPromoteReadsStage = kInnerB && (kMxB || kScaleMNB == 1);
+
+// A's scale of fragment row h for granule g.
+__device__ __forceinline__ float a_scale(const KBlockScales& k, int h, int g) {
+  if (!kInnerA) return 1.0f;
+  return kMxA ? ue8m0_to_float(k.a[h] >> (8 * g)) : __uint_as_float(k.a[h]);
+}
+
+// acc += partial * (A's scale of the row) * (B's scale of the column) for granule g of a K block
+// whose scales are staged at shared address `scales`; `col_in_block` is the tile's first column
+// modulo 128. Without inner scales this is a plain sum.
+__device__ __forceinline__ void promote(float* acc, const float* partial, const KBlockScales& k, u32 scales, int g,
+                                        int col_in_block, int t) {
+  const float a0 = a_scale(k, 0, g), a1 = a_scale(k, 1, g);
+  const u32 scales_b = scales + 4 * kStageWordsA;
 #pragma unroll
   for (int j = 0; j < kTileN / 8; ++j) {
-    // B's scales of a column pair: one value where a block scale covers 128 columns (an 8-column
-    // group never straddles two), else one per column.
+    // B's scales of the thread's column pair (an 8-column group never straddles two blocks).
     float2 b = make_float2(1.0f, 1.0f);
-    if (kInnerB && kScaleMNB > 1) b.x = b.y = scales_b[fragment_col(t, j)];
-    if (kInnerB && kScaleMNB == 1) b = *reinterpret_cast<const float2*>(scales_b + fragment_col(t, j));
-    const float s00 = a0 * b.x, s10 = a1 * b.x;
-    const float s01 = kScaleMNB > 1 ? s00 : a0 * b.y, s11 = kScaleMNB > 1 ? s10 : a1 * b.y;
-    acc[4 * j + 0] += partial[4 * j + 0] * s00;
-    acc[4 * j + 1] += partial[4 * j + 1] * s01;
-    acc[4 * j + 2] += partial[4 * j + 2] * s10;
-    acc[4 * j + 3] += partial[4 * j + 3] * s11;
+    if (kInnerB && kMxB) {
+      const u32 pair = ld_shared_u16(scales_b + g * kTileN + fragment_col(t, j));
+      b = make_float2(ue8m0_to_float(pair), ue8m0_to_float(pair >> 8));
+    } else if (kInnerB && kScaleMNB == 1) {
+      b = ld_shared_f32x2(scales_b + 4 * fragment_col(t, j));
+    } else if (kInnerB) {
+      const int block = (col_in_block + fragment_col(t, j)) / 128;
+      b.x = k.b[0];
+#pragma unroll
+      for (int q = 1; q < kBlocksB; ++q) b.x = block >= q ? k.b[q] : b.x;
+      b.y = b.x;
+    }
+    acc[4 * j + 0] += partial[4 * j + 0] * (a0 * b.x);
+    acc[4 * j + 1] += partial[4 * j + 1] * (a0 * b.y);
+    acc[4 * j + 2] += partial[4 * j + 2] * (a1 * b.x);
+    acc[4 * j + 3] += partial[4 * j + 3] * (a1 * b.y);
   }
 }

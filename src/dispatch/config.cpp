@@ -61,13 +61,13 @@ int KernelConfig::tile_k() const { return kRowBytes / dtype_size(in); }
 int KernelConfig::stage_bytes() const {
   // An N-major B arrives in 64-column boxes, so its slice is rounded up to whole boxes.
   const int b_rows = b_k_major ? tile_n : int(ceil_div(tile_n, 64)) * 64;
-  // Block and mx scales as promote.cuh stages them: an f32 per tile row (A) or column (B) for
-  // each granule of the K block (one, or four of 32 with mx).
-  const bool mx = scale_a == ScaleMode::mx || scale_b == ScaleMode::mx;
-  const int granules = mx ? 4 : 1;
+  // Block and mx scales as promote.cuh stages them, in 4-byte words rounded up to 16 bytes: A's
+  // one per tile row (or one, padded to four, for 128x128 blocks), B's one per tile column (or
+  // one per 128-column block the tile touches, for 128x128 blocks).
   auto inner = [](ScaleMode m) { return m == ScaleMode::block || m == ScaleMode::mx; };
-  const int scales = granules * ((inner(scale_a) ? tile_m : 0) + (inner(scale_b) ? tile_n : 0));
-  return (tile_m + b_rows) * kRowBytes + 4 * scales;
+  const int words_a = !inner(scale_a) ? 0 : scale_a == ScaleMode::mx || scale_a_mn == 1 ? tile_m : 4;
+  const int words_b = !inner(scale_b) ? 0 : scale_b == ScaleMode::mx || scale_b_mn == 1 ? tile_n : (tile_n + 127) / 128 + 1;
+  return (tile_m + b_rows) * kRowBytes + (words_a + words_b + 3) / 4 * 16;
 }
 
 int KernelConfig::store_box_bytes() const {

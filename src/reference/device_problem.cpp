@@ -46,6 +46,7 @@ std::string ProblemSpec::describe() const {
     if (scale_b == ScaleMode::block) s << " 128x" << scale_b_block_cols;
   }
   if (scales_col_major) s << " scales col-major";
+  if (pad_scales) s << " scales pad " << pad_scales;
   if (beta != 0.0f) s << " beta " << beta << (c_is_d ? " (C=D)" : "");
   if (d_col_major) s << " D col-major";
   if (pad_a || pad_b || pad_d) s << " pad " << pad_a << "/" << pad_b << "/" << pad_d;
@@ -122,7 +123,7 @@ Scale DeviceProblem::make_scale(ScaleMode mode, bool is_a, Buffer& buffer, uint6
   if (mode == ScaleMode::none) return {};
   const auto [scale_rows, scale_cols] = scale_shape(spec_, is_a);
   const DType type = mode == ScaleMode::mx ? DType::ue8m0 : DType::f32;
-  const Strides st = operand_strides(scale_rows, scale_cols, spec_.scales_col_major, 0, false);
+  const Strides st = operand_strides(scale_rows, scale_cols, spec_.scales_col_major, spec_.pad_scales, false);
   buffer = allocate(type, 0, st.span * spec_.batch);
   if (mode == ScaleMode::mx) {
     runtime::fill_random(buffer.base, type, buffer.elements, seed, 0.25f, 4.0f, nullptr);

@@ -27,6 +27,7 @@ struct ProblemSpec {
   ScaleMode scale_a = ScaleMode::none, scale_b = ScaleMode::none;
   int64_t scale_a_block_rows = 1, scale_b_block_cols = 128;
   bool scales_col_major = false;
+  int64_t pad_scales = 0;  // extra elements in the scale tensors' leading dimension
   float input_lo = -1.0f;  // A and B are uniform in [input_lo, 1): 0 makes every product positive
   float alpha = 1.0f, beta = 0.0f;
   bool c_is_d = false;     // beta * D accumulates in place

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -20,8 +21,12 @@ namespace {
 
 GemmMatrix matrix(const MatrixRef& m) { return {m.data, m.batch_stride, m.row_stride, m.col_stride}; }
 
+// mx exponents are bytes: the TMA kernel copies four at a time where a row's lie contiguous and
+// every row starts 4-byte aligned.
 GemmScale scale(const ScaleRef& s) {
-  return {s.m.data, s.m.batch_stride, s.m.row_stride, s.m.col_stride, s.block_rows, s.block_cols};
+  const bool word_copies = s.m.col_stride == 1 && reinterpret_cast<uintptr_t>(s.m.data) % 4 == 0 &&
+                           s.m.row_stride % 4 == 0 && s.m.batch_stride % 4 == 0;
+  return {s.m.data, s.m.batch_stride, s.m.row_stride, s.m.col_stride, s.block_rows, s.block_cols, word_copies ? 1 : 0};
 }
 
 GemmParams params(const Problem& p) {

@@ -47,7 +47,8 @@ TEST_F(Fp8Modes, EveryModeTypePairAndOutput) {
 }
 
 // Block scales of A over 128 x 128 (weights on the left) and of B over 128 x 1; modes mixed
-// between the operands; scales stored column-major; no scales at all (every scale 1).
+// between the operands; scales stored column-major or with padded rows (mx exponents then copied
+// four at a time for A, whose last word is partial, byte by byte for B); no scales at all.
 TEST_F(Fp8Modes, OtherBlocksMixedModesAndScaleLayouts) {
   ProblemSpec coarse_a = fp8(400, 300, 1000, ScaleMode::block);
   coarse_a.scale_a_block_rows = 128;
@@ -66,6 +67,9 @@ TEST_F(Fp8Modes, OtherBlocksMixedModesAndScaleLayouts) {
     ProblemSpec spec = fp8(200, 264, 656, mode);
     spec.scales_col_major = true;
     expect_correct(spec);
+    ProblemSpec padded = fp8(200, 264, 1040, mode);
+    padded.pad_scales = 3;
+    expect_correct(padded);
   }
 }
 
