@@ -42,10 +42,14 @@ __device__ __forceinline__ float fp8_to_float(u8 x, int type) {
   return f16_to_float(u16(pair));
 }
 
-// 2^(e - 127); e = 255 is NaN, and e = 0 the subnormal 2^-127.
-__device__ __forceinline__ float ue8m0_to_float(u8 e) {
-  if (e == 0xff) return __uint_as_float(0x7fffffffu);
-  return e == 0 ? __uint_as_float(0x00400000u) : __uint_as_float(u32(e) << 23);
+// 2^(e - 127) for the exponent byte in e's low 8 bits; e = 255 is NaN, and e = 0 the subnormal
+// 2^-127. Written as selects: the TMA kernel converts two per column pair and granule, where branches
+// (and their convergence barriers) cost more than the arithmetic.
+__device__ __forceinline__ float ue8m0_to_float(u32 e) {
+  u32 bits = (e & 0xff) << 23;
+  bits = (e & 0xff) == 0 ? 0x00400000u : bits;
+  bits = (e & 0xff) == 0xff ? 0x7fffffffu : bits;
+  return __uint_as_float(bits);
 }
 
 // Reads element `index` of a buffer whose type is `type`, as float.
