@@ -40,13 +40,17 @@ constexpr u32 kStageBytesA = kTileM * kRowBytes;
 constexpr u32 kStageBytesB = kBKMajor ? kTileN * kRowBytes : kBlocksN * kMajorBlock;
 constexpr u32 kEpilogueBytes = kTmaStore ? kConsumers * kStoreBuffers * kEpilogueBufferBytes : 0;
 // Registers per thread after reallocation: the producer gives most of its own back, and the
-// consumers share the rest of the 64K in multiples of 8, at most 240 (224 for two, 152 for three).
+// consumers share the rest of what the launch gave the CTA (kLaunchRegisters per thread, as
+// __launch_bounds__ allows) in multiples of 8, at most 240 (224 for two, 152 for three). Asking
+// for more than the launch gave deadlocks: setmaxnreg.inc waits for registers that never free.
 // A producer with a scale warp keeps 88, whose address arithmetic spilled at 56 to 72; two
 // consumers then have 208.
+constexpr int kLaunchRegisters = (65536 / kThreads < 255 ? 65536 / kThreads : 255) / 8 * 8;
 constexpr int kProducerRegisters = kInnerScales ? 88 : 56;
-constexpr int kConsumerShare = (65536 / 128 - kProducerRegisters) / kConsumers / 8 * 8;
+constexpr int kConsumerShare = (kLaunchRegisters * (kConsumers + 1) - kProducerRegisters) / kConsumers / 8 * 8;
 constexpr int kConsumerRegisters = kConsumerShare < 240 ? kConsumerShare : 240;
-static_assert(128 * (kProducerRegisters + kConsumers * kConsumerRegisters) <= 65536, "register file overcommitted");
+static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= kLaunchRegisters * (kConsumers + 1),
+              "registers reallocated beyond what the launch gives the CTA");
 
 // One work unit of a CTA: a tile (its batch and first row and column) and the K blocks of it
 // to multiply; `tile` numbers the CTA's tile among all tiles, `split` its part of K.
