@@ -24,15 +24,20 @@ for suite in ${GEMMKIT_SUITES:-dense-large}; do
     > "$out/bench-$suite.txt" 2> "$out/bench-$suite.err" || bench_rc=1
 done
 
-# Every cached kernel: HGMMA (16-bit) or QGMMA (8-bit) present in the TMA kernels, no local-memory traffic anywhere.
-: > "$out/sass.txt"
-for entry in "$GEMMKIT_CACHE_DIR"/*.cubin; do
-  [ -e "$entry" ] || continue
-  tail -c +33 "$entry" > /tmp/gemmkit-sass.cubin  # drop the cache entry's 32-byte header
-  sass=$(cuobjdump -sass /tmp/gemmkit-sass.cubin 2>&1)
-  printf '%s: %s HGMMA+QGMMA, %s LDL/STL, function %s\n' "$(basename "$entry")" "$(grep -cE "HGMMA|QGMMA" <<< "$sass")" \
-    "$(grep -cE '\b(LDL|STL)\b' <<< "$sass")" "$(grep -m1 -oE 'Function : \S+' <<< "$sass")" >> "$out/sass.txt"
-done
+# Every cached kernel: HGMMA (16-bit) or QGMMA (8-bit) present in the TMA kernels, no local-memory
+# traffic anywhere. One cuobjdump per kernel, on every core (one at a time took minutes).
+sass_line() {
+  local tmp sass
+  tmp=$(mktemp)
+  tail -c +33 "$1" > "$tmp"  # drop the cache entry's 32-byte header
+  sass=$(cuobjdump -sass "$tmp" 2>&1)
+  rm -f "$tmp"
+  printf '%s: %s HGMMA+QGMMA, %s LDL/STL, function %s\n' "$(basename "$1")" "$(grep -cE "HGMMA|QGMMA" <<< "$sass")" \
+    "$(grep -cE '\b(LDL|STL)\b' <<< "$sass")" "$(grep -m1 -oE 'Function : \S+' <<< "$sass")"
+}
+export -f sass_line
+find "$GEMMKIT_CACHE_DIR" -maxdepth 1 -name '*.cubin' -print0 2>/dev/null |
+  xargs -0 -r -P "$(nproc)" -I{} bash -c 'sass_line "$1"' _ {} | sort > "$out/sass.txt"
 
 echo "== device: $(cat "$out/device.txt")"
 echo "== commit: ${GEMMKIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
