@@ -113,17 +113,18 @@ TEST(TmaKernelVariants, CompileWithoutSpills) {
 }
 
 // 8-bit inputs: every tile the modes allow with each scaling mode (block as DeepSeek-V3's
-// 1x128 and 128x128), in a cluster of two, split where the tile allows it, and with C and an
-// f32 output; e4m3 x e5m2 once.
+// 1x128 and 128x128, and once the other way round, as a transposed problem has them), in a
+// cluster of two, split where the tile allows it, and with C and an f32 output; e4m3 x e5m2 once.
 TEST(TmaKernelVariants, EightBitTilesCompileWithoutSpillsInEveryMode) {
   for (TileShape tile : tile_shapes(true)) {
     for (ScaleMode mode : {ScaleMode::tensor, ScaleMode::rowwise, ScaleMode::block, ScaleMode::mx}) {
       if (!tile_takes_scales(tile, mode, mode)) continue;
-      for (int variant = 0; variant < 3; ++variant) {
+      for (int variant = 0; variant < (mode == ScaleMode::block ? 4 : 3); ++variant) {
         KernelConfig config;
         config.in = config.in_b = DType::e4m3;
         config.scale_a = config.scale_b = mode;
-        config.scale_b_mn = mode == ScaleMode::block ? 128 : 1;
+        config.scale_b_mn = mode == ScaleMode::block && variant < 3 ? 128 : 1;
+        if (variant == 3) config.scale_a_mn = 128;
         config.tile_m = tile.m;
         config.tile_n = tile.n;
         config.cluster_m = variant == 0 ? 2 : 1;
