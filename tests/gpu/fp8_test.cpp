@@ -74,7 +74,8 @@ TEST_F(Fp8Modes, OtherBlocksMixedModesAndScaleLayouts) {
 }
 
 // M from 1 to past a tile with N and K tails: K = 1040 ends in a 16-deep block, 528 in a
-// 16-deep one with mx's 32-deep granules cut too.
+// 16-deep one with mx's 32-deep granules cut too; at M = 1, K = 3840 leaves the GEMV a part of a
+// round of 128 16-byte vectors per warp.
 TEST_F(Fp8Shapes, EveryMWithTails) {
   for (ScaleMode mode : kModes) {
     for (int64_t m : {1, 2, 16, 64, 127, 128, 129, 4096, 4097}) {
@@ -82,6 +83,7 @@ TEST_F(Fp8Shapes, EveryMWithTails) {
     }
     expect_correct(fp8(77, 2112, 7168, mode));
     expect_correct(fp8(1, 1, 16, mode));
+    expect_correct(fp8(1, 300, 3840, mode));  // the GEMV: whole rounds of a warp, then 112 vectors
   }
 }
 
