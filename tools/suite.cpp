@@ -57,7 +57,7 @@ const ScaleMode kModes[] = {ScaleMode::tensor, ScaleMode::rowwise, ScaleMode::bl
 std::optional<ScaleMode> mode_of(const std::string& field) {
   const std::string s = lower(field);
   for (ScaleMode mode : kModes)
-    if (s == scale_mode_spec(mode)) return mode;
+    if (s == scale_mode_name(mode)) return mode;
   return std::nullopt;
 }
 
@@ -197,20 +197,10 @@ std::string dtype_spec(const SuiteProblem& p) {
   return in + ":" + name_of(p.out_dtype);
 }
 
-std::string scale_mode_spec(ScaleMode mode) {
-  switch (mode) {
-    case ScaleMode::none: return "none";
-    case ScaleMode::tensor: return "tensor";
-    case ScaleMode::rowwise: return "rowwise";
-    case ScaleMode::block: return "block";
-    case ScaleMode::mx: return "mx";
-  }
-  return "?";
-}
 
 std::string type_spec(const SuiteProblem& p) {
   if (!p.fp8()) return dtype_spec(p);
-  return dtype_spec(p) + " " + scale_mode_spec(p.mode);
+  return dtype_spec(p) + " " + std::string(scale_mode_name(p.mode));
 }
 
 }  // namespace gemmkit::tools

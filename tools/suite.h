@@ -47,9 +47,6 @@ std::vector<SuiteProblem> load_suite(const std::string& path);
 // given.
 std::string dtype_spec(const SuiteProblem& p);
 
-// "tensor", "rowwise", "block", "mx" (or "none"), as the mode field spells it.
-std::string scale_mode_spec(ScaleMode mode);
-
 // The dtype and, for FP8, the mode, as a suite line has them: "bf16", "e4m3:bf16 block".
 std::string type_spec(const SuiteProblem& p);
 

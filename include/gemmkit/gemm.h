@@ -2,6 +2,7 @@
 #pragma once
 
 #include <optional>
+#include <string_view>
 
 #include "gemmkit/tensor.h"
 
@@ -27,6 +28,8 @@ namespace gemmkit {
 // DeepSeek-V3's recipe is block with activations 1x128 (A: M x ceil(K/128)) and weights
 // 128x128. Scales live on the device, so a CUDA graph replays with whatever they hold then.
 enum class ScaleMode { none, tensor, rowwise, block, mx };
+
+std::string_view scale_mode_name(ScaleMode mode);  // "none", "tensor", "rowwise", "block", "mx"
 
 struct Scale {
   ScaleMode mode = ScaleMode::none;  // none: every scale is 1

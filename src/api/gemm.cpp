@@ -33,6 +33,17 @@ int common_device(const Problem& p) {
 
 }  // namespace
 
+std::string_view scale_mode_name(ScaleMode mode) {
+  switch (mode) {
+    case ScaleMode::none: return "none";
+    case ScaleMode::tensor: return "tensor";
+    case ScaleMode::rowwise: return "rowwise";
+    case ScaleMode::block: return "block";
+    case ScaleMode::mx: return "mx";
+  }
+  return "unknown";
+}
+
 void gemm(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options) {
   Problem problem = validate_gemm(a, b, d, options);
   if (problem.m == 0 || problem.n == 0 || problem.batch == 0) return;

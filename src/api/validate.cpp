@@ -34,16 +34,6 @@ MatrixRef matrix_ref(const TensorView& t) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-std::string_view mode_name(ScaleMode mode) {
-  switch (mode) {
-    case ScaleMode::none: return "none";
-    case ScaleMode::tensor: return "tensor";
-    case ScaleMode::rowwise: return "rowwise";
-    case ScaleMode::block: return "block";
-    case ScaleMode::mx: return "mx";
-  }
-  return "unknown";
-}
 
 // The scales of operand `x` (A: rows M, cols K; B: rows K, cols N) as the kernels read them:
 // the mode's shape (see gemm.h) decides the blocks, and anything else is an error.
@@ -53,14 +43,14 @@ ScaleRef scale_ref(const Scale& scale, const TensorView& x, bool is_a, int64_t r
   if (scale.mode == ScaleMode::none) return ref;
   const std::string name = is_a ? "scale_a" : "scale_b";
   if (!is_fp8(x.dtype)) {
-    fail(name + ": mode " + std::string(mode_name(scale.mode)) + " given for " + (is_a ? "A" : "B") + " of dtype " +
+    fail(name + ": mode " + std::string(scale_mode_name(scale.mode)) + " given for " + (is_a ? "A" : "B") + " of dtype " +
          std::string(dtype_name(x.dtype)) + "; expected scales only for e4m3 or e5m2 inputs (mode none otherwise)");
   }
   const TensorView& t = scale.scales;
   check_form(t, name.c_str());
   const DType wanted = scale.mode == ScaleMode::mx ? DType::ue8m0 : DType::f32;
   if (t.dtype != wanted) {
-    fail(name + ": dtype " + std::string(dtype_name(t.dtype)) + " with mode " + std::string(mode_name(scale.mode)) +
+    fail(name + ": dtype " + std::string(dtype_name(t.dtype)) + " with mode " + std::string(scale_mode_name(scale.mode)) +
          "; expected " + std::string(dtype_name(wanted)));
   }
   // Candidate blocks (along rows, along cols) of the mode, in the order the message lists them.
@@ -94,7 +84,7 @@ ScaleRef scale_ref(const Scale& scale, const TensorView& x, bool is_a, int64_t r
     expected += (expected.empty() ? "" : " or ") + std::to_string(want_rows) + " x " + std::to_string(want_cols) +
                 (scale.mode == ScaleMode::block ? " (" + std::to_string(br) + "x" + std::to_string(bc) + " blocks)" : "");
   }
-  fail(name + ": shape " + shape_text(t) + " does not fit " + std::string(mode_name(scale.mode)) + " scaling of " +
+  fail(name + ": shape " + shape_text(t) + " does not fit " + std::string(scale_mode_name(scale.mode)) + " scaling of " +
        (is_a ? "A" : "B") + " (" + std::to_string(rows) + " x " + std::to_string(cols) + "); expected " + expected);
 }
 

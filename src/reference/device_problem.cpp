@@ -36,13 +36,12 @@ std::string ProblemSpec::describe() const {
   s << " " << layout << " " << dtype_name(in);
   if (b_type() != in) s << "*" << dtype_name(b_type());
   s << "->" << dtype_name(out);
-  static const char* const kModes[] = {"none", "tensor", "rowwise", "block", "mx"};
   if (scale_a != ScaleMode::none) {
-    s << " scale_a " << kModes[int(scale_a)];
+    s << " scale_a " << scale_mode_name(scale_a);
     if (scale_a == ScaleMode::block) s << " " << scale_a_block_rows << "x128";
   }
   if (scale_b != ScaleMode::none) {
-    s << " scale_b " << kModes[int(scale_b)];
+    s << " scale_b " << scale_mode_name(scale_b);
     if (scale_b == ScaleMode::block) s << " 128x" << scale_b_block_cols;
   }
   if (scales_col_major) s << " scales col-major";

@@ -282,11 +282,11 @@ TEST(Suite, TypeSpecRoundTripsWithTheMode) {
   EXPECT_EQ(type_spec(parse("1 1 1 NT bf16:f32 3").at(0)), "bf16:f32");  // 16-bit: the dtype alone
   EXPECT_EQ(type_spec(parse("1 1 1 NT e4m3").at(0)), "e4m3:bf16 tensor");
   for (ScaleMode mode : {ScaleMode::tensor, ScaleMode::rowwise, ScaleMode::block, ScaleMode::mx}) {
-    SCOPED_TRACE(scale_mode_spec(mode));
-    const std::string line = "5 6 7 NT e4m3,e5m2:f32 " + scale_mode_spec(mode) + " 2";
+    SCOPED_TRACE(std::string(scale_mode_name(mode)));
+    const std::string line = "5 6 7 NT e4m3,e5m2:f32 " + std::string(scale_mode_name(mode)) + " 2";
     const SuiteProblem p = parse(line).at(0);
     EXPECT_EQ(p.mode, mode);
-    EXPECT_EQ(type_spec(p), "e4m3,e5m2:f32 " + scale_mode_spec(mode));
+    EXPECT_EQ(type_spec(p), "e4m3,e5m2:f32 " + std::string(scale_mode_name(mode)));
     const SuiteProblem q = parse("5 6 7 NT " + type_spec(p) + " 2").at(0);
     EXPECT_EQ(q.mode, p.mode);
     EXPECT_EQ(q.in_dtype, p.in_dtype);
@@ -294,7 +294,7 @@ TEST(Suite, TypeSpecRoundTripsWithTheMode) {
     EXPECT_EQ(q.out_dtype, p.out_dtype);
     EXPECT_EQ(q.batch, 2);
   }
-  EXPECT_EQ(scale_mode_spec(ScaleMode::none), "none");
+  EXPECT_EQ(scale_mode_name(ScaleMode::none), "none");
 }
 
 using Shape = std::tuple<int64_t, int64_t, int64_t>;
