@@ -60,8 +60,7 @@ StagedOperand staged_operand(const MatrixRef& m, int64_t batch, int64_t rows, in
 }
 
 // Copies `m` (rows x k) K-major into `scratch`; returns the copy's view.
-MatrixRef stage(const MatrixRef& m, int64_t batch, int64_t rows, int64_t k, const StagedOperand& s, void* scratch,
-                cudaStream_t stream) {
+MatrixRef stage(const MatrixRef& m, int64_t rows, int64_t k, const StagedOperand& s, void* scratch, cudaStream_t stream) {
   stage_k_major(m, s.copies, rows, k, scratch, s.ld, stream);
   MatrixRef copy = m;
   copy.data = scratch;
@@ -165,8 +164,8 @@ void launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   }
   // The operands as the kernel reads them: staged ones replaced by their K-major copies.
   Problem q = p;
-  if (config.stage_a) q.a = stage(p.a, p.batch, p.m, p.k, staged_a, workspace->staged_a, stream);
-  if (config.stage_b) q.b = transposed(stage(transposed(p.b), p.batch, p.n, p.k, staged_b, workspace->staged_b, stream));
+  if (config.stage_a) q.a = stage(p.a, p.m, p.k, staged_a, workspace->staged_a, stream);
+  if (config.stage_b) q.b = transposed(stage(transposed(p.b), p.n, p.k, staged_b, workspace->staged_b, stream));
   args.a = matrix(q.a);
   args.b = matrix(q.b);
 
