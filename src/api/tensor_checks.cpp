@@ -11,21 +11,22 @@ namespace gemmkit::api {
 
 void fail(const std::string& message) { throw Error(ErrorCode::invalid_argument, message); }
 
-std::string shape_text(const TensorView& t) {
+namespace {
+
+// "[a, b]" or "{a, b}": the first `rank` values between the brackets given.
+std::string list_text(const int64_t* values, int rank, char open, char close) {
   std::ostringstream s;
-  s << "[";
-  for (int i = 0; i < t.rank; ++i) s << (i ? ", " : "") << t.sizes[i];
-  s << "]";
+  s << open;
+  for (int i = 0; i < rank; ++i) s << (i ? ", " : "") << values[i];
+  s << close;
   return s.str();
 }
 
-std::string strides_text(const TensorView& t) {
-  std::ostringstream s;
-  s << "{";
-  for (int i = 0; i < t.rank; ++i) s << (i ? ", " : "") << t.strides[i];
-  s << "}";
-  return s.str();
-}
+}  // namespace
+
+std::string shape_text(const TensorView& t) { return list_text(t.sizes, t.rank, '[', ']'); }
+
+std::string strides_text(const TensorView& t) { return list_text(t.strides, t.rank, '{', '}'); }
 
 void check_form(const TensorView& t, const char* name) {
   if (t.rank != 2 && t.rank != 3) {
