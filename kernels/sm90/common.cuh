@@ -57,6 +57,42 @@ __device__ __forceinline__ void mbarrier_wait(u64* bar, u32 parity) {
       : "memory");
 }
 
+// ---- cp.async and shared memory by address ------------------------------------------------
+
+// Copies `bytes` (0 to 4) from global to shared memory asynchronously; the rest of the 4 are zeros.
+__device__ __forceinline__ void cp_async_4(u32 dst, const void* src, u32 bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+
+// Waits until this thread's earlier cp.async copies have landed.
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+// Arrives on `bar` once this thread's earlier cp.async copies have landed (the barrier's count
+// includes the arrival).
+__device__ __forceinline__ void cp_async_arrive(u64* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+
+__device__ __forceinline__ void st_shared_u32(u32 address, u32 v) {
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(address), "r"(v) : "memory");
+}
+__device__ __forceinline__ u32 ld_shared_u32(u32 address) {
+  u32 v;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(address) : "memory");
+  return v;
+}
+__device__ __forceinline__ u32 ld_shared_u16(u32 address) {
+  u32 v;
+  asm volatile("ld.shared.u16 %0, [%1];" : "=r"(v) : "r"(address) : "memory");
+  return v;
+}
+__device__ __forceinline__ float ld_shared_f32(u32 address) { return __uint_as_float(ld_shared_u32(address)); }
+__device__ __forceinline__ float2 ld_shared_f32x2(u32 address) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(address) : "memory");
+  return v;
+}
+
 // ---- TMA ------------------------------------------------------------------------------------
 
 __device__ __forceinline__ void tma_prefetch_descriptor(const TensorMap* map) {

@@ -5,14 +5,34 @@
 // move data: through shared memory and TMA when D allows it, else direct predicated stores.
 #pragma once
 
-// Where one warpgroup's slice of a tile lands in D, and the outer scales of the thread's two
-// fragment rows (fragment_row(t, h)); 1 without tensor or rowwise scales.
+// B's rowwise scales, one per output column, are copied into shared memory for each tile while
+// it multiplies (stage_column_scales), so the epilogue finds them there instead of waiting on
+// global loads.
+constexpr bool kColumnScales = kScaleB == GEMMKIT_SCALE_ROWWISE;
+constexpr u32 kColumnScaleBytes = kColumnScales ? kTileN * 4 : 0;  // one tile's
+
+// Where one warpgroup's slice of a tile lands in D, the outer scales of the thread's two
+// fragment rows (fragment_row(t, h); 1 without tensor or rowwise scales) and the shared address
+// of the tile's column scales (kColumnScales).
 struct TileOrigin {
   int batch;
   i64 row;  // first row of the warpgroup's 64-row slice
   i64 col;  // first column of the tile
   float row_scale[2];
+  u32 column_scales;
 };
+
+// By each thread t of a consumer warpgroup: starts copying its share of the column scales of the
+// tile at (batch, col) to shared address `dst` (zeros past D's last column). The warpgroup waits
+// for them with cp_async_wait_all and a named barrier before its epilogue.
+__device__ __forceinline__ void stage_column_scales(u32 dst, const GemmParams& p, int batch, i64 col, int t) {
+  const u8* base = static_cast<const u8*>(p.scale_b.data);
+  for (int c = t; c < kTileN; c += 128) {
+    const bool inside = col + c < p.n;
+    cp_async_4(dst + 4 * c, inside ? base + 4 * (batch * p.scale_b.batch_stride + (col + c) * p.scale_b.col_stride) : base,
+               inside ? 4 : 0);
+  }
+}
 
 __device__ __forceinline__ float epilogue_op(float acc, float c, const GemmParams& p) {
   return kHasC ? p.alpha * acc + p.beta * c : p.alpha * acc;
@@ -34,7 +54,8 @@ __device__ __forceinline__ float output_value(const float* acc, const GemmParams
                                               int h, int e) {
   const i64 row = at.row + fragment_row(t, h), col = at.col + fragment_col(t, j) + e;
   const float row_scale = kRowOuterScales ? at.row_scale[h] : 1.0f;  // a constant 1 folds away
-  const float scaled = acc[4 * j + 2 * h + e] * row_scale * column_outer_scale(p, at.batch, col);
+  const float column_scale = kColumnScales ? ld_shared_f32(at.column_scales + 4 * (fragment_col(t, j) + e)) : 1.0f;
+  const float scaled = acc[4 * j + 2 * h + e] * row_scale * column_scale;
   return epilogue_op(scaled, load_c(p, at.batch, row, col), p);
 }
 

@@ -63,7 +63,7 @@ struct Work {
 // Per stage: its full and empty barriers and a Work slot (the host reserves 32 bytes for it).
 static_assert(sizeof(Work) == 32, "the host's shared-memory plan assumes 32-byte work slots");
 static_assert(kSwizzleAtom + kStages * (kStageBytesA + kStageBytesB) + kEpilogueBytes +
-                  kStages * (2 * 8 + sizeof(Work) + kStageScaleBytes) <= kSmemBytes,
+                  kStages * (2 * 8 + sizeof(Work) + kStageScaleBytes) + 2 * kConsumers * kColumnScaleBytes <= kSmemBytes,
               "shared-memory plan exceeds the size the host reserves");
 
 // Persistent order over work units: cluster tiles (kClusterM tiles stacked in M; CTA `rank` of
@@ -199,30 +199,52 @@ constexpr int kDeferredRegisters = kDeferGroups ? (kGroups - kDeferFrom) * kPack
 // thread needs throughout the K block are read while its first granule multiplies. A stage goes
 // back to the producer once its last granule has multiplied, or where promotion reads B's scales
 // from it (mx, 128x1 blocks), once that is promoted.
+//
+// Promoting idles a warpgroup's tensor-core work; the other warpgroup's fills the gap only if the
+// two promote at different times. Without inner scales granules need not follow K blocks, so the
+// second warpgroup's lag kPhase k32 steps behind (its first and last are shorter): it promotes in
+// the middle of each K block, while the first multiplies. (With C, the epilogue's loads leave
+// 176-wide tiles too few registers for the second copy of the loop.)
+constexpr bool kStaggered = !kInnerScales && kConsumers == 2 && !kHasC;
+template <int kPhase>
 __device__ __forceinline__ void multiply_8bit(float* acc, int k_count, u32& iteration, int slice, int t, int col,
                                               const u8* stages_a, const u8* stages_b, u32 stage_scales,
                                               u64* full, u64* empty) {
   constexpr int kSteps = kRowBytes / 32 / kGranules;  // k32 wgmma steps per granule
+  static_assert(kPhase == 0 || (kGranules == 1 && !kInnerScales), "inner scales change where K blocks do");
   float partial[kTileN / 2];
 #pragma unroll
   for (int i = 0; i < kTileN / 2; ++i) acc[i] = 0.0f;
   for (int i = 0; i < k_count; ++i, ++iteration) {
     const u32 s = iteration % kStages;
     mbarrier_wait(&full[s], (iteration / kStages) & 1);
-    const u32 low_a = operand_descriptor_low(stages_a + s * kStageBytesA + slice * 64 * kRowBytes, true);
-    const u32 low_b = operand_descriptor_low(stages_b + s * kStageBytesB, true);
     const u32 scales = stage_scales + s * kStageScaleBytes;
     KBlockScales k_scales;
 #pragma unroll
     for (int g = 0; g < kGranules; ++g) {
-      wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kSteps; ++kk) {
+        if (kPhase > 0 && kk == kPhase) {  // the granule begun in the previous K block (or this one's first) ends
+          wgmma_commit();
+          wgmma_wait<0>();
+#pragma unroll
+          for (int j = 0; j < kTileN / 2; ++j) fence_register(partial[j]);
+          if (i > 0 && t % 32 == 0) release_stage(&empty[(iteration - 1) % kStages]);
+          promote(acc, partial, k_scales, scales, 0, col % 128, t);
+        }
+        if (kk == 0 || kk == kPhase) wgmma_fence();
+        // (Worked out per step: kept from the block's start, they would be live through the
+        // staggered promotion, where registers are tightest.)
+        const u32 low_a = operand_descriptor_low(stages_a + s * kStageBytesA + slice * 64 * kRowBytes, true);
+        const u32 low_b = operand_descriptor_low(stages_b + s * kStageBytesB, true);
         const u32 step = (g * kSteps + kk) * k_step(true);
+        // A granule starts at step kPhase, and at step 0 of the first K block.
+        const bool accumulate = kk != kPhase && (kk > 0 || (kPhase > 0 && i > 0));
         wgmma_tile(partial, smem_descriptor(low_a + step, kSwizzleAtom), smem_descriptor(low_b + step, kSwizzleAtom),
-                   kk > 0 ? 1u : 0u);
+                   accumulate ? 1u : 0u);
       }
-      wgmma_commit();
+      wgmma_commit();  // (staggered: the granule's first part, so that none is open at the barrier wait)
+      if (kPhase > 0) continue;
       if (g == 0) k_scales = read_k_block_scales(scales, slice, t);
       wgmma_wait<0>();
 #pragma unroll
@@ -232,14 +254,24 @@ __device__ __forceinline__ void multiply_8bit(float* acc, int k_count, u32& iter
     }
     if (kPromoteReadsStage && t % 32 == 0) release_stage(&empty[s]);
   }
+  if (kPhase == 0) return;
+  wgmma_wait<0>();  // the last granule
+#pragma unroll
+  for (int j = 0; j < kTileN / 2; ++j) fence_register(partial[j]);
+  if (t % 32 == 0) release_stage(&empty[(iteration - 1) % kStages]);
+  promote(acc, partial, KBlockScales{}, 0, 0, col % 128, t);
 }
 
 // A consumer warpgroup: multiplies its `slice` (64 rows) of each tile, then stores it.
 __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams& p, const TileScheduler& tiles,
                                         i64 first_unit, i64 unit_step, int slice, int t,
                                         const u8* stages_a, const u8* stages_b, u32 stage_scales,
-                                        u8* epilogue_buffers, u64* full, u64* empty, const Work* slots) {
+                                        u32 column_scale_buffers, u8* epilogue_buffers, u64* full, u64* empty,
+                                        const Work* slots) {
   const bool warp_leader = t % 32 == 0;
+  // This warpgroup's two column-scale buffers, used by alternate tiles: a tile's copies start
+  // after every thread has passed the previous tile's barrier, so after the one before's epilogue.
+  int column_buffer = 0;
   u8* buffers = epilogue_buffers + slice * kStoreBuffers * kEpilogueBufferBytes;
   float acc[kTileN / 2];
   u32 deferred[kDeferredRegisters];
@@ -252,8 +284,20 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
     // Unsplit, the count is a kernel parameter, not a value loaded from shared memory, which
     // lets the compiler keep the loop's bookkeeping in uniform registers.
     const int k_count = kSplitK ? w.k_end - w.k_begin : tiles.k_blocks;
+    const u32 column_scales = column_scale_buffers + (2 * slice + column_buffer) * kColumnScaleBytes;
+    column_buffer ^= 1;
+    if (kColumnScales) stage_column_scales(column_scales, p, w.batch, w.col, t);
     if constexpr (k8Bit) {
-      multiply_8bit(acc, k_count, iteration, slice, t, w.col, stages_a, stages_b, stage_scales, full, empty);
+      if constexpr (kStaggered) {
+        if (slice == 1) {
+          multiply_8bit<kRowBytes / 32 / 2>(acc, k_count, iteration, slice, t, w.col, stages_a, stages_b, stage_scales,
+                                            full, empty);
+        } else {
+          multiply_8bit<0>(acc, k_count, iteration, slice, t, w.col, stages_a, stages_b, stage_scales, full, empty);
+        }
+      } else {
+        multiply_8bit<0>(acc, k_count, iteration, slice, t, w.col, stages_a, stages_b, stage_scales, full, empty);
+      }
     } else {
       // One wgmma group stays in flight: after committing K block i, wait for i - 1 and hand
       // its stage back to the producer.
@@ -287,7 +331,12 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
     const i64 slice_row = w.row + slice * 64;
     const TileOrigin at{w.batch, slice_row, w.col,
                         {row_outer_scale(p, w.batch, slice_row + fragment_row(t, 0)),
-                         row_outer_scale(p, w.batch, slice_row + fragment_row(t, 1))}};
+                         row_outer_scale(p, w.batch, slice_row + fragment_row(t, 1))},
+                        column_scales};
+    if (kColumnScales) {
+      cp_async_wait_all();
+      named_barrier_sync(1 + kConsumers + slice, 128);  // 1 + slice is split-K's
+    }
     if (at.row >= p.m) continue;  // this slice lies wholly below D
     if (kSplitK && p.splits > 1 && !combine_splits(acc, p, w.tile * kConsumers + slice, w.split, at.row, t, 1 + slice)) continue;
     if (kDeferGroups) {
@@ -319,6 +368,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   u64* empty = full + kStages;
   Work* slots = reinterpret_cast<Work*>(empty + kStages);
   const u32 stage_scales = smem_u32(slots + kStages);  // kInnerScales only
+  const u32 column_scales = stage_scales + kStages * kStageScaleBytes;  // kColumnScales only
 
   const int warpgroup = threadIdx.x / 128;
   const int t = threadIdx.x % 128;
@@ -358,7 +408,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
     registers_increase<kConsumerRegisters>();
-    consume(map_d, p, tiles, first_unit, unit_step, warpgroup - 1, t, stages_a, stages_b, stage_scales,
+    consume(map_d, p, tiles, first_unit, unit_step, warpgroup - 1, t, stages_a, stages_b, stage_scales, column_scales,
             epilogue_buffers, full, empty, slots);
   }
   // No CTA may leave while its peer can still arrive on its barriers.

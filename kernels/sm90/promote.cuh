@@ -22,36 +22,6 @@ constexpr int kStageWordsA = !kInnerA ? 0 : kScaleMNA == 1 ? kTileM : 4;
 constexpr int kStageWordsB = !kInnerB ? 0 : kScaleMNB == 1 ? kTileN : kBlocksB;
 constexpr u32 kStageScaleBytes = (kStageWordsA + kStageWordsB + 3) / 4 * 16;
 
-// Copies `bytes` (0 to 4) from global to shared memory asynchronously; the rest of the 4 are zeros.
-__device__ __forceinline__ void cp_async_4(u32 dst, const void* src, u32 bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-
-// Arrives on `bar` once this thread's earlier cp.async copies have landed (the barrier's count
-// includes the arrival).
-__device__ __forceinline__ void cp_async_arrive(u64* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_u32(bar)) : "memory");
-}
-
-__device__ __forceinline__ void st_shared_u32(u32 address, u32 v) {
-  asm volatile("st.shared.u32 [%0], %1;" ::"r"(address), "r"(v) : "memory");
-}
-__device__ __forceinline__ u32 ld_shared_u32(u32 address) {
-  u32 v;
-  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(address) : "memory");
-  return v;
-}
-__device__ __forceinline__ u32 ld_shared_u16(u32 address) {
-  u32 v;
-  asm volatile("ld.shared.u16 %0, [%1];" : "=r"(v) : "r"(address) : "memory");
-  return v;
-}
-__device__ __forceinline__ float2 ld_shared_f32x2(u32 address) {
-  float2 v;
-  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(address) : "memory");
-  return v;
-}
-
 // Stages word `i` of K block `k_block`'s scales for the tile at (batch, row, col) at shared
 // address `dst`. Outside the operands the word is 0 (as TMA fills the data there with zeros).
 // f32 scales and mx exponents that lie 4 to a word (GemmScale::word_copies) travel by cp.async;
@@ -119,7 +89,7 @@ __device__ __forceinline__ void load_stage_scales(u32 dst, const GemmParams& p, 
     if (first + lane < kWords) stored |= stage_scale_word(dst + 4 * (first + lane), p, batch, row, col, k_block, first + lane);
   }
   if (stored) {
-    asm volatile("cp.async.wait_all;" ::: "memory");
+    cp_async_wait_all();
     mbarrier_arrive(full);
   } else {
     cp_async_arrive(full);

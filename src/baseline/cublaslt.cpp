@@ -333,7 +333,7 @@ void set_preference(cublasLtMatmulPreference_t preference, cublasLtMatmulPrefere
 
 }  // namespace
 
-CublasLt::CublasLt(int device) : device_(device) {
+CublasLt::CublasLt(int device, bool fast_fp8_accumulation) : device_(device), fast_fp8_accumulation_(fast_fp8_accumulation) {
   DeviceGuard guard(device);
   check(guard.status(), "cudaSetDevice");
   check(cublasLtCreate(&handle_), "cublasLtCreate");
@@ -425,12 +425,12 @@ const CublasLt::Plan& CublasLt::plan_for(const Problem& p) {
     check(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &map->scale_mode_b,
                                          sizeof map->scale_mode_b),
           "setting B's scale mode");
-    // Two-level accumulation (promotion to f32 along K), as our kernels do; this is the default,
-    // set so that it stays so.
-    const int8_t fast_accumulation = 0;
+    // Two-level accumulation (promotion to f32 along K), as our kernels do, unless asked
+    // otherwise; off is the default, set so that it stays so.
+    const int8_t fast_accumulation = fast_fp8_accumulation_ ? 1 : 0;
     check(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accumulation,
                                          sizeof fast_accumulation),
-          "turning fast accumulation off");
+          "setting fast accumulation");
     set_scale_pointers(plan->op, p, map->swap);
   }
 

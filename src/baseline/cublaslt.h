@@ -16,8 +16,11 @@ namespace gemmkit::baseline {
 
 class CublasLt {
  public:
-  // Creates a cuBLASLt handle and a 32 MiB workspace on `device`.
-  explicit CublasLt(int device);
+  // Creates a cuBLASLt handle and a 32 MiB workspace on `device`. With fast_fp8_accumulation,
+  // FP8 products are summed in the tensor cores over all of K (CUBLASLT_MATMUL_DESC_FAST_ACCUM):
+  // single-level accumulation, which a test uses to show what two-level accumulation guards
+  // against; bench never does.
+  explicit CublasLt(int device, bool fast_fp8_accumulation = false);
   ~CublasLt();
   CublasLt(const CublasLt&) = delete;
   CublasLt& operator=(const CublasLt&) = delete;
@@ -52,7 +55,8 @@ class CublasLt {
   // These layouts were checked against the fp64 reference on an H100 with cuBLAS 13.0 (D row- and
   // column-major, e4m3/e5m2 mixes, bf16/f16/f32 out, ld 8 for K = 640). cuBLASLt's heuristic may
   // still have no algorithm for a supported problem (e.g. rowwise at N = 12): run() then throws.
-  // FP8 accumulation is cuBLASLt's default two-level one (FAST_ACCUM off), like ours.
+  // FP8 accumulation is cuBLASLt's default two-level one (FAST_ACCUM off), like ours, unless
+  // the object was made with fast_fp8_accumulation.
   bool supports(const Problem& p, std::string* why = nullptr) const;
 
   // p with each FP8 operand's scales replaced by one f32 1.0 that this object owns on the device
@@ -85,6 +89,7 @@ class CublasLt {
   const Plan& plan_for(const Problem& p);
 
   int device_;
+  bool fast_fp8_accumulation_;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   float* unit_scale_ = nullptr;  // a device f32 1.0 right after the workspace (per_tensor_stand_in)

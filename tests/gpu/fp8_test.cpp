@@ -8,6 +8,7 @@
 #include <tuple>
 #include <vector>
 
+#include "baseline/cublaslt.h"
 #include "gemmkit/error.h"
 #include "reference/quantized_gemm.h"
 #include "gpu_test.h"
@@ -198,6 +199,24 @@ TEST_F(Fp8Accuracy, LongPositiveSumsStayWithinTheTwoLevelBound) {
     spec.out = DType::f32;
     expect_correct(spec);
   }
+}
+
+// What the two-level bound guards against: on the same kind of data cuBLASLt with fast
+// accumulation, which keeps the sums in the tensor cores over all of K (single-level), misses it.
+TEST_F(Fp8Accuracy, SingleLevelAccumulationMissesTheTwoLevelBound) {
+  ProblemSpec spec = fp8(256, 256, 16384, ScaleMode::tensor);
+  spec.input_lo = 0.0f;  // every product positive, so the narrower sums' errors add up
+  spec.out = DType::f32;
+  reference::DeviceProblem problem(spec, testing::fresh_seed());
+  Problem p = validate_gemm(problem.a(), problem.b(), problem.d(), problem.options(nullptr));
+  p.device = 0;
+  baseline::CublasLt single_level(0, /*fast_fp8_accumulation=*/true);
+  problem.prepare_output(nullptr);
+  single_level.run(p, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const reference::Comparison result = problem.check(nullptr);
+  EXPECT_FALSE(result.passed()) << "single-level accumulation stayed within the two-level bound: " << result.summary();
+  expect_correct(spec);
 }
 
 // Random bf16 data quantised by gemmkit::quantize in each mode and type, multiplied in FP8,
