@@ -63,7 +63,8 @@ struct Work {
 // Per stage: its full and empty barriers and a Work slot (the host reserves 32 bytes for it).
 static_assert(sizeof(Work) == 32, "the host's shared-memory plan assumes 32-byte work slots");
 static_assert(kSwizzleAtom + kStages * (kStageBytesA + kStageBytesB) + kEpilogueBytes +
-                  kStages * (2 * 8 + sizeof(Work) + kStageScaleBytes) + 2 * kConsumers * kColumnScaleBytes <= kSmemBytes,
+                  kStages * (2 * 8 + sizeof(Work) + kStageScaleBytes) +
+                  2 * kConsumers * (kColumnScaleBytes + kMxFloatBytes) <= kSmemBytes,
               "shared-memory plan exceeds the size the host reserves");
 
 // Persistent order over work units: cluster tiles (kClusterM tiles stacked in M; CTA `rank` of
@@ -194,11 +195,15 @@ constexpr bool kDeferGroups = kTmaStore && kOutType != GEMMKIT_F32 && !kSplitK &
 constexpr int kDeferFrom = (kGroups + 1) / 2;  // groups [kDeferFrom, kGroups) wait
 constexpr int kDeferredRegisters = kDeferGroups ? (kGroups - kDeferFrom) * kPackedPerGroup : 1;
 
+// Named barrier of consumer warpgroup `slice` alone: kWarpgroupBarrier + slice (1 + slice is
+// split-K's).
+constexpr int kWarpgroupBarrier = 1 + kConsumers;
+
 // 8-bit inputs: each K granule of a K block is multiplied into `partial`, whose sums the tensor
 // cores keep narrower than f32, then promoted into `acc` with its inner scales. The scales a
-// thread needs throughout the K block are read while its first granule multiplies. A stage goes
-// back to the producer once its last granule has multiplied, or where promotion reads B's scales
-// from it (mx, 128x1 blocks), once that is promoted.
+// thread needs throughout the K block are read while its first granule multiplies (B's mx ones
+// converted to floats first). A stage goes back to the producer once its last granule has
+// multiplied, or where promotion reads B's scales from it (128x1 blocks), once that is promoted.
 //
 // Promoting idles a warpgroup's tensor-core work; the other warpgroup's fills the gap only if the
 // two promote at different times. Without inner scales granules need not follow K blocks, so the
@@ -209,7 +214,7 @@ constexpr bool kStaggered = !kInnerScales && kConsumers == 2 && !kHasC;
 template <int kPhase>
 __device__ __forceinline__ void multiply_8bit(float* acc, int k_count, u32& iteration, int slice, int t, int col,
                                               const u8* stages_a, const u8* stages_b, u32 stage_scales,
-                                              u64* full, u64* empty) {
+                                              u32 mx_float_buffers, u64* full, u64* empty) {
   constexpr int kSteps = kRowBytes / 32 / kGranules;  // k32 wgmma steps per granule
   static_assert(kPhase == 0 || (kGranules == 1 && !kInnerScales), "inner scales change where K blocks do");
   float partial[kTileN / 2];
@@ -219,6 +224,11 @@ __device__ __forceinline__ void multiply_8bit(float* acc, int k_count, u32& iter
     const u32 s = iteration % kStages;
     mbarrier_wait(&full[s], (iteration / kStages) & 1);
     const u32 scales = stage_scales + s * kStageScaleBytes;
+    const u32 mx_floats = mx_float_buffers + (2 * slice + (iteration & 1)) * kMxFloatBytes;
+    if (kMxB) {
+      convert_mx_scales(mx_floats, scales, t);
+      named_barrier_sync(kWarpgroupBarrier + slice, 128);
+    }
     KBlockScales k_scales;
 #pragma unroll
     for (int g = 0; g < kGranules; ++g) {
@@ -230,7 +240,7 @@ __device__ __forceinline__ void multiply_8bit(float* acc, int k_count, u32& iter
 #pragma unroll
           for (int j = 0; j < kTileN / 2; ++j) fence_register(partial[j]);
           if (i > 0 && t % 32 == 0) release_stage(&empty[(iteration - 1) % kStages]);
-          promote(acc, partial, k_scales, scales, 0, col % 128, t);
+          promote(acc, partial, k_scales, scales, mx_floats, 0, col % 128, t);
         }
         if (kk == 0 || kk == kPhase) wgmma_fence();
         // (Worked out per step: kept from the block's start, they would be live through the
@@ -250,7 +260,7 @@ __device__ __forceinline__ void multiply_8bit(float* acc, int k_count, u32& iter
 #pragma unroll
       for (int j = 0; j < kTileN / 2; ++j) fence_register(partial[j]);
       if (g == kGranules - 1 && !kPromoteReadsStage && t % 32 == 0) release_stage(&empty[s]);
-      promote(acc, partial, k_scales, scales, g, col % 128, t);
+      promote(acc, partial, k_scales, scales, mx_floats, g, col % 128, t);
     }
     if (kPromoteReadsStage && t % 32 == 0) release_stage(&empty[s]);
   }
@@ -259,15 +269,15 @@ __device__ __forceinline__ void multiply_8bit(float* acc, int k_count, u32& iter
 #pragma unroll
   for (int j = 0; j < kTileN / 2; ++j) fence_register(partial[j]);
   if (t % 32 == 0) release_stage(&empty[(iteration - 1) % kStages]);
-  promote(acc, partial, KBlockScales{}, 0, 0, col % 128, t);
+  promote(acc, partial, KBlockScales{}, 0, 0, 0, col % 128, t);
 }
 
 // A consumer warpgroup: multiplies its `slice` (64 rows) of each tile, then stores it.
 __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams& p, const TileScheduler& tiles,
                                         i64 first_unit, i64 unit_step, int slice, int t,
                                         const u8* stages_a, const u8* stages_b, u32 stage_scales,
-                                        u32 column_scale_buffers, u8* epilogue_buffers, u64* full, u64* empty,
-                                        const Work* slots) {
+                                        u32 column_scale_buffers, u32 mx_float_buffers, u8* epilogue_buffers,
+                                        u64* full, u64* empty, const Work* slots) {
   const bool warp_leader = t % 32 == 0;
   // This warpgroup's two column-scale buffers, used by alternate tiles: a tile's copies start
   // after every thread has passed the previous tile's barrier, so after the one before's epilogue.
@@ -291,12 +301,12 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
       if constexpr (kStaggered) {
         if (slice == 1) {
           multiply_8bit<kRowBytes / 32 / 2>(acc, k_count, iteration, slice, t, w.col, stages_a, stages_b, stage_scales,
-                                            full, empty);
+                                            mx_float_buffers, full, empty);
         } else {
-          multiply_8bit<0>(acc, k_count, iteration, slice, t, w.col, stages_a, stages_b, stage_scales, full, empty);
+          multiply_8bit<0>(acc, k_count, iteration, slice, t, w.col, stages_a, stages_b, stage_scales, mx_float_buffers, full, empty);
         }
       } else {
-        multiply_8bit<0>(acc, k_count, iteration, slice, t, w.col, stages_a, stages_b, stage_scales, full, empty);
+        multiply_8bit<0>(acc, k_count, iteration, slice, t, w.col, stages_a, stages_b, stage_scales, mx_float_buffers, full, empty);
       }
     } else {
       // One wgmma group stays in flight: after committing K block i, wait for i - 1 and hand
@@ -335,7 +345,7 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
                         column_scales};
     if (kColumnScales) {
       cp_async_wait_all();
-      named_barrier_sync(1 + kConsumers + slice, 128);  // 1 + slice is split-K's
+      named_barrier_sync(kWarpgroupBarrier + slice, 128);
     }
     if (at.row >= p.m) continue;  // this slice lies wholly below D
     if (kSplitK && p.splits > 1 && !combine_splits(acc, p, w.tile * kConsumers + slice, w.split, at.row, t, 1 + slice)) continue;
@@ -369,6 +379,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   Work* slots = reinterpret_cast<Work*>(empty + kStages);
   const u32 stage_scales = smem_u32(slots + kStages);  // kInnerScales only
   const u32 column_scales = stage_scales + kStages * kStageScaleBytes;  // kColumnScales only
+  const u32 mx_floats = column_scales + 2 * kConsumers * kColumnScaleBytes;  // kMxB only
 
   const int warpgroup = threadIdx.x / 128;
   const int t = threadIdx.x % 128;
@@ -409,7 +420,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   } else {
     registers_increase<kConsumerRegisters>();
     consume(map_d, p, tiles, first_unit, unit_step, warpgroup - 1, t, stages_a, stages_b, stage_scales, column_scales,
-            epilogue_buffers, full, empty, slots);
+            mx_floats, epilogue_buffers, full, empty, slots);
   }
   // No CTA may leave while its peer can still arrive on its barriers.
   if (kClusterM > 1) cluster_sync();

@@ -116,8 +116,26 @@ __device__ __forceinline__ KBlockScales read_k_block_scales(u32 scales, int slic
   return k;
 }
 
-// Whether promote() reads B's scales from the stage (else all it needs is in KBlockScales).
-constexpr bool kPromoteReadsStage = kInnerB && (kMxB || kScaleMNB == 1);
+// B's mx exponents, one per column and granule, would cost each thread two conversions per
+// column pair and granule; instead each consumer warpgroup converts a K block's once, a word per
+// thread, into floats in a buffer of its own (two, used by alternate K blocks), laid out as the
+// bytes are: granule g's column c at g * kTileN + c.
+constexpr u32 kMxFloatBytes = kMxB ? kGranules * kTileN * 4 : 0;  // one K block's
+
+// Whether promote() reads B's scales from the stage (else all it needs is in KBlockScales and
+// the converted mx floats).
+constexpr bool kPromoteReadsStage = kInnerB && !kMxB && kScaleMNB == 1;
+
+// By each thread t of a consumer warpgroup: converts word t of the stage's B exponents (`scales`)
+// into four floats at `floats`; the warpgroup meets at a barrier before reading them.
+__device__ __forceinline__ void convert_mx_scales(u32 floats, u32 scales, int t) {
+  static_assert(kStageWordsB <= 128, "a word per consumer thread");
+  if (t >= kStageWordsB) return;
+  const u32 word = ld_shared_u32(scales + 4 * (kStageWordsA + t));
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(floats + 16 * t), "f"(ue8m0_to_float(word)),
+               "f"(ue8m0_to_float(word >> 8)), "f"(ue8m0_to_float(word >> 16)), "f"(ue8m0_to_float(word >> 24))
+               : "memory");
+}
 
 // A's scale of fragment row h for granule g.
 __device__ __forceinline__ float a_scale(const KBlockScales& k, int h, int g) {
@@ -126,10 +144,10 @@ __device__ __forceinline__ float a_scale(const KBlockScales& k, int h, int g) {
 }
 
 // acc += partial * (A's scale of the row) * (B's scale of the column) for granule g of a K block
-// whose scales are staged at shared address `scales`; `col_in_block` is the tile's first column
-// modulo 128. Without inner scales this is a plain sum.
-__device__ __forceinline__ void promote(float* acc, const float* partial, const KBlockScales& k, u32 scales, int g,
-                                        int col_in_block, int t) {
+// whose scales are staged at shared address `scales` (B's mx ones converted at `mx_floats`);
+// `col_in_block` is the tile's first column modulo 128. Without inner scales this is a plain sum.
+__device__ __forceinline__ void promote(float* acc, const float* partial, const KBlockScales& k, u32 scales,
+                                        u32 mx_floats, int g, int col_in_block, int t) {
   const float a0 = a_scale(k, 0, g), a1 = a_scale(k, 1, g);
   const u32 scales_b = scales + 4 * kStageWordsA;
 #pragma unroll
@@ -137,8 +155,7 @@ __device__ __forceinline__ void promote(float* acc, const float* partial, const 
     // B's scales of the thread's column pair (an 8-column group never straddles two blocks).
     float2 b = make_float2(1.0f, 1.0f);
     if (kInnerB && kMxB) {
-      const u32 pair = ld_shared_u16(scales_b + g * kTileN + fragment_col(t, j));
-      b = make_float2(ue8m0_to_float(pair), ue8m0_to_float(pair >> 8));
+      b = ld_shared_f32x2(mx_floats + 4 * (g * kTileN + fragment_col(t, j)));
     } else if (kInnerB && kScaleMNB == 1) {
       b = ld_shared_f32x2(scales_b + 4 * fragment_col(t, j));
     } else if (kInnerB) {

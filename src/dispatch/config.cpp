@@ -124,9 +124,11 @@ const std::vector<TileShape>& tile_shapes(bool eight_bit) {
 int tma_smem_bytes(const KernelConfig& c) {
   int epilogue = c.tma_store ? (c.tile_m / 64) * c.store_buffers * kEpilogueBuffer : 0;
   int barriers_and_slots = c.stages * (2 * 8 + kWorkSlot);
-  // B's rowwise scales of two tiles per consumer warpgroup (epilogue.cuh).
+  // B's rowwise scales of two tiles (epilogue.cuh), or its mx scales of two K blocks as floats
+  // (promote.cuh), per consumer warpgroup.
   int column_scales = c.scale_b == ScaleMode::rowwise ? 2 * (c.tile_m / 64) * c.tile_n * 4 : 0;
-  return kAlignmentSlack + c.stages * c.stage_bytes() + epilogue + barriers_and_slots + column_scales;
+  int mx_floats = c.scale_b == ScaleMode::mx ? 2 * (c.tile_m / 64) * 4 * c.tile_n * 4 : 0;
+  return kAlignmentSlack + c.stages * c.stage_bytes() + epilogue + barriers_and_slots + column_scales + mx_floats;
 }
 
 int max_stages(KernelConfig c, int smem_limit) {
