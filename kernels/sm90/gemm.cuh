@@ -43,10 +43,14 @@ constexpr u32 kEpilogueBytes = kTmaStore ? kConsumers * kStoreBuffers * kEpilogu
 // consumers share the rest of what the launch gave the CTA (kLaunchRegisters per thread, as
 // __launch_bounds__ allows) in multiples of 8, at most 240 (224 for two, 152 for three). Asking
 // for more than the launch gave deadlocks: setmaxnreg.inc waits for registers that never free.
-// A producer with a scale warp keeps 88, whose address arithmetic spilled at 56 to 72; two
-// consumers then have 208.
+// A producer with a scale warp keeps 72 (its mx address arithmetic spills at 56), leaving two
+// consumers 216; where both operands have block scales on a tile with two partial accumulators
+// (multiply_8bit_pairs; not with split-K, whose reduction needs registers too), the consumers
+// need 224 and the scale warp fits in 56.
 constexpr int kLaunchRegisters = (65536 / kThreads < 255 ? 65536 / kThreads : 255) / 8 * 8;
-constexpr int kProducerRegisters = kInnerScales ? 88 : 56;
+constexpr bool kTwoPartials =
+    kInnerScales && !kPromoteReadsStage && kGranules == 1 && kTileN <= 128 && kConsumers == 2 && !kSplitK;
+constexpr int kProducerRegisters = kInnerScales && !(kTwoPartials && kInnerB) ? 72 : 56;
 constexpr int kConsumerShare = (kLaunchRegisters * (kConsumers + 1) - kProducerRegisters) / kConsumers / 8 * 8;
 constexpr int kConsumerRegisters = kConsumerShare < 240 ? kConsumerShare : 240;
 static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= kLaunchRegisters * (kConsumers + 1),
@@ -272,6 +276,64 @@ __device__ __forceinline__ void multiply_8bit(float* acc, int k_count, u32& iter
   promote(acc, partial, KBlockScales{}, 0, 0, 0, col % 128, t);
 }
 
+// Block scales on tiles up to 128 wide, whose consumers have registers for two partial
+// accumulators: K blocks go in pairs, one into each, and the first of a pair is promoted while
+// the tensor cores multiply the second. (No wgmma stays in flight from one pair to the next:
+// ptxas serialises every wgmma where accumulators are read with others in flight across a loop,
+// C7514.) An odd first K block is multiplied alone.
+__device__ __forceinline__ void issue_k_block(float* partial, u32 iteration, int slice, const u8* stages_a,
+                                              const u8* stages_b, u64* full) {
+  const u32 s = iteration % kStages;
+  mbarrier_wait(&full[s], (iteration / kStages) & 1);
+  const u32 low_a = operand_descriptor_low(stages_a + s * kStageBytesA + slice * 64 * kRowBytes, true);
+  const u32 low_b = operand_descriptor_low(stages_b + s * kStageBytesB, true);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kRowBytes / 32; ++kk) {
+    wgmma_tile(partial, smem_descriptor(low_a + kk * k_step(true), kSwizzleAtom),
+               smem_descriptor(low_b + kk * k_step(true), kSwizzleAtom), kk > 0 ? 1u : 0u);
+  }
+  wgmma_commit();
+}
+
+// Waits for all but the newest `in_flight` wgmma groups, hands K block `iteration`'s stage back
+// and promotes it from `partial`.
+template <int kInFlight>
+__device__ __forceinline__ void finish_k_block(float* acc, float* partial, const KBlockScales& scales, u32 iteration,
+                                               int col, int t, u64* empty) {
+  wgmma_wait<kInFlight>();
+#pragma unroll
+  for (int j = 0; j < kTileN / 2; ++j) fence_register(partial[j]);
+  if (t % 32 == 0) release_stage(&empty[iteration % kStages]);
+  promote(acc, partial, scales, 0, 0, 0, col % 128, t);
+}
+
+__device__ __forceinline__ void multiply_8bit_pairs(float* acc, int k_count, u32& iteration, int slice, int t, int col,
+                                                    const u8* stages_a, const u8* stages_b, u32 stage_scales,
+                                                    u64* full, u64* empty) {
+  float first[kTileN / 2], second[kTileN / 2];
+#pragma unroll
+  for (int i = 0; i < kTileN / 2; ++i) acc[i] = 0.0f;
+  int i = 0;
+  if (k_count % 2 == 1) {
+    issue_k_block(first, iteration, slice, stages_a, stages_b, full);
+    const KBlockScales scales = read_k_block_scales(stage_scales + iteration % kStages * kStageScaleBytes, slice, t);
+    finish_k_block<0>(acc, first, scales, iteration, col, t, empty);
+    ++i;
+    ++iteration;
+  }
+  for (; i < k_count; i += 2, iteration += 2) {
+    issue_k_block(first, iteration, slice, stages_a, stages_b, full);
+    const KBlockScales first_scales = read_k_block_scales(stage_scales + iteration % kStages * kStageScaleBytes, slice, t);
+    issue_k_block(second, iteration + 1, slice, stages_a, stages_b, full);
+    finish_k_block<1>(acc, first, first_scales, iteration, col, t, empty);
+    // Read only now, while the second block multiplies: two blocks' scales at once do not fit.
+    const KBlockScales second_scales =
+        read_k_block_scales(stage_scales + (iteration + 1) % kStages * kStageScaleBytes, slice, t);
+    finish_k_block<0>(acc, second, second_scales, iteration + 1, col, t, empty);
+  }
+}
+
 // A consumer warpgroup: multiplies its `slice` (64 rows) of each tile, then stores it.
 __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams& p, const TileScheduler& tiles,
                                         i64 first_unit, i64 unit_step, int slice, int t,
@@ -298,7 +360,9 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
     column_buffer ^= 1;
     if (kColumnScales) stage_column_scales(column_scales, p, w.batch, w.col, t);
     if constexpr (k8Bit) {
-      if constexpr (kStaggered) {
+      if constexpr (kTwoPartials) {
+        multiply_8bit_pairs(acc, k_count, iteration, slice, t, w.col, stages_a, stages_b, stage_scales, full, empty);
+      } else if constexpr (kStaggered) {
         if (slice == 1) {
           multiply_8bit<kRowBytes / 32 / 2>(acc, k_count, iteration, slice, t, w.col, stages_a, stages_b, stage_scales,
                                             mx_float_buffers, full, empty);
