@@ -150,24 +150,46 @@ __device__ __forceinline__ void promote(float* acc, const float* partial, const 
                                         u32 mx_floats, int g, int col_in_block, int t) {
   const float a0 = a_scale(k, 0, g), a1 = a_scale(k, 1, g);
   const u32 scales_b = scales + 4 * kStageWordsA;
+  // 128x128 B blocks: the two rows' products with each block's scale, chosen per column group
+  // below. A tile whose width divides 128 lies in one block (tiles start at multiples of their
+  // width), so the choice folds away.
+  constexpr bool kBlockB = kInnerB && !kMxB && kScaleMNB > 1;
+  constexpr int kBlocks = 128 % kTileN == 0 ? 1 : kBlocksB;
+  if (128 % kTileN == 0) col_in_block = 0;
+  float products[kBlockB ? kBlocks : 1][2];
+#pragma unroll
+  for (int q = 0; q < (kBlockB ? kBlocks : 1); ++q) {
+    products[q][0] = kBlockB ? a0 * k.b[q] : a0;
+    products[q][1] = kBlockB ? a1 * k.b[q] : a1;
+  }
 #pragma unroll
   for (int j = 0; j < kTileN / 8; ++j) {
-    // B's scales of the thread's column pair (an 8-column group never straddles two blocks).
-    float2 b = make_float2(1.0f, 1.0f);
-    if (kInnerB && kMxB) {
-      b = ld_shared_f32x2(mx_floats + 4 * (g * kTileN + fragment_col(t, j)));
-    } else if (kInnerB && kScaleMNB == 1) {
-      b = ld_shared_f32x2(scales_b + 4 * fragment_col(t, j));
-    } else if (kInnerB) {
+    // The scales of the thread's column pair and its two rows (an 8-column group never
+    // straddles two blocks).
+    float s00, s01, s10, s11;
+    if (kBlockB) {
       const int block = (col_in_block + fragment_col(t, j)) / 128;
-      b.x = k.b[0];
+      s00 = products[0][0];
+      s10 = products[0][1];
 #pragma unroll
-      for (int q = 1; q < kBlocksB; ++q) b.x = block >= q ? k.b[q] : b.x;
-      b.y = b.x;
+      for (int q = 1; q < kBlocks; ++q) {
+        s00 = block >= q ? products[q][0] : s00;
+        s10 = block >= q ? products[q][1] : s10;
+      }
+      s01 = s00;
+      s11 = s10;
+    } else {
+      float2 b = make_float2(1.0f, 1.0f);
+      if (kInnerB && kMxB) b = ld_shared_f32x2(mx_floats + 4 * (g * kTileN + fragment_col(t, j)));
+      if (kInnerB && !kMxB && kScaleMNB == 1) b = ld_shared_f32x2(scales_b + 4 * fragment_col(t, j));
+      s00 = a0 * b.x;
+      s01 = a0 * b.y;
+      s10 = a1 * b.x;
+      s11 = a1 * b.y;
     }
-    acc[4 * j + 0] += partial[4 * j + 0] * (a0 * b.x);
-    acc[4 * j + 1] += partial[4 * j + 1] * (a0 * b.y);
-    acc[4 * j + 2] += partial[4 * j + 2] * (a1 * b.x);
-    acc[4 * j + 3] += partial[4 * j + 3] * (a1 * b.y);
+    acc[4 * j + 0] += partial[4 * j + 0] * s00;
+    acc[4 * j + 1] += partial[4 * j + 1] * s01;
+    acc[4 * j + 2] += partial[4 * j + 2] * s10;
+    acc[4 * j + 3] += partial[4 * j + 3] * s11;
   }
 }
