@@ -77,6 +77,14 @@ __device__ __forceinline__ float inner_factor(const GemmParams& p, InnerScales a
   return factor;
 }
 
+// With 128-deep block scales (and no mx), a round's 32 x kGemvUnroll 16-byte vectors of 8-bit
+// elements span 16 blocks, vector v lying in block v / 8: lanes 0-15 each look up one block's
+// scale product and pass it to the lanes that need it, instead of every lane looking up both
+// scales for each of its vectors.
+constexpr bool kGemvBlockScales = kGemv8Bit && (kScaleA == GEMMKIT_SCALE_BLOCK || kScaleB == GEMMKIT_SCALE_BLOCK) &&
+                                  kScaleA != GEMMKIT_SCALE_MX && kScaleB != GEMMKIT_SCALE_MX;
+static_assert(!kGemvBlockScales || (kGemvVector == 16 && kGemvUnroll == 4), "a round spans 16 blocks of 8 vectors");
+
 // This lane's share of A[0, :] . B[:, n] for one batch; `a` and `b` point at element k = 0.
 __device__ __forceinline__ float lane_dot(const GemmParams& p, const u8* a, long long a_step, const u8* b,
                                           InnerScales scales, int lane, bool vector) {
@@ -92,9 +100,16 @@ __device__ __forceinline__ float lane_dot(const GemmParams& p, const u8* a, long
       uint4 bv[kGemvUnroll];
 #pragma unroll
       for (int u = 0; u < kGemvUnroll; ++u) bv[u] = load_streaming(b16 + v + 32 * u);
+      float factors[kGemvUnroll];
+      if (kGemvBlockScales) {
+        const float mine = lane < 16 ? inner_factor(p, scales, (v - lane + 8 * lane) * kGemvVector) : 0.0f;
+#pragma unroll
+        for (int u = 0; u < kGemvUnroll; ++u) factors[u] = __shfl_sync(0xffffffffu, mine, lane / 8 + 4 * u);
+      }
 #pragma unroll
       for (int u = 0; u < kGemvUnroll; ++u) {
-        sum += dot_vector(a16[v + 32 * u], bv[u]) * inner_factor(p, scales, (v + 32 * u) * kGemvVector);
+        const float factor = kGemvBlockScales ? factors[u] : inner_factor(p, scales, (v + 32 * u) * kGemvVector);
+        sum += dot_vector(a16[v + 32 * u], bv[u]) * factor;
       }
     }
     for (; v < vectors; v += 32) sum += dot_vector(a16[v], load_streaming(b16 + v)) * inner_factor(p, scales, v * kGemvVector);
