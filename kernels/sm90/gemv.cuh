@@ -96,7 +96,9 @@ __device__ __forceinline__ float lane_dot(const GemmParams& p, const u8* a, long
     const uint4* b16 = reinterpret_cast<const uint4*>(b);
     const long long vectors = k / kGemvVector;
     long long v = lane;
-    for (; v + 32 * (kGemvUnroll - 1) < vectors; v += 32 * kGemvUnroll) {
+    // Whole rounds only, the same for every lane (the block scales' shuffles need the whole warp);
+    // the loop below takes what is left, lane by lane.
+    for (; v - lane + 32 * kGemvUnroll <= vectors; v += 32 * kGemvUnroll) {
       uint4 bv[kGemvUnroll];
 #pragma unroll
       for (int u = 0; u < kGemvUnroll; ++u) bv[u] = load_streaming(b16 + v + 32 * u);
