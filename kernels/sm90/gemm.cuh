@@ -208,25 +208,18 @@ constexpr int kWarpgroupBarrier = 1 + kConsumers;
 // thread needs throughout the K block are read while its first granule multiplies (B's mx ones
 // converted to floats first). A stage goes back to the producer once its last granule has
 // multiplied, or where promotion reads B's scales from it (128x1 blocks), once that is promoted.
-//
-// Promoting idles a warpgroup's tensor-core work; the other warpgroup's fills the gap only if the
-// two promote at different times. Without inner scales granules need not follow K blocks, so the
-// second warpgroup's lag kPhase k32 steps behind (its first and last are shorter): it promotes in
-// the middle of each K block, while the first multiplies. (With C, the epilogue's loads leave
-// 176-wide tiles too few registers for the second copy of the loop.)
-constexpr bool kStaggered = !kInnerScales && kConsumers == 2 && !kHasC;
-template <int kPhase>
 __device__ __forceinline__ void multiply_8bit(float* acc, int k_count, u32& iteration, int slice, int t, int col,
                                               const u8* stages_a, const u8* stages_b, u32 stage_scales,
                                               u32 mx_float_buffers, u64* full, u64* empty) {
   constexpr int kSteps = kRowBytes / 32 / kGranules;  // k32 wgmma steps per granule
-  static_assert(kPhase == 0 || (kGranules == 1 && !kInnerScales), "inner scales change where K blocks do");
   float partial[kTileN / 2];
 #pragma unroll
   for (int i = 0; i < kTileN / 2; ++i) acc[i] = 0.0f;
   for (int i = 0; i < k_count; ++i, ++iteration) {
     const u32 s = iteration % kStages;
     mbarrier_wait(&full[s], (iteration / kStages) & 1);
+    const u32 low_a = operand_descriptor_low(stages_a + s * kStageBytesA + slice * 64 * kRowBytes, true);
+    const u32 low_b = operand_descriptor_low(stages_b + s * kStageBytesB, true);
     const u32 scales = stage_scales + s * kStageScaleBytes;
     const u32 mx_floats = mx_float_buffers + (2 * slice + (iteration & 1)) * kMxFloatBytes;
     if (kMxB) {
@@ -236,29 +229,14 @@ __device__ __forceinline__ void multiply_8bit(float* acc, int k_count, u32& iter
     KBlockScales k_scales;
 #pragma unroll
     for (int g = 0; g < kGranules; ++g) {
+      wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kSteps; ++kk) {
-        if (kPhase > 0 && kk == kPhase) {  // the granule begun in the previous K block (or this one's first) ends
-          wgmma_commit();
-          wgmma_wait<0>();
-#pragma unroll
-          for (int j = 0; j < kTileN / 2; ++j) fence_register(partial[j]);
-          if (i > 0 && t % 32 == 0) release_stage(&empty[(iteration - 1) % kStages]);
-          promote(acc, partial, k_scales, scales, mx_floats, 0, col % 128, t);
-        }
-        if (kk == 0 || kk == kPhase) wgmma_fence();
-        // (Worked out per step: kept from the block's start, they would be live through the
-        // staggered promotion, where registers are tightest.)
-        const u32 low_a = operand_descriptor_low(stages_a + s * kStageBytesA + slice * 64 * kRowBytes, true);
-        const u32 low_b = operand_descriptor_low(stages_b + s * kStageBytesB, true);
         const u32 step = (g * kSteps + kk) * k_step(true);
-        // A granule starts at step kPhase, and at step 0 of the first K block.
-        const bool accumulate = kk != kPhase && (kk > 0 || (kPhase > 0 && i > 0));
         wgmma_tile(partial, smem_descriptor(low_a + step, kSwizzleAtom), smem_descriptor(low_b + step, kSwizzleAtom),
-                   accumulate ? 1u : 0u);
+                   kk > 0 ? 1u : 0u);
       }
-      wgmma_commit();  // (staggered: the granule's first part, so that none is open at the barrier wait)
-      if (kPhase > 0) continue;
+      wgmma_commit();
       if (g == 0) k_scales = read_k_block_scales(scales, slice, t);
       wgmma_wait<0>();
 #pragma unroll
@@ -268,12 +246,6 @@ __device__ __forceinline__ void multiply_8bit(float* acc, int k_count, u32& iter
     }
     if (kPromoteReadsStage && t % 32 == 0) release_stage(&empty[s]);
   }
-  if (kPhase == 0) return;
-  wgmma_wait<0>();  // the last granule
-#pragma unroll
-  for (int j = 0; j < kTileN / 2; ++j) fence_register(partial[j]);
-  if (t % 32 == 0) release_stage(&empty[(iteration - 1) % kStages]);
-  promote(acc, partial, KBlockScales{}, 0, 0, 0, col % 128, t);
 }
 
 // Block scales on tiles up to 128 wide, whose consumers have registers for two partial
@@ -362,15 +334,8 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
     if constexpr (k8Bit) {
       if constexpr (kTwoPartials) {
         multiply_8bit_pairs(acc, k_count, iteration, slice, t, w.col, stages_a, stages_b, stage_scales, full, empty);
-      } else if constexpr (kStaggered) {
-        if (slice == 1) {
-          multiply_8bit<kRowBytes / 32 / 2>(acc, k_count, iteration, slice, t, w.col, stages_a, stages_b, stage_scales,
-                                            mx_float_buffers, full, empty);
-        } else {
-          multiply_8bit<0>(acc, k_count, iteration, slice, t, w.col, stages_a, stages_b, stage_scales, mx_float_buffers, full, empty);
-        }
       } else {
-        multiply_8bit<0>(acc, k_count, iteration, slice, t, w.col, stages_a, stages_b, stage_scales, mx_float_buffers, full, empty);
+        multiply_8bit(acc, k_count, iteration, slice, t, w.col, stages_a, stages_b, stage_scales, mx_float_buffers, full, empty);
       }
     } else {
       // One wgmma group stays in flight: after committing K block i, wait for i - 1 and hand
