@@ -50,6 +50,25 @@ double tile_efficiency(TileShape t, int cluster) {
   return 1.0 / (1.0 + 0.3 * (traffic - 1.0));
 }
 
+// 8-bit inputs promote their partial sums every K block, and a warpgroup's tensor-core work
+// stops while it waits for its last wgmma. Full-height tiles with block scales (128x128 B blocks)
+// up to 128 wide, unsplit, keep two partial accumulators and promote one K block while the next
+// multiplies (gemm.cuh's kTwoPartials); on fp8-large on an H100 their block shapes ran 128x128
+// that way at 0.77x cuBLASLt (geomean), against 0.66x on 128x176. Other tiles with block scales
+// cost that much more.
+double promotion_cost(const KernelConfig& c) {
+  const bool block = c.scale_a == ScaleMode::block || c.scale_b == ScaleMode::block;
+  const bool b_blocks_read_late = c.scale_b == ScaleMode::block && c.scale_b_mn == 1;  // promote.cuh
+  const bool two_partials = !b_blocks_read_late && c.tile_m == 128 && c.tile_n <= 128 && c.splits == 1;
+  return block && !two_partials ? 1.15 : 1.0;
+}
+
+// A cluster's CTAs share B's loads but wait for each other's stages, and 8-bit consumers stall at
+// every promotion: on the same suite full-height 8-bit tiles ran faster without clusters in every
+// mode (tensor 0.85x against 0.84x, rowwise 0.89x against 0.86x, block 128x128 0.77x against
+// 0.72x). Half-height decode tiles, whose weights dominate the traffic, keep theirs.
+bool cluster_pays(DType in, TileShape tile, int cluster) { return cluster == 1 || !is_fp8(in) || tile.m < 128; }
+
 }  // namespace
 
 int KernelConfig::threads() const { return kind == KernelKind::tma ? 128 * (tile_m / 64 + 1) : 256; }
@@ -255,6 +274,7 @@ std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& lim
     if (!tile_takes_scales(tile, config.scale_a, config.scale_b)) continue;
     for (int cluster : {2, 1}) {
       if (cluster > tiles_m) continue;
+      if (!cluster_pays(config.in, tile, cluster)) continue;
       KernelConfig candidate = config;
       candidate.tile_m = tile.m;
       candidate.tile_n = tile.n;
@@ -273,7 +293,8 @@ std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& lim
         candidate.splits = splits;
         const double waves = double(ceil_div(cluster_tiles * splits, limits.sm_count / cluster));
         const double blocks = double(ceil_div(k_blocks, splits)) + (splits > 1 ? kSplitOverheadBlocks : 0.0);
-        const double cost = waves * blocks * tile.m * tile.n / tile_efficiency(tile, cluster);
+        const double cost = waves * blocks * tile.m * tile.n / tile_efficiency(tile, cluster) *
+                            promotion_cost(candidate);
         if (candidates.empty() || cost < 0.98 * candidates[pick].cost) pick = candidates.size();
         candidates.push_back({candidate, cost});
       }

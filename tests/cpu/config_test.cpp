@@ -327,6 +327,42 @@ TEST(ConfigChoose, TypesAndCPropagate) {
   EXPECT_EQ(c.c, DType::f32);
 }
 
+// FP8 on full-height tiles: no cluster (each CTA stalls at every promotion, and a cluster would
+// tie two together), and with block scales (1x128 for A, 128x128 for B) a tile up to 128 wide,
+// whose two partial accumulators overlap promotion with the next K block. B's blocks the other
+// way round (128x1, as a transposed problem has them) are read while promoting, which rules out
+// two partials: there the widest full-height tile stays.
+TEST(ConfigChoose, Fp8FullHeightTilesTakeNoClusterAndBlockScalesTwoPartials) {
+  auto fp8 = [](ScaleMode mode, int64_t b_block_rows, int64_t b_block_cols) {
+    Problem p = problem(4096, 8192, 8192);
+    p.a.dtype = p.b.dtype = DType::e4m3;
+    p.b = col_major(1, DType::e4m3, p.k);  // K-major, as 8-bit wgmma reads it
+    p.d.dtype = DType::bf16;
+    p.scale_a.mode = p.scale_b.mode = mode;
+    p.scale_a.block_rows = 1;
+    p.scale_a.block_cols = 128;
+    p.scale_b.block_rows = b_block_rows;
+    p.scale_b.block_cols = b_block_cols;
+    return p;
+  };
+  const KernelConfig tensor = choose_config(fp8(ScaleMode::tensor, 8192, 8192), {132, kSmemLimit});
+  EXPECT_EQ(tensor.tile_m, 128);
+  EXPECT_EQ(tensor.tile_n, 176);
+  EXPECT_EQ(tensor.cluster_m, 1);
+  const KernelConfig block = choose_config(fp8(ScaleMode::block, 128, 128), {132, kSmemLimit});
+  EXPECT_EQ(block.tile_m, 128);
+  EXPECT_EQ(block.tile_n, 128);
+  EXPECT_EQ(block.cluster_m, 1);
+  const KernelConfig block_b_rows = choose_config(fp8(ScaleMode::block, 128, 1), {132, kSmemLimit});
+  EXPECT_EQ(block_b_rows.tile_n, 176);
+  // Decode's half-height tiles still share B within a cluster.
+  Problem decode = fp8(ScaleMode::tensor, 8192, 8192);
+  decode.m = 128;
+  const KernelConfig half = choose_config(decode, {132, kSmemLimit});
+  EXPECT_EQ(half.tile_m, 64);
+  EXPECT_EQ(half.cluster_m, 2);
+}
+
 // ---- KernelConfig identity
 
 TEST(ConfigKernelConfig, EveryFieldTakesPartInComparison) {
