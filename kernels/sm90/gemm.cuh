@@ -140,18 +140,33 @@ __device__ __forceinline__ void load_stage(const TensorMap* map_a, const TensorM
   }
 }
 
+// A K block's place in the ring: the stage that holds it and the parity of that stage's current
+// use (the phase its barriers are in). Stepped one K block at a time: worked out from a running
+// count, the division by kStages sat on the consumers' path from one K block's wgmma to the next.
+// `odd` says whether an odd number of K blocks went before (mx's alternate float buffers).
+struct RingSlot {
+  u32 stage = 0, phase = 0, odd = 0;
+  __device__ __forceinline__ RingSlot next() const {
+    RingSlot n{stage + 1, phase, odd ^ 1};
+    if (n.stage == kStages) {
+      n.stage = 0;
+      n.phase ^= 1;
+    }
+    return n;
+  }
+};
+
 // The producer's walk: for each K block of each of this CTA's work units, in order, waits until
 // the consumers have released the stage it goes to, then lets `fill` fill it.
 template <class Fill>
 __device__ __forceinline__ void for_each_stage(const TileScheduler& tiles, i64 first_unit, i64 unit_step, int rank,
                                                u64* empty, Fill fill) {
-  u32 iteration = 0;
+  RingSlot slot;
   for (i64 unit = first_unit; unit < tiles.total; unit += unit_step) {
     const Work w = tiles.work(unit, rank);
-    for (int kb = w.k_begin; kb < w.k_end; ++kb, ++iteration) {
-      const u32 s = iteration % kStages;
-      mbarrier_wait(&empty[s], ((iteration / kStages) & 1) ^ 1);
-      fill(w, kb, s);
+    for (int kb = w.k_begin; kb < w.k_end; ++kb, slot = slot.next()) {
+      mbarrier_wait(&empty[slot.stage], slot.phase ^ 1);
+      fill(w, kb, slot.stage);
     }
   }
 }
@@ -185,6 +200,18 @@ __device__ __forceinline__ u32 operand_descriptor_low(const u8* tile, bool k_maj
   return descriptor_low(tile, k_major ? 16 : kMajorBlock);
 }
 
+// Descriptor low words of a consumer's slice of A and of B in stage 0; stage s adds s times a
+// stage's size in 16-byte units.
+struct StageDescriptors {
+  u32 a, b;
+  __device__ __forceinline__ StageDescriptors(const u8* stages_a, const u8* stages_b, int slice, bool a_k_major,
+                                              bool b_k_major)
+      : a(operand_descriptor_low(stages_a + slice * 64 * kRowBytes, a_k_major)),
+        b(operand_descriptor_low(stages_b, b_k_major)) {}
+  __device__ __forceinline__ u32 low_a(u32 stage) const { return a + stage * (kStageBytesA / 16); }
+  __device__ __forceinline__ u32 low_b(u32 stage) const { return b + stage * (kStageBytesB / 16); }
+};
+
 // How far one 16-deep K step moves a descriptor's start address (in its 16-byte units):
 // 32 bytes along a K-major row, 16 rows (2 KB) down an MN-major block.
 __device__ __forceinline__ u32 k_step(bool k_major) { return k_major ? 32 / 16 : 2 * kSwizzleAtom / 16; }
@@ -208,20 +235,19 @@ constexpr int kWarpgroupBarrier = 1 + kConsumers;
 // thread needs throughout the K block are read while its first granule multiplies (B's mx ones
 // converted to floats first). A stage goes back to the producer once its last granule has
 // multiplied, or where promotion reads B's scales from it (128x1 blocks), once that is promoted.
-__device__ __forceinline__ void multiply_8bit(float* acc, int k_count, u32& iteration, int slice, int t, int col,
-                                              const u8* stages_a, const u8* stages_b, u32 stage_scales,
+__device__ __forceinline__ void multiply_8bit(float* acc, int k_count, RingSlot& slot, int slice, int t, int col,
+                                              const StageDescriptors& stages, u32 stage_scales,
                                               u32 mx_float_buffers, u64* full, u64* empty) {
   constexpr int kSteps = kRowBytes / 32 / kGranules;  // k32 wgmma steps per granule
   float partial[kTileN / 2];
 #pragma unroll
   for (int i = 0; i < kTileN / 2; ++i) acc[i] = 0.0f;
-  for (int i = 0; i < k_count; ++i, ++iteration) {
-    const u32 s = iteration % kStages;
-    mbarrier_wait(&full[s], (iteration / kStages) & 1);
-    const u32 low_a = operand_descriptor_low(stages_a + s * kStageBytesA + slice * 64 * kRowBytes, true);
-    const u32 low_b = operand_descriptor_low(stages_b + s * kStageBytesB, true);
+  for (int i = 0; i < k_count; ++i, slot = slot.next()) {
+    const u32 s = slot.stage;
+    mbarrier_wait(&full[s], slot.phase);
+    const u32 low_a = stages.low_a(s), low_b = stages.low_b(s);
     const u32 scales = stage_scales + s * kStageScaleBytes;
-    const u32 mx_floats = mx_float_buffers + (2 * slice + (iteration & 1)) * kMxFloatBytes;
+    const u32 mx_floats = mx_float_buffers + (2 * slice + slot.odd) * kMxFloatBytes;
     if (kMxB) {
       convert_mx_scales(mx_floats, scales, t);
       named_barrier_sync(kWarpgroupBarrier + slice, 128);
@@ -253,12 +279,10 @@ __device__ __forceinline__ void multiply_8bit(float* acc, int k_count, u32& iter
 // the tensor cores multiply the second. (No wgmma stays in flight from one pair to the next:
 // ptxas serialises every wgmma where accumulators are read with others in flight across a loop,
 // C7514.) An odd first K block is multiplied alone.
-__device__ __forceinline__ void issue_k_block(float* partial, u32 iteration, int slice, const u8* stages_a,
-                                              const u8* stages_b, u64* full) {
-  const u32 s = iteration % kStages;
-  mbarrier_wait(&full[s], (iteration / kStages) & 1);
-  const u32 low_a = operand_descriptor_low(stages_a + s * kStageBytesA + slice * 64 * kRowBytes, true);
-  const u32 low_b = operand_descriptor_low(stages_b + s * kStageBytesB, true);
+__device__ __forceinline__ void issue_k_block(float* partial, RingSlot slot, const StageDescriptors& stages,
+                                              u64* full) {
+  mbarrier_wait(&full[slot.stage], slot.phase);
+  const u32 low_a = stages.low_a(slot.stage), low_b = stages.low_b(slot.stage);
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kRowBytes / 32; ++kk) {
@@ -268,41 +292,42 @@ __device__ __forceinline__ void issue_k_block(float* partial, u32 iteration, int
   wgmma_commit();
 }
 
-// Waits for all but the newest `in_flight` wgmma groups, hands K block `iteration`'s stage back
-// and promotes it from `partial`.
+// Waits for all but the newest `in_flight` wgmma groups, hands the K block's `stage` back and
+// promotes it from `partial`.
 template <int kInFlight>
-__device__ __forceinline__ void finish_k_block(float* acc, float* partial, const KBlockScales& scales, u32 iteration,
+__device__ __forceinline__ void finish_k_block(float* acc, float* partial, const KBlockScales& scales, u32 stage,
                                                int col, int t, u64* empty) {
   wgmma_wait<kInFlight>();
 #pragma unroll
   for (int j = 0; j < kTileN / 2; ++j) fence_register(partial[j]);
-  if (t % 32 == 0) release_stage(&empty[iteration % kStages]);
+  if (t % 32 == 0) release_stage(&empty[stage]);
   promote(acc, partial, scales, 0, 0, 0, col % 128, t);
 }
 
-__device__ __forceinline__ void multiply_8bit_pairs(float* acc, int k_count, u32& iteration, int slice, int t, int col,
-                                                    const u8* stages_a, const u8* stages_b, u32 stage_scales,
-                                                    u64* full, u64* empty) {
+__device__ __forceinline__ void multiply_8bit_pairs(float* acc, int k_count, RingSlot& slot, int slice, int t, int col,
+                                                    const StageDescriptors& stages, u32 stage_scales, u64* full,
+                                                    u64* empty) {
   float first[kTileN / 2], second[kTileN / 2];
 #pragma unroll
   for (int i = 0; i < kTileN / 2; ++i) acc[i] = 0.0f;
   int i = 0;
   if (k_count % 2 == 1) {
-    issue_k_block(first, iteration, slice, stages_a, stages_b, full);
-    const KBlockScales scales = read_k_block_scales(stage_scales + iteration % kStages * kStageScaleBytes, slice, t);
-    finish_k_block<0>(acc, first, scales, iteration, col, t, empty);
+    issue_k_block(first, slot, stages, full);
+    const KBlockScales scales = read_k_block_scales(stage_scales + slot.stage * kStageScaleBytes, slice, t);
+    finish_k_block<0>(acc, first, scales, slot.stage, col, t, empty);
     ++i;
-    ++iteration;
+    slot = slot.next();
   }
-  for (; i < k_count; i += 2, iteration += 2) {
-    issue_k_block(first, iteration, slice, stages_a, stages_b, full);
-    const KBlockScales first_scales = read_k_block_scales(stage_scales + iteration % kStages * kStageScaleBytes, slice, t);
-    issue_k_block(second, iteration + 1, slice, stages_a, stages_b, full);
-    finish_k_block<1>(acc, first, first_scales, iteration, col, t, empty);
+  for (; i < k_count; i += 2) {
+    const RingSlot next = slot.next();
+    issue_k_block(first, slot, stages, full);
+    const KBlockScales first_scales = read_k_block_scales(stage_scales + slot.stage * kStageScaleBytes, slice, t);
+    issue_k_block(second, next, stages, full);
+    finish_k_block<1>(acc, first, first_scales, slot.stage, col, t, empty);
     // Read only now, while the second block multiplies: two blocks' scales at once do not fit.
-    const KBlockScales second_scales =
-        read_k_block_scales(stage_scales + (iteration + 1) % kStages * kStageScaleBytes, slice, t);
-    finish_k_block<0>(acc, second, second_scales, iteration + 1, col, t, empty);
+    const KBlockScales second_scales = read_k_block_scales(stage_scales + next.stage * kStageScaleBytes, slice, t);
+    finish_k_block<0>(acc, second, second_scales, next.stage, col, t, empty);
+    slot = next.next();
   }
 }
 
@@ -321,10 +346,11 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
   u32 deferred[kDeferredRegisters];
   TileOrigin deferred_at{};
   bool have_deferred = false;
-  u32 iteration = 0;
+  const StageDescriptors stages(stages_a, stages_b, slice, kAKMajor, kBKMajor);
+  RingSlot slot;
   for (i64 unit = first_unit; unit < tiles.total; unit += unit_step) {
-    mbarrier_wait(&full[iteration % kStages], (iteration / kStages) & 1);
-    const Work w = slots[iteration % kStages];  // the stage holds the unit's first K block
+    mbarrier_wait(&full[slot.stage], slot.phase);
+    const Work w = slots[slot.stage];  // the stage holds the unit's first K block
     // Unsplit, the count is a kernel parameter, not a value loaded from shared memory, which
     // lets the compiler keep the loop's bookkeeping in uniform registers.
     const int k_count = kSplitK ? w.k_end - w.k_begin : tiles.k_blocks;
@@ -333,19 +359,17 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
     if (kColumnScales) stage_column_scales(column_scales, p, w.batch, w.col, t);
     if constexpr (k8Bit) {
       if constexpr (kTwoPartials) {
-        multiply_8bit_pairs(acc, k_count, iteration, slice, t, w.col, stages_a, stages_b, stage_scales, full, empty);
+        multiply_8bit_pairs(acc, k_count, slot, slice, t, w.col, stages, stage_scales, full, empty);
       } else {
-        multiply_8bit(acc, k_count, iteration, slice, t, w.col, stages_a, stages_b, stage_scales, mx_float_buffers, full, empty);
+        multiply_8bit(acc, k_count, slot, slice, t, w.col, stages, stage_scales, mx_float_buffers, full, empty);
       }
     } else {
       // One wgmma group stays in flight: after committing K block i, wait for i - 1 and hand
       // its stage back to the producer.
-      for (int i = 0; i < k_count; ++i, ++iteration) {
-        const u32 s = iteration % kStages;
-        mbarrier_wait(&full[s], (iteration / kStages) & 1);
-        const u8* a = stages_a + s * kStageBytesA + slice * 64 * kRowBytes;
-        const u8* b = stages_b + s * kStageBytesB;
-        const u32 low_a = operand_descriptor_low(a, kAKMajor), low_b = operand_descriptor_low(b, kBKMajor);
+      u32 previous = 0;  // the stage of the K block before
+      for (int i = 0; i < k_count; ++i, previous = slot.stage, slot = slot.next()) {
+        mbarrier_wait(&full[slot.stage], slot.phase);
+        const u32 low_a = stages.low_a(slot.stage), low_b = stages.low_b(slot.stage);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kRowBytes / 32; ++kk) {
@@ -359,12 +383,12 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
           have_deferred = false;
         }
         wgmma_wait<1>();
-        if (i > 0 && warp_leader) release_stage(&empty[(iteration - 1) % kStages]);
+        if (i > 0 && warp_leader) release_stage(&empty[previous]);
       }
       wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < kTileN / 2; ++i) fence_register(acc[i]);
-      if (warp_leader) release_stage(&empty[(iteration - 1) % kStages]);
+      if (warp_leader) release_stage(&empty[previous]);
     }
 
     const i64 slice_row = w.row + slice * 64;
