@@ -230,6 +230,21 @@ constexpr int kDeferredRegisters = kDeferGroups ? (kGroups - kDeferFrom) * kPack
 // split-K's).
 constexpr int kWarpgroupBarrier = 1 + kConsumers;
 
+// Waits for the K block in `slot` to arrive and commits its wgmma group into `acc`, adding to
+// what `acc` holds where `accumulate` says so.
+__device__ __forceinline__ void issue_k_block(float* acc, RingSlot slot, const StageDescriptors& stages, u64* full,
+                                              bool accumulate) {
+  mbarrier_wait(&full[slot.stage], slot.phase);
+  const u32 low_a = stages.low_a(slot.stage), low_b = stages.low_b(slot.stage);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kRowBytes / 32; ++kk) {
+    wgmma_tile(acc, smem_descriptor(low_a + kk * k_step(kAKMajor), kSwizzleAtom),
+               smem_descriptor(low_b + kk * k_step(kBKMajor), kSwizzleAtom), (accumulate || kk > 0) ? 1u : 0u);
+  }
+  wgmma_commit();
+}
+
 // 8-bit inputs: each K granule of a K block is multiplied into `partial`, whose sums the tensor
 // cores keep narrower than f32, then promoted into `acc` with its inner scales. The scales a
 // thread needs throughout the K block are read while its first granule multiplies (B's mx ones
@@ -274,24 +289,6 @@ __device__ __forceinline__ void multiply_8bit(float* acc, int k_count, RingSlot&
   }
 }
 
-// Block scales on tiles up to 128 wide, whose consumers have registers for two partial
-// accumulators: K blocks go in pairs, one into each, and the first of a pair is promoted while
-// the tensor cores multiply the second. (No wgmma stays in flight from one pair to the next:
-// ptxas serialises every wgmma where accumulators are read with others in flight across a loop,
-// C7514.) An odd first K block is multiplied alone.
-__device__ __forceinline__ void issue_k_block(float* partial, RingSlot slot, const StageDescriptors& stages,
-                                              u64* full) {
-  mbarrier_wait(&full[slot.stage], slot.phase);
-  const u32 low_a = stages.low_a(slot.stage), low_b = stages.low_b(slot.stage);
-  wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < kRowBytes / 32; ++kk) {
-    wgmma_tile(partial, smem_descriptor(low_a + kk * k_step(true), kSwizzleAtom),
-               smem_descriptor(low_b + kk * k_step(true), kSwizzleAtom), kk > 0 ? 1u : 0u);
-  }
-  wgmma_commit();
-}
-
 // Waits for all but the newest `in_flight` wgmma groups, hands the K block's `stage` back and
 // promotes it from `partial`.
 template <int kInFlight>
@@ -304,6 +301,11 @@ __device__ __forceinline__ void finish_k_block(float* acc, float* partial, const
   promote(acc, partial, scales, 0, 0, 0, col % 128, t);
 }
 
+// Block scales on tiles up to 128 wide, whose consumers have registers for two partial
+// accumulators: K blocks go in pairs, one into each, and the first of a pair is promoted while
+// the tensor cores multiply the second. (No wgmma stays in flight from one pair to the next:
+// ptxas serialises every wgmma where accumulators are read with others in flight across a loop,
+// C7514.) An odd first K block is multiplied alone.
 __device__ __forceinline__ void multiply_8bit_pairs(float* acc, int k_count, RingSlot& slot, int slice, int t, int col,
                                                     const StageDescriptors& stages, u32 stage_scales, u64* full,
                                                     u64* empty) {
@@ -312,7 +314,7 @@ __device__ __forceinline__ void multiply_8bit_pairs(float* acc, int k_count, Rin
   for (int i = 0; i < kTileN / 2; ++i) acc[i] = 0.0f;
   int i = 0;
   if (k_count % 2 == 1) {
-    issue_k_block(first, slot, stages, full);
+    issue_k_block(first, slot, stages, full, false);
     const KBlockScales scales = read_k_block_scales(stage_scales + slot.stage * kStageScaleBytes, slice, t);
     finish_k_block<0>(acc, first, scales, slot.stage, col, t, empty);
     ++i;
@@ -320,9 +322,9 @@ __device__ __forceinline__ void multiply_8bit_pairs(float* acc, int k_count, Rin
   }
   for (; i < k_count; i += 2) {
     const RingSlot next = slot.next();
-    issue_k_block(first, slot, stages, full);
+    issue_k_block(first, slot, stages, full, false);
     const KBlockScales first_scales = read_k_block_scales(stage_scales + slot.stage * kStageScaleBytes, slice, t);
-    issue_k_block(second, next, stages, full);
+    issue_k_block(second, next, stages, full, false);
     finish_k_block<1>(acc, first, first_scales, slot.stage, col, t, empty);
     // Read only now, while the second block multiplies: two blocks' scales at once do not fit.
     const KBlockScales second_scales = read_k_block_scales(stage_scales + next.stage * kStageScaleBytes, slice, t);
@@ -368,16 +370,7 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
       // its stage back to the producer.
       u32 previous = 0;  // the stage of the K block before
       for (int i = 0; i < k_count; ++i, previous = slot.stage, slot = slot.next()) {
-        mbarrier_wait(&full[slot.stage], slot.phase);
-        const u32 low_a = stages.low_a(slot.stage), low_b = stages.low_b(slot.stage);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kRowBytes / 32; ++kk) {
-          wgmma_tile(acc, smem_descriptor(low_a + kk * k_step(kAKMajor), kSwizzleAtom),
-                     smem_descriptor(low_b + kk * k_step(kBKMajor), kSwizzleAtom),
-                     (i > 0 || kk > 0) ? 1u : 0u);
-        }
-        wgmma_commit();
+        issue_k_block(acc, slot, stages, full, i > 0);
         if (kDeferGroups && i == 0 && have_deferred) {
           store_tile_tma<kDeferFrom, kGroups>(acc, deferred, p, deferred_at, t, buffers, &map_d);
           have_deferred = false;
