@@ -81,11 +81,6 @@ __device__ __forceinline__ u32 ld_shared_u32(u32 address) {
   asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(address) : "memory");
   return v;
 }
-__device__ __forceinline__ u32 ld_shared_u16(u32 address) {
-  u32 v;
-  asm volatile("ld.shared.u16 %0, [%1];" : "=r"(v) : "r"(address) : "memory");
-  return v;
-}
 __device__ __forceinline__ float ld_shared_f32(u32 address) { return __uint_as_float(ld_shared_u32(address)); }
 __device__ __forceinline__ float2 ld_shared_f32x2(u32 address) {
   float2 v;
