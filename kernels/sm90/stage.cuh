@@ -1,7 +1,7 @@
 // Staging copies for 8-bit operands that the TMA kernel cannot read as they are: wgmma takes
 // 8-bit operands K-major only, and TMA needs 16-byte-aligned rows. Such an operand, seen as
 // [batch] rows x k (rows along M or N), is copied into a dense K-major buffer whose rows are
-// `ld` bytes apart (K rounded up to 16) and batches rows * ld apart.
+// `ld` bytes apart (K rounded up to 128) and batches rows * ld apart.
 #pragma once
 
 constexpr int kStageTile = 64;
