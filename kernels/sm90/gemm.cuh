@@ -46,10 +46,13 @@ constexpr u32 kEpilogueBytes = kTmaStore ? kConsumers * kStoreBuffers * kEpilogu
 // A producer with a scale warp keeps 72 (its mx address arithmetic spills at 56), leaving two
 // consumers 216; where both operands have block scales on a tile with two partial accumulators
 // (multiply_8bit_pairs; not with split-K, whose reduction needs registers too), the consumers
-// need 224 and the scale warp fits in 56.
+// need 224 and the scale warp fits in 56. A single consumer warpgroup (half-height tiles) has
+// 240, room for two partials, split-K included, in every mode whose promotion reads no scales
+// from the stage and has one granule per K block (not mx, not 128x1 B blocks): there no other
+// warpgroup fills the tensor cores while one promotes.
 constexpr int kLaunchRegisters = (65536 / kThreads < 255 ? 65536 / kThreads : 255) / 8 * 8;
-constexpr bool kTwoPartials =
-    kInnerScales && !kPromoteReadsStage && kGranules == 1 && kTileN <= 128 && kConsumers == 2 && !kSplitK;
+constexpr bool kTwoPartials = !kPromoteReadsStage && kGranules == 1 && kTileN <= 128 &&
+                              (kConsumers == 1 || (kConsumers == 2 && kInnerScales && !kSplitK));
 constexpr int kProducerRegisters = kInnerScales && !(kTwoPartials && kInnerB) ? 72 : 56;
 constexpr int kConsumerShare = (kLaunchRegisters * (kConsumers + 1) - kProducerRegisters) / kConsumers / 8 * 8;
 constexpr int kConsumerRegisters = kConsumerShare < 240 ? kConsumerShare : 240;

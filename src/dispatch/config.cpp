@@ -55,7 +55,9 @@ double tile_efficiency(TileShape t, int cluster) {
 // up to 128 wide, unsplit, keep two partial accumulators and promote one K block while the next
 // multiplies (gemm.cuh's kTwoPartials); on fp8-large on an H100 their block shapes ran 128x128
 // that way at 0.77x cuBLASLt (geomean), against 0.66x on 128x176. Other tiles with block scales
-// cost that much more.
+// cost that much more, half-height ones included although they keep two partials as well: with
+// a single consumer warpgroup, 64x128 in clusters of two ran those shapes at 0.67x (0.86x on the
+// model's picks), and without the charge the model would pick it for 8192x2112x7168.
 double promotion_cost(const KernelConfig& c) {
   const bool block = c.scale_a == ScaleMode::block || c.scale_b == ScaleMode::block;
   const bool b_blocks_read_late = c.scale_b == ScaleMode::block && c.scale_b_mn == 1;  // promote.cuh

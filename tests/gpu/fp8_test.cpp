@@ -188,6 +188,25 @@ TEST_F(Fp8Tiles, EveryTileClusterAndSplitForced) {
   }
 }
 
+// On more tiles than SMs, so that CTAs take several, in every mode: 128x128 tiles (block: two
+// partial accumulators) alone and in clusters, and 64x128 tiles (two partials, but mx's four
+// granules keep one) unsplit and split three ways. The last tile row leaves the second
+// warpgroup's slice wholly below D, K an odd number of K blocks (the pairs' single first block),
+// N a partial last tile whose rows TMA can store.
+TEST_F(Fp8Tiles, SeveralTilesPerCtaWithTwoPartials) {
+  for (ScaleMode mode : kModes) {
+    const struct {
+      TileShape tile;
+      int cluster, splits;
+    } configs[] = {{{128, 128}, 1, 1}, {{128, 128}, 2, 1}, {{64, 128}, 1, 1}, {{64, 128}, 1, 3}};
+    for (const auto& c : configs) {
+      const KernelConfig config = fp8_config(mode, c.tile, c.cluster, c.splits);
+      SCOPED_TRACE(config.name());
+      expect_correct(fp8(20 * c.tile.m - 100, 17 * c.tile.n + 8, 1040, mode), &config);
+    }
+  }
+}
+
 // Positive inputs make every product's rounding error of one sign: summed over all of
 // K = 16384 in the tensor cores' FP8 sums, the error would grow with the running sum, far past
 // the 2^-10 of sum |A||B| the comparison allows (compare.h); promoted every 128 (or 32) of K it
