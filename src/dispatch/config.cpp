@@ -271,6 +271,8 @@ std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& lim
   std::vector<Candidate> candidates;
   size_t pick = 0;
   for (TileShape tile : tile_shapes(is_fp8(config.in))) {
+    // No tile whose last consumer warpgroup would only multiply rows below M.
+    if (tile.m > 64 && tile.m - 64 >= p.m) continue;
     const int64_t tiles_m = ceil_div(p.m, tile.m);
     if (config.has_c && !tile_takes_c(tile)) continue;
     if (!tile_takes_scales(tile, config.scale_a, config.scale_b)) continue;
