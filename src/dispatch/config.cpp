@@ -58,12 +58,22 @@ double tile_efficiency(TileShape t, int cluster) {
 // cost that much more, half-height ones included although they keep two partials as well: with
 // a single consumer warpgroup, 64x128 in clusters of two ran those shapes at 0.67x (0.86x on the
 // model's picks), and without the charge the model would pick it for 8192x2112x7168.
+// Three consumers (8-bit 192 x 128) multiplied 4096x7168x16384 1.12x slower than 128 x 176 in
+// as many waves, where the model's traffic alone has them 1.08x slower: they are charged 1.05.
 double promotion_cost(const KernelConfig& c) {
   const bool block = c.scale_a == ScaleMode::block || c.scale_b == ScaleMode::block;
   const bool b_blocks_read_late = c.scale_b == ScaleMode::block && c.scale_b_mn == 1;  // promote.cuh
   const bool two_partials = !b_blocks_read_late && c.tile_m == 128 && c.tile_n <= 128 && c.splits == 1;
-  return block && !two_partials ? 1.15 : 1.0;
+  if (block && !two_partials) return 1.15;
+  return is_fp8(c.in) && c.tile_m > 128 ? 1.05 : 1.0;
 }
+
+// 8-bit tiles store their whole epilogue while the tensor cores idle (gemm.cuh leaves part of it
+// to the next tile's first K block only for 16-bit inputs), much of a tile's time at short K.
+// Each consumer warpgroup stores its 64 rows in about the time 10 K blocks of them take to
+// multiply, so a tile's epilogue costs 10 * 64 / tile_m of its own K blocks. Fitted on an H100
+// to fp8-large's K = 512 shapes, where 192 x 128 ran 1.22x faster than 128 x 176 per-tensor.
+double epilogue_blocks(const KernelConfig& c) { return is_fp8(c.in) ? 10.0 * 64 / c.tile_m : 0.0; }
 
 // A cluster's CTAs share B's loads but wait for each other's stages, and 8-bit consumers stall at
 // every promotion: on the same suite full-height 8-bit tiles ran faster without clusters in every
@@ -124,7 +134,9 @@ const std::vector<TileShape>& tile_shapes(bool eight_bit) {
   // warpgroups, loads less per multiply than 128 x 176 where N suits 176 (the widest its
   // registers allow). Half-height tiles for small M. 8-bit inputs multiply twice the K per
   // byte of shared memory, so 128 x 128 already feeds the tensor cores as 128 x 256 does for
-  // 16-bit ones; their partial accumulators stop the widths at 176 (128 with mx scales).
+  // 16-bit ones; their partial accumulators stop the widths at 176 (128 with mx scales). 192 x
+  // 128 splits a tile's epilogue, which 8-bit tiles store while the tensor cores idle, among
+  // three consumers (see epilogue_blocks); their 152 registers hold no block or mx scales.
   static const std::vector<TileShape> shapes = [] {
     std::vector<TileShape> s;
     for (int n = 256; n >= 128; n -= 16) s.push_back({128, n});
@@ -136,6 +148,7 @@ const std::vector<TileShape>& tile_shapes(bool eight_bit) {
   static const std::vector<TileShape> eight_bit_shapes = [] {
     std::vector<TileShape> s;
     for (int n = 176; n >= 128; n -= 16) s.push_back({128, n});
+    s.push_back({192, 128});
     s.push_back({64, 128});
     return s;
   }();
@@ -238,12 +251,17 @@ KernelConfig problem_config(const Problem& p) {
 bool tile_takes_c(TileShape tile) { return tile.m <= 128; }
 
 bool tile_takes_scales(TileShape tile, ScaleMode a, ScaleMode b) {
+  const bool block_or_mx = a == ScaleMode::block || a == ScaleMode::mx || b == ScaleMode::block || b == ScaleMode::mx;
+  if (tile.m > 128 && block_or_mx) return false;
   return tile.n <= 128 || (a != ScaleMode::mx && b != ScaleMode::mx);
 }
 
 int store_buffers_for(KernelConfig c, int smem_limit) {
   // A ring of 4 stages matters more than a second buffer: 192 x 176 ran 4096x2112x7168 in
-  // 166 us with 4 stages and one buffer, in 188 us with 3 and two.
+  // 166 us with 4 stages and one buffer, in 188 us with 3 and two. Three consumers take one
+  // buffer each: 8-bit 192 x 128 ran fp8-large's shapes with K <= 2048 at 0.97x cuBLASLt with
+  // 5 stages and one, at 0.96x with 4 and two.
+  if (c.tile_m > 128) return 1;
   c.store_buffers = 2;
   return max_stages(c, smem_limit) >= 4 ? 2 : 1;
 }
@@ -296,7 +314,8 @@ std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& lim
         }
         candidate.splits = splits;
         const double waves = double(ceil_div(cluster_tiles * splits, limits.sm_count / cluster));
-        const double blocks = double(ceil_div(k_blocks, splits)) + (splits > 1 ? kSplitOverheadBlocks : 0.0);
+        const double blocks =
+            double(ceil_div(k_blocks, splits)) + (splits > 1 ? kSplitOverheadBlocks : 0.0) + epilogue_blocks(candidate);
         const double cost = waves * blocks * tile.m * tile.n / tile_efficiency(tile, cluster) *
                             promotion_cost(candidate);
         if (candidates.empty() || cost < 0.98 * candidates[pick].cost) pick = candidates.size();

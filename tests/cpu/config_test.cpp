@@ -363,6 +363,33 @@ TEST(ConfigChoose, Fp8FullHeightTilesTakeNoClusterAndBlockScalesTwoPartials) {
   EXPECT_EQ(half.cluster_m, 2);
 }
 
+// 8-bit tiles store their whole epilogue between tiles: where K is short that dominates, and
+// three consumers' 192x128 tiles (one store buffer each, for a fifth stage) split it three ways;
+// at long K 128x176 stays. Block scales do not fit three consumers' registers. M up to 64 takes
+// no tile whose second warpgroup would multiply only rows below M.
+TEST(ConfigChoose, Fp8ShortKTakesThreeConsumersAndSmallMNoEmptySlices) {
+  auto fp8 = [](int64_t m, int64_t k, ScaleMode mode) {
+    Problem p = problem(m, 32768, k);
+    p.a.dtype = p.b.dtype = DType::e4m3;
+    p.b = col_major(1, DType::e4m3, p.k);
+    p.d.dtype = DType::bf16;
+    p.scale_a.mode = p.scale_b.mode = mode;
+    p.scale_a.block_rows = 1;
+    p.scale_a.block_cols = 128;
+    p.scale_b.block_rows = p.scale_b.block_cols = 128;
+    return p;
+  };
+  const KernelConfig short_k = choose_config(fp8(4096, 512, ScaleMode::tensor), {132, kSmemLimit});
+  EXPECT_EQ(short_k.tile_m, 192);
+  EXPECT_EQ(short_k.tile_n, 128);
+  EXPECT_EQ(short_k.store_buffers, 1);
+  const KernelConfig long_k = choose_config(fp8(4096, 16384, ScaleMode::tensor), {132, kSmemLimit});
+  EXPECT_EQ(long_k.tile_m, 128);
+  EXPECT_EQ(long_k.tile_n, 176);
+  EXPECT_EQ(choose_config(fp8(4096, 512, ScaleMode::block), {132, kSmemLimit}).tile_m, 128);
+  for (int64_t m : {16, 64}) EXPECT_EQ(choose_config(fp8(m, 512, ScaleMode::block), {132, kSmemLimit}).tile_m, 64) << m;
+}
+
 // ---- KernelConfig identity
 
 TEST(ConfigKernelConfig, EveryFieldTakesPartInComparison) {

@@ -165,7 +165,9 @@ KernelConfig fp8_config(ScaleMode mode, TileShape tile, int cluster, int splits)
   config.tile_n = tile.n;
   config.cluster_m = cluster;
   config.splits = splits;
-  config.stages = max_stages(config, runtime::device_info(0).smem_per_block_optin);
+  const int smem = runtime::device_info(0).smem_per_block_optin;
+  config.store_buffers = store_buffers_for(config, smem);
+  config.stages = max_stages(config, smem);
   return config;
 }
 
@@ -189,17 +191,19 @@ TEST_F(Fp8Tiles, EveryTileClusterAndSplitForced) {
 }
 
 // On more tiles than SMs, so that CTAs take several, in every mode: 128x128 tiles (block: two
-// partial accumulators) alone and in clusters, and 64x128 tiles (two partials, but mx's four
-// granules keep one) unsplit and split three ways. The last tile row leaves the second
-// warpgroup's slice wholly below D, K an odd number of K blocks (the pairs' single first block),
-// N a partial last tile whose rows TMA can store.
-TEST_F(Fp8Tiles, SeveralTilesPerCtaWithTwoPartials) {
+// partial accumulators) alone and in clusters, 64x128 tiles (two partials, but mx's four
+// granules keep one) unsplit and split three ways, and per-tensor and rowwise 192x128 tiles
+// (three consumers). The last tile row leaves the last warpgroup's slice wholly below D, K an
+// odd number of K blocks (the pairs' single first block), N a partial last tile whose rows TMA
+// can store.
+TEST_F(Fp8Tiles, SeveralTilesPerCta) {
   for (ScaleMode mode : kModes) {
     const struct {
       TileShape tile;
       int cluster, splits;
-    } configs[] = {{{128, 128}, 1, 1}, {{128, 128}, 2, 1}, {{64, 128}, 1, 1}, {{64, 128}, 1, 3}};
+    } configs[] = {{{128, 128}, 1, 1}, {{128, 128}, 2, 1}, {{64, 128}, 1, 1}, {{64, 128}, 1, 3}, {{192, 128}, 1, 1}};
     for (const auto& c : configs) {
+      if (!tile_takes_scales(c.tile, mode, mode)) continue;
       const KernelConfig config = fp8_config(mode, c.tile, c.cluster, c.splits);
       SCOPED_TRACE(config.name());
       expect_correct(fp8(20 * c.tile.m - 100, 17 * c.tile.n + 8, 1040, mode), &config);
