@@ -1,5 +1,6 @@
 #include "bench_options.h"
 
+#include <algorithm>
 #include <charconv>
 
 #include "gemmkit/error.h"
@@ -7,8 +8,12 @@
 namespace gemmkit::tools {
 
 TileShape parse_tile(const std::string& text) {
+  std::vector<TileShape> all = tile_shapes(false);
+  for (TileShape t : tile_shapes(true)) {
+    if (std::none_of(all.begin(), all.end(), [&](TileShape u) { return u.m == t.m && u.n == t.n; })) all.push_back(t);
+  }
   std::string shapes;
-  for (TileShape t : tile_shapes()) {
+  for (TileShape t : all) {
     const std::string name = std::to_string(t.m) + "x" + std::to_string(t.n);
     if (name == text) return t;
     shapes += (shapes.empty() ? "" : ", ") + name;
@@ -19,6 +24,11 @@ TileShape parse_tile(const std::string& text) {
 KernelConfig apply_overrides(KernelConfig config, const ConfigOverrides& overrides, int smem_limit) {
   if (!overrides.tile.empty()) {
     const TileShape tile = parse_tile(overrides.tile);
+    const std::vector<TileShape>& built = tile_shapes(is_fp8(config.in));
+    if (std::none_of(built.begin(), built.end(), [&](TileShape t) { return t.m == tile.m && t.n == tile.n; })) {
+      throw Error(ErrorCode::invalid_argument, "bench: --tile " + overrides.tile + " is not a tile shape for " +
+                                                   std::string(dtype_name(config.in)) + " inputs");
+    }
     config.tile_m = tile.m;
     config.tile_n = tile.n;
   }

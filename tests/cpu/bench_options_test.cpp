@@ -44,10 +44,12 @@ TEST(BenchOptions, OverheadShapeRejectsAnythingButThreePositiveIntegers) {
 
 TEST(BenchOptions, TileNamesEveryBuiltShapeAndNothingElse) {
   ASSERT_FALSE(tile_shapes().empty());
-  for (const TileShape t : tile_shapes()) {
-    const TileShape parsed = parse_tile(std::to_string(t.m) + "x" + std::to_string(t.n));
-    EXPECT_EQ(parsed.m, t.m);
-    EXPECT_EQ(parsed.n, t.n);
+  for (bool eight_bit : {false, true}) {
+    for (const TileShape t : tile_shapes(eight_bit)) {
+      const TileShape parsed = parse_tile(std::to_string(t.m) + "x" + std::to_string(t.n));
+      EXPECT_EQ(parsed.m, t.m);
+      EXPECT_EQ(parsed.n, t.n);
+    }
   }
   try {
     parse_tile("3x5");
@@ -91,6 +93,24 @@ TEST(BenchOptions, AForcedTileGetsItsOwnStoreBuffers) {
   EXPECT_EQ(back.store_buffers, 2);
   EXPECT_EQ(back.stages, gemmkit::max_stages(back, kSmem));
   EXPECT_EQ(apply_overrides(three, {.tile = "128x176", .store_buffers = 1}, kSmem).store_buffers, 1);
+}
+
+// 192x128 is built for 8-bit inputs only: forced on 16-bit ones it is refused, naming the type.
+TEST(BenchOptions, ATileBuiltForOtherInputsIsRefused) {
+  gemmkit::KernelConfig fp8 = chosen();
+  fp8.in = fp8.in_b = gemmkit::DType::e4m3;
+  fp8.tile_n = 176;
+  fp8.cluster_m = 1;
+  const gemmkit::KernelConfig three = apply_overrides(fp8, {.tile = "192x128"}, kSmem);
+  EXPECT_EQ(three.tile_m, 192);
+  EXPECT_EQ(three.store_buffers, 1);
+  try {
+    apply_overrides(chosen(), {.tile = "192x128"}, kSmem);
+    ADD_FAILURE() << "forced an 8-bit tile on bf16 inputs";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("192x128 is not a tile shape for bf16"), std::string::npos) << e.what();
+  }
 }
 
 TEST(BenchOptions, ASplitCountStaysOnlyOnTilesBuiltForSplitK) {
