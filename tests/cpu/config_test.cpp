@@ -333,8 +333,9 @@ TEST(ConfigChoose, TypesAndCPropagate) {
 // way round (128x1, as a transposed problem has them) are read while promoting, which rules out
 // two partials: there the widest full-height tile stays.
 TEST(ConfigChoose, Fp8FullHeightTilesTakeNoClusterAndBlockScalesTwoPartials) {
-  auto fp8 = [](ScaleMode mode, int64_t b_block_rows, int64_t b_block_cols) {
-    Problem p = problem(4096, 8192, 8192);
+  auto fp8 = [](ScaleMode mode, int64_t b_block_rows, int64_t b_block_cols, int64_t m = 4096, int64_t n = 8192,
+                int64_t k = 8192) {
+    Problem p = problem(m, n, k);
     p.a.dtype = p.b.dtype = DType::e4m3;
     p.b = col_major(1, DType::e4m3, p.k);  // K-major, as 8-bit wgmma reads it
     p.d.dtype = DType::bf16;
@@ -353,6 +354,8 @@ TEST(ConfigChoose, Fp8FullHeightTilesTakeNoClusterAndBlockScalesTwoPartials) {
   EXPECT_EQ(block.tile_m, 128);
   EXPECT_EQ(block.tile_n, 128);
   EXPECT_EQ(block.cluster_m, 1);
+  // Also where N = 2112 is twelve 176-wide tiles and 16.5 128-wide ones.
+  EXPECT_EQ(choose_config(fp8(ScaleMode::block, 128, 128, 8192, 2112, 7168), {132, kSmemLimit}).tile_n, 128);
   const KernelConfig block_b_rows = choose_config(fp8(ScaleMode::block, 128, 1), {132, kSmemLimit});
   EXPECT_EQ(block_b_rows.tile_n, 176);
   // Decode's half-height tiles still share B within a cluster.
