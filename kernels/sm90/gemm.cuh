@@ -304,11 +304,36 @@ __device__ __forceinline__ void finish_k_block(float* acc, float* partial, const
   promote(acc, partial, scales, 0, 0, 0, col % 128, t);
 }
 
-// Block scales on tiles up to 128 wide, whose consumers have registers for two partial
-// accumulators: K blocks go in pairs, one into each, and the first of a pair is promoted while
-// the tensor cores multiply the second. (No wgmma stays in flight from one pair to the next:
-// ptxas serialises every wgmma where accumulators are read with others in flight across a loop,
-// C7514.) An odd first K block is multiplied alone.
+// kBlocks K blocks, alternating between two partial accumulators: block j + 1 is issued before
+// block j is promoted, so the tensor cores multiply one while the other is promoted. A run ends
+// with nothing in flight: ptxas serialises every wgmma where accumulators are read with others
+// in flight across a loop (C7514), so the tensor cores wait once per run.
+template <int kBlocks>
+__device__ __forceinline__ void multiply_run(float* acc, float* first, float* second, RingSlot& slot, int slice,
+                                             int t, int col, const StageDescriptors& stages, u32 stage_scales,
+                                             u64* full, u64* empty) {
+  issue_k_block(first, slot, stages, full, false);
+  KBlockScales scales = read_k_block_scales(stage_scales + slot.stage * kStageScaleBytes, slice, t);
+#pragma unroll
+  for (int j = 0; j < kBlocks; ++j) {
+    float* partial = j % 2 == 0 ? first : second;
+    const RingSlot next = slot.next();
+    if (j + 1 < kBlocks) {
+      issue_k_block(j % 2 == 0 ? second : first, next, stages, full, false);
+      finish_k_block<1>(acc, partial, scales, slot.stage, col, t, empty);
+      // Read only now, while the next block multiplies: two blocks' scales at once do not fit.
+      scales = read_k_block_scales(stage_scales + next.stage * kStageScaleBytes, slice, t);
+    } else {
+      finish_k_block<0>(acc, partial, scales, slot.stage, col, t, empty);
+    }
+    slot = next;
+  }
+}
+
+// Tiles whose consumers have registers for two partial accumulators (kTwoPartials) multiply in
+// runs of kRunBlocks K blocks; the K blocks that do not fill a run go first, in a run of one and
+// one of two.
+constexpr int kRunBlocks = 4;
 __device__ __forceinline__ void multiply_8bit_pairs(float* acc, int k_count, RingSlot& slot, int slice, int t, int col,
                                                     const StageDescriptors& stages, u32 stage_scales, u64* full,
                                                     u64* empty) {
@@ -317,22 +342,15 @@ __device__ __forceinline__ void multiply_8bit_pairs(float* acc, int k_count, Rin
   for (int i = 0; i < kTileN / 2; ++i) acc[i] = 0.0f;
   int i = 0;
   if (k_count % 2 == 1) {
-    issue_k_block(first, slot, stages, full, false);
-    const KBlockScales scales = read_k_block_scales(stage_scales + slot.stage * kStageScaleBytes, slice, t);
-    finish_k_block<0>(acc, first, scales, slot.stage, col, t, empty);
-    ++i;
-    slot = slot.next();
+    multiply_run<1>(acc, first, second, slot, slice, t, col, stages, stage_scales, full, empty);
+    i = 1;
   }
-  for (; i < k_count; i += 2) {
-    const RingSlot next = slot.next();
-    issue_k_block(first, slot, stages, full, false);
-    const KBlockScales first_scales = read_k_block_scales(stage_scales + slot.stage * kStageScaleBytes, slice, t);
-    issue_k_block(second, next, stages, full, false);
-    finish_k_block<1>(acc, first, first_scales, slot.stage, col, t, empty);
-    // Read only now, while the second block multiplies: two blocks' scales at once do not fit.
-    const KBlockScales second_scales = read_k_block_scales(stage_scales + next.stage * kStageScaleBytes, slice, t);
-    finish_k_block<0>(acc, second, second_scales, next.stage, col, t, empty);
-    slot = next.next();
+  if ((k_count - i) % kRunBlocks != 0) {
+    multiply_run<2>(acc, first, second, slot, slice, t, col, stages, stage_scales, full, empty);
+    i += 2;
+  }
+  for (; i < k_count; i += kRunBlocks) {
+    multiply_run<kRunBlocks>(acc, first, second, slot, slice, t, col, stages, stage_scales, full, empty);
   }
 }
 

@@ -193,9 +193,9 @@ TEST_F(Fp8Tiles, EveryTileClusterAndSplitForced) {
 // On more tiles than SMs, so that CTAs take several, in every mode: 128x128 tiles (block: two
 // partial accumulators) alone and in clusters, 64x128 tiles (two partials, but mx's four
 // granules keep one) unsplit and split three ways, and per-tensor and rowwise 192x128 tiles
-// (three consumers). The last tile row leaves the last warpgroup's slice wholly below D, K an
-// odd number of K blocks (the pairs' single first block), N a partial last tile whose rows TMA
-// can store.
+// (three consumers). The last tile row leaves the last warpgroup's slice wholly below D, N a
+// partial last tile whose rows TMA can store. K takes 9, 11 and 4 K blocks: with two partials,
+// runs of 1 + 4 + 4, 1 + 2 + 4 + 4 and 4 (multiply_8bit_pairs).
 TEST_F(Fp8Tiles, SeveralTilesPerCta) {
   for (ScaleMode mode : kModes) {
     const struct {
@@ -206,7 +206,7 @@ TEST_F(Fp8Tiles, SeveralTilesPerCta) {
       if (!tile_takes_scales(c.tile, mode, mode)) continue;
       const KernelConfig config = fp8_config(mode, c.tile, c.cluster, c.splits);
       SCOPED_TRACE(config.name());
-      expect_correct(fp8(20 * c.tile.m - 100, 17 * c.tile.n + 8, 1040, mode), &config);
+      for (int64_t k : {1040, 1408, 512}) expect_correct(fp8(20 * c.tile.m - 100, 17 * c.tile.n + 8, k, mode), &config);
     }
   }
 }
