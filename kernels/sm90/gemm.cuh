@@ -45,7 +45,7 @@ constexpr u32 kEpilogueBytes = kTmaStore ? kConsumers * kStoreBuffers * kEpilogu
 // for more than the launch gave deadlocks: setmaxnreg.inc waits for registers that never free.
 // A producer with a scale warp keeps 72 (its mx address arithmetic spills at 56), leaving two
 // consumers 216; where both operands have block scales on a tile with two partial accumulators
-// (multiply_8bit_pairs; not with split-K, whose reduction needs registers too), the consumers
+// (multiply_8bit_runs; not with split-K, whose reduction needs registers too), the consumers
 // need 224 and the scale warp fits in 56. A single consumer warpgroup (half-height tiles) has
 // 240, room for two partials, split-K included, in every mode whose promotion reads no scales
 // from the stage and has one granule per K block (not mx, not 128x1 B blocks): there no other
@@ -334,7 +334,7 @@ __device__ __forceinline__ void multiply_run(float* acc, float* first, float* se
 // runs of kRunBlocks K blocks; the K blocks that do not fill a run go first, in a run of one and
 // one of two.
 constexpr int kRunBlocks = 4;
-__device__ __forceinline__ void multiply_8bit_pairs(float* acc, int k_count, RingSlot& slot, int slice, int t, int col,
+__device__ __forceinline__ void multiply_8bit_runs(float* acc, int k_count, RingSlot& slot, int slice, int t, int col,
                                                     const StageDescriptors& stages, u32 stage_scales, u64* full,
                                                     u64* empty) {
   float first[kTileN / 2], second[kTileN / 2];
@@ -382,7 +382,7 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
     if (kColumnScales) stage_column_scales(column_scales, p, w.batch, w.col, t);
     if constexpr (k8Bit) {
       if constexpr (kTwoPartials) {
-        multiply_8bit_pairs(acc, k_count, slot, slice, t, w.col, stages, stage_scales, full, empty);
+        multiply_8bit_runs(acc, k_count, slot, slice, t, w.col, stages, stage_scales, full, empty);
       } else {
         multiply_8bit(acc, k_count, slot, slice, t, w.col, stages, stage_scales, mx_float_buffers, full, empty);
       }

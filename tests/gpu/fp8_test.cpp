@@ -195,7 +195,7 @@ TEST_F(Fp8Tiles, EveryTileClusterAndSplitForced) {
 // granules keep one) unsplit and split three ways, and per-tensor and rowwise 192x128 tiles
 // (three consumers). The last tile row leaves the last warpgroup's slice wholly below D, N a
 // partial last tile whose rows TMA can store. K takes 9, 11 and 4 K blocks: with two partials,
-// runs of 1 + 4 + 4, 1 + 2 + 4 + 4 and 4 (multiply_8bit_pairs).
+// runs of 1 + 4 + 4, 1 + 2 + 4 + 4 and 4 (multiply_8bit_runs).
 TEST_F(Fp8Tiles, SeveralTilesPerCta) {
   for (ScaleMode mode : kModes) {
     const struct {
