@@ -10,7 +10,7 @@ namespace gemmkit::tools {
 TileShape parse_tile(const std::string& text) {
   std::vector<TileShape> all = tile_shapes(false);
   for (TileShape t : tile_shapes(true)) {
-    if (std::none_of(all.begin(), all.end(), [&](TileShape u) { return u.m == t.m && u.n == t.n; })) all.push_back(t);
+    if (std::find(all.begin(), all.end(), t) == all.end()) all.push_back(t);
   }
   std::string shapes;
   for (TileShape t : all) {
@@ -25,7 +25,7 @@ KernelConfig apply_overrides(KernelConfig config, const ConfigOverrides& overrid
   if (!overrides.tile.empty()) {
     const TileShape tile = parse_tile(overrides.tile);
     const std::vector<TileShape>& built = tile_shapes(is_fp8(config.in));
-    if (std::none_of(built.begin(), built.end(), [&](TileShape t) { return t.m == tile.m && t.n == tile.n; })) {
+    if (std::find(built.begin(), built.end(), tile) == built.end()) {
       throw Error(ErrorCode::invalid_argument, "bench: --tile " + overrides.tile + " is not a tile shape for " +
                                                    std::string(dtype_name(config.in)) + " inputs");
     }

@@ -339,8 +339,7 @@ KernelConfig choose_config(const Problem& p, const DeviceLimits& limits) {
 bool fits(const KernelConfig& c, const DeviceLimits& limits) {
   if (c.kind != KernelKind::tma) return true;
   const std::vector<TileShape>& shapes = tile_shapes(is_fp8(c.in));
-  const bool known_tile = std::any_of(shapes.begin(), shapes.end(),
-                                      [&](TileShape t) { return t.m == c.tile_m && t.n == c.tile_n; });
+  const bool known_tile = std::find(shapes.begin(), shapes.end(), TileShape{c.tile_m, c.tile_n}) != shapes.end();
   return known_tile && (!c.has_c || tile_takes_c({c.tile_m, c.tile_n})) &&
          tile_takes_scales({c.tile_m, c.tile_n}, c.scale_a, c.scale_b) && (c.cluster_m == 1 || c.cluster_m == 2) &&
          c.group_m >= c.cluster_m && c.group_m <= 64 &&

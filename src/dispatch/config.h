@@ -14,6 +14,7 @@ enum class KernelKind { tma, fallback, gemv };
 
 struct TileShape {
   int m, n;
+  bool operator==(const TileShape&) const = default;
 };
 
 // Everything that changes the generated kernel. Two equal configs share one binary.
