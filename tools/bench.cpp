@@ -48,12 +48,12 @@ int compile_only(const std::vector<SuiteProblem>& problems) {
   return 0;
 }
 
-// The plan gemm() makes for a problem, with what --tile, --cluster and --store-buffers force.
+// The plan gemm() makes for a problem, with what --tile, --cluster, --store-buffers and --splits force.
 Plan forced_plan(const Problem& normalized, const ConfigOverrides& overrides, const runtime::DeviceInfo& info) {
   const KernelConfig chosen = make_plan(normalized).config;
   if (chosen.kind != KernelKind::tma) {
     throw Error(ErrorCode::invalid_argument,
-                "bench: --tile, --cluster and --store-buffers need problems the TMA kernel can run (aligned operands, K > 0)");
+                "bench: --tile, --cluster, --store-buffers and --splits need problems the TMA kernel can run (aligned operands, K > 0)");
   }
   const KernelConfig config = apply_overrides(chosen, overrides, info.smem_per_block_optin);
   return make_plan(normalized, &config);

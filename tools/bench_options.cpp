@@ -35,10 +35,15 @@ KernelConfig apply_overrides(KernelConfig config, const ConfigOverrides& overrid
   if (overrides.cluster > 0) config.cluster_m = overrides.cluster;
   // Unless forced, the store buffers are the forced tile's own, as the heuristic gives them.
   config.store_buffers = overrides.store_buffers > 0 ? overrides.store_buffers : store_buffers_for(config, smem_limit);
+  if (overrides.splits > 1 && config.tile_n > kMaxSplitTileN) {
+    throw Error(ErrorCode::invalid_argument, "bench: --splits " + std::to_string(overrides.splits) + " needs a tile at most " +
+                                                 std::to_string(kMaxSplitTileN) + " wide, not " + config.name());
+  }
+  if (overrides.splits > 0) config.splits = overrides.splits;
   if (config.tile_n > kMaxSplitTileN) config.splits = 1;
   config.stages = max_stages(config, smem_limit);
   if (!fits(config, {1, smem_limit})) {
-    throw Error(ErrorCode::invalid_argument, "bench: --tile, --cluster and --store-buffers make " + config.name() +
+    throw Error(ErrorCode::invalid_argument, "bench: --tile, --cluster, --store-buffers and --splits make " + config.name() +
                                                  ", which does not fit in the device's shared memory");
   }
   return config;

@@ -13,17 +13,19 @@ namespace gemmkit::tools {
 // Throws Error(invalid_argument) naming --tile and the shapes it could be.
 TileShape parse_tile(const std::string& text);
 
-// What --tile, --cluster and --store-buffers force on our side of bench.
+// What --tile, --cluster, --store-buffers and --splits force on our side of bench.
 struct ConfigOverrides {
   std::string tile;       // e.g. "128x176" (empty: the heuristic's)
   int cluster = 0;        // CTAs per cluster, 1 or 2 (0: the heuristic's)
   int store_buffers = 0;  // epilogue staging buffers per consumer, 1-8 (0: the heuristic's)
-  bool any() const { return !tile.empty() || cluster > 0 || store_buffers > 0; }
+  int splits = 0;         // split-K parts, 1-kMaxSplits (0: the heuristic's)
+  bool any() const { return !tile.empty() || cluster > 0 || store_buffers > 0 || splits > 0; }
 };
 
 // `chosen`, a TMA config, with the overrides applied and the most stages that fit in
-// `smem_limit`. A split count stays only where the new tile is narrow enough for split-K. Throws
-// Error(invalid_argument) naming the options where the result is not a config the kernel is built for.
+// `smem_limit`. A split count stays only where the new tile is narrow enough for split-K (forcing
+// one on a wider tile is an error). Throws Error(invalid_argument) naming the options where the
+// result is not a config the kernel is built for.
 KernelConfig apply_overrides(KernelConfig chosen, const ConfigOverrides& overrides, int smem_limit);
 
 // The problem named by --overhead-shape: "M,N,K", three positive integers; NT, bf16, batch 1.

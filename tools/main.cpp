@@ -45,11 +45,14 @@ int main(int argc, char** argv) {
   CLI::Option* store_buffers =
       bench->add_option("--store-buffers", overrides.store_buffers, "force 8 KB epilogue buffers per warpgroup (1-8)")
           ->check(CLI::Range(1, 8));
+  CLI::Option* splits =
+      bench->add_option("--splits", overrides.splits, "force split-K parts on our side (1 for none; tiles up to 128 wide)")
+          ->check(CLI::Range(1, gemmkit::kMaxSplits));
   // Forcing a plan skips gemm()'s own path, which is what --overhead times.
   CLI::Option* overhead =
       bench->add_flag("--overhead", bench_options.overhead,
                       "time host microseconds per call of ours and cuBLASLt on one small problem (ignores --suite, --warmup, --runs)")
-          ->excludes(tile, cluster, store_buffers);
+          ->excludes(tile, cluster, store_buffers, splits);
   bench->add_option("--overhead-shape", bench_options.overhead_shape, "M,N,K of the --overhead problem (NT, bf16)")
       ->needs(overhead)
       ->capture_default_str();
@@ -59,7 +62,7 @@ int main(int argc, char** argv) {
                    "dispatched by M (ignores --suite)")
       ->expected(2)
       ->check(CLI::PositiveNumber)
-      ->excludes(tile, cluster, store_buffers, overhead);
+      ->excludes(tile, cluster, store_buffers, splits, overhead);
 
   CLI::App* tune = app.add_subcommand("tune", "time candidate kernels for each problem and store the winners in the tuning database");
   std::string tune_suite, tune_json;

@@ -120,6 +120,15 @@ TEST(BenchOptions, ASplitCountStaysOnlyOnTilesBuiltForSplitK) {
   split.splits = 3;
   EXPECT_EQ(apply_overrides(split, {.cluster = 1}, kSmem).splits, 3);
   EXPECT_EQ(apply_overrides(split, {.tile = "64x256"}, kSmem).splits, 1);
+  EXPECT_EQ(apply_overrides(split, {.splits = 5}, kSmem).splits, 5);
+  EXPECT_EQ(apply_overrides(split, {.splits = 1}, kSmem).splits, 1);
+  try {
+    apply_overrides(split, {.tile = "64x256", .splits = 2}, kSmem);
+    ADD_FAILURE() << "forced split-K on a tile too wide for it";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("--splits 2 needs a tile at most 128 wide"), std::string::npos) << e.what();
+  }
 }
 
 TEST(BenchOptions, OverridesThatDoNotFitAreRejected) {
