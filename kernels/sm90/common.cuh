@@ -173,6 +173,11 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Counts this warp's threads as arrived at named barrier `id`, without waiting for the others.
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
 // Whether `value` holds in any of the `threads` threads meeting at named barrier `id`.
 __device__ __forceinline__ bool named_barrier_any(int id, int threads, bool value) {
   u32 any;
