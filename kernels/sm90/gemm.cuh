@@ -236,9 +236,9 @@ constexpr int kWarpgroupBarrier = 1 + kConsumers;
 
 // Consumer warpgroups with two partial accumulators take turns issuing their K blocks, passing a
 // token through named barriers (kTurnBarrier + slice: slice's turn), so that the tensor cores
-// take their groups alternately. On an H100 that ran fp8-large's block shapes 1.027x faster
-// (1.05-1.15x at K >= 16384, 0.97-0.98x at K = 512). Taking turns in the one-partial loop
-// (multiply_8bit) made its tiles slower: per-tensor 0.97x, mx 0.95x.
+// take their groups alternately. On an H100 that ran fp8-large's block shapes 1.02x faster in
+// each of two passes (0.97-1.11x per shape, the losses at K = 512). Taking turns in the
+// one-partial loop (multiply_8bit) made its tiles slower: per-tensor 0.97x, mx 0.95x.
 constexpr bool kTakeTurns = kTwoPartials && kConsumers > 1;
 constexpr int kTurnBarrier = kWarpgroupBarrier + kConsumers;
 __device__ __forceinline__ void take_turn(int slice) {
