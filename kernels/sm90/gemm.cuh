@@ -327,18 +327,19 @@ template <int kBlocks>
 __device__ __forceinline__ void multiply_run(float* acc, float* first, float* second, RingSlot& slot, int slice,
                                              int t, int col, const StageDescriptors& stages, u32 stage_scales,
                                              u64* full, u64* empty) {
-  take_turn(slice);
-  issue_k_block(first, slot, stages, full, false);
-  pass_turn(slice);
+  auto issue_in_turn = [&](float* partial, RingSlot at) {
+    take_turn(slice);
+    issue_k_block(partial, at, stages, full, false);
+    pass_turn(slice);
+  };
+  issue_in_turn(first, slot);
   KBlockScales scales = read_k_block_scales(stage_scales + slot.stage * kStageScaleBytes, slice, t);
 #pragma unroll
   for (int j = 0; j < kBlocks; ++j) {
     float* partial = j % 2 == 0 ? first : second;
     const RingSlot next = slot.next();
     if (j + 1 < kBlocks) {
-      take_turn(slice);
-      issue_k_block(j % 2 == 0 ? second : first, next, stages, full, false);
-      pass_turn(slice);
+      issue_in_turn(j % 2 == 0 ? second : first, next);
       finish_k_block<1>(acc, partial, scales, slot.stage, col, t, empty);
       // Read only now, while the next block multiplies: two blocks' scales at once do not fit.
       scales = read_k_block_scales(stage_scales + next.stage * kStageScaleBytes, slice, t);
