@@ -268,6 +268,8 @@ __device__ __forceinline__ void issue_k_block(float* acc, RingSlot slot, const S
 // thread needs throughout the K block are read while its first granule multiplies (B's mx ones
 // converted to floats first). A stage goes back to the producer once its last granule has
 // multiplied, or where promotion reads B's scales from it (128x1 blocks), once that is promoted.
+// The wait for the next K block's data comes while the last granule multiplies, not between its
+// promotion and the next block's wgmma, where the tensor cores may be waiting for this warpgroup.
 __device__ __forceinline__ void multiply_8bit(float* acc, int k_count, RingSlot& slot, int slice, int t, int col,
                                               const StageDescriptors& stages, u32 stage_scales,
                                               u32 mx_float_buffers, u64* full, u64* empty) {
@@ -275,9 +277,9 @@ __device__ __forceinline__ void multiply_8bit(float* acc, int k_count, RingSlot&
   float partial[kTileN / 2];
 #pragma unroll
   for (int i = 0; i < kTileN / 2; ++i) acc[i] = 0.0f;
+  mbarrier_wait(&full[slot.stage], slot.phase);
   for (int i = 0; i < k_count; ++i, slot = slot.next()) {
     const u32 s = slot.stage;
-    mbarrier_wait(&full[s], slot.phase);
     const u32 low_a = stages.low_a(s), low_b = stages.low_b(s);
     const u32 scales = stage_scales + s * kStageScaleBytes;
     const u32 mx_floats = mx_float_buffers + (2 * slice + slot.odd) * kMxFloatBytes;
@@ -297,6 +299,10 @@ __device__ __forceinline__ void multiply_8bit(float* acc, int k_count, RingSlot&
       }
       wgmma_commit();
       if (g == 0) k_scales = read_k_block_scales(scales, slice, t);
+      if (g == kGranules - 1 && i + 1 < k_count) {
+        const RingSlot next = slot.next();
+        mbarrier_wait(&full[next.stage], next.phase);
+      }
       wgmma_wait<0>();
 #pragma unroll
       for (int j = 0; j < kTileN / 2; ++j) fence_register(partial[j]);
