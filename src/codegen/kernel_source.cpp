@@ -95,8 +95,12 @@ std::string gemm_source(const KernelConfig& requested) {
   std::ostringstream s;
   s << "// gemmkit kernel: " << config.name() << "\n";
   operand_prelude(s, {config.in, config.in_b, config.out, config.has_c, config.c, config.scale_a, config.scale_b});
+  if (config.kind == KernelKind::gemv) {
+    s << "constexpr int kGemvColumns = " << config.tile_n / 8 << ";\n" << file_text("gemv.cuh");
+    return s.str();
+  }
   if (config.kind != KernelKind::tma) {
-    s << file_text(config.kind == KernelKind::gemv ? "gemv.cuh" : "fallback.cuh");
+    s << file_text("fallback.cuh");
     return s.str();
   }
   s << "constexpr int kTileM = " << config.tile_m << ";\n"

@@ -112,7 +112,7 @@ int KernelConfig::store_box_bytes() const {
 
 std::string KernelConfig::name() const {
   if (kind == KernelKind::fallback) return "fallback simt 64x64";
-  if (kind == KernelKind::gemv) return "gemv simt";
+  if (kind == KernelKind::gemv) return tile_n > 8 ? "gemv simt " + std::to_string(tile_n / 8) + "/warp" : "gemv simt";
   std::ostringstream s;
   s << "tma " << tile_m << "x" << tile_n << " s" << stages << (group_m != KernelConfig{}.group_m ? " g" + std::to_string(group_m) : "")
     << (cluster_m > 1 ? " c" + std::to_string(cluster_m) : "")
@@ -221,7 +221,10 @@ KernelConfig problem_config(const Problem& p) {
   if (p.m == 1 && p.k > 0 && (p.b.row_stride == 1 || p.k == 1)) {
     config.kind = KernelKind::gemv;
     config.tile_m = 1;
-    config.tile_n = 8;  // output columns per block, one per warp
+    // Output columns per block of 8 warps: one per warp, or where a row of B is shorter than a
+    // warp's round of 16-byte loads (4 per lane, 2 KB), 2 or 4 columns per warp (gemv.cuh).
+    const int64_t row_bytes = p.k * dtype_size(p.b.dtype);
+    config.tile_n = 8 * (row_bytes >= 2048 ? 1 : row_bytes >= 1024 ? 2 : 4);
     config.stages = 0;
     config.tma_store = false;
     return config;

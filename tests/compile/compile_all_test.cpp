@@ -148,6 +148,7 @@ TEST(SimtKernels, FallbackAndGemvCompileForEveryTypeCombination) {
       for (DType out : {DType::bf16, DType::f16, DType::f32}) {
         KernelConfig config;
         config.kind = kind;
+        config.tile_n = 8;
         config.in = config.in_b = in;
         config.out = out;
         config.has_c = true;
@@ -156,16 +157,20 @@ TEST(SimtKernels, FallbackAndGemvCompileForEveryTypeCombination) {
                              config.name() + " " + std::string(dtype_name(in)) + "->" + std::string(dtype_name(out)));
       }
     }
-    // 8-bit inputs with each scaling mode.
+    // 8-bit inputs with each scaling mode; the GEMV with 1, 2 and 4 columns a warp.
     for (ScaleMode mode : {ScaleMode::none, ScaleMode::tensor, ScaleMode::rowwise, ScaleMode::block, ScaleMode::mx}) {
-      KernelConfig config;
-      config.kind = kind;
-      config.in = DType::e4m3;
-      config.in_b = DType::e5m2;
-      config.scale_a = config.scale_b = mode;
-      config.out = DType::bf16;
-      expect_clean_compile(codegen::gemm_source(config), codegen::gemm_kernel_name(config),
-                           config.name() + " e4m3 x e5m2 scales " + std::to_string(int(mode)));
+      for (int columns : {1, 2, 4}) {
+        if (kind != KernelKind::gemv && columns > 1) continue;
+        KernelConfig config;
+        config.kind = kind;
+        config.tile_n = 8 * columns;
+        config.in = DType::e4m3;
+        config.in_b = DType::e5m2;
+        config.scale_a = config.scale_b = mode;
+        config.out = DType::bf16;
+        expect_clean_compile(codegen::gemm_source(config), codegen::gemm_kernel_name(config),
+                             config.name() + " e4m3 x e5m2 scales " + std::to_string(int(mode)));
+      }
     }
   }
 }

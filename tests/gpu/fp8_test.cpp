@@ -85,6 +85,7 @@ TEST_F(Fp8Shapes, EveryMWithTails) {
     expect_correct(fp8(77, 2112, 7168, mode));
     expect_correct(fp8(1, 1, 16, mode));
     expect_correct(fp8(1, 300, 3840, mode));  // the GEMV: whole rounds of a warp, then 112 vectors
+    expect_correct(fp8(1, 203, 640, mode));   // four columns a warp: a round of 32 vectors, then 8
   }
 }
 
