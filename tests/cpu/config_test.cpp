@@ -175,6 +175,17 @@ TEST(ConfigChoose, GemvForOneRowAgainstKContiguousB) {
   EXPECT_EQ(choose_config(no_k, {}).kind, KernelKind::fallback) << "K = 0 is beta * C";
 }
 
+// Rows of B shorter than a warp's 2 KB round of loads share a warp among 2 or 4 columns.
+TEST(ConfigChoose, GemvColumnsPerWarpFollowRowBytes) {
+  for (auto [k, columns] : {std::pair{7168, 1}, {1024, 1}, {1023, 2}, {512, 2}, {511, 4}, {1, 4}}) {
+    Problem p = problem(1, 4096, k);
+    p.b = col_major(1, DType::bf16, k);
+    const KernelConfig c = choose_config(p, {});
+    EXPECT_EQ(c.kind, KernelKind::gemv);
+    EXPECT_EQ(c.tile_n, 8 * columns) << "K = " << k;
+  }
+}
+
 TEST(ConfigChoose, MajornessFollowsLayout) {
   Problem nt = problem(1024, 1024, 1024);
   nt.b = col_major(1, DType::bf16, 1024);  // B stored N x K
