@@ -404,6 +404,25 @@ TEST(ConfigChoose, Fp8ShortKTakesThreeConsumersAndSmallMNoEmptySlices) {
   for (int64_t m : {16, 64}) EXPECT_EQ(choose_config(fp8(m, 512, ScaleMode::block), {132, kSmemLimit}).tile_m, 64) << m;
 }
 
+// 64 x 64 8-bit tiles for decode: at M above 16, and at M <= 16 only where 64 x 128 tiles
+// with every split the model allows reach fewer than half the SMs.
+TEST(ConfigChoose, Fp8NarrowTilesWhereWideOnesLeaveSmsIdle) {
+  auto fp8 = [](int64_t m, int64_t n, int64_t k) {
+    Problem p = problem(m, n, k);
+    p.a.dtype = p.b.dtype = DType::e4m3;
+    p.b = col_major(1, DType::e4m3, p.k);
+    p.d.dtype = DType::bf16;
+    p.scale_a.mode = p.scale_b.mode = ScaleMode::tensor;
+    return p;
+  };
+  auto width = [&](int64_t m, int64_t n, int64_t k) { return choose_config(fp8(m, n, k), {132, kSmemLimit}).tile_n; };
+  EXPECT_EQ(width(16, 2112, 7168), 64) << "17 wide tiles in at most 2 parts";
+  EXPECT_EQ(width(16, 7168, 2048), 64) << "56 wide tiles, K too short to split";
+  EXPECT_EQ(width(16, 7168, 16384), 128) << "56 wide tiles in up to 5 parts";
+  EXPECT_EQ(width(16, 24576, 1536), 128) << "192 wide tiles";
+  EXPECT_EQ(width(64, 8192, 8192), 64);
+}
+
 // ---- KernelConfig identity
 
 TEST(ConfigKernelConfig, EveryFieldTakesPartInComparison) {
