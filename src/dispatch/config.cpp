@@ -25,6 +25,11 @@ constexpr int kMinSplitBlocks = 24;
 constexpr int64_t kMaxPartialBytes = int64_t(32) << 20;
 constexpr double kSplitOverheadBlocks = 10.0;
 
+// The most parts K blocks may be split into: at least kMinSplitBlocks each, at most kMaxSplits.
+int64_t max_splits(int64_t k_blocks) {
+  return std::min<int64_t>(kMaxSplits, std::max<int64_t>(1, k_blocks / kMinSplitBlocks));
+}
+
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -92,8 +97,7 @@ bool cluster_pays(DType in, TileShape tile, int cluster) { return cluster == 1 |
 // number of 64 x 128 split-K parts, 0.91-1.03x (16x7168x16384 0.91x). So they are offered there.
 bool narrow_tile_pays(const Problem& p, TileShape tile, int64_t k_blocks, const DeviceLimits& limits) {
   if (tile.n != 64 || !is_fp8(p.a.dtype) || p.m > 16) return true;
-  const int64_t wide_parts = std::min<int64_t>(kMaxSplits, std::max<int64_t>(1, k_blocks / kMinSplitBlocks));
-  return ceil_div(p.n, 128) * wide_parts * p.batch < limits.sm_count / 2;
+  return ceil_div(p.n, 128) * max_splits(k_blocks) * p.batch < limits.sm_count / 2;
 }
 
 }  // namespace
@@ -328,7 +332,7 @@ std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& lim
       const int64_t cluster_tiles = ceil_div(tiles_m, cluster) * ceil_div(p.n, tile.n) * p.batch;
       const int64_t partial_bytes = cluster_tiles * cluster * tile.m * tile.n * 4;
       for (int splits = 1; splits <= kMaxSplits; ++splits) {
-        if (splits > 1 && (tile.n > kMaxSplitTileN || k_blocks < splits * kMinSplitBlocks ||
+        if (splits > 1 && (tile.n > kMaxSplitTileN || splits > max_splits(k_blocks) ||
                            splits * partial_bytes > kMaxPartialBytes)) {
           break;
         }
