@@ -478,7 +478,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   const u32 column_scales = stage_scales + kStages * kStageScaleBytes;  // kColumnScales only
   const u32 mx_floats = column_scales + 2 * kConsumers * kColumnScaleBytes;  // kMxB only
 
-  const int warpgroup = threadIdx.x / 128;
+  const int warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
   const int t = threadIdx.x % 128;
   const int rank = kClusterM == 1 ? 0 : int(cluster_rank());
   if (threadIdx.x == 0) {
