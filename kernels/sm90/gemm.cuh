@@ -270,7 +270,9 @@ __device__ __forceinline__ void issue_k_block(float* acc, RingSlot slot, const S
 // multiplied, or where promotion reads B's scales from it (128x1 blocks), once that is promoted.
 // The wait for the next K block's data comes while the last granule multiplies, not between its
 // promotion and the next block's wgmma, where the tensor cores may be waiting for this warpgroup.
-__device__ __forceinline__ void multiply_8bit(float* acc, int k_count, RingSlot& slot, int slice, int t, int col,
+// kColInBlock: the tile's first column modulo 128 (promote.cuh).
+template <int kColInBlock>
+__device__ __forceinline__ void multiply_8bit(float* acc, int k_count, RingSlot& slot, int slice, int t,
                                               const StageDescriptors& stages, u32 stage_scales,
                                               u32 mx_float_buffers, u64* full, u64* empty) {
   constexpr int kSteps = kRowBytes / 32 / kGranules;  // k32 wgmma steps per granule
@@ -307,22 +309,38 @@ __device__ __forceinline__ void multiply_8bit(float* acc, int k_count, RingSlot&
 #pragma unroll
       for (int j = 0; j < kTileN / 2; ++j) fence_register(partial[j]);
       if (g == kGranules - 1 && !kPromoteReadsStage && t % 32 == 0) release_stage(&empty[s]);
-      promote(acc, partial, k_scales, scales, mx_floats, g, col % 128, t);
+      promote<kColInBlock>(acc, partial, k_scales, scales, mx_floats, g, t);
     }
     if (kPromoteReadsStage && t % 32 == 0) release_stage(&empty[s]);
   }
+}
+
+// Runs multiply_8bit compiled for `col_in_block` (a multiple of kColStep below 128), through a
+// chain of branches, one per possible value: one copy of the K loop for each.
+template <int kColInBlock = 0>
+__device__ __forceinline__ void multiply_8bit_at(int col_in_block, float* acc, int k_count, RingSlot& slot, int slice,
+                                                 int t, const StageDescriptors& stages, u32 stage_scales,
+                                                 u32 mx_float_buffers, u64* full, u64* empty) {
+  if constexpr (kColInBlock + kColStep < 128) {
+    if (col_in_block != kColInBlock) {
+      multiply_8bit_at<kColInBlock + kColStep>(col_in_block, acc, k_count, slot, slice, t, stages, stage_scales,
+                                                mx_float_buffers, full, empty);
+      return;
+    }
+  }
+  multiply_8bit<kColInBlock>(acc, k_count, slot, slice, t, stages, stage_scales, mx_float_buffers, full, empty);
 }
 
 // Waits for all but the newest `in_flight` wgmma groups, hands the K block's `stage` back and
 // promotes it from `partial`.
 template <int kInFlight>
 __device__ __forceinline__ void finish_k_block(float* acc, float* partial, const KBlockScales& scales, u32 stage,
-                                               int col, int t, u64* empty) {
+                                               int t, u64* empty) {
   wgmma_wait<kInFlight>();
 #pragma unroll
   for (int j = 0; j < kTileN / 2; ++j) fence_register(partial[j]);
   if (t % 32 == 0) release_stage(&empty[stage]);
-  promote(acc, partial, scales, 0, 0, 0, col % 128, t);
+  promote<0>(acc, partial, scales, 0, 0, 0, t);  // tiles up to 128 wide: kColStep = 128
 }
 
 // kBlocks K blocks, alternating between two partial accumulators: block j + 1 is issued before
@@ -331,8 +349,8 @@ __device__ __forceinline__ void finish_k_block(float* acc, float* partial, const
 // in flight across a loop (C7514), so the tensor cores wait once per run.
 template <int kBlocks>
 __device__ __forceinline__ void multiply_run(float* acc, float* first, float* second, RingSlot& slot, int slice,
-                                             int t, int col, const StageDescriptors& stages, u32 stage_scales,
-                                             u64* full, u64* empty) {
+                                             int t, const StageDescriptors& stages, u32 stage_scales, u64* full,
+                                             u64* empty) {
   auto issue_in_turn = [&](float* partial, RingSlot at) {
     take_turn(slice);
     issue_k_block(partial, at, stages, full, false);
@@ -346,11 +364,11 @@ __device__ __forceinline__ void multiply_run(float* acc, float* first, float* se
     const RingSlot next = slot.next();
     if (j + 1 < kBlocks) {
       issue_in_turn(j % 2 == 0 ? second : first, next);
-      finish_k_block<1>(acc, partial, scales, slot.stage, col, t, empty);
+      finish_k_block<1>(acc, partial, scales, slot.stage, t, empty);
       // Read only now, while the next block multiplies: two blocks' scales at once do not fit.
       scales = read_k_block_scales(stage_scales + next.stage * kStageScaleBytes, slice, t);
     } else {
-      finish_k_block<0>(acc, partial, scales, slot.stage, col, t, empty);
+      finish_k_block<0>(acc, partial, scales, slot.stage, t, empty);
     }
     slot = next;
   }
@@ -360,7 +378,7 @@ __device__ __forceinline__ void multiply_run(float* acc, float* first, float* se
 // runs of kRunBlocks K blocks; the K blocks that do not fill a run go first, in a run of one and
 // one of two.
 constexpr int kRunBlocks = 4;
-__device__ __forceinline__ void multiply_8bit_runs(float* acc, int k_count, RingSlot& slot, int slice, int t, int col,
+__device__ __forceinline__ void multiply_8bit_runs(float* acc, int k_count, RingSlot& slot, int slice, int t,
                                                     const StageDescriptors& stages, u32 stage_scales, u64* full,
                                                     u64* empty) {
   float first[kTileN / 2], second[kTileN / 2];
@@ -368,15 +386,15 @@ __device__ __forceinline__ void multiply_8bit_runs(float* acc, int k_count, Ring
   for (int i = 0; i < kTileN / 2; ++i) acc[i] = 0.0f;
   int i = 0;
   if (k_count % 2 == 1) {
-    multiply_run<1>(acc, first, second, slot, slice, t, col, stages, stage_scales, full, empty);
+    multiply_run<1>(acc, first, second, slot, slice, t, stages, stage_scales, full, empty);
     i = 1;
   }
   if ((k_count - i) % kRunBlocks != 0) {
-    multiply_run<2>(acc, first, second, slot, slice, t, col, stages, stage_scales, full, empty);
+    multiply_run<2>(acc, first, second, slot, slice, t, stages, stage_scales, full, empty);
     i += 2;
   }
   for (; i < k_count; i += kRunBlocks) {
-    multiply_run<kRunBlocks>(acc, first, second, slot, slice, t, col, stages, stage_scales, full, empty);
+    multiply_run<kRunBlocks>(acc, first, second, slot, slice, t, stages, stage_scales, full, empty);
   }
 }
 
@@ -411,9 +429,11 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
     if (kColumnScales) stage_column_scales(column_scales, p, w.batch, w.col, t);
     if constexpr (k8Bit) {
       if constexpr (kTwoPartials) {
-        multiply_8bit_runs(acc, k_count, slot, slice, t, w.col, stages, stage_scales, full, empty);
+        multiply_8bit_runs(acc, k_count, slot, slice, t, stages, stage_scales, full, empty);
       } else {
-        multiply_8bit(acc, k_count, slot, slice, t, w.col, stages, stage_scales, mx_float_buffers, full, empty);
+        // From lane 0, so that the compiler knows the branch on it is uniform.
+        const int col_in_block = __shfl_sync(0xffffffffu, w.col % 128, 0);
+        multiply_8bit_at(col_in_block, acc, k_count, slot, slice, t, stages, stage_scales, mx_float_buffers, full, empty);
       }
     } else {
       // One wgmma group stays in flight: after committing K block i, wait for i - 1 and hand

@@ -17,6 +17,7 @@ constexpr int kGranules = 128 / kGranuleK;  // per K block of 128 8-bit elements
 // (a 128x1 block's f32; with mx, the tile's exponents of granule g fill kTileN bytes at
 // g * kTileN), or with 128x128 blocks one per 128 block the tile touches.
 constexpr bool kMxA = kScaleA == GEMMKIT_SCALE_MX, kMxB = kScaleB == GEMMKIT_SCALE_MX;
+constexpr bool kBlockB = kInnerB && !kMxB && kScaleMNB > 1;  // B scales in 128x128 blocks
 constexpr int kBlocksB = (kTileN + 127) / 128 + 1;  // 128-column blocks a tile at any column touches
 constexpr int kStageWordsA = !kInnerA ? 0 : kScaleMNA == 1 ? kTileM : 4;
 constexpr int kStageWordsB = !kInnerB ? 0 : kScaleMNB == 1 ? kTileN : kBlocksB;
@@ -109,7 +110,7 @@ __device__ __forceinline__ KBlockScales read_k_block_scales(u32 scales, int slic
 #pragma unroll
     for (int h = 0; h < 2; ++h) k.a[h] = ld_shared_u32(scales + 4 * (kScaleMNA == 1 ? slice * 64 + fragment_row(t, h) : 0));
   }
-  if (kInnerB && !kMxB && kScaleMNB > 1) {
+  if (kBlockB) {
 #pragma unroll
     for (int q = 0; q < kBlocksB; ++q) k.b[q] = __uint_as_float(ld_shared_u32(scales + 4 * (kStageWordsA + q)));
   }
@@ -144,52 +145,37 @@ __device__ __forceinline__ float a_scale(const KBlockScales& k, int h, int g) {
 }
 
 // acc += partial * (A's scale of the row) * (B's scale of the column) for granule g of a K block
-// whose scales are staged at shared address `scales` (B's mx ones converted at `mx_floats`);
-// `col_in_block` is the tile's first column modulo 128. Without inner scales this is a plain sum.
+// whose scales are staged at shared address `scales` (B's mx ones converted at `mx_floats`).
+// Without inner scales this is a plain sum.
+// With 128x128 B blocks, which block a column group lies in depends only on the tile's first
+// column modulo 128, kColInBlock: a multiple of kColStep, since tiles start at multiples of their
+// width (tiles that divide 128 lie in one block, whichever it is, and other modes need no
+// offset: kColStep = 128). Callers
+// compile their K loop once per possible value (gemm.cuh's multiply_8bit_at), so every group's
+// block is known at compile time and the promotion is one FFMA per accumulator. Choosing the
+// block per group at run time (compares and selects) ran block-scaled 128 x 176 tiles at 0.67x
+// cuBLASLt; one K loop branching to a copy of the promotion per value, at 0.88x (the compiler
+// merged the copies' FFMAs and moved each copy's scales into place).
+constexpr int kColStep = !kBlockB || 128 % kTileN == 0 ? 128 : (kTileN & -kTileN);  // else gcd(kTileN, 128)
+
+template <int kColInBlock>
 __device__ __forceinline__ void promote(float* acc, const float* partial, const KBlockScales& k, u32 scales,
-                                        u32 mx_floats, int g, int col_in_block, int t) {
+                                        u32 mx_floats, int g, int t) {
   const float a0 = a_scale(k, 0, g), a1 = a_scale(k, 1, g);
   const u32 scales_b = scales + 4 * kStageWordsA;
-  // 128x128 B blocks: the two rows' products with each block's scale, chosen per column group
-  // below. A tile whose width divides 128 lies in one block (tiles start at multiples of their
-  // width), so the choice folds away.
-  constexpr bool kBlockB = kInnerB && !kMxB && kScaleMNB > 1;
-  constexpr int kBlocks = 128 % kTileN == 0 ? 1 : kBlocksB;
-  if (128 % kTileN == 0) col_in_block = 0;
-  float products[kBlockB ? kBlocks : 1][2];
-#pragma unroll
-  for (int q = 0; q < (kBlockB ? kBlocks : 1); ++q) {
-    products[q][0] = kBlockB ? a0 * k.b[q] : a0;
-    products[q][1] = kBlockB ? a1 * k.b[q] : a1;
-  }
 #pragma unroll
   for (int j = 0; j < kTileN / 8; ++j) {
-    // The scales of the thread's column pair and its two rows (an 8-column group never
-    // straddles two blocks).
-    float s00, s01, s10, s11;
+    // The scales of the thread's column pair and its two rows.
+    float2 b = make_float2(1.0f, 1.0f);
+    if (kInnerB && kMxB) b = ld_shared_f32x2(mx_floats + 4 * (g * kTileN + fragment_col(t, j)));
+    if (kInnerB && !kMxB && kScaleMNB == 1) b = ld_shared_f32x2(scales_b + 4 * fragment_col(t, j));
     if (kBlockB) {
-      const int block = (col_in_block + fragment_col(t, j)) / 128;
-      s00 = products[0][0];
-      s10 = products[0][1];
-#pragma unroll
-      for (int q = 1; q < kBlocks; ++q) {
-        s00 = block >= q ? products[q][0] : s00;
-        s10 = block >= q ? products[q][1] : s10;
-      }
-      s01 = s00;
-      s11 = s10;
-    } else {
-      float2 b = make_float2(1.0f, 1.0f);
-      if (kInnerB && kMxB) b = ld_shared_f32x2(mx_floats + 4 * (g * kTileN + fragment_col(t, j)));
-      if (kInnerB && !kMxB && kScaleMNB == 1) b = ld_shared_f32x2(scales_b + 4 * fragment_col(t, j));
-      s00 = a0 * b.x;
-      s01 = a0 * b.y;
-      s10 = a1 * b.x;
-      s11 = a1 * b.y;
+      const float block = k.b[(kColInBlock + 8 * j) / 128];  // an 8-column group never straddles two
+      b = make_float2(block, block);
     }
-    acc[4 * j + 0] += partial[4 * j + 0] * s00;
-    acc[4 * j + 1] += partial[4 * j + 1] * s01;
-    acc[4 * j + 2] += partial[4 * j + 2] * s10;
-    acc[4 * j + 3] += partial[4 * j + 3] * s11;
+    acc[4 * j + 0] += partial[4 * j + 0] * (a0 * b.x);
+    acc[4 * j + 1] += partial[4 * j + 1] * (a0 * b.y);
+    acc[4 * j + 2] += partial[4 * j + 2] * (a1 * b.x);
+    acc[4 * j + 3] += partial[4 * j + 3] * (a1 * b.y);
   }
 }

@@ -191,6 +191,19 @@ TEST_F(Fp8Tiles, EveryTileClusterAndSplitForced) {
   }
 }
 
+// Block-scaled tiles wider than 128 columns straddle B's 128-column scale blocks where their first
+// column modulo 128 puts the boundary; promote() has a copy of its loop for each such offset.
+// Nine tiles across N put tiles at every offset a width allows (176: 0, 48, 96, 16, 64, 112,
+// 32, 80), the last one partial.
+TEST_F(Fp8Tiles, BlockScaledWideTilesAtEveryColumnOffset) {
+  for (TileShape tile : tile_shapes(true)) {
+    if (tile.n <= 128 || !tile_takes_scales(tile, ScaleMode::block, ScaleMode::block)) continue;
+    const KernelConfig config = fp8_config(ScaleMode::block, tile, 1, 1);
+    SCOPED_TRACE(config.name());
+    expect_correct(fp8(130, 8 * tile.n + 40, 1040, ScaleMode::block), &config);
+  }
+}
+
 // On more tiles than SMs, so that CTAs take several, in every mode: 128x128 tiles (block: two
 // partial accumulators) alone and in clusters, 64x128 tiles (two partials, but mx's four
 // granules keep one) unsplit and split three ways, and per-tensor and rowwise 192x128 tiles
