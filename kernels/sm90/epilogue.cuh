@@ -85,14 +85,27 @@ __device__ __forceinline__ void store_tile_direct(const float* acc, const GemmPa
 // their TMA stores itself, so that the warps of a warpgroup never wait for each other (with as
 // many buffers as groups, a tile's stores drain while the next tile multiplies). A warp's part
 // of a group holds 128 / kStoreBoxBytes boxes of 16 rows, each laid out with the swizzle of its
-// width, which keeps stmatrix free of bank conflicts; boxes narrower than 128 bytes serve tiles
-// whose row of D is not a multiple of 128 bytes. Rows and columns outside D are clipped by TMA.
+// width, which keeps stmatrix free of bank conflicts. Rows and columns outside D are clipped by
+// TMA. Where a tile's row is not a multiple of 128 bytes, its last group is shifted left to end
+// at the tile's edge and stores again some columns the group before stored, with the same
+// values; with C, which D may alias, those values would be recomputed from C already
+// overwritten, so there boxes as narrow as the row needs (kStoreBoxBytes < 128) tile it instead.
+// 128 x 176 8-bit tiles, forced on fp8-large's K = 512 shapes (H100), ran 0.80x cuBLASLt with
+// 32-byte boxes and 0.99x with the shifted group.
 constexpr int kOutBytes = kOutType == GEMMKIT_F32 ? 4 : 2;
 constexpr int kGroupCols = 128 / kOutBytes;
 constexpr int kBoxCols = kStoreBoxBytes / kOutBytes;
 constexpr int kBoxRows = 16;  // one warp's rows
 constexpr int kBoxBytes = kBoxRows * kStoreBoxBytes;
 constexpr int kEpilogueBufferBytes = 64 * 128;
+constexpr int kGroups = (kTileN + kGroupCols - 1) / kGroupCols;
+constexpr bool kShiftLastGroup = kTileN % kGroupCols != 0 && kStoreBoxBytes == 128;
+static_assert(kTileN >= kGroupCols || !kTmaStore, "a TMA-stored tile spans a whole group");
+
+// The first column of group `group` within the tile.
+__device__ __forceinline__ int group_col(int group) {
+  return kShiftLastGroup && group == kGroups - 1 ? kTileN - kGroupCols : group * kGroupCols;
+}
 
 // Byte offset in a warp's part of a buffer of column byte `byte` (0..127) of its row r (0..15):
 // box, then row, then the 16-byte unit XOR-ed with the row bits the swizzle mode uses (as TMA's
@@ -110,7 +123,7 @@ __device__ __forceinline__ void pack_group(const float* acc, const GemmParams& p
                                            u32* m) {
 #pragma unroll
   for (int jj = 0; jj < kGroupJs; jj += 2) {
-    const int j = group * kGroupJs + jj;
+    const int j = group_col(group) / 8 + jj;
     if (j >= kTileN / 8) break;  // a partial last group (kTileN / 8 is even)
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
@@ -125,7 +138,7 @@ __device__ __forceinline__ void stmatrix_group(const u32* m, int group, int t, u
   const int row = 8 * ((lane / 8) % 2) + lane % 8;
 #pragma unroll
   for (int jj = 0; jj < kGroupJs; jj += 2) {
-    if (group * kGroupJs + jj >= kTileN / 8) break;
+    if (group_col(group) / 8 + jj >= kTileN / 8) break;
     stmatrix_x4(part + staged_offset(row, (jj + lane / 16) * 16), m[2 * jj], m[2 * jj + 1], m[2 * jj + 2],
                 m[2 * jj + 3]);
   }
@@ -138,7 +151,7 @@ __device__ __forceinline__ void stage_group(const float* acc, const GemmParams& 
   if (kOutType == GEMMKIT_F32) {
 #pragma unroll
     for (int jj = 0; jj < kGroupJs; ++jj) {
-      const int j = group * kGroupJs + jj;
+      const int j = group_col(group) / 8 + jj;
       if (j >= kTileN / 8) break;  // a partial last group
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -159,7 +172,6 @@ __device__ __forceinline__ void stage_group(const float* acc, const GemmParams& 
 // (long done: a main loop or a K block ran since), so a tile that ended early at the right edge
 // of D leaves no buffer in use; later groups wait only for the store that last used their
 // buffer, kStoreBuffers groups ago.
-constexpr int kGroups = (kTileN + kGroupCols - 1) / kGroupCols;
 template <int First, int End>
 __device__ __forceinline__ void store_tile_tma(const float* acc, const u32* packed, const GemmParams& p, TileOrigin at,
                                                int t, u8* buffers, const TensorMap* map_d) {
@@ -167,7 +179,7 @@ __device__ __forceinline__ void store_tile_tma(const float* acc, const u32* pack
   const bool leader = t % 32 == 0;
 #pragma unroll
   for (int group = First; group < End; ++group) {
-    if (at.col + group * kGroupCols >= p.n) break;  // uniform across the warpgroup
+    if (at.col + group_col(group) >= p.n) break;  // uniform across the warpgroup
     u8* part = buffers + (group % kStoreBuffers) * kEpilogueBufferBytes + warp * (kEpilogueBufferBytes / 4);
     if (leader) {
       if (group == First) {
@@ -187,7 +199,7 @@ __device__ __forceinline__ void store_tile_tma(const float* acc, const u32* pack
     if (leader) {
 #pragma unroll
       for (int box = 0; box < 128 / kStoreBoxBytes; ++box) {
-        const int first = group * kGroupCols + box * kBoxCols;  // within the tile
+        const int first = group_col(group) + box * kBoxCols;  // within the tile
         if (first < kTileN && at.col + first < p.n) {
           tma_store_3d(map_d, part + box * kBoxBytes, int(at.col + first), int(at.row) + kBoxRows * warp, at.batch);
         }

@@ -470,7 +470,7 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
 #pragma unroll
       for (int g = kDeferFrom; g < kGroups; ++g) pack_group(acc, p, at, t, g, deferred + (g - kDeferFrom) * kPackedPerGroup);
       deferred_at = at;
-      have_deferred = at.col + kDeferFrom * kGroupCols < p.n;
+      have_deferred = at.col + group_col(kDeferFrom) < p.n;
     } else if (kTmaStore) {
       store_tile_tma<0, kGroups>(acc, nullptr, p, at, t, buffers, &map_d);
     } else {

@@ -120,9 +120,12 @@ int KernelConfig::stage_bytes() const {
   return (tile_m + b_rows) * kRowBytes + (words_a + words_b + 3) / 4 * 16;
 }
 
+// 128 bytes, unless the tile's row is not a multiple of that and C is read (epilogue.cuh: the
+// last group may not be shifted back over the one before), then the widest box that divides it.
 int KernelConfig::store_box_bytes() const {
   const int row_bytes = tile_n * dtype_size(out);
-  return row_bytes % 128 == 0 ? 128 : row_bytes % 64 == 0 ? 64 : 32;
+  if (row_bytes % 128 == 0 || !has_c) return 128;
+  return row_bytes % 64 == 0 ? 64 : 32;
 }
 
 std::string KernelConfig::name() const {
