@@ -56,22 +56,23 @@ double tile_efficiency(TileShape t, int cluster) {
 }
 
 // 8-bit inputs promote their partial sums every K block, and a warpgroup's tensor-core work
-// stops while it waits for its last wgmma. Full-height tiles with block scales (128x128 B blocks)
-// up to 128 wide, unsplit, keep two partial accumulators and promote one K block while the next
-// multiplies (gemm.cuh's kTwoPartials). Other tiles with block scales are charged 1.35 per K
-// block: forced on fp8-large's block shapes on an H100, 128x176 took 1.05-1.35x the time of
-// 128x128, 1.27-1.41x after the waves the model counts (with 1.15 it kept 128x176 for N = 2112,
-// where 128x128 ran 1.05x and 1.17x faster). Half-height tiles are charged too, although they
-// keep two partials as well: with a single consumer warpgroup, 64x128 in clusters of two ran
-// those shapes at 0.67x cuBLASLt (0.86x on the model's picks).
-// Three consumers (8-bit 192 x 128) multiplied 4096x7168x16384 1.12x slower than 128 x 176 in
-// as many waves, where the model's traffic alone has them 1.08x slower: they are charged 1.05.
+// stops while it waits for its last wgmma. Block scales cost every full-height tile about the
+// same over per-tensor scales (1.05x the time of the same forced tile on fp8-large, H100, for
+// widths 128 to 176), whether it keeps two partial accumulators (gemm.cuh's kTwoPartials) or one,
+// so unsplit they are not charged. Half-height tiles with block scales are charged 1.35, although
+// they keep two partials: with a single consumer warpgroup, 64x128 in clusters of two ran
+// fp8-large's block shapes at 0.67x cuBLASLt (0.86x on the model's picks). So are split tiles,
+// which keep 64x128 clusters on fp8-decode's M = 128 block rows, where 128x128 tiles in two
+// splits ran 0.89-0.97x as fast, and tiles that read 128x1 B blocks late.
+// Three consumers (8-bit 192 x 128) are charged 1.15, fitted on fp8-large's per-tensor shapes:
+// at K = 1536, 128 x 176 ran 1.01-1.02x cuBLASLt against their 0.89-0.98x; at K = 512 they ran
+// 1.12-1.15x against 128 x 176's 0.99-1.00x (short K, where their epilogue, split three ways,
+// matters most). The model keeps them at K = 512 below 1.22 and gives them up at K = 1536 above 1.09.
 double promotion_cost(const KernelConfig& c) {
   const bool block = c.scale_a == ScaleMode::block || c.scale_b == ScaleMode::block;
   const bool b_blocks_read_late = c.scale_b == ScaleMode::block && c.scale_b_mn == 1;  // promote.cuh
-  const bool two_partials = !b_blocks_read_late && c.tile_m == 128 && c.tile_n <= 128 && c.splits == 1;
-  if (block && !two_partials) return 1.35;
-  return is_fp8(c.in) && c.tile_m > 128 ? 1.05 : 1.0;
+  if (block && (c.tile_m < 128 || c.splits > 1 || b_blocks_read_late)) return 1.35;
+  return is_fp8(c.in) && c.tile_m > 128 ? 1.15 : 1.0;
 }
 
 // 8-bit tiles store their whole epilogue while the tensor cores idle (gemm.cuh leaves part of it

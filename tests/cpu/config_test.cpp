@@ -344,11 +344,11 @@ TEST(ConfigChoose, TypesAndCPropagate) {
 }
 
 // FP8 on full-height tiles: no cluster (each CTA stalls at every promotion, and a cluster would
-// tie two together), and with block scales (1x128 for A, 128x128 for B) a tile up to 128 wide,
-// whose two partial accumulators overlap promotion with the next K block. B's blocks the other
-// way round (128x1, as a transposed problem has them) are read while promoting, which rules out
-// two partials: there the widest full-height tile stays.
-TEST(ConfigChoose, Fp8FullHeightTilesTakeNoClusterAndBlockScalesTwoPartials) {
+// tie two together); block scales (1x128 for A, 128x128 for B) cost every full-height tile
+// alike, so they take per-tensor's tile, also where N = 2112 is twelve 176-wide tiles and 16.5
+// 128-wide ones. B's blocks the other way round (128x1, as a transposed problem has them) are
+// read while promoting, which is charged, but every tile alike: the widest full-height tile stays.
+TEST(ConfigChoose, Fp8FullHeightTilesTakeNoClusterAndBlockScalesPerTensorsTile) {
   auto fp8 = [](ScaleMode mode, int64_t b_block_rows, int64_t b_block_cols, int64_t m = 4096, int64_t n = 8192,
                 int64_t k = 8192) {
     Problem p = problem(m, n, k);
@@ -368,10 +368,9 @@ TEST(ConfigChoose, Fp8FullHeightTilesTakeNoClusterAndBlockScalesTwoPartials) {
   EXPECT_EQ(tensor.cluster_m, 1);
   const KernelConfig block = choose_config(fp8(ScaleMode::block, 128, 128), {132, kSmemLimit});
   EXPECT_EQ(block.tile_m, 128);
-  EXPECT_EQ(block.tile_n, 128);
+  EXPECT_EQ(block.tile_n, 176);
   EXPECT_EQ(block.cluster_m, 1);
-  // Also where N = 2112 is twelve 176-wide tiles and 16.5 128-wide ones.
-  EXPECT_EQ(choose_config(fp8(ScaleMode::block, 128, 128, 8192, 2112, 7168), {132, kSmemLimit}).tile_n, 128);
+  EXPECT_EQ(choose_config(fp8(ScaleMode::block, 128, 128, 8192, 2112, 7168), {132, kSmemLimit}).tile_n, 176);
   const KernelConfig block_b_rows = choose_config(fp8(ScaleMode::block, 128, 1), {132, kSmemLimit});
   EXPECT_EQ(block_b_rows.tile_n, 176);
   // Decode's half-height tiles still share B within a cluster.
@@ -384,7 +383,7 @@ TEST(ConfigChoose, Fp8FullHeightTilesTakeNoClusterAndBlockScalesTwoPartials) {
 
 // 8-bit tiles store their whole epilogue between tiles: where K is short that dominates, and
 // three consumers' 192x128 tiles (one store buffer each, for a fifth stage) split it three ways;
-// at long K 128x176 stays. Block scales do not fit three consumers' registers. M up to 64 takes
+// from K = 1536 on, 128x176 stays. Block scales do not fit three consumers' registers. M up to 64 takes
 // no tile whose second warpgroup would multiply only rows below M.
 TEST(ConfigChoose, Fp8ShortKTakesThreeConsumersAndSmallMNoEmptySlices) {
   auto fp8 = [](int64_t m, int64_t k, ScaleMode mode) {
@@ -402,9 +401,11 @@ TEST(ConfigChoose, Fp8ShortKTakesThreeConsumersAndSmallMNoEmptySlices) {
   EXPECT_EQ(short_k.tile_m, 192);
   EXPECT_EQ(short_k.tile_n, 128);
   EXPECT_EQ(short_k.store_buffers, 1);
-  const KernelConfig long_k = choose_config(fp8(4096, 16384, ScaleMode::tensor), {132, kSmemLimit});
-  EXPECT_EQ(long_k.tile_m, 128);
-  EXPECT_EQ(long_k.tile_n, 176);
+  for (int64_t k : {1536, 16384}) {
+    const KernelConfig longer_k = choose_config(fp8(4096, k, ScaleMode::tensor), {132, kSmemLimit});
+    EXPECT_EQ(longer_k.tile_m, 128) << k;
+    EXPECT_EQ(longer_k.tile_n, 176) << k;
+  }
   EXPECT_EQ(choose_config(fp8(4096, 512, ScaleMode::block), {132, kSmemLimit}).tile_m, 128);
   for (int64_t m : {16, 64}) EXPECT_EQ(choose_config(fp8(m, 512, ScaleMode::block), {132, kSmemLimit}).tile_m, 64) << m;
 }
