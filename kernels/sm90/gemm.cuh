@@ -427,6 +427,13 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
     const u32 column_scales = column_scale_buffers + (2 * slice + column_buffer) * kColumnScaleBytes;
     column_buffer ^= 1;
     if (kColumnScales) stage_column_scales(column_scales, p, w.batch, w.col, t);
+    // The outer scales of the thread's rows are loaded now, so that the main loop hides their
+    // latency from the epilogue.
+    const i64 slice_row = w.row + slice * 64;
+    const TileOrigin at{w.batch, slice_row, w.col,
+                        {row_outer_scale(p, w.batch, slice_row + fragment_row(t, 0)),
+                         row_outer_scale(p, w.batch, slice_row + fragment_row(t, 1))},
+                        column_scales};
     if constexpr (k8Bit) {
       if constexpr (kTwoPartials) {
         multiply_8bit_runs(acc, k_count, slot, slice, t, stages, stage_scales, full, empty);
@@ -454,11 +461,6 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
       if (warp_leader) release_stage(&empty[previous]);
     }
 
-    const i64 slice_row = w.row + slice * 64;
-    const TileOrigin at{w.batch, slice_row, w.col,
-                        {row_outer_scale(p, w.batch, slice_row + fragment_row(t, 0)),
-                         row_outer_scale(p, w.batch, slice_row + fragment_row(t, 1))},
-                        column_scales};
     if (kColumnScales) {
       cp_async_wait_all();
       named_barrier_sync(kWarpgroupBarrier + slice, 128);
