@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# On a GPU machine: build with every core, run every test (GPU included), benchmark suites
-# against cuBLASLt, check the kernels' SASS, and print a short summary last.
+# On a GPU machine: build with every core, run every test (GPU and Python included; carry .whl/,
+# see scripts/python_test.sh), benchmark suites against cuBLASLt, check the kernels' SASS, and
+# print a short summary last.
 # Logs go to $OUT (or build-gpu/logs). GEMMKIT_SUITES lists the suites to bench (default
 # dense-large; e.g. "dense-large fp8-large fp8-decode fp8-mx fp8-odd"), each into
 # bench-SUITE.{txt,json}; GEMMKIT_COMMIT names the commit where the tree travels without .git.
@@ -17,6 +18,9 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release > "$out/configure.log
 
 ctest --test-dir "$build" -j 8 --output-on-failure --timeout 1200 > "$out/tests.log" 2>&1
 tests_rc=$?
+# The Python package's tests, torch's included; without network they need .whl/ carried along.
+scripts/python_test.sh > "$out/python-tests.log" 2>&1
+python_rc=$?
 
 bench_rc=0
 for suite in ${GEMMKIT_SUITES:-dense-large}; do
@@ -44,8 +48,9 @@ echo "== commit: ${GEMMKIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || e
 echo "== sass:"; cat "$out/sass.txt"
 echo "== failed tests:"; grep -E '^\s+[0-9]+ - ' "$out/tests.log" | head -20
 echo "== tests: $(grep -E 'tests passed|tests failed' "$out/tests.log" | tail -1) (exit $tests_rc)"
+echo "== python tests: $(tail -1 "$out/python-tests.log") (exit $python_rc)"
 echo "== bench (exit $bench_rc):"
 for suite in ${GEMMKIT_SUITES:-dense-large}; do
   echo "-- $suite"; grep -E '^summary' "$out/bench-$suite.txt"; tail -2 "$out/bench-$suite.err"
 done
-[ $tests_rc -eq 0 ] && [ $bench_rc -eq 0 ]
+[ $tests_rc -eq 0 ] && [ $python_rc -eq 0 ] && [ $bench_rc -eq 0 ]
