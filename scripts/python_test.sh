@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools=$PWD/build/python/tools site=$PWD/build/python/site
-pip=(python3 -m pip install -q --disable-pip-version-check --upgrade)
+pip=(python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --upgrade)
 if [ -d .whl ]; then source=(--no-index --find-links .whl); else source=(); fi
 "${pip[@]}" "${source[@]}" --target "$tools" nanobind scikit-build-core pytest
 PYTHONPATH=$tools "${pip[@]}" --no-build-isolation --no-deps --target "$site" .

@@ -76,7 +76,11 @@ def bmm(a, b, *, out=None, out_dtype=None, alpha=1.0, beta=0.0, c=None):
 def addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0, out=None):
     """beta * input + alpha * mat1 @ mat2, as torch.addmm: input broadcasts to M x N (a bias
     row of N is read with a row stride of 0, not copied)."""
+    import torch
+
     va, vb = _view(mat1, "mat1", (2,)), _view(mat2, "mat2", (2,))
+    if not isinstance(input, torch.Tensor):
+        raise TypeError(f"input: expected a torch.Tensor, got {type(input).__name__}")
     shape = (mat1.shape[0], mat2.shape[1])
     c = input.expand(shape) if beta != 0 else None
     return _run(va, vb, _output(mat1, shape, out, None), alpha, beta, c)

@@ -93,3 +93,5 @@ def test_misuse_raises_with_the_argument_named():
         gemmkit.mm(a, rand(15, 4))
     with pytest.raises(ValueError, match="^a: on cpu; expected a CUDA tensor"):
         gemmkit.mm(a.cpu(), b)
+    with pytest.raises(TypeError, match="^input: expected a torch.Tensor"):
+        gemmkit.addmm(1.0, a, b)
