@@ -1,7 +1,8 @@
 // gemmkit._gemmkit: the C++ API as the Python package sees it. Views are built from a device
 // pointer, a dtype, sizes and strides in elements (python/gemmkit turns framework tensors into
-// them); gemm() is the C++ gemm(). gemmkit::Error becomes ValueError where the caller passed
-// something gemmkit cannot accept, RuntimeError otherwise (no device, CUDA or compile errors).
+// them); gemm(), quantize() and the tuning mode are the C++ functions. gemmkit::Error becomes
+// ValueError where the caller passed something gemmkit cannot accept, RuntimeError otherwise (no
+// device, CUDA or compile errors).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 
@@ -16,9 +17,11 @@ namespace nb = nanobind;
 namespace {
 
 using gemmkit::DType;
+using gemmkit::ScaleMode;
 using gemmkit::TensorView;
 
 void* pointer(uintptr_t address) { return reinterpret_cast<void*>(address); }
+cudaStream_t stream_of(uintptr_t stream) { return reinterpret_cast<cudaStream_t>(stream); }
 
 }  // namespace
 
@@ -42,6 +45,18 @@ NB_MODULE(_gemmkit, m) {
       .value("e5m2", DType::e5m2)
       .value("ue8m0", DType::ue8m0);
 
+  nb::enum_<ScaleMode>(m, "ScaleMode", "how an FP8 operand's scales are laid out (gemmkit/gemm.h)")
+      .value("none", ScaleMode::none)
+      .value("tensor", ScaleMode::tensor)
+      .value("rowwise", ScaleMode::rowwise)
+      .value("block", ScaleMode::block)
+      .value("mx", ScaleMode::mx);
+
+  nb::enum_<gemmkit::TuningMode>(m, "TuningMode", "where gemm() takes its kernel configuration (gemmkit/tuning.h)")
+      .value("off", gemmkit::TuningMode::off)
+      .value("database", gemmkit::TuningMode::database)
+      .value("online", gemmkit::TuningMode::online);
+
   nb::class_<TensorView>(m, "TensorView", "[batch,] rows x cols on the device, strides in elements")
       .def_static(
           "matrix",
@@ -63,15 +78,35 @@ NB_MODULE(_gemmkit, m) {
   m.def(
       "gemm",
       [](const TensorView& a, const TensorView& b, const TensorView& d, float alpha, float beta,
-         std::optional<TensorView> c, uintptr_t stream) {
+         std::optional<TensorView> c, uintptr_t stream, ScaleMode mode_a, std::optional<TensorView> scale_a,
+         ScaleMode mode_b, std::optional<TensorView> scale_b) {
         gemmkit::GemmOptions options;
         options.alpha = alpha;
         options.beta = beta;
         options.c = c;
-        options.stream = reinterpret_cast<cudaStream_t>(stream);
+        options.stream = stream_of(stream);
+        options.scale_a = {mode_a, scale_a.value_or(TensorView{})};
+        options.scale_b = {mode_b, scale_b.value_or(TensorView{})};
         gemmkit::gemm(a, b, d, options);
       },
       nb::arg("a"), nb::arg("b"), nb::arg("d"), nb::arg("alpha") = 1.0f, nb::arg("beta") = 0.0f,
-      nb::arg("c") = nb::none(), nb::arg("stream") = 0, nb::call_guard<nb::gil_scoped_release>(),
-      "D = alpha * A * B + beta * C on `stream` (a cudaStream_t as an integer); raises on misuse");
+      nb::arg("c") = nb::none(), nb::arg("stream") = 0, nb::arg("mode_a") = ScaleMode::none,
+      nb::arg("scale_a") = nb::none(), nb::arg("mode_b") = ScaleMode::none, nb::arg("scale_b") = nb::none(),
+      nb::call_guard<nb::gil_scoped_release>(),
+      "D = alpha * A * B + beta * C on `stream` (a cudaStream_t as an integer), FP8 operands scaled by "
+      "their modes and scale views; raises on misuse");
+
+  m.def(
+      "quantize",
+      [](const TensorView& x, const TensorView& q, const TensorView& scales, int64_t block_rows, int64_t block_cols,
+         bool power_of_two_scales, uintptr_t stream) {
+        gemmkit::quantize(x, q, scales, block_rows, block_cols, {power_of_two_scales, stream_of(stream)});
+      },
+      nb::arg("x"), nb::arg("q"), nb::arg("scales"), nb::arg("block_rows"), nb::arg("block_cols"),
+      nb::arg("power_of_two_scales") = false, nb::arg("stream") = 0, nb::call_guard<nb::gil_scoped_release>(),
+      "q, scales = x quantised to FP8 in blocks of block_rows x block_cols (gemmkit/quantize.h)");
+
+  m.def("tuning_mode", &gemmkit::tuning_mode, "the mode gemm() picks kernels by");
+  m.def("set_tuning_mode", &gemmkit::set_tuning_mode, nb::arg("mode"),
+        "sets the mode for the whole process (see gemmkit/tuning.h)");
 }

@@ -1,7 +1,11 @@
-"""gemmkit.mm, bmm and addmm on torch tensors against a double-precision product. Each result
-is checked against |ref| * (half an ulp of the output type) + K * 2^-24 * (|a| @ |b|): rounding
-the f32 sum once, plus f32 accumulation. Needs torch and an sm_90 GPU; skips, saying so,
-without them."""
+"""gemmkit's torch functions on an sm_90 GPU, against double-precision products: dtypes, layouts,
+out=, the FP8 product and quantisation in every scaling mode, the operators under opcheck,
+torch.compile, CUDA graphs, autograd, DLPack and threads. A 16-bit result is checked against
+|ref| * (half an ulp of the output type) + K * 2^-24 * (|a| @ |b|): rounding the f32 sum once,
+plus f32 accumulation; an FP8 one against 2^-10 * (|a| @ |b|) for the tensor cores' narrower
+sums (src/reference/compare.h). Skips, saying so, without torch or an sm_90 GPU."""
+
+import threading
 
 import pytest
 
@@ -9,27 +13,32 @@ torch = pytest.importorskip("torch", reason="torch is not installed (the torch t
 if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
     pytest.skip("no sm_90 GPU", allow_module_level=True)
 
-import gemmkit
+import gemmkit  # noqa: E402
 
 HALF_ULP = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11, torch.float32: 2.0 ** -24}
+E4M3, E5M2, E8M0 = torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e8m0fnu
 
 
-def rand(*shape, dtype=torch.bfloat16):
-    return torch.randn(*shape, device="cuda", dtype=torch.float32).to(dtype)
+def rand(*shape, dtype=torch.bfloat16, requires_grad=False):
+    return torch.randn(*shape, device="cuda", dtype=torch.float32).to(dtype).requires_grad_(requires_grad)
 
 
 def nan_like(shape, dtype):
     return torch.full(shape, float("nan"), device="cuda", dtype=dtype)
 
 
-def expect_close(d, a, b, alpha=1.0, beta=0.0, c=None):
-    ref = alpha * torch.matmul(a.double(), b.double())
-    bound = torch.matmul(a.double().abs(), b.double().abs()) * abs(alpha) * a.shape[-1] * 2.0 ** -24
+def expect_close(d, a, b, alpha=1.0, beta=0.0, c=None, accumulation=None):
+    """d against alpha * a @ b + beta * c in double, a and b as real numbers (FP8 dequantised)."""
+    a, b = a.detach().double(), b.detach().double()
+    ref = alpha * torch.matmul(a, b)
+    if accumulation is None:
+        accumulation = a.shape[-1] * 2.0 ** -24
+    bound = torch.matmul(a.abs(), b.abs()) * abs(alpha) * accumulation
     if c is not None and beta != 0:
-        ref = ref + beta * c.double()
+        ref = ref + beta * c.detach().double()
     bound = bound + ref.abs() * HALF_ULP[d.dtype]
     assert torch.isfinite(d).all(), "non-finite outputs"
-    error = (d.double() - ref).abs()
+    error = (d.detach().double() - ref).abs()
     assert (error <= bound + 1e-30).all(), f"max error {error.max().item()} over bound {bound.max().item()}"
 
 
@@ -91,7 +100,246 @@ def test_misuse_raises_with_the_argument_named():
         gemmkit.mm(a.unsqueeze(0), b)
     with pytest.raises(ValueError, match="^B: shape"):
         gemmkit.mm(a, rand(15, 4))
+    with pytest.raises(ValueError, match="^B: shape"):  # the same message through the operator
+        gemmkit.mm(rand(8, 16, requires_grad=True), rand(15, 4))
     with pytest.raises(ValueError, match="^a: on cpu; expected a CUDA tensor"):
         gemmkit.mm(a.cpu(), b)
-    with pytest.raises(TypeError, match="^input: expected a torch.Tensor"):
-        gemmkit.addmm(1.0, a, b)
+    with pytest.raises(ValueError, match="^scale_a: shape"):
+        gemmkit.scaled_mm(a.to(E4M3), b.to(E4M3), torch.ones(3, 1, device="cuda"), torch.ones(1, 4, device="cuda"),
+                          mode="rowwise")
+    with pytest.raises(RuntimeError, match="^out: gemmkit functions with out= do not support automatic"):
+        gemmkit.mm(rand(8, 16, requires_grad=True), b, out=torch.empty(8, 4, device="cuda", dtype=torch.bfloat16))
+
+
+# --- FP8 ---------------------------------------------------------------------------------------
+
+def block_of(mode, block, rows, cols):
+    """The block (rows, cols) that quantize() takes for `mode` on a rows x cols matrix."""
+    return block or {"tensor": (rows, cols), "rowwise": (1, cols), "block": (1, 128), "mx": (1, 32)}[mode]
+
+
+def dequantized(q, scales, mode, block=None):
+    """q times its block's scale, in double."""
+    rows, cols = q.shape[-2:]
+    br, bc = block_of(mode, block, rows, cols)
+    s = torch.exp2(scales.view(torch.uint8).double() - 127) if scales.dtype == E8M0 else scales.double()
+    s = s.reshape(1, 1) if s.dim() < 2 else s
+    return q.double() * s.repeat_interleave(br, -2)[..., :rows, :].repeat_interleave(bc, -1)[..., :cols]
+
+
+MAX_FINITE = {E4M3: 448.0, E5M2: 57344.0}
+# Relative rounding of a normal value, and the absolute one below the normal range, per scale.
+ROUNDING = {E4M3: (2.0 ** -4, 2.0 ** -10), E5M2: (2.0 ** -3, 2.0 ** -17)}
+
+
+@pytest.mark.parametrize("mode,block", [("tensor", None), ("rowwise", None), ("block", None),
+                                        ("block", (128, 128)), ("mx", None)])
+@pytest.mark.parametrize("dtype", [E4M3, E5M2])
+def test_quantize_each_block_within_rounding(mode, block, dtype):
+    x = rand(3, 130, 300, dtype=torch.float32) * 10
+    q, s = gemmkit.quantize(x, dtype, mode, block=block)
+    assert q.shape == x.shape and q.dtype == dtype and s.dtype == (E8M0 if mode == "mx" else torch.float32)
+    full = dequantized(torch.ones_like(q, dtype=torch.float32), s, mode, block)
+    relative, absolute = ROUNDING[dtype]
+    error = (dequantized(q, s, mode, block) - x.double()).abs()
+    assert (error <= x.double().abs() * relative + full * absolute).all()
+    # Each block's largest value lands near the top of the range, none above it.
+    top = q.double().abs().amax()
+    assert top <= MAX_FINITE[dtype] and top >= MAX_FINITE[dtype] / (2.0 if mode == "mx" else 1.01)
+
+
+def test_quantize_power_of_two_scales():
+    x = rand(64, 256, dtype=torch.bfloat16)
+    _, s = gemmkit.quantize(x, mode="block", power_of_two=True)
+    assert torch.equal(torch.exp2(torch.log2(s).round()), s)
+    amax = x.float().abs().reshape(64, 2, 128).amax(-1)
+    assert (s >= amax / 448).all() and (s < 2 * amax / 448).all()
+
+
+@pytest.mark.parametrize("mode,w_block", [("tensor", None), ("rowwise", None), ("block", (128, 128)),
+                                          ("mx", None), (("block", "tensor"), None)])
+@pytest.mark.parametrize("m,n,k", [(1, 256, 512), (100, 300, 640), (256, 512, 1024)])
+def test_scaled_mm_matches_double(mode, w_block, m, n, k):
+    mode_a, mode_b = (mode, mode) if isinstance(mode, str) else mode
+    x, w = rand(m, k) * 3, rand(n, k)  # activations M x K, weights N x K
+    qx, sx = gemmkit.quantize(x, E4M3, mode_a)
+    qw, sw = gemmkit.quantize(w, E4M3, mode_b, block=w_block)
+    d = gemmkit.scaled_mm(qx, qw.t(), sx, sw.t(), mode=mode, out=nan_like((m, n), torch.float32))
+    x, w = dequantized(qx, sx, mode_a), dequantized(qw, sw, mode_b, w_block)
+    expect_close(d, x, w.t(), accumulation=2.0 ** -10)
+    d16 = gemmkit.scaled_mm(qx, qw.t(), sx, sw.t(), mode=mode)
+    assert d16.dtype == torch.bfloat16
+    expect_close(d16, x, w.t(), accumulation=2.0 ** -10)
+
+
+def test_scaled_mm_e5m2_gradients_and_single_scales():
+    g, x = rand(128, 256).to(E5M2), rand(256, 64).to(E4M3)
+    sa, sb = torch.tensor(0.5, device="cuda"), torch.tensor([2.0], device="cuda")
+    d = gemmkit.scaled_mm(g, x, sa, sb, out_dtype=torch.float32)
+    expect_close(d, g.double() * 0.5, x.double() * 2.0, accumulation=2.0 ** -10)
+
+
+# --- the operators -------------------------------------------------------------------------------
+
+def test_opcheck():
+    a, b, c = rand(64, 96), rand(96, 48), rand(64, 48, dtype=torch.float32)
+    gemm, gemm_out, quantize = (torch.ops.gemmkit.gemm.default, torch.ops.gemmkit.gemm_out.default,
+                                torch.ops.gemmkit.quantize.default)
+    torch.library.opcheck(gemm, (a, b, None, None, "none", "none", None, 1.0, 0.0, None))
+    shared_a, b3 = rand(64, 96, requires_grad=True), rand(3, 96, 48, requires_grad=True)
+    shared_c = rand(64, 48, dtype=torch.float32, requires_grad=True)
+    torch.library.opcheck(gemm, (shared_a, b3, None, None, "none", "none", torch.float32, 0.5, 2.0, shared_c))
+    out = torch.empty(64, 48, device="cuda")
+    torch.library.opcheck(gemm_out, (a, b, out, None, None, "none", "none", 1.0, 1.0, c))
+    # torch has no arithmetic on FP8 tensors, which opcheck's other tests do on the inputs.
+    qa, sa = gemmkit.quantize(a.float(), mode="rowwise")
+    torch.library.opcheck(gemm, (qa, qa.t(), sa, sa.t(), "rowwise", "rowwise", None, 1.0, 0.0, None),
+                          test_utils="test_faketensor")
+    torch.library.opcheck(quantize, (a, E4M3, 1, 32, E8M0, True))
+
+
+def test_torch_compile_full_graph():
+    def layer(x, w, bias):
+        h = gemmkit.addmm(bias, x, w.t()).relu()
+        q, s = gemmkit.quantize(h, mode="rowwise")
+        return h, gemmkit.scaled_mm(q, q.t(), s, s.t(), mode="rowwise", out_dtype=torch.float32)
+
+    x, w, bias = rand(128, 256), rand(512, 256), rand(512, dtype=torch.float32)
+    compiled = torch.compile(layer, fullgraph=True)
+    h, d = compiled(x, w, bias)
+    h_eager, d_eager = layer(x, w, bias)
+    assert torch.equal(h, h_eager) and torch.equal(d, d_eager)  # the same kernels, run alike
+    expect_close(gemmkit.addmm(bias, x, w.t(), out=nan_like((128, 512), torch.float32)), x, w.t(), 1.0, 1.0,
+                 bias.expand(128, 512))
+
+
+def test_cuda_graph_replays_with_new_inputs():
+    a, b, c = rand(384, 256), rand(256, 320), rand(384, 320, dtype=torch.float32)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # first calls compile and load the kernels, outside the capture
+        gemmkit.mm(a, b, alpha=0.5, beta=1.0, c=c, out_dtype=torch.float32)
+        q, s = gemmkit.quantize(a, mode="block")
+        gemmkit.scaled_mm(q, q.t(), s, s.t(), mode="block")
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        d = gemmkit.mm(a, b, alpha=0.5, beta=1.0, c=c, out_dtype=torch.float32)
+        q, s = gemmkit.quantize(a, mode="block")
+        e = gemmkit.scaled_mm(q, q.t(), s, s.t(), mode="block", out_dtype=torch.float32)
+    for _ in range(2):
+        a.copy_(rand(384, 256))
+        c.copy_(rand(384, 320, dtype=torch.float32))
+        d.fill_(float("nan"))
+        e.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        expect_close(d, a, b, 0.5, 1.0, c)
+        x = dequantized(q, s, "block")
+        expect_close(e, x, x.t(), accumulation=2.0 ** -10)
+
+
+# --- autograd ----------------------------------------------------------------------------------
+
+def expect_grads(out, inputs, reference):
+    """The gradients of sum(out * up) for a random `up`, against those of `reference`, the same
+    expression evaluated in double. Each may be off by one rounding of its own type, plus 2^-8 of
+    the sum of the magnitudes it adds up (the gradient of `reference` on |inputs| and |up|): an
+    f32 `up` is taken in the inputs' 16-bit type first."""
+    up = rand(*out.shape, dtype=out.dtype)
+    got = torch.autograd.grad(out, inputs, up)
+    doubled = [t.detach().double().requires_grad_() for t in inputs]
+    want = torch.autograd.grad(reference(*doubled), doubled, up.double())
+    magnitudes = [t.detach().double().abs().requires_grad_() for t in inputs]
+    sums = torch.autograd.grad(reference(*magnitudes), magnitudes, up.double().abs())
+    for g, w, total, t in zip(got, want, sums, inputs):
+        assert g.shape == t.shape and g.dtype == t.dtype
+        bound = w.abs() * HALF_ULP[g.dtype] + total.abs() * 2.0 ** -8
+        assert ((g.double() - w).abs() <= bound).all(), f"gradient off by {(g.double() - w).abs().max().item()}"
+
+
+def test_autograd_mm_addmm_and_bmm_against_double():
+    a, b = rand(96, 160, requires_grad=True), rand(160, 80, requires_grad=True)
+    expect_grads(gemmkit.mm(a, b, alpha=0.5), (a, b), lambda x, y: 0.5 * x @ y)
+    bias = rand(80, dtype=torch.float32, requires_grad=True)
+    expect_grads(gemmkit.addmm(bias, a, b, beta=2.0), (bias, a, b), lambda z, x, y: 2.0 * z + x @ y)
+    a3, b3 = rand(3, 96, 160, requires_grad=True), rand(3, 160, 80, requires_grad=True)
+    expect_grads(gemmkit.bmm(a3, b3), (a3, b3), lambda x, y: x @ y)
+    expect_grads(gemmkit.bmm(a3, b), (a3, b), lambda x, y: x @ y)  # shared B: summed over the batch
+    expect_grads(gemmkit.bmm(a, b3), (a, b3), lambda x, y: x @ y)  # shared A
+    c = rand(96, 80, dtype=torch.float32, requires_grad=True)
+    expect_grads(gemmkit.bmm(a3, b3, beta=-1.0, c=c, out_dtype=torch.float32), (a3, b3, c),
+                 lambda x, y, z: x @ y - z)
+
+
+def test_autograd_runs_gemmkit_and_compiles(monkeypatch):
+    launches = []
+    launch = gemmkit._torch.launch_gemm
+    monkeypatch.setattr(gemmkit._torch, "launch_gemm", lambda *args: launches.append(1) or launch(*args))
+
+    def loss(x, w):
+        return gemmkit.mm(x, w.t()).float().square().mean()
+
+    x, w = rand(128, 256, requires_grad=True), rand(192, 256, requires_grad=True)
+    eager = torch.autograd.grad(loss(x, w), (x, w))
+    assert len(launches) == 3, "the forward product and both gradients run gemmkit"
+    compiled = torch.autograd.grad(torch.compile(loss, fullgraph=True)(x, w), (x, w))
+    assert len(launches) == 6, "compiled, the forward product and both gradients still run gemmkit"
+    for e, c in zip(eager, compiled):
+        assert torch.allclose(e.float(), c.float(), rtol=2.0 ** -7, atol=1e-6)
+
+
+# --- DLPack and threads --------------------------------------------------------------------------
+
+def test_dlpack_arrays_come_back_in_their_library():
+    cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+    a = cupy.random.standard_normal((200, 96)).astype(cupy.float16)
+    b = cupy.random.standard_normal((96, 72)).astype(cupy.float16)
+    d = gemmkit.mm(a, b, out_dtype=torch.float32)
+    assert isinstance(d, cupy.ndarray) and d.dtype == cupy.float32
+    ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)
+    expect_close(torch.from_dlpack(d), ta, tb)
+    out = cupy.full((200, 72), cupy.nan, dtype=cupy.float16)
+    assert gemmkit.mm(a, b, out=out) is out
+    expect_close(torch.from_dlpack(out), ta, tb)
+
+
+def test_dlpack_round_trip_without_other_libraries():
+    class Array:  # any object with the DLPack protocol, here over a torch tensor
+        def __init__(self, tensor):
+            self.tensor = tensor
+
+        def __dlpack__(self, **kwargs):
+            return self.tensor.__dlpack__(**kwargs)
+
+        def __dlpack_device__(self):
+            return self.tensor.__dlpack_device__()
+
+    a, b = rand(64, 32), rand(32, 48)
+    d = gemmkit.mm(Array(a), Array(b))
+    assert isinstance(d, torch.Tensor)  # its module has no from_dlpack
+    expect_close(d, a, b)
+
+
+def test_threads_each_on_their_own_stream():
+    problems = [(rand(256, 128), rand(128, 192)) for _ in range(4)]
+    results, errors = [None] * 4, []
+
+    def work(i):
+        try:
+            stream = torch.cuda.Stream()
+            with torch.cuda.stream(stream):
+                results[i] = [gemmkit.mm(*problems[i]) for _ in range(20)]
+            stream.synchronize()
+        except Exception as error:  # reported below: a thread's exception would be lost
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for (a, b), ds in zip(problems, results):
+        for d in ds:
+            expect_close(d, a, b)

@@ -1,0 +1,125 @@
+"""torch.ops.gemmkit without a GPU: the operators' registration, their fake implementations
+(output shapes and dtypes computed on fake CUDA tensors, as torch.compile does), tracing whole
+functions into one graph, and the argument errors raised while tracing. Needs torch, not a GPU;
+skips, saying so, without torch."""
+
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+
+import gemmkit  # noqa: E402
+
+BF16, F32, E4M3 = torch.bfloat16, torch.float32, torch.float8_e4m3fn
+
+
+@pytest.fixture
+def fake():
+    with FakeTensorMode() as mode:
+        yield mode
+
+
+def cuda(*shape, dtype=BF16):
+    return torch.empty(*shape, device="cuda", dtype=dtype)
+
+
+def test_operators_are_registered_on_import_when_torch_is_loaded():
+    code = ("import torch, gemmkit\n"
+            "for op in ('gemm', 'gemm_out', 'quantize'):\n"
+            "    assert hasattr(torch.ops.gemmkit, op), op\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_fake_shapes_and_dtypes(fake):
+    a, b = cuda(64, 96), cuda(96, 40)
+    for d, shape, dtype in [(gemmkit.mm(a, b), (64, 40), BF16),
+                            (gemmkit.mm(a, b, out_dtype=F32), (64, 40), F32),
+                            (gemmkit.bmm(cuda(3, 64, 96), b), (3, 64, 40), BF16),
+                            (gemmkit.bmm(a, cuda(5, 96, 40)), (5, 64, 40), BF16),
+                            (gemmkit.addmm(cuda(40, dtype=F32), a, b), (64, 40), BF16),
+                            (gemmkit.mm(a.t().contiguous().t(), b[:, :33]), (64, 33), BF16),
+                            (gemmkit.scaled_mm(cuda(64, 96, dtype=E4M3), cuda(96, 40, dtype=E4M3),
+                                               cuda((), dtype=F32), cuda((), dtype=F32)), (64, 40), BF16)]:
+        assert isinstance(d, torch._subclasses.fake_tensor.FakeTensor)
+        assert tuple(d.shape) == shape and d.dtype == dtype and d.device.type == "cuda"
+
+
+@pytest.mark.parametrize("mode,block,scales", [("tensor", None, (1, 1)), ("rowwise", None, (100, 1)),
+                                               ("block", None, (100, 3)), ("block", (128, 128), (1, 3)),
+                                               ("mx", None, (100, 9))])
+def test_fake_quantize_shapes(fake, mode, block, scales):
+    q, s = gemmkit.quantize(cuda(100, 260), mode=mode, block=block)
+    assert q.shape == (100, 260) and q.dtype == E4M3
+    assert tuple(s.shape) == scales
+    assert s.dtype == (torch.float8_e8m0fnu if mode == "mx" else F32)
+    q, s = gemmkit.quantize(cuda(2, 100, 260), torch.float8_e5m2, mode)
+    assert q.shape == (2, 100, 260) and q.dtype == torch.float8_e5m2 and s.shape[0] == 2
+
+
+def test_fake_out_is_returned(fake):
+    out = cuda(8, 4, dtype=F32)
+    assert gemmkit.mm(cuda(8, 16), cuda(16, 4), out=out) is out
+
+
+def test_a_traced_function_is_one_graph_of_gemmkit_operators(fake):
+    def layer(x, w, bias):
+        h = gemmkit.addmm(bias, x, w.t()).relu()
+        q, s = gemmkit.quantize(h, mode="rowwise")
+        return gemmkit.scaled_mm(q, q.t(), s, s.t(), mode="rowwise", out_dtype=F32)
+
+    x, w, bias = cuda(64, 128), cuda(256, 128), cuda(256, dtype=F32)
+    graph, _ = torch._dynamo.export(layer)(x, w, bias)  # raises where dynamo would break the graph
+    targets = [node.target for node in graph.graph.nodes if node.op == "call_function"]
+    assert torch.ops.gemmkit.gemm in targets and torch.ops.gemmkit.quantize in targets
+    assert graph(x, w, bias).shape == (64, 64)
+
+
+def test_errors_name_the_argument_while_tracing(fake):
+    a, b = cuda(8, 16), cuda(16, 4)
+    with pytest.raises(ValueError, match="^b: 3 dimensions; expected 2$"):
+        gemmkit.mm(a, cuda(2, 16, 4))
+    with pytest.raises(TypeError, match="^a: dtype torch.float64 is not supported"):
+        gemmkit.mm(cuda(8, 16, dtype=torch.float64), b)
+    with pytest.raises(ValueError, match="^a, b: both 2-D"):
+        gemmkit.bmm(a, b)
+    with pytest.raises(ValueError, match="^out: dtype torch.bfloat16 differs from out_dtype torch.float32"):
+        gemmkit.mm(a, b, out=cuda(8, 4), out_dtype=F32)
+    with pytest.raises(ValueError, match="^mode: 'blocks'; expected 'tensor', 'rowwise', 'block' or 'mx'"):
+        gemmkit.scaled_mm(a, b, cuda(1, dtype=F32), cuda(1, dtype=F32), mode="blocks")
+    with pytest.raises(ValueError, match="^mode: 'row'; expected"):
+        gemmkit.quantize(a, mode="row")
+    with pytest.raises(ValueError, match="^block: "):
+        gemmkit.quantize(a, mode="block", block=(0, 128))
+
+
+def test_errors_without_fake_tensors():
+    a = torch.ones(8, 16, dtype=BF16)
+    with pytest.raises(ValueError, match="^a: on cpu; expected a CUDA tensor$"):
+        gemmkit.mm(a, a.t())
+    with pytest.raises(TypeError, match="^a: expected a torch.Tensor or an array with __dlpack__, got list$"):
+        gemmkit.mm([[1.0]], a)
+    with pytest.raises(TypeError, match="^input: expected a torch.Tensor"):
+        gemmkit.addmm(1.0, a, a.t())
+    with pytest.raises(TypeError, match="^scale_a: expected a torch.Tensor"):
+        gemmkit.scaled_mm(a, a.t(), 1.0, 1.0)
+
+
+def test_dlpack_arrays_are_taken_as_tensors():
+    # A CPU array with __dlpack__ (torch's own, wrapped so it is not a torch.Tensor) comes in
+    # through DLPack and is then refused for its device, like a CPU tensor.
+    class Array:
+        def __init__(self, tensor):
+            self.tensor = tensor
+
+        def __dlpack__(self, **kwargs):
+            return self.tensor.__dlpack__(**kwargs)
+
+        def __dlpack_device__(self):
+            return self.tensor.__dlpack_device__()
+
+    a = Array(torch.ones(8, 16, dtype=F32))
+    with pytest.raises(ValueError, match="^a: on cpu; expected a CUDA tensor$"):
+        gemmkit.mm(a, a)
