@@ -124,12 +124,9 @@ double measure_copy_gbps(cudaStream_t stream, int sm_clock_khz) {
 
 std::vector<std::unique_ptr<reference::DeviceProblem>> buffer_sets(const reference::ProblemSpec& spec,
                                                                    const runtime::DeviceInfo& info) {
-  const double bytes = set_bytes(spec);
   size_t free_bytes = 0, total_bytes = 0;
   runtime::check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
-  const int wanted = int(std::ceil(3.0 * info.l2_bytes / std::max(bytes, 1.0)));
-  const int affordable = int(0.5 * double(free_bytes) / std::max(bytes, 1.0));
-  const int sets = std::clamp(std::min(wanted, affordable), 1, 64);
+  const int sets = buffer_set_count(set_bytes(spec), info.l2_bytes, double(free_bytes));
   std::random_device seeds;
   std::vector<std::unique_ptr<reference::DeviceProblem>> pool;
   for (int s = 0; s < sets; ++s) {

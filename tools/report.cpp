@@ -1,11 +1,15 @@
 #include "report.h"
 
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
 #include <limits>
 
+#include "api/validate.h"
+#include "dispatch/plan.h"
 #include "tuning/gpu_timer.h"
 
 namespace gemmkit::tools {
@@ -66,6 +70,16 @@ bool measured(double copy_gbps) { return std::isfinite(copy_gbps) && copy_gbps >
 
 }  // namespace
 
+std::string chosen_config(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options) {
+  Problem p = validate_gemm(a, b, d, options);
+  if (p.m == 0 || p.n == 0 || p.batch == 0) return "none (empty)";
+  int device = 0;
+  cudaGetDevice(&device);
+  p.device = device;
+  const Plan plan = make_plan(normalize(p));
+  return plan.config.name() + (plan.tuned ? " tuned" : "");
+}
+
 double gemm_tflops(int64_t m, int64_t n, int64_t k, int64_t batch, double us) {
   // In double: 2*M*N*K*batch can overflow int64 for large batched shapes.
   const double flops = 2.0 * double(m) * double(n) * double(k) * double(batch);
@@ -103,8 +117,8 @@ std::string shape_name(const BenchRecord& r) {
   return s;
 }
 
-std::string format_table(const std::vector<BenchRecord>& records, double copy_gbps) {
-  std::vector<Row> rows = {{"shape", "layout", "dtype", "ours us", "cuBLASLt us", "speedup",
+std::string format_table(const std::vector<BenchRecord>& records, double copy_gbps, const std::string& baseline) {
+  std::vector<Row> rows = {{"shape", "layout", "dtype", "ours us", baseline + " us", "speedup",
                             "TFLOP/s", "GB/s", "%copy", "%copy@size", "config"}};
   std::vector<std::string> notes;  // distinct, in order of appearance
   for (const auto& r : records) {
@@ -119,7 +133,7 @@ std::string format_table(const std::vector<BenchRecord>& records, double copy_gb
   // Text columns (the first three and config) align left, numbers right.
   const size_t config = rows[0].size() - 1;
   std::string table = align_columns(rows, [&](size_t c) { return c < 3 || c == config; });
-  for (const std::string& note : notes) table += "* cuBLASLt us: " + note + "\n";
+  for (const std::string& note : notes) table += "* " + baseline + " us: " + note + "\n";
   return table;
 }
 
@@ -142,18 +156,18 @@ BenchSummary summarize(const std::vector<BenchRecord>& records) {
   return s;
 }
 
-std::string format_summary(const BenchSummary& s) {
-  if (s.count == 0) return "summary: no shapes with a cuBLASLt baseline";
+std::string format_summary(const BenchSummary& s, const std::string& baseline) {
+  if (s.count == 0) return "summary: no shapes with a " + baseline + " baseline";
   const std::string stand_ins =
       s.stand_ins == 0 ? ""
                        : " (" + std::to_string(s.stand_ins) + " of them against a stand-in)";
   return "summary: " + std::to_string(s.count) + (s.count == 1 ? " shape" : " shapes") +
-         ", geomean speedup " + num("%.2fx", s.geomean_speedup) + " over cuBLASLt" + stand_ins + ", worst " +
+         ", geomean speedup " + num("%.2fx", s.geomean_speedup) + " over " + baseline + stand_ins + ", worst " +
          num("%.2fx", s.worst_speedup) + " at " + s.worst_shape;
 }
 
-nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSummary& s,
-                       double copy_gbps) {
+nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSummary& s, double copy_gbps,
+                       const std::string& baseline) {
   nlohmann::json list = nlohmann::json::array();
   for (const auto& r : records)
     list.push_back({{"m", r.m},
@@ -178,8 +192,16 @@ nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSumma
       {"geomean_speedup", json_num(s.geomean_speedup)},
       {"worst_shape", s.count > 0 ? nlohmann::json(s.worst_shape) : nlohmann::json(nullptr)},
       {"worst_speedup", json_num(s.worst_speedup)},
-      {"copy_gbps", json_num(measured(copy_gbps) ? copy_gbps : nan)}};
+      {"copy_gbps", json_num(measured(copy_gbps) ? copy_gbps : nan)},
+      {"baseline", baseline}};
   return {{"records", list}, {"summary", summary}};
+}
+
+int buffer_set_count(double set_bytes, double l2_bytes, double free_bytes) {
+  const double bytes = std::max(set_bytes, 1.0);
+  const int wanted = int(std::ceil(3.0 * l2_bytes / bytes));
+  const int affordable = int(0.5 * free_bytes / bytes);
+  return std::clamp(std::min(wanted, affordable), 1, 64);
 }
 
 std::string format_overhead_table(const OverheadResult& r) {

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "gemmkit/gemm.h"
+
 namespace gemmkit::tools {
 
 struct BenchRecord {
@@ -25,6 +27,10 @@ struct BenchRecord {
   double copy_us = std::numeric_limits<double>::quiet_NaN();
   std::string config;           // our kernel configuration, e.g. "tma 128x256x64 s4"
 };
+
+// The configuration gemmkit::gemm picks for a problem on the current device, with " tuned"
+// appended where it is a tuning winner: a record's config.
+std::string chosen_config(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options);
 
 // 2*M*N*K*batch floating-point operations in `us` microseconds, in TFLOP/s.
 double gemm_tflops(int64_t m, int64_t n, int64_t k, int64_t batch, double us);
@@ -49,9 +55,11 @@ std::string shape_name(const BenchRecord& r);
 // Aligned text table, a header row first; missing values print as "-". The "%copy" column is
 // each record's GB/s as a percentage of copy_gbps (NaN: not measured), "%copy@size" the same
 // against a copy of the record's own size (sized_copy_fraction). A record with a baseline_note
-// has "*" after its cuBLASLt time, and a line "* cuBLASLt us: <note>" follows the table for each
-// distinct note.
-std::string format_table(const std::vector<BenchRecord>& records, double copy_gbps);
+// has "*" after its baseline time, and a line "* <baseline> us: <note>" follows the table for
+// each distinct note. `baseline` names what the records' baseline_us timed (the CLI's cuBLASLt;
+// torch in the Python package's bench).
+std::string format_table(const std::vector<BenchRecord>& records, double copy_gbps,
+                         const std::string& baseline = "cuBLASLt");
 
 // Over the records with a finite, positive speedup, whatever cuBLASLt ran. With none: count 0
 // and NaN values.
@@ -66,14 +74,18 @@ BenchSummary summarize(const std::vector<BenchRecord>& records);
 
 // One line, e.g. "summary: 18 shapes, geomean speedup 1.03x over cuBLASLt, worst 0.91x at ...";
 // with stand-ins, "over cuBLASLt (6 of them against a stand-in), worst ...".
-std::string format_summary(const BenchSummary& s);
+std::string format_summary(const BenchSummary& s, const std::string& baseline = "cuBLASLt");
 
 // {"records": [{m, n, k, batch, layout, dtype, ours_us, baseline_us, baseline_note, speedup,
 // tflops, gbps, copy_fraction, copy_us, sized_copy_fraction, config}, ...], "summary": {count,
-// stand_ins, geomean_speedup, worst_shape, worst_speedup, copy_gbps}}; NaN and an empty
-// baseline_note are null.
+// stand_ins, geomean_speedup, worst_shape, worst_speedup, copy_gbps, baseline}}; NaN and an
+// empty baseline_note are null.
 nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSummary& s,
-                       double copy_gbps);
+                       double copy_gbps, const std::string& baseline = "cuBLASLt");
+
+// How many buffer sets of `set_bytes` a bench problem cycles through: enough to cover 3x the L2,
+// so that no run finds the previous run's operands there, within half the free memory, 1 to 64.
+int buffer_set_count(double set_bytes, double l2_bytes, double free_bytes);
 
 // Host time per call of gemmkit::gemm and of cuBLASLt on one small problem (bench --overhead).
 struct OverheadResult {

@@ -3,6 +3,7 @@
 #include <random>
 
 #include "commands.h"
+#include "report.h"
 #include "api/validate.h"
 #include "dispatch/plan.h"
 #include "reference/device_problem.h"
@@ -53,15 +54,8 @@ Problem stand_in_problem(const SuiteProblem& sp, int device) {
   return normalize(p);
 }
 
-// The configuration gemmkit::gemm picks for a problem (for reports).
 std::string chosen_config(const reference::DeviceProblem& problem) {
-  Problem p = validate_gemm(problem.a(), problem.b(), problem.d(), problem.options(nullptr));
-  if (p.m == 0 || p.n == 0 || p.batch == 0) return "none (empty)";
-  int device = 0;
-  cudaGetDevice(&device);
-  p.device = device;
-  const Plan plan = make_plan(normalize(p));
-  return plan.config.name() + (plan.tuned ? " tuned" : "");
+  return chosen_config(problem.a(), problem.b(), problem.d(), problem.options(nullptr));
 }
 
 int run_verify(const std::vector<SuiteProblem>& problems, float beta) {

@@ -179,7 +179,8 @@ TEST(Report, JsonHasEveryFieldAndNullForNaN) {
   EXPECT_EQ(j["summary"]["worst_shape"], "4096x2112x7168x2 NT bf16");
   EXPECT_DOUBLE_EQ(j["summary"]["copy_gbps"].get<double>(), 3000.0);
   EXPECT_EQ(j["summary"]["stand_ins"], 0);
-  EXPECT_EQ(j["summary"].size(), 6u);
+  EXPECT_EQ(j["summary"]["baseline"], "cuBLASLt");
+  EXPECT_EQ(j["summary"].size(), 7u);
   // Serialized text carries null too, and parses back.
   const std::string text = j.dump();
   EXPECT_NE(text.find("\"baseline_us\":null"), std::string::npos) << text;
@@ -467,3 +468,24 @@ TEST(ReportHintMatrix, RowPerHintColumnPerRuntimeM) {
 }
 
 }  // namespace
+
+TEST(Report, TheBaselineIsNamedWhereverItAppears) {
+  const std::vector<BenchRecord> records = fp8_records();
+  const std::vector<std::string> lines = lines_of(format_table(records, 3000.0, "torch"));
+  EXPECT_EQ(cell_under(lines[0], lines[2], "torch us"), "4.00*");
+  EXPECT_EQ(lines[5], "* torch us: per-tensor stand-in");
+  EXPECT_NE(format_summary(summarize(records), "torch").find("over torch (2 of them"), std::string::npos);
+  EXPECT_EQ(format_summary(summarize({}), "torch"), "summary: no shapes with a torch baseline");
+  EXPECT_EQ(to_json(records, summarize(records), 3000.0, "torch")["summary"]["baseline"], "torch");
+  EXPECT_EQ(to_json(records, summarize(records), 3000.0)["summary"]["baseline"], "cuBLASLt");
+}
+
+TEST(Report, BufferSetsCoverThreeL2sWithinHalfTheFreeMemory) {
+  const double l2 = 50e6;
+  EXPECT_EQ(buffer_set_count(150e6, l2, 80e9), 1);   // one set is already 3x the L2
+  EXPECT_EQ(buffer_set_count(10e6, l2, 80e9), 15);   // ceil(150 / 10)
+  EXPECT_EQ(buffer_set_count(11e6, l2, 80e9), 14);   // ceil(150 / 11)
+  EXPECT_EQ(buffer_set_count(1e3, l2, 80e9), 64);    // at most 64
+  EXPECT_EQ(buffer_set_count(10e6, l2, 100e6), 5);   // half of 100 MB free holds 5
+  EXPECT_EQ(buffer_set_count(10e9, l2, 1e9), 1);     // at least one
+}
