@@ -3,7 +3,8 @@
 # python3 on PATH, so with its torch where it has one (the torch tests skip, saying so, where it
 # has not). nanobind, scikit-build-core and pytest go to build/python/tools: from .whl/ where it
 # exists (carry it to a machine without network, filled where there is one by
-# `python3 -m pip download -d .whl nanobind scikit-build-core pytest`), else from PyPI.
+# `python3 -m pip download -d .whl nanobind scikit-build-core pytest`), else from PyPI. Arguments
+# go to pytest (e.g. -k graph).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools=$PWD/build/python/tools site=$PWD/build/python/site
@@ -11,4 +12,4 @@ pip=(python3 -m pip install -q --disable-pip-version-check --root-user-action=ig
 if [ -d .whl ]; then source=(--no-index --find-links .whl); else source=(); fi
 "${pip[@]}" "${source[@]}" --target "$tools" nanobind scikit-build-core pytest
 PYTHONPATH=$tools "${pip[@]}" --no-build-isolation --no-deps --target "$site" .
-PYTHONPATH=$site:$tools python3 -m pytest -q -rs -p no:cacheprovider tests/python
+PYTHONPATH=$site:$tools python3 -m pytest -q -rs -p no:cacheprovider tests/python "$@"

@@ -15,6 +15,11 @@ _HOMES = {"jaxlib": "jax.numpy"}
 def to_torch(torch, arrays, names):
     """(the arrays as torch tensors, the library to return results in or None). None stays None;
     an object that is neither a tensor nor has __dlpack__ stays as it is, for the checks to name."""
+    for array in arrays:  # the usual case first: torch tensors and None, returned as they are
+        if array is not None and not isinstance(array, torch.Tensor):
+            break
+    else:
+        return arrays, None
     kind, tensors = None, []
     for array, name in zip(arrays, names):
         if array is None or isinstance(array, torch.Tensor) or not hasattr(array, "__dlpack__"):

@@ -1,8 +1,8 @@
 """torch.ops.gemmkit: gemmkit as torch custom operators, so that torch.compile traces it (the fake
 implementations give output shapes without running anything), CUDA graphs capture it and
-autograd differentiates it. Their CUDA kernels are _torch's launches. Imported by
-_torch.load_torch(); gemmkit.mm and the other functions call these operators only where torch has
-something to record (see _torch)."""
+autograd differentiates it. Their CUDA kernels are _torch's launches. Imported by _torch, whose
+functions (gemmkit.mm and the others) call these operators only where torch has something to
+record."""
 
 import torch
 
@@ -18,7 +18,7 @@ _lib.define("quantize(Tensor x, ScalarType dtype, int block_rows, int block_cols
 
 
 def _gemm(a, b, scale_a, scale_b, mode_a, mode_b, out_dtype, alpha, beta, c):
-    out = torch.empty(t.output_shape(a, b), dtype=t.output_dtype(a, out_dtype), device=a.device)
+    out = t.new_output(a, b, out_dtype)
     t.launch_gemm(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c)
     return out
 
@@ -29,8 +29,7 @@ def _gemm_out(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c):
 
 def _quantize(x, dtype, block_rows, block_cols, scale_dtype, power_of_two):
     q_shape, s_shape = t.quantized_shapes(x, block_rows, block_cols)
-    q = torch.empty(q_shape, dtype=dtype, device=x.device)
-    scales = torch.empty(s_shape, dtype=scale_dtype, device=x.device)
+    q, scales = x.new_empty(q_shape, dtype=dtype), x.new_empty(s_shape, dtype=scale_dtype)
     t.launch_quantize(x, q, scales, block_rows, block_cols, power_of_two)
     return q, scales
 

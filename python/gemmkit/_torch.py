@@ -8,60 +8,26 @@ inputs that autograd tracks) it goes through the custom operators torch.ops.gemm
 whose CUDA kernels are these same launches. Otherwise it launches directly: torch's dispatcher
 would only add host time. Arrays of other libraries come in through DLPack (`_arrays`).
 
-torch is imported when a function is first called, not by `import gemmkit`.
+Importing this module imports torch and registers the operators; gemmkit imports it on the first
+use of one of its functions (or at once where torch is already loaded), not before.
 """
+
+import torch
 
 from . import _arrays
 from . import _gemmkit as _C
 
-torch = None  # the torch module, once load_torch() has run
-DTYPES = {}  # torch dtype -> gemmkit DType
+DTYPES = {torch.bfloat16: _C.DType.bf16, torch.float16: _C.DType.f16, torch.float32: _C.DType.f32,
+          torch.float8_e4m3fn: _C.DType.e4m3, torch.float8_e5m2: _C.DType.e5m2,
+          torch.float8_e8m0fnu: _C.DType.ue8m0}
+for _framework_dtype, _dtype in DTYPES.items():
+    _C.register_dtype(_framework_dtype, _dtype)
 MODES = {mode.name: mode for mode in (_C.ScaleMode.none, _C.ScaleMode.tensor, _C.ScaleMode.rowwise,
                                       _C.ScaleMode.block, _C.ScaleMode.mx)}
-_PLAIN_TYPES = ()  # tensor types that carry nothing for torch to record
-
-
-def load_torch():
-    """Imports torch and registers torch.ops.gemmkit, once; returns torch."""
-    global torch, _PLAIN_TYPES
-    if torch is None:
-        import torch as module
-
-        DTYPES.update({module.bfloat16: _C.DType.bf16, module.float16: _C.DType.f16,
-                       module.float32: _C.DType.f32, module.float8_e4m3fn: _C.DType.e4m3,
-                       module.float8_e5m2: _C.DType.e5m2, module.float8_e8m0fnu: _C.DType.ue8m0})
-        _PLAIN_TYPES = (module.Tensor, module.nn.Parameter)
-        torch = module
-        from . import _ops  # noqa: F401  (registers the operators)
-    return torch
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)  # tensor types that carry nothing for torch to record
 
 
 # --- what the launches take -------------------------------------------------------------------
-
-def view(tensor, name):
-    """The TensorView of a 2-D or 3-D tensor."""
-    dtype = DTYPES.get(tensor.dtype)
-    if dtype is None:
-        raise TypeError(f"{name}: dtype {tensor.dtype} is not supported; expected bfloat16, float16, "
-                        f"float8_e4m3fn or float8_e5m2 (float32 for outputs, c and scales)")
-    if tensor.dim() == 2:
-        return _C.TensorView.matrix(tensor.data_ptr(), dtype, *tensor.shape, *tensor.stride())
-    if tensor.dim() == 3:
-        return _C.TensorView.batched(tensor.data_ptr(), dtype, *tensor.shape, *tensor.stride())
-    raise ValueError(f"{name}: {tensor.dim()} dimensions; expected 2 or 3")
-
-
-def scale_view(scales, name, mode, of_a):
-    """The TensorView of an operand's scales. A single scale may have any shape (a 0-d tensor,
-    say); a 1-D tensor is a column for A (M x 1) and a row for B (1 x N)."""
-    if scales.dim() <= 1 and scales.numel() == 1:
-        return _C.TensorView.matrix(scales.data_ptr(), DTYPES[scales.dtype], 1, 1, 1, 1)
-    if scales.dim() == 1:
-        n, (stride,) = scales.shape[0], scales.stride()
-        shape = (n, 1, stride, 1) if of_a else (1, n, n * stride, stride)
-        return _C.TensorView.matrix(scales.data_ptr(), DTYPES[scales.dtype], *shape)
-    return view(scales, name)
-
 
 def output_dtype(a, out_dtype):
     """out_dtype, else the inputs' type for 16-bit inputs and bfloat16 for 8-bit ones."""
@@ -72,21 +38,28 @@ def output_dtype(a, out_dtype):
 
 def output_shape(a, b):
     """[batch,] M x N for a [batch,] M x K and b [batch,] K x N (one of them may be 2-D)."""
-    batch = a.shape[:-2] or b.shape[:-2]
-    return (*batch, a.shape[-2], b.shape[-1])
+    if a.dim() == 3:
+        return (a.size(0), a.size(1), b.size(-1))
+    return (a.size(0), b.size(-1)) if b.dim() == 2 else (b.size(0), a.size(0), b.size(2))
+
+
+def new_output(a, b, out_dtype):
+    """An empty output for a @ b on a's device (new_empty: the cheapest allocation from Python)."""
+    dtype = output_dtype(a, out_dtype)
+    return a.new_empty(output_shape(a, b)) if dtype == a.dtype else a.new_empty(output_shape(a, b), dtype=dtype)
 
 
 def launch_gemm(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c):
-    """out = alpha * a @ b + beta * c on out's device and current stream (scales for FP8)."""
-    _C.gemm(view(a, "a"), view(b, "b"), view(out, "out"), alpha, beta,
-            None if c is None else view(c, "c"), torch._C._cuda_getCurrentRawStream(out.get_device()),
-            MODES[mode_a], None if scale_a is None else scale_view(scale_a, "scale_a", mode_a, True),
-            MODES[mode_b], None if scale_b is None else scale_view(scale_b, "scale_b", mode_b, False))
+    """out = alpha * a @ b + beta * c on out's device and current stream (scales for FP8). The
+    views are read in C++ (python/src/tensor_views.h); a single scale may have any shape, a 1-D
+    one is a column of A's or a row of B's."""
+    _C.gemm_tensors(a, b, out, alpha, beta, c, torch._C._cuda_getCurrentRawStream(out.get_device()),
+                    MODES[mode_a], scale_a, MODES[mode_b], scale_b)
 
 
 def launch_quantize(x, q, scales, block_rows, block_cols, power_of_two):
-    _C.quantize(view(x, "x"), view(q, "q"), view(scales, "scales"), block_rows, block_cols, power_of_two,
-                torch._C._cuda_getCurrentRawStream(x.get_device()))
+    _C.quantize_tensors(x, q, scales, block_rows, block_cols, power_of_two,
+                        torch._C._cuda_getCurrentRawStream(x.get_device()))
 
 
 def quantized_shapes(x, block_rows, block_cols):
@@ -101,7 +74,7 @@ def check(tensor, name, dims):
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor or an array with __dlpack__, got "
                         f"{type(tensor).__name__}")
-    if tensor.device.type != "cuda":
+    if not tensor.is_cuda:
         raise ValueError(f"{name}: on {tensor.device}; expected a CUDA tensor")
     if tensor.dim() not in dims:
         raise ValueError(f"{name}: {tensor.dim()} dimensions; expected " + " or ".join(map(str, dims)))
@@ -110,7 +83,7 @@ def check(tensor, name, dims):
                         f"float8_e4m3fn or float8_e5m2 (float32 for outputs, c and scales)")
 
 
-def direct(tensors, autograd=True):
+def direct(*tensors, autograd=True):
     """True where torch has nothing to record for a call on `tensors` (None entries skipped):
     not tracing, no dispatch mode, plain tensors and, with `autograd`, none that autograd tracks."""
     if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack():
@@ -133,20 +106,19 @@ def _mode_pair(mode):
 
 def _gemm(a, b, dims, scale_a=None, scale_b=None, modes=("none", "none"), out=None, out_dtype=None,
           alpha=1.0, beta=0.0, c=None):
+    """The product of mm, bmm, addmm and scaled_mm (which has checked the scales)."""
     check(a, "a", dims)
     check(b, "b", dims)
-    for t, name in ((c, "c"), (out, "out")):
-        if t is not None:
-            check(t, name, (2, 3))
-    for t, name in ((scale_a, "scale_a"), (scale_b, "scale_b")):
-        if t is not None:
-            check(t, name, (0, 1, 2, 3))
-    if out is not None and out_dtype is not None and out.dtype != out_dtype:
-        raise ValueError(f"out: dtype {out.dtype} differs from out_dtype {out_dtype}")
+    if c is not None:
+        check(c, "c", (2, 3))
+    if out is not None:
+        check(out, "out", (2, 3))
+        if out_dtype is not None and out.dtype != out_dtype:
+            raise ValueError(f"out: dtype {out.dtype} differs from out_dtype {out_dtype}")
     alpha, beta = float(alpha), float(beta)
-    if direct((a, b, c, scale_a, scale_b, out)):
+    if direct(a, b, c, scale_a, scale_b, out):
         if out is None:
-            out = torch.empty(output_shape(a, b), dtype=output_dtype(a, out_dtype), device=a.device)
+            out = new_output(a, b, out_dtype)
         launch_gemm(a, b, out, scale_a, scale_b, *modes, alpha, beta, c)
         return out
     if out is None:
@@ -165,7 +137,6 @@ def mm(a, b, *, out=None, out_dtype=None, alpha=1.0, beta=0.0, c=None):
     out is made if None, of out_dtype (by default the inputs' type; bfloat16, float16 or
     float32); c is read only when beta != 0 and may be out itself. Differentiable in a, b and c
     (without out=)."""
-    load_torch()
     (a, b, c, out_t), kind = _arrays.to_torch(torch, (a, b, c, out), ("a", "b", "c", "out"))
     result = _gemm(a, b, (2,), out=out_t, out_dtype=out_dtype, alpha=alpha, beta=beta, c=c)
     return _arrays.to_caller(result, kind, out)
@@ -174,7 +145,6 @@ def mm(a, b, *, out=None, out_dtype=None, alpha=1.0, beta=0.0, c=None):
 def bmm(a, b, *, out=None, out_dtype=None, alpha=1.0, beta=0.0, c=None):
     """mm over a batch: a B x M x K, b B x K x N, out B x M x N; a or b may be 2-D, shared by
     every batch."""
-    load_torch()
     (a, b, c, out_t), kind = _arrays.to_torch(torch, (a, b, c, out), ("a", "b", "c", "out"))
     check(a, "a", (2, 3))
     check(b, "b", (2, 3))
@@ -187,7 +157,6 @@ def bmm(a, b, *, out=None, out_dtype=None, alpha=1.0, beta=0.0, c=None):
 def addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0, out=None):
     """beta * input + alpha * mat1 @ mat2, as torch.addmm: input broadcasts to M x N (a bias
     row of N is read with a row stride of 0, not copied)."""
-    load_torch()
     (input, mat1, mat2, out_t), kind = _arrays.to_torch(torch, (input, mat1, mat2, out),
                                                         ("input", "mat1", "mat2", "out"))
     check(input, "input", (0, 1, 2))
@@ -205,7 +174,6 @@ def scaled_mm(a, b, scale_a, scale_b, *, mode="tensor", out=None, out_dtype=None
     [k block][n block] for B; a single scale may be 0-d, a rowwise one 1-D). Output bfloat16
     unless out_dtype or out says float16 or float32. Weights stored N x K and quantised by
     quantize() pass as b = q.t(), scale_b = scales.t(). Not differentiable."""
-    load_torch()
     names = ("a", "b", "scale_a", "scale_b", "c", "out")
     (a, b, scale_a, scale_b, c, out_t), kind = _arrays.to_torch(torch, (a, b, scale_a, scale_b, c, out), names)
     for t, name in ((scale_a, "scale_a"), (scale_b, "scale_b")):
@@ -226,7 +194,6 @@ def quantize(x, dtype=None, mode="tensor", *, block=None, power_of_two=False):
     = (rows, cols) overrides. float32 scales are rounded up to powers of two with power_of_two.
     The results go straight to scaled_mm: a = q, scale_a = scales, or for weights b = q.t(),
     scale_b = scales.t()."""
-    load_torch()
     (x,), kind = _arrays.to_torch(torch, (x,), ("x",))
     check(x, "x", (2, 3))
     if mode not in _BLOCKS:
@@ -239,11 +206,13 @@ def quantize(x, dtype=None, mode="tensor", *, block=None, power_of_two=False):
     block_rows, block_cols = int(block[0]), int(block[1])
     dtype = torch.float8_e4m3fn if dtype is None else dtype
     scale_dtype = torch.float8_e8m0fnu if mode == "mx" else torch.float32
-    if direct((x,), autograd=False):
+    if direct(x, autograd=False):
         q_shape, s_shape = quantized_shapes(x, block_rows, block_cols)
-        q = torch.empty(q_shape, dtype=dtype, device=x.device)
-        scales = torch.empty(s_shape, dtype=scale_dtype, device=x.device)
+        q, scales = x.new_empty(q_shape, dtype=dtype), x.new_empty(s_shape, dtype=scale_dtype)
         launch_quantize(x, q, scales, block_rows, block_cols, bool(power_of_two))
     else:
         q, scales = torch.ops.gemmkit.quantize(x, dtype, block_rows, block_cols, scale_dtype, bool(power_of_two))
     return _arrays.to_caller(q, kind), _arrays.to_caller(scales, kind)
+
+
+from . import _ops  # noqa: E402,F401  (registers the operators, whose kernels are the launches above)

@@ -1,16 +1,20 @@
 // gemmkit._gemmkit: the C++ API as the Python package sees it. Views are built from a device
-// pointer, a dtype, sizes and strides in elements (python/gemmkit turns framework tensors into
-// them); gemm(), quantize() and the tuning mode are the C++ functions. gemmkit::Error becomes
-// ValueError where the caller passed something gemmkit cannot accept, RuntimeError otherwise (no
-// device, CUDA or compile errors).
+// pointer, a dtype, sizes and strides in elements; gemm(), quantize() and the tuning mode are the
+// C++ functions. gemm_tensors() and quantize_tensors() take framework tensors (python/gemmkit's
+// torch tensors) and read their views here (tensor_views.h). gemmkit::Error becomes ValueError
+// where the caller passed something gemmkit cannot accept, RuntimeError otherwise (no device, CUDA
+// or compile errors).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/vector.h>
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "gemmkit/gemmkit.h"
+#include "tensor_views.h"
 
 namespace nb = nanobind;
 
@@ -23,7 +27,28 @@ using gemmkit::TensorView;
 void* pointer(uintptr_t address) { return reinterpret_cast<void*>(address); }
 cudaStream_t stream_of(uintptr_t stream) { return reinterpret_cast<cudaStream_t>(stream); }
 
+gemmkit::GemmOptions gemm_options(float alpha, float beta, std::optional<TensorView> c, uintptr_t stream,
+                                  ScaleMode mode_a, std::optional<TensorView> scale_a, ScaleMode mode_b,
+                                  std::optional<TensorView> scale_b) {
+  gemmkit::GemmOptions options;
+  options.alpha = alpha;
+  options.beta = beta;
+  options.c = c;
+  options.stream = stream_of(stream);
+  options.scale_a = {mode_a, scale_a.value_or(TensorView{})};
+  options.scale_b = {mode_b, scale_b.value_or(TensorView{})};
+  return options;
+}
+
+// The view of an optional framework tensor (None: none).
+std::optional<TensorView> optional_view(nb::handle tensor, const char* name) {
+  if (tensor.is_none()) return std::nullopt;
+  return gemmkit::python::view_of(tensor, name);
+}
+
 }  // namespace
+
+void bind_bench(nb::module_& parent);  // bench_bindings.cpp
 
 NB_MODULE(_gemmkit, m) {
   m.doc() = "gemmkit's C++ library (matrix multiplies for Hopper GPUs); use the gemmkit package";
@@ -73,21 +98,18 @@ NB_MODULE(_gemmkit, m) {
                                        col_stride);
           },
           nb::arg("data"), nb::arg("dtype"), nb::arg("batch"), nb::arg("rows"), nb::arg("cols"),
-          nb::arg("batch_stride"), nb::arg("row_stride"), nb::arg("col_stride"));
+          nb::arg("batch_stride"), nb::arg("row_stride"), nb::arg("col_stride"))
+      .def_prop_ro("data", [](const TensorView& v) { return reinterpret_cast<uintptr_t>(v.data); })
+      .def_ro("dtype", &TensorView::dtype)
+      .def_prop_ro("shape", [](const TensorView& v) { return std::vector<int64_t>(v.sizes, v.sizes + v.rank); })
+      .def_prop_ro("strides", [](const TensorView& v) { return std::vector<int64_t>(v.strides, v.strides + v.rank); });
 
   m.def(
       "gemm",
       [](const TensorView& a, const TensorView& b, const TensorView& d, float alpha, float beta,
          std::optional<TensorView> c, uintptr_t stream, ScaleMode mode_a, std::optional<TensorView> scale_a,
          ScaleMode mode_b, std::optional<TensorView> scale_b) {
-        gemmkit::GemmOptions options;
-        options.alpha = alpha;
-        options.beta = beta;
-        options.c = c;
-        options.stream = stream_of(stream);
-        options.scale_a = {mode_a, scale_a.value_or(TensorView{})};
-        options.scale_b = {mode_b, scale_b.value_or(TensorView{})};
-        gemmkit::gemm(a, b, d, options);
+        gemmkit::gemm(a, b, d, gemm_options(alpha, beta, c, stream, mode_a, scale_a, mode_b, scale_b));
       },
       nb::arg("a"), nb::arg("b"), nb::arg("d"), nb::arg("alpha") = 1.0f, nb::arg("beta") = 0.0f,
       nb::arg("c") = nb::none(), nb::arg("stream") = 0, nb::arg("mode_a") = ScaleMode::none,
@@ -106,7 +128,47 @@ NB_MODULE(_gemmkit, m) {
       nb::arg("power_of_two_scales") = false, nb::arg("stream") = 0, nb::call_guard<nb::gil_scoped_release>(),
       "q, scales = x quantised to FP8 in blocks of block_rows x block_cols (gemmkit/quantize.h)");
 
+  m.def("register_dtype", &gemmkit::python::register_dtype, nb::arg("framework_dtype"), nb::arg("dtype"),
+        "tells the *_tensors functions which DType a framework's dtype object stands for");
+  m.def(
+      "view_of", [](nb::handle tensor, const char* name) { return gemmkit::python::view_of(tensor, name); },
+      nb::arg("tensor"), nb::arg("name"), "the view of a 2-D or 3-D framework tensor");
+  m.def(
+      "scale_view_of",
+      [](nb::handle scales, const char* name, bool of_a) { return gemmkit::python::scale_view_of(scales, name, of_a); },
+      nb::arg("scales"), nb::arg("name"), nb::arg("of_a"), "the view of A's (of_a) or B's scales");
+  m.def(
+      "gemm_tensors",
+      [](nb::handle a, nb::handle b, nb::handle d, float alpha, float beta, nb::handle c, uintptr_t stream,
+         ScaleMode mode_a, nb::handle scale_a, ScaleMode mode_b, nb::handle scale_b) {
+        using gemmkit::python::scale_view_of;
+        const TensorView va = gemmkit::python::view_of(a, "a"), vb = gemmkit::python::view_of(b, "b");
+        const TensorView vd = gemmkit::python::view_of(d, "out");
+        const gemmkit::GemmOptions options = gemm_options(
+            alpha, beta, optional_view(c, "c"), stream, mode_a,
+            scale_a.is_none() ? std::nullopt : std::optional(scale_view_of(scale_a, "scale_a", true)), mode_b,
+            scale_b.is_none() ? std::nullopt : std::optional(scale_view_of(scale_b, "scale_b", false)));
+        nb::gil_scoped_release unlocked;
+        gemmkit::gemm(va, vb, vd, options);
+      },
+      nb::arg("a"), nb::arg("b"), nb::arg("d"), nb::arg("alpha"), nb::arg("beta"), nb::arg("c").none(),
+      nb::arg("stream"), nb::arg("mode_a"), nb::arg("scale_a").none(), nb::arg("mode_b"), nb::arg("scale_b").none(),
+      "gemm() on framework tensors (see register_dtype)");
+  m.def(
+      "quantize_tensors",
+      [](nb::handle x, nb::handle q, nb::handle scales, int64_t block_rows, int64_t block_cols,
+         bool power_of_two_scales, uintptr_t stream) {
+        const TensorView vx = gemmkit::python::view_of(x, "x"), vq = gemmkit::python::view_of(q, "q");
+        const TensorView vs = gemmkit::python::view_of(scales, "scales");
+        nb::gil_scoped_release unlocked;
+        gemmkit::quantize(vx, vq, vs, block_rows, block_cols, {power_of_two_scales, stream_of(stream)});
+      },
+      nb::arg("x"), nb::arg("q"), nb::arg("scales"), nb::arg("block_rows"), nb::arg("block_cols"),
+      nb::arg("power_of_two_scales"), nb::arg("stream"), "quantize() on framework tensors (see register_dtype)");
+
   m.def("tuning_mode", &gemmkit::tuning_mode, "the mode gemm() picks kernels by");
   m.def("set_tuning_mode", &gemmkit::set_tuning_mode, nb::arg("mode"),
         "sets the mode for the whole process (see gemmkit/tuning.h)");
+
+  bind_bench(m);
 }

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import gemmkit
-from gemmkit import DType, TensorView
+from gemmkit import DType, ScaleMode, TensorView
 
 
 def test_import_leaves_torch_alone():
@@ -37,3 +37,54 @@ def test_pointers_that_are_not_device_memory_are_refused():
         assert str(error.value).startswith("no CUDA device")
     else:
         assert str(error.value) == "D: pointer 0x3000 is not device memory; expected device memory"
+
+
+def test_the_cli_ships_with_the_package():
+    shown = subprocess.run([sys.executable, "-m", "gemmkit", "--help"], capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    for command in ("bench", "tune", "verify", "info"):
+        assert command in shown.stdout
+    wrong = subprocess.run([sys.executable, "-m", "gemmkit", "bench", "--suite", "/no/such/suite.txt"],
+                           capture_output=True, text=True)
+    assert wrong.returncode != 0 and "/no/such/suite.txt" in wrong.stderr
+
+
+def test_tuning_mode_round_trips():
+    before = gemmkit.tuning_mode()
+    try:
+        for mode in (gemmkit.TuningMode.off, gemmkit.TuningMode.online, gemmkit.TuningMode.database):
+            gemmkit.set_tuning_mode(mode)
+            assert gemmkit.tuning_mode() == mode
+    finally:
+        gemmkit.set_tuning_mode(before)
+
+
+def test_quantize_views_checks_its_arguments():
+    x = TensorView.matrix(0x1000, DType.bf16, 4, 256, 256, 1)
+    q = TensorView.matrix(0x2000, DType.e4m3, 4, 256, 256, 1)
+    scales = TensorView.matrix(0x3000, DType.f32, 4, 3, 3, 1)  # 2 blocks of 128 a row, not 3
+    with pytest.raises(ValueError, match="^scales: "):
+        gemmkit.quantize_views(x, q, scales, 1, 128)
+
+
+def test_the_bench_reads_suites_and_reports_like_the_cli(tmp_path):
+    from gemmkit._gemmkit import bench
+
+    suite = tmp_path / "s.txt"
+    suite.write_text("# two problems\n4096 2112 7168 NT e4m3 block\n1 7168 2048 TN bf16:f32 4\n")
+    first, second = bench.load_suite(str(suite))
+    assert (first.m, first.n, first.k, first.layout, first.mode) == (4096, 2112, 7168, "NT", ScaleMode.block)
+    assert first.type_spec == "e4m3:bf16 block" and first.b_dtype == DType.e4m3
+    assert (second.batch, second.out_dtype, second.type_spec) == (4, DType.f32, "bf16:f32")
+    suite.write_text("4096 2112\n")
+    with pytest.raises(ValueError, match=r"s.txt:1: "):
+        bench.load_suite(str(suite))
+
+    r = bench.BenchRecord()
+    r.m, r.n, r.k, r.layout, r.dtype, r.config = 64, 32, 16, "NT", "bf16", "tma"
+    r.ours_us, r.baseline_us, r.speedup = 2.0, 3.0, 1.5
+    summary = bench.summarize([r])
+    assert "torch us" in bench.format_table([r], 3000.0, "torch").splitlines()[0]
+    assert bench.format_summary(summary, "torch") == ("summary: 1 shape, geomean speedup 1.50x over torch, worst "
+                                                      "1.50x at 64x32x16 NT bf16")
+    assert '"baseline": "torch"' in bench.to_json([r], summary, 3000.0, "torch")

@@ -123,3 +123,50 @@ def test_dlpack_arrays_are_taken_as_tensors():
     a = Array(torch.ones(8, 16, dtype=F32))
     with pytest.raises(ValueError, match="^a: on cpu; expected a CUDA tensor$"):
         gemmkit.mm(a, a)
+
+
+def run_bench(*args):
+    return subprocess.run([sys.executable, "-m", "gemmkit.bench", *args], capture_output=True, text=True)
+
+
+def test_the_python_bench_reports_bad_suites_in_one_line(tmp_path):
+    missing = run_bench("--suite", "no-such-suite")
+    assert missing.returncode != 0
+    assert missing.stderr.strip().splitlines()[-1].startswith(
+        "gemmkit.bench: --suite no-such-suite: no such file, nor a shipped suite (dense-decode, dense-large")
+    bad = tmp_path / "bad.txt"
+    bad.write_text("64 64 64 NT int8\n")
+    malformed = run_bench("--suite", str(bad))
+    assert malformed.returncode != 0
+    assert malformed.stderr.strip().startswith(f"gemmkit.bench: {bad}:1: ")
+
+
+def test_views_are_read_from_the_tensors():
+    from gemmkit import _gemmkit
+
+    x = torch.ones(4, 6, 10, dtype=BF16)[:, 1:, ::2]
+    v = _gemmkit.view_of(x, "a")
+    assert (v.data, v.dtype, v.shape, v.strides) == (x.data_ptr(), gemmkit.DType.bf16, [4, 5, 5], [60, 10, 2])
+    assert _gemmkit.view_of(x[0].t(), "b").strides == [2, 10]
+    column = _gemmkit.scale_view_of(torch.ones(12)[::3], "scale_a", True)
+    row = _gemmkit.scale_view_of(torch.ones(12)[::3], "scale_b", False)
+    assert (column.shape, column.strides, row.shape, row.strides) == ([4, 1], [3, 1], [1, 4], [12, 3])
+    assert _gemmkit.scale_view_of(torch.ones(()), "scale_a", True).shape == [1, 1]
+    with pytest.raises(ValueError, match="^a: 4 dimensions; expected 2 or 3$"):
+        _gemmkit.view_of(torch.ones(1, 2, 3, 4, dtype=BF16), "a")
+    with pytest.raises(TypeError, match="^out: dtype torch.int32 is not supported"):
+        _gemmkit.view_of(torch.ones(2, 2, dtype=torch.int32), "out")
+
+
+def test_first_use_while_tracing_registers_the_operators():
+    # gemmkit imported before torch, and its first use inside a function torch traces: the lookup
+    # of gemmkit.mm imports torch's side and registers the operators there and then.
+    code = ("import gemmkit, sys\n"
+            "assert 'torch' not in sys.modules\n"
+            "import torch\n"
+            "from torch._subclasses.fake_tensor import FakeTensorMode\n"
+            "with FakeTensorMode():\n"
+            "    a = torch.empty(64, 32, device='cuda', dtype=torch.bfloat16)\n"
+            "graph, _ = torch._dynamo.export(lambda x: gemmkit.mm(x, x.t()))(a)\n"
+            "assert torch.ops.gemmkit.gemm in [n.target for n in graph.graph.nodes], graph.graph\n")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -215,18 +215,22 @@ def test_torch_compile_full_graph():
 
 def test_cuda_graph_replays_with_new_inputs():
     a, b, c = rand(384, 256), rand(256, 320), rand(384, 320, dtype=torch.float32)
+    w = rand(320, 256)
+    qw, sw = gemmkit.quantize(w, mode="block", block=(128, 128))
+
+    def layer():
+        d = gemmkit.mm(a, b, alpha=0.5, beta=1.0, c=c, out_dtype=torch.float32)
+        q, s = gemmkit.quantize(a, mode="block")
+        return d, q, s, gemmkit.scaled_mm(q, qw.t(), s, sw.t(), mode="block", out_dtype=torch.float32)
+
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # first calls compile and load the kernels, outside the capture
-        gemmkit.mm(a, b, alpha=0.5, beta=1.0, c=c, out_dtype=torch.float32)
-        q, s = gemmkit.quantize(a, mode="block")
-        gemmkit.scaled_mm(q, q.t(), s, s.t(), mode="block")
+        layer()
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        d = gemmkit.mm(a, b, alpha=0.5, beta=1.0, c=c, out_dtype=torch.float32)
-        q, s = gemmkit.quantize(a, mode="block")
-        e = gemmkit.scaled_mm(q, q.t(), s, s.t(), mode="block", out_dtype=torch.float32)
+        d, q, s, e = layer()
     for _ in range(2):
         a.copy_(rand(384, 256))
         c.copy_(rand(384, 320, dtype=torch.float32))
@@ -235,8 +239,8 @@ def test_cuda_graph_replays_with_new_inputs():
         graph.replay()
         torch.cuda.synchronize()
         expect_close(d, a, b, 0.5, 1.0, c)
-        x = dequantized(q, s, "block")
-        expect_close(e, x, x.t(), accumulation=2.0 ** -10)
+        expect_close(e, dequantized(q, s, "block"), dequantized(qw, sw, "block", (128, 128)).t(),
+                     accumulation=2.0 ** -10)
 
 
 # --- autograd ----------------------------------------------------------------------------------

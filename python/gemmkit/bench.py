@@ -1,0 +1,311 @@
+"""python -m gemmkit.bench: gemmkit against torch, in one process, on the same tensors.
+
+The method is `gemmkit bench`'s, through the same C++ parts (gemmkit._gemmkit.bench): for each
+problem of a suite, enough buffer sets to cycle past L2 (fresh random inputs, uniform in [-1, 1);
+FP8 scales in [0.5, 2), mx ones powers of two), warm-up runs, then timed runs of both sides
+alternating behind a spin kernel, each between two events, and their medians; a copy of the
+problem's bytes timed the same way. The table, summary line and JSON are the CLI's, with torch
+in cuBLASLt's place:
+
+  --baseline torch     torch.mm / torch.bmm for 16-bit inputs; torch._scaled_mm for FP8, in the
+                       problem's scaling mode, or per-tensor on the same buffers (marked *) where
+                       it refuses the mode (mx on Hopper, block at M = 1, ...)
+  --baseline compiled  the same calls compiled by torch.compile(mode="max-autotune-no-cudagraphs"),
+                       which autotunes Triton kernels against them (minutes per suite)
+
+Both sides run through their Python entry points (gemmkit.mm, bmm, scaled_mm with out=), so the
+GPU times include whatever those launch. --overhead times host microseconds per call instead,
+on one small problem, and splits gemmkit's into its layers.
+"""
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import gemmkit
+from . import _gemmkit as _C
+from . import _torch  # noqa: F401  (python -m gemmkit.bench imported gemmkit before torch)
+
+bench = _C.bench
+TORCH_DTYPES = {_C.DType.bf16: torch.bfloat16, _C.DType.f16: torch.float16, _C.DType.f32: torch.float32,
+                _C.DType.e4m3: torch.float8_e4m3fn, _C.DType.e5m2: torch.float8_e5m2}
+BASELINES = {"torch": "torch", "compiled": "torch.compile"}
+
+
+def suite_path(name):
+    """A suite file: the path as given, else one shipped with the package by name."""
+    path = Path(name)
+    if path.exists():
+        return str(path)
+    shipped = Path(__file__).parent / "suites" / f"{path.stem}.txt"
+    if shipped.exists():
+        return str(shipped)
+    raise ValueError(f"--suite {name}: no such file, nor a shipped suite (" +
+                     ", ".join(p.stem for p in sorted(shipped.parent.glob("*.txt"))) + ")")
+
+
+# --- one problem's tensors ------------------------------------------------------------------------
+
+def uniform(shape, dtype, transposed):
+    """Uniform values in [-1, 1) of `dtype`, stored transposed (the last two dimensions swapped)
+    where asked and returned as the view of `shape`."""
+    stored = (*shape[:-2], shape[-1], shape[-2]) if transposed else shape
+    x = (torch.rand(stored, device="cuda") * 2 - 1).to(dtype)
+    return x.transpose(-1, -2) if transposed else x
+
+
+def scales_for(mode, rows, cols, of_a, batch):
+    """Random scales of an operand in `mode`, laid out as torch._scaled_mm reads them: block
+    scales column-major (A's [M, K/128], B's [K/128, N/128]), the rest row-major."""
+    lead = (batch,) if batch > 1 else ()
+    if mode == _C.ScaleMode.tensor:
+        return torch.rand(lead + (1, 1) if lead else (), device="cuda") * 1.5 + 0.5
+    if mode == _C.ScaleMode.rowwise:
+        shape = (rows, 1) if of_a else (1, cols)
+        return torch.rand(lead + shape, device="cuda") * 1.5 + 0.5
+    if mode == _C.ScaleMode.block:
+        shape = (rows, -(-cols // 128)) if of_a else (-(-rows // 128), -(-cols // 128))
+        return (torch.rand(lead + shape[::-1], device="cuda") * 1.5 + 0.5).transpose(-1, -2)
+    shape = (rows, -(-cols // 32)) if of_a else (-(-rows // 32), cols)  # mx: 2^-2 .. 2^1
+    return torch.randint(125, 129, lead + shape, device="cuda", dtype=torch.uint8).view(torch.float8_e8m0fnu)
+
+
+class BufferSet:
+    """One set of a problem's operands, scales and outputs (ours and torch's)."""
+
+    def __init__(self, p):
+        lead = (p.batch,) if p.batch > 1 else ()
+        self.a = uniform(lead + (p.m, p.k), TORCH_DTYPES[p.in_dtype], p.layout[0] == "T")
+        self.b = uniform(lead + (p.k, p.n), TORCH_DTYPES[p.b_dtype], p.layout[1] == "T")
+        out = TORCH_DTYPES[p.out_dtype]
+        self.d = torch.full(lead + (p.m, p.n), float("nan"), device="cuda", dtype=out)
+        self.d_torch = torch.empty_like(self.d)
+        self.fp8 = p.mode != _C.ScaleMode.none
+        if self.fp8:
+            self.sa = scales_for(p.mode, p.m, p.k, True, p.batch)
+            self.sb = scales_for(p.mode, p.k, p.n, False, p.batch)
+
+
+def set_bytes(p):
+    size = {_C.DType.bf16: 2, _C.DType.f16: 2, _C.DType.f32: 4, _C.DType.e4m3: 1, _C.DType.e5m2: 1}
+    return p.batch * (p.m * p.k * size[p.in_dtype] + p.k * p.n * size[p.b_dtype] + p.m * p.n * size[p.out_dtype])
+
+
+def run_ours(p, s):
+    """gemmkit's run of the problem on buffer set s."""
+    if s.fp8:
+        gemmkit.scaled_mm(s.a, s.b, s.sa, s.sb, mode=p.mode.name, out=s.d)
+    elif p.batch > 1:
+        gemmkit.bmm(s.a, s.b, out=s.d)
+    else:
+        gemmkit.mm(s.a, s.b, out=s.d)
+
+
+def torch_function(p, per_tensor):
+    """torch's call as a function of (a, b, scale_a, scale_b, out): torch._scaled_mm for FP8
+    (per-tensor scales of 1 where asked), else torch.mm or torch.bmm, into out where the output
+    type is the inputs' (torch writes a new tensor otherwise)."""
+    if p.mode != _C.ScaleMode.none:
+        one = torch.ones((), device="cuda")
+
+        def scaled(a, b, sa, sb, out):
+            if per_tensor:
+                sa = sb = one
+            return torch._scaled_mm(a, b, sa, sb, out_dtype=out.dtype, use_fast_accum=False)
+        return scaled
+    mm = torch.bmm if p.batch > 1 else torch.mm
+    if p.out_dtype == p.in_dtype:
+        return lambda a, b, sa, sb, out: mm(a, b, out=out)
+    return lambda a, b, sa, sb, out: mm(a, b, out_dtype=out.dtype)
+
+
+def baseline(p, pool, kind):
+    """(launcher of a set index, note, why not the problem's own call) for torch's side, or
+    (None, "", why) where torch cannot run it: the problem's own call first, then, for FP8 with
+    finer scales, per-tensor scales on the same buffers."""
+    why = ""
+    fp8_finer = p.mode not in (_C.ScaleMode.none, _C.ScaleMode.tensor)
+    for per_tensor in (False, True) if fp8_finer else (False,):
+        function = torch_function(p, per_tensor)
+        if kind == "compiled":  # one compilation: every set has the same shapes and strides
+            function = torch.compile(function, mode="max-autotune-no-cudagraphs", dynamic=False)
+
+        def launch(i, function=function):
+            s = pool[i]
+            return function(s.a, s.b, getattr(s, "sa", None), getattr(s, "sb", None), s.d_torch)
+
+        try:
+            launch(0)
+            torch.cuda.synchronize()
+        except Exception as error:  # torch refuses the mode, layout or shape
+            why += ("; per-tensor: " if per_tensor else "") + (str(error).strip().splitlines() or ["?"])[0]
+            continue
+        return launch, ("per-tensor stand-in" if per_tensor else ""), why
+    return None, "", why
+
+
+def config_of(p, s):
+    views = [_C.view_of(t, n) for t, n in ((s.a, "a"), (s.b, "b"), (s.d, "d"))]
+    if not s.fp8:
+        return bench.chosen_config(*views)
+    return bench.chosen_config(*views, p.mode, _C.scale_view_of(s.sa, "scale_a", True), p.mode,
+                               _C.scale_view_of(s.sb, "scale_b", False))
+
+
+def copy_launcher(total_bytes, sets):
+    """A copy that moves total_bytes (half read, half written) per set, or None where half of
+    the free memory does not hold them."""
+    half = int(total_bytes / 2) // 16 * 16
+    free, _ = torch.cuda.mem_get_info()
+    if half == 0 or 2 * half * sets > free / 2:
+        return None
+    memory = torch.empty(sets, 2, half, dtype=torch.uint8, device="cuda")
+    return lambda i: memory[i, 1].copy_(memory[i, 0])
+
+
+def measure_copy_gbps(timer):
+    free, _ = torch.cuda.mem_get_info()
+    mib = 1 << 20
+    half = min(1024 * mib, free // 4 // mib * mib)
+    if half < 256 * mib:
+        return math.nan
+    copy = copy_launcher(2 * half, 1)
+    return bench.copy_gbps(half, timer.median_us(1, [copy])[0]) if copy else math.nan
+
+
+def bench_problem(p, timer, info, kind):
+    """One suite problem's record."""
+    name = BASELINES[kind]
+    free, _ = torch.cuda.mem_get_info()
+    sets = bench.buffer_set_count(set_bytes(p), info["l2_bytes"], free)
+    pool = [BufferSet(p) for _ in range(sets)]
+    r = bench.BenchRecord()
+    r.m, r.n, r.k, r.batch, r.layout, r.dtype = p.m, p.n, p.k, p.batch, p.layout, p.type_spec
+    r.config = config_of(p, pool[0])
+    launchers = [lambda i: run_ours(p, pool[i])]
+    theirs, r.baseline_note, why = baseline(p, pool, kind)
+    if theirs is not None:
+        launchers.append(theirs)
+    if why:
+        instead = "timing it with per-tensor scales instead" if theirs else "no baseline"
+        print(f"{name} cannot run {r.m}x{r.n}x{r.k} {p.layout} {r.dtype} ({why}): {instead}", file=sys.stderr)
+    medians = timer.median_us(sets, launchers)
+    r.ours_us = medians[0]
+    r.baseline_us = medians[1] if theirs is not None else math.nan
+    copy = copy_launcher(set_bytes(p), sets)
+    r.copy_us = timer.median_us(sets, [copy])[0] if copy else math.nan
+    r.speedup = r.baseline_us / r.ours_us
+    in_bytes = 1 if p.mode != _C.ScaleMode.none else 2
+    out_bytes = 4 if p.out_dtype == _C.DType.f32 else 2
+    r.tflops = bench.gemm_tflops(p.m, p.n, p.k, p.batch, r.ours_us)
+    r.gbps = bench.gemm_gbps(p.m, p.n, p.k, p.batch, in_bytes, out_bytes, r.ours_us)
+    note = f" ({r.baseline_note})" if r.baseline_note else ""
+    print(f"  {r.m}x{r.n}x{r.k} {r.dtype} {r.config}: ours {r.ours_us:.1f} us, {name} {r.baseline_us:.1f} us{note}, "
+          f"copy {r.copy_us:.1f} us ({sets} buffer sets)", file=sys.stderr, flush=True)
+    return r
+
+
+def run_suite(args, problems):
+    device = torch.cuda.current_device()
+    info = bench.device_info(device)
+    stream = torch.cuda.Stream()
+    name = BASELINES[args.baseline]
+    with torch.cuda.stream(stream):
+        timer = bench.GpuTimer(stream.cuda_stream, args.warmup, args.runs, info["sm_clock_khz"])
+        copy_gbps = measure_copy_gbps(timer)
+        print(f"device {device}: {info['name']}, {info['sm_count']} SMs, L2 {info['l2_bytes'] >> 20} MB; "
+              f"{bench.format_copy_bandwidth(copy_gbps)}; {args.warmup} warm-up and {args.runs} timed runs per "
+              f"problem, median; against {name} {torch.__version__}", flush=True)
+        records = [bench_problem(p, timer, info, args.baseline) for p in problems]
+    summary = bench.summarize(records)
+    print(bench.format_table(records, copy_gbps, name), end="")
+    if args.json:
+        Path(args.json).write_text(bench.to_json(records, summary, copy_gbps, name) + "\n")
+    print(bench.format_summary(summary, name))
+
+
+# --- host overhead ----------------------------------------------------------------------------------
+
+CALLS, REPEATS, WARMUP = 2000, 5, 100
+
+
+def run_overhead(args):
+    """Host microseconds per call: back-to-back calls with no synchronisation, on an idle stream
+    (drained before and after each repeat), repeats of every row alternating. The rows take
+    gemmkit.mm apart: torch's dispatcher (the custom operator), the binding that reads the tensors'
+    views and calls the C++ entry point, the same with views built beforehand, and a binding call
+    that does nothing."""
+    m, n, k = (int(v) for v in args.overhead_shape.split(","))
+    a = uniform((m, k), torch.bfloat16, False)
+    b = uniform((k, n), torch.bfloat16, True)  # NT, as the CLI's --overhead
+    d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    stream = torch.cuda.Stream()
+    views = [_C.view_of(t, name) for t, name in ((a, "a"), (b, "b"), (d, "d"))]
+    op = torch.ops.gemmkit.gemm.default
+    none = _C.ScaleMode.none
+    rows = {
+        "torch.mm(a, b)": lambda: torch.mm(a, b),
+        "gemmkit.mm(a, b)": lambda: gemmkit.mm(a, b),
+        "torch.mm(a, b, out=d)": lambda: torch.mm(a, b, out=d),
+        "gemmkit.mm(a, b, out=d)": lambda: gemmkit.mm(a, b, out=d),
+        "torch.ops.gemmkit.gemm (dispatcher)": lambda: op(a, b, None, None, "none", "none", None, 1.0, 0.0, None),
+        "_C.gemm_tensors (reading views + C++)": lambda: _C.gemm_tensors(a, b, d, 1.0, 0.0, None, stream.cuda_stream,
+                                                                         none, None, none, None),
+        "_C.gemm(views) (binding + C++)": lambda: _C.gemm(*views, 1.0, 0.0, None, stream.cuda_stream),
+        "gemmkit.tuning_mode() (binding only)": _C.tuning_mode,
+    }
+    times = {row: [] for row in rows}
+    with torch.cuda.stream(stream):
+        for call in rows.values():
+            for _ in range(WARMUP):
+                call()
+        for _ in range(REPEATS):
+            for row, call in rows.items():
+                stream.synchronize()
+                start = time.perf_counter()
+                for _ in range(CALLS):
+                    call()
+                times[row].append((time.perf_counter() - start) / CALLS * 1e6)
+                stream.synchronize()
+    shape = f"{m}x{n}x{k} NT bf16"
+    print(f"device {torch.cuda.current_device()}: {torch.cuda.get_device_name()}; host microseconds per call, "
+          f"{CALLS} back-to-back calls x {REPEATS} repeats per row; torch {torch.__version__}")
+    width = max(map(len, rows))
+    print(f"{'call':<{width}}  median us  min us  max us")
+    for row, us in times.items():
+        print(f"{row:<{width}}  {statistics.median(us):9.2f}  {min(us):6.2f}  {max(us):6.2f}")
+    medians = {row: statistics.median(us) for row, us in times.items()}
+    if args.json:
+        Path(args.json).write_text(json.dumps({"overhead": {"shape": shape, "calls": CALLS, "repeats": REPEATS,
+                                                            "median_us": medians}}, indent=2) + "\n")
+    print(f"overhead: gemmkit.mm {medians['gemmkit.mm(a, b)']:.2f} us per call, torch.mm "
+          f"{medians['torch.mm(a, b)']:.2f} us per call ({shape}, {CALLS} calls x {REPEATS}, median)")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m gemmkit.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--suite", default="dense-large", help="a suite file, or a shipped suite's name")
+    parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--baseline", choices=sorted(BASELINES), default="torch")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--overhead", action="store_true", help="host microseconds per call instead")
+    parser.add_argument("--overhead-shape", default="64,64,64", help="M,N,K of the --overhead problem")
+    args = parser.parse_args(argv)
+    try:  # a malformed suite or option is reported in one line, GPU or not
+        problems = None if args.overhead else bench.load_suite(suite_path(args.suite))
+        if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+            raise SystemExit("gemmkit.bench: needs an sm_90 GPU (H100, H200)")
+        run_overhead(args) if args.overhead else run_suite(args, problems)
+    except (ValueError, RuntimeError) as error:
+        raise SystemExit(f"gemmkit.bench: {error}") from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+// gemmkit._gemmkit.bench: what `python -m gemmkit.bench` shares with `gemmkit bench`, so that both
+// read the same suite files, time by the same method and print the same table, summary line and
+// JSON: the suite parser, the GPU timer (warm-up, runs of every side alternating behind a spin
+// kernel, medians), the records and their report, and the device's properties.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gemmkit/gemmkit.h"
+#include "report.h"
+#include "runtime/device.h"
+#include "suite.h"
+#include "tuning/gpu_timer.h"
+
+namespace nb = nanobind;
+
+void bind_bench(nb::module_& parent) {
+  using namespace gemmkit::tools;
+  nb::module_ m = parent.def_submodule("bench", "the CLI bench's suites, timer and report");
+
+  nb::class_<SuiteProblem>(m, "SuiteProblem", "one line of a suite file")
+      .def_ro("m", &SuiteProblem::m)
+      .def_ro("n", &SuiteProblem::n)
+      .def_ro("k", &SuiteProblem::k)
+      .def_ro("batch", &SuiteProblem::batch)
+      .def_ro("layout", &SuiteProblem::layout)
+      .def_ro("in_dtype", &SuiteProblem::in_dtype)
+      .def_ro("out_dtype", &SuiteProblem::out_dtype)
+      .def_ro("mode", &SuiteProblem::mode)
+      .def_ro("line", &SuiteProblem::line)
+      .def_prop_ro("b_dtype", &SuiteProblem::b_dtype)
+      .def_prop_ro("type_spec", [](const SuiteProblem& p) { return type_spec(p); });
+  m.def("load_suite", &load_suite, nb::arg("path"), "the problems of a suite file; raises on a malformed line");
+
+  nb::class_<BenchRecord>(m, "BenchRecord", "one problem's row of the report")
+      .def(nb::init<>())
+      .def_rw("m", &BenchRecord::m)
+      .def_rw("n", &BenchRecord::n)
+      .def_rw("k", &BenchRecord::k)
+      .def_rw("batch", &BenchRecord::batch)
+      .def_rw("layout", &BenchRecord::layout)
+      .def_rw("dtype", &BenchRecord::dtype)
+      .def_rw("ours_us", &BenchRecord::ours_us)
+      .def_rw("baseline_us", &BenchRecord::baseline_us)
+      .def_rw("baseline_note", &BenchRecord::baseline_note)
+      .def_rw("speedup", &BenchRecord::speedup)
+      .def_rw("tflops", &BenchRecord::tflops)
+      .def_rw("gbps", &BenchRecord::gbps)
+      .def_rw("copy_us", &BenchRecord::copy_us)
+      .def_rw("config", &BenchRecord::config);
+
+  nb::class_<BenchSummary>(m, "BenchSummary")
+      .def_ro("geomean_speedup", &BenchSummary::geomean_speedup)
+      .def_ro("worst_shape", &BenchSummary::worst_shape)
+      .def_ro("worst_speedup", &BenchSummary::worst_speedup)
+      .def_ro("count", &BenchSummary::count)
+      .def_ro("stand_ins", &BenchSummary::stand_ins);
+  m.def("summarize", &summarize, nb::arg("records"));
+  m.def("format_table", &format_table, nb::arg("records"), nb::arg("copy_gbps"), nb::arg("baseline"));
+  m.def("format_summary", &format_summary, nb::arg("summary"), nb::arg("baseline"));
+  m.def(
+      "to_json",
+      [](const std::vector<BenchRecord>& records, const BenchSummary& s, double copy_gbps, const std::string& baseline) {
+        return to_json(records, s, copy_gbps, baseline).dump(2);
+      },
+      nb::arg("records"), nb::arg("summary"), nb::arg("copy_gbps"), nb::arg("baseline"), "the JSON text");
+  m.def("format_copy_bandwidth", &format_copy_bandwidth, nb::arg("copy_gbps"));
+  m.def("gemm_tflops", &gemm_tflops);
+  m.def("gemm_gbps", &gemm_gbps);
+  m.def("copy_gbps", &copy_gbps, nb::arg("bytes"), nb::arg("us"));
+  m.def("buffer_set_count", &buffer_set_count, nb::arg("set_bytes"), nb::arg("l2_bytes"), nb::arg("free_bytes"));
+  m.def(
+      "chosen_config",
+      [](const gemmkit::TensorView& a, const gemmkit::TensorView& b, const gemmkit::TensorView& d,
+         gemmkit::ScaleMode mode_a, std::optional<gemmkit::TensorView> scale_a, gemmkit::ScaleMode mode_b,
+         std::optional<gemmkit::TensorView> scale_b) {
+        gemmkit::GemmOptions options;
+        options.scale_a = {mode_a, scale_a.value_or(gemmkit::TensorView{})};
+        options.scale_b = {mode_b, scale_b.value_or(gemmkit::TensorView{})};
+        return chosen_config(a, b, d, options);
+      },
+      nb::arg("a"), nb::arg("b"), nb::arg("d"), nb::arg("mode_a") = gemmkit::ScaleMode::none,
+      nb::arg("scale_a") = nb::none(), nb::arg("mode_b") = gemmkit::ScaleMode::none, nb::arg("scale_b") = nb::none(),
+      "the kernel configuration gemm() runs for the problem on the current device");
+
+  m.def(
+      "device_info",
+      [](int ordinal) {
+        const gemmkit::runtime::DeviceInfo& info = gemmkit::runtime::device_info(ordinal);
+        nb::dict d;
+        d["name"] = info.name;
+        d["sm_count"] = info.sm_count;
+        d["l2_bytes"] = info.l2_bytes;
+        d["sm_clock_khz"] = info.sm_clock_khz;
+        return d;
+      },
+      nb::arg("ordinal"));
+
+  // Launchers are Python callables taking the buffer set's index; they run with the GIL held and
+  // must queue their work on the timer's stream.
+  nb::class_<gemmkit::tuning::GpuTimer>(m, "GpuTimer", "the bench's and autotuner's GPU timing (tuning/gpu_timer.h)")
+      .def(
+          "__init__",
+          [](gemmkit::tuning::GpuTimer* timer, uintptr_t stream, int warmup, int runs, int sm_clock_khz) {
+            new (timer) gemmkit::tuning::GpuTimer(reinterpret_cast<cudaStream_t>(stream), warmup, runs, sm_clock_khz);
+          },
+          nb::arg("stream"), nb::arg("warmup"), nb::arg("runs"), nb::arg("sm_clock_khz"))
+      .def("median_us", &gemmkit::tuning::GpuTimer::median_us, nb::arg("sets"), nb::arg("launchers"),
+           "median microseconds of each launcher, runs alternating, each on the next buffer set");
+}

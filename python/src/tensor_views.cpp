@@ -1,0 +1,74 @@
+#include "tensor_views.h"
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace nb = nanobind;
+
+namespace gemmkit::python {
+namespace {
+
+// Framework dtype objects are singletons: compared by identity. Kept alive for the process.
+std::vector<std::pair<nb::object, DType>>& dtypes() {
+  static auto* table = new std::vector<std::pair<nb::object, DType>>();
+  return *table;
+}
+
+// An attribute's name as an interned string, made once: looked up by a ready key, an attribute
+// costs about half as much as by a C string.
+struct Names {
+  nb::object dtype = interned("dtype"), data_ptr = interned("data_ptr"), shape = interned("shape"),
+             stride = interned("stride");
+  static nb::object interned(const char* name) { return nb::steal(PyUnicode_InternFromString(name)); }
+};
+const Names& names() {
+  static const Names* names = new Names();
+  return *names;
+}
+
+DType dtype_of(nb::handle tensor, const char* name) {
+  const nb::object dtype = tensor.attr(names().dtype);
+  for (const auto& [object, type] : dtypes()) {
+    if (object.is(dtype)) return type;
+  }
+  throw nb::type_error((std::string(name) + ": dtype " + nb::str(dtype).c_str() +
+                        " is not supported; expected bfloat16, float16, float8_e4m3fn or float8_e5m2 (float32 for "
+                        "outputs, c and scales)")
+                           .c_str());
+}
+
+void* data_of(nb::handle tensor) { return reinterpret_cast<void*>(nb::cast<uintptr_t>(tensor.attr(names().data_ptr)())); }
+
+}  // namespace
+
+void register_dtype(nb::handle framework_dtype, DType dtype) {
+  dtypes().emplace_back(nb::borrow(framework_dtype), dtype);
+}
+
+TensorView view_of(nb::handle tensor, const char* name) {
+  const DType dtype = dtype_of(tensor, name);
+  const nb::tuple shape = nb::tuple(tensor.attr(names().shape));
+  const nb::tuple stride = nb::tuple(tensor.attr(names().stride)());
+  auto at = [](const nb::tuple& t, size_t i) { return nb::cast<int64_t>(t[i]); };
+  if (shape.size() == 2) return TensorView::matrix(data_of(tensor), dtype, at(shape, 0), at(shape, 1), at(stride, 0), at(stride, 1));
+  if (shape.size() == 3) {
+    return TensorView::batched(data_of(tensor), dtype, at(shape, 0), at(shape, 1), at(shape, 2), at(stride, 0),
+                               at(stride, 1), at(stride, 2));
+  }
+  throw nb::value_error((std::string(name) + ": " + std::to_string(shape.size()) + " dimensions; expected 2 or 3").c_str());
+}
+
+TensorView scale_view_of(nb::handle scales, const char* name, bool of_a) {
+  const nb::tuple shape = nb::tuple(scales.attr(names().shape));
+  if (shape.size() >= 2) return view_of(scales, name);
+  const DType dtype = dtype_of(scales, name);
+  const int64_t n = shape.size() == 0 ? 1 : nb::cast<int64_t>(shape[0]);
+  const int64_t stride = shape.size() == 0 ? 1 : nb::cast<int64_t>(nb::tuple(scales.attr(names().stride)())[0]);
+  if (n == 1) return TensorView::matrix(data_of(scales), dtype, 1, 1, 1, 1);
+  return of_a ? TensorView::matrix(data_of(scales), dtype, n, 1, stride, 1)
+              : TensorView::matrix(data_of(scales), dtype, 1, n, n * stride, stride);
+}
+
+}  // namespace gemmkit::python
