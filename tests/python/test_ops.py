@@ -170,3 +170,11 @@ def test_first_use_while_tracing_registers_the_operators():
             "graph, _ = torch._dynamo.export(lambda x: gemmkit.mm(x, x.t()))(a)\n"
             "assert torch.ops.gemmkit.gemm in [n.target for n in graph.graph.nodes], graph.graph\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_one_cuda_runtime_next_to_torch():
+    # gemmkit imported first: its CUDA runtime is linked in, so torch's is the only libcudart.
+    code = ("import gemmkit, torch\n"
+            "maps = {line.split()[-1] for line in open('/proc/self/maps') if 'libcudart.so' in line}\n"
+            "assert len(maps) <= 1, maps\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
