@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed")
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 import gemmkit  # noqa: E402
+from dlpack_array import Array  # noqa: E402
 
 BF16, F32, E4M3 = torch.bfloat16, torch.float32, torch.float8_e4m3fn
 
@@ -108,18 +109,8 @@ def test_errors_without_fake_tensors():
 
 
 def test_dlpack_arrays_are_taken_as_tensors():
-    # A CPU array with __dlpack__ (torch's own, wrapped so it is not a torch.Tensor) comes in
-    # through DLPack and is then refused for its device, like a CPU tensor.
-    class Array:
-        def __init__(self, tensor):
-            self.tensor = tensor
-
-        def __dlpack__(self, **kwargs):
-            return self.tensor.__dlpack__(**kwargs)
-
-        def __dlpack_device__(self):
-            return self.tensor.__dlpack_device__()
-
+    # A CPU array with __dlpack__ comes in through DLPack and is then refused for its device, as a
+    # CPU tensor is.
     a = Array(torch.ones(8, 16, dtype=F32))
     with pytest.raises(ValueError, match="^a: on cpu; expected a CUDA tensor$"):
         gemmkit.mm(a, a)

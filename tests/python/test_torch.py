@@ -14,6 +14,7 @@ if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0)
     pytest.skip("no sm_90 GPU", allow_module_level=True)
 
 import gemmkit  # noqa: E402
+from dlpack_array import Array  # noqa: E402
 
 HALF_ULP = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11, torch.float32: 2.0 ** -24}
 E4M3, E5M2, E8M0 = torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e8m0fnu
@@ -309,16 +310,6 @@ def test_dlpack_arrays_come_back_in_their_library():
 
 
 def test_dlpack_round_trip_without_other_libraries():
-    class Array:  # any object with the DLPack protocol, here over a torch tensor
-        def __init__(self, tensor):
-            self.tensor = tensor
-
-        def __dlpack__(self, **kwargs):
-            return self.tensor.__dlpack__(**kwargs)
-
-        def __dlpack_device__(self):
-            return self.tensor.__dlpack_device__()
-
     a, b = rand(64, 32), rand(32, 48)
     d = gemmkit.mm(Array(a), Array(b))
     assert isinstance(d, torch.Tensor)  # its module has no from_dlpack
