@@ -1,7 +1,9 @@
 #include "gemmkit/gemm.h"
 
+#include <array>
 #include <string>
 
+#include "api/device_checks.h"
 #include "api/validate.h"
 #include "dispatch/plan.h"
 #include "gemmkit/error.h"
@@ -10,25 +12,20 @@
 namespace gemmkit {
 namespace {
 
-// Every operand the kernel will touch must live on one device; returns it.
-int common_device(const Problem& p) {
-  runtime::require_device();
-  const int device = runtime::pointer_device(p.d.data, "D");
-  auto same = [&](const void* data, const char* name) {
-    if (data == nullptr) return;
-    const int other = runtime::pointer_device(data, name);
-    if (other != device) {
-      throw Error(ErrorCode::invalid_argument, std::string(name) + ": on device " + std::to_string(other) +
-                                                   " but D is on device " + std::to_string(device) +
-                                                   "; expected every tensor on one device");
-    }
-  };
+// The device of every operand the kernel will touch, each inside the memory it points into.
+int operands_device(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options,
+                    const Problem& p) {
+  std::array<api::Operand, 6> operands;
+  size_t count = 0;
+  operands[count++] = {&d, p.batch, "D"};
   if (p.k > 0) {
-    same(p.a.data, "A");
-    same(p.b.data, "B");
+    operands[count++] = {&a, p.batch, "A"};
+    operands[count++] = {&b, p.batch, "B"};
+    if (p.scale_a.mode != ScaleMode::none) operands[count++] = {&options.scale_a.scales, p.batch, "scale_a"};
+    if (p.scale_b.mode != ScaleMode::none) operands[count++] = {&options.scale_b.scales, p.batch, "scale_b"};
   }
-  same(p.c.data, "C");
-  return device;
+  if (p.has_c()) operands[count++] = {&*options.c, p.batch, "C"};
+  return api::check_device_memory({operands.data(), count});
 }
 
 }  // namespace
@@ -47,7 +44,8 @@ std::string_view scale_mode_name(ScaleMode mode) {
 void gemm(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options) {
   Problem problem = validate_gemm(a, b, d, options);
   if (problem.m == 0 || problem.n == 0 || problem.batch == 0) return;
-  problem.device = common_device(problem);
+  problem.device = operands_device(a, b, d, options, problem);
+  check_apart(a, b, d, options, problem);
   runtime::DeviceGuard guard(problem.device);
   const Problem normalized = normalize(problem);
   run_plan(make_plan(normalized, nullptr, options.stream), normalized, options.stream);

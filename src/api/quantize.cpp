@@ -9,6 +9,7 @@
 #include <sstream>
 #include <utility>
 
+#include "api/device_checks.h"
 #include "api/quantize.h"
 #include "api/tensor_checks.h"
 #include "codegen/kernel_source.h"
@@ -278,15 +279,8 @@ void quantize(const TensorView& x, const TensorView& q, const TensorView& scales
               int64_t block_cols, const QuantizeOptions& options) {
   const QuantizeProblem problem = validate_quantize(x, q, scales, block_rows, block_cols, options);
   if (problem.empty) return;
-  runtime::require_device();
-  const int device = runtime::pointer_device(x.data, "x");
-  for (auto [data, name] : {std::pair{q.data, "q"}, std::pair{scales.data, "scales"}}) {
-    const int other = runtime::pointer_device(data, name);
-    if (other != device) {
-      fail(std::string(name) + ": on device " + std::to_string(other) + " but x is on device " +
-           std::to_string(device) + "; expected every tensor on one device");
-    }
-  }
+  const api::Operand operands[] = {{&x, x.batch(), "x"}, {&q, q.batch(), "q"}, {&scales, scales.batch(), "scales"}};
+  const int device = api::check_device_memory(operands);
   runtime::DeviceGuard guard(device);
   const runtime::DeviceInfo& info = runtime::device_info(device);
   runtime::require_sm90(info);

@@ -52,8 +52,13 @@ ByteRange byte_range(const TensorView& t, int64_t batch, const char* name) {
            " address more than 2^63 elements; expected strides that fit in 64 bits");
     }
   }
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(span, int64_t(dtype_size(t.dtype)), &bytes)) {
+    fail(std::string(name) + ": strides " + strides_text(t) + " with sizes " + shape_text(t) +
+         " address more than 2^63 bytes; expected strides that fit in 64 bits");
+  }
   const uintptr_t first = reinterpret_cast<uintptr_t>(t.data);
-  return {first, first + uintptr_t(span) * uintptr_t(dtype_size(t.dtype))};
+  return {first, first + uintptr_t(bytes)};
 }
 
 void check_no_self_overlap(const TensorView& t, int64_t batch, const char* name) {

@@ -168,8 +168,14 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
   if (use_c) check_data(*options.c, "C");
   if (scale_a.mode != ScaleMode::none) check_data(options.scale_a.scales, "scale_a");
   if (scale_b.mode != ScaleMode::none) check_data(options.scale_b.scales, "scale_b");
-
   check_no_self_overlap(d, batch, "D");
+  return p;
+}
+
+void check_apart(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options,
+                 const Problem& p) {
+  const int64_t batch = p.batch, k = p.k;
+  const bool use_c = p.has_c();
   const api::ByteRange d_range = byte_range(d, batch, "D");
   if (k > 0 && byte_range(a, batch, "A").overlaps(d_range)) fail("D: memory overlaps A; expected D apart from the inputs");
   if (k > 0 && byte_range(b, batch, "B").overlaps(d_range)) fail("D: memory overlaps B; expected D apart from the inputs");
@@ -186,7 +192,6 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
       fail("D: memory overlaps C; expected C to be D itself (same pointer, dtype and strides) or apart from it");
     }
   }
-  return p;
 }
 
 }  // namespace gemmkit

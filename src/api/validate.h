@@ -10,4 +10,10 @@ namespace gemmkit {
 // argument, what it was and what was expected. Does not touch the device (see gemm.cpp).
 Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options);
 
+// Throws Error(invalid_argument) where D's memory overlaps an input the problem `p` (from
+// validate_gemm, not empty) reads; C may be D itself. gemm() checks this after each view is
+// known to lie inside its allocation, so that a view running past it is reported as such.
+void check_apart(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options,
+                 const Problem& p);
+
 }  // namespace gemmkit

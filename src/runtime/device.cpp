@@ -68,30 +68,51 @@ void require_sm90(const DeviceInfo& info) {
   throw Error(ErrorCode::unsupported_device, message.str());
 }
 
-int pointer_device(const void* pointer, const char* argument) {
-  // The driver's query of just these attributes costs half of cudaPointerGetAttributes, which
-  // gemm() would pay three times a call. Memory unknown to CUDA reads as type 0.
-  CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
-                                      CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+namespace {
+
+struct PointerAttributes {
   unsigned memory_type = 0, managed = 0;
   int device = -1;
-  void* values[] = {&memory_type, &managed, &device};
-  const CUresult status =
-      driver().pointer_get_attributes(3, attributes, values, reinterpret_cast<CUdeviceptr>(pointer));
+  CUdeviceptr range_start = 0;
+  size_t range_size = 0;
+};
+
+// The driver's query of just these attributes costs half of cudaPointerGetAttributes, which
+// gemm() would pay three times a call. Memory unknown to CUDA reads as type 0.
+CUresult query(const void* pointer, PointerAttributes& a) {
+  CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                                      CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                      CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+  void* values[] = {&a.memory_type, &a.managed, &a.device, &a.range_start, &a.range_size};
+  return driver().pointer_get_attributes(5, attributes, values, reinterpret_cast<CUdeviceptr>(pointer));
+}
+
+bool device_or_managed(const PointerAttributes& a) { return a.memory_type == CU_MEMORYTYPE_DEVICE || a.managed; }
+
+}  // namespace
+
+DeviceMemory device_memory(const void* pointer, const char* argument) {
+  PointerAttributes a;
+  const CUresult status = query(pointer, a);
   if (status != CUDA_SUCCESS) {
     const char* text = nullptr;
     if (driver().get_error_string(status, &text) != CUDA_SUCCESS || text == nullptr) text = "unknown error";
     throw Error(ErrorCode::invalid_argument,
                 std::string(argument) + ": CUDA does not recognise pointer (" + text + "); expected device memory");
   }
-  if (memory_type != CU_MEMORYTYPE_DEVICE && !managed) {
+  if (!device_or_managed(a)) {
     std::ostringstream message;
     message << argument << ": pointer " << pointer << " is "
-            << (memory_type == CU_MEMORYTYPE_HOST ? "pinned host memory" : "not device memory")
+            << (a.memory_type == CU_MEMORYTYPE_HOST ? "pinned host memory" : "not device memory")
             << "; expected device memory";
     throw Error(ErrorCode::invalid_argument, message.str());
   }
-  return device;
+  return {a.device, uintptr_t(a.range_start), uintptr_t(a.range_start) + a.range_size};
+}
+
+bool is_device_memory(const void* pointer, int ordinal) {
+  PointerAttributes a;
+  return query(pointer, a) == CUDA_SUCCESS && device_or_managed(a) && a.device == ordinal;
 }
 
 DeviceGuard::DeviceGuard(int ordinal) {

@@ -1,6 +1,7 @@
 // What gemmkit needs to know about CUDA devices, and the checks that need a live driver.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace gemmkit::runtime {
@@ -29,9 +30,20 @@ const DeviceInfo& device_info(int ordinal);
 // Throws Error(unsupported_device) unless the device is sm_90 (H100, H200).
 void require_sm90(const DeviceInfo& info);
 
-// The device that holds `pointer`; throws Error(invalid_argument) naming `argument` when it is
-// host memory or unknown to CUDA.
-int pointer_device(const void* pointer, const char* argument);
+// Device memory a pointer points into: its device, and the address range [first, last) of the
+// allocation holding it (of the piece holding it, for memory mapped piece by piece with cuMemMap,
+// as PyTorch's expandable segments are).
+struct DeviceMemory {
+  int device = -1;
+  uintptr_t first = 0, last = 0;
+};
+
+// The device memory `pointer` points into; throws Error(invalid_argument) naming `argument` when
+// it is host memory or unknown to CUDA.
+DeviceMemory device_memory(const void* pointer, const char* argument);
+
+// Whether `pointer` points into device (or managed) memory of device `ordinal`. Never throws.
+bool is_device_memory(const void* pointer, int ordinal);
 
 // Makes `ordinal` the current device for the lifetime of the guard, then restores the caller's.
 class DeviceGuard {

@@ -33,7 +33,12 @@ Args with_c() {
   return x;
 }
 
-Problem validate(const Args& x) { return validate_gemm(x.a, x.b, x.d, x.options); }
+// validate_gemm, then check_apart, as gemm() runs them (with the device checks between).
+Problem validate(const Args& x) {
+  const Problem p = validate_gemm(x.a, x.b, x.d, x.options);
+  if (p.m > 0 && p.n > 0 && p.batch > 0) check_apart(x.a, x.b, x.d, x.options, p);
+  return p;
+}
 
 // Expects invalid_argument with a message that starts with `argument` and contains each of `given`.
 void expect_rejected(const Args& x, const std::string& argument, std::initializer_list<std::string> given) {

@@ -39,6 +39,21 @@ TEST_F(GemmDeviceErrors, HostPointersAreRejected) {
   cudaFreeHost(pinned);
 }
 
+// A view that runs past the end of its allocation is reported as such, before any check of
+// overlaps between operands (two such views may seem to overlap).
+TEST_F(GemmDeviceErrors, ViewsPastTheirAllocationAreRejected) {
+  reference::DeviceProblem problem({.m = 64, .n = 64, .k = 64}, testing::fresh_seed());
+  const int64_t huge = int64_t(1) << 40;
+  const TensorView a = problem.a(), b = problem.b(), d = problem.d();
+  const TensorView tall_a = TensorView::row_major(a.data, DType::bf16, huge, 64);
+  const TensorView tall_d = TensorView::row_major(d.data, DType::bf16, huge, 64);
+  expect_rejected(tall_a, b, tall_d, "D: sizes [1099511627776, 64]");
+  expect_rejected(tall_a, b, tall_d, "past the end of its allocation");
+  expect_rejected(tall_a, b, d, "D: shape");  // shapes are checked first
+  const TensorView strided_b = TensorView::matrix(b.data, DType::bf16, 64, 64, int64_t(1) << 30, 1);
+  expect_rejected(a, strided_b, d, "B: sizes [64, 64] with strides {1073741824, 1} span");
+}
+
 // Managed memory is device-accessible: accepted, and the result is the same as in device memory.
 TEST_F(GemmDeviceErrors, ManagedMemoryIsAccepted) {
   reference::DeviceProblem problem({.m = 64, .n = 64, .k = 64}, testing::fresh_seed());

@@ -5,6 +5,9 @@ torch.compile, CUDA graphs, autograd, DLPack and threads. A 16-bit result is che
 plus f32 accumulation; an FP8 one against 2^-10 * (|a| @ |b|) for the tensor cores' narrower
 sums (src/reference/compare.h). Skips, saying so, without torch or an sm_90 GPU."""
 
+import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -338,3 +341,21 @@ def test_threads_each_on_their_own_stream():
     for (a, b), ds in zip(problems, results):
         for d in ds:
             expect_close(d, a, b)
+
+
+def test_tensors_in_expandable_segments():
+    """PyTorch's expandable segments map memory piece by piece, and CUDA reports one piece as a
+    pointer's allocation: operands spanning several pieces are still accepted and right. In a
+    child process, since the allocator's setting is read once."""
+    code = "\n".join([
+        "import torch, gemmkit",
+        "a = torch.randn(6000, 4096, device='cuda').bfloat16()",  # 48 MB each: several pieces
+        "b = torch.randn(4096, 6000, device='cuda').bfloat16()",
+        "d = gemmkit.mm(a, b)",
+        "ref = a.double() @ b.double()",
+        "bound = (a.double().abs() @ b.double().abs()) * 4096 * 2.0 ** -24 + ref.abs() * 2.0 ** -8",
+        "assert ((d.double() - ref).abs() <= bound).all(), 'wrong result'",
+    ])
+    env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True")
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
