@@ -21,6 +21,8 @@ extern "C" __global__ void __launch_bounds__(256) gemmkit_fallback(const GemmPar
   __shared__ float a_tile[kFallbackDepth][kFallbackTile + 1];
   __shared__ float b_tile[kFallbackDepth][kFallbackTile + 1];
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  launch_dependent_grids();
+  wait_for_prerequisite_grids();
 
   // Grid-stride over batches and row blocks: the grid's y and z sizes are limited to 65535.
   for (int batch = blockIdx.z; batch < p.batch; batch += gridDim.z) {

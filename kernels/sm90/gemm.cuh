@@ -144,6 +144,22 @@ __device__ __forceinline__ void load_stage(const TensorMap* map_a, const TensorM
   }
 }
 
+// Asks L2 for B's slices of the unit's first `count` K blocks, as load_stage would load them.
+// Issued before the grid before this one has finished: harmless whoever writes B, since its
+// writes land in L2 too, and for weights it starts their reads during that grid's last wave.
+__device__ __forceinline__ void prefetch_b(const TensorMap* map_b, const Work& w, int rank, int count) {
+  const int batch_b = kBBatched ? w.batch : 0;
+  for (int kb = w.k_begin; kb < w.k_end && kb < w.k_begin + count; ++kb) {
+    const int k = kb * kTileK;
+    if (kBKMajor) {
+      constexpr int rows = kTileN / kClusterM;
+      tma_prefetch_3d(map_b, k, w.col + rank * rows, batch_b);
+    } else {
+      for (int i = rank; i < kBlocksN; i += kClusterM) tma_prefetch_3d(map_b, w.col + 64 * i, k, batch_b);
+    }
+  }
+}
+
 // A K block's place in the ring: the stage that holds it and the parity of that stage's current
 // use (the phase its barriers are in). Stepped one K block at a time: worked out from a running
 // count, the division by kStages sat on the consumers' path from one K block's wgmma to the next.
@@ -481,7 +497,9 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
   }
   if (kDeferGroups && have_deferred) store_tile_tma<kDeferFrom, kGroups>(acc, deferred, p, deferred_at, t, buffers, &map_d);
   if (slice == 0) take_turn(slice);
-  if (kTmaStore && t % 32 == 0) tma_store_wait_all();
+  // The CTA may leave once its stores have read shared memory: their writes land before the grid
+  // counts as finished, which is what a later grid or the host waits for.
+  if (kTmaStore && t % 32 == 0) tma_store_wait_read<0>();
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
@@ -519,9 +537,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 
   const TileScheduler tiles(p);
   const i64 first_unit = blockIdx.x / kClusterM, unit_step = gridDim.x / kClusterM;
+  launch_dependent_grids();
 
   if (warpgroup == 0) {
     registers_decrease<kProducerRegisters>();
+    if (t == 0 && first_unit < tiles.total) prefetch_b(&map_b, tiles.work(first_unit, rank), rank, kStages);
+    wait_for_prerequisite_grids();
     if (t == 0) {
       tma_prefetch_descriptor(&map_a);
       tma_prefetch_descriptor(&map_b);
@@ -538,6 +559,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
     registers_increase<kConsumerRegisters>();
+    wait_for_prerequisite_grids();
     consume(map_d, p, tiles, first_unit, unit_step, warpgroup - 1, t, stages_a, stages_b, stage_scales, column_scales,
             mx_floats, epilogue_buffers, full, empty, slots);
   }

@@ -138,6 +138,8 @@ extern "C" __global__ void __launch_bounds__(32 * kGemvWarps) gemmkit_gemv(const
   const int group = threadIdx.x % 32 / kGemvLanes;  // the lane's column among its warp's
   const long long first = ((long long)(blockIdx.x) * kGemvWarps + threadIdx.x / 32) * kGemvColumns;
   const long long step = (long long)(gridDim.x) * kGemvWarps * kGemvColumns;
+  launch_dependent_grids();
+  wait_for_prerequisite_grids();
   for (int batch = blockIdx.y; batch < p.batch; batch += gridDim.y) {
     const u8* a = static_cast<const u8*>(p.a.data) + batch * p.a.batch_stride * kGemvBytes;
     const u8* b_batch = static_cast<const u8*>(p.b.data) + batch * p.b.batch_stride * kGemvBytes;

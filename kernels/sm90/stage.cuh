@@ -1,51 +1,94 @@
-// Staging copies for 8-bit operands that the TMA kernel cannot read as they are: wgmma takes
-// 8-bit operands K-major only, and TMA needs 16-byte-aligned rows. Such an operand, seen as
-// [batch] rows x k (rows along M or N), is copied into a dense K-major buffer whose rows are
-// `ld` bytes apart (K rounded up to 128) and batches rows * ld apart.
+// Staging copies for operands that the TMA kernel cannot read as they are: TMA needs a
+// 16-byte-aligned base and strides, and wgmma takes 8-bit operands K-major only. Such an
+// operand, seen as [batch] rows x cols, is copied into a dense buffer whose rows are `ld`
+// elements apart (cols rounded up to 128 bytes) and batches rows * ld apart. The launch picks
+// which dimension is cols: K for 8-bit operands, else the one the source is contiguous in, so
+// that 16-bit copies never transpose.
 #pragma once
 
 constexpr int kStageTile = 64;
 
-// One 64 x 64 tile per block through shared memory, so that the reads run along whichever
-// dimension the source is contiguous in (rows, for an MN-major operand) and the writes along K.
-// Whole tiles of an MN-major source whose columns are 16-byte aligned move 16 bytes per thread
-// each way (a load along the rows, a store along K); other tiles move byte by byte.
-extern "C" __global__ void __launch_bounds__(256)
-    gemmkit_stage_k_major(const u8* src, i64 batch_stride, i64 row_stride, i64 k_stride, i64 batch, i64 rows, i64 k,
-                          u8* dst, i64 ld) {
-  __shared__ __align__(16) u8 tile[kStageTile][kStageTile + 4];
-  const i64 row_blocks = (rows + kStageTile - 1) / kStageTile, k_blocks = (k + kStageTile - 1) / kStageTile;
-  const bool rows_contiguous = row_stride == 1;
-  const bool vectors = rows_contiguous && (reinterpret_cast<u64>(src) | u64(k_stride) | u64(batch_stride)) % 16 == 0;
-  for (i64 block = blockIdx.x; block < batch * row_blocks * k_blocks; block += gridDim.x) {
-    const i64 b = block / (row_blocks * k_blocks);
-    const i64 r0 = (block / k_blocks) % row_blocks * kStageTile, k0 = block % k_blocks * kStageTile;
-    if (vectors && r0 + kStageTile <= rows && k0 + kStageTile <= k) {
-      // Thread i loads rows 16c .. 16c + 15 of column kk (c = i % 4, kk = i / 4) and transposes
-      // them into the tile; then it stores 16 bytes of K of tile row i / 4.
-      const int c = threadIdx.x % 4, kk = threadIdx.x / 4;
-      const uint4 v = *reinterpret_cast<const uint4*>(src + b * batch_stride + (k0 + kk) * k_stride + r0 + 16 * c);
-      const u32 words[4] = {v.x, v.y, v.z, v.w};
+// A source contiguous along cols is copied row by row. Otherwise one 64 x 64 tile per block
+// goes through shared memory, so that the reads run along whichever dimension the source is
+// contiguous in (rows, for an MN-major 8-bit operand) and the writes along cols. Whole tiles of
+// a rows-contiguous source whose columns are 16-byte aligned move 16 bytes per thread each way
+// (a load along the rows, a store along cols).
+template <class T>
+__device__ void stage_copy(const T* src, i64 batch_stride, i64 row_stride, i64 col_stride, i64 batch, i64 rows,
+                           i64 cols, T* dst, i64 ld) {
+  constexpr int kVector = 16 / sizeof(T);  // elements in 16 bytes
+  if (col_stride == 1) {
+    // A warp copies kSegment elements of a row at a time, lane + 32 j, so that its loads and
+    // stores each cover one contiguous run whatever the source row's alignment.
+    constexpr int kSegment = 32 * kVector;
+    const i64 segments = (cols + kSegment - 1) / kSegment;
+    const int lane = threadIdx.x % 32;
+    const i64 warps = i64(gridDim.x) * (blockDim.x / 32);
+    for (i64 w = (i64(blockIdx.x) * blockDim.x + threadIdx.x) / 32; w < batch * rows * segments; w += warps) {
+      const i64 row = w / segments, c0 = w % segments * kSegment + lane;
+      const T* from = src + row / rows * batch_stride + row % rows * row_stride + c0;
+      T* to = dst + row * ld + c0;
+      T v[kVector];
 #pragma unroll
-      for (int j = 0; j < 16; ++j) tile[16 * c + j][kk] = u8(words[j / 4] >> (8 * (j % 4)));
+      for (int j = 0; j < kVector; ++j) v[j] = c0 + 32 * j < cols ? from[32 * j] : T(0);
+#pragma unroll
+      for (int j = 0; j < kVector; ++j)
+        if (c0 + 32 * j < cols) to[32 * j] = v[j];
+    }
+    return;
+  }
+  __shared__ __align__(16) T tile[kStageTile][kStageTile + 4 / sizeof(T)];  // rows 4 bytes longer: fewer bank conflicts, still word-aligned
+  const i64 row_blocks = (rows + kStageTile - 1) / kStageTile, col_blocks = (cols + kStageTile - 1) / kStageTile;
+  const bool rows_contiguous = row_stride == 1;
+  const bool vectors = rows_contiguous && (reinterpret_cast<u64>(src) | u64(col_stride * sizeof(T)) |
+                                           u64(batch_stride * sizeof(T))) % 16 == 0;
+  for (i64 block = blockIdx.x; block < batch * row_blocks * col_blocks; block += gridDim.x) {
+    const i64 b = block / (row_blocks * col_blocks);
+    const i64 r0 = (block / col_blocks) % row_blocks * kStageTile, c0 = block % col_blocks * kStageTile;
+    if (vectors && r0 + kStageTile <= rows && c0 + kStageTile <= cols) {
+      // Each load takes kVector rows of one column into the tile; each store kVector columns of one row.
+      constexpr int kPerColumn = kStageTile / kVector;
+      for (int i = threadIdx.x; i < kStageTile * kPerColumn; i += blockDim.x) {
+        const int q = i % kPerColumn, c = i / kPerColumn;
+        const uint4 x = *reinterpret_cast<const uint4*>(src + b * batch_stride + (c0 + c) * col_stride + r0 + kVector * q);
+        const u32 words[4] = {x.x, x.y, x.z, x.w};
+        constexpr int kPerWord = 4 / sizeof(T);
+#pragma unroll
+        for (int j = 0; j < kVector; ++j) tile[kVector * q + j][c] = T(words[j / kPerWord] >> (8 * sizeof(T) * (j % kPerWord)));
+      }
       __syncthreads();
-      const int r = threadIdx.x / 4, q = threadIdx.x % 4;
-      const u32* row = reinterpret_cast<const u32*>(&tile[r][16 * q]);  // rows are 68 bytes: 4-byte aligned
-      *reinterpret_cast<uint4*>(dst + (b * rows + r0 + r) * ld + k0 + 16 * q) = make_uint4(row[0], row[1], row[2], row[3]);
+      for (int i = threadIdx.x; i < kStageTile * kPerColumn; i += blockDim.x) {
+        const int r = i / kPerColumn, q = i % kPerColumn;
+        const u32* words = reinterpret_cast<const u32*>(&tile[r][kVector * q]);
+        *reinterpret_cast<uint4*>(dst + (b * rows + r0 + r) * ld + c0 + kVector * q) =
+            make_uint4(words[0], words[1], words[2], words[3]);
+      }
       __syncthreads();
       continue;
     }
-    for (int i = threadIdx.x; i < kStageTile * kStageTile; i += 256) {
-      // Consecutive threads take consecutive rows where those are contiguous, else consecutive K.
-      const int r = rows_contiguous ? i % kStageTile : i / kStageTile, kk = rows_contiguous ? i / kStageTile : i % kStageTile;
-      const bool inside = r0 + r < rows && k0 + kk < k;
-      tile[r][kk] = inside ? src[b * batch_stride + (r0 + r) * row_stride + (k0 + kk) * k_stride] : u8(0);
+    for (int i = threadIdx.x; i < kStageTile * kStageTile; i += blockDim.x) {
+      // Consecutive threads take consecutive rows where those are contiguous, else consecutive columns.
+      const int r = rows_contiguous ? i % kStageTile : i / kStageTile, c = rows_contiguous ? i / kStageTile : i % kStageTile;
+      const bool inside = r0 + r < rows && c0 + c < cols;
+      tile[r][c] = inside ? src[b * batch_stride + (r0 + r) * row_stride + (c0 + c) * col_stride] : T(0);
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < kStageTile * kStageTile; i += 256) {
-      const int r = i / kStageTile, kk = i % kStageTile;
-      if (r0 + r < rows && k0 + kk < k) dst[(b * rows + r0 + r) * ld + k0 + kk] = tile[r][kk];
+    for (int i = threadIdx.x; i < kStageTile * kStageTile; i += blockDim.x) {
+      const int r = i / kStageTile, c = i % kStageTile;
+      if (r0 + r < rows && c0 + c < cols) dst[(b * rows + r0 + r) * ld + c0 + c] = tile[r][c];
     }
     __syncthreads();
   }
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+    gemmkit_stage_8bit(const u8* src, i64 batch_stride, i64 row_stride, i64 col_stride, i64 batch, i64 rows, i64 cols,
+                       u8* dst, i64 ld) {
+  stage_copy(src, batch_stride, row_stride, col_stride, batch, rows, cols, dst, ld);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+    gemmkit_stage_16bit(const u16* src, i64 batch_stride, i64 row_stride, i64 col_stride, i64 batch, i64 rows, i64 cols,
+                        u16* dst, i64 ld) {
+  stage_copy(src, batch_stride, row_stride, col_stride, batch, rows, cols, dst, ld);
 }

@@ -94,3 +94,13 @@ __device__ __forceinline__ void store_from_float(void* base, int type, i64 index
     static_cast<u16*>(base)[index] = u16(pack_pair(type, value, 0.0f) & 0xffffu);
   }
 }
+
+// ---- Programmatic dependent launch -----------------------------------------------------------
+// The kernels are launched so that they may start while the grid before them in the stream still
+// runs (launch.cpp). Each lets the grid after it start likewise as soon as it is itself running,
+// and waits for the grid before it to finish, its writes visible, before it touches any operand.
+// Both are no-ops in a grid launched the ordinary way.
+
+__device__ __forceinline__ void launch_dependent_grids() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+__device__ __forceinline__ void wait_for_prerequisite_grids() { asm volatile("griddepcontrol.wait;" ::: "memory"); }

@@ -89,7 +89,17 @@ double epilogue_blocks(const KernelConfig& c) { return is_fp8(c.in) ? 10.0 * 64 
 // per-tensor and rowwise 128x128 keep two partials too, clusters of two run them faster than
 // none (0.91x against 0.88x per-tensor), but still 3.4% behind the model's unclustered 128x176
 // and 192x128 picks, which the traffic model alone would give up for them.
-bool cluster_pays(DType in, TileShape tile, int cluster) { return cluster == 1 || !is_fp8(in) || tile.m < 128; }
+// Problems of one wave of tiles or less with shallow K (fewer than 16 K blocks) ran faster
+// without clusters too: the cluster's start and end synchronisation and paired scheduling cost
+// more than B's shared loads save there (bench/suites/small.txt on an H100, forced unclustered:
+// 128^3 6.8 against 7.8 us, 256^3 7.3 against 8.2, 32 x 256^3 11.8 against 13.2; at K = 1000,
+// 1000^3 kept its cluster, 16.1 against 20.2).
+bool cluster_pays(const Problem& p, TileShape tile, int cluster, int64_t k_blocks, const DeviceLimits& limits) {
+  if (cluster == 1) return true;
+  const int64_t tiles = ceil_div(p.m, tile.m) * ceil_div(p.n, tile.n) * p.batch;
+  if (tiles <= limits.sm_count && k_blocks < 16) return false;
+  return !is_fp8(p.a.dtype) || tile.m < 128;
+}
 
 // 64 x 64 8-bit tiles, for decode shapes: more CTAs than 64 x 128 tiles, each with half the
 // bytes in flight. Measured on fp8-decode (H100, two passes): 1.05-1.19x faster at M = 64 and
@@ -223,8 +233,26 @@ bool tma_can_store(const Problem& p) {
   return access.ok && access.cols_contiguous && (p.batch <= 1 || p.d.batch_stride != 0);
 }
 
-// The config's fields that follow from the problem alone (types, majorness, batching, store
-// path); the kind is fallback where TMA cannot read A or B, or K is 0.
+KernelConfig fallback_config(const KernelConfig& c) {
+  KernelConfig f;
+  f.kind = KernelKind::fallback;
+  f.tile_m = f.tile_n = 64;
+  f.stages = 0;
+  f.tma_store = false;
+  f.has_c = c.has_c;
+  f.in = c.in;
+  f.in_b = c.in_b;
+  f.out = c.out;
+  f.c = c.c;
+  f.scale_a = c.scale_a;
+  f.scale_b = c.scale_b;
+  f.scale_a_mn = c.scale_a_mn;
+  f.scale_b_mn = c.scale_b_mn;
+  return f;
+}
+
+// The config's fields that follow from the problem alone (types, majorness, batching, staging,
+// store path); the kind is fallback where K is 0 or a coordinate is too large for TMA.
 KernelConfig problem_config(const Problem& p) {
   KernelConfig config;
   config.in = p.a.dtype;
@@ -251,22 +279,26 @@ KernelConfig problem_config(const Problem& p) {
   }
   TmaAccess a = tma_access(p.a, p.batch, p.m, p.k);
   TmaAccess b = tma_access(p.b, p.batch, p.k, p.n);
-  // wgmma reads 8-bit operands K-major only: one that TMA cannot read so is staged, a dense
-  // K-major copy that TMA can, unless its coordinates are too large for TMA at all.
-  if (is_fp8(p.a.dtype) && p.m < kCoordinateLimit && p.n < kCoordinateLimit && p.k < kCoordinateLimit) {
-    config.stage_a = !(a.ok && a.cols_contiguous);
-    config.stage_b = !(b.ok && !b.cols_contiguous);
-    a = {true, true};
-    b = {true, false};
+  // An operand TMA cannot read as it is (wgmma reads 8-bit operands K-major only) is staged: a
+  // dense copy that TMA can read, K-major for 8-bit operands, else contiguous along the
+  // dimension the source is (so the copy never transposes), unless its coordinates are too large
+  // for TMA at all.
+  if (p.k > 0 && p.m < kCoordinateLimit && p.n < kCoordinateLimit && p.k < kCoordinateLimit) {
+    // Along cols, unless the source's rows are contiguous and its cols are not.
+    auto along_cols = [](const MatrixRef& m) { return !(m.row_stride == 1 && m.col_stride != 1); };
+    if (is_fp8(p.a.dtype)) {
+      config.stage_a = !(a.ok && a.cols_contiguous);
+      config.stage_b = !(b.ok && !b.cols_contiguous);
+      a = {true, true};
+      b = {true, false};
+    } else {
+      config.stage_a = !a.ok;
+      config.stage_b = !b.ok;
+      if (!a.ok) a = {true, along_cols(p.a)};
+      if (!b.ok) b = {true, along_cols(p.b)};
+    }
   }
-  if (p.k == 0 || !a.ok || !b.ok) {
-    config.stage_a = config.stage_b = false;
-    config.kind = KernelKind::fallback;
-    config.tile_m = config.tile_n = 64;
-    config.stages = 0;
-    config.tma_store = false;
-    return config;
-  }
+  if (p.k == 0 || !a.ok || !b.ok) return fallback_config(config);
   config.a_k_major = a.cols_contiguous;
   config.b_k_major = !b.cols_contiguous;
   config.a_batched = p.batch > 1 && p.a.batch_stride != 0;
@@ -324,7 +356,7 @@ std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& lim
     if (!narrow_tile_pays(p, tile, k_blocks, limits)) continue;
     for (int cluster : {2, 1}) {
       if (cluster > tiles_m) continue;
-      if (!cluster_pays(config.in, tile, cluster)) continue;
+      if (!cluster_pays(p, tile, cluster, k_blocks, limits)) continue;
       KernelConfig candidate = config;
       candidate.tile_m = tile.m;
       candidate.tile_n = tile.n;

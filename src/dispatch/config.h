@@ -9,7 +9,7 @@
 namespace gemmkit {
 
 // tma: the TMA + WGMMA kernel; gemv: M = 1 with B's K contiguous (gemv.cuh); fallback: plain
-// CUDA cores for operands TMA cannot address, and K = 0.
+// CUDA cores for K = 0 and coordinates beyond TMA's 2^31.
 enum class KernelKind { tma, fallback, gemv };
 
 struct TileShape {
@@ -37,8 +37,9 @@ struct KernelConfig {
   DType in_b = DType::bf16;  // B's element type: `in` for 16-bit inputs, e4m3 or e5m2 with 8-bit A
   ScaleMode scale_a = ScaleMode::none, scale_b = ScaleMode::none;  // FP8 scales (gemmkit/gemm.h)
   int scale_a_mn = 1, scale_b_mn = 1;  // M (N) elements per block scale of A (B): 1 or 128
-  // An 8-bit operand TMA cannot read K-major (wgmma's only 8-bit layout) is copied K-major into
-  // per-stream scratch before the launch (stage.cuh); the kernel is the same as for K-major.
+  // An operand TMA cannot read as it is (unaligned, or 8-bit but not K-major, wgmma's only
+  // 8-bit layout) is copied densely into per-stream scratch before the launch (stage.cuh), along
+  // the dimension a_k_major / b_k_major say; the kernel is the same as for an aligned operand.
   bool stage_a = false, stage_b = false;
 
   int threads() const;
@@ -113,6 +114,9 @@ bool tma_can_store(const Problem& p);
 // scales, majorness, batching, staging and the store path. Its kind is gemv for M = 1 with B's
 // K contiguous, fallback where the TMA kernel cannot run (even after staging), else tma.
 KernelConfig problem_config(const Problem& p);
+
+// The fallback kernel's config for a problem whose TMA config is `c`: its types, scales and C.
+KernelConfig fallback_config(const KernelConfig& c);
 
 struct Candidate {
   KernelConfig config;

@@ -4,11 +4,9 @@
 #include <array>
 #include <cstdint>
 #include <optional>
-#include <string>
 #include <utility>
 #include <unordered_map>
 
-#include "gemmkit/error.h"
 #include "kernels/sm90/params.h"
 #include "runtime/driver.h"
 #include "runtime/tensor_map.h"
@@ -42,34 +40,43 @@ MatrixRef transposed(MatrixRef m) {
   return m;
 }
 
-// The K-major copy of an 8-bit operand seen as [batch] rows x k: rows `ld` bytes apart, one copy
-// per batch where the operand has a batch stride, else one for all. K is rounded up to 128
-// bytes, not just the 16 TMA needs: each row of a 128-byte-deep TMA box then reads one 128-byte
-// L2 line instead of parts of two (4096 x 4096 x 4097 ran 20% slower unclustered than with B
-// multicast, which halves those reads).
+// The staged copy of an operand seen as [batch] rows x cols, dense along cols: rows `ld`
+// elements apart, one copy per batch where the operand has a batch stride, else one for all.
+// Rows are rounded up to 128 bytes, not just the 16 TMA needs: each row of a 128-byte-deep TMA
+// box then reads one 128-byte L2 line instead of parts of two (4096 x 4096 x 4097 ran 20% slower
+// unclustered than with B multicast, which halves those reads).
 struct StagedOperand {
-  int64_t ld = 0, copies = 0;
+  MatrixRef source;  // the operand as rows x cols
+  int64_t rows = 0, cols = 0, ld = 0, copies = 0;
+  bool transposed = false;  // rows x cols is the operand transposed
   size_t bytes = 0;
 };
 
-StagedOperand staged_operand(const MatrixRef& m, int64_t batch, int64_t rows, int64_t k, bool staged) {
+// `m` is the operand as the kernel takes it (A: M x K, B: K x N); the copy runs along its cols
+// unless `along_rows`.
+StagedOperand staged_operand(const MatrixRef& m, int64_t batch, int64_t rows, int64_t cols, bool along_rows, bool staged) {
   if (!staged) return {};
   StagedOperand s;
-  s.ld = (k + 127) / 128 * 128;
+  s.transposed = along_rows;
+  s.source = along_rows ? transposed(m) : m;
+  s.rows = along_rows ? cols : rows;
+  s.cols = along_rows ? rows : cols;
+  const int64_t row_elements = 128 / dtype_size(m.dtype);
+  s.ld = (s.cols + row_elements - 1) / row_elements * row_elements;
   s.copies = batch > 1 && m.batch_stride != 0 ? batch : 1;
-  s.bytes = size_t(s.copies * rows * s.ld);
+  s.bytes = size_t(s.copies * s.rows * s.ld * dtype_size(m.dtype));
   return s;
 }
 
-// Copies `m` (rows x k) K-major into `scratch`; returns the copy's view.
-MatrixRef stage(const MatrixRef& m, int64_t rows, int64_t k, const StagedOperand& s, void* scratch, cudaStream_t stream) {
-  stage_k_major(m, s.copies, rows, k, scratch, s.ld, stream);
-  MatrixRef copy = m;
+// Copies the operand into `scratch`; returns the copy's view, as the kernel takes the operand.
+MatrixRef stage(const StagedOperand& s, void* scratch, cudaStream_t stream) {
+  stage_copy(s.source, s.copies, s.rows, s.cols, scratch, s.ld, stream);
+  MatrixRef copy = s.source;
   copy.data = scratch;
-  copy.batch_stride = s.copies > 1 ? rows * s.ld : 0;
+  copy.batch_stride = s.copies > 1 ? s.rows * s.ld : 0;
   copy.row_stride = s.ld;
   copy.col_stride = 1;
-  return copy;
+  return s.transposed ? transposed(copy) : copy;
 }
 
 // Tensor maps by everything that goes into one, so that calls on the same buffers (the usual
@@ -97,13 +104,27 @@ CUtensorMap cached_tensor_map(const MatrixRef& m, int64_t batch, int64_t rows, i
 
 unsigned clamp_grid(int64_t blocks, int64_t limit) { return unsigned(std::max<int64_t>(1, std::min(blocks, limit))); }
 
-// One launch; with cluster > 1, that many consecutive CTAs along x form a cluster.
+// One launch; with cluster > 1, that many consecutive CTAs along x form a cluster. A GEMM
+// kernel's launch lets it start while the kernel before it in the stream still runs
+// (programmatic dependent launch): the kernels wait for that one's end before touching memory
+// (utility.cuh), so only their setup, and in the TMA kernel an L2 prefetch of B, overlaps its
+// last wave and the gap between the two. Captured into a CUDA graph, the launch becomes a
+// programmatic edge, with the same effect on replay.
 void launch(const LoadedKernel& kernel, unsigned gx, unsigned gy, unsigned gz, unsigned threads, unsigned smem,
-            int cluster, cudaStream_t stream, void** args) {
-  CUlaunchAttribute cluster_shape{};
-  cluster_shape.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  cluster_shape.value.clusterDim.x = unsigned(cluster);
-  cluster_shape.value.clusterDim.y = cluster_shape.value.clusterDim.z = 1;
+            int cluster, bool programmatic, cudaStream_t stream, void** args) {
+  CUlaunchAttribute attributes[2] = {};
+  unsigned count = 0;
+  if (cluster > 1) {
+    attributes[count].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attributes[count].value.clusterDim.x = unsigned(cluster);
+    attributes[count].value.clusterDim.y = attributes[count].value.clusterDim.z = 1;
+    ++count;
+  }
+  if (programmatic) {
+    attributes[count].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attributes[count].value.programmaticStreamSerializationAllowed = 1;
+    ++count;
+  }
   CUlaunchConfig config{};
   config.gridDimX = gx;
   config.gridDimY = gy;
@@ -112,27 +133,27 @@ void launch(const LoadedKernel& kernel, unsigned gx, unsigned gy, unsigned gz, u
   config.blockDimY = config.blockDimZ = 1;
   config.sharedMemBytes = smem;
   config.hStream = stream;
-  config.attrs = &cluster_shape;
-  config.numAttrs = cluster > 1 ? 1 : 0;
+  config.attrs = attributes;
+  config.numAttrs = count;
   check(driver().launch_kernel_ex(&config, kernel.function, args, nullptr), "cuLaunchKernelEx");
 }
 
 }  // namespace
 
-void launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const Problem& p, int sm_count,
+bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const Problem& p, int sm_count,
                  cudaStream_t stream) {
   GemmParams args = params(p);
   if (config.kind == KernelKind::gemv) {
     void* pointers[] = {&args};
     launch(kernel, clamp_grid(ceil_div(p.n, config.tile_n), INT32_MAX), clamp_grid(p.batch, 65535), 1,
-           config.threads(), 0, 1, stream, pointers);
-    return;
+           config.threads(), 0, 1, true, stream, pointers);
+    return true;
   }
   if (config.kind == KernelKind::fallback) {
     void* pointers[] = {&args};
     launch(kernel, clamp_grid((p.n + 63) / 64, INT32_MAX), clamp_grid((p.m + 63) / 64, 65535),
-           clamp_grid(p.batch, 65535), config.threads(), 0, 1, stream, pointers);
-    return;
+           clamp_grid(p.batch, 65535), config.threads(), 0, 1, true, stream, pointers);
+    return true;
   }
   const int cluster = config.cluster_m;
   const int64_t cluster_tiles = ceil_div(ceil_div(p.m, config.tile_m), cluster) * ceil_div(p.n, config.tile_n) * p.batch;
@@ -144,21 +165,15 @@ void launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
     needs.partial_bytes = size_t(tiles * splits * config.tile_m * config.tile_n * 4);
     needs.counters = size_t(tiles * (config.tile_m / 64));
   }
-  const StagedOperand staged_a = staged_operand(p.a, p.batch, p.m, p.k, config.stage_a);
-  const StagedOperand staged_b = staged_operand(transposed(p.b), p.batch, p.n, p.k, config.stage_b);
+  const StagedOperand staged_a = staged_operand(p.a, p.batch, p.m, p.k, !config.a_k_major, config.stage_a);
+  const StagedOperand staged_b = staged_operand(p.b, p.batch, p.k, p.n, config.b_k_major, config.stage_b);
   needs.staged_a_bytes = staged_a.bytes;
   needs.staged_b_bytes = staged_b.bytes;
   // Where no workspace can be had (growing it during a graph capture), the kernel runs unsplit;
-  // operands that must be staged cannot run at all.
+  // operands that must be staged cannot run here at all (the caller runs the fallback kernel).
   std::optional<Workspace> workspace;
   if (splits > 1 || config.stage_a || config.stage_b) workspace = stream_workspace(p.device, stream, needs);
-  if (!workspace && (config.stage_a || config.stage_b)) {
-    throw Error(ErrorCode::invalid_argument,
-                std::string(config.stage_a ? "A" : "B") +
-                    ": an 8-bit operand that TMA cannot read K-major is copied K-major into scratch memory, which cannot "
-                    "grow while the stream is being captured; expected one uncaptured call of this problem (or a larger "
-                    "one) on this stream first");
-  }
+  if (!workspace && (config.stage_a || config.stage_b)) return false;
   if (workspace && splits > 1) {
     args.partials = workspace->partials;
     args.counters = workspace->counters;
@@ -166,8 +181,8 @@ void launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   }
   // The operands as the kernel reads them: staged ones replaced by their K-major copies.
   Problem q = p;
-  if (config.stage_a) q.a = stage(p.a, p.m, p.k, staged_a, workspace->staged_a, stream);
-  if (config.stage_b) q.b = transposed(stage(transposed(p.b), p.n, p.k, staged_b, workspace->staged_b, stream));
+  if (config.stage_a) q.a = stage(staged_a, workspace->staged_a, stream);
+  if (config.stage_b) q.b = stage(staged_b, workspace->staged_b, stream);
   args.a = matrix(q.a);
   args.b = matrix(q.b);
 
@@ -186,7 +201,8 @@ void launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   // A persistent grid: one CTA per SM at most, whole clusters, no more than there are work units.
   void* pointers[] = {&map_a, &map_b, &map_d, &args};
   launch(kernel, clamp_grid(cluster_tiles * args.splits, sm_count / cluster) * unsigned(cluster), 1, 1,
-         config.threads(), config.smem_bytes(), cluster, stream, pointers);
+         config.threads(), config.smem_bytes(), cluster, true, stream, pointers);
+  return true;
 }
 
 void launch_reference(const LoadedKernel& kernel, const Problem& p, double* ref, double* ref_abs,
@@ -194,7 +210,7 @@ void launch_reference(const LoadedKernel& kernel, const Problem& p, double* ref,
   GemmParams args = params(p);
   void* pointers[] = {&args, &ref, &ref_abs};
   const int64_t count = p.batch * p.m * p.n;
-  launch(kernel, clamp_grid((count + 255) / 256, 1 << 20), 1, 1, 256, 0, 1, stream, pointers);
+  launch(kernel, clamp_grid((count + 255) / 256, 1 << 20), 1, 1, 256, 0, 1, false, stream, pointers);
 }
 
 }  // namespace gemmkit::runtime

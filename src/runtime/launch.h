@@ -8,8 +8,10 @@
 
 namespace gemmkit::runtime {
 
-// Runs the GEMM kernel that `config` describes (TMA or fallback) for problem `p`.
-void launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const Problem& p, int sm_count,
+// Runs the GEMM kernel that `config` describes (TMA, GEMV or fallback) for problem `p`. Returns
+// false, launching nothing, where the config stages an operand and the stream's scratch memory
+// would have to grow while the stream is being captured (runtime/workspace.h).
+bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const Problem& p, int sm_count,
                  cudaStream_t stream);
 
 // Runs the double-precision reference: ref and ref_abs are dense [batch][m][n] device arrays.

@@ -1,7 +1,7 @@
 // Scratch device memory a launch may need, one set per stream so that kernels on different
 // streams never share it: for split-K, the f32 partial tiles and the arrival counters (which the
-// kernel leaves at zero after every launch); for 8-bit operands that TMA cannot read K-major,
-// their K-major copies.
+// kernel leaves at zero after every launch); for operands that TMA cannot read as they are,
+// their dense copies.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -154,11 +154,31 @@ TEST(ConfigTmaAccess, BatchStrides) {
 
 void expect_full_stages(const KernelConfig& c) { EXPECT_EQ(c.stages, max_stages(c, kSmemLimit)) << c.name(); }
 
-TEST(ConfigChoose, FallbackForZeroKOrUnalignedA) {
+// K = 0 (beta * C) and coordinates beyond TMA's run the fallback kernel. Operands TMA cannot
+// read as they are are staged: 16-bit ones along the dimension they are contiguous in.
+TEST(ConfigChoose, FallbackForZeroKOrHugeCoordinates) {
   EXPECT_EQ(choose_config(problem(256, 256, 0), {}).kind, KernelKind::fallback);
-  Problem p = problem(256, 256, 256);
+  Problem huge = problem(256, 256, 256);
+  huge.m = int64_t(1) << 31;
+  EXPECT_EQ(choose_config(huge, {}).kind, KernelKind::fallback);
+}
+
+TEST(ConfigChoose, UnalignedOperandsAreStagedAlongTheirContiguousDimension) {
+  Problem p = problem(256, 256, 256);  // A M x K (K contiguous), B K x N (N contiguous)
   p.a.data = address(0) + 2;
-  EXPECT_EQ(choose_config(p, {}).kind, KernelKind::fallback);
+  KernelConfig c = choose_config(p, {});
+  EXPECT_EQ(c.kind, KernelKind::tma);
+  EXPECT_TRUE(c.stage_a && c.a_k_major) << c.name();
+  EXPECT_FALSE(c.stage_b || c.b_k_major) << c.name();
+  p = problem(256, 256, 255);
+  p.a.row_stride = 255;  // rows 510 bytes apart
+  p.b.row_stride = 257;
+  c = choose_config(p, {});
+  EXPECT_TRUE(c.stage_a && c.a_k_major && c.stage_b && !c.b_k_major) << c.name();
+  EXPECT_NE(c.name().find("staged-A staged-B"), std::string::npos) << c.name();
+  p.b = col_major(1, DType::bf16, 255);  // B N x K with an odd leading dimension: staged K-major
+  c = choose_config(p, {});
+  EXPECT_TRUE(c.stage_b && c.b_k_major) << c.name();
 }
 
 // One row of A against B stored N x K (K contiguous) is a matrix-vector product, whatever the

@@ -197,9 +197,14 @@ TEST_F(TunedConfigTest, EntriesThatDoNotParseOrFitAreIgnored) {
   ASSERT_TRUE(db.put(scope, key, {"128x256 s4 g8 c1 k1 b2", 1.0}));
   EXPECT_TRUE(tuning::tuned_config(p, h100, db).has_value());
 
-  Problem fallback = p;
-  fallback.a.data = address(0) + 2;  // unaligned: only the fallback kernel runs it
-  EXPECT_FALSE(tuning::tuned_config(fallback, h100, db).has_value());
+  Problem staged = p;
+  staged.a.data = address(0) + 2;  // unaligned: staged, then run by the same kernel as p
+  EXPECT_EQ(tuning::problem_key(staged), key);
+  EXPECT_TRUE(tuning::tuned_config(staged, h100, db).has_value());
+  Problem no_k = p;
+  no_k.k = 0;  // only the fallback kernel runs it
+  ASSERT_TRUE(db.put(scope, tuning::problem_key(no_k), {"128x256 s4 g8 c1 k1 b2", 1.0}));
+  EXPECT_FALSE(tuning::tuned_config(no_k, h100, db).has_value());
 }
 
 TEST(TuningModeSetting, IsSeenAndDropsPlans) {

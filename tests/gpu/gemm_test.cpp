@@ -112,12 +112,29 @@ TEST_F(GemmEdges, EmptyContractionGivesBetaC) {
   expect_correct({.m = 65, .n = 130, .k = 0});  // D = 0
 }
 
-TEST_F(GemmUnaligned, FallbackAndDirectStores) {
+// Operands TMA cannot read as they are (odd leading dimensions, misaligned bases, odd K) are
+// staged: copied into aligned scratch, then multiplied by the TMA kernel. The fallback kernel,
+// which runs them where the scratch cannot grow (a first call inside a graph capture), is
+// checked on the same problems. D unaligned: direct stores.
+TEST_F(GemmUnaligned, StagedOperandsFallbackAndDirectStores) {
   for (const char* layout : kLayouts) {
-    // Odd leading dimensions: A and B cannot use TMA.
-    expect_correct({.m = 129, .n = 77, .k = 91, .layout = layout, .pad_a = 1, .pad_b = 3});
-    // Misaligned bases.
-    expect_correct({.m = 200, .n = 136, .k = 72, .layout = layout, .offset_a = 1, .offset_b = 5});
+    const ProblemSpec staged[] = {
+        {.m = 129, .n = 77, .k = 91, .layout = layout, .pad_a = 1, .pad_b = 3},
+        {.m = 200, .n = 136, .k = 72, .layout = layout, .offset_a = 1, .offset_b = 5},
+        {.m = 300, .n = 201, .k = 4097, .layout = layout, .out = DType::f32, .beta = 0.5f},
+        {.m = 65, .n = 33, .k = 130, .batch = 3, .layout = layout, .in = DType::f16, .out = DType::f16, .pad_a = 3},
+        {.m = 2, .n = 7, .k = 5, .layout = layout, .pad_b = 1},
+    };
+    for (const ProblemSpec& spec : staged) {
+      reference::DeviceProblem problem(spec, 1);
+      const Problem p = validate_gemm(problem.a(), problem.b(), problem.d(), problem.options(nullptr));
+      const KernelConfig config = make_plan(normalize(p)).config;
+      EXPECT_EQ(config.kind, KernelKind::tma) << spec.describe();
+      EXPECT_TRUE(config.stage_a || config.stage_b) << spec.describe() << " [" << config.name() << "]";
+      expect_correct(spec);
+      const KernelConfig fallback = fallback_config(config);
+      expect_correct(spec, &fallback);
+    }
     // Aligned inputs, D unaligned: TMA loads with direct stores.
     expect_correct({.m = 200, .n = 131, .k = 160, .layout = layout, .pad_d = 1});
     expect_correct({.m = 200, .n = 136, .k = 160, .layout = layout, .out = DType::f32, .offset_d = 1});
