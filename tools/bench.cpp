@@ -4,7 +4,8 @@
 // set; warm-up runs; then timed runs of ours and cuBLASLt, alternating, each between two
 // events; the medians are reported. Once at the start, the device-to-device copy bandwidth, the
 // yardstick for each problem's GB/s; and after each problem's runs, a copy that moves as many
-// bytes, the yardstick at its size. --overhead times host calls instead (overhead.cpp).
+// bytes, the yardstick at its size. --overhead times host calls instead (overhead.cpp), --chain
+// chains of GEMMs replayed from CUDA graphs (chain_bench.cpp).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -17,7 +18,9 @@
 
 #include "api/validate.h"
 #include "baseline/cublaslt.h"
+#include "bench_buffers.h"
 #include "bench_options.h"
+#include "chain.h"
 #include "codegen/kernel_source.h"
 #include "commands.h"
 #include "dispatch/plan.h"
@@ -59,51 +62,6 @@ Plan forced_plan(const Problem& normalized, const ConfigOverrides& overrides, co
   return make_plan(normalized, &config);
 }
 
-struct CudaFree {
-  void operator()(void* p) const { cudaFree(p); }
-};
-
-// Bytes of one buffer set: A, B and D (FP8 inputs: one byte an element; scales left out).
-double set_bytes(const reference::ProblemSpec& spec) {
-  return double(spec.batch) * (double(spec.m * spec.k) * dtype_size(spec.in) + double(spec.k * spec.n) * dtype_size(spec.b_type()) +
-                               double(spec.m * spec.n) * dtype_size(spec.out));
-}
-
-// cuBLASLt reads block scales in one layout per kind (baseline/cublaslt.h): A's 1x128 and B's
-// 128x128 scales column-major, A's 128x128 and B's 128x1 ones row-major. Our kernels take any
-// strides, so the buffers get the layout cuBLASLt can read where one choice fits both operands
-// (DeepSeek's 1x128 x 128x128 does). Rowwise and per-tensor scales read the same either way.
-bool scales_col_major_for_cublaslt(const reference::ProblemSpec& spec) {
-  if (spec.scale_a == ScaleMode::block) return spec.scale_a_block_rows == 1;
-  if (spec.scale_b == ScaleMode::block) return spec.scale_b_block_cols != 1;
-  return false;
-}
-
-// Source and destination halves for copies that move `bytes` each (half read, half written),
-// one pair per set so that copies rotate past L2 as the GEMMs do. No memory unless half of what
-// is free covers them.
-struct CopyBuffers {
-  std::unique_ptr<void, CudaFree> memory;
-  size_t half = 0;  // bytes copied per run
-
-  CopyBuffers(double bytes, int sets) : half(size_t(bytes / 2) / 16 * 16) {
-    size_t free_bytes = 0, total_bytes = 0;
-    runtime::check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
-    if (half == 0 || 2 * half * size_t(sets) > free_bytes / 2) return;
-    void* p = nullptr;
-    if (cudaMalloc(&p, 2 * half * size_t(sets)) != cudaSuccess) {
-      cudaGetLastError();
-      return;
-    }
-    memory.reset(p);
-  }
-
-  void copy(int set, cudaStream_t stream) const {
-    char* base = static_cast<char*>(memory.get()) + size_t(set) * 2 * half;
-    runtime::check(cudaMemcpyAsync(base + half, base, half, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
-  }
-};
-
 // Device-to-device copy bandwidth (read + write) in GB/s, the most a memory-bound GEMM can
 // approach: the median of 10 copies of up to 1 GiB after 3 warm-ups. NaN when too little memory
 // is free to copy far past L2.
@@ -136,9 +94,13 @@ std::vector<std::unique_ptr<reference::DeviceProblem>> buffer_sets(const referen
 }
 
 int run_bench(const BenchOptions& options) {
-  // --overhead times one small problem in place of the suite; bad options fail with or without a GPU.
-  const std::vector<SuiteProblem> problems =
-      options.overhead ? std::vector{parse_overhead_shape(options.overhead_shape)} : load_suite(options.suite);
+  // --overhead times one small problem in place of the suite, --chain the chains' GEMMs; bad
+  // options and files fail with or without a GPU.
+  std::vector<Chain> chains;
+  for (const std::string& path : options.chains) chains.push_back(load_chain(path));
+  const std::vector<SuiteProblem> problems = options.overhead  ? std::vector{parse_overhead_shape(options.overhead_shape)}
+                                             : chains.empty() ? load_suite(options.suite)
+                                                              : layer_gemms(chains);
   if (!options.overrides.tile.empty()) parse_tile(options.overrides.tile);
   const bool force = options.overrides.any();
   const bool hint_matrix = !options.hint_matrix.empty();
@@ -151,6 +113,7 @@ int run_bench(const BenchOptions& options) {
   runtime::require_sm90(info);
   if (options.overhead) return run_overhead(problems[0], options.json, info);
   if (hint_matrix) return run_hint_matrix(options.hint_matrix[0], options.hint_matrix[1], options, info);
+  if (!chains.empty()) return run_chains(chains, options, info);
 
   cudaStream_t stream = nullptr;
   runtime::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -163,9 +126,8 @@ int run_bench(const BenchOptions& options) {
   std::vector<BenchRecord> records;
 
   for (const SuiteProblem& sp : problems) {
-    reference::ProblemSpec spec = to_spec(sp);
+    const reference::ProblemSpec spec = bench_spec(sp);
     const bool fp8 = is_fp8(spec.in);
-    if (fp8) spec.scales_col_major = scales_col_major_for_cublaslt(spec);
     const int in_bytes = dtype_size(spec.in), out_bytes = dtype_size(spec.out);  // e4m3 and e5m2: 1 byte
     const std::vector<std::unique_ptr<reference::DeviceProblem>> pool = buffer_sets(spec, info);
     const int sets = int(pool.size());

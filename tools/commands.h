@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "bench_options.h"
+#include "chain.h"
 #include "dispatch/problem.h"
 #include "reference/device_problem.h"
 #include "runtime/device.h"
@@ -43,6 +44,7 @@ struct BenchOptions {
   bool overhead = false;   // time host microseconds per call on one small problem instead of the suite
   std::string overhead_shape = "64,64,64";  // M,N,K of that problem, as parse_overhead_shape takes
   std::vector<int64_t> hint_matrix;  // N and K: run the hint matrix instead of the suite (empty: no)
+  std::vector<std::string> chains;   // chain files (chain.h) to time instead of the suite (empty: none)
 };
 int run_bench(const BenchOptions& options);
 
@@ -55,6 +57,11 @@ std::vector<std::unique_ptr<reference::DeviceProblem>> buffer_sets(const referen
 // bench --hint-matrix N K: tunes M = 64, 256 and 4096 of an N x K NT bf16 problem, then times
 // each tuned kernel pinned at each of those M, and gemm() dispatching by M's bucket.
 int run_hint_matrix(int64_t n, int64_t k, const BenchOptions& options, const runtime::DeviceInfo& info);
+
+// bench --chain: each chain's GEMMs captured into one CUDA graph with gemmkit::gemm and one with
+// cuBLASLt, the replays of both timed, alternating, against a copy of as many bytes; on the
+// current device (`info`, already checked to be sm_90).
+int run_chains(const std::vector<Chain>& chains, const BenchOptions& options, const runtime::DeviceInfo& info);
 
 // gemmkit tune: tunes every problem of a suite on the current device and stores the winners in
 // the tuning database; writes the results as JSON to `json` unless it is empty.

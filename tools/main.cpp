@@ -51,18 +51,24 @@ int main(int argc, char** argv) {
   // Forcing a plan skips gemm()'s own path, which is what --overhead times.
   CLI::Option* overhead =
       bench->add_flag("--overhead", bench_options.overhead,
-                      "time host microseconds per call of ours and cuBLASLt on one small problem (ignores --suite, --warmup, --runs)")
+                      "time host microseconds per call of ours, cuBLASLt and a bare launch of an empty kernel on one small problem "
+                      "(ignores --suite, --warmup, --runs)")
           ->excludes(tile, cluster, store_buffers, splits);
   bench->add_option("--overhead-shape", bench_options.overhead_shape, "M,N,K of the --overhead problem (NT, bf16)")
       ->needs(overhead)
       ->capture_default_str();
+  CLI::Option* hint_matrix =
+      bench->add_option("--hint-matrix", bench_options.hint_matrix,
+                        "N K: tune M = 64, 256, 4096 of N x K (NT bf16), then time each tuned kernel at each M, pinned and "
+                        "dispatched by M (ignores --suite)")
+          ->expected(2)
+          ->check(CLI::PositiveNumber)
+          ->excludes(tile, cluster, store_buffers, splits, overhead);
   bench
-      ->add_option("--hint-matrix", bench_options.hint_matrix,
-                   "N K: tune M = 64, 256, 4096 of N x K (NT bf16), then time each tuned kernel at each M, pinned and "
-                   "dispatched by M (ignores --suite)")
-      ->expected(2)
-      ->check(CLI::PositiveNumber)
-      ->excludes(tile, cluster, store_buffers, splits, overhead);
+      ->add_option("--chain", bench_options.chains,
+                   "chain files (bench/chains): each chain's GEMMs replayed from one CUDA graph, ours against cuBLASLt's "
+                   "(ignores --suite)")
+      ->excludes(tile, cluster, store_buffers, splits, overhead, hint_matrix);
 
   CLI::App* tune = app.add_subcommand("tune", "time candidate kernels for each problem and store the winners in the tuning database");
   std::string tune_suite, tune_json;

@@ -1,6 +1,7 @@
 // gemmkit bench --overhead: host time per call of gemmkit::gemm and of cuBLASLt on one small
-// problem. Calls go back to back with no synchronisation, onto an otherwise idle stream, so the
-// time is what the calling thread spends per call (checks, plan lookup, launch), not the GPU's.
+// problem, and of a bare launch of an empty kernel like ours, the floor under our time. Calls go
+// back to back with no synchronisation, onto an otherwise idle stream, so the time is what the
+// calling thread spends per call (checks, plan lookup, launch), not the GPU's.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include "gemmkit/error.h"
 #include "report.h"
 #include "runtime/driver.h"
+#include "runtime/utility_kernels.h"
 
 namespace gemmkit::tools {
 namespace {
@@ -54,6 +56,10 @@ int run_overhead(const SuiteProblem& sp, const std::string& json, const runtime:
   baseline::CublasLt cublaslt(info.ordinal);
   auto ours = [&] { gemm(a, b, d, options); };
   auto theirs = [&] { cublaslt.run(p, stream); };
+  // Our TMA kernel's launch: a persistent grid of one CTA per SM, 384 threads (a producer and two
+  // consumer warpgroups, 128-row tiles).
+  const runtime::LoadedKernel& empty = runtime::empty_kernel();
+  auto bare = [&] { runtime::launch_empty(empty, unsigned(info.sm_count), 384, stream); };
   bool with_baseline = cublaslt.supports(p);
   if (with_baseline) {
     try {
@@ -66,11 +72,13 @@ int run_overhead(const SuiteProblem& sp, const std::string& json, const runtime:
   for (int i = 0; i < kWarmupCalls; ++i) {
     ours();
     if (with_baseline) theirs();
+    bare();
   }
   // Sides alternate repeat by repeat, so both see the same clocks.
   for (int r = 0; r < kRepeats; ++r) {
     result.ours_us.push_back(host_us_per_call(ours, stream));
     if (with_baseline) result.baseline_us.push_back(host_us_per_call(theirs, stream));
+    result.bare_us.push_back(host_us_per_call(bare, stream));
   }
   cudaStreamDestroy(stream);
 

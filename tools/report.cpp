@@ -68,6 +68,49 @@ double max_of(const std::vector<double>& v) {
 // A copy bandwidth that is NaN, infinite or not positive was not measured.
 bool measured(double copy_gbps) { return std::isfinite(copy_gbps) && copy_gbps > 0; }
 
+// num / den of two times; NaN when either is unknown (NaN) or not positive.
+double ratio(double num, double den) {
+  const bool known = std::isfinite(num) && num > 0 && std::isfinite(den) && den > 0;
+  return known ? num / den : nan;
+}
+
+// One entry of a summary: what it names and its speedup over the baseline.
+struct Speedup {
+  std::string name;
+  double value;
+  bool stand_in;  // the baseline ran a stand-in
+};
+
+// Geomean and worst over the entries with a finite, positive speedup.
+BenchSummary summarize_speedups(const std::vector<Speedup>& speedups) {
+  BenchSummary s{nan, "", nan, 0, 0};
+  double log_sum = 0;
+  for (const Speedup& e : speedups) {
+    // A missing baseline (NaN) or a nonsensical speedup has no place in a geomean.
+    if (!std::isfinite(e.value) || e.value <= 0) continue;
+    log_sum += std::log(e.value);
+    if (s.count == 0 || e.value < s.worst_speedup) {
+      s.worst_speedup = e.value;
+      s.worst_shape = e.name;
+    }
+    ++s.count;
+    s.stand_ins += e.stand_in;
+  }
+  if (s.count > 0) s.geomean_speedup = std::exp(log_sum / s.count);
+  return s;
+}
+
+// The summary line; `noun` names what was counted ("shape", "chain").
+std::string summary_line(const BenchSummary& s, const std::string& baseline, const std::string& noun) {
+  if (s.count == 0) return "summary: no " + noun + "s with a " + baseline + " baseline";
+  const std::string stand_ins =
+      s.stand_ins == 0 ? ""
+                       : " (" + std::to_string(s.stand_ins) + " of them against a stand-in)";
+  return "summary: " + std::to_string(s.count) + " " + noun + (s.count == 1 ? "" : "s") +
+         ", geomean speedup " + num("%.2fx", s.geomean_speedup) + " over " + baseline + stand_ins + ", worst " +
+         num("%.2fx", s.worst_speedup) + " at " + s.worst_shape;
+}
+
 }  // namespace
 
 std::string chosen_config(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options) {
@@ -99,10 +142,7 @@ double copy_fraction(double gbps, double copy_gbps) {
   return measured(copy_gbps) ? gbps / copy_gbps : nan;
 }
 
-double sized_copy_fraction(const BenchRecord& r) {
-  const bool known = std::isfinite(r.copy_us) && r.copy_us > 0 && std::isfinite(r.ours_us) && r.ours_us > 0;
-  return known ? r.copy_us / r.ours_us : nan;
-}
+double sized_copy_fraction(const BenchRecord& r) { return ratio(r.copy_us, r.ours_us); }
 
 std::string format_copy_bandwidth(double copy_gbps) {
   if (!measured(copy_gbps)) return "copy bandwidth unknown";
@@ -138,33 +178,16 @@ std::string format_table(const std::vector<BenchRecord>& records, double copy_gb
 }
 
 BenchSummary summarize(const std::vector<BenchRecord>& records) {
-  BenchSummary s{nan, "", nan, 0, 0};
-  double log_sum = 0;
+  std::vector<Speedup> speedups;
   for (const auto& r : records) {
-    // A missing baseline (NaN) or a nonsensical speedup has no place in a geomean.
-    if (!std::isfinite(r.speedup) || r.speedup <= 0) continue;
-    log_sum += std::log(r.speedup);
-    if (s.count == 0 || r.speedup < s.worst_speedup) {
-      s.worst_speedup = r.speedup;
-      s.worst_shape = shape_name(r) + " " + r.layout + " " + r.dtype;
-      if (!r.baseline_note.empty()) s.worst_shape += " (" + r.baseline_note + ")";
-    }
-    ++s.count;
-    s.stand_ins += !r.baseline_note.empty();
+    std::string name = shape_name(r) + " " + r.layout + " " + r.dtype;
+    if (!r.baseline_note.empty()) name += " (" + r.baseline_note + ")";
+    speedups.push_back({name, r.speedup, !r.baseline_note.empty()});
   }
-  if (s.count > 0) s.geomean_speedup = std::exp(log_sum / s.count);
-  return s;
+  return summarize_speedups(speedups);
 }
 
-std::string format_summary(const BenchSummary& s, const std::string& baseline) {
-  if (s.count == 0) return "summary: no shapes with a " + baseline + " baseline";
-  const std::string stand_ins =
-      s.stand_ins == 0 ? ""
-                       : " (" + std::to_string(s.stand_ins) + " of them against a stand-in)";
-  return "summary: " + std::to_string(s.count) + (s.count == 1 ? " shape" : " shapes") +
-         ", geomean speedup " + num("%.2fx", s.geomean_speedup) + " over " + baseline + stand_ins + ", worst " +
-         num("%.2fx", s.worst_speedup) + " at " + s.worst_shape;
-}
+std::string format_summary(const BenchSummary& s, const std::string& baseline) { return summary_line(s, baseline, "shape"); }
 
 nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSummary& s, double copy_gbps,
                        const std::string& baseline) {
@@ -197,6 +220,47 @@ nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSumma
   return {{"records", list}, {"summary", summary}};
 }
 
+double chain_speedup(const ChainRecord& r) { return ratio(r.baseline_us, r.ours_us); }
+
+std::string format_chain_table(const std::vector<ChainRecord>& records) {
+  std::vector<Row> rows = {{"chain", "GEMMs", "MB", "ours us", "cuBLASLt us", "speedup", "ours %copy", "cuBLASLt %copy"}};
+  for (const ChainRecord& r : records) {
+    rows.push_back({r.name, std::to_string(r.gemms), num("%.1f", r.bytes / 1e6), num("%.2f", r.ours_us),
+                    num("%.2f", r.baseline_us), num("%.2fx", chain_speedup(r)),
+                    num("%.1f", 100 * ratio(r.copy_us, r.ours_us)), num("%.1f", 100 * ratio(r.copy_us, r.baseline_us))});
+  }
+  return align_columns(rows, [](size_t c) { return c == 0; });
+}
+
+BenchSummary summarize_chains(const std::vector<ChainRecord>& records) {
+  std::vector<Speedup> speedups;
+  for (const ChainRecord& r : records) speedups.push_back({r.name, chain_speedup(r), false});
+  return summarize_speedups(speedups);
+}
+
+std::string format_chain_summary(const BenchSummary& s) { return summary_line(s, "cuBLASLt", "chain"); }
+
+nlohmann::json chain_json(const std::vector<ChainRecord>& records, const BenchSummary& s) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const ChainRecord& r : records) {
+    list.push_back({{"name", r.name},
+                    {"gemms", r.gemms},
+                    {"bytes", r.bytes},
+                    {"ours_us", json_num(r.ours_us)},
+                    {"baseline_us", json_num(r.baseline_us)},
+                    {"speedup", json_num(chain_speedup(r))},
+                    {"copy_us", json_num(r.copy_us)},
+                    {"ours_copy_fraction", json_num(ratio(r.copy_us, r.ours_us))},
+                    {"baseline_copy_fraction", json_num(ratio(r.copy_us, r.baseline_us))}});
+  }
+  nlohmann::json summary = {{"count", s.count},
+                            {"geomean_speedup", json_num(s.geomean_speedup)},
+                            {"worst_chain", s.count > 0 ? nlohmann::json(s.worst_shape) : nlohmann::json(nullptr)},
+                            {"worst_speedup", json_num(s.worst_speedup)},
+                            {"baseline", "cuBLASLt"}};
+  return {{"chains", list}, {"summary", summary}};
+}
+
 int buffer_set_count(double set_bytes, double l2_bytes, double free_bytes) {
   const double bytes = std::max(set_bytes, 1.0);
   const int wanted = int(std::ceil(3.0 * l2_bytes / bytes));
@@ -210,23 +274,29 @@ std::string format_overhead_table(const OverheadResult& r) {
   };
   const std::vector<Row> rows = {{"side", "median us", "min us", "max us"},
                                  row("ours", r.ours_us),
-                                 row("cuBLASLt", r.baseline_us)};
+                                 row("cuBLASLt", r.baseline_us),
+                                 row("bare launch", r.bare_us)};
   return align_columns(rows, [](size_t c) { return c == 0; });
 }
 
 std::string format_overhead_summary(const OverheadResult& r) {
-  const std::string baseline = r.baseline_us.empty()
-                                   ? "cuBLASLt cannot run it"
-                                   : "cuBLASLt " + num("%.2f", median(r.baseline_us)) + " us per call";
-  return "overhead: ours " + num("%.2f", median(r.ours_us)) + " us per call, " + baseline + " (" +
-         r.shape + ", " + std::to_string(r.calls) + " calls x " + std::to_string(r.ours_us.size()) +
-         ", median)";
+  const double ours = median(r.ours_us), baseline = median(r.baseline_us), bare = median(r.bare_us);
+  const std::string theirs =
+      r.baseline_us.empty() ? "cuBLASLt cannot run it" : "cuBLASLt " + num("%.2f", baseline) + " us per call";
+  const std::string over_theirs = r.baseline_us.empty() ? "" : ", ours / cuBLASLt " + num("%.2fx", ours / baseline);
+  return "overhead: ours " + num("%.2f", ours) + " us per call, " + theirs + ", bare launch " + num("%.2f", bare) +
+         " us per call; ours - bare " + num("%.2f", ours - bare) + " us" + over_theirs + " (" + r.shape + ", " +
+         std::to_string(r.calls) + " calls x " + std::to_string(r.ours_us.size()) + ", median)";
 }
 
 nlohmann::json overhead_json(const OverheadResult& r) {
+  const double ours = median(r.ours_us), baseline = median(r.baseline_us), bare = median(r.bare_us);
   return {{"overhead",
-           {{"ours_us", json_num(median(r.ours_us))},
-            {"baseline_us", json_num(median(r.baseline_us))},
+           {{"ours_us", json_num(ours)},
+            {"baseline_us", json_num(baseline)},
+            {"bare_us", json_num(bare)},
+            {"ours_minus_bare_us", json_num(ours - bare)},
+            {"ours_over_baseline", json_num(ours / baseline)},
             {"calls", r.calls},
             {"repeats", r.ours_us.size()},
             {"shape", r.shape}}}};

@@ -83,27 +83,62 @@ std::string format_summary(const BenchSummary& s, const std::string& baseline = 
 nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSummary& s,
                        double copy_gbps, const std::string& baseline = "cuBLASLt");
 
+// One chain of bench --chain: its GEMMs replayed from one CUDA graph per side.
+struct ChainRecord {
+  std::string name;  // the chain file's name without directory and extension, e.g. "llama3-8b-m1"
+  int gemms = 0;     // GEMMs per replay: the layer's, times the layers
+  double bytes = 0;  // A, B and D of every GEMM: what a replay reads and writes at the least
+  // Medians in microseconds per replay: baseline_us NaN where cuBLASLt cannot run a GEMM of the
+  // chain, copy_us where no copy of `bytes` was timed.
+  double ours_us = 0;
+  double baseline_us = std::numeric_limits<double>::quiet_NaN();
+  double copy_us = std::numeric_limits<double>::quiet_NaN();
+};
+
+// baseline_us / ours_us; NaN when either is unknown or not positive.
+double chain_speedup(const ChainRecord& r);
+
+// Aligned table, one row per chain: GEMMs, MB, both sides' us per replay, speedup, and the share
+// of the copy each side reaches (copy_us / its us, in percent); missing values print as "-".
+std::string format_chain_table(const std::vector<ChainRecord>& records);
+
+// As summarize(), over the chains with a finite, positive speedup; worst_shape names a chain.
+BenchSummary summarize_chains(const std::vector<ChainRecord>& records);
+
+// "summary: 8 chains, geomean speedup 1.02x over cuBLASLt, worst 0.95x at llama3-8b-m1".
+std::string format_chain_summary(const BenchSummary& s);
+
+// {"chains": [{name, gemms, bytes, ours_us, baseline_us, speedup, copy_us, ours_copy_fraction,
+// baseline_copy_fraction}, ...], "summary": {count, geomean_speedup, worst_chain, worst_speedup,
+// baseline}}; NaN is null.
+nlohmann::json chain_json(const std::vector<ChainRecord>& records, const BenchSummary& s);
+
 // How many buffer sets of `set_bytes` a bench problem cycles through: enough to cover 3x the L2,
 // so that no run finds the previous run's operands there, within half the free memory, 1 to 64.
 int buffer_set_count(double set_bytes, double l2_bytes, double free_bytes);
 
-// Host time per call of gemmkit::gemm and of cuBLASLt on one small problem (bench --overhead).
+// Host time per call of gemmkit::gemm and of cuBLASLt on one small problem (bench --overhead),
+// and of a bare launch: an empty kernel with our kernel's parameter block, grid and block,
+// launched as ours is, the floor under our time.
 struct OverheadResult {
   std::string shape;  // e.g. "64x64x64 NT bf16"
   int calls = 0;      // back-to-back calls per repeat
   // Microseconds per call, one value per repeat; baseline_us is empty when cuBLASLt cannot run
   // the problem.
-  std::vector<double> ours_us, baseline_us;
+  std::vector<double> ours_us, baseline_us, bare_us;
 };
 
-// One row per side: median, min and max microseconds per call over the repeats.
+// One row per side (ours, cuBLASLt, bare launch): median, min and max microseconds per call over
+// the repeats.
 std::string format_overhead_table(const OverheadResult& r);
 
-// "overhead: ours 2.41 us per call, cuBLASLt 4.87 us per call (64x64x64 NT bf16, 2000 calls x 5,
-// median)".
+// "overhead: ours 2.41 us per call, cuBLASLt 4.87 us per call, bare launch 1.90 us per call;
+// ours - bare 0.51 us, ours / cuBLASLt 0.49x (64x64x64 NT bf16, 2000 calls x 5, median)"; without
+// a baseline, "cuBLASLt cannot run it" and no ratio.
 std::string format_overhead_summary(const OverheadResult& r);
 
-// {"overhead": {ours_us, baseline_us, calls, repeats, shape}}, medians; no baseline is null.
+// {"overhead": {ours_us, baseline_us, bare_us, ours_minus_bare_us, ours_over_baseline, calls,
+// repeats, shape}}, medians; what is missing (no baseline) is null.
 nlohmann::json overhead_json(const OverheadResult& r);
 
 // One problem of `gemmkit tune`: the tuned best and the cost model's untuned pick.

@@ -96,7 +96,16 @@ void parse_dtype(const std::string& field, SuiteProblem& p, const std::string& w
   if (eight_bit(p.in_dtype)) p.mode = ScaleMode::tensor;
 }
 
-// Parses a whole field as a base-10 integer no smaller than `min`.
+std::string join(const std::vector<std::string>& fields) {
+  std::string s;
+  for (const auto& f : fields) s += (s.empty() ? "" : " ") + f;
+  return s;
+}
+
+}  // namespace
+
+bool SuiteProblem::fp8() const { return eight_bit(in_dtype); }
+
 int64_t parse_int(const std::string& field, const char* what, int64_t min,
                   const std::string& where) {
   int64_t v = 0;
@@ -112,16 +121,6 @@ int64_t parse_int(const std::string& field, const char* what, int64_t min,
                     "' is too small; expected an integer >= " + std::to_string(min));
   return v;
 }
-
-std::string join(const std::vector<std::string>& fields) {
-  std::string s;
-  for (const auto& f : fields) s += (s.empty() ? "" : " ") + f;
-  return s;
-}
-
-}  // namespace
-
-bool SuiteProblem::fp8() const { return eight_bit(in_dtype); }
 
 SuiteProblem parse_problem(const std::vector<std::string>& fields, const std::string& where) {
   if (fields.size() < 3 || fields.size() > 7)
@@ -164,17 +163,22 @@ SuiteProblem parse_problem(const std::vector<std::string>& fields, const std::st
   return p;
 }
 
+std::vector<std::string> line_fields(std::string text) {
+  text = text.substr(0, text.find('#'));
+  // '\r' counts as a separator so files with Windows line endings parse too.
+  std::replace_if(
+      text.begin(), text.end(), [](char c) { return c == '\t' || c == '\r'; }, ' ');
+  std::istringstream words(text);
+  std::vector<std::string> fields;
+  for (std::string w; words >> w;) fields.push_back(w);
+  return fields;
+}
+
 std::vector<SuiteProblem> parse_suite(std::istream& in, const std::string& name) {
   std::vector<SuiteProblem> problems;
   std::string text;
   for (int line = 1; std::getline(in, text); ++line) {
-    text = text.substr(0, text.find('#'));
-    // '\r' counts as a separator so files with Windows line endings parse too.
-    std::replace_if(
-        text.begin(), text.end(), [](char c) { return c == '\t' || c == '\r'; }, ' ');
-    std::istringstream words(text);
-    std::vector<std::string> fields;
-    for (std::string w; words >> w;) fields.push_back(w);
+    const std::vector<std::string> fields = line_fields(text);
     if (fields.empty()) continue;
     SuiteProblem p = parse_problem(fields, name + ":" + std::to_string(line));
     p.line = line;

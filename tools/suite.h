@@ -36,6 +36,13 @@ struct SuiteProblem {
 // or "command line". Throws gemmkit::Error(invalid_argument) on anything malformed.
 SuiteProblem parse_problem(const std::vector<std::string>& fields, const std::string& where);
 
+// Parses a whole field as a base-10 integer no smaller than `min`; `what` names it and `where`
+// prefixes the error message. Throws gemmkit::Error(invalid_argument) otherwise.
+int64_t parse_int(const std::string& field, const char* what, int64_t min, const std::string& where);
+
+// The whitespace-separated fields of one suite line, a `#` comment dropped; none for a blank line.
+std::vector<std::string> line_fields(std::string text);
+
 // Parses a whole suite; `name` is used in error messages ("<name>:<line>: ...").
 std::vector<SuiteProblem> parse_suite(std::istream& in, const std::string& name);
 

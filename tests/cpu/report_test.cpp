@@ -46,13 +46,19 @@ std::vector<std::string> lines_of(const std::string& text) {
   return lines;
 }
 
-OverheadResult overhead(std::vector<double> ours, std::vector<double> baseline) {
+OverheadResult overhead(std::vector<double> ours, std::vector<double> baseline, std::vector<double> bare) {
   OverheadResult r;
   r.shape = "64x64x64 NT bf16";
   r.calls = 2000;
   r.ours_us = std::move(ours);
   r.baseline_us = std::move(baseline);
+  r.bare_us = std::move(bare);
   return r;
+}
+
+// Medians: ours 2.41, cuBLASLt 4.87, bare launch 1.90.
+OverheadResult sample_overhead() {
+  return overhead({2.5, 2.41, 2.3, 2.6, 2.40}, {5.0, 4.87, 4.9, 4.8, 4.85}, {1.95, 1.9, 1.8, 2.0, 1.85});
 }
 
 TEST(Report, TflopsFollowsTheFormula) {
@@ -351,54 +357,129 @@ TEST(Report, SizedCopyColumnFollowsTheCopyColumn) {
   EXPECT_EQ(cell_under(header, lines[2], "%copy@size"), "-");  // no copy timed
 }
 
-TEST(Report, OverheadSummaryGivesMediansShapeAndCounts) {
-  OverheadResult r = overhead({2.5, 2.41, 2.3, 2.6, 2.40}, {5.0, 4.87, 4.9, 4.8, 4.85});
+TEST(Report, OverheadSummaryGivesMediansTheirDifferenceAndRatioShapeAndCounts) {
+  OverheadResult r = sample_overhead();
   EXPECT_EQ(format_overhead_summary(r),
-            "overhead: ours 2.41 us per call, cuBLASLt 4.87 us per call (64x64x64 NT bf16, 2000 calls x 5, median)");
+            "overhead: ours 2.41 us per call, cuBLASLt 4.87 us per call, bare launch 1.90 us per call; ours - bare 0.51 us, "
+            "ours / cuBLASLt 0.49x (64x64x64 NT bf16, 2000 calls x 5, median)");
   r.baseline_us.clear();
   r.ours_us = {3.0, 1.0, 2.0};
+  r.bare_us = {1.5, 1.5, 1.0};
   r.calls = 100;
   EXPECT_EQ(format_overhead_summary(r),
-            "overhead: ours 2.00 us per call, cuBLASLt cannot run it (64x64x64 NT bf16, 100 calls x 3, median)");
+            "overhead: ours 2.00 us per call, cuBLASLt cannot run it, bare launch 1.50 us per call; ours - bare 0.50 us "
+            "(64x64x64 NT bf16, 100 calls x 3, median)");
 }
 
 TEST(Report, OverheadTableHasOneRowPerSide) {
-  OverheadResult r = overhead({2.5, 2.41, 2.3, 2.6, 2.40}, {5.0, 4.87, 4.9, 4.8, 4.85});
+  OverheadResult r = sample_overhead();
   std::vector<std::string> lines = lines_of(format_overhead_table(r));
-  ASSERT_EQ(lines.size(), 3u);
-  const std::string& header = lines[0];
-  EXPECT_EQ(lines[1].rfind("ours ", 0), 0u) << lines[1];
-  EXPECT_EQ(lines[2].rfind("cuBLASLt ", 0), 0u) << lines[2];
-  EXPECT_EQ(cell_under(header, lines[1], "median us"), "2.41");
-  EXPECT_EQ(cell_under(header, lines[1], "min us"), "2.30");
-  EXPECT_EQ(cell_under(header, lines[1], "max us"), "2.60");
-  EXPECT_EQ(cell_under(header, lines[2], "median us"), "4.87");
-  EXPECT_EQ(cell_under(header, lines[2], "min us"), "4.80");
-  EXPECT_EQ(cell_under(header, lines[2], "max us"), "5.00");
+  ASSERT_EQ(lines.size(), 4u);
+  // Side, then median, min and max.
+  const std::vector<std::vector<std::string>> rows = {
+      {"ours", "2.41", "2.30", "2.60"}, {"cuBLASLt", "4.87", "4.80", "5.00"}, {"bare launch", "1.90", "1.80", "2.00"}};
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const std::string& line = lines[i + 1];
+    EXPECT_EQ(line.rfind(rows[i][0] + " ", 0), 0u) << line;
+    EXPECT_EQ(cell_under(lines[0], line, "median us"), rows[i][1]) << line;
+    EXPECT_EQ(cell_under(lines[0], line, "min us"), rows[i][2]) << line;
+    EXPECT_EQ(cell_under(lines[0], line, "max us"), rows[i][3]) << line;
+  }
 
   r.baseline_us.clear();
   lines = lines_of(format_overhead_table(r));
-  ASSERT_EQ(lines.size(), 3u);
+  ASSERT_EQ(lines.size(), 4u);
   for (const char* column : {"median us", "min us", "max us"})
     EXPECT_EQ(cell_under(lines[0], lines[2], column), "-") << column;
 }
 
 TEST(Report, OverheadJsonHasMediansAndCounts) {
-  OverheadResult r = overhead({2.5, 2.41, 2.3, 2.6, 2.40}, {5.0, 4.87, 4.9, 4.8, 4.85});
+  OverheadResult r = sample_overhead();
   auto j = overhead_json(r);
   ASSERT_EQ(j.size(), 1u);
   const auto& o = j["overhead"];
   EXPECT_DOUBLE_EQ(o["ours_us"].get<double>(), 2.41);
   EXPECT_DOUBLE_EQ(o["baseline_us"].get<double>(), 4.87);
+  EXPECT_DOUBLE_EQ(o["bare_us"].get<double>(), 1.9);
+  EXPECT_DOUBLE_EQ(o["ours_minus_bare_us"].get<double>(), 2.41 - 1.9);
+  EXPECT_DOUBLE_EQ(o["ours_over_baseline"].get<double>(), 2.41 / 4.87);
   EXPECT_EQ(o["calls"], 2000);
   EXPECT_EQ(o["repeats"], 5);
   EXPECT_EQ(o["shape"], "64x64x64 NT bf16");
-  EXPECT_EQ(o.size(), 5u);
+  EXPECT_EQ(o.size(), 8u);
 
   r.baseline_us.clear();
   j = overhead_json(r);
   EXPECT_TRUE(j["overhead"]["baseline_us"].is_null());
+  EXPECT_TRUE(j["overhead"]["ours_over_baseline"].is_null());
   EXPECT_NE(j.dump().find("\"baseline_us\":null"), std::string::npos);
+  EXPECT_EQ(nlohmann::json::parse(j.dump()), j);
+}
+
+ChainRecord chain(const std::string& name, double ours, double baseline, double copy) {
+  ChainRecord r;
+  r.name = name;
+  r.gemms = 16;
+  r.bytes = 856.3e6;
+  r.ours_us = ours;
+  r.baseline_us = baseline;
+  r.copy_us = copy;
+  return r;
+}
+
+TEST(ReportChain, TableHasARowPerChainWithSpeedupAndCopyShares) {
+  const std::vector<ChainRecord> records = {chain("llama3-70b-tp8-m1", 400.0, 440.0, 300.0),
+                                            chain("llama3-8b-m1", 800.0, kNaN, kNaN)};
+  const std::vector<std::string> lines = lines_of(format_chain_table(records));
+  ASSERT_EQ(lines.size(), 3u);
+  const std::string& header = lines[0];
+  EXPECT_EQ(lines[1].rfind("llama3-70b-tp8-m1 ", 0), 0u) << lines[1];
+  const std::vector<std::pair<std::string, std::string>> cells = {
+      {"GEMMs", "16"},      {"MB", "856.3"},        {"ours us", "400.00"},        {"cuBLASLt us", "440.00"},
+      {"speedup", "1.10x"}, {"ours %copy", "75.0"}, {"cuBLASLt %copy", "68.2"}};  // 300 / 400 and 300 / 440
+  for (const auto& [column, value] : cells) EXPECT_EQ(cell_under(header, lines[1], column), value) << column;
+  // No baseline, no copy: dashes.
+  for (const char* column : {"cuBLASLt us", "speedup", "ours %copy", "cuBLASLt %copy"})
+    EXPECT_EQ(cell_under(header, lines[2], column), "-") << column;
+}
+
+TEST(ReportChain, SummaryOverChainsWithABaseline) {
+  const std::vector<ChainRecord> records = {chain("a", 100.0, 200.0, 50.0), chain("b", 100.0, 50.0, 50.0),
+                                            chain("c", 100.0, kNaN, 50.0)};
+  const BenchSummary s = summarize_chains(records);
+  EXPECT_EQ(s.count, 2);
+  EXPECT_DOUBLE_EQ(s.geomean_speedup, 1.0);  // sqrt(2 * 0.5)
+  EXPECT_EQ(s.worst_shape, "b");
+  EXPECT_EQ(format_chain_summary(s), "summary: 2 chains, geomean speedup 1.00x over cuBLASLt, worst 0.50x at b");
+  EXPECT_EQ(format_chain_summary(summarize_chains({records[0]})),
+            "summary: 1 chain, geomean speedup 2.00x over cuBLASLt, worst 2.00x at a");
+  EXPECT_EQ(format_chain_summary(summarize_chains({})), "summary: no chains with a cuBLASLt baseline");
+  EXPECT_DOUBLE_EQ(chain_speedup(records[0]), 2.0);
+  EXPECT_TRUE(std::isnan(chain_speedup(records[2])));
+}
+
+TEST(ReportChain, JsonHasEveryChainAndTheSummary) {
+  const std::vector<ChainRecord> records = {chain("a", 400.0, 440.0, 300.0), chain("b", 800.0, kNaN, kNaN)};
+  const nlohmann::json j = chain_json(records, summarize_chains(records));
+  ASSERT_EQ(j["chains"].size(), 2u);
+  const auto& a = j["chains"][0];
+  EXPECT_EQ(a["name"], "a");
+  EXPECT_EQ(a["gemms"], 16);
+  EXPECT_DOUBLE_EQ(a["bytes"].get<double>(), 856.3e6);
+  EXPECT_DOUBLE_EQ(a["ours_us"].get<double>(), 400.0);
+  EXPECT_DOUBLE_EQ(a["baseline_us"].get<double>(), 440.0);
+  EXPECT_DOUBLE_EQ(a["speedup"].get<double>(), 1.1);
+  EXPECT_DOUBLE_EQ(a["copy_us"].get<double>(), 300.0);
+  EXPECT_DOUBLE_EQ(a["ours_copy_fraction"].get<double>(), 0.75);
+  EXPECT_DOUBLE_EQ(a["baseline_copy_fraction"].get<double>(), 300.0 / 440.0);
+  for (const char* key : {"baseline_us", "speedup", "copy_us", "ours_copy_fraction", "baseline_copy_fraction"})
+    EXPECT_TRUE(j["chains"][1][key].is_null()) << key;
+  const auto& s = j["summary"];
+  EXPECT_EQ(s["count"], 1);
+  EXPECT_DOUBLE_EQ(s["geomean_speedup"].get<double>(), 1.1);
+  EXPECT_EQ(s["worst_chain"], "a");
+  EXPECT_EQ(s["baseline"], "cuBLASLt");
+  EXPECT_TRUE(chain_json({}, summarize_chains({}))["summary"]["worst_chain"].is_null());
   EXPECT_EQ(nlohmann::json::parse(j.dump()), j);
 }
 

@@ -1,0 +1,38 @@
+// What bench's suite and chain modes share about buffers: the spec a suite line is timed with,
+// the bytes its operands move, and the device-to-device copy that moves as many, the yardstick
+// for a memory-bound GEMM.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <memory>
+
+#include "reference/device_problem.h"
+#include "suite.h"
+
+namespace gemmkit::tools {
+
+// The problem a suite line describes (to_spec), with FP8 scales laid out the way cuBLASLt can
+// read them where one layout fits both operands, so that both sides time the same buffers.
+reference::ProblemSpec bench_spec(const SuiteProblem& p);
+
+// Bytes of one buffer set: A, B and D (FP8 inputs: one byte an element; scales left out).
+double set_bytes(const reference::ProblemSpec& spec);
+
+struct CudaFree {
+  void operator()(void* p) const { cudaFree(p); }
+};
+
+// Source and destination halves for copies that move `bytes` each (half read, half written),
+// one pair per set so that copies rotate past L2 as the GEMMs do. No memory unless half of what
+// is free covers them.
+struct CopyBuffers {
+  std::unique_ptr<void, CudaFree> memory;
+  size_t half = 0;  // bytes copied per run
+
+  CopyBuffers(double bytes, int sets);
+  void copy(int set, cudaStream_t stream) const;
+};
+
+}  // namespace gemmkit::tools
