@@ -115,13 +115,6 @@ __device__ __forceinline__ void tma_load_3d_multicast(void* dst, const TensorMap
       : "memory");
 }
 
-// Asks L2 to fetch one box at (x, y, z), into no shared memory and counted on no barrier.
-__device__ __forceinline__ void tma_prefetch_3d(const TensorMap* map, int x, int y, int z) {
-  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];" ::"l"(map), "r"(x), "r"(y),
-               "r"(z)
-               : "memory");
-}
-
 // Stores one box from shared memory at (x, y, z); parts outside the tensor are clipped.
 __device__ __forceinline__ void tma_store_3d(const TensorMap* map, const void* src, int x, int y,
                                              int z) {

@@ -144,22 +144,6 @@ __device__ __forceinline__ void load_stage(const TensorMap* map_a, const TensorM
   }
 }
 
-// Asks L2 for B's slices of the unit's first `count` K blocks, as load_stage would load them.
-// Issued before the grid before this one has finished: harmless whoever writes B, since its
-// writes land in L2 too, and for weights it starts their reads during that grid's last wave.
-__device__ __forceinline__ void prefetch_b(const TensorMap* map_b, const Work& w, int rank, int count) {
-  const int batch_b = kBBatched ? w.batch : 0;
-  for (int kb = w.k_begin; kb < w.k_end && kb < w.k_begin + count; ++kb) {
-    const int k = kb * kTileK;
-    if (kBKMajor) {
-      constexpr int rows = kTileN / kClusterM;
-      tma_prefetch_3d(map_b, k, w.col + rank * rows, batch_b);
-    } else {
-      for (int i = rank; i < kBlocksN; i += kClusterM) tma_prefetch_3d(map_b, w.col + 64 * i, k, batch_b);
-    }
-  }
-}
-
 // A K block's place in the ring: the stage that holds it and the parity of that stage's current
 // use (the phase its barriers are in). Stepped one K block at a time: worked out from a running
 // count, the division by kStages sat on the consumers' path from one K block's wgmma to the next.
@@ -541,7 +525,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 
   if (warpgroup == 0) {
     registers_decrease<kProducerRegisters>();
-    if (t == 0 && first_unit < tiles.total) prefetch_b(&map_b, tiles.work(first_unit, rank), rank, kStages);
     wait_for_prerequisite_grids();
     if (t == 0) {
       tma_prefetch_descriptor(&map_a);
