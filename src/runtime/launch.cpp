@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <utility>
 #include <unordered_map>
@@ -173,6 +174,8 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   needs.staged_b_bytes = staged_b.bytes;
   // Where no workspace can be had (growing it during a graph capture), the kernel runs unsplit;
   // operands that must be staged cannot run here at all (the caller runs the fallback kernel).
+  std::unique_lock<std::mutex> staging;
+  if (config.stage_a || config.stage_b) staging = lock_staged_copies(p.device, stream);
   std::optional<Workspace> workspace;
   if (splits > 1 || config.stage_a || config.stage_b) workspace = stream_workspace(p.device, stream, needs);
   if (!workspace && (config.stage_a || config.stage_b)) return false;

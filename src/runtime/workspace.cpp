@@ -1,5 +1,6 @@
 #include "runtime/workspace.h"
 
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -76,6 +77,15 @@ std::optional<Workspace> stream_workspace(int device, cudaStream_t stream, const
   grow(b.staged_b, needs.staged_b_bytes, false, stream, "cudaMallocAsync(staged B)");
   seen[key] = b;
   return b.workspace();
+}
+
+std::unique_lock<std::mutex> lock_staged_copies(int device, cudaStream_t stream) {
+  // One of a few mutexes by the stream's key: streams that share one merely wait for each other.
+  static std::mutex mutexes[16];
+  const StreamKey key = stream_key(device, stream);
+  const size_t slot = (std::hash<cudaStream_t>()(std::get<1>(key)) ^ std::hash<std::thread::id>()(std::get<2>(key)) ^
+                       size_t(device)) % 16;
+  return std::unique_lock<std::mutex>(mutexes[slot]);
 }
 
 }  // namespace gemmkit::runtime

@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <mutex>
 #include <optional>
 
 namespace gemmkit::runtime {
@@ -30,5 +31,10 @@ struct Workspace {
 // unless the buffers must grow. Returns nullopt when they would have to grow while `stream` is
 // being captured, where allocating is not allowed.
 std::optional<Workspace> stream_workspace(int device, cudaStream_t stream, const WorkspaceNeeds& needs);
+
+// Held while a call queues its staging copies and the kernel that reads them: threads that share
+// a stream share its staged copies too, and another thread's copy queued in between would
+// overwrite them before the kernel runs.
+std::unique_lock<std::mutex> lock_staged_copies(int device, cudaStream_t stream);
 
 }  // namespace gemmkit::runtime
