@@ -32,22 +32,7 @@ __device__ __forceinline__ bool combine_splits(float* acc, const GemmParams& p, 
 
 #pragma unroll
   for (int i = 0; i < 2 * kPairs; ++i) acc[i] = 0.0f;
-  // Two parts a round, still added in split order: each round waits out one L2 latency, and at
-  // small M, where split-K runs, those rounds are what the last part's CTA spends here.
-  int s = 0;
-  for (; s + 1 < p.splits; s += 2) {
-#pragma unroll
-    for (int i = 0; i < kPairs; ++i) {
-      if (!row_inside[i % 2]) continue;
-      const float2 v = load_l2(parts + s * kPartialPairs + i * 128 + t);
-      const float2 w = load_l2(parts + (s + 1) * kPartialPairs + i * 128 + t);
-      acc[2 * i] += v.x;
-      acc[2 * i + 1] += v.y;
-      acc[2 * i] += w.x;
-      acc[2 * i + 1] += w.y;
-    }
-  }
-  if (s < p.splits) {
+  for (int s = 0; s < p.splits; ++s) {
 #pragma unroll
     for (int i = 0; i < kPairs; ++i) {
       if (!row_inside[i % 2]) continue;

@@ -89,6 +89,34 @@ TEST(TmaKernelVariants, EveryTileWithCCompilesWithoutSpills) {
   }
 }
 
+// The split-K reduction with every epilogue: each output type, with and without C, through TMA
+// and direct stores, batched or not, on the 16-bit tiles it is built for.
+TEST(TmaKernelVariants, SplitKWithEveryEpilogueCompilesWithoutSpills) {
+  for (TileShape tile : tile_shapes()) {
+    if (tile.n > kMaxSplitTileN) continue;
+    for (DType out : {DType::bf16, DType::f16, DType::f32}) {
+      for (bool has_c : {false, true}) {
+        for (bool direct : {false, true}) {
+          for (bool batched : {false, true}) {
+            KernelConfig config;
+            config.tile_m = tile.m;
+            config.tile_n = tile.n;
+            config.splits = 2;
+            config.tma_store = !direct;
+            config.out = config.c = out;
+            config.has_c = has_c;
+            config.a_batched = config.b_batched = batched;
+            config.stages = max_stages(config, DeviceLimits{}.smem_per_block);
+            expect_clean_compile(codegen::gemm_source(config), codegen::kGemmKernel,
+                                 config.name() + " ->" + std::string(dtype_name(out)) + (has_c ? " with C" : "") +
+                                     (batched ? " batched" : ""));
+          }
+        }
+      }
+    }
+  }
+}
+
 // Element types, C, batching and the direct-store epilogue on the largest tile, where
 // registers are tightest.
 TEST(TmaKernelVariants, CompileWithoutSpills) {
