@@ -1,23 +1,21 @@
-// The GEMV kernel for M = 1 or 2 (kMaxGemvRows, config.h; a token or two against a weight
-// matrix): D[r, n] = alpha * A[r, :] . B[:, n] + beta * C[r, n], where B's K dimension is
-// contiguous (B stored N x K, the decode layout). It is bound by reading B once, so it skips the
-// TMA pipeline and shared memory: each group of kGemvLanes lanes takes an output column at a
-// time and streams its row of B with 16-byte loads, several in flight, while A's kGemvRows rows
-// stay in L1/L2; a sum over the group gives each row's dot product. Rows of B shorter than a
-// warp's round of loads (2 KB) share a warp among kGemvColumns columns, so that each lane still
-// has kGemvUnroll loads in flight. FP8 inputs have their block and mx scales applied per 16-byte
-// vector (a vector never straddles a 32-element scale block), and their tensor and rowwise
-// scales once per output; the host runs them one row at a time (two rows spilled registers).
+// The GEMV kernel for M = 1 (one token against a weight matrix): D[0, n] = alpha * A[0, :] .
+// B[:, n] + beta * C[0, n], where B's K dimension is contiguous (B stored N x K, the decode
+// layout). It is bound by reading B once, so it skips the TMA pipeline and shared memory: each
+// group of kGemvLanes lanes takes an output column at a time and streams its row of B with
+// 16-byte loads, several in flight, while A (1 x K) stays in L1/L2; a sum over the group gives
+// the dot product. Rows shorter than a warp's round of loads (2 KB) share a warp among
+// kGemvColumns columns, so that each lane still has kGemvUnroll loads in flight. FP8 inputs have
+// their block and mx scales applied per 16-byte vector (a vector never straddles a 32-element
+// scale block), and their tensor and rowwise scales once per output.
 //
-// The generated prelude defines kAType, kBType, kOutType, kCType, kHasC, kScaleA, kScaleB,
-// kGemvColumns (columns per warp: 1, 2 or 4) and kGemvRows (rows of A and D).
+// The generated prelude defines kAType, kBType, kOutType, kCType, kHasC, kScaleA, kScaleB and
+// kGemvColumns (columns per warp: 1, 2 or 4).
 #pragma once
 
 constexpr int kGemvWarps = 8;    // warps per block
 constexpr int kGemvUnroll = 4;   // 16-byte loads of B in flight per lane
 constexpr int kGemvLanes = 32 / kGemvColumns;  // lanes per column
 static_assert(kGemvColumns == 1 || kGemvColumns == 2 || kGemvColumns == 4, "8 to 32 lanes a column");
-static_assert(kGemvRows == 1 || (!is_inner_scale(kScaleA) && !is_inner_scale(kScaleB)), "inner scales: one row of A");
 constexpr bool kGemv8Bit = kAType == GEMMKIT_E4M3 || kAType == GEMMKIT_E5M2;
 constexpr int kGemvBytes = kGemv8Bit ? 1 : 2;      // per element
 constexpr int kGemvVector = 16 / kGemvBytes;       // elements per 16-byte load
@@ -92,18 +90,16 @@ constexpr bool kGemvBlockScales = kGemv8Bit && (kScaleA == GEMMKIT_SCALE_BLOCK |
                                   kScaleA != GEMMKIT_SCALE_MX && kScaleB != GEMMKIT_SCALE_MX;
 static_assert(!kGemvBlockScales || (kGemvVector == 16 && kGemvUnroll == 4), "a round spans kGemvLanes / 2 blocks of 8 vectors");
 
-// This lane's shares of A[r, :] . B[:, n] for one batch, added to sums[r]; `a` and `b` point at
-// element k = 0 of A's row 0 and B's column n, A's rows `a_row_bytes` apart, and `lane` is the
-// lane's place in its column's group.
-__device__ __forceinline__ void lane_dot(float (&sums)[kGemvRows], const GemmParams& p, const u8* a, long long a_step,
-                                         long long a_row_bytes, const u8* b, InnerScales scales, int lane,
-                                         bool vector) {
+// This lane's share of A[0, :] . B[:, n] for one batch; `a` and `b` point at element k = 0, and
+// `lane` is the lane's place in its column's group.
+__device__ __forceinline__ float lane_dot(const GemmParams& p, const u8* a, long long a_step, const u8* b,
+                                          InnerScales scales, int lane, bool vector) {
   const long long k = p.k;
+  float sum = 0.0f;
   long long done = 0;
   if (vector) {  // kGemvVector elements per load, the group's lanes side by side, kGemvUnroll loads per round
-    const uint4* b16 = reinterpret_cast<const uint4*>(b);
     const uint4* a16 = reinterpret_cast<const uint4*>(a);
-    const long long a_row_vectors = a_row_bytes / 16;  // a whole number where vector loads are taken
+    const uint4* b16 = reinterpret_cast<const uint4*>(b);
     const long long vectors = k / kGemvVector;
     long long v = lane;
     // Whole rounds only, the same for every lane of the warp (its columns have the same K, and the
@@ -123,23 +119,18 @@ __device__ __forceinline__ void lane_dot(float (&sums)[kGemvRows], const GemmPar
 #pragma unroll
       for (int u = 0; u < kGemvUnroll; ++u) {
         const float factor = kGemvBlockScales ? factors[u] : inner_factor(p, scales, (v + kGemvLanes * u) * kGemvVector);
-#pragma unroll
-        for (int r = 0; r < kGemvRows; ++r) sums[r] += dot_vector(a16[r * a_row_vectors + v + kGemvLanes * u], bv[u]) * factor;
+        sum += dot_vector(a16[v + kGemvLanes * u], bv[u]) * factor;
       }
     }
     for (; v < vectors; v += kGemvLanes) {
-      const uint4 bv = load_streaming(b16 + v);
-      const float factor = inner_factor(p, scales, v * kGemvVector);
-#pragma unroll
-      for (int r = 0; r < kGemvRows; ++r) sums[r] += dot_vector(a16[r * a_row_vectors + v], bv) * factor;
+      sum += dot_vector(a16[v], load_streaming(b16 + v)) * inner_factor(p, scales, v * kGemvVector);
     }
     done = vectors * kGemvVector;
   }
   for (long long kk = done + lane; kk < k; kk += kGemvLanes) {
-    const float bk = load_as_float(b, kBType, kk) * inner_factor(p, scales, kk);
-#pragma unroll
-    for (int r = 0; r < kGemvRows; ++r) sums[r] += load_as_float(a + r * a_row_bytes, kAType, kk * a_step) * bk;
+    sum += load_as_float(a, kAType, kk * a_step) * load_as_float(b, kBType, kk) * inner_factor(p, scales, kk);
   }
+  return sum;
 }
 
 extern "C" __global__ void __launch_bounds__(32 * kGemvWarps) gemmkit_gemv(const GemmParams p) {
@@ -153,8 +144,7 @@ extern "C" __global__ void __launch_bounds__(32 * kGemvWarps) gemmkit_gemv(const
     const u8* a = static_cast<const u8*>(p.a.data) + batch * p.a.batch_stride * kGemvBytes;
     const u8* b_batch = static_cast<const u8*>(p.b.data) + batch * p.b.batch_stride * kGemvBytes;
     // Uniform over the grid: 16-byte loads where A is contiguous too and every row start aligned.
-    const bool vector = p.a.col_stride == 1 && aligned16(a, kGemvRows > 1 ? p.a.row_stride : 0) &&
-                        aligned16(b_batch, p.b.col_stride);
+    const bool vector = p.a.col_stride == 1 && aligned16(a, 0) && aligned16(b_batch, p.b.col_stride);
     // Every lane of a warp goes round as often as the warp's first column needs, for the
     // shuffles; a group whose column lies past N computes the last one and stores nothing.
     for (long long warp_n = first; warp_n < p.n; warp_n += step) {
@@ -163,21 +153,13 @@ extern "C" __global__ void __launch_bounds__(32 * kGemvWarps) gemmkit_gemv(const
       const long long n = inside ? own : p.n - 1;
       const InnerScales scales{batch * p.scale_a.batch_stride,
                                batch * p.scale_b.batch_stride + (n / p.scale_b.block_cols) * p.scale_b.col_stride};
-      float sums[kGemvRows] = {};
-      lane_dot(sums, p, a, p.a.col_stride, p.a.row_stride * kGemvBytes, b_batch + n * p.b.col_stride * kGemvBytes, scales,
-               lane, vector);
+      float sum = lane_dot(p, a, p.a.col_stride, b_batch + n * p.b.col_stride * kGemvBytes, scales, lane, vector);
 #pragma unroll
-      for (int r = 0; r < kGemvRows; ++r) {
-#pragma unroll
-        for (int offset = kGemvLanes / 2; offset > 0; offset /= 2) sums[r] += __shfl_xor_sync(0xffffffffu, sums[r], offset);
-      }
+      for (int offset = kGemvLanes / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
       if (lane == 0 && inside) {
-#pragma unroll
-        for (int r = 0; r < kGemvRows; ++r) {  // the host runs kGemvRows = M
-          float value = p.alpha * (sums[r] * outer_scale_a(p, batch, r) * outer_scale_b(p, batch, n));
-          if (kHasC) value += p.beta * load_as_float(p.c.data, kCType, batch * p.c.batch_stride + r * p.c.row_stride + n * p.c.col_stride);
-          store_from_float(p.d.data, kOutType, batch * p.d.batch_stride + r * p.d.row_stride + n * p.d.col_stride, value);
-        }
+        float value = p.alpha * (sum * outer_scale_a(p, batch, 0) * outer_scale_b(p, batch, n));
+        if (kHasC) value += p.beta * load_as_float(p.c.data, kCType, batch * p.c.batch_stride + n * p.c.col_stride);
+        store_from_float(p.d.data, kOutType, batch * p.d.batch_stride + n * p.d.col_stride, value);
       }
     }
   }

@@ -96,9 +96,7 @@ std::string gemm_source(const KernelConfig& requested) {
   s << "// gemmkit kernel: " << config.name() << "\n";
   operand_prelude(s, {config.in, config.in_b, config.out, config.has_c, config.c, config.scale_a, config.scale_b});
   if (config.kind == KernelKind::gemv) {
-    s << "constexpr int kGemvColumns = " << config.tile_n / 8 << ";\n"
-      << "constexpr int kGemvRows = " << config.tile_m << ";\n"
-      << file_text("gemv.cuh");
+    s << "constexpr int kGemvColumns = " << config.tile_n / 8 << ";\n" << file_text("gemv.cuh");
     return s.str();
   }
   if (config.kind != KernelKind::tma) {

@@ -32,7 +32,6 @@ int64_t max_splits(int64_t k_blocks) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // A stride TMA accepts for a dimension that is actually walked (extent > 1).
@@ -142,10 +141,7 @@ int KernelConfig::store_box_bytes() const {
 
 std::string KernelConfig::name() const {
   if (kind == KernelKind::fallback) return "fallback simt 64x64";
-  if (kind == KernelKind::gemv) {
-    return std::string("gemv simt") + (tile_n > 8 ? " " + std::to_string(tile_n / 8) + "/warp" : "") +
-           (tile_m > 1 ? " " + std::to_string(tile_m) + " rows" : "");
-  }
+  if (kind == KernelKind::gemv) return tile_n > 8 ? "gemv simt " + std::to_string(tile_n / 8) + "/warp" : "gemv simt";
   std::ostringstream s;
   s << "tma " << tile_m << "x" << tile_n << " s" << stages << (group_m != KernelConfig{}.group_m ? " g" + std::to_string(group_m) : "")
     << (cluster_m > 1 ? " c" + std::to_string(cluster_m) : "")
@@ -269,12 +265,10 @@ KernelConfig problem_config(const Problem& p) {
   config.has_c = p.has_c();
   config.c = p.has_c() ? p.c.dtype : p.d.dtype;
 
-  // One or two rows of A against B stored N x K: matrix-vector products, bound by reading B once.
-  // Two with 16-bit inputs only (gemv.cuh).
-  const bool rows_fit = p.m == 1 || (p.m <= kMaxGemvRows && !is_fp8(p.a.dtype));
-  if (rows_fit && p.m >= 1 && p.k > 0 && (p.b.row_stride == 1 || p.k == 1)) {
+  // One row of A against B stored N x K: a matrix-vector product, bound by reading B once.
+  if (p.m == 1 && p.k > 0 && (p.b.row_stride == 1 || p.k == 1)) {
     config.kind = KernelKind::gemv;
-    config.tile_m = int(p.m);  // the kernel reads exactly this many rows
+    config.tile_m = 1;
     // Output columns per block of 8 warps: one per warp, or where a row of B is shorter than a
     // warp's round of 16-byte loads (4 per lane, 2 KB), 2 or 4 columns per warp (gemv.cuh).
     const int64_t row_bytes = p.k * dtype_size(p.b.dtype);

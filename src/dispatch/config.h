@@ -8,8 +8,8 @@
 
 namespace gemmkit {
 
-// tma: the TMA + WGMMA kernel; gemv: M <= kMaxGemvRows with B's K contiguous (gemv.cuh);
-// fallback: plain CUDA cores for K = 0 and coordinates beyond TMA's 2^31.
+// tma: the TMA + WGMMA kernel; gemv: M = 1 with B's K contiguous (gemv.cuh); fallback: plain
+// CUDA cores for K = 0 and coordinates beyond TMA's 2^31.
 enum class KernelKind { tma, fallback, gemv };
 
 struct TileShape {
@@ -61,13 +61,6 @@ struct KernelConfig {
 // B's type from A's; staging happens before the launch.
 KernelConfig compiled(KernelConfig c);
 
-// The most rows of A the GEMV kernel takes (gemv.cuh): M up to this against B stored N x K runs
-// it with 16-bit inputs (8-bit ones: M = 1 only). Each 16-byte load of B meets one
-// 16-byte load of A per row on CUDA cores, which stops paying at three rows: on an H100 the GEMV
-// ran 2x4096x4096 in 17.9 us against the TMA kernel's 21.6 (cuBLASLt 19.4), but 3x1280x8192 in
-// 29.8 against 18.3 and 8x2112x7168 in 45.0 against 20.2.
-inline constexpr int kMaxGemvRows = 2;
-
 // Split-K is built for tiles up to this wide: its reduction holds a second tile row's worth of
 // registers, which wider tiles do not have to spare.
 inline constexpr int kMaxSplitTileN = 128;
@@ -118,9 +111,8 @@ TmaAccess tma_access(const MatrixRef& m, int64_t batch, int64_t rows, int64_t co
 bool tma_can_store(const Problem& p);
 
 // The fields of a config that follow from a (normalised, see plan.h) problem alone: types,
-// scales, majorness, batching, staging and the store path. Its kind is gemv for M <=
-// kMaxGemvRows with B's K contiguous (M = 1 with 8-bit inputs), fallback where the TMA
-// kernel cannot run (even after staging), else tma.
+// scales, majorness, batching, staging and the store path. Its kind is gemv for M = 1 with B's
+// K contiguous, fallback where the TMA kernel cannot run (even after staging), else tma.
 KernelConfig problem_config(const Problem& p);
 
 // The fallback kernel's config for a problem whose TMA config is `c`: its types, scales and C.

@@ -182,8 +182,7 @@ TEST(ConfigChoose, UnalignedOperandsAreStagedAlongTheirContiguousDimension) {
 }
 
 // One row of A against B stored N x K (K contiguous) is a matrix-vector product, whatever the
-// alignment, and so are two rows (kMaxGemvRows) of 16-bit inputs; B stored K x N, more rows, or
-// two of 8-bit inputs go to the TMA kernel.
+// alignment; B stored K x N, or two rows, go to the TMA kernel.
 TEST(ConfigChoose, GemvForOneRowAgainstKContiguousB) {
   Problem nt = problem(1, 4096, 7168);
   nt.b = col_major(1, DType::bf16, 7168);
@@ -195,14 +194,7 @@ TEST(ConfigChoose, GemvForOneRowAgainstKContiguousB) {
   EXPECT_EQ(choose_config(problem(1, 4096, 7168), {}).kind, KernelKind::tma) << "B stored K x N";
   Problem two_rows = problem(2, 4096, 7168);
   two_rows.b = col_major(1, DType::bf16, 7168);
-  EXPECT_EQ(choose_config(two_rows, {}).kind, KernelKind::gemv);
-  EXPECT_EQ(choose_config(two_rows, {}).name(), "gemv simt 2 rows");
-  Problem two_rows_fp8 = two_rows;  // 8-bit inputs: one row only
-  two_rows_fp8.a.dtype = two_rows_fp8.b.dtype = DType::e4m3;
-  EXPECT_EQ(choose_config(two_rows_fp8, {}).kind, KernelKind::tma);
-  Problem three_rows = two_rows;
-  three_rows.m = kMaxGemvRows + 1;
-  EXPECT_EQ(choose_config(three_rows, {}).kind, KernelKind::tma);
+  EXPECT_EQ(choose_config(two_rows, {}).kind, KernelKind::tma);
   Problem no_k = nt;
   no_k.k = 0;
   EXPECT_EQ(choose_config(no_k, {}).kind, KernelKind::fallback) << "K = 0 is beta * C";
