@@ -111,8 +111,8 @@ unsigned clamp_grid(int64_t blocks, int64_t limit) { return unsigned(std::max<in
 // (utility.cuh), so only their launch and setup overlap its last wave and the gap between the
 // two. (An L2 prefetch of B's first stages before the wait cost dense-decode 4% and small.txt 6%
 // on an H100, the prefetches queueing ahead of the loads in the TMA unit, and gained nothing on
-// the decode chains.) Captured into a CUDA graph, the launch becomes a
-// programmatic edge, with the same effect on replay.
+// the decode chains.) Captured into a CUDA graph, the launch becomes a programmatic edge, with
+// the same effect on replay.
 void launch(const LoadedKernel& kernel, unsigned gx, unsigned gy, unsigned gz, unsigned threads, unsigned smem,
             int cluster, bool programmatic, cudaStream_t stream, void** args) {
   CUlaunchAttribute attributes[2] = {};
@@ -184,7 +184,7 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
     args.counters = workspace->counters;
     args.splits = int(splits);
   }
-  // The operands as the kernel reads them: staged ones replaced by their K-major copies.
+  // The operands as the kernel reads them: staged ones replaced by their copies.
   Problem q = p;
   if (config.stage_a) q.a = stage(staged_a, workspace->staged_a, stream);
   if (config.stage_b) q.b = stage(staged_b, workspace->staged_b, stream);
