@@ -115,14 +115,17 @@ bool is_device_memory(const void* pointer, int ordinal) {
   return query(pointer, a) == CUDA_SUCCESS && device_or_managed(a) && a.device == ordinal;
 }
 
+// One query where the caller's device is already the one (the usual case): each costs ~0.05 us.
 DeviceGuard::DeviceGuard(int ordinal) {
-  check(cudaGetDevice(&previous_), "cudaGetDevice");
-  if (previous_ != ordinal) check(cudaSetDevice(ordinal), "cudaSetDevice");
+  int current = -1;
+  check(cudaGetDevice(&current), "cudaGetDevice");
+  if (current == ordinal) return;
+  check(cudaSetDevice(ordinal), "cudaSetDevice");
+  previous_ = current;
 }
 
 DeviceGuard::~DeviceGuard() {
-  int current = -1;
-  if (cudaGetDevice(&current) == cudaSuccess && current != previous_) cudaSetDevice(previous_);
+  if (previous_ >= 0) cudaSetDevice(previous_);
 }
 
 }  // namespace gemmkit::runtime

@@ -54,7 +54,7 @@ class DeviceGuard {
   DeviceGuard& operator=(const DeviceGuard&) = delete;
 
  private:
-  int previous_ = -1;
+  int previous_ = -1;  // the caller's device where the guard changed it
 };
 
 }  // namespace gemmkit::runtime
