@@ -118,14 +118,19 @@ bool rows_on_lines(const MatrixRef& m, bool staged) {
   return staged || outer * dtype_size(m.dtype) % 128 == 0;
 }
 
-// 64 x 64 8-bit tiles, for decode shapes: more CTAs than 64 x 128 tiles, each with half the
-// bytes in flight. Measured on fp8-decode (H100, two passes): 1.05-1.19x faster at M = 64 and
-// 128, and at M = 16 where 64 x 128 tiles with every split the model allows reach fewer than
-// half the SMs (16x2112x7168 1.14-1.18x); elsewhere at M = 16, where they replace the same
-// number of 64 x 128 split-K parts, 0.91-1.03x (16x7168x16384 0.91x). So they are offered there.
+// 64 x 64 tiles, for decode shapes: more CTAs than 64 x 128 tiles, each with half the bytes in
+// flight. Measured on fp8-decode (H100, two passes): 1.05-1.19x faster at M = 64 and 128, and at
+// M = 16 where 64 x 128 tiles with every split the model allows reach fewer than half the SMs
+// (16x2112x7168 1.14-1.18x); elsewhere at M = 16, where they replace the same number of 64 x 128
+// split-K parts, 0.91-1.03x (16x7168x16384 0.91x). So 8-bit ones are offered there. 16-bit ones
+// pay only at M <= 16 where 64 x 128 tiles reach fewer than 40% of the SMs (H100: 8x1280x8192
+// 16.0 against 17.9 us, 3x1280x8192 17.1 against 18.7, both at their best splits), and lose at
+// half (4x7168x2048 18.6 against 17.2, 2x4096x4096 22.1 against 20.5).
 bool narrow_tile_pays(const Problem& p, TileShape tile, int64_t k_blocks, const DeviceLimits& limits) {
-  if (tile.n != 64 || !is_fp8(p.a.dtype) || p.m > 16) return true;
-  return ceil_div(p.n, 128) * max_splits(k_blocks) * p.batch < limits.sm_count / 2;
+  if (tile.n != 64) return true;
+  if (p.m > 16) return is_fp8(p.a.dtype);
+  const int64_t wide_units = ceil_div(p.n, 128) * max_splits(k_blocks) * p.batch;
+  return is_fp8(p.a.dtype) ? wide_units < limits.sm_count / 2 : wide_units * 5 < limits.sm_count * 2;
 }
 
 }  // namespace
@@ -193,6 +198,7 @@ const std::vector<TileShape>& tile_shapes(bool eight_bit) {
     s.push_back({192, 176});
     s.push_back({64, 256});
     s.push_back({64, 128});
+    s.push_back({64, 64});  // decode shapes (narrow_tile_pays)
     return s;
   }();
   static const std::vector<TileShape> eight_bit_shapes = [] {
