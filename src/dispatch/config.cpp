@@ -85,30 +85,31 @@ double epilogue_blocks(const KernelConfig& c) { return is_fp8(c.in) ? 10.0 * 64 
 // A cluster's CTAs share B's loads but wait for each other's stages, and 8-bit consumers stall at
 // every promotion: on the same suite full-height 8-bit tiles ran faster without clusters in every
 // mode (tensor 0.85x against 0.84x, rowwise 0.89x against 0.86x, block 128x128 0.77x against
-// 0.72x). Half-height decode tiles, whose weights dominate the traffic, keep theirs where tiles
-// fill more than a wave. Since per-tensor and rowwise 128x128 keep two partials too, clusters of
-// two run them faster than none (0.91x against 0.88x per-tensor), but still 3.4% behind the
-// model's unclustered 128x176 and 192x128 picks, which the traffic model alone would give up for
-// them.
+// 0.72x). Half-height decode tiles, whose weights dominate the traffic, keep theirs. Since
+// per-tensor and rowwise 128x128 keep two partials too, clusters of two run them faster than none
+// (0.91x against 0.88x per-tensor), but still 3.4% behind the model's unclustered 128x176 and
+// 192x128 picks, which the traffic model alone would give up for them.
 // Where the tiles fit in one wave, the cluster's start and end synchronisation and its CTAs
 // waiting for each other's stages cost more than B's shared loads save: forced unclustered on an
-// H100, every small.txt shape in one wave ran faster (1536x96x1536 13.5 against 10.8 us, 1024^3
-// 11.9 against 10.5, 2048^3 on 128x256 29.8 against 27.9, 128^3 7.8 against 6.8), and so did
-// every M = 128 decode shape (128x7168x2048 19.2 against 17.6, 128x8192x1024 14.6 against 13.2,
-// 128x8192x28672 173 against 170). Except where the rows of both A and B lie off 128-byte L2
-// lines and K is not short: every 128-byte box row then reads two lines, and sharing B halves
-// those reads (1000^3 NN, rows 2000 bytes apart: 13.8 us in clusters, 15.8 without).
+// H100, every small.txt shape in one wave ran faster (128^3 6.8 against 7.8 us, 1536x96x1536 10.8
+// against 13.5, 1024^3 10.5 against 11.9, 2048^3 on 128x256 27.9 against 29.8). Where K is not
+// short (16 K blocks or more), two exceptions keep their clusters:
+// - B at least 8 times the size of A (decode: the weights). One at a time, M = 128 decode shapes
+//   ran faster unclustered too (128x7168x2048 17.6 against 19.2 us), but back to back in the
+//   decode chains they ran slower (llama3-70b-tp8-m128 406 against 390 us, llama3-8b-m128 728
+//   against 713, both measured twice), where the pair's shared loads read each weight once.
+// - The rows of both A and B lie off 128-byte L2 lines: every 128-byte box row then reads two
+//   lines, and sharing B halves those reads (1000^3 NN, rows 2000 bytes apart: 13.8 us in
+//   clusters, 15.8 without).
 bool one_wave_unclustered(const Problem& p, TileShape tile, int64_t k_blocks, bool rows_off_lines,
                           const DeviceLimits& limits) {
   const int64_t tiles = ceil_div(p.m, tile.m) * ceil_div(p.n, tile.n) * p.batch;
-  return tiles <= limits.sm_count && (!rows_off_lines || k_blocks < 16);
+  const bool weights = p.n >= 8 * p.m;
+  return tiles <= limits.sm_count && (k_blocks < 16 || !(weights || rows_off_lines));
 }
 
-// Whether clusters of two pay for the tile, one wave aside (full-height 8-bit tiles: above).
-bool shares_b_in_clusters(const Problem& p, TileShape tile) { return !is_fp8(p.a.dtype) || tile.m < 128; }
-
 bool cluster_pays(const Problem& p, TileShape tile, int cluster, bool one_wave) {
-  return cluster == 1 || (!one_wave && shares_b_in_clusters(p, tile));
+  return cluster == 1 || (!one_wave && (!is_fp8(p.a.dtype) || tile.m < 128));
 }
 
 // Whether the kernel reads an operand's rows (or columns, where those are contiguous) whole
@@ -382,10 +383,6 @@ std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& lim
     for (int cluster : {2, 1}) {
       if (cluster > tiles_m) continue;
       if (!cluster_pays(p, tile, cluster, one_wave)) continue;
-      // Where a cluster would pay but for one wave, B's traffic does not limit the time either: the
-      // unclustered tile is costed as the clustered one. Costed by its own traffic, 128x7168x8192
-      // went from 64x128 tiles (47.3 us unclustered) to 128x128 ones in two parts (51.7).
-      const int costed_cluster = one_wave && tiles_m >= 2 && shares_b_in_clusters(p, tile) ? 2 : cluster;
       KernelConfig candidate = config;
       candidate.tile_m = tile.m;
       candidate.tile_n = tile.n;
@@ -405,7 +402,7 @@ std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& lim
         const double waves = double(ceil_div(cluster_tiles * splits, limits.sm_count / cluster));
         const double blocks =
             double(ceil_div(k_blocks, splits)) + (splits > 1 ? kSplitOverheadBlocks : 0.0) + epilogue_blocks(candidate);
-        const double cost = waves * blocks * tile.m * tile.n / tile_efficiency(tile, costed_cluster) *
+        const double cost = waves * blocks * tile.m * tile.n / tile_efficiency(tile, cluster) *
                             promotion_cost(candidate);
         if (candidates.empty() || cost < 0.98 * candidates[pick].cost) pick = candidates.size();
         candidates.push_back({candidate, cost});

@@ -258,14 +258,18 @@ TEST(ConfigChoose, TileRowsFollowProblemSize) {
 }
 
 // Clusters of two share B's loads, but where the tiles fit in one wave their synchronisation costs
-// more than that saves, unless the rows of A and B both lie off 128-byte lines (and K is deep).
+// more than that saves, unless B is the bulk of the traffic (decode's weights) or the rows of A
+// and B both lie off 128-byte lines (and K is deep).
 TEST(ConfigChoose, OneWaveTakesNoCluster) {
   // (More than a wave keeps them: ConfigChoose.TileRowsFollowProblemSize.)
-  for (const Problem& p : {problem(128, 7168, 2048), problem(1024, 1024, 1024), problem(2048, 2048, 2048)}) {
+  for (const Problem& p : {problem(1024, 1024, 1024), problem(2048, 2048, 2048), problem(1536, 96, 1536)}) {
     const KernelConfig c = choose_config(p, {});
     EXPECT_LE((p.m + c.tile_m - 1) / c.tile_m * ((p.n + c.tile_n - 1) / c.tile_n), 132) << c.name();
     EXPECT_EQ(c.cluster_m, 1) << p.m << "x" << p.n << "x" << p.k << ": " << c.name();
   }
+  const KernelConfig decode = choose_config(problem(128, 7168, 2048), {});
+  EXPECT_EQ(decode.tile_m, 64);
+  EXPECT_EQ(decode.cluster_m, 2) << "B, the weights, is 56 times A";
   Problem off_lines = problem(1000, 1000, 1000);  // rows 2000 bytes apart
   EXPECT_EQ(choose_config(off_lines, {}).cluster_m, 2);
 }
@@ -406,12 +410,12 @@ TEST(ConfigChoose, Fp8FullHeightTilesTakeNoClusterAndBlockScalesPerTensorsTile) 
   EXPECT_EQ(choose_config(fp8(ScaleMode::block, 128, 128, 8192, 2112, 7168), {132, kSmemLimit}).tile_n, 176);
   const KernelConfig block_b_rows = choose_config(fp8(ScaleMode::block, 128, 1), {132, kSmemLimit});
   EXPECT_EQ(block_b_rows.tile_n, 176);
-  // Decode's half-height tiles in one wave take no cluster either (ConfigChoose.OneWaveTakesNoCluster).
+  // Decode's half-height tiles still share B within a cluster.
   Problem decode = fp8(ScaleMode::tensor, 8192, 8192);
   decode.m = 128;
   const KernelConfig half = choose_config(decode, {132, kSmemLimit});
   EXPECT_EQ(half.tile_m, 64);
-  EXPECT_EQ(half.cluster_m, 1);
+  EXPECT_EQ(half.cluster_m, 2);
 }
 
 // 8-bit tiles store their whole epilogue between tiles: where K is short that dominates, and
