@@ -119,19 +119,21 @@ bool rows_on_lines(const MatrixRef& m, bool staged) {
   return staged || outer * dtype_size(m.dtype) % 128 == 0;
 }
 
-// 64 x 64 tiles, for decode shapes: more CTAs than 64 x 128 tiles, each with half the bytes in
-// flight. Measured on fp8-decode (H100, two passes): 1.05-1.19x faster at M = 64 and 128, and at
-// M = 16 where 64 x 128 tiles with every split the model allows reach fewer than half the SMs
+// 64 x 64 tiles: more CTAs than 64 x 128 tiles, each with half the bytes in flight. 8-bit ones,
+// measured on fp8-decode (H100, two passes): 1.05-1.19x faster at M = 64 and 128, and at M = 16
+// where 64 x 128 tiles with every split the model allows reach fewer than half the SMs
 // (16x2112x7168 1.14-1.18x); elsewhere at M = 16, where they replace the same number of 64 x 128
-// split-K parts, 0.91-1.03x (16x7168x16384 0.91x). So 8-bit ones are offered there. 16-bit ones
-// pay only at M <= 16 where 64 x 128 tiles reach fewer than 40% of the SMs (H100: 8x1280x8192
-// 16.0 against 17.9 us, 3x1280x8192 17.1 against 18.7, both at their best splits), and lose at
-// half (4x7168x2048 18.6 against 17.2, 2x4096x4096 22.1 against 20.5).
+// split-K parts, 0.91-1.03x (16x7168x16384 0.91x). So they are offered there and above M = 16.
+// 16-bit ones pay where 64 x 128 tiles, split as far as the model allows, reach fewer than 40% of
+// the SMs (H100, us against the 64 x 128 pick: 128^3 5.6 against 6.3, 512^3 6.8 against 7.8,
+// 64x2048x2048 10.8 against 12.4, 1536x96x1536 9.6 against 11.3, 8 x 384x128x512 8.3 against 9.1,
+// 8x1280x8192 16.0 against 17.9, 32x1280x8192 16.1 against 18.0), and lose where those reach half
+// or more (4x7168x2048 18.6 against 17.2, 2x4096x4096 22.1 against 20.5, 1024^3 11.6 against 9.9).
 bool narrow_tile_pays(const Problem& p, TileShape tile, int64_t k_blocks, const DeviceLimits& limits) {
   if (tile.n != 64) return true;
-  if (p.m > 16) return is_fp8(p.a.dtype);
-  const int64_t wide_units = ceil_div(p.n, 128) * max_splits(k_blocks) * p.batch;
-  return is_fp8(p.a.dtype) ? wide_units < limits.sm_count / 2 : wide_units * 5 < limits.sm_count * 2;
+  const int64_t wide_units = ceil_div(p.m, 64) * ceil_div(p.n, 128) * max_splits(k_blocks) * p.batch;
+  if (is_fp8(p.a.dtype)) return p.m > 16 || wide_units < limits.sm_count / 2;
+  return wide_units * 5 < limits.sm_count * 2;
 }
 
 }  // namespace
