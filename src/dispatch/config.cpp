@@ -126,9 +126,11 @@ bool rows_on_lines(const MatrixRef& m, bool staged) {
 // split-K parts, 0.91-1.03x (16x7168x16384 0.91x). So they are offered there and above M = 16.
 // 16-bit ones pay where 64 x 128 tiles, split as far as the model allows, reach fewer than 40% of
 // the SMs (H100, us against the 64 x 128 pick: 128^3 5.6 against 6.3, 512^3 6.8 against 7.8,
-// 64x2048x2048 10.8 against 12.4, 1536x96x1536 9.6 against 11.3, 8 x 384x128x512 8.3 against 9.1,
-// 8x1280x8192 16.0 against 17.9, 32x1280x8192 16.1 against 18.0), and lose where those reach half
-// or more (4x7168x2048 18.6 against 17.2, 2x4096x4096 22.1 against 20.5, 1024^3 11.6 against 9.9).
+// 64x2048x2048 10.8 against 12.4, 1536x96x1536 9.6 against 11.3, 8 x 384x128x512 8.3 against 9.1),
+// and lose where those reach half or more (4x7168x2048 18.6 against 17.2, 2x4096x4096 22.1
+// against 20.5, 1024^3 11.6 against 9.9). They run unsplit: split, one GEMM at a time ran faster
+// (8x1280x8192 in five parts 16.0 against 17.9 us), but the decode chain whose qkv GEMM that is
+// ran slower (llama3-70b-tp8-m8 1.4% on an H200, 0.8% on an H100, each measured twice).
 bool narrow_tile_pays(const Problem& p, TileShape tile, int64_t k_blocks, const DeviceLimits& limits) {
   if (tile.n != 64) return true;
   const int64_t wide_units = ceil_div(p.m, 64) * ceil_div(p.n, 128) * max_splits(k_blocks) * p.batch;
@@ -396,8 +398,9 @@ std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& lim
       const int64_t cluster_tiles = ceil_div(tiles_m, cluster) * ceil_div(p.n, tile.n) * p.batch;
       const int64_t partial_bytes = cluster_tiles * cluster * tile.m * tile.n * 4;
       for (int splits = 1; splits <= kMaxSplits; ++splits) {
+        const bool unsplit_only = tile.n == 64 && !is_fp8(config.in);  // narrow_tile_pays
         if (splits > 1 && (tile.n > kMaxSplitTileN || splits > max_splits(k_blocks) ||
-                           splits * partial_bytes > kMaxPartialBytes)) {
+                           splits * partial_bytes > kMaxPartialBytes || unsplit_only)) {
           break;
         }
         candidate.splits = splits;

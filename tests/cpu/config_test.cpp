@@ -274,6 +274,20 @@ TEST(ConfigChoose, OneWaveTakesNoCluster) {
   EXPECT_EQ(choose_config(off_lines, {}).cluster_m, 2);
 }
 
+// 16-bit 64 x 64 tiles where 64 x 128 ones, split as far as allowed, reach fewer than 40% of the
+// SMs; never split (the decode chains ran slower so).
+TEST(ConfigChoose, NarrowTilesWhereWideOnesLeaveMostSMsIdle) {
+  for (const Problem& p : {problem(128, 128, 128), problem(512, 512, 512), problem(64, 2048, 2048)}) {
+    const KernelConfig c = choose_config(p, {});
+    EXPECT_EQ(c.tile_n, 64) << p.m << "x" << p.n << "x" << p.k << ": " << c.name();
+    EXPECT_EQ(c.splits, 1) << c.name();
+  }
+  for (const Problem& p : {problem(1024, 1024, 1024), problem(8, 1280, 8192), problem(4, 7168, 2048)}) {
+    const KernelConfig c = choose_config(p, {});
+    EXPECT_NE(c.tile_n, 64) << p.m << "x" << p.n << "x" << p.k << ": " << c.name();
+  }
+}
+
 // 4096 x 2112 on 132 SMs: 176-wide tiles divide N exactly; 192 rows make 22 x 12 = 264 tiles,
 // two full waves (128 rows: 384 tiles, 2.9 waves, of tiles that load more per multiply).
 // 128 x 192 would make 352 tiles, a last wave two-thirds full. C rules out 192 rows.
