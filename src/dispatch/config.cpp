@@ -203,7 +203,7 @@ const std::vector<TileShape>& tile_shapes(bool eight_bit) {
     s.push_back({192, 176});
     s.push_back({64, 256});
     s.push_back({64, 128});
-    s.push_back({64, 64});  // decode shapes (narrow_tile_pays)
+    s.push_back({64, 64});  // where wider tiles leave most SMs idle (narrow_tile_pays)
     return s;
   }();
   static const std::vector<TileShape> eight_bit_shapes = [] {
@@ -397,8 +397,8 @@ std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& lim
       if (candidate.stages < 2) continue;
       const int64_t cluster_tiles = ceil_div(tiles_m, cluster) * ceil_div(p.n, tile.n) * p.batch;
       const int64_t partial_bytes = cluster_tiles * cluster * tile.m * tile.n * 4;
+      const bool unsplit_only = tile.n == 64 && !is_fp8(config.in);  // narrow_tile_pays
       for (int splits = 1; splits <= kMaxSplits; ++splits) {
-        const bool unsplit_only = tile.n == 64 && !is_fp8(config.in);  // narrow_tile_pays
         if (splits > 1 && (tile.n > kMaxSplitTileN || splits > max_splits(k_blocks) ||
                            splits * partial_bytes > kMaxPartialBytes || unsplit_only)) {
           break;
