@@ -29,8 +29,7 @@ KernelConfig apply_overrides(KernelConfig config, const ConfigOverrides& overrid
       throw Error(ErrorCode::invalid_argument, "bench: --tile " + overrides.tile + " is not a tile shape for " +
                                                    std::string(dtype_name(config.in)) + " inputs");
     }
-    config.tile_m = tile.m;
-    config.tile_n = tile.n;
+    config = with_tile(config, tile);
   }
   if (overrides.cluster > 0) config.cluster_m = overrides.cluster;
   // Unless forced, the store buffers are the forced tile's own, as the heuristic gives them.

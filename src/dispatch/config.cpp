@@ -1,6 +1,7 @@
 #include "dispatch/config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <sstream>
@@ -131,11 +132,44 @@ bool rows_on_lines(const MatrixRef& m, bool staged) {
 // against 20.5, 1024^3 11.6 against 9.9). They run unsplit: split, one GEMM at a time ran faster
 // (8x1280x8192 in five parts 16.0 against 17.9 us), but the decode chain whose qkv GEMM that is
 // ran slower (llama3-70b-tp8-m8 1.4% on an H200, 0.8% on an H100, each measured twice).
-bool narrow_tile_pays(const Problem& p, TileShape tile, int64_t k_blocks, const DeviceLimits& limits) {
+bool half_width_tile_pays(const Problem& p, TileShape tile, int64_t k_blocks, const DeviceLimits& limits) {
   if (tile.n != 64) return true;
   const int64_t wide_units = ceil_div(p.m, 64) * ceil_div(p.n, 128) * max_splits(k_blocks) * p.batch;
   if (is_fp8(p.a.dtype)) return p.m > 16 || wide_units < limits.sm_count / 2;
   return wide_units * 5 < limits.sm_count * 2;
+}
+
+// Narrow tiles stream B (the weights, after normalize) past few columns of A. Measured on an H100
+// (NT bf16 decode shapes, transposed as normalize does): unsplit wherever the tiles alone reach a
+// third of the SMs (4096x8x4096: 64 tiles, 18.1 us unsplit, 19.3 in two parts), else in as many
+// parts as fill the SMs in one wave, each at least kMinSplitBlocks deep (2112x8x7168: 33 tiles,
+// 20.6 us unsplit, 18.8 in two parts, 17.7 in four; 1280x8x8192: 20 tiles, 20.4 unsplit, 14.7 in
+// four, 14.9 in six).
+int64_t narrow_splits(int64_t tiles, int64_t k_blocks, const DeviceLimits& limits) {
+  if (tiles * 3 >= limits.sm_count) return 1;
+  return std::max<int64_t>(1, std::min<int64_t>(limits.sm_count / tiles, max_splits(k_blocks)));
+}
+
+// A narrow problem's candidates: the narrowest tile that covers N, unclustered, split as
+// narrow_splits says (the pick), then the other part counts, nearest the pick first. Their cost
+// is that distance: the model has no finer estimate for them.
+std::vector<Candidate> narrow_candidates(const Problem& p, const KernelConfig& config, int64_t k_blocks,
+                                         const DeviceLimits& limits) {
+  const TileShape tile{64, p.n <= 8 ? 8 : p.n <= 16 ? 16 : 32};
+  KernelConfig c = with_tile(config, tile);
+  c.cluster_m = 1;
+  c.group_m = raster_group_rows(p, tile.m, limits);
+  c.stages = max_stages(c, limits.smem_per_block);
+  const int64_t tiles = ceil_div(p.m, tile.m) * p.batch;
+  const int64_t pick = narrow_splits(tiles, k_blocks, limits);
+  std::vector<Candidate> candidates;
+  for (int64_t splits = 1; splits <= max_splits(k_blocks); ++splits) {
+    c.splits = int(splits);
+    candidates.push_back({c, 1.0 + std::abs(std::log2(double(splits) / double(pick)))});
+  }
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& x, const Candidate& y) { return x.cost < y.cost; });
+  return candidates;
 }
 
 }  // namespace
@@ -203,7 +237,8 @@ const std::vector<TileShape>& tile_shapes(bool eight_bit) {
     s.push_back({192, 176});
     s.push_back({64, 256});
     s.push_back({64, 128});
-    s.push_back({64, 64});  // where wider tiles leave most SMs idle (narrow_tile_pays)
+    s.push_back({64, 64});  // where wider tiles leave most SMs idle (half_width_tile_pays)
+    for (int n : {32, 16, 8}) s.push_back({64, n});  // problems at most 32 wide (is_narrow)
     return s;
   }();
   static const std::vector<TileShape> eight_bit_shapes = [] {
@@ -211,7 +246,7 @@ const std::vector<TileShape>& tile_shapes(bool eight_bit) {
     for (int n = 176; n >= 128; n -= 16) s.push_back({128, n});
     s.push_back({192, 128});
     s.push_back({64, 128});
-    s.push_back({64, 64});  // decode shapes (narrow_tile_pays)
+    s.push_back({64, 64});  // decode shapes (half_width_tile_pays)
     return s;
   }();
   return eight_bit ? eight_bit_shapes : shapes;
@@ -225,6 +260,15 @@ int tma_smem_bytes(const KernelConfig& c) {
   int column_scales = c.scale_b == ScaleMode::rowwise ? 2 * (c.tile_m / 64) * c.tile_n * 4 : 0;
   int mx_floats = c.scale_b == ScaleMode::mx ? 2 * (c.tile_m / 64) * 4 * c.tile_n * 4 : 0;
   return kAlignmentSlack + c.stages * c.stage_bytes() + epilogue + barriers_and_slots + column_scales + mx_floats;
+}
+
+bool is_narrow(TileShape tile) { return tile.n <= kNarrowMaxN; }
+
+KernelConfig with_tile(KernelConfig c, TileShape tile) {
+  c.tile_m = tile.m;
+  c.tile_n = tile.n;
+  if (is_narrow(tile)) c.tma_store = false;
+  return c;
 }
 
 int max_stages(KernelConfig c, int smem_limit) {
@@ -373,16 +417,18 @@ std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& lim
   // clustered first, fewest parts first, and a later one must win by 2% to be the pick: the
   // model cannot tell closer calls apart, and fewer units means fewer epilogues.
   const int64_t k_blocks = ceil_div(p.k, config.tile_k());
+  if (p.n <= kNarrowMaxN && config.b_k_major && !is_fp8(config.in)) return narrow_candidates(p, config, k_blocks, limits);
   const bool rows_off_lines = !rows_on_lines(p.a, config.stage_a) && !rows_on_lines(p.b, config.stage_b);
   std::vector<Candidate> candidates;
   size_t pick = 0;
   for (TileShape tile : tile_shapes(is_fp8(config.in))) {
+    if (is_narrow(tile)) continue;  // narrow_candidates
     // No tile whose last consumer warpgroup would only multiply rows below M.
     if (tile.m > 64 && tile.m - 64 >= p.m) continue;
     const int64_t tiles_m = ceil_div(p.m, tile.m);
     if (config.has_c && !tile_takes_c(tile)) continue;
     if (!tile_takes_scales(tile, config.scale_a, config.scale_b)) continue;
-    if (!narrow_tile_pays(p, tile, k_blocks, limits)) continue;
+    if (!half_width_tile_pays(p, tile, k_blocks, limits)) continue;
     const bool one_wave = one_wave_unclustered(p, tile, k_blocks, rows_off_lines, limits);
     for (int cluster : {2, 1}) {
       if (cluster > tiles_m) continue;
@@ -397,7 +443,7 @@ std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& lim
       if (candidate.stages < 2) continue;
       const int64_t cluster_tiles = ceil_div(tiles_m, cluster) * ceil_div(p.n, tile.n) * p.batch;
       const int64_t partial_bytes = cluster_tiles * cluster * tile.m * tile.n * 4;
-      const bool unsplit_only = tile.n == 64 && !is_fp8(config.in);  // narrow_tile_pays
+      const bool unsplit_only = tile.n == 64 && !is_fp8(config.in);  // half_width_tile_pays
       for (int splits = 1; splits <= kMaxSplits; ++splits) {
         if (splits > 1 && (tile.n > kMaxSplitTileN || splits > max_splits(k_blocks) ||
                            splits * partial_bytes > kMaxPartialBytes || unsplit_only)) {
@@ -434,6 +480,7 @@ bool fits(const KernelConfig& c, const DeviceLimits& limits) {
          tile_takes_scales({c.tile_m, c.tile_n}, c.scale_a, c.scale_b) && (c.cluster_m == 1 || c.cluster_m == 2) &&
          c.group_m >= c.cluster_m && c.group_m <= 64 &&
          c.splits >= 1 && c.splits <= kMaxSplits && (c.splits == 1 || c.tile_n <= kMaxSplitTileN) &&
+         (!is_narrow({c.tile_m, c.tile_n}) || (c.b_k_major && !c.tma_store && c.cluster_m == 1)) &&
          c.store_buffers >= 1 && c.store_buffers <= 8 && c.stages >= 2 && c.stages <= 8 &&
          tma_smem_bytes(c) <= limits.smem_per_block;
 }

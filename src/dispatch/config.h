@@ -67,6 +67,17 @@ inline constexpr int kMaxSplitTileN = 128;
 // The most parts a tile's K range is cut into.
 inline constexpr int kMaxSplits = 16;
 
+// Narrow tiles, 64 x 8, 16 or 32, for 16-bit problems at most kNarrowMaxN wide with B K-major:
+// decode, as normalize (plan.h) turns it (a few tokens against a weight matrix), where the
+// weights fill wgmma's 64 rows and the tokens its narrow N. Their kernels store D directly (the
+// TMA store's boxes are 128 bytes wide) and run unclustered. (16 stages instead of 8 ran some
+// unsplit shapes up to 8% faster one at a time, but the decode chains 1-4% slower on an H100.)
+inline constexpr int kNarrowMaxN = 32;
+bool is_narrow(TileShape tile);
+
+// `c` with the tile `tile`, and the store path it allows (narrow tiles store directly).
+KernelConfig with_tile(KernelConfig c, TileShape tile);
+
 // The tile shapes the TMA kernel is built for, with 16-bit or 8-bit inputs. 8-bit inputs keep a
 // partial accumulator beside the f32 one (two-level accumulation), which leaves registers for
 // tiles up to 176 wide.

@@ -81,7 +81,9 @@ Plan new_plan(const Problem& normalized, const KernelConfig* forced, cudaStream_
 Problem normalize(const Problem& p) {
   const bool d_by_columns = p.d.col_stride != 1 && p.d.row_stride == 1 && p.n > 1;
   const bool column_vector = p.n == 1 && p.m > 1 && p.k > 0 && p.a.col_stride == 1;  // GEMV as one row
-  if (!d_by_columns && !column_vector) return p;
+  const bool decode = p.m >= 2 && p.m <= kNarrowMaxN && p.n >= 128 && p.k > 0 && p.a.col_stride == 1 &&
+                      p.b.row_stride == 1 && !is_fp8(p.a.dtype);
+  if (!d_by_columns && !column_vector && !decode) return p;
   Problem t = p;
   t.m = p.n;
   t.n = p.m;

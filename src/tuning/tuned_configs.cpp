@@ -100,7 +100,7 @@ std::optional<KernelConfig> with_tuned_fields(KernelConfig base, std::string_vie
   const bool parsed = bool(in) && (in >> std::ws).eof() && x == 'x' && s == 's' && g == 'g' && c == 'c' &&
                       k == 'k' && b == 'b';
   if (!parsed) return std::nullopt;
-  return base;
+  return with_tile(base, {base.tile_m, base.tile_n});
 }
 
 std::optional<KernelConfig> tuned_config(const Problem& p, const runtime::DeviceInfo& info,

@@ -50,6 +50,7 @@ TEST(ConfigStages, MaxStagesFillsButDoesNotExceedSharedMemory) {
   for (TileShape tile : tile_shapes()) {
     for (bool b_k_major : {false, true}) {
       for (bool tma_store : {false, true}) {
+        if (is_narrow(tile) && tma_store) continue;  // narrow tiles store directly
         KernelConfig c = tile_config(tile, b_k_major, tma_store, 0);
         SCOPED_TRACE(c.name());
         c.stages = max_stages(c, kSmemLimit);
@@ -86,6 +87,7 @@ TEST(ConfigStages, SmemGrowsWithStagesStoreBufferAndPartialBoxes) {
 TEST(ConfigStages, StoreBoxIs128BytesOrWithCTheWidestDividingTheTileRow) {
   KernelConfig c;
   for (TileShape tile : tile_shapes()) {
+    if (is_narrow(tile)) continue;  // stored directly
     for (DType out : {DType::bf16, DType::f32}) {
       c.tile_n = tile.n;
       c.out = out;
@@ -276,7 +278,7 @@ TEST(ConfigChoose, OneWaveTakesNoCluster) {
 
 // 16-bit 64 x 64 tiles where 64 x 128 ones, split as far as allowed, reach fewer than 40% of the
 // SMs; never split (the decode chains ran slower so).
-TEST(ConfigChoose, NarrowTilesWhereWideOnesLeaveMostSMsIdle) {
+TEST(ConfigChoose, HalfWidthTilesWhereWideOnesLeaveMostSMsIdle) {
   for (const Problem& p : {problem(128, 128, 128), problem(512, 512, 512), problem(64, 2048, 2048)}) {
     const KernelConfig c = choose_config(p, {});
     EXPECT_EQ(c.tile_n, 64) << p.m << "x" << p.n << "x" << p.k << ": " << c.name();
@@ -286,6 +288,44 @@ TEST(ConfigChoose, NarrowTilesWhereWideOnesLeaveMostSMsIdle) {
     const KernelConfig c = choose_config(p, {});
     EXPECT_NE(c.tile_n, 64) << p.m << "x" << p.n << "x" << p.k << ": " << c.name();
   }
+}
+
+// Problems at most 32 wide with B K-major take the narrowest 64-row tile that covers N, stored
+// directly, unclustered; split only where the tiles reach less than a third
+// of the SMs, then to fill them (each part at least 24 K blocks).
+TEST(ConfigChoose, NarrowProblemsTakeNarrowTilesSplitOnlyWhereTilesAreFew) {
+  struct Case {
+    int64_t m, n, k;
+    int tile_n, splits;
+  };
+  for (const Case& c : {Case{4096, 8, 4096, 8, 1}, Case{1280, 8, 8192, 8, 5}, Case{2112, 8, 7168, 8, 4},
+                        Case{1280, 3, 8192, 8, 5}, Case{4096, 16, 4096, 16, 1}, Case{1280, 9, 8192, 16, 5},
+                        Case{1280, 32, 8192, 32, 5}, Case{28672, 17, 4096, 32, 1}, Case{100, 8, 100, 8, 1}}) {
+    Problem p = problem(c.m, c.n, c.k);
+    p.b = col_major(1, DType::bf16, c.k);  // K-major
+    const KernelConfig config = choose_config(p, {132, kSmemLimit});
+    SCOPED_TRACE(std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + ": " + config.name());
+    EXPECT_EQ(config.tile_m, 64);
+    EXPECT_EQ(config.tile_n, c.tile_n);
+    EXPECT_EQ(config.splits, c.splits);
+    EXPECT_EQ(config.cluster_m, 1);
+    EXPECT_FALSE(config.tma_store);
+    expect_full_stages(config);
+    EXPECT_TRUE(fits(config, {132, kSmemLimit}));
+  }
+  // Not with B N-major, whose 64-column boxes a narrow tile cannot take, nor in a cluster.
+  const KernelConfig n_major = choose_config(problem(1280, 8, 8192), {});
+  EXPECT_FALSE(is_narrow({n_major.tile_m, n_major.tile_n})) << n_major.name();
+  KernelConfig narrow = with_tile(problem_config(problem(1280, 8, 8192)), {64, 8});
+  narrow.stages = 4;
+  EXPECT_FALSE(fits(narrow, {})) << "B N-major";
+  narrow.b_k_major = true;
+  EXPECT_TRUE(fits(narrow, {}));
+  narrow.cluster_m = 2;
+  EXPECT_FALSE(fits(narrow, {})) << "in a cluster";
+  narrow.cluster_m = 1;
+  narrow.tma_store = true;
+  EXPECT_FALSE(fits(narrow, {})) << "a TMA store box is wider than the tile";
 }
 
 // 4096 x 2112 on 132 SMs: 176-wide tiles divide N exactly; 192 rows make 22 x 12 = 264 tiles,
@@ -310,7 +350,7 @@ TEST(ConfigChoose, TileWidthFillsTheLastWave) {
 TEST(ConfigChoose, ThreeWarpgroupTilesTakeNoCAndKeepFourStages) {
   const DeviceLimits limits{132, kSmemLimit};
   for (TileShape tile : tile_shapes()) {
-    KernelConfig c = tile_config(tile, true, true, 0);
+    KernelConfig c = with_tile(tile_config(tile, true, true, 0), tile);
     c.store_buffers = store_buffers_for(c, kSmemLimit);
     c.stages = max_stages(c, kSmemLimit);
     SCOPED_TRACE(c.name());
@@ -594,6 +634,37 @@ TEST(ConfigNormalize, ColumnVectorBecomesARowForTheGemv) {
   Problem a_by_columns = problem(4096, 1, 7168);
   a_by_columns.a = col_major(0, DType::bf16, 4096);
   EXPECT_EQ(normalize(a_by_columns).m, 4096) << "A's K not contiguous: no GEMV, left as it is";
+}
+
+// Decode, 2 to 32 rows of A against at least 128 columns of B, 16-bit and both K-major, is
+// computed transposed, for narrow tiles; one row is left to the GEMV, and what a narrow tile
+// cannot take is left as it is.
+TEST(ConfigNormalize, DecodeIsComputedTransposedForNarrowTiles) {
+  auto nt = [](int64_t m, int64_t n, int64_t k) {
+    Problem p = problem(m, n, k);
+    p.b = col_major(1, DType::bf16, k);
+    return p;
+  };
+  for (int64_t m : {2, 8, 32}) {
+    const Problem p = nt(m, 1280, 8192);
+    const Problem t = normalize(p);
+    EXPECT_EQ(t.m, 1280);
+    EXPECT_EQ(t.n, m);
+    EXPECT_EQ(t.a.data, p.b.data);
+    EXPECT_EQ(t.a.col_stride, 1) << "A' = B^T, K contiguous";
+    EXPECT_EQ(t.b.data, p.a.data);
+    EXPECT_EQ(t.b.row_stride, 1) << "B' = A^T, K contiguous";
+    EXPECT_EQ(t.d.row_stride, 1) << "D' = D^T";
+    const KernelConfig c = choose_config(t, {});
+    EXPECT_TRUE(is_narrow({c.tile_m, c.tile_n})) << c.name();
+  }
+  EXPECT_EQ(normalize(nt(1, 1280, 8192)).m, 1) << "the GEMV's";
+  EXPECT_EQ(normalize(nt(33, 1280, 8192)).m, 33);
+  EXPECT_EQ(normalize(nt(8, 127, 8192)).m, 8);
+  EXPECT_EQ(normalize(problem(8, 1280, 8192)).m, 8) << "B N-major";
+  Problem fp8 = nt(8, 1280, 8192);
+  fp8.a.dtype = fp8.b.dtype = DType::e4m3;
+  EXPECT_EQ(normalize(fp8).m, 8);
 }
 
 TEST(ConfigNormalize, RowMajorDIsUnchanged) {

@@ -130,10 +130,11 @@ void refill_inputs(const DeviceProblem& problem, cudaStream_t stream) {
   }
 }
 
-// The plan gemmkit::gemm makes for the problem (on the calling thread).
-Plan plan_of(const DeviceProblem& problem) {
-  return make_plan(normalize(validate_gemm(problem.a(), problem.b(), problem.d(), problem.options(nullptr))));
+// The problem as gemmkit::gemm plans it (normalised), and the plan it makes (on the calling thread).
+Problem normalized_of(const DeviceProblem& problem) {
+  return normalize(validate_gemm(problem.a(), problem.b(), problem.d(), problem.options(nullptr)));
 }
+Plan plan_of(const DeviceProblem& problem) { return make_plan(normalized_of(problem)); }
 
 // Poisons D, runs the graph and expects D to match the reference for the inputs as they are.
 void expect_replay_correct(DeviceProblem& problem, const GemmGraph& graph, cudaStream_t stream, const std::string& what) {
@@ -208,10 +209,12 @@ TEST_F(GemmGraphs, SplitKUsesTheCaptureStreamsWorkspace) {
   const auto split = call_then_capture(problem, stream_->get());
   const std::vector<unsigned> split_grids = split->kernel_grids();
   ASSERT_EQ(split_grids.size(), 1u);
-  // Unsplit, the persistent grid has one CTA per (cluster of) output tile(s).
+  // Unsplit, the persistent grid has one CTA per (cluster of) output tile(s) of the problem as
+  // planned (decode runs transposed).
+  const Problem planned = normalized_of(problem);
   const int64_t cluster = plan.config.cluster_m;
-  const int64_t tile_rows = (kDecode.m + plan.config.tile_m - 1) / plan.config.tile_m;
-  const int64_t tile_cols = (kDecode.n + plan.config.tile_n - 1) / plan.config.tile_n;
+  const int64_t tile_rows = (planned.m + plan.config.tile_m - 1) / plan.config.tile_m;
+  const int64_t tile_cols = (planned.n + plan.config.tile_n - 1) / plan.config.tile_n;
   const int64_t unsplit_grid =
       std::min<int64_t>((tile_rows + cluster - 1) / cluster * tile_cols, plan.sm_count / cluster) * cluster;
   EXPECT_GT(int64_t(split_grids[0]), unsplit_grid) << "the captured call did not split K";

@@ -11,6 +11,7 @@ namespace {
 
 using GemmBatch = testing::GpuTest;
 using GemmBeta = testing::GpuTest;
+using GemmDecode = testing::GpuTest;
 using GemmDeterminism = testing::GpuTest;
 using GemmEdges = testing::GpuTest;
 using GemmGemv = testing::GpuTest;
@@ -167,14 +168,40 @@ TEST_F(GemmGemv, OneRowAgainstNxKWeights) {
   }
 }
 
+// 2 to 32 rows against K-major B (decode) run transposed on narrow tiles (plan.h): each tile
+// width, split and unsplit, with C (separate and in place), f32 and f16 outputs, a batch, odd N,
+// K of less than one block and odd K (both operands staged).
+TEST_F(GemmDecode, FewRowsRunTransposedOnNarrowTiles) {
+  const ProblemSpec specs[] = {
+      {.m = 2, .n = 1280, .k = 8192},
+      {.m = 8, .n = 4096, .k = 4096},
+      {.m = 9, .n = 1000, .k = 3000, .out = DType::f32, .beta = 0.5f},
+      {.m = 16, .n = 2112, .k = 7168, .in = DType::f16, .out = DType::f16, .beta = -1.0f, .c_is_d = true},
+      {.m = 17, .n = 129, .k = 64},
+      {.m = 32, .n = 1280, .k = 8192, .alpha = 0.5f},
+      {.m = 5, .n = 300, .k = 1000, .batch = 3},
+      {.m = 8, .n = 777, .k = 4097},
+      {.m = 3, .n = 128, .k = 8},
+  };
+  for (const ProblemSpec& spec : specs) {
+    reference::DeviceProblem problem(spec, 1);
+    const Problem p = validate_gemm(problem.a(), problem.b(), problem.d(), problem.options(nullptr));
+    const KernelConfig config = make_plan(normalize(p)).config;
+    EXPECT_TRUE(is_narrow({config.tile_m, config.tile_n})) << spec.describe() << " [" << config.name() << "]";
+    expect_correct(spec);
+  }
+}
+
 // Each tile shape, forced, alone and in a cluster of two, on shapes with partial tiles in
-// every dimension (and clusters whose second tile lies wholly below D).
+// every dimension (and clusters whose second tile lies wholly below D). Narrow tiles take B
+// K-major only, unclustered and with direct stores.
 TEST_F(GemmTiles, EveryTileShapeForced) {
   const runtime::DeviceInfo& info = runtime::device_info(0);
   for (TileShape tile : tile_shapes()) {
     for (const char* layout : kLayouts) {
       for (bool direct : {false, true}) {
         for (int cluster : {1, 2}) {
+          if (is_narrow(tile) && (layout[1] != 'T' || !direct || cluster > 1)) continue;
           KernelConfig config;
           config.tile_m = tile.m;
           config.tile_n = tile.n;
@@ -217,9 +244,7 @@ TEST_F(GemmTiles, NarrowStoreBoxes) {
 }
 
 KernelConfig split_config(TileShape tile, const char* layout, int cluster, int splits) {
-  KernelConfig config;
-  config.tile_m = tile.m;
-  config.tile_n = tile.n;
+  KernelConfig config = with_tile(KernelConfig{}, tile);
   config.cluster_m = cluster;
   config.splits = splits;
   config.a_k_major = layout[0] == 'N';
@@ -228,18 +253,19 @@ KernelConfig split_config(TileShape tile, const char* layout, int cluster, int s
   return config;
 }
 
-// Split-K, forced: each tile that can be split, every layout, alone and in a cluster, with
-// uneven parts (K not a multiple of 64 or of the split count), partial tiles, rows below D,
-// and more parts asked for than K has blocks (the launch uses fewer).
+// Split-K, forced: each tile that can be split, every layout, alone and in a cluster (narrow
+// tiles as they can run), with uneven parts (K not a multiple of 64 or of the split count),
+// partial tiles, rows below D, and more parts asked for than K has blocks (the launch uses fewer).
 TEST_F(GemmSplitK, EveryTileLayoutAndClusterForced) {
   for (TileShape tile : tile_shapes()) {
     if (tile.n > kMaxSplitTileN) continue;
     for (const char* layout : kLayouts) {
       for (int cluster : {1, 2}) {
+        if (is_narrow(tile) && (layout[1] != 'T' || cluster > 1)) continue;
         for (int splits : {2, 3, 7}) {
           const KernelConfig config = split_config(tile, layout, cluster, splits);
           for (auto [m, n, k] : {std::tuple{1, 2 * tile.n + 7, 1000}, std::tuple{tile.m + 17, tile.n - 1, 4097},
-                                 std::tuple{16, 300, 130}}) {
+                                 std::tuple{33, 300, 130}}) {
             expect_correct({.m = m, .n = n, .k = k, .layout = layout, .align_leading = true}, &config);
           }
         }
@@ -285,22 +311,25 @@ TEST_F(GemmDeterminism, RepeatedRunsAreIdentical) {
   }
 }
 
-// Split-K sums its parts in a fixed order whichever finishes last: D is bit-identical run to run.
+// Split-K sums its parts in a fixed order whichever finishes last: D is bit-identical run to run,
+// on a wide tile and on a narrow one (16 rows, transposed, normalize).
 TEST_F(GemmDeterminism, SplitKRunsAreIdentical) {
-  reference::DeviceProblem problem({.m = 16, .n = 2112, .k = 7168, .layout = "NT"}, testing::fresh_seed());
-  const KernelConfig config = split_config({64, 128}, "NT", 1, 7);
-  Problem p = validate_gemm(problem.a(), problem.b(), problem.d(), problem.options(nullptr));
-  const Plan plan = make_plan(normalize(p), &config);
-  std::vector<std::vector<char>> results;
-  for (int run = 0; run < 5; ++run) {
-    problem.prepare_output(nullptr);
-    run_plan(plan, normalize(p), nullptr);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    results.push_back(problem.copy_output());
+  for (auto [m, tile] : {std::pair{48, TileShape{64, 128}}, std::pair{16, TileShape{64, 16}}}) {
+    reference::DeviceProblem problem({.m = m, .n = 2112, .k = 7168, .layout = "NT"}, testing::fresh_seed());
+    const KernelConfig config = split_config(tile, "NT", 1, 7);
+    Problem p = validate_gemm(problem.a(), problem.b(), problem.d(), problem.options(nullptr));
+    const Plan plan = make_plan(normalize(p), &config);
+    std::vector<std::vector<char>> results;
+    for (int run = 0; run < 5; ++run) {
+      problem.prepare_output(nullptr);
+      run_plan(plan, normalize(p), nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      results.push_back(problem.copy_output());
+    }
+    for (int run = 1; run < 5; ++run) EXPECT_EQ(results[0], results[run]) << config.name() << ", run " << run;
+    const reference::Comparison result = problem.check(nullptr);
+    EXPECT_TRUE(result.passed()) << config.name() << ": " << result.summary();
   }
-  for (int run = 1; run < 5; ++run) EXPECT_EQ(results[0], results[run]) << "run " << run;
-  const reference::Comparison result = problem.check(nullptr);
-  EXPECT_TRUE(result.passed()) << result.summary();
 }
 
 }  // namespace
