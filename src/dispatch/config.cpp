@@ -139,15 +139,20 @@ bool half_width_tile_pays(const Problem& p, TileShape tile, int64_t k_blocks, co
   return wide_units * 5 < limits.sm_count * 2;
 }
 
-// Narrow tiles stream B (the weights, after normalize) past few columns of A. Measured on an H100
-// (NT bf16 decode shapes, transposed as normalize does): unsplit wherever the tiles alone reach a
-// third of the SMs (4096x8x4096: 64 tiles, 18.1 us unsplit, 19.3 in two parts), else in as many
-// parts as fill the SMs in one wave, each at least kMinSplitBlocks deep (2112x8x7168: 33 tiles,
-// 20.6 us unsplit, 18.8 in two parts, 17.7 in four; 1280x8x8192: 20 tiles, 20.4 unsplit, 14.7 in
-// four, 14.9 in six).
+// Narrow tiles stream B (the weights, after normalize) past few columns of A, and one SM loads
+// only ~36 bytes a clock: fewer than half the SMs cannot reach the memory's bandwidth. So
+// unsplit where the tiles reach half the SMs, else in as many parts as fill the SMs in one wave,
+// each at least kMinSplitBlocks deep, or twice that where the tiles reach a third of the SMs.
+// Measured on an H100 (NT bf16 decode shapes, transposed as normalize does; us):
+// - 4096x8x4096, 64 tiles of 64 K blocks: 18.1 unsplit, 19.3 in two parts;
+// - 4096x8x14336, 64 tiles of 224 K blocks: 49.0 unsplit, 46.6 in two parts (H200: 38.8
+//   unsplit, against cuBLASLt's 34.2);
+// - 2112x8x7168, 33 tiles: 20.6 unsplit, 18.8 in two parts, 17.7 in four;
+// - 1280x8x8192, 20 tiles: 20.4 unsplit, 14.7 in four, 14.9 in six.
 int64_t narrow_splits(int64_t tiles, int64_t k_blocks, const DeviceLimits& limits) {
-  if (tiles * 3 >= limits.sm_count) return 1;
-  return std::max<int64_t>(1, std::min<int64_t>(limits.sm_count / tiles, max_splits(k_blocks)));
+  if (tiles * 2 >= limits.sm_count) return 1;
+  const int64_t min_blocks = tiles * 3 >= limits.sm_count ? 2 * kMinSplitBlocks : kMinSplitBlocks;
+  return std::max<int64_t>(1, std::min({limits.sm_count / tiles, k_blocks / min_blocks, int64_t(kMaxSplits)}));
 }
 
 // A narrow problem's candidates: the narrowest tile that covers N, unclustered, split as

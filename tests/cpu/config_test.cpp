@@ -291,14 +291,15 @@ TEST(ConfigChoose, HalfWidthTilesWhereWideOnesLeaveMostSMsIdle) {
 }
 
 // Problems at most 32 wide with B K-major take the narrowest 64-row tile that covers N, stored
-// directly, unclustered; split only where the tiles reach less than a third
-// of the SMs, then to fill them (each part at least 24 K blocks).
+// directly, unclustered; split only where the tiles reach less than half the SMs, then to fill
+// them, each part at least 24 K blocks deep (48 where the tiles reach a third of the SMs).
 TEST(ConfigChoose, NarrowProblemsTakeNarrowTilesSplitOnlyWhereTilesAreFew) {
   struct Case {
     int64_t m, n, k;
     int tile_n, splits;
   };
-  for (const Case& c : {Case{4096, 8, 4096, 8, 1}, Case{1280, 8, 8192, 8, 5}, Case{2112, 8, 7168, 8, 4},
+  for (const Case& c : {Case{4096, 8, 4096, 8, 1}, Case{4096, 8, 14336, 8, 2}, Case{8448, 8, 14336, 8, 1},
+                        Case{1280, 8, 8192, 8, 5}, Case{2112, 8, 7168, 8, 4},
                         Case{1280, 3, 8192, 8, 5}, Case{4096, 16, 4096, 16, 1}, Case{1280, 9, 8192, 16, 5},
                         Case{1280, 32, 8192, 32, 5}, Case{28672, 17, 4096, 32, 1}, Case{100, 8, 100, 8, 1}}) {
     Problem p = problem(c.m, c.n, c.k);
