@@ -11,10 +11,11 @@ namespace gemmkit {
 // The kernels write D row by row. A D whose columns are contiguous instead is computed as
 // D^T = B^T A^T, which is the same memory with A and B swapped and every operand transposed.
 // So is N = 1 with A's K contiguous: transposed, it is one row against A stored M x K, which the
-// GEMV kernel takes. So is decode, 2 to kNarrowMaxN rows of A against at least 128 columns of B,
+// GEMV kernel takes. So is decode, 1 to kNarrowMaxN rows of A against at least 128 columns of B,
 // 16-bit and both K-major: transposed, B's columns (the weights) fill wgmma's 64 rows and A's
 // rows (the tokens) a narrow tile's N (config.h), where untransposed they would fill 2 to 32 of
-// 64 rows (H100: 8x1280x8192 17.6 against 14.7 us, 8x4096x4096 20.4 against 18.1).
+// 64 rows (H100: 8x1280x8192 17.6 against 14.7 us, 8x4096x4096 20.4 against 18.1). One row
+// stays on the GEMV where B is unaligned or wider than 16384 (plan.cpp).
 Problem normalize(const Problem& p);
 
 struct Plan {

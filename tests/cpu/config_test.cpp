@@ -504,7 +504,7 @@ TEST(ConfigChoose, Fp8ShortKTakesThreeConsumersAndSmallMNoEmptySlices) {
 
 // 64 x 64 8-bit tiles for decode: at M above 16, and at M <= 16 only where 64 x 128 tiles
 // with every split the model allows reach fewer than half the SMs.
-TEST(ConfigChoose, Fp8NarrowTilesWhereWideOnesLeaveSmsIdle) {
+TEST(ConfigChoose, Fp8HalfWidthTilesWhereWideOnesLeaveSmsIdle) {
   auto fp8 = [](int64_t m, int64_t n, int64_t k) {
     Problem p = problem(m, n, k);
     p.a.dtype = p.b.dtype = DType::e4m3;
@@ -637,16 +637,16 @@ TEST(ConfigNormalize, ColumnVectorBecomesARowForTheGemv) {
   EXPECT_EQ(normalize(a_by_columns).m, 4096) << "A's K not contiguous: no GEMV, left as it is";
 }
 
-// Decode, 2 to 32 rows of A against at least 128 columns of B, 16-bit and both K-major, is
-// computed transposed, for narrow tiles; one row is left to the GEMV, and what a narrow tile
-// cannot take is left as it is.
+// Decode, 1 to 32 rows of A against at least 128 columns of B, 16-bit and both K-major, is
+// computed transposed, for narrow tiles; one row against unaligned or very wide B is left to the
+// GEMV, and what a narrow tile cannot take is left as it is.
 TEST(ConfigNormalize, DecodeIsComputedTransposedForNarrowTiles) {
   auto nt = [](int64_t m, int64_t n, int64_t k) {
     Problem p = problem(m, n, k);
     p.b = col_major(1, DType::bf16, k);
     return p;
   };
-  for (int64_t m : {2, 8, 32}) {
+  for (int64_t m : {1, 2, 8, 32}) {
     const Problem p = nt(m, 1280, 8192);
     const Problem t = normalize(p);
     EXPECT_EQ(t.m, 1280);
@@ -659,7 +659,9 @@ TEST(ConfigNormalize, DecodeIsComputedTransposedForNarrowTiles) {
     const KernelConfig c = choose_config(t, {});
     EXPECT_TRUE(is_narrow({c.tile_m, c.tile_n})) << c.name();
   }
-  EXPECT_EQ(normalize(nt(1, 1280, 8192)).m, 1) << "the GEMV's";
+  EXPECT_EQ(normalize(nt(1, 16385, 8192)).m, 1) << "the GEMV's: wider than 16384";
+  Problem unaligned = nt(1, 1280, 8191);
+  EXPECT_EQ(normalize(unaligned).m, 1) << "the GEMV's: B unaligned";
   EXPECT_EQ(normalize(nt(33, 1280, 8192)).m, 33);
   EXPECT_EQ(normalize(nt(8, 127, 8192)).m, 8);
   EXPECT_EQ(normalize(problem(8, 1280, 8192)).m, 8) << "B N-major";

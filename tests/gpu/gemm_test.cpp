@@ -145,16 +145,17 @@ TEST_F(GemmUnaligned, StagedOperandsFallbackAndDirectStores) {
   }
 }
 
-// M = 1 against B stored N x K, and N = 1 against A stored M x K, run the GEMV kernel: 16-byte
-// loads where the rows are aligned, element loads where K is odd or a base is off; batches, C
-// and every output type.
+// M = 1 against B stored N x K where narrow tiles do not take it (B unaligned, N above 16384 or
+// below 128), and N = 1 against A stored M x K, run the GEMV kernel: 16-byte loads where the rows
+// are aligned, element loads where K is odd or a base is off; batches, C and every output type.
 TEST_F(GemmGemv, OneRowAgainstNxKWeights) {
   const ProblemSpec specs[] = {
-      {.m = 1, .n = 2112, .k = 7168, .layout = "NT"},
+      {.m = 1, .n = 20000, .k = 2048, .layout = "NT"},
       {.m = 1, .n = 1000, .k = 4097, .layout = "NT"},
       {.m = 1, .n = 33, .k = 129, .layout = "TT", .offset_b = 1},
-      {.m = 1, .n = 257, .k = 1000, .batch = 3, .layout = "NT", .out = DType::f32, .beta = 0.5f},
-      {.m = 1, .n = 300, .k = 520, .layout = "NT", .in = DType::f16, .out = DType::f16, .beta = -1.0f, .c_is_d = true},
+      {.m = 1, .n = 257, .k = 1001, .batch = 3, .layout = "NT", .out = DType::f32, .beta = 0.5f},
+      {.m = 1, .n = 300, .k = 520, .layout = "NT", .in = DType::f16, .out = DType::f16, .beta = -1.0f, .c_is_d = true,
+       .pad_b = 1},
       {.m = 1, .n = 1, .k = 1, .layout = "NT"},
       // N = 1 with A stored M x K: computed transposed, as one row against A.
       {.m = 2112, .n = 1, .k = 7168, .layout = "NN"},
@@ -168,11 +169,13 @@ TEST_F(GemmGemv, OneRowAgainstNxKWeights) {
   }
 }
 
-// 2 to 32 rows against K-major B (decode) run transposed on narrow tiles (plan.h): each tile
-// width, split and unsplit, with C (separate and in place), f32 and f16 outputs, a batch, odd N,
-// K of less than one block and odd K (both operands staged).
+// 1 to 32 rows against K-major B (decode) run transposed on narrow tiles (plan.h): each tile
+// width, split and unsplit, with C (separate and in place), f32 and f16 outputs, batches, odd N,
+// K of less than one block and odd K (both operands staged; one row then runs the GEMV).
 TEST_F(GemmDecode, FewRowsRunTransposedOnNarrowTiles) {
   const ProblemSpec specs[] = {
+      {.m = 1, .n = 1280, .k = 8192},
+      {.m = 1, .n = 4096, .k = 1000, .batch = 2, .out = DType::f32, .beta = 2.0f},
       {.m = 2, .n = 1280, .k = 8192},
       {.m = 8, .n = 4096, .k = 4096},
       {.m = 9, .n = 1000, .k = 3000, .out = DType::f32, .beta = 0.5f},
