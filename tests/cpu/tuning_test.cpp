@@ -136,14 +136,16 @@ TEST(TuningKeys, ClassHoldsLayoutTypesNKBatchAndTheBucketOfM) {
   EXPECT_NE(tuning::problem_key(other), key);
 }
 
+// Narrow tiles too, which store directly where the problem would allow TMA stores (4096 x 8).
 TEST(TuningKeys, TunedFieldsRoundTripOntoTheProblemsFields) {
-  const Problem p = nt_problem(128, 7168, 16384);
-  const KernelConfig base = problem_config(p);
-  for (const KernelConfig& c : tuning::tuning_candidates(p, kLimits)) {
-    const std::string text = tuning::tuned_fields(c);
-    const std::optional<KernelConfig> back = tuning::with_tuned_fields(base, text);
-    ASSERT_TRUE(back.has_value()) << text;
-    EXPECT_EQ(*back, c) << text;
+  for (const Problem& p : {nt_problem(128, 7168, 16384), nt_problem(4096, 8, 4096), nt_problem(1280, 16, 8192)}) {
+    const KernelConfig base = problem_config(p);
+    for (const KernelConfig& c : tuning::tuning_candidates(p, kLimits)) {
+      const std::string text = tuning::tuned_fields(c);
+      const std::optional<KernelConfig> back = tuning::with_tuned_fields(base, text);
+      ASSERT_TRUE(back.has_value()) << text;
+      EXPECT_EQ(*back, c) << text;
+    }
   }
   EXPECT_EQ(tuning::tuned_fields(choose_config(nt_problem(8192, 8192, 8192), kLimits)), "128x256 s4 g8 c2 k1 b2");
 }

@@ -185,6 +185,10 @@ TEST_F(GemmDecode, FewRowsRunTransposedOnNarrowTiles) {
       {.m = 5, .n = 300, .k = 1000, .batch = 3},
       {.m = 8, .n = 777, .k = 4097},
       {.m = 3, .n = 128, .k = 8},
+      // D padded, unaligned, or by columns (then the transposed problem's D' is row-major).
+      {.m = 8, .n = 1000, .k = 512, .pad_d = 3},
+      {.m = 12, .n = 520, .k = 640, .out = DType::f32, .offset_d = 1},
+      {.m = 8, .n = 1000, .k = 512, .beta = 1.0f, .d_col_major = true},
   };
   for (const ProblemSpec& spec : specs) {
     reference::DeviceProblem problem(spec, 1);
