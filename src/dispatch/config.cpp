@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <tuple>
 
@@ -99,6 +100,7 @@ double epilogue_blocks(const KernelConfig& c) { return is_fp8(c.in) ? 10.0 * 64 
 //   ran faster unclustered too (128x7168x2048 17.6 against 19.2 us), but back to back in the
 //   decode chains they ran slower (llama3-70b-tp8-m128 406 against 390 us, llama3-8b-m128 728
 //   against 713, both measured twice), where the pair's shared loads read each weight once.
+//   (Those whose 64x64 tiles fit in one wave now take streaming tiles instead, streaming_tile.)
 // - The rows of both A and B lie off 128-byte L2 lines: every 128-byte box row then reads two
 //   lines, and sharing B halves those reads (1000^3 NN, rows 2000 bytes apart: 13.8 us in
 //   clusters, 15.8 without).
@@ -139,34 +141,53 @@ bool half_width_tile_pays(const Problem& p, TileShape tile, int64_t k_blocks, co
   return wide_units * 5 < limits.sm_count * 2;
 }
 
-// Narrow tiles stream B (the weights, after normalize) past few columns of A, and one SM loads
-// only ~36 bytes a clock: fewer than half the SMs cannot reach the memory's bandwidth. So
-// unsplit where the tiles reach half the SMs, else in as many parts as fill the SMs in one wave,
-// each at least kMinSplitBlocks deep, or twice that where the tiles reach a third of the SMs.
-// Measured on an H100 (NT bf16 decode shapes, transposed as normalize does; us):
+// Weight streaming: 16-bit problems whose time goes to reading one operand (the weights) once,
+// past few rows or columns of the other, take 64-row tiles, unclustered:
+// - at most kNarrowMaxN wide with B K-major (decode, transposed by normalize): a narrow tile, the
+//   narrowest that covers N;
+// - 33 to 128 rows against at least 8 times as many columns, B K-major, where 64x64 tiles fit in
+//   one wave: 64x64. Against 64x128 tiles in clusters of two, split as the cost model said (H100,
+//   NT, us): 128x4096x4096 18.7 against 23.4, 128x1280x8192 17.7 against 20.8, 64x2112x7168 19.6
+//   against 21.2; llama3-70b-tp8-m128 chain 371 against 379 (8b-m128 685 against 695). Where
+//   they take more than a wave they lost (77x5760x2880, 180 tiles: 26.8 against 20.5). Other
+//   layouts were not measured.
+std::optional<TileShape> streaming_tile(const Problem& p, const KernelConfig& config, const DeviceLimits& limits) {
+  if (is_fp8(config.in)) return std::nullopt;
+  if (!config.b_k_major) return std::nullopt;
+  if (p.n <= kNarrowMaxN) return TileShape{64, p.n <= 8 ? 8 : p.n <= 16 ? 16 : 32};
+  const bool one_wave = ceil_div(p.m, 64) * ceil_div(p.n, 64) * p.batch <= limits.sm_count;
+  if (p.m > kNarrowMaxN && p.m <= 128 && p.n >= 8 * p.m && one_wave) return TileShape{64, 64};
+  return std::nullopt;
+}
+
+// One SM loads only ~36 bytes a clock: fewer than half the SMs cannot reach the memory's
+// bandwidth. So streaming tiles run unsplit where they exceed half the SMs, else in as many parts
+// as fill the SMs in one wave, each at least kMinSplitBlocks deep, or twice that where the tiles
+// reach a third of the SMs. Measured on narrow tiles, H100 (NT bf16 decode shapes, transposed as
+// normalize does; us):
 // - 4096x8x4096, 64 tiles of 64 K blocks: 18.1 unsplit, 19.3 in two parts;
 // - 4096x8x14336, 64 tiles of 224 K blocks: 49.0 unsplit, 46.6 in two parts (H200: 38.8
 //   unsplit, against cuBLASLt's 34.2);
 // - 2112x8x7168, 33 tiles: 20.6 unsplit, 18.8 in two parts, 17.7 in four;
 // - 1280x8x8192, 20 tiles: 20.4 unsplit, 14.7 in four, 14.9 in six.
-int64_t narrow_splits(int64_t tiles, int64_t k_blocks, const DeviceLimits& limits) {
-  if (tiles * 2 >= limits.sm_count) return 1;
+int64_t streaming_splits(int64_t tiles, int64_t k_blocks, const DeviceLimits& limits) {
+  if (tiles * 2 > limits.sm_count) return 1;
   const int64_t min_blocks = tiles * 3 >= limits.sm_count ? 2 * kMinSplitBlocks : kMinSplitBlocks;
   return std::max<int64_t>(1, std::min({limits.sm_count / tiles, k_blocks / min_blocks, int64_t(kMaxSplits)}));
 }
 
-// A narrow problem's candidates: the narrowest tile that covers N, unclustered, split as
-// narrow_splits says (the pick), then the other part counts, nearest the pick first. Their cost
-// is that distance: the model has no finer estimate for them.
-std::vector<Candidate> narrow_candidates(const Problem& p, const KernelConfig& config, int64_t k_blocks,
-                                         const DeviceLimits& limits) {
-  const TileShape tile{64, p.n <= 8 ? 8 : p.n <= 16 ? 16 : 32};
+// A streaming problem's candidates: its tile, unclustered, split as streaming_splits says (the
+// pick), then the other part counts, nearest the pick first. Their cost is that distance: the
+// model has no finer estimate for them.
+std::vector<Candidate> streaming_candidates(const Problem& p, const KernelConfig& config, TileShape tile,
+                                            int64_t k_blocks, const DeviceLimits& limits) {
   KernelConfig c = with_tile(config, tile);
   c.cluster_m = 1;
   c.group_m = raster_group_rows(p, tile.m, limits);
+  c.store_buffers = store_buffers_for(c, limits.smem_per_block);
   c.stages = max_stages(c, limits.smem_per_block);
-  const int64_t tiles = ceil_div(p.m, tile.m) * p.batch;
-  const int64_t pick = narrow_splits(tiles, k_blocks, limits);
+  const int64_t tiles = ceil_div(p.m, tile.m) * ceil_div(p.n, tile.n) * p.batch;
+  const int64_t pick = streaming_splits(tiles, k_blocks, limits);
   std::vector<Candidate> candidates;
   for (int64_t splits = 1; splits <= max_splits(k_blocks); ++splits) {
     c.splits = int(splits);
@@ -422,12 +443,14 @@ std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& lim
   // clustered first, fewest parts first, and a later one must win by 2% to be the pick: the
   // model cannot tell closer calls apart, and fewer units means fewer epilogues.
   const int64_t k_blocks = ceil_div(p.k, config.tile_k());
-  if (p.n <= kNarrowMaxN && config.b_k_major && !is_fp8(config.in)) return narrow_candidates(p, config, k_blocks, limits);
+  if (const std::optional<TileShape> tile = streaming_tile(p, config, limits)) {
+    return streaming_candidates(p, config, *tile, k_blocks, limits);
+  }
   const bool rows_off_lines = !rows_on_lines(p.a, config.stage_a) && !rows_on_lines(p.b, config.stage_b);
   std::vector<Candidate> candidates;
   size_t pick = 0;
   for (TileShape tile : tile_shapes(is_fp8(config.in))) {
-    if (is_narrow(tile)) continue;  // narrow_candidates
+    if (is_narrow(tile)) continue;  // streaming_candidates
     // No tile whose last consumer warpgroup would only multiply rows below M.
     if (tile.m > 64 && tile.m - 64 >= p.m) continue;
     const int64_t tiles_m = ceil_div(p.m, tile.m);

@@ -329,6 +329,35 @@ TEST(ConfigChoose, NarrowProblemsTakeNarrowTilesSplitOnlyWhereTilesAreFew) {
   EXPECT_FALSE(fits(narrow, {})) << "a TMA store box is wider than the tile";
 }
 
+// 33 to 128 rows against weights (N >= 8 M, B K-major) whose 64x64 tiles fit in one wave take
+// 64x64 tiles, unclustered, split as streaming tiles are; not where those take more than a
+// wave, nor with B N-major.
+TEST(ConfigChoose, WeightStreamingTakes64x64TilesInOneWave) {
+  auto nt = [](int64_t m, int64_t n, int64_t k) {
+    Problem p = problem(m, n, k);
+    p.b = col_major(1, DType::bf16, k);
+    return p;
+  };
+  struct Case {
+    int64_t m, n, k;
+    int splits;
+  };
+  for (const Case& c : {Case{128, 4096, 4096, 1}, Case{128, 1280, 8192, 3}, Case{64, 2112, 7168, 4},
+                        Case{128, 2112, 7168, 2}, Case{64, 4096, 7168, 2}}) {
+    const KernelConfig config = choose_config(nt(c.m, c.n, c.k), {132, kSmemLimit});
+    SCOPED_TRACE(std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + ": " + config.name());
+    EXPECT_EQ(config.tile_m, 64);
+    EXPECT_EQ(config.tile_n, 64);
+    EXPECT_EQ(config.cluster_m, 1);
+    EXPECT_EQ(config.splits, c.splits);
+    expect_full_stages(config);
+  }
+  for (const Problem& p : {nt(77, 5760, 2880), nt(128, 7168, 2048), problem(128, 4096, 4096)}) {
+    const KernelConfig config = choose_config(p, {132, kSmemLimit});
+    EXPECT_NE(config.tile_n, 64) << p.m << "x" << p.n << "x" << p.k << ": " << config.name();
+  }
+}
+
 // 4096 x 2112 on 132 SMs: 176-wide tiles divide N exactly; 192 rows make 22 x 12 = 264 tiles,
 // two full waves (128 rows: 384 tiles, 2.9 waves, of tiles that load more per multiply).
 // 128 x 192 would make 352 tiles, a last wave two-thirds full. C rules out 192 rows.
