@@ -149,15 +149,20 @@ bool half_width_tile_pays(const Problem& p, TileShape tile, int64_t k_blocks, co
 //   one wave: 64x64. Against 64x128 tiles in clusters of two, split as the cost model said (H100,
 //   NT, us): 128x4096x4096 18.7 against 23.4, 128x1280x8192 17.7 against 20.8, 64x2112x7168 19.6
 //   against 21.2; llama3-70b-tp8-m128 chain 371 against 379 (8b-m128 685 against 695). Where
-//   they take more than a wave they lost (77x5760x2880, 180 tiles: 26.8 against 20.5), and where
+//   they take more than a wave they lost (77x5760x2880, 180 tiles: 26.8 against 20.5), where
 //   B's rows lie off 128-byte lines, which a cluster's shared loads read half as often
-//   (128x4096x4104: 32.1 against 24.7). Other layouts were not measured.
-std::optional<TileShape> streaming_tile(const Problem& p, const KernelConfig& config, const DeviceLimits& limits) {
+//   (128x4096x4104: 32.1 against 24.7), and above 64 rows at K deeper than 128 blocks, where two
+//   tiles read each weight tile without a cluster's shared loads (H200: 128x4096x14336 42.2
+//   against 40.6, llama3-8b-m128 chain 544 against 536). Other layouts were not measured.
+std::optional<TileShape> streaming_tile(const Problem& p, const KernelConfig& config, int64_t k_blocks,
+                                        const DeviceLimits& limits) {
   if (is_fp8(config.in)) return std::nullopt;
   if (!config.b_k_major) return std::nullopt;
   if (p.n <= kNarrowMaxN) return TileShape{64, p.n <= 8 ? 8 : p.n <= 16 ? 16 : 32};
   const bool one_wave = ceil_div(p.m, 64) * ceil_div(p.n, 64) * p.batch <= limits.sm_count;
-  if (p.m > kNarrowMaxN && p.m <= 128 && p.n >= 8 * p.m && one_wave && rows_on_lines(p.b, config.stage_b)) {
+  const bool shallow_or_one_row = p.m <= 64 || k_blocks <= 128;
+  if (p.m > kNarrowMaxN && p.m <= 128 && p.n >= 8 * p.m && one_wave && shallow_or_one_row &&
+      rows_on_lines(p.b, config.stage_b)) {
     return TileShape{64, 64};
   }
   return std::nullopt;
@@ -446,7 +451,7 @@ std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& lim
   // clustered first, fewest parts first, and a later one must win by 2% to be the pick: the
   // model cannot tell closer calls apart, and fewer units means fewer epilogues.
   const int64_t k_blocks = ceil_div(p.k, config.tile_k());
-  if (const std::optional<TileShape> tile = streaming_tile(p, config, limits)) {
+  if (const std::optional<TileShape> tile = streaming_tile(p, config, k_blocks, limits)) {
     return streaming_candidates(p, config, *tile, k_blocks, limits);
   }
   const bool rows_off_lines = !rows_on_lines(p.a, config.stage_a) && !rows_on_lines(p.b, config.stage_b);

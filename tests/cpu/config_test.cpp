@@ -331,7 +331,8 @@ TEST(ConfigChoose, NarrowProblemsTakeNarrowTilesSplitOnlyWhereTilesAreFew) {
 
 // 33 to 128 rows against weights (N >= 8 M, B K-major) whose 64x64 tiles fit in one wave take
 // 64x64 tiles, unclustered, split as streaming tiles are; not where those take more than a
-// wave, nor with B's rows off 128-byte lines, nor with B N-major.
+// wave, nor with B's rows off 128-byte lines, nor above 64 rows at K deeper than 128 blocks, nor
+// with B N-major.
 TEST(ConfigChoose, WeightStreamingTakes64x64TilesInOneWave) {
   auto nt = [](int64_t m, int64_t n, int64_t k) {
     Problem p = problem(m, n, k);
@@ -343,7 +344,7 @@ TEST(ConfigChoose, WeightStreamingTakes64x64TilesInOneWave) {
     int splits;
   };
   for (const Case& c : {Case{128, 4096, 4096, 1}, Case{128, 1280, 8192, 3}, Case{64, 2112, 7168, 4},
-                        Case{128, 2112, 7168, 2}, Case{64, 4096, 7168, 2}}) {
+                        Case{128, 2112, 7168, 2}, Case{64, 4096, 7168, 2}, Case{64, 8192, 28672, 1}}) {
     const KernelConfig config = choose_config(nt(c.m, c.n, c.k), {132, kSmemLimit});
     SCOPED_TRACE(std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + ": " + config.name());
     EXPECT_EQ(config.tile_m, 64);
@@ -352,7 +353,8 @@ TEST(ConfigChoose, WeightStreamingTakes64x64TilesInOneWave) {
     EXPECT_EQ(config.splits, c.splits);
     expect_full_stages(config);
   }
-  for (const Problem& p : {nt(77, 5760, 2880), nt(128, 7168, 2048), nt(128, 4096, 4104), problem(128, 4096, 4096)}) {
+  for (const Problem& p : {nt(77, 5760, 2880), nt(128, 7168, 2048), nt(128, 4096, 4104), nt(128, 4096, 14336),
+                          problem(128, 4096, 4096)}) {
     const KernelConfig config = choose_config(p, {132, kSmemLimit});
     EXPECT_NE(config.tile_n, 64) << p.m << "x" << p.n << "x" << p.k << ": " << config.name();
   }
