@@ -100,7 +100,7 @@ double epilogue_blocks(const KernelConfig& c) { return is_fp8(c.in) ? 10.0 * 64 
 //   ran faster unclustered too (128x7168x2048 17.6 against 19.2 us), but back to back in the
 //   decode chains they ran slower (llama3-70b-tp8-m128 406 against 390 us, llama3-8b-m128 728
 //   against 713, both measured twice), where the pair's shared loads read each weight once.
-//   (Those whose 64x64 tiles fit in one wave now take streaming tiles instead, streaming_tile.)
+//   (Those that streaming_tile takes now run unclustered 64x64 tiles instead.)
 // - The rows of both A and B lie off 128-byte L2 lines: every 128-byte box row then reads two
 //   lines, and sharing B halves those reads (1000^3 NN, rows 2000 bytes apart: 13.8 us in
 //   clusters, 15.8 without).
