@@ -64,6 +64,11 @@ __device__ __forceinline__ void cp_async_4(u32 dst, const void* src, u32 bytes) 
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
 }
 
+// Copies 16 bytes from global to shared memory asynchronously, both 16-byte aligned, through L2 only.
+__device__ __forceinline__ void cp_async_16(u32 dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+
 // Waits until this thread's earlier cp.async copies have landed.
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
@@ -80,6 +85,10 @@ __device__ __forceinline__ u32 ld_shared_u32(u32 address) {
   u32 v;
   asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(address) : "memory");
   return v;
+}
+__device__ __forceinline__ void st_shared_v4(u32 address, const u32 (&v)[4]) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(address), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
+               : "memory");
 }
 __device__ __forceinline__ float ld_shared_f32(u32 address) { return __uint_as_float(ld_shared_u32(address)); }
 __device__ __forceinline__ float2 ld_shared_f32x2(u32 address) {

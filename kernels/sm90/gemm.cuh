@@ -23,9 +23,16 @@
 // 8-bit inputs (both K-major, as wgmma requires) take the same pipeline; their consumers
 // accumulate in two levels (promote.cuh).
 //
+// With kRealignA or kRealignB, that operand (16-bit, which TMA cannot address) is loaded by the
+// producer warpgroup's threads instead (realign.cuh): warps 0-1 copy the granules that hold a
+// stage's rows into a landing ring beside the stages, counted on that stage's "landed" barrier;
+// warps 2-3 wait for it, write the rows into the stage as TMA would have, and arrive on the full
+// barrier.
+//
 // The generated prelude defines kTileM, kTileN, kStages, kGroupM, kClusterM, kSplitK, kAKMajor,
 // kBKMajor, kAType, kBType, kOutType, kCType, kHasC, kScaleA, kScaleB, kScaleMNA, kScaleMNB,
-// kABatched, kBBatched, kTmaStore, kStoreBoxBytes, kStoreBuffers, kSmemBytes and wgmma_tile().
+// kABatched, kBBatched, kRealignA, kRealignB, kTmaStore, kStoreBoxBytes, kStoreBuffers, kSmemBytes
+// and wgmma_tile().
 // kTileN is any multiple of 16 up to 256.
 #pragma once
 
@@ -39,22 +46,33 @@ constexpr int kBlocksN = (kTileN + 63) / 64;  // 64-wide blocks of an N-major B 
 constexpr u32 kStageBytesA = kTileM * kRowBytes;
 constexpr u32 kStageBytesB = kBKMajor ? kTileN * kRowBytes : kBlocksN * kMajorBlock;
 constexpr u32 kEpilogueBytes = kTmaStore ? kConsumers * kStoreBuffers * kEpilogueBufferBytes : 0;
+// Realigned operands: the stage rows of each slice (a K-major slice's rows, an MN-major one's 64
+// K rows per 64-wide block) and the landing ring's rows per stage, A's first.
+constexpr bool kRealign = kRealignA || kRealignB;
+constexpr int kRowsA = kStageBytesA / kRowBytes, kRowsB = kStageBytesB / kRowBytes;
+constexpr int kLandingRowsBeforeB = kRealignA ? kRowsA : 0;
+constexpr u32 kLandingBytes = (kLandingRowsBeforeB + (kRealignB ? kRowsB : 0)) * kLandingRowBytes;
+constexpr int kCopyWarps = 2, kRealignWarps = 2;  // the producer's warps 0-1 and 2-3
+constexpr u32 kTmaStageBytes = (kRealignA ? 0 : kStageBytesA) + (kRealignB ? 0 : kStageBytesB);
+static_assert(!kRealign || (kClusterM == 1 && kConsumers == 1 && !k8Bit),
+              "realigned operands run on unclustered 16-bit tiles of one consumer warpgroup");
 // Registers per thread after reallocation: the producer gives most of its own back, and the
 // consumers share the rest of what the launch gave the CTA (kLaunchRegisters per thread, as
 // __launch_bounds__ allows) in multiples of 8, at most 240 (224 for two, 152 for three). Asking
 // for more than the launch gave deadlocks: setmaxnreg.inc waits for registers that never free.
 // A producer with a scale warp keeps 72 (its mx address arithmetic spills at 56), leaving two
-// consumers 216. Two partial accumulators (multiply_8bit_runs) fit where promotion reads no
-// scales from the stage and has one granule per K block (not mx, not 128x1 B blocks): in a
-// single consumer warpgroup (half-height tiles, 240 registers), split-K included, since no other
-// warpgroup fills the tensor cores while it promotes; and in two up to 128 wide (224 registers,
-// so a scale warp for both operands' block scales fits in 56), not with split-K, whose reduction
-// needs registers too, and not wider (128 x 144 spills). Two consumers gain too: per-tensor
+// consumers 216; one that realigns keeps 128 (its row copies spilled at 96 on some tiles), which
+// still leaves its single consumer warpgroup 240. Two partial accumulators (multiply_8bit_runs)
+// fit where promotion reads no scales from the stage and has one granule per K block (not mx,
+// not 128x1 B blocks): in a single consumer warpgroup (half-height tiles, 240 registers), split-K
+// included, since no other warpgroup fills the tensor cores while it promotes; and in two up to
+// 128 wide (224 registers, so a scale warp for both operands' block scales fits in 56), not with
+// split-K, whose reduction needs registers too, and not wider (128 x 144 spills). Two consumers gain too: per-tensor
 // 128 x 128 ran fp8-large at 0.88x cuBLASLt against 0.85x, in clusters of two 0.91x against 0.83x.
 constexpr int kLaunchRegisters = (65536 / kThreads < 255 ? 65536 / kThreads : 255) / 8 * 8;
 constexpr bool kTwoPartials = !kPromoteReadsStage && kGranules == 1 && kTileN <= 128 &&
                               (kConsumers == 1 || (kConsumers == 2 && !kSplitK));
-constexpr int kProducerRegisters = kInnerScales && !(kTwoPartials && kInnerB) ? 72 : 56;
+constexpr int kProducerRegisters = kRealign ? 128 : kInnerScales && !(kTwoPartials && kInnerB) ? 72 : 56;
 constexpr int kConsumerShare = (kLaunchRegisters * (kConsumers + 1) - kProducerRegisters) / kConsumers / 8 * 8;
 constexpr int kConsumerRegisters = kConsumerShare < 240 ? kConsumerShare : 240;
 static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= kLaunchRegisters * (kConsumers + 1),
@@ -70,8 +88,8 @@ struct Work {
 };
 // Per stage: its full and empty barriers and a Work slot (the host reserves 32 bytes for it).
 static_assert(sizeof(Work) == 32, "the host's shared-memory plan assumes 32-byte work slots");
-static_assert(kSwizzleAtom + kStages * (kStageBytesA + kStageBytesB) + kEpilogueBytes +
-                  kStages * (2 * 8 + sizeof(Work) + kStageScaleBytes) +
+static_assert(kSwizzleAtom + kStages * (kStageBytesA + kStageBytesB + kLandingBytes) + kEpilogueBytes +
+                  kStages * ((kRealign ? 3 : 2) * 8 + sizeof(Work) + kStageScaleBytes) +
                   2 * kConsumers * (kColumnScaleBytes + kMxFloatBytes) <= kSmemBytes,
               "shared-memory plan exceeds the size the host reserves");
 
@@ -121,7 +139,8 @@ __device__ __forceinline__ void load_b_box(u8* dst, const TensorMap* map_b, u64*
   }
 }
 
-// Loads the K slice `k_block` of A and B for the tile at (batch, row, col) into one stage.
+// Loads the K slice `k_block` of A and B for the tile at (batch, row, col) into one stage, but
+// for realigned operands (the producer's other warps load those).
 // K-major operands come in boxes of rows x 64; MN-major ones in boxes of 64 x 64 (a swizzle
 // row holds only 64 elements), one per 64-wide block of M or N. B's boxes are shared out
 // among the cluster's CTAs (K-major: kTileN / kClusterM rows each; N-major: every
@@ -130,18 +149,60 @@ __device__ __forceinline__ void load_stage(const TensorMap* map_a, const TensorM
                                            u64* full, int rank, int batch, i64 row, i64 col, int k_block) {
   const int k = k_block * kTileK;
   const int batch_a = kABatched ? batch : 0, batch_b = kBBatched ? batch : 0;  // else broadcast
-  mbarrier_arrive_expect_tx(full, kStageBytesA + kStageBytesB);
-  if (kAKMajor) {
+  mbarrier_arrive_expect_tx(full, kTmaStageBytes);
+  if (!kRealignA && kAKMajor) {
     tma_load_3d(a, map_a, full, k, int(row), batch_a);
-  } else {
+  } else if (!kRealignA) {
     for (int i = 0; i < kTileM / 64; ++i) tma_load_3d(a + i * kMajorBlock, map_a, full, int(row) + 64 * i, k, batch_a);
   }
-  if (kBKMajor) {
+  if (!kRealignB && kBKMajor) {
     constexpr int rows = kTileN / kClusterM;
     load_b_box(b + rank * rows * kRowBytes, map_b, full, k, int(col) + rank * rows, batch_b);
-  } else {
+  } else if (!kRealignB) {
     for (int i = rank; i < kBlocksN; i += kClusterM) load_b_box(b + i * kMajorBlock, map_b, full, int(col) + 64 * i, k, batch_b);
   }
+}
+
+// The slices of A and B whose rows a stage of K block `k_block` of work unit `w` holds.
+__device__ __forceinline__ SliceSource slice_a(const GemmParams& p, const Work& w, int k_block) {
+  return SliceSource(p.a, true, kAKMajor, p.m, p.k, kABatched ? w.batch * p.a.batch_stride : 0, w.row,
+                     i64(k_block) * kTileK);
+}
+__device__ __forceinline__ SliceSource slice_b(const GemmParams& p, const Work& w, int k_block) {
+  return SliceSource(p.b, false, kBKMajor, p.n, p.k, kBBatched ? w.batch * p.b.batch_stride : 0, w.col,
+                     i64(k_block) * kTileK);
+}
+
+// The copying warps (every lane): start the copies of a stage's realigned rows into its landing
+// slot, A's rows first; each lane's copies arrive on the landed barrier as they complete.
+__device__ __forceinline__ void copy_stage_rows(const GemmParams& p, const Work& w, int k_block, const u8* landing,
+                                                u64* landed, int thread) {
+  const u32 to = smem_u32(landing);
+  const int warp = thread / 32, lane = thread % 32;
+  if (kRealignA) copy_slice_granules(slice_a(p, w, k_block), kRowsA, to, warp, kCopyWarps, lane);
+  if (kRealignB) {
+    copy_slice_granules(slice_b(p, w, k_block), kRowsB, to + kLandingRowsBeforeB * kLandingRowBytes, warp, kCopyWarps,
+                        lane);
+  }
+  cp_async_arrive(landed);
+}
+
+// The realigning warps, once the stage's rows have landed: each thread writes some of them into
+// the stage; then each warp arrives on the full barrier, its writes fenced for wgmma's reads.
+__device__ __forceinline__ void realign_stage(const GemmParams& p, const Work& w, int k_block, const u8* landing,
+                                              u8* a, u8* b, u64* full, int thread) {
+  auto realign_slice = [&](const SliceSource& slice, int rows, const u8* from, u8* to) {
+    for (int r = thread; r < rows; r += 32 * kRealignWarps) {
+      const u32 at = smem_u32(to + r * kRowBytes);
+      // The swizzle XORs a row's 16-byte chunk index with its address bits 7-9.
+      realign_row(smem_u32(from + r * kLandingRowBytes), slice.row(r), at, int(at >> 7) % 8);
+    }
+  };
+  if (kRealignA) realign_slice(slice_a(p, w, k_block), kRowsA, landing, a);
+  if (kRealignB) realign_slice(slice_b(p, w, k_block), kRowsB, landing + kLandingRowsBeforeB * kLandingRowBytes, b);
+  fence_async_shared();
+  __syncwarp();
+  if (thread % 32 == 0) mbarrier_arrive(full);
 }
 
 // A K block's place in the ring: the stage that holds it and the parity of that stage's current
@@ -161,15 +222,17 @@ struct RingSlot {
 };
 
 // The producer's walk: for each K block of each of this CTA's work units, in order, waits until
-// the consumers have released the stage it goes to, then lets `fill` fill it.
+// the stage it goes to is ready, then lets `fill` fill it. Ready means released by the consumers
+// (`ready` = the empty barriers, whose first wait is on the phase before: `flip` 1), or, for the
+// warps that realign rows, landed (the landed barriers, `flip` 0).
 template <class Fill>
 __device__ __forceinline__ void for_each_stage(const TileScheduler& tiles, i64 first_unit, i64 unit_step, int rank,
-                                               u64* empty, Fill fill) {
+                                               u64* ready, u32 flip, Fill fill) {
   RingSlot slot;
   for (i64 unit = first_unit; unit < tiles.total; unit += unit_step) {
     const Work w = tiles.work(unit, rank);
     for (int kb = w.k_begin; kb < w.k_end; ++kb, slot = slot.next()) {
-      mbarrier_wait(&empty[slot.stage], slot.phase ^ 1);
+      mbarrier_wait(&ready[slot.stage], slot.phase ^ flip);
       fill(w, kb, slot.stage);
     }
   }
@@ -495,9 +558,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   u8* stages_a = smem;
   u8* stages_b = stages_a + kStages * kStageBytesA;
   u8* epilogue_buffers = stages_b + kStages * kStageBytesB;
-  u64* full = reinterpret_cast<u64*>(epilogue_buffers + kEpilogueBytes);
+  u8* landing = epilogue_buffers + kEpilogueBytes;  // kRealign only
+  u64* full = reinterpret_cast<u64*>(landing + kStages * kLandingBytes);
   u64* empty = full + kStages;
-  Work* slots = reinterpret_cast<Work*>(empty + kStages);
+  u64* landed = empty + kStages;  // kRealign only
+  Work* slots = reinterpret_cast<Work*>(landed + (kRealign ? kStages : 0));
   const u32 stage_scales = smem_u32(slots + kStages);  // kInnerScales only
   const u32 column_scales = stage_scales + kStages * kStageScaleBytes;  // kColumnScales only
   const u32 mx_floats = column_scales + 2 * kConsumers * kColumnScaleBytes;  // kMxB only
@@ -507,8 +572,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   const int rank = kClusterM == 1 ? 0 : int(cluster_rank());
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(&full[s], kInnerScales ? 1 + 32 : 1);  // the TMA thread, and the scale warp's lanes
+      // The TMA thread, and the scale warp's lanes or the realigning warps.
+      mbarrier_init(&full[s], 1 + (kInnerScales ? 32 : 0) + (kRealign ? kRealignWarps : 0));
       mbarrier_init(&empty[s], kClusterM * kConsumers * 4);  // one arrival per consumer warp
+      if (kRealign) mbarrier_init(&landed[s], 32 * kCopyWarps);  // every lane of the copying warps
     }
     fence_barrier_init();
   }
@@ -526,16 +593,24 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   if (warpgroup == 0) {
     registers_decrease<kProducerRegisters>();
     wait_for_prerequisite_grids();
-    if (t == 0) {
-      tma_prefetch_descriptor(&map_a);
-      tma_prefetch_descriptor(&map_b);
-      for_each_stage(tiles, first_unit, unit_step, rank, empty, [&](const Work& w, int kb, u32 s) {
-        if (kb == w.k_begin) publish(slots[s], w);  // by the full barrier's arrival below
-        load_stage(&map_a, &map_b, stages_a + s * kStageBytesA, stages_b + s * kStageBytesB, &full[s], rank, w.batch,
-                   w.row, w.col, kb);
+    if (t == 0 || (kRealign && t < 32 * kCopyWarps)) {
+      if (t == 0 && !kRealignA) tma_prefetch_descriptor(&map_a);
+      if (t == 0 && !kRealignB) tma_prefetch_descriptor(&map_b);
+      for_each_stage(tiles, first_unit, unit_step, rank, empty, 1, [&](const Work& w, int kb, u32 s) {
+        if (t == 0) {
+          if (kb == w.k_begin) publish(slots[s], w);  // by the full barrier's arrival below
+          load_stage(&map_a, &map_b, stages_a + s * kStageBytesA, stages_b + s * kStageBytesB, &full[s], rank,
+                     w.batch, w.row, w.col, kb);
+        }
+        if (kRealign) copy_stage_rows(p, w, kb, landing + s * kLandingBytes, &landed[s], t);
+      });
+    } else if (kRealign) {
+      for_each_stage(tiles, first_unit, unit_step, rank, landed, 0, [&](const Work& w, int kb, u32 s) {
+        realign_stage(p, w, kb, landing + s * kLandingBytes, stages_a + s * kStageBytesA, stages_b + s * kStageBytesB,
+                      &full[s], t - 32 * kCopyWarps);
       });
     } else if (kInnerScales && t / 32 == 1) {
-      for_each_stage(tiles, first_unit, unit_step, rank, empty, [&](const Work& w, int kb, u32 s) {
+      for_each_stage(tiles, first_unit, unit_step, rank, empty, 1, [&](const Work& w, int kb, u32 s) {
         load_stage_scales(stage_scales + s * kStageScaleBytes, p, w.batch, w.row, w.col, kb, t % 32,
                           &full[s]);
       });

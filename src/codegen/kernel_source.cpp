@@ -113,6 +113,8 @@ std::string gemm_source(const KernelConfig& requested) {
     << "constexpr bool kBKMajor = " << bool_text(config.b_k_major) << ";\n"
     << "constexpr bool kABatched = " << bool_text(config.a_batched) << ";\n"
     << "constexpr bool kBBatched = " << bool_text(config.b_batched) << ";\n"
+    << "constexpr bool kRealignA = " << bool_text(config.realign_a) << ";\n"
+    << "constexpr bool kRealignB = " << bool_text(config.realign_b) << ";\n"
     << "constexpr bool kTmaStore = " << bool_text(config.tma_store) << ";\n"
     << "constexpr int kStoreBoxBytes = " << config.store_box_bytes() << ";\n"
     << "constexpr int kStoreBuffers = " << config.store_buffers << ";\n"
@@ -121,7 +123,8 @@ std::string gemm_source(const KernelConfig& requested) {
     << "constexpr int kScaleMNB = " << config.scale_b_mn << ";\n"
     << file_text("common.cuh")
     << wgmma_function(config.tile_n, config.in, config.in_b, config.a_k_major, config.b_k_major)
-    << file_text("epilogue.cuh") << file_text("split_k.cuh") << file_text("promote.cuh") << file_text("gemm.cuh");
+    << file_text("epilogue.cuh") << file_text("split_k.cuh") << file_text("promote.cuh") << file_text("realign.cuh")
+    << file_text("gemm.cuh");
   return s.str();
 }
 

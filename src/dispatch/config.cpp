@@ -15,6 +15,7 @@ constexpr int kRowBytes = 128;          // a ring stage's K depth in bytes, one 
 constexpr int kAlignmentSlack = 1024;   // the kernel rounds its shared memory up to 1 KB
 constexpr int kEpilogueBuffer = 64 * 128;  // one 64-row, 128-byte-wide staging buffer
 constexpr int kWorkSlot = 32;              // the kernel's Work, one per stage
+constexpr int kLandingRowBytes = 144;      // realign.cuh
 constexpr int64_t kTmaStrideLimit = int64_t(1) << 40;
 constexpr int64_t kCoordinateLimit = int64_t(1) << 31;
 
@@ -34,6 +35,10 @@ int64_t max_splits(int64_t k_blocks) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Rows of 128 bytes in a stage's slice of B: an N-major B arrives in 64-column boxes, so its
+// slice is rounded up to whole boxes.
+int b_slice_rows(const KernelConfig& c) { return c.b_k_major ? c.tile_n : int(ceil_div(c.tile_n, 64)) * 64; }
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // A stride TMA accepts for a dimension that is actually walked (extent > 1).
@@ -42,10 +47,33 @@ bool tma_stride_ok(int64_t stride_elements, int element_bytes, int64_t at_least)
   return stride_elements >= at_least && bytes % 16 == 0 && bytes < kTmaStrideLimit;
 }
 
+// Along cols, unless the source's rows are contiguous and its cols are not.
+bool along_cols(const MatrixRef& m) { return !(m.row_stride == 1 && m.col_stride != 1); }
+
+// Whether an operand of rows x cols is contiguous along cols (or rows): unit stride, or one element.
+bool contiguous_along(const MatrixRef& m, int64_t rows, int64_t cols, bool along_cols) {
+  return along_cols ? m.col_stride == 1 || cols == 1 : m.row_stride == 1 || rows == 1;
+}
+
+// Whether a 16-bit operand TMA cannot read is realigned by the kernel rather than staged: where it
+// is larger than Hopper's 50 MB L2. Realigning costs the kernel about twice its aligned time
+// (the producer warps' copies and shifts keep a stage ~0.7 us against TMA's ~0.35 on narrow
+// tiles); a staged copy costs two more passes over the operand, but one that fits in L2 is read
+// back from there. H100, NT bf16, us, realigned against staged (aligned neighbour): 16x7168x8191
+// 91 against 133 (45), 8x28672x4097 179 against 258 (88); but 16x4096x4097 (34 MB) 50 against
+// 44 (19), 1000x1000x1001 33 against 19 (13). Once one operand is realigned, so is the other
+// where it can be: the kernel realigns anyway, and staging would add a launch (and inside a graph
+// capture, which cannot grow the scratch, send the whole problem to the fallback kernel).
+constexpr int64_t kRealignFromBytes = int64_t(50) << 20;
+bool larger_than_l2(const MatrixRef& m, int64_t batch, int64_t rows, int64_t cols) {
+  const int64_t copies = batch > 1 && m.batch_stride != 0 ? batch : 1;
+  return copies * rows * cols * dtype_size(m.dtype) > kRealignFromBytes;
+}
+
 auto key(const KernelConfig& c) {
   return std::tie(c.kind, c.tile_m, c.tile_n, c.stages, c.group_m, c.cluster_m, c.splits, c.a_k_major, c.b_k_major,
                   c.a_batched, c.b_batched, c.tma_store, c.store_buffers, c.has_c, c.in, c.out, c.c, c.in_b, c.scale_a,
-                  c.scale_b, c.scale_a_mn, c.scale_b_mn, c.stage_a, c.stage_b);
+                  c.scale_b, c.scale_a_mn, c.scale_b_mn, c.stage_a, c.stage_b, c.realign_a, c.realign_b);
 }
 
 // Relative throughput of a tile: each K block loads m rows of A and n of B (n / cluster per
@@ -215,8 +243,7 @@ int KernelConfig::smem_bytes() const { return kind == KernelKind::tma ? tma_smem
 int KernelConfig::tile_k() const { return kRowBytes / dtype_size(in); }
 
 int KernelConfig::stage_bytes() const {
-  // An N-major B arrives in 64-column boxes, so its slice is rounded up to whole boxes.
-  const int b_rows = b_k_major ? tile_n : int(ceil_div(tile_n, 64)) * 64;
+  const int b_rows = b_slice_rows(*this);
   // Block and mx scales as promote.cuh stages them, in 4-byte words rounded up to 16 bytes: A's
   // one per tile row (or one, padded to four, for 128x128 blocks), B's one per tile column (or
   // one per 128-column block the tile touches, for 128x128 blocks).
@@ -242,7 +269,8 @@ std::string KernelConfig::name() const {
     << (cluster_m > 1 ? " c" + std::to_string(cluster_m) : "")
     << (splits > 1 ? " split" + std::to_string(splits) : "") << " " << (a_k_major ? 'K' : 'M') << (b_k_major ? 'K' : 'N')
     << (!tma_store ? " direct-store" : store_buffers != 2 ? " b" + std::to_string(store_buffers) : "")
-    << (stage_a ? " staged-A" : "") << (stage_b ? " staged-B" : "");
+    << (stage_a ? " staged-A" : "") << (stage_b ? " staged-B" : "") << (realign_a ? " realign-A" : "")
+    << (realign_b ? " realign-B" : "");
   return s.str();
 }
 
@@ -288,12 +316,17 @@ const std::vector<TileShape>& tile_shapes(bool eight_bit) {
 
 int tma_smem_bytes(const KernelConfig& c) {
   int epilogue = c.tma_store ? (c.tile_m / 64) * c.store_buffers * kEpilogueBuffer : 0;
-  int barriers_and_slots = c.stages * (2 * 8 + kWorkSlot);
+  // Realigned operands: a landing row per stage row (realign.cuh) and a third barrier per stage.
+  const bool realign = c.realign_a || c.realign_b;
+  const int landing_rows = (c.realign_a ? c.tile_m : 0) + (c.realign_b ? b_slice_rows(c) : 0);
+  int landing = c.stages * landing_rows * kLandingRowBytes;
+  int barriers_and_slots = c.stages * ((realign ? 3 : 2) * 8 + kWorkSlot);
   // B's rowwise scales of two tiles (epilogue.cuh), or its mx scales of two K blocks as floats
   // (promote.cuh), per consumer warpgroup.
   int column_scales = c.scale_b == ScaleMode::rowwise ? 2 * (c.tile_m / 64) * c.tile_n * 4 : 0;
   int mx_floats = c.scale_b == ScaleMode::mx ? 2 * (c.tile_m / 64) * 4 * c.tile_n * 4 : 0;
-  return kAlignmentSlack + c.stages * c.stage_bytes() + epilogue + barriers_and_slots + column_scales + mx_floats;
+  return kAlignmentSlack + c.stages * c.stage_bytes() + epilogue + landing + barriers_and_slots + column_scales +
+         mx_floats;
 }
 
 bool is_narrow(TileShape tile) { return tile.n <= kNarrowMaxN; }
@@ -302,6 +335,11 @@ KernelConfig with_tile(KernelConfig c, TileShape tile) {
   c.tile_m = tile.m;
   c.tile_n = tile.n;
   if (is_narrow(tile)) c.tma_store = false;
+  if (tile.m > 64) {
+    c.stage_a = c.stage_a || c.realign_a;
+    c.stage_b = c.stage_b || c.realign_b;
+    c.realign_a = c.realign_b = false;
+  }
   return c;
 }
 
@@ -385,21 +423,25 @@ KernelConfig problem_config(const Problem& p) {
   }
   TmaAccess a = tma_access(p.a, p.batch, p.m, p.k);
   TmaAccess b = tma_access(p.b, p.batch, p.k, p.n);
-  // An operand TMA cannot read as it is (wgmma reads 8-bit operands K-major only) is staged: a
-  // dense copy that TMA can read, K-major for 8-bit operands, else contiguous along the
-  // dimension the source is (so the copy never transposes), unless its coordinates are too large
-  // for TMA at all.
+  // An operand TMA cannot read as it is (wgmma reads 8-bit operands K-major only) is read
+  // K-major if 8-bit, else along the dimension the source is contiguous in (so that it is never
+  // transposed), and staged into a dense copy that TMA can read, or, 16-bit, contiguous there and
+  // larger than L2, realigned by the kernel; unless its coordinates are too large for TMA at all.
   if (p.k > 0 && p.m < kCoordinateLimit && p.n < kCoordinateLimit && p.k < kCoordinateLimit) {
-    // Along cols, unless the source's rows are contiguous and its cols are not.
-    auto along_cols = [](const MatrixRef& m) { return !(m.row_stride == 1 && m.col_stride != 1); };
     if (is_fp8(p.a.dtype)) {
       config.stage_a = !(a.ok && a.cols_contiguous);
       config.stage_b = !(b.ok && !b.cols_contiguous);
       a = {true, true};
       b = {true, false};
     } else {
-      config.stage_a = !a.ok;
-      config.stage_b = !b.ok;
+      const bool realign_a = !a.ok && contiguous_along(p.a, p.m, p.k, along_cols(p.a));
+      const bool realign_b = !b.ok && contiguous_along(p.b, p.k, p.n, along_cols(p.b));
+      const bool realign = (realign_a && larger_than_l2(p.a, p.batch, p.m, p.k)) ||
+                           (realign_b && larger_than_l2(p.b, p.batch, p.k, p.n));
+      config.realign_a = realign && realign_a;
+      config.realign_b = realign && realign_b;
+      config.stage_a = !a.ok && !config.realign_a;
+      config.stage_b = !b.ok && !config.realign_b;
       if (!a.ok) a = {true, along_cols(p.a)};
       if (!b.ok) b = {true, along_cols(p.b)};
     }
@@ -466,12 +508,11 @@ std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& lim
     if (!tile_takes_scales(tile, config.scale_a, config.scale_b)) continue;
     if (!half_width_tile_pays(p, tile, k_blocks, limits)) continue;
     const bool one_wave = one_wave_unclustered(p, tile, k_blocks, rows_off_lines, limits);
+    const bool realign = tile.m == 64 && (config.realign_a || config.realign_b);
     for (int cluster : {2, 1}) {
-      if (cluster > tiles_m) continue;
+      if (cluster > tiles_m || (cluster > 1 && realign)) continue;
       if (!cluster_pays(p, tile, cluster, one_wave)) continue;
-      KernelConfig candidate = config;
-      candidate.tile_m = tile.m;
-      candidate.tile_n = tile.n;
+      KernelConfig candidate = with_tile(config, tile);
       candidate.cluster_m = cluster;
       candidate.store_buffers = store_buffers_for(candidate, limits.smem_per_block);
       candidate.stages = max_stages(candidate, limits.smem_per_block);
@@ -517,6 +558,8 @@ bool fits(const KernelConfig& c, const DeviceLimits& limits) {
          c.group_m >= c.cluster_m && c.group_m <= 64 &&
          c.splits >= 1 && c.splits <= kMaxSplits && (c.splits == 1 || c.tile_n <= kMaxSplitTileN) &&
          (!is_narrow({c.tile_m, c.tile_n}) || (c.b_k_major && !c.tma_store && c.cluster_m == 1)) &&
+         (!(c.realign_a || c.realign_b) || (c.tile_m == 64 && c.cluster_m == 1 && !is_fp8(c.in))) &&
+         !(c.realign_a && c.stage_a) && !(c.realign_b && c.stage_b) &&
          c.store_buffers >= 1 && c.store_buffers <= 8 && c.stages >= 2 && c.stages <= 8 &&
          tma_smem_bytes(c) <= limits.smem_per_block;
 }

@@ -38,9 +38,14 @@ struct KernelConfig {
   ScaleMode scale_a = ScaleMode::none, scale_b = ScaleMode::none;  // FP8 scales (gemmkit/gemm.h)
   int scale_a_mn = 1, scale_b_mn = 1;  // M (N) elements per block scale of A (B): 1 or 128
   // An operand TMA cannot read as it is (unaligned, or 8-bit but not K-major, wgmma's only
-  // 8-bit layout) is copied densely into per-stream scratch before the launch (stage.cuh), along
-  // the dimension a_k_major / b_k_major say; the kernel is the same as for an aligned operand.
+  // 8-bit layout) is either copied densely into per-stream scratch before the launch (stage.cuh),
+  // along the dimension a_k_major / b_k_major say, for a kernel the same as for an aligned
+  // operand; or, where it is 16-bit, contiguous along that dimension and larger than L2 (see
+  // realign_pays in config.cpp), realigned by the kernel's producer warps as it loads it
+  // (realign.cuh), on unclustered 64-row tiles (whose single consumer warpgroup leaves the
+  // producer registers and shared-memory bandwidth for it).
   bool stage_a = false, stage_b = false;
+  bool realign_a = false, realign_b = false;
 
   int threads() const;
   int smem_bytes() const;  // dynamic shared memory the launch reserves
@@ -58,7 +63,7 @@ struct KernelConfig {
 
 // The config as compiled: the split count is a launch parameter, so every count above 1
 // shares one binary (with the split-K reduction) and 1 another (without); 16-bit inputs take
-// B's type from A's; staging happens before the launch.
+// B's type from A's; staging happens before the launch (realigning, in the kernel).
 KernelConfig compiled(KernelConfig c);
 
 // Split-K is built for tiles up to this wide: its reduction holds a second tile row's worth of
@@ -75,7 +80,8 @@ inline constexpr int kMaxSplits = 16;
 inline constexpr int kNarrowMaxN = 32;
 bool is_narrow(TileShape tile);
 
-// `c` with the tile `tile`, and the store path it allows (narrow tiles store directly).
+// `c` with the tile `tile`, and the store path and loads it allows (narrow tiles store directly;
+// operands realigned on 64-row tiles are staged on taller ones).
 KernelConfig with_tile(KernelConfig c, TileShape tile);
 
 // The tile shapes the TMA kernel is built for, with 16-bit or 8-bit inputs. 8-bit inputs keep a

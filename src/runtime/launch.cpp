@@ -194,10 +194,16 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   // Boxes: K-major operands load rows x tile_k (128 bytes) at once (B shared out among a
   // cluster's CTAs), MN-major (16-bit) ones 64 x 64 per block.
   const uint32_t k_box = uint32_t(config.tile_k());
-  CUtensorMap map_a = cached_tensor_map(q.a, p.batch, p.m, p.k, config.a_k_major, config.a_k_major ? k_box : 64,
-                                        config.a_k_major ? config.tile_m : 64);
-  CUtensorMap map_b = cached_tensor_map(q.b, p.batch, p.k, p.n, !config.b_k_major, config.b_k_major ? k_box : 64,
-                                        config.b_k_major ? config.tile_n / config.cluster_m : 64);
+  // Realigned operands have none: the kernel reads them from the parameters.
+  CUtensorMap map_a{}, map_b{};
+  if (!config.realign_a) {
+    map_a = cached_tensor_map(q.a, p.batch, p.m, p.k, config.a_k_major, config.a_k_major ? k_box : 64,
+                              config.a_k_major ? config.tile_m : 64);
+  }
+  if (!config.realign_b) {
+    map_b = cached_tensor_map(q.b, p.batch, p.k, p.n, !config.b_k_major, config.b_k_major ? k_box : 64,
+                              config.b_k_major ? config.tile_n / config.cluster_m : 64);
+  }
   CUtensorMap map_d{};
   if (config.tma_store) {
     // One warp's 16 rows of a 128-byte column group (or of a narrower box).

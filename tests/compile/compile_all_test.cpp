@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "codegen/kernel_source.h"
@@ -114,6 +115,31 @@ TEST(TmaKernelVariants, SplitKWithEveryEpilogueCompilesWithoutSpills) {
                                  config.name() + " ->" + std::string(dtype_name(out)) + (has_c ? " with C" : "") +
                                      (batched ? " batched" : ""));
           }
+        }
+      }
+    }
+  }
+}
+
+// Realigned operands (A, B or both) on every 64-row tile shape and operand majorness,
+// unclustered, split or not, batched, as max_stages fits them beside their landing rows.
+TEST(TmaKernelVariants, RealignedOperandsCompileWithoutSpills) {
+  for (TileShape tile : tile_shapes()) {
+    if (tile.m != 64) continue;
+    for (bool a_k : {true, false}) {
+      for (bool b_k : {true, false}) {
+        if (is_narrow(tile) && !b_k) continue;
+        for (auto [realign_a, realign_b] : {std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
+          KernelConfig config = with_tile(KernelConfig{}, tile);
+          config.a_k_major = a_k;
+          config.b_k_major = b_k;
+          config.realign_a = realign_a;
+          config.realign_b = realign_b;
+          config.splits = tile.n <= kMaxSplitTileN && a_k ? 2 : 1;
+          config.a_batched = config.b_batched = !b_k;
+          config.stages = max_stages(config, DeviceLimits{}.smem_per_block);
+          if (config.stages < 2) continue;
+          expect_clean_compile(codegen::gemm_source(config), codegen::kGemmKernel, config.name());
         }
       }
     }

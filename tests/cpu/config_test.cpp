@@ -156,8 +156,7 @@ TEST(ConfigTmaAccess, BatchStrides) {
 
 void expect_full_stages(const KernelConfig& c) { EXPECT_EQ(c.stages, max_stages(c, kSmemLimit)) << c.name(); }
 
-// K = 0 (beta * C) and coordinates beyond TMA's run the fallback kernel. Operands TMA cannot
-// read as they are are staged: 16-bit ones along the dimension they are contiguous in.
+// K = 0 (beta * C) and coordinates beyond TMA's run the fallback kernel.
 TEST(ConfigChoose, FallbackForZeroKOrHugeCoordinates) {
   EXPECT_EQ(choose_config(problem(256, 256, 0), {}).kind, KernelKind::fallback);
   Problem huge = problem(256, 256, 256);
@@ -165,22 +164,79 @@ TEST(ConfigChoose, FallbackForZeroKOrHugeCoordinates) {
   EXPECT_EQ(choose_config(huge, {}).kind, KernelKind::fallback);
 }
 
-TEST(ConfigChoose, UnalignedOperandsAreStagedAlongTheirContiguousDimension) {
+// Which of its operands a config realigns or stages, as one word per operand.
+std::string loads(const KernelConfig& c) {
+  auto word = [](bool realign, bool stage) { return realign ? (stage ? "both" : "realign") : stage ? "stage" : "tma"; };
+  return std::string(word(c.realign_a, c.stage_a)) + "," + word(c.realign_b, c.stage_b);
+}
+
+// 16-bit operands TMA cannot read as they are are read along the dimension they are contiguous
+// in: staged, or where larger than L2, realigned by the kernel (on 64-row tiles; staged on taller
+// ones); strided both ways, staged.
+TEST(ConfigChoose, UnalignedOperandsAreStagedOrRealignedAlongTheirContiguousDimension) {
   Problem p = problem(256, 256, 256);  // A M x K (K contiguous), B K x N (N contiguous)
   p.a.data = address(0) + 2;
-  KernelConfig c = choose_config(p, {});
+  KernelConfig c = problem_config(p);
   EXPECT_EQ(c.kind, KernelKind::tma);
-  EXPECT_TRUE(c.stage_a && c.a_k_major) << c.name();
-  EXPECT_FALSE(c.stage_b || c.b_k_major) << c.name();
+  EXPECT_EQ(loads(c), "stage,tma");
+  EXPECT_TRUE(c.a_k_major && !c.b_k_major) << c.name();
   p = problem(256, 256, 255);
   p.a.row_stride = 255;  // rows 510 bytes apart
   p.b.row_stride = 257;
-  c = choose_config(p, {});
-  EXPECT_TRUE(c.stage_a && c.a_k_major && c.stage_b && !c.b_k_major) << c.name();
-  EXPECT_NE(c.name().find("staged-A staged-B"), std::string::npos) << c.name();
-  p.b = col_major(1, DType::bf16, 255);  // B N x K with an odd leading dimension: staged K-major
-  c = choose_config(p, {});
-  EXPECT_TRUE(c.stage_b && c.b_k_major) << c.name();
+  c = problem_config(p);
+  EXPECT_EQ(loads(c), "stage,stage");
+  EXPECT_TRUE(c.a_k_major && !c.b_k_major) << c.name();
+  p.b = col_major(1, DType::bf16, 255);  // B N x K with an odd leading dimension: K-major
+  c = problem_config(p);
+  EXPECT_EQ(loads(c), "stage,stage");
+  EXPECT_TRUE(c.b_k_major) << c.name();
+  // Decode against weights larger than L2 with odd K: the weights realigned, and so the tokens
+  // too, although small; unless the weights are contiguous in neither dimension.
+  Problem decode = problem(16, 7168, 8191);
+  decode.b = col_major(1, DType::bf16, 8191);  // 117 MB of weights, N x K
+  c = problem_config(decode);
+  EXPECT_EQ(loads(c), "realign,realign");
+  EXPECT_TRUE(c.a_k_major && c.b_k_major) << c.name();
+  Problem strided = decode;
+  strided.b.row_stride = 2;
+  EXPECT_EQ(loads(problem_config(strided)), "stage,stage");
+  // On a 128-row tile, realigned operands are staged.
+  const KernelConfig tall = with_tile(problem_config(decode), {128, 128});
+  EXPECT_EQ(loads(tall), "stage,stage");
+  EXPECT_TRUE(fits(tall, {}));
+  // choose_config reads each unaligned operand one way or the other, realigning on 64-row tiles only.
+  for (const Problem& q : {p, normalize(decode), problem(4097, 4097, 4097), problem(8192, 8192, 8191)}) {
+    const KernelConfig base = problem_config(q);
+    c = choose_config(q, {});
+    EXPECT_EQ(c.realign_a || c.stage_a, base.realign_a || base.stage_a) << c.name();
+    EXPECT_EQ(c.realign_b || c.stage_b, base.realign_b || base.stage_b) << c.name();
+    if (c.realign_a || c.realign_b) EXPECT_TRUE(c.tile_m == 64 && c.cluster_m == 1) << c.name();
+    expect_full_stages(c);
+  }
+  c = choose_config(normalize(decode), {});
+  EXPECT_EQ(loads(c), "realign,realign") << "decode, transposed onto a narrow tile: " << c.name();
+  EXPECT_EQ(c.tile_n, 16) << c.name();
+}
+
+// Realigning takes a 64-row tile, unclustered, 16-bit, and shared memory for its landing rows.
+TEST(ConfigFits, RealignedOperandsNeedUnclusteredSixtyFourRowTiles) {
+  KernelConfig c = with_tile(KernelConfig{}, {64, 128});
+  c.realign_a = c.realign_b = true;
+  c.stages = 4;
+  EXPECT_TRUE(fits(c, {}));
+  KernelConfig plain = c;
+  plain.realign_a = plain.realign_b = false;
+  EXPECT_EQ(tma_smem_bytes(c) - tma_smem_bytes(plain), 4 * ((64 + 128) * 144 + 8));
+  KernelConfig clustered = c;
+  clustered.cluster_m = 2;
+  EXPECT_FALSE(fits(clustered, {}));
+  KernelConfig tall = c;
+  tall.tile_m = 128;
+  EXPECT_FALSE(fits(tall, {}));
+  KernelConfig both = c;
+  both.stage_a = true;
+  EXPECT_FALSE(fits(both, {}));
+  EXPECT_NE(c.name().find("realign-A realign-B"), std::string::npos) << c.name();
 }
 
 // One row of A against B stored N x K (K contiguous) is a matrix-vector product, whatever the

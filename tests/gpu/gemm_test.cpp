@@ -114,10 +114,11 @@ TEST_F(GemmEdges, EmptyContractionGivesBetaC) {
 }
 
 // Operands TMA cannot read as they are (odd leading dimensions, misaligned bases, odd K) are
-// staged: copied into aligned scratch, then multiplied by the TMA kernel. The fallback kernel,
-// which runs them where the scratch cannot grow (a first call inside a graph capture), is
-// checked on the same problems. D unaligned: direct stores.
-TEST_F(GemmUnaligned, StagedOperandsFallbackAndDirectStores) {
+// staged (copied into aligned scratch, then multiplied by the TMA kernel), or where larger than
+// L2, realigned by the kernel: each plan, and realigned ones staged too. The
+// fallback kernel, which runs staged ones where the scratch cannot grow (a first call inside a
+// graph capture), is checked on the same problems. D unaligned: direct stores.
+TEST_F(GemmUnaligned, RealignedOrStagedOperandsFallbackAndDirectStores) {
   for (const char* layout : kLayouts) {
     const ProblemSpec staged[] = {
         {.m = 129, .n = 77, .k = 91, .layout = layout, .pad_a = 1, .pad_b = 3},
@@ -125,14 +126,21 @@ TEST_F(GemmUnaligned, StagedOperandsFallbackAndDirectStores) {
         {.m = 300, .n = 201, .k = 4097, .layout = layout, .out = DType::f32, .beta = 0.5f},
         {.m = 65, .n = 33, .k = 130, .batch = 3, .layout = layout, .in = DType::f16, .out = DType::f16, .pad_a = 3},
         {.m = 2, .n = 7, .k = 5, .layout = layout, .pad_b = 1},
+        {.m = 8, .n = 7000, .k = 4097, .layout = layout},  // NT: 57 MB of weights N x K, realigned
     };
     for (const ProblemSpec& spec : staged) {
       reference::DeviceProblem problem(spec, 1);
       const Problem p = validate_gemm(problem.a(), problem.b(), problem.d(), problem.options(nullptr));
       const KernelConfig config = make_plan(normalize(p)).config;
       EXPECT_EQ(config.kind, KernelKind::tma) << spec.describe();
-      EXPECT_TRUE(config.stage_a || config.stage_b) << spec.describe() << " [" << config.name() << "]";
+      EXPECT_TRUE(config.stage_a || config.stage_b || config.realign_a || config.realign_b)
+          << spec.describe() << " [" << config.name() << "]";
       expect_correct(spec);
+      if (config.realign_a || config.realign_b) {  // and staged, on a 128 x 128 tile
+        KernelConfig staged = with_tile(config, {128, 128});
+        staged.stages = max_stages(staged, runtime::device_info(0).smem_per_block_optin);
+        expect_correct(spec, &staged);
+      }
       const KernelConfig fallback = fallback_config(config);
       expect_correct(spec, &fallback);
     }
@@ -300,6 +308,35 @@ TEST_F(GemmSplitK, EpiloguesAndBatches) {
   KernelConfig batched = split_config({64, 128}, "TT", 2, 3);
   batched.a_batched = batched.b_batched = true;
   expect_correct({.m = 100, .n = 250, .k = 900, .batch = 3, .layout = "TT", .align_leading = true}, &batched);
+}
+
+// Unaligned 16-bit operands realigned by the kernel's producer warps (realign.cuh), forced on
+// every 64-row tile (narrow ones with B K-major), every layout, A, B or both, unsplit and split:
+// rows at odd strides and offsets, partial tiles in every dimension, K tails, batches.
+TEST_F(GemmUnaligned, RealignedOperandsOnEverySixtyFourRowTile) {
+  for (TileShape tile : tile_shapes()) {
+    if (tile.m != 64) continue;
+    for (const char* layout : kLayouts) {
+      if (is_narrow(tile) && layout[1] != 'T') continue;
+      for (auto [realign_a, realign_b] : {std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
+        for (int splits : {1, 3}) {
+          if (splits > 1 && tile.n > kMaxSplitTileN) continue;
+          KernelConfig config = split_config(tile, layout, 1, splits);
+          config.realign_a = realign_a;
+          config.realign_b = realign_b;
+          config.a_batched = config.b_batched = true;
+          config.stages = max_stages(config, runtime::device_info(0).smem_per_block_optin);
+          const int64_t pad_a = realign_a ? 1 : 0, pad_b = realign_b ? 3 : 0;
+          for (auto [m, n, k, batch] : {std::tuple{81, 2 * tile.n + 7, 1001, 1}, std::tuple{187, tile.n + 1, 64, 1},
+                                        std::tuple{33, tile.n + 3, 130, 3}}) {
+            expect_correct({.m = m, .n = n, .k = k, .batch = batch, .layout = layout, .pad_a = pad_a,
+                            .pad_b = pad_b, .offset_a = 3 * pad_a, .offset_b = pad_b / 3, .align_leading = true},
+                           &config);
+          }
+        }
+      }
+    }
+  }
 }
 
 // The same inputs twice must give bit-identical D: a difference means a race.
