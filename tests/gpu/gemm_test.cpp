@@ -126,7 +126,7 @@ TEST_F(GemmUnaligned, RealignedOrStagedOperandsFallbackAndDirectStores) {
         {.m = 300, .n = 201, .k = 4097, .layout = layout, .out = DType::f32, .beta = 0.5f},
         {.m = 65, .n = 33, .k = 130, .batch = 3, .layout = layout, .in = DType::f16, .out = DType::f16, .pad_a = 3},
         {.m = 2, .n = 7, .k = 5, .layout = layout, .pad_b = 1},
-        {.m = 8, .n = 7000, .k = 4097, .layout = layout},  // NT: 57 MB of weights N x K, realigned
+        {.m = 8, .n = 7000, .k = 4097, .layout = layout, .pad_b = 1},  // 57 MB of weights: realigned
     };
     for (const ProblemSpec& spec : staged) {
       reference::DeviceProblem problem(spec, 1);
