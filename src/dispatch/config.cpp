@@ -331,11 +331,13 @@ int tma_smem_bytes(const KernelConfig& c) {
 
 bool is_narrow(TileShape tile) { return tile.n <= kNarrowMaxN; }
 
+bool realigns_on(TileShape tile) { return tile.m == 64 && tile.n <= 128; }
+
 KernelConfig with_tile(KernelConfig c, TileShape tile) {
   c.tile_m = tile.m;
   c.tile_n = tile.n;
   if (is_narrow(tile)) c.tma_store = false;
-  if (tile.m > 64) {
+  if (!realigns_on(tile)) {
     c.stage_a = c.stage_a || c.realign_a;
     c.stage_b = c.stage_b || c.realign_b;
     c.realign_a = c.realign_b = false;
@@ -508,7 +510,7 @@ std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& lim
     if (!tile_takes_scales(tile, config.scale_a, config.scale_b)) continue;
     if (!half_width_tile_pays(p, tile, k_blocks, limits)) continue;
     const bool one_wave = one_wave_unclustered(p, tile, k_blocks, rows_off_lines, limits);
-    const bool realign = tile.m == 64 && (config.realign_a || config.realign_b);
+    const bool realign = realigns_on(tile) && (config.realign_a || config.realign_b);
     for (int cluster : {2, 1}) {
       if (cluster > tiles_m || (cluster > 1 && realign)) continue;
       if (!cluster_pays(p, tile, cluster, one_wave)) continue;
@@ -558,7 +560,7 @@ bool fits(const KernelConfig& c, const DeviceLimits& limits) {
          c.group_m >= c.cluster_m && c.group_m <= 64 &&
          c.splits >= 1 && c.splits <= kMaxSplits && (c.splits == 1 || c.tile_n <= kMaxSplitTileN) &&
          (!is_narrow({c.tile_m, c.tile_n}) || (c.b_k_major && !c.tma_store && c.cluster_m == 1)) &&
-         (!(c.realign_a || c.realign_b) || (c.tile_m == 64 && c.cluster_m == 1 && !is_fp8(c.in))) &&
+         (!(c.realign_a || c.realign_b) || (realigns_on({c.tile_m, c.tile_n}) && c.cluster_m == 1 && !is_fp8(c.in))) &&
          !(c.realign_a && c.stage_a) && !(c.realign_b && c.stage_b) &&
          c.store_buffers >= 1 && c.store_buffers <= 8 && c.stages >= 2 && c.stages <= 8 &&
          tma_smem_bytes(c) <= limits.smem_per_block;

@@ -121,11 +121,11 @@ TEST(TmaKernelVariants, SplitKWithEveryEpilogueCompilesWithoutSpills) {
   }
 }
 
-// Realigned operands (A, B or both) on every 64-row tile shape and operand majorness,
+// Realigned operands (A, B or both) on every tile that realigns and operand majorness,
 // unclustered, split or not, batched, as max_stages fits them beside their landing rows.
 TEST(TmaKernelVariants, RealignedOperandsCompileWithoutSpills) {
   for (TileShape tile : tile_shapes()) {
-    if (tile.m != 64) continue;
+    if (!realigns_on(tile)) continue;
     for (bool a_k : {true, false}) {
       for (bool b_k : {true, false}) {
         if (is_narrow(tile) && !b_k) continue;

@@ -171,8 +171,8 @@ std::string loads(const KernelConfig& c) {
 }
 
 // 16-bit operands TMA cannot read as they are are read along the dimension they are contiguous
-// in: staged, or where larger than L2, realigned by the kernel (on 64-row tiles; staged on taller
-// ones); strided both ways, staged.
+// in: staged, or where larger than L2, realigned by the kernel (on tiles that realign; staged on
+// the others); strided both ways, staged.
 TEST(ConfigChoose, UnalignedOperandsAreStagedOrRealignedAlongTheirContiguousDimension) {
   Problem p = problem(256, 256, 256);  // A M x K (K contiguous), B K x N (N contiguous)
   p.a.data = address(0) + 2;
@@ -204,13 +204,13 @@ TEST(ConfigChoose, UnalignedOperandsAreStagedOrRealignedAlongTheirContiguousDime
   const KernelConfig tall = with_tile(problem_config(decode), {128, 128});
   EXPECT_EQ(loads(tall), "stage,stage");
   EXPECT_TRUE(fits(tall, {}));
-  // choose_config reads each unaligned operand one way or the other, realigning on 64-row tiles only.
+  // choose_config reads each unaligned operand one way or the other, realigning only where it can.
   for (const Problem& q : {p, normalize(decode), problem(4097, 4097, 4097), problem(8192, 8192, 8191)}) {
     const KernelConfig base = problem_config(q);
     c = choose_config(q, {});
     EXPECT_EQ(c.realign_a || c.stage_a, base.realign_a || base.stage_a) << c.name();
     EXPECT_EQ(c.realign_b || c.stage_b, base.realign_b || base.stage_b) << c.name();
-    if (c.realign_a || c.realign_b) EXPECT_TRUE(c.tile_m == 64 && c.cluster_m == 1) << c.name();
+    if (c.realign_a || c.realign_b) EXPECT_TRUE(realigns_on({c.tile_m, c.tile_n}) && c.cluster_m == 1) << c.name();
     expect_full_stages(c);
   }
   c = choose_config(normalize(decode), {});
@@ -218,7 +218,8 @@ TEST(ConfigChoose, UnalignedOperandsAreStagedOrRealignedAlongTheirContiguousDime
   EXPECT_EQ(c.tile_n, 16) << c.name();
 }
 
-// Realigning takes a 64-row tile, unclustered, 16-bit, and shared memory for its landing rows.
+// Realigning takes a 64-row tile at most 128 wide, unclustered, 16-bit, and shared memory for
+// its landing rows.
 TEST(ConfigFits, RealignedOperandsNeedUnclusteredSixtyFourRowTiles) {
   KernelConfig c = with_tile(KernelConfig{}, {64, 128});
   c.realign_a = c.realign_b = true;
@@ -233,6 +234,12 @@ TEST(ConfigFits, RealignedOperandsNeedUnclusteredSixtyFourRowTiles) {
   KernelConfig tall = c;
   tall.tile_m = 128;
   EXPECT_FALSE(fits(tall, {}));
+  KernelConfig wide = c;
+  wide.tile_n = 256;
+  wide.stages = 2;
+  EXPECT_FALSE(fits(wide, {}));
+  EXPECT_EQ(loads(with_tile(c, {64, 256})), "stage,stage");
+  EXPECT_EQ(loads(with_tile(c, {64, 64})), "realign,realign");
   KernelConfig both = c;
   both.stage_a = true;
   EXPECT_FALSE(fits(both, {}));

@@ -311,11 +311,11 @@ TEST_F(GemmSplitK, EpiloguesAndBatches) {
 }
 
 // Unaligned 16-bit operands realigned by the kernel's producer warps (realign.cuh), forced on
-// every 64-row tile (narrow ones with B K-major), every layout, A, B or both, unsplit and split:
-// rows at odd strides and offsets, partial tiles in every dimension, K tails, batches.
-TEST_F(GemmUnaligned, RealignedOperandsOnEverySixtyFourRowTile) {
+// every tile that realigns (narrow ones with B K-major), every layout, A, B or both, unsplit and
+// split: rows at odd strides and offsets, partial tiles in every dimension, K tails, batches.
+TEST_F(GemmUnaligned, RealignedOperandsOnEveryTileThatRealigns) {
   for (TileShape tile : tile_shapes()) {
-    if (tile.m != 64) continue;
+    if (!realigns_on(tile)) continue;
     for (const char* layout : kLayouts) {
       if (is_narrow(tile) && layout[1] != 'T') continue;
       for (auto [realign_a, realign_b] : {std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
