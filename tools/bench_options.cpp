@@ -32,6 +32,7 @@ KernelConfig apply_overrides(KernelConfig config, const ConfigOverrides& overrid
     config = with_tile(config, tile);
   }
   if (overrides.cluster > 0) config.cluster_m = overrides.cluster;
+  if (config.cluster_m > 1) config = staged_instead(config);  // realigning runs unclustered
   // Unless forced, the store buffers are the forced tile's own, as the heuristic gives them.
   config.store_buffers = overrides.store_buffers > 0 ? overrides.store_buffers : store_buffers_for(config, smem_limit);
   if (overrides.splits > 1 && config.tile_n > kMaxSplitTileN) {

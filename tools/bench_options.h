@@ -23,7 +23,7 @@ struct ConfigOverrides {
 };
 
 // `chosen`, a TMA config, with the overrides applied and the most stages that fit in
-// `smem_limit`. A split count stays only where the new tile is narrow enough for split-K (forcing
+// `smem_limit`; realigned operands are staged on a forced cluster or a tile that does not realign. A split count stays only where the new tile is narrow enough for split-K (forcing
 // one on a wider tile is an error). Throws Error(invalid_argument) naming the options where the
 // result is not a config the kernel is built for.
 KernelConfig apply_overrides(KernelConfig chosen, const ConfigOverrides& overrides, int smem_limit);

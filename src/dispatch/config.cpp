@@ -337,11 +337,13 @@ KernelConfig with_tile(KernelConfig c, TileShape tile) {
   c.tile_m = tile.m;
   c.tile_n = tile.n;
   if (is_narrow(tile)) c.tma_store = false;
-  if (!realigns_on(tile)) {
-    c.stage_a = c.stage_a || c.realign_a;
-    c.stage_b = c.stage_b || c.realign_b;
-    c.realign_a = c.realign_b = false;
-  }
+  return realigns_on(tile) ? c : staged_instead(c);
+}
+
+KernelConfig staged_instead(KernelConfig c) {
+  c.stage_a = c.stage_a || c.realign_a;
+  c.stage_b = c.stage_b || c.realign_b;
+  c.realign_a = c.realign_b = false;
   return c;
 }
 

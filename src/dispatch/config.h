@@ -88,6 +88,9 @@ bool realigns_on(TileShape tile);
 // operands realigned are staged on tiles realigns_on does not take).
 KernelConfig with_tile(KernelConfig c, TileShape tile);
 
+// `c` with its realigned operands staged instead.
+KernelConfig staged_instead(KernelConfig c);
+
 // The tile shapes the TMA kernel is built for, with 16-bit or 8-bit inputs. 8-bit inputs keep a
 // partial accumulator beside the f32 one (two-level accumulation), which leaves registers for
 // tiles up to 176 wide.

@@ -131,6 +131,20 @@ TEST(BenchOptions, ASplitCountStaysOnlyOnTilesBuiltForSplitK) {
   }
 }
 
+// Realigned operands run unclustered on tiles that realign: a forced cluster or wider tile stages them.
+TEST(BenchOptions, ForcedClustersAndTilesStageRealignedOperands) {
+  gemmkit::KernelConfig realigned = gemmkit::with_tile(chosen(), {64, 128});
+  realigned.cluster_m = 1;
+  realigned.realign_a = realigned.realign_b = true;
+  const gemmkit::KernelConfig same = apply_overrides(realigned, {.cluster = 1}, kSmem);
+  EXPECT_TRUE(same.realign_a && same.realign_b && !same.stage_a && !same.stage_b) << same.name();
+  for (const ConfigOverrides& o : {ConfigOverrides{.cluster = 2}, ConfigOverrides{.tile = "64x256"}}) {
+    const gemmkit::KernelConfig staged = apply_overrides(realigned, o, kSmem);
+    EXPECT_TRUE(staged.stage_a && staged.stage_b && !staged.realign_a && !staged.realign_b) << staged.name();
+    EXPECT_TRUE(gemmkit::fits(staged, {})) << staged.name();
+  }
+}
+
 TEST(BenchOptions, OverridesThatDoNotFitAreRejected) {
   try {
     apply_overrides(chosen(), {.store_buffers = 8}, 100 * 1024);
