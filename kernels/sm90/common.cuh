@@ -169,10 +169,14 @@ __device__ __forceinline__ u32 cluster_rank() {
   return rank;
 }
 
-// Every thread of every CTA in the cluster; orders memory (barrier inits too) across it.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+// The cluster barrier in two halves: every thread of every CTA in the cluster arrives, then
+// waits for all the others to have arrived. The arrival is relaxed (orders no memory): a release
+// arrival cost ~0.55 us at the start of an H100 kernel, and what it would publish, barrier
+// initialisation, fence_barrier_init publishes already.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
 }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
 
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");

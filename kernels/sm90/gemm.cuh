@@ -225,9 +225,10 @@ struct RingSlot {
 // the stage it goes to is ready, then lets `fill` fill it. Ready means released by the consumers
 // (`ready` = the empty barriers, whose first wait is on the phase before: `flip` 1), or, for the
 // warps that realign rows, landed (the landed barriers, `flip` 0).
+// Returns the slot after the last one filled.
 template <class Fill>
-__device__ __forceinline__ void for_each_stage(const TileScheduler& tiles, i64 first_unit, i64 unit_step, int rank,
-                                               u64* ready, u32 flip, Fill fill) {
+__device__ __forceinline__ RingSlot for_each_stage(const TileScheduler& tiles, i64 first_unit, i64 unit_step, int rank,
+                                                   u64* ready, u32 flip, Fill fill) {
   RingSlot slot;
   for (i64 unit = first_unit; unit < tiles.total; unit += unit_step) {
     const Work w = tiles.work(unit, rank);
@@ -236,6 +237,16 @@ __device__ __forceinline__ void for_each_stage(const TileScheduler& tiles, i64 f
       fill(w, kb, slot.stage);
     }
   }
+  return slot;
+}
+
+// In a cluster, the TMA thread waits, before its CTA may leave, until the consumer warps of every
+// CTA have released the last kStages stages it filled (a stage never filled passes at once).
+// After that no arrival from a peer can reach this CTA's barriers, and the peers' multicast
+// loads into it have all landed (its own consumers waited for each), so the CTAs of a cluster
+// need no cluster barrier at the end.
+__device__ __forceinline__ void wait_for_last_releases(u64* empty, RingSlot slot) {
+  for (int i = 0; i < kStages; ++i, slot = slot.next()) mbarrier_wait(&empty[slot.stage], slot.phase ^ 1);
 }
 
 // Leaves in a work slot what the consumers read of a unit: where its tile lies and, for
@@ -579,11 +590,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     }
     fence_barrier_init();
   }
-  // The peer CTA's barriers must be initialised before anything lands in them.
+  // Each CTA's barriers must be initialised before anything uses them: its own threads', and in a
+  // cluster the peers' loads and arrivals. Clustered, every thread waits for the whole cluster to
+  // have arrived only just before it first uses a barrier, after the work that needs none.
   if (kClusterM == 1) {
     __syncthreads();
   } else {
-    cluster_sync();
+    cluster_arrive_relaxed();
   }
 
   const TileScheduler tiles(p);
@@ -593,17 +606,20 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   if (warpgroup == 0) {
     registers_decrease<kProducerRegisters>();
     wait_for_prerequisite_grids();
+    if (t == 0 && !kRealignA) tma_prefetch_descriptor(&map_a);
+    if (t == 0 && !kRealignB) tma_prefetch_descriptor(&map_b);
+    if (kClusterM > 1) cluster_wait();
     if (t == 0 || (kRealign && t < 32 * kCopyWarps)) {
-      if (t == 0 && !kRealignA) tma_prefetch_descriptor(&map_a);
-      if (t == 0 && !kRealignB) tma_prefetch_descriptor(&map_b);
-      for_each_stage(tiles, first_unit, unit_step, rank, empty, 1, [&](const Work& w, int kb, u32 s) {
+      const auto fill = [&](const Work& w, int kb, u32 s) {
         if (t == 0) {
           if (kb == w.k_begin) publish(slots[s], w);  // by the full barrier's arrival below
           load_stage(&map_a, &map_b, stages_a + s * kStageBytesA, stages_b + s * kStageBytesB, &full[s], rank,
                      w.batch, w.row, w.col, kb);
         }
         if (kRealign) copy_stage_rows(p, w, kb, landing + s * kLandingBytes, &landed[s], t);
-      });
+      };
+      const RingSlot end = for_each_stage(tiles, first_unit, unit_step, rank, empty, 1, fill);
+      if (kClusterM > 1 && t == 0) wait_for_last_releases(empty, end);
     } else if (kRealign) {
       for_each_stage(tiles, first_unit, unit_step, rank, landed, 0, [&](const Work& w, int kb, u32 s) {
         realign_stage(p, w, kb, landing + s * kLandingBytes, stages_a + s * kStageBytesA, stages_b + s * kStageBytesB,
@@ -618,10 +634,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   } else {
     registers_increase<kConsumerRegisters>();
     wait_for_prerequisite_grids();
+    if (kClusterM > 1) cluster_wait();
     consume(map_d, p, tiles, first_unit, unit_step, warpgroup - 1, t, stages_a, stages_b, stage_scales, column_scales,
             mx_floats, epilogue_buffers, full, empty, slots);
   }
-  // No CTA may leave while its peer can still arrive on its barriers.
-  if (kClusterM > 1) cluster_sync();
 }
 
