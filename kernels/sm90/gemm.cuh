@@ -225,15 +225,21 @@ struct RingSlot {
 // the stage it goes to is ready, then lets `fill` fill it. Ready means released by the consumers
 // (`ready` = the empty barriers, whose first wait is on the phase before: `flip` 1), or, for the
 // warps that realign rows, landed (the landed barriers, `flip` 0).
-// Returns the slot after the last one filled.
+// The grids before this one in the stream may still be writing what the stages load (A, B,
+// scales): only the first fill waits for them, so that everything before it (the first unit's
+// place, the instructions' first fetch) overlaps their end. Returns the slot after the last one
+// filled.
 template <class Fill>
 __device__ __forceinline__ RingSlot for_each_stage(const TileScheduler& tiles, i64 first_unit, i64 unit_step, int rank,
                                                    u64* ready, u32 flip, Fill fill) {
   RingSlot slot;
+  bool first = true;
   for (i64 unit = first_unit; unit < tiles.total; unit += unit_step) {
     const Work w = tiles.work(unit, rank);
     for (int kb = w.k_begin; kb < w.k_end; ++kb, slot = slot.next()) {
       mbarrier_wait(&ready[slot.stage], slot.phase ^ flip);
+      if (first) wait_for_prerequisite_grids();
+      first = false;
       fill(w, kb, slot.stage);
     }
   }
@@ -605,7 +611,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 
   if (warpgroup == 0) {
     registers_decrease<kProducerRegisters>();
-    wait_for_prerequisite_grids();
     if (t == 0 && !kRealignA) tma_prefetch_descriptor(&map_a);
     if (t == 0 && !kRealignB) tma_prefetch_descriptor(&map_b);
     if (kClusterM > 1) cluster_wait();
