@@ -1,6 +1,10 @@
 #include "runtime/utility_kernels.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
 
 #include "codegen/kernel_source.h"
 #include "kernels/sm90/params.h"
@@ -11,11 +15,18 @@ namespace gemmkit::runtime {
 namespace {
 
 // The utility kernels ride in the reference module (kernels/sm90/reference.cuh, stage.cuh), of
-// one fixed type set.
+// one fixed type set. Each is looked up once per device: the module's source, the key of
+// load_kernel's cache, is long to build and to compare, and staging runs on every call of an
+// unaligned problem.
 const LoadedKernel& utility_kernel(const char* entry) {
   int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
-  return load_kernel(device, codegen::reference_source({}), entry, 0);
+  static std::mutex mutex;
+  static std::map<std::pair<int, std::string>, const LoadedKernel*> kernels;
+  std::lock_guard<std::mutex> lock(mutex);
+  const LoadedKernel*& kernel = kernels[{device, entry}];
+  if (!kernel) kernel = &load_kernel(device, codegen::reference_source({}), entry, 0);
+  return *kernel;
 }
 
 }  // namespace
