@@ -35,3 +35,19 @@ struct GemmParams {
   unsigned* counters;
   int splits;
 };
+
+// One staging copy (stage.cuh): the matrix at `src`, element (b, r, c) at src + b*batch_stride +
+// r*row_stride + c*col_stride, [batch] rows x cols, copied densely into `dst`: rows `ld`
+// elements apart, batches rows * ld apart. `blocks` of the launch's blocks do it.
+struct StageCopy {
+  const void* src;
+  long long batch_stride;
+  long long row_stride;
+  long long col_stride;
+  long long batch;
+  long long rows;
+  long long cols;
+  void* dst;
+  long long ld;
+  long long blocks;
+};

@@ -13,9 +13,13 @@ constexpr int kStageTile = 64;
 // contiguous in (rows, for an MN-major 8-bit operand) and the writes along cols. Whole tiles of
 // a rows-contiguous source whose columns are 16-byte aligned move 16 bytes per thread each way
 // (a load along the rows, a store along cols).
+// `block` numbers this block among the copy's `blocks`.
 template <class T>
-__device__ void stage_copy(const T* src, i64 batch_stride, i64 row_stride, i64 col_stride, i64 batch, i64 rows,
-                           i64 cols, T* dst, i64 ld) {
+__device__ void stage_copy(const StageCopy& copy, i64 block, i64 blocks) {
+  const T* src = static_cast<const T*>(copy.src);
+  T* dst = static_cast<T*>(copy.dst);
+  const i64 batch_stride = copy.batch_stride, row_stride = copy.row_stride, col_stride = copy.col_stride;
+  const i64 batch = copy.batch, rows = copy.rows, cols = copy.cols, ld = copy.ld;
   constexpr int kVector = 16 / sizeof(T);  // elements in 16 bytes
   if (col_stride == 1) {
     // A warp copies kSegment elements of a row at a time, lane + 32 j, so that its loads and
@@ -23,8 +27,8 @@ __device__ void stage_copy(const T* src, i64 batch_stride, i64 row_stride, i64 c
     constexpr int kSegment = 32 * kVector;
     const i64 segments = (cols + kSegment - 1) / kSegment;
     const int lane = threadIdx.x % 32;
-    const i64 warps = i64(gridDim.x) * (blockDim.x / 32);
-    for (i64 w = (i64(blockIdx.x) * blockDim.x + threadIdx.x) / 32; w < batch * rows * segments; w += warps) {
+    const i64 warps = blocks * (blockDim.x / 32);
+    for (i64 w = (block * blockDim.x + threadIdx.x) / 32; w < batch * rows * segments; w += warps) {
       const i64 row = w / segments, c0 = w % segments * kSegment + lane;
       const T* from = src + row / rows * batch_stride + row % rows * row_stride + c0;
       T* to = dst + row * ld + c0;
@@ -42,9 +46,9 @@ __device__ void stage_copy(const T* src, i64 batch_stride, i64 row_stride, i64 c
   const bool rows_contiguous = row_stride == 1;
   const bool vectors = rows_contiguous && (reinterpret_cast<u64>(src) | u64(col_stride * sizeof(T)) |
                                            u64(batch_stride * sizeof(T))) % 16 == 0;
-  for (i64 block = blockIdx.x; block < batch * row_blocks * col_blocks; block += gridDim.x) {
-    const i64 b = block / (row_blocks * col_blocks);
-    const i64 r0 = (block / col_blocks) % row_blocks * kStageTile, c0 = block % col_blocks * kStageTile;
+  for (i64 tile_index = block; tile_index < batch * row_blocks * col_blocks; tile_index += blocks) {
+    const i64 b = tile_index / (row_blocks * col_blocks);
+    const i64 r0 = (tile_index / col_blocks) % row_blocks * kStageTile, c0 = tile_index % col_blocks * kStageTile;
     if (vectors && r0 + kStageTile <= rows && c0 + kStageTile <= cols) {
       // Each load takes kVector rows of one column into the tile; each store kVector columns of one row.
       constexpr int kPerColumn = kStageTile / kVector;
@@ -81,14 +85,25 @@ __device__ void stage_copy(const T* src, i64 batch_stride, i64 row_stride, i64 c
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256)
-    gemmkit_stage_8bit(const u8* src, i64 batch_stride, i64 row_stride, i64 col_stride, i64 batch, i64 rows, i64 cols,
-                       u8* dst, i64 ld) {
-  stage_copy(src, batch_stride, row_stride, col_stride, batch, rows, cols, dst, ld);
+// One launch stages one operand or two (A's and B's, of one element size), its blocks shared
+// out between them. It waits for the kernels before it in the stream, which may write the
+// sources or still read the scratch it overwrites, and lets the GEMM after it launch meanwhile
+// (programmatic dependent launch), so that the GEMM's setup overlaps the copies.
+template <class T>
+__device__ void stage_copies(const StageCopy& first, const StageCopy& second) {
+  launch_dependent_grids();
+  wait_for_prerequisite_grids();
+  if (blockIdx.x < first.blocks) {
+    stage_copy<T>(first, blockIdx.x, first.blocks);
+  } else {
+    stage_copy<T>(second, blockIdx.x - first.blocks, second.blocks);
+  }
 }
 
-extern "C" __global__ void __launch_bounds__(256)
-    gemmkit_stage_16bit(const u16* src, i64 batch_stride, i64 row_stride, i64 col_stride, i64 batch, i64 rows, i64 cols,
-                        u16* dst, i64 ld) {
-  stage_copy(src, batch_stride, row_stride, col_stride, batch, rows, cols, dst, ld);
+extern "C" __global__ void __launch_bounds__(256) gemmkit_stage_8bit(const StageCopy first, const StageCopy second) {
+  stage_copies<u8>(first, second);
+}
+
+extern "C" __global__ void __launch_bounds__(256) gemmkit_stage_16bit(const StageCopy first, const StageCopy second) {
+  stage_copies<u16>(first, second);
 }

@@ -69,9 +69,11 @@ StagedOperand staged_operand(const MatrixRef& m, int64_t batch, int64_t rows, in
   return s;
 }
 
-// Copies the operand into `scratch`; returns the copy's view, as the kernel takes the operand.
-MatrixRef stage(const StagedOperand& s, void* scratch, cudaStream_t stream) {
-  stage_copy(s.source, s.copies, s.rows, s.cols, scratch, s.ld, stream);
+// The copy of the operand into `scratch`.
+StageJob stage_job(const StagedOperand& s, void* scratch) { return {s.source, s.copies, s.rows, s.cols, scratch, s.ld}; }
+
+// The view of the operand's copy in `scratch`, as the kernel takes the operand.
+MatrixRef staged_view(const StagedOperand& s, void* scratch) {
   MatrixRef copy = s.source;
   copy.data = scratch;
   copy.batch_stride = s.copies > 1 ? s.rows * s.ld : 0;
@@ -184,10 +186,19 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
     args.counters = workspace->counters;
     args.splits = int(splits);
   }
-  // The operands as the kernel reads them: staged ones replaced by their copies.
+  // The operands as the kernel reads them: staged ones replaced by their copies, made in one launch.
   Problem q = p;
-  if (config.stage_a) q.a = stage(staged_a, workspace->staged_a, stream);
-  if (config.stage_b) q.b = stage(staged_b, workspace->staged_b, stream);
+  std::array<StageJob, 2> jobs;
+  size_t staged = 0;
+  if (config.stage_a) {
+    jobs[staged++] = stage_job(staged_a, workspace->staged_a);
+    q.a = staged_view(staged_a, workspace->staged_a);
+  }
+  if (config.stage_b) {
+    jobs[staged++] = stage_job(staged_b, workspace->staged_b);
+    q.b = staged_view(staged_b, workspace->staged_b);
+  }
+  stage_copies(std::span(jobs.data(), staged), stream);
   args.a = matrix(q.a);
   args.b = matrix(q.b);
 

@@ -29,6 +29,35 @@ const LoadedKernel& utility_kernel(const char* entry) {
   return *kernel;
 }
 
+// A launch of `blocks` x `threads` that may start while the kernel before it in the stream still
+// runs (programmatic dependent launch), as the GEMM kernels launch.
+void launch_programmatic(const LoadedKernel& kernel, unsigned blocks, unsigned threads, cudaStream_t stream,
+                         void** args, const char* what) {
+  CUlaunchConfig config{};
+  config.gridDimX = blocks;
+  config.gridDimY = config.gridDimZ = 1;
+  config.blockDimX = threads;
+  config.blockDimY = config.blockDimZ = 1;
+  config.hStream = stream;
+  CUlaunchAttribute programmatic{};
+  programmatic.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  programmatic.value.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &programmatic;
+  config.numAttrs = 1;
+  check(driver().launch_kernel_ex(&config, kernel.function, args, nullptr), what);
+}
+
+// A job's kernel parameters. Rows are copied a warp's 512 bytes at a time, 8 warps a block;
+// tiles 64 x 64 a block.
+StageCopy stage_copy_params(const StageJob& job) {
+  const MatrixRef& m = job.m;
+  const int64_t units = m.col_stride == 1
+                            ? (job.batch * job.rows * ((job.cols * dtype_size(m.dtype) + 511) / 512) + 7) / 8
+                            : job.batch * ((job.rows + 63) / 64) * ((job.cols + 63) / 64);
+  return {m.data,   m.batch_stride, m.row_stride, m.col_stride, job.batch,
+          job.rows, job.cols,       job.dst,      job.ld,       std::min<int64_t>(units, 1 << 16)};
+}
+
 }  // namespace
 
 void fill_random(void* data, DType type, int64_t count, uint64_t seed, float lo, float hi, cudaStream_t stream) {
@@ -41,20 +70,20 @@ void fill_random(void* data, DType type, int64_t count, uint64_t seed, float lo,
         "cuLaunchKernel(fill)");
 }
 
-void stage_copy(const MatrixRef& m, int64_t batch, int64_t rows, int64_t cols, void* dst, int64_t ld,
-                cudaStream_t stream) {
-  if (batch <= 0 || rows <= 0 || cols <= 0) return;
-  const int element_bytes = dtype_size(m.dtype);
-  const LoadedKernel& kernel = utility_kernel(element_bytes == 1 ? "gemmkit_stage_8bit" : "gemmkit_stage_16bit");
-  const void* src = m.data;
-  int64_t batch_stride = m.batch_stride, row_stride = m.row_stride, col_stride = m.col_stride;
-  void* args[] = {&src, &batch_stride, &row_stride, &col_stride, &batch, &rows, &cols, &dst, &ld};
-  // Rows are copied a warp's 512 bytes at a time, 8 warps a block; tiles 64 x 64 a block.
-  const int64_t units = col_stride == 1 ? (batch * rows * ((cols * element_bytes + 511) / 512) + 7) / 8
-                                        : batch * ((rows + 63) / 64) * ((cols + 63) / 64);
-  const unsigned blocks = unsigned(std::min<int64_t>(units, 1 << 16));
-  check(driver().launch_kernel(kernel.function, blocks, 1, 1, 256, 1, 1, 0, stream, args, nullptr),
-        "cuLaunchKernel(stage)");
+void stage_copies(std::span<const StageJob> jobs, cudaStream_t stream) {
+  for (size_t i = 0; i < jobs.size();) {
+    // This job and the next, where its elements are of the same size.
+    const int element_bytes = dtype_size(jobs[i].m.dtype);
+    const bool pair = i + 1 < jobs.size() && dtype_size(jobs[i + 1].m.dtype) == element_bytes;
+    StageCopy first = stage_copy_params(jobs[i]), second{};
+    if (pair) second = stage_copy_params(jobs[i + 1]);
+    i += pair ? 2 : 1;
+    const int64_t blocks = first.blocks + second.blocks;
+    if (blocks == 0) continue;  // nothing to copy
+    const LoadedKernel& kernel = utility_kernel(element_bytes == 1 ? "gemmkit_stage_8bit" : "gemmkit_stage_16bit");
+    void* args[] = {&first, &second};
+    launch_programmatic(kernel, unsigned(blocks), 256, stream, args, "cuLaunchKernelEx(stage)");
+  }
 }
 
 void gpu_spin(int64_t cycles, cudaStream_t stream) {
@@ -69,18 +98,7 @@ void launch_empty(const LoadedKernel& kernel, unsigned blocks, unsigned threads,
   CUtensorMap maps[3] = {};
   GemmParams params{};
   void* args[] = {&maps[0], &maps[1], &maps[2], &params};
-  CUlaunchConfig config{};
-  config.gridDimX = blocks;
-  config.gridDimY = config.gridDimZ = 1;
-  config.blockDimX = threads;
-  config.blockDimY = config.blockDimZ = 1;
-  config.hStream = stream;
-  CUlaunchAttribute programmatic{};  // as launch_gemm launches (launch.cpp)
-  programmatic.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-  programmatic.value.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &programmatic;
-  config.numAttrs = 1;
-  check(driver().launch_kernel_ex(&config, kernel.function, args, nullptr), "cuLaunchKernelEx(empty)");
+  launch_programmatic(kernel, blocks, threads, stream, args, "cuLaunchKernelEx(empty)");
 }
 
 }  // namespace gemmkit::runtime

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <span>
 
 #include "dispatch/problem.h"
 #include "runtime/kernel_cache.h"
@@ -15,10 +16,19 @@ namespace gemmkit::runtime {
 // Fills `count` elements at `data` (device memory of `type`) with uniform values in [lo, hi).
 void fill_random(void* data, DType type, int64_t count, uint64_t seed, float lo, float hi, cudaStream_t stream);
 
-// Copies the matrix `m` of 8- or 16-bit elements, seen as [batch] rows x cols (any strides),
-// into `dst` densely: rows `ld` elements apart, batches rows * ld apart (kernels/sm90/stage.cuh).
-void stage_copy(const MatrixRef& m, int64_t batch, int64_t rows, int64_t cols, void* dst, int64_t ld,
-                cudaStream_t stream);
+// A staging copy: the matrix `m` of 8- or 16-bit elements, seen as [batch] rows x cols (any
+// strides), copied into `dst` densely: rows `ld` elements apart, batches rows * ld apart.
+struct StageJob {
+  MatrixRef m;
+  int64_t batch, rows, cols;
+  void* dst;
+  int64_t ld;
+};
+
+// Runs the copies (kernels/sm90/stage.cuh), those of one element size in one launch. The launch
+// waits for the kernels before it in the stream and lets the one after it start early
+// (programmatic dependent launch).
+void stage_copies(std::span<const StageJob> jobs, cudaStream_t stream);
 
 // Keeps the stream's GPU busy for about `cycles` SM clock cycles.
 void gpu_spin(int64_t cycles, cudaStream_t stream);
