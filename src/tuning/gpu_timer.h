@@ -1,6 +1,7 @@
 // GPU timing with the discipline `gemmkit bench` and the autotuner share: warm-up runs, then
-// timed runs of every side alternating run by run, each between two events, all queued behind
-// a spin kernel so the host's launch cost does not leak into the GPU times; medians reported.
+// timed runs of every side alternating run by run, each after an empty kernel that no run may
+// overlap and between two events, all queued behind a spin kernel so the host's launch cost
+// does not leak into the GPU times; medians reported.
 #pragma once
 
 #include <cuda_runtime_api.h>
