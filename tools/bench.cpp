@@ -1,8 +1,8 @@
 // gemmkit bench: our kernels and cuBLASLt on the same buffers, in one process.
 //
 // For each problem: enough buffer sets that cycling through them evicts L2 between uses of a
-// set; warm-up runs; then timed runs of ours and cuBLASLt, alternating, each between two
-// events; the medians are reported. Once at the start, the device-to-device copy bandwidth, the
+// set; warm-up runs; then timed runs of ours and cuBLASLt, alternating, each after an empty
+// kernel it cannot overlap and between two events (tuning/gpu_timer.h); the medians are reported. Once at the start, the device-to-device copy bandwidth, the
 // yardstick for each problem's GB/s; and after each problem's runs, a copy that moves as many
 // bytes, the yardstick at its size. --overhead times host calls instead (overhead.cpp), --chain
 // chains of GEMMs replayed from CUDA graphs (chain_bench.cpp).

@@ -3,7 +3,8 @@
 The method is `gemmkit bench`'s, through the same C++ parts (gemmkit._gemmkit.bench): for each
 problem of a suite, enough buffer sets to cycle past L2 (fresh random inputs, uniform in [-1, 1);
 FP8 scales in [0.5, 2), mx ones powers of two), warm-up runs, then timed runs of both sides
-alternating behind a spin kernel, each between two events, and their medians; a copy of the
+alternating behind a spin kernel, each after an empty kernel it cannot overlap and between two
+events, and their medians; a copy of the
 problem's bytes timed the same way. The table, summary line and JSON are the CLI's, with torch
 in cuBLASLt's place:
 

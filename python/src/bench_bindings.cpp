@@ -1,7 +1,8 @@
 // gemmkit._gemmkit.bench: what `python -m gemmkit.bench` shares with `gemmkit bench`, so that both
 // read the same suite files, time by the same method and print the same table, summary line and
 // JSON: the suite parser, the GPU timer (warm-up, runs of every side alternating behind a spin
-// kernel, medians), the records and their report, and the device's properties.
+// kernel, each isolated from the one before, medians), the records and their report, and the
+// device's properties.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/optional.h>
