@@ -99,10 +99,21 @@ TEST(TuningCandidates, PickFirstEveryTileShapeAndRasterVariantsWhereTilesAreMany
   for (const KernelConfig& c : candidates) groups.insert(c.group_m);
   EXPECT_EQ(groups, (std::set<int>{4, 8, 16}));
 
-  // One wave of tiles: the raster order does not matter, so it is not varied.
+  // One wave of tiles in one row or one column: every raster order is the same, so none is tried.
   for (const KernelConfig& c : tuning::tuning_candidates(nt_problem(16, 2112, 7168), kLimits)) {
     EXPECT_EQ(c.group_m, KernelConfig{}.group_m) << c.name();
   }
+}
+
+TEST(TuningCandidates, OneWaveOfSeveralTileRowsAndColumnsTriesShortRasterGroups) {
+  const Problem p = nt_problem(2048, 512, 2048);
+  const KernelConfig pick = choose_config(p, kLimits);
+  ASSERT_LE((p.m + pick.tile_m - 1) / pick.tile_m * ((p.n + pick.tile_n - 1) / pick.tile_n), kSms) << "one wave";
+  ASSERT_GT(pick.group_m, 4);
+  const std::vector<KernelConfig> candidates = tuning::tuning_candidates(p, kLimits);
+  KernelConfig short_groups = pick;
+  short_groups.group_m = 4;
+  EXPECT_NE(std::find(candidates.begin(), candidates.end(), short_groups), candidates.end()) << pick.name();
 }
 
 // ---- problem classes
