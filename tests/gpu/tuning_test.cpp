@@ -55,11 +55,13 @@ TEST_F(Autotuner, TimesEveryCandidateAndRanksThem) {
 }
 
 // Whatever wins must be right: every candidate of a split-K decode shape, of a shape with many
-// tiles (raster-group variants), and of an N-major B with C.
+// tiles (raster-group variants), of one wave of 5 x 16 tiles (4-row groups, the last one short),
+// and of an N-major B with C.
 TEST_F(Autotuner, EveryCandidateIsCorrect) {
   const ProblemSpec specs[] = {
       {.m = 16, .n = 2112, .k = 7168, .layout = "NT"},
       {.m = 4096, .n = 2048, .k = 128, .layout = "NT"},
+      {.m = 300, .n = 2047, .k = 1000, .layout = "NT"},
       {.m = 200, .n = 1000, .k = 1000, .layout = "NN", .out = DType::f32, .beta = 0.5f, .align_leading = true},
   };
   for (const ProblemSpec& spec : specs) {
