@@ -107,15 +107,17 @@ CUtensorMap cached_tensor_map(const MatrixRef& m, int64_t batch, int64_t rows, i
 
 unsigned clamp_grid(int64_t blocks, int64_t limit) { return unsigned(std::max<int64_t>(1, std::min(blocks, limit))); }
 
-// One launch; with cluster > 1, that many consecutive CTAs along x form a cluster. A GEMM
-// kernel's launch lets it start while the kernel before it in the stream still runs
+
+}  // namespace
+
+// A GEMM kernel's launch lets it start while the kernel before it in the stream still runs
 // (programmatic dependent launch): the kernels wait for that one's end before touching memory
 // (utility.cuh), so only their launch and setup overlap its last wave and the gap between the
 // two. (An L2 prefetch of B's first stages before the wait cost dense-decode 4% and small.txt 6%
 // on an H100, the prefetches queueing ahead of the loads in the TMA unit, and gained nothing on
 // the decode chains.) Captured into a CUDA graph, the launch becomes a programmatic edge, with
 // the same effect on replay.
-void launch(const LoadedKernel& kernel, unsigned gx, unsigned gy, unsigned gz, unsigned threads, unsigned smem,
+void launch_kernel(const LoadedKernel& kernel, unsigned gx, unsigned gy, unsigned gz, unsigned threads, unsigned smem,
             int cluster, bool programmatic, cudaStream_t stream, void** args) {
   CUlaunchAttribute attributes[2] = {};
   unsigned count = 0;
@@ -143,20 +145,18 @@ void launch(const LoadedKernel& kernel, unsigned gx, unsigned gy, unsigned gz, u
   check(driver().launch_kernel_ex(&config, kernel.function, args, nullptr), "cuLaunchKernelEx");
 }
 
-}  // namespace
-
 bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const Problem& p, int sm_count,
                  cudaStream_t stream) {
   GemmParams args = params(p);
   if (config.kind == KernelKind::gemv) {
     void* pointers[] = {&args};
-    launch(kernel, clamp_grid(ceil_div(p.n, config.tile_n), INT32_MAX), clamp_grid(p.batch, 65535), 1,
+    launch_kernel(kernel, clamp_grid(ceil_div(p.n, config.tile_n), INT32_MAX), clamp_grid(p.batch, 65535), 1,
            config.threads(), 0, 1, true, stream, pointers);
     return true;
   }
   if (config.kind == KernelKind::fallback) {
     void* pointers[] = {&args};
-    launch(kernel, clamp_grid((p.n + 63) / 64, INT32_MAX), clamp_grid((p.m + 63) / 64, 65535),
+    launch_kernel(kernel, clamp_grid((p.n + 63) / 64, INT32_MAX), clamp_grid((p.m + 63) / 64, 65535),
            clamp_grid(p.batch, 65535), config.threads(), 0, 1, true, stream, pointers);
     return true;
   }
@@ -222,7 +222,7 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   }
   // A persistent grid: one CTA per SM at most, whole clusters, no more than there are work units.
   void* pointers[] = {&map_a, &map_b, &map_d, &args};
-  launch(kernel, clamp_grid(cluster_tiles * args.splits, sm_count / cluster) * unsigned(cluster), 1, 1,
+  launch_kernel(kernel, clamp_grid(cluster_tiles * args.splits, sm_count / cluster) * unsigned(cluster), 1, 1,
          config.threads(), config.smem_bytes(), cluster, true, stream, pointers);
   return true;
 }
@@ -232,7 +232,7 @@ void launch_reference(const LoadedKernel& kernel, const Problem& p, double* ref,
   GemmParams args = params(p);
   void* pointers[] = {&args, &ref, &ref_abs};
   const int64_t count = p.batch * p.m * p.n;
-  launch(kernel, clamp_grid((count + 255) / 256, 1 << 20), 1, 1, 256, 0, 1, false, stream, pointers);
+  launch_kernel(kernel, clamp_grid((count + 255) / 256, 1 << 20), 1, 1, 256, 0, 1, false, stream, pointers);
 }
 
 }  // namespace gemmkit::runtime

@@ -8,6 +8,13 @@
 
 namespace gemmkit::runtime {
 
+// One launch of `kernel`, a grid of gx x gy x gz blocks of `threads` with `smem` bytes of
+// dynamic shared memory; with cluster > 1, that many consecutive blocks along x form a cluster;
+// `programmatic`: it may start while the kernel before it in the stream still runs, which the
+// kernel must wait for (griddepcontrol.wait) before touching memory.
+void launch_kernel(const LoadedKernel& kernel, unsigned gx, unsigned gy, unsigned gz, unsigned threads, unsigned smem,
+                   int cluster, bool programmatic, cudaStream_t stream, void** args);
+
 // Runs the GEMM kernel that `config` describes (TMA, GEMV or fallback) for problem `p`. Returns
 // false, launching nothing, where the config stages an operand and the stream's scratch memory
 // would have to grow while the stream is being captured (runtime/workspace.h).

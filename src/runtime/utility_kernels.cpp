@@ -3,13 +3,14 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
-#include <string>
+#include <string_view>
 #include <utility>
 
 #include "codegen/kernel_source.h"
 #include "kernels/sm90/params.h"
 #include "runtime/driver.h"
 #include "runtime/kernel_cache.h"
+#include "runtime/launch.h"
 
 namespace gemmkit::runtime {
 namespace {
@@ -22,29 +23,11 @@ const LoadedKernel& utility_kernel(const char* entry) {
   int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
   static std::mutex mutex;
-  static std::map<std::pair<int, std::string>, const LoadedKernel*> kernels;
+  static std::map<std::pair<int, std::string_view>, const LoadedKernel*> kernels;  // entries are literals
   std::lock_guard<std::mutex> lock(mutex);
   const LoadedKernel*& kernel = kernels[{device, entry}];
   if (!kernel) kernel = &load_kernel(device, codegen::reference_source({}), entry, 0);
   return *kernel;
-}
-
-// A launch of `blocks` x `threads` that may start while the kernel before it in the stream still
-// runs (programmatic dependent launch), as the GEMM kernels launch.
-void launch_programmatic(const LoadedKernel& kernel, unsigned blocks, unsigned threads, cudaStream_t stream,
-                         void** args, const char* what) {
-  CUlaunchConfig config{};
-  config.gridDimX = blocks;
-  config.gridDimY = config.gridDimZ = 1;
-  config.blockDimX = threads;
-  config.blockDimY = config.blockDimZ = 1;
-  config.hStream = stream;
-  CUlaunchAttribute programmatic{};
-  programmatic.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-  programmatic.value.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &programmatic;
-  config.numAttrs = 1;
-  check(driver().launch_kernel_ex(&config, kernel.function, args, nullptr), what);
 }
 
 // A job's kernel parameters. Rows are copied a warp's 512 bytes at a time, 8 warps a block;
@@ -82,7 +65,7 @@ void stage_copies(std::span<const StageJob> jobs, cudaStream_t stream) {
     if (blocks == 0) continue;  // nothing to copy
     const LoadedKernel& kernel = utility_kernel(element_bytes == 1 ? "gemmkit_stage_8bit" : "gemmkit_stage_16bit");
     void* args[] = {&first, &second};
-    launch_programmatic(kernel, unsigned(blocks), 256, stream, args, "cuLaunchKernelEx(stage)");
+    launch_kernel(kernel, unsigned(blocks), 1, 1, 256, 0, 1, true, stream, args);
   }
 }
 
@@ -98,7 +81,7 @@ void launch_empty(const LoadedKernel& kernel, unsigned blocks, unsigned threads,
   CUtensorMap maps[3] = {};
   GemmParams params{};
   void* args[] = {&maps[0], &maps[1], &maps[2], &params};
-  launch_programmatic(kernel, blocks, threads, stream, args, "cuLaunchKernelEx(empty)");
+  launch_kernel(kernel, blocks, 1, 1, threads, 0, 1, true, stream, args);  // as launch_gemm launches
 }
 
 }  // namespace gemmkit::runtime
