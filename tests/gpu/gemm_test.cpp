@@ -4,13 +4,16 @@
 
 #include <vector>
 
+#include "gemmkit/gemm.h"
 #include "gpu_test.h"
+#include "runtime/utility_kernels.h"
 
 namespace gemmkit {
 namespace {
 
 using GemmBatch = testing::GpuTest;
 using GemmBeta = testing::GpuTest;
+using GemmChains = testing::GpuTest;
 using GemmDecode = testing::GpuTest;
 using GemmDeterminism = testing::GpuTest;
 using GemmEdges = testing::GpuTest;
@@ -204,6 +207,57 @@ TEST_F(GemmDecode, FewRowsRunTransposedOnNarrowTiles) {
     const KernelConfig config = make_plan(normalize(p)).config;
     EXPECT_TRUE(is_narrow({config.tile_m, config.tile_n})) << spec.describe() << " [" << config.name() << "]";
     expect_correct(spec);
+  }
+}
+
+// Calls queued back to back on one stream, each reading what the one before wrote, see it whole:
+// each kernel may start before the one before it ends (programmatic dependent launch), and must
+// wait for it before loading. Chains of GEMMs (activations through weights of their own, as a
+// model's layers; the first input and some weights unaligned) run so, their outputs poisoned
+// first, match the same chains run with the stream drained after every call, bit for bit.
+TEST_F(GemmChains, DependentCallsSeeTheCallBeforeWhole) {
+  const std::vector<int64_t> widths = {4097, 4096, 1000, 2048, 777, 1536};  // the input's K, then each layer's N
+  for (const int64_t m : {1, 8, 300}) {
+    std::vector<void*> activations(widths.size()), weights(widths.size() - 1);
+    for (size_t i = 0; i < widths.size(); ++i) {
+      ASSERT_EQ(cudaMalloc(&activations[i], size_t(m * widths[i] * 2)), cudaSuccess);
+      if (i + 1 < widths.size()) ASSERT_EQ(cudaMalloc(&weights[i], size_t(widths[i + 1] * widths[i] * 2)), cudaSuccess);
+    }
+    const uint64_t seed = testing::fresh_seed();
+    runtime::fill_random(activations[0], DType::bf16, m * widths[0], seed, -1.0f, 1.0f, nullptr);
+    for (size_t i = 0; i < weights.size(); ++i) {
+      runtime::fill_random(weights[i], DType::bf16, widths[i + 1] * widths[i], seed + 1 + i, -0.05f, 0.05f, nullptr);
+    }
+    auto run_chain = [&](bool drain) {
+      for (size_t i = 1; i < widths.size(); ++i) {
+        ASSERT_EQ(cudaMemset(activations[i], 0xff, size_t(m * widths[i] * 2)), cudaSuccess);
+      }
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      for (size_t i = 0; i + 1 < widths.size(); ++i) {
+        const int64_t k = widths[i], n = widths[i + 1];
+        gemm(TensorView::matrix(activations[i], DType::bf16, m, k, k, 1),
+             TensorView::matrix(weights[i], DType::bf16, k, n, 1, k),  // N x K, as nn.Linear keeps it
+             TensorView::matrix(activations[i + 1], DType::bf16, m, n, n, 1));
+        if (drain) ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      }
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    };
+    auto outputs = [&] {
+      std::vector<std::vector<char>> out;
+      for (size_t i = 1; i < widths.size(); ++i) {
+        out.emplace_back(size_t(m * widths[i] * 2));
+        EXPECT_EQ(cudaMemcpy(out.back().data(), activations[i], out.back().size(), cudaMemcpyDeviceToHost), cudaSuccess);
+      }
+      return out;
+    };
+    run_chain(true);
+    const std::vector<std::vector<char>> drained = outputs();
+    for (int round = 0; round < 3; ++round) {
+      run_chain(false);
+      EXPECT_EQ(outputs(), drained) << "M = " << m << ", round " << round;
+    }
+    for (void* p : activations) cudaFree(p);
+    for (void* p : weights) cudaFree(p);
   }
 }
 
