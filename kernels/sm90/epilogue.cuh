@@ -48,11 +48,14 @@ __device__ __forceinline__ float load_c(const GemmParams& p, int batch, i64 row,
 // rows (t/32)*16 + (t%32)/4 + {0, 8} and columns 8j + 2*(t%4) + {0, 1}, at acc[4j + 2h + e].
 __device__ __forceinline__ int fragment_row(int t, int h) { return (t / 32) * 16 + (t % 32) / 4 + 8 * h; }
 __device__ __forceinline__ int fragment_col(int t, int j) { return 8 * j + 2 * (t % 4); }
+// D's row of thread t's fragment row h in the slice starting at D's row `first` (row classes:
+// kRowStep rows apart).
+__device__ __forceinline__ i64 d_row(i64 first, int t, int h) { return first + kRowStep * fragment_row(t, h); }
 
 // The value of D at thread t's accumulator of column group j, half h (rows + 8h), element e.
 __device__ __forceinline__ float output_value(const float* acc, const GemmParams& p, TileOrigin at, int t, int j,
                                               int h, int e) {
-  const i64 row = at.row + fragment_row(t, h), col = at.col + fragment_col(t, j) + e;
+  const i64 row = d_row(at.row, t, h), col = at.col + fragment_col(t, j) + e;
   const float row_scale = kRowOuterScales ? at.row_scale[h] : 1.0f;  // a constant 1 folds away
   const float column_scale = kColumnScales ? ld_shared_f32(at.column_scales + 4 * (fragment_col(t, j) + e)) : 1.0f;
   const float scaled = acc[4 * j + 2 * h + e] * row_scale * column_scale;
@@ -68,7 +71,7 @@ __device__ __forceinline__ void store_tile_direct(const float* acc, const GemmPa
     for (int h = 0; h < 2; ++h) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        i64 row = at.row + fragment_row(t, h);
+        const i64 row = d_row(at.row, t, h);
         i64 col = at.col + fragment_col(t, j) + e;
         if (row < p.m && col < p.n) {
           const float value = output_value(acc, p, at, t, j, h, e);

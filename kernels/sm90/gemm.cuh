@@ -29,9 +29,12 @@
 // warps 2-3 wait for it, write the rows into the stage as TMA would have, and arrive on the full
 // barrier.
 //
+// With kRowClasses, A (16-bit, K-major, rows TMA cannot address) is read by TMA one class of rows
+// at a time, and B from 8 shifted copies (row_classes.cuh); a tile's rows lie kRowStep apart in D.
+//
 // The generated prelude defines kTileM, kTileN, kStages, kGroupM, kClusterM, kSplitK, kAKMajor,
 // kBKMajor, kAType, kBType, kOutType, kCType, kHasC, kScaleA, kScaleB, kScaleMNA, kScaleMNB,
-// kABatched, kBBatched, kRealignA, kRealignB, kTmaStore, kStoreBoxBytes, kStoreBuffers, kSmemBytes
+// kABatched, kBBatched, kRealignA, kRealignB, kRowClasses, kTmaStore, kStoreBoxBytes, kStoreBuffers, kSmemBytes
 // and wgmma_tile().
 // kTileN is any multiple of 16 up to 256.
 #pragma once
@@ -56,6 +59,9 @@ constexpr int kCopyWarps = 2, kRealignWarps = 2;  // the producer's warps 0-1 an
 constexpr u32 kTmaStageBytes = (kRealignA ? 0 : kStageBytesA) + (kRealignB ? 0 : kStageBytesB);
 static_assert(!kRealign || (kClusterM == 1 && kConsumers == 1 && !k8Bit),
               "realigned operands run on unclustered 16-bit tiles of one consumer warpgroup");
+static_assert(!kRowClasses || (kClusterM == 1 && kConsumers == 1 && !k8Bit && !kRealign && !kTmaStore && kAKMajor &&
+                               kBKMajor && !kABatched && kTileK == kClassBlock),
+              "row classes run on unclustered, unbatched 16-bit K-major tiles of one consumer warpgroup, stored directly");
 // Registers per thread after reallocation: the producer gives most of its own back, and the
 // consumers share the rest of what the launch gave the CTA (kLaunchRegisters per thread, as
 // __launch_bounds__ allows) in multiples of 8, at most 240 (224 for two, 152 for three). Asking
@@ -96,7 +102,8 @@ static_assert(kSwizzleAtom + kStages * (kStageBytesA + kStageBytesB + kLandingBy
 // Persistent order over work units: cluster tiles (kClusterM tiles stacked in M; CTA `rank` of
 // the cluster takes the rank-th), each split into `splits` consecutive units, so that a tile's
 // parts run at once. Numbered batch by batch; inside a batch, groups of kGroupM tile rows are
-// walked column by column so that clusters running at once share A and B in L2.
+// walked column by column so that clusters running at once share A and B in L2. With row
+// classes, tile row 8 b + r holds class r of groups 64 b to 64 b + 63 (M is a multiple of 8).
 struct TileScheduler {
   static constexpr i64 kGroup = kGroupM / kClusterM;  // cluster rows per group
   i64 rows, tiles_n, per_batch;
@@ -104,11 +111,12 @@ struct TileScheduler {
   i64 total;             // work units
 
   __device__ explicit TileScheduler(const GemmParams& p)
-      : rows(((p.m + kTileM - 1) / kTileM + kClusterM - 1) / kClusterM),
+      : rows(kRowClasses ? (p.m / kClasses + 63) / 64 * kClasses
+                         : ((p.m + kTileM - 1) / kTileM + kClusterM - 1) / kClusterM),
         tiles_n((p.n + kTileN - 1) / kTileN),
         per_batch(rows * tiles_n),
         splits(kSplitK ? p.splits : 1),
-        k_blocks(int((p.k + kTileK - 1) / kTileK)),
+        k_blocks(kRowClasses ? row_class_k_blocks(p.k) : int((p.k + kTileK - 1) / kTileK)),
         total(per_batch * p.batch * splits) {}
 
   __device__ Work work(i64 unit, int rank) const {
@@ -124,7 +132,9 @@ struct TileScheduler {
     const i64 first = (in_batch / group_tiles) * kGroup;
     const i64 group_rows = min(kGroup, rows - first);
     const i64 in_group = in_batch % group_tiles;
-    w.row = int(((first + in_group % group_rows) * kClusterM + rank) * kTileM);
+    const i64 tile_row = first + in_group % group_rows;
+    w.row = int(kRowClasses ? tile_row / kClasses * 64 * kClasses + tile_row % kClasses
+                            : (tile_row * kClusterM + rank) * kTileM);
     w.col = int((in_group / group_rows) * kTileN);
     return w;
   }
@@ -140,17 +150,23 @@ __device__ __forceinline__ void load_b_box(u8* dst, const TensorMap* map_b, u64*
 }
 
 // Loads the K slice `k_block` of A and B for the tile at (batch, row, col) into one stage, but
-// for realigned operands (the producer's other warps load those).
+// for realigned operands (the producer's other warps load those). With row classes, A's box
+// comes from the class's groups and B's from the class's copy.
 // K-major operands come in boxes of rows x 64; MN-major ones in boxes of 64 x 64 (a swizzle
 // row holds only 64 elements), one per 64-wide block of M or N. B's boxes are shared out
 // among the cluster's CTAs (K-major: kTileN / kClusterM rows each; N-major: every
 // kClusterM-th block), and the full barrier expects the whole slice from all of them.
-__device__ __forceinline__ void load_stage(const TensorMap* map_a, const TensorMap* map_b, u8* a, u8* b,
-                                           u64* full, int rank, int batch, i64 row, i64 col, int k_block) {
+__device__ __forceinline__ void load_stage(const GemmParams& p, const TensorMap* map_a, const TensorMap* map_b, u8* a,
+                                           u8* b, u64* full, int rank, int batch, i64 row, i64 col, int k_block) {
   const int k = k_block * kTileK;
-  const int batch_a = kABatched ? batch : 0, batch_b = kBBatched ? batch : 0;  // else broadcast
+  const int batch_a = kABatched ? batch : 0;  // else broadcast
+  int batch_b = kBBatched ? batch : 0;
   mbarrier_arrive_expect_tx(full, kTmaStageBytes);
-  if (!kRealignA && kAKMajor) {
+  if (kRowClasses) {
+    const RowClass c = row_class(p, row);
+    tma_load_3d(a, map_a, full, c.x + k, int(row / kClasses), 0);
+    batch_b = c.index;
+  } else if (!kRealignA && kAKMajor) {
     tma_load_3d(a, map_a, full, k, int(row), batch_a);
   } else if (!kRealignA) {
     for (int i = 0; i < kTileM / 64; ++i) tma_load_3d(a + i * kMajorBlock, map_a, full, int(row) + 64 * i, k, batch_a);
@@ -481,7 +497,7 @@ __device__ __forceinline__ void multiply_8bit_runs(float* acc, int k_count, Ring
 // A consumer warpgroup: multiplies its `slice` (64 rows) of each tile, then stores it.
 __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams& p, const TileScheduler& tiles,
                                         i64 first_unit, i64 unit_step, int slice, int t,
-                                        const u8* stages_a, const u8* stages_b, u32 stage_scales,
+                                        u8* stages_a, const u8* stages_b, u32 stage_scales,
                                         u32 column_scale_buffers, u32 mx_float_buffers, u8* epilogue_buffers,
                                         u64* full, u64* empty, const Work* slots) {
   const bool warp_leader = t % 32 == 0;
@@ -511,8 +527,8 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
     // latency from the epilogue.
     const i64 slice_row = w.row + slice * 64;
     const TileOrigin at{w.batch, slice_row, w.col,
-                        {row_outer_scale(p, w.batch, slice_row + fragment_row(t, 0)),
-                         row_outer_scale(p, w.batch, slice_row + fragment_row(t, 1))},
+                        {row_outer_scale(p, w.batch, d_row(slice_row, t, 0)),
+                         row_outer_scale(p, w.batch, d_row(slice_row, t, 1))},
                         column_scales};
     if constexpr (k8Bit) {
       if constexpr (kTwoPartials) {
@@ -526,7 +542,13 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
       // One wgmma group stays in flight: after committing K block i, wait for i - 1 and hand
       // its stage back to the producer.
       u32 previous = 0;  // the stage of the K block before
+      const int shift = kRowClasses ? row_class(p, w.row).shift : 0;
+      const int k_first = kSplitK ? w.k_begin : 0;  // unsplit, the slot holds no K range
       for (int i = 0; i < k_count; ++i, previous = slot.stage, slot = slot.next()) {
+        if (kRowClasses) {
+          clear_outside_rows(stages_a + slot.stage * kStageBytesA, k_first + i, shift, p.k, t, &full[slot.stage],
+                             slot.phase, kWarpgroupBarrier + slice);
+        }
         issue_k_block(acc, slot, stages, full, i > 0);
         if (kDeferGroups && i == 0 && have_deferred) {
           store_tile_tma<kDeferFrom, kGroups>(acc, deferred, p, deferred_at, t, buffers, &map_d);
@@ -618,7 +640,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       const auto fill = [&](const Work& w, int kb, u32 s) {
         if (t == 0) {
           if (kb == w.k_begin) publish(slots[s], w);  // by the full barrier's arrival below
-          load_stage(&map_a, &map_b, stages_a + s * kStageBytesA, stages_b + s * kStageBytesB, &full[s], rank,
+          load_stage(p, &map_a, &map_b, stages_a + s * kStageBytesA, stages_b + s * kStageBytesB, &full[s], rank,
                      w.batch, w.row, w.col, kb);
         }
         if (kRealign) copy_stage_rows(p, w, kb, landing + s * kLandingBytes, &landed[s], t);

@@ -39,6 +39,11 @@ struct GemmParams {
 // One staging copy (stage.cuh): the matrix at `src`, element (b, r, c) at src + b*batch_stride +
 // r*row_stride + c*col_stride, [batch] rows x cols, copied densely into `dst`: rows `ld`
 // elements apart, batches rows * ld apart. `blocks` of the launch's blocks do it.
+// A source with unit col_stride may also be copied shifted: the first `width` elements of each
+// row of copy b (b < 8) take the source's columns s_b to the left, zeros where there are none,
+// where s_b < 16 is bits 4b to 4b + 3 of `shifts` (B's copies for row classes, row_classes.cuh;
+// packed, as indexing an array among the parameters put them in local memory); else width =
+// cols and shifts = 0.
 struct StageCopy {
   const void* src;
   long long batch_stride;
@@ -50,4 +55,6 @@ struct StageCopy {
   void* dst;
   long long ld;
   long long blocks;
+  long long width;
+  unsigned long long shifts;
 };

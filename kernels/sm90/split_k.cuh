@@ -17,7 +17,7 @@ __device__ __forceinline__ bool combine_splits(float* acc, const GemmParams& p, 
                                                i64 first_row, int t, int barrier_id) {
   const float2* parts = reinterpret_cast<const float2*>(p.partials) + slice_id * p.splits * kPartialPairs;
   float2* mine = reinterpret_cast<float2*>(p.partials) + (slice_id * p.splits + split) * kPartialPairs;
-  const bool row_inside[2] = {first_row + fragment_row(t, 0) < p.m, first_row + fragment_row(t, 1) < p.m};
+  const bool row_inside[2] = {d_row(first_row, t, 0) < p.m, d_row(first_row, t, 1) < p.m};
 #pragma unroll
   for (int i = 0; i < kPairs; ++i) {
     if (row_inside[i % 2]) mine[i * 128 + t] = make_float2(acc[2 * i], acc[2 * i + 1]);

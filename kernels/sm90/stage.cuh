@@ -25,19 +25,24 @@ __device__ void stage_copy(const StageCopy& copy, i64 block, i64 blocks) {
     // A warp copies kSegment elements of a row at a time, lane + 32 j, so that its loads and
     // stores each cover one contiguous run whatever the source row's alignment.
     constexpr int kSegment = 32 * kVector;
-    const i64 segments = (cols + kSegment - 1) / kSegment;
+    const i64 width = copy.width;
+    const i64 segments = (width + kSegment - 1) / kSegment;
     const int lane = threadIdx.x % 32;
     const i64 warps = blocks * (blockDim.x / 32);
     for (i64 w = (block * blockDim.x + threadIdx.x) / 32; w < batch * rows * segments; w += warps) {
-      const i64 row = w / segments, c0 = w % segments * kSegment + lane;
-      const T* from = src + row / rows * batch_stride + row % rows * row_stride + c0;
-      T* to = dst + row * ld + c0;
+      const i64 row = w / segments, b = row / rows, d0 = w % segments * kSegment + lane;
+      const i64 c0 = d0 - i64(b < 8 ? (copy.shifts >> (4 * b)) & 15 : 0);  // the source column of destination column d0
+      const T* from = src + b * batch_stride + row % rows * row_stride;
+      T* to = dst + row * ld + d0;
       T v[kVector];
 #pragma unroll
-      for (int j = 0; j < kVector; ++j) v[j] = c0 + 32 * j < cols ? from[32 * j] : T(0);
+      for (int j = 0; j < kVector; ++j) {
+        const i64 c = c0 + 32 * j;
+        v[j] = c >= 0 && c < cols ? from[c] : T(0);
+      }
 #pragma unroll
       for (int j = 0; j < kVector; ++j)
-        if (c0 + 32 * j < cols) to[32 * j] = v[j];
+        if (d0 + 32 * j < width) to[32 * j] = v[j];
     }
     return;
   }

@@ -115,13 +115,14 @@ std::string gemm_source(const KernelConfig& requested) {
     << "constexpr bool kBBatched = " << bool_text(config.b_batched) << ";\n"
     << "constexpr bool kRealignA = " << bool_text(config.realign_a) << ";\n"
     << "constexpr bool kRealignB = " << bool_text(config.realign_b) << ";\n"
+    << "constexpr bool kRowClasses = " << bool_text(config.row_classes) << ";\n"
     << "constexpr bool kTmaStore = " << bool_text(config.tma_store) << ";\n"
     << "constexpr int kStoreBoxBytes = " << config.store_box_bytes() << ";\n"
     << "constexpr int kStoreBuffers = " << config.store_buffers << ";\n"
     << "constexpr unsigned kSmemBytes = " << config.smem_bytes() << ";\n"
     << "constexpr int kScaleMNA = " << config.scale_a_mn << ";\n"
     << "constexpr int kScaleMNB = " << config.scale_b_mn << ";\n"
-    << file_text("common.cuh")
+    << file_text("common.cuh") << file_text("row_classes.cuh")
     << wgmma_function(config.tile_n, config.in, config.in_b, config.a_k_major, config.b_k_major)
     << file_text("epilogue.cuh") << file_text("split_k.cuh") << file_text("promote.cuh") << file_text("realign.cuh")
     << file_text("gemm.cuh");

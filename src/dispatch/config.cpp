@@ -63,7 +63,8 @@ bool contiguous_along(const MatrixRef& m, int64_t rows, int64_t cols, bool along
 // 91 against 133 (45), 8x28672x4097 179 against 258 (88); but 16x4096x4097 (34 MB) 50 against
 // 44 (19), 1000x1000x1001 33 against 19 (13). Once one operand is realigned, so is the other
 // where it can be: the kernel realigns anyway, and staging would add a launch (and inside a graph
-// capture, which cannot grow the scratch, send the whole problem to the fallback kernel).
+// capture, which cannot grow the scratch, send the whole problem to the fallback kernel). Decode
+// weights are read as row classes instead where row_classes_apply takes them (16x7168x8191 53 us).
 constexpr int64_t kRealignFromBytes = int64_t(50) << 20;
 bool larger_than_l2(const MatrixRef& m, int64_t batch, int64_t rows, int64_t cols) {
   const int64_t copies = batch > 1 && m.batch_stride != 0 ? batch : 1;
@@ -73,7 +74,8 @@ bool larger_than_l2(const MatrixRef& m, int64_t batch, int64_t rows, int64_t col
 auto key(const KernelConfig& c) {
   return std::tie(c.kind, c.tile_m, c.tile_n, c.stages, c.group_m, c.cluster_m, c.splits, c.a_k_major, c.b_k_major,
                   c.a_batched, c.b_batched, c.tma_store, c.store_buffers, c.has_c, c.in, c.out, c.c, c.in_b, c.scale_a,
-                  c.scale_b, c.scale_a_mn, c.scale_b_mn, c.stage_a, c.stage_b, c.realign_a, c.realign_b);
+                  c.scale_b, c.scale_a_mn, c.scale_b_mn, c.stage_a, c.stage_b, c.realign_a, c.realign_b,
+                  c.row_classes);
 }
 
 // Relative throughput of a tile: each K block loads m rows of A and n of B (n / cluster per
@@ -222,7 +224,7 @@ std::vector<Candidate> streaming_candidates(const Problem& p, const KernelConfig
   c.group_m = raster_group_rows(p, tile.m, limits);
   c.store_buffers = store_buffers_for(c, limits.smem_per_block);
   c.stages = max_stages(c, limits.smem_per_block);
-  const int64_t tiles = ceil_div(p.m, tile.m) * ceil_div(p.n, tile.n) * p.batch;
+  const int64_t tiles = tile_rows(c, p.m) * ceil_div(p.n, tile.n) * p.batch;
   const int64_t pick = streaming_splits(tiles, k_blocks, limits);
   std::vector<Candidate> candidates;
   for (int64_t splits = 1; splits <= max_splits(k_blocks); ++splits) {
@@ -270,7 +272,7 @@ std::string KernelConfig::name() const {
     << (splits > 1 ? " split" + std::to_string(splits) : "") << " " << (a_k_major ? 'K' : 'M') << (b_k_major ? 'K' : 'N')
     << (!tma_store ? " direct-store" : store_buffers != 2 ? " b" + std::to_string(store_buffers) : "")
     << (stage_a ? " staged-A" : "") << (stage_b ? " staged-B" : "") << (realign_a ? " realign-A" : "")
-    << (realign_b ? " realign-B" : "");
+    << (realign_b ? " realign-B" : "") << (row_classes ? " row-classes" : "");
   return s.str();
 }
 
@@ -340,6 +342,12 @@ KernelConfig with_tile(KernelConfig c, TileShape tile) {
   return realigns_on(tile) ? c : staged_instead(c);
 }
 
+int64_t tile_rows(const KernelConfig& c, int64_t m) {
+  return c.row_classes ? ceil_div(m / 8, 64) * 8 : ceil_div(m, c.tile_m);
+}
+
+int64_t row_class_width(int64_t k) { return ceil_div(k + 7, 64) * 64; }
+
 KernelConfig staged_instead(KernelConfig c) {
   c.stage_a = c.stage_a || c.realign_a;
   c.stage_b = c.stage_b || c.realign_b;
@@ -399,6 +407,27 @@ KernelConfig fallback_config(const KernelConfig& c) {
   return f;
 }
 
+// A 16-bit, K contiguous and not TMA-addressable, unbatched, M a multiple of 8 (a partial last
+// group would have its tensor-map row reach past A's end), against at most kNarrowMaxN columns
+// of a B whose K is contiguous (its 8 shifted copies are small); a group row's length and
+// stride within TMA's limits.
+bool row_classes_apply(const Problem& p) {
+  if (is_fp8(p.a.dtype) || p.k <= 0 || p.batch != 1 || p.m % 8 != 0 || p.n > kNarrowMaxN || p.a.col_stride != 1 ||
+      p.b.row_stride != 1 || p.m >= kCoordinateLimit || tma_access(p.a, p.batch, p.m, p.k).ok) {
+    return false;
+  }
+  const int64_t group_row = 7 + 7 * p.a.row_stride + p.k;  // elements, from A's first granule
+  return group_row < kCoordinateLimit && tma_stride_ok(8 * p.a.row_stride, dtype_size(p.a.dtype), 1);
+}
+
+KernelConfig realigned_instead(const Problem& p, KernelConfig c) {
+  c.row_classes = false;
+  c.realign_a = true;
+  c.realign_b = !tma_access(p.b, p.batch, p.k, p.n).ok;
+  c.stages = max_stages(c, DeviceLimits{}.smem_per_block);
+  return c;
+}
+
 // The config's fields that follow from the problem alone (types, majorness, batching, staging,
 // store path); the kind is fallback where K is 0 or a coordinate is too large for TMA.
 KernelConfig problem_config(const Problem& p) {
@@ -435,6 +464,10 @@ KernelConfig problem_config(const Problem& p) {
     if (is_fp8(p.a.dtype)) {
       config.stage_a = !(a.ok && a.cols_contiguous);
       config.stage_b = !(b.ok && !b.cols_contiguous);
+      a = {true, true};
+      b = {true, false};
+    } else if (row_classes_apply(p)) {
+      config.row_classes = true;
       a = {true, true};
       b = {true, false};
     } else {
@@ -564,6 +597,8 @@ bool fits(const KernelConfig& c, const DeviceLimits& limits) {
          (!is_narrow({c.tile_m, c.tile_n}) || (c.b_k_major && !c.tma_store && c.cluster_m == 1)) &&
          (!(c.realign_a || c.realign_b) || (realigns_on({c.tile_m, c.tile_n}) && c.cluster_m == 1 && !is_fp8(c.in))) &&
          !(c.realign_a && c.stage_a) && !(c.realign_b && c.stage_b) &&
+         (!c.row_classes || (is_narrow({c.tile_m, c.tile_n}) && c.tile_m == 64 && c.a_k_major && !c.a_batched &&
+                             !c.b_batched && !(c.stage_a || c.stage_b || c.realign_a || c.realign_b))) &&
          c.store_buffers >= 1 && c.store_buffers <= 8 && c.stages >= 2 && c.stages <= 8 &&
          tma_smem_bytes(c) <= limits.smem_per_block;
 }

@@ -45,6 +45,11 @@ struct KernelConfig {
   // (realign.cuh), unclustered, on tiles realigns_on takes.
   bool stage_a = false, stage_b = false;
   bool realign_a = false, realign_b = false;
+  // A 16-bit, K-major A whose rows TMA cannot address, against at most kNarrowMaxN columns of a
+  // K-major B (decode weights with odd K, as normalize turns them): A read by TMA in classes of
+  // every 8th row, B staged as 8 copies shifted to line up with them (row_classes.cuh). Unbatched,
+  // M a multiple of 8, narrow tiles only; see row_classes_apply in config.cpp.
+  bool row_classes = false;
 
   int threads() const;
   int smem_bytes() const;  // dynamic shared memory the launch reserves
@@ -90,6 +95,20 @@ KernelConfig with_tile(KernelConfig c, TileShape tile);
 
 // `c` with its realigned operands staged instead.
 KernelConfig staged_instead(KernelConfig c);
+
+// Tile rows the kernel walks for an M-row problem: with row classes, 8 for every 512 rows (64
+// groups of 8), else one per tile_m rows.
+int64_t tile_rows(const KernelConfig& c, int64_t m);
+
+// The K elements row classes shift B's copies across: K and up to 7 more, in whole K blocks.
+int64_t row_class_width(int64_t k);
+
+// Whether the problem's A is read as row classes (KernelConfig::row_classes).
+bool row_classes_apply(const Problem& p);
+
+// A row-classes config turned into the realigning kernel's for the same problem: for a launch
+// that cannot have B's copies (a graph capture, which cannot grow the scratch).
+KernelConfig realigned_instead(const Problem& p, KernelConfig c);
 
 // The tile shapes the TMA kernel is built for, with 16-bit or 8-bit inputs. 8-bit inputs keep a
 // partial accumulator beside the f32 one (two-level accumulation), which leaves registers for

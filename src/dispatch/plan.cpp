@@ -127,9 +127,11 @@ Plan make_plan(const Problem& normalized, const KernelConfig* forced, cudaStream
 
 void run_plan(const Plan& plan, const Problem& normalized, cudaStream_t stream) {
   if (runtime::launch_gemm(*plan.kernel, plan.config, normalized, plan.sm_count, stream)) return;
-  // A staged operand's scratch cannot grow while the stream is captured: the fallback kernel
-  // reads the operands as they are (correct, and slower; an uncaptured call first avoids it).
-  const KernelConfig fallback = fallback_config(plan.config);
+  // A staged operand's scratch cannot grow while the stream is captured: the realigning kernel
+  // (for row classes) or the fallback kernel reads the operands as they are (correct, and
+  // slower; an uncaptured call first avoids it).
+  const KernelConfig fallback = plan.config.row_classes ? realigned_instead(normalized, plan.config)
+                                                        : fallback_config(plan.config);
   runtime::launch_gemm(kernel_for(normalized.device, fallback), fallback, normalized, plan.sm_count, stream);
 }
 

@@ -27,6 +27,20 @@ Strides operand_strides(int64_t rows, int64_t cols, bool transposed, int64_t pad
   return transposed ? Strides{1, leading, outer * leading} : Strides{leading, 1, outer * leading};
 }
 
+// Sets every element of `buffer` outside its view to all ones (NaN in every float type): the
+// `offset` elements before the view, and each run's padding up to the leading dimension.
+void poison_outside(void* base, int64_t offset, DType type, int64_t rows, int64_t cols, bool transposed,
+                    const Strides& s, int64_t batch) {
+  const size_t bytes = dtype_size(type);
+  runtime::check(cudaMemset(base, 0xff, size_t(offset) * bytes), "poison before the view");
+  const int64_t inner = transposed ? rows : cols, runs = (transposed ? cols : rows) * batch;
+  const int64_t leading = transposed ? s.col : s.row;
+  if (leading == inner || runs == 0) return;
+  char* first_pad = static_cast<char*>(base) + (offset + inner) * int64_t(bytes);
+  runtime::check(cudaMemset2D(first_pad, size_t(leading) * bytes, 0xff, size_t(leading - inner) * bytes, size_t(runs)),
+                 "poison the padding");
+}
+
 }  // namespace
 
 std::string ProblemSpec::describe() const {
@@ -50,6 +64,7 @@ std::string ProblemSpec::describe() const {
   if (d_col_major) s << " D col-major";
   if (pad_a || pad_b || pad_d) s << " pad " << pad_a << "/" << pad_b << "/" << pad_d;
   if (offset_a || offset_b || offset_d) s << " offset " << offset_a << "/" << offset_b << "/" << offset_d;
+  if (nan_outside) s << " NaN outside";
   if (align_leading) s << " aligned-ld";
   if (input_lo != -1.0f) s << " inputs from " << input_lo;
   return s.str();
@@ -84,6 +99,11 @@ DeviceProblem::DeviceProblem(const ProblemSpec& spec, uint64_t seed) : spec_(spe
   d_ = view(d_buf_, spec.m, spec.n, sd);
   runtime::fill_random(a_buf_.base, spec.in, a_buf_.elements, seed, spec.input_lo, 1.0f, nullptr);
   runtime::fill_random(b_buf_.base, spec.b_type(), b_buf_.elements, seed + 1, spec.input_lo, 1.0f, nullptr);
+  if (spec.nan_outside) {
+    runtime::check(cudaDeviceSynchronize(), "filling inputs");
+    poison_outside(a_buf_.base, spec.offset_a, spec.in, spec.m, spec.k, a_t, sa, spec.batch);
+    poison_outside(b_buf_.base, spec.offset_b, spec.b_type(), spec.k, spec.n, b_t, sb, spec.batch);
+  }
   scale_a_ = make_scale(spec.scale_a, true, scale_a_buf_, seed + 3);
   scale_b_ = make_scale(spec.scale_b, false, scale_b_buf_, seed + 4);
   if (spec.beta != 0.0f) {

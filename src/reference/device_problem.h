@@ -39,6 +39,9 @@ struct ProblemSpec {
   // Round every leading dimension up to a multiple of 8 elements (16 bytes in bf16), so TMA
   // can address operands whose M, N or K is odd.
   bool align_leading = false;
+  // NaN in A's and B's buffers outside their views (before the base, in each leading dimension's
+  // padding): none of it may reach D.
+  bool nan_outside = false;
 
   DType b_type() const { return in_b.value_or(in); }
   std::string describe() const;

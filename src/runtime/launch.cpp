@@ -82,6 +82,31 @@ MatrixRef staged_view(const StagedOperand& s, void* scratch) {
   return s.transposed ? transposed(copy) : copy;
 }
 
+// Row classes (row_classes.cuh): where row r of each group of 8 rows of A starts, in elements past
+// the 16-byte granule that holds A's first element.
+int64_t row_class_start(const MatrixRef& a, int r) {
+  return int64_t(reinterpret_cast<uintptr_t>(a.data) % 16 / 2) + r * a.row_stride;
+}
+
+// A as row classes see it: one row per group of 8 rows, from A's first granule to the end of
+// the group's last row.
+MatrixRef row_class_groups(const MatrixRef& a) {
+  MatrixRef groups = a;
+  groups.data = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(a.data) / 16 * 16);
+  groups.row_stride = 8 * a.row_stride;
+  return groups;
+}
+
+// B's copy for each class, shifted right as far as the class's rows of A: B (K x N, K contiguous)
+// seen as N rows of K, 8 times over into `scratch`, rows row_class_width(K) long.
+StageJob row_class_copies(const Problem& p, void* scratch) {
+  StageJob job{transposed(p.b), 8, p.n, p.k, scratch, row_class_width(p.k)};
+  job.m.batch_stride = 0;
+  job.width = job.ld;
+  for (int r = 0; r < 8; ++r) job.shift[r] = int(row_class_start(p.a, r) % 8);
+  return job;
+}
+
 // Tensor maps by everything that goes into one, so that calls on the same buffers (the usual
 // case: weights, and activations reused by the caller's allocator) skip the encoding. Per
 // thread, so that threads never wait on each other; bounded, since pointers may vary without end.
@@ -161,7 +186,7 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
     return true;
   }
   const int cluster = config.cluster_m;
-  const int64_t cluster_tiles = ceil_div(ceil_div(p.m, config.tile_m), cluster) * ceil_div(p.n, config.tile_n) * p.batch;
+  const int64_t cluster_tiles = ceil_div(tile_rows(config, p.m), cluster) * ceil_div(p.n, config.tile_n) * p.batch;
   // Split-K: no part may be empty.
   const int64_t splits = std::min<int64_t>(config.splits, ceil_div(p.k, config.tile_k()));
   const int64_t tiles = cluster_tiles * cluster;
@@ -173,14 +198,16 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   const StagedOperand staged_a = staged_operand(p.a, p.batch, p.m, p.k, !config.a_k_major, config.stage_a);
   const StagedOperand staged_b = staged_operand(p.b, p.batch, p.k, p.n, config.b_k_major, config.stage_b);
   needs.staged_a_bytes = staged_a.bytes;
-  needs.staged_b_bytes = staged_b.bytes;
+  needs.staged_b_bytes = config.row_classes ? size_t(8 * p.n * row_class_width(p.k) * dtype_size(p.b.dtype))
+                                            : staged_b.bytes;
   // Where no workspace can be had (growing it during a graph capture), the kernel runs unsplit;
-  // operands that must be staged cannot run here at all (the caller runs the fallback kernel).
+  // operands that must be staged cannot run here at all (the caller runs another kernel).
+  const bool stages = config.stage_a || config.stage_b || config.row_classes;
   std::unique_lock<std::mutex> staging;
-  if (config.stage_a || config.stage_b) staging = lock_staged_copies(p.device, stream);
+  if (stages) staging = lock_staged_copies(p.device, stream);
   std::optional<Workspace> workspace;
-  if (splits > 1 || config.stage_a || config.stage_b) workspace = stream_workspace(p.device, stream, needs);
-  if (!workspace && (config.stage_a || config.stage_b)) return false;
+  if (splits > 1 || stages) workspace = stream_workspace(p.device, stream, needs);
+  if (!workspace && stages) return false;
   if (workspace && splits > 1) {
     args.partials = workspace->partials;
     args.counters = workspace->counters;
@@ -198,6 +225,14 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
     jobs[staged++] = stage_job(staged_b, workspace->staged_b);
     q.b = staged_view(staged_b, workspace->staged_b);
   }
+  if (config.row_classes) {
+    jobs[staged++] = row_class_copies(p, workspace->staged_b);
+    const int64_t width = row_class_width(p.k);
+    q.b.data = workspace->staged_b;
+    q.b.batch_stride = p.n * width;
+    q.b.row_stride = 1;
+    q.b.col_stride = width;
+  }
   stage_copies(std::span(jobs.data(), staged), stream);
   args.a = matrix(q.a);
   args.b = matrix(q.b);
@@ -207,11 +242,16 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   const uint32_t k_box = uint32_t(config.tile_k());
   // Realigned operands have none: the kernel reads them from the parameters.
   CUtensorMap map_a{}, map_b{};
-  if (!config.realign_a) {
+  if (config.row_classes) {
+    // Group rows long enough for the last row of a group, which starts past 7 others.
+    map_a = cached_tensor_map(row_class_groups(p.a), 1, p.m / 8, row_class_start(p.a, 7) + p.k, true, k_box,
+                              config.tile_m);
+    map_b = cached_tensor_map(q.b, 8, row_class_width(p.k), p.n, false, k_box, config.tile_n);
+  } else if (!config.realign_a) {
     map_a = cached_tensor_map(q.a, p.batch, p.m, p.k, config.a_k_major, config.a_k_major ? k_box : 64,
                               config.a_k_major ? config.tile_m : 64);
   }
-  if (!config.realign_b) {
+  if (!config.realign_b && !config.row_classes) {
     map_b = cached_tensor_map(q.b, p.batch, p.k, p.n, !config.b_k_major, config.b_k_major ? k_box : 64,
                               config.b_k_major ? config.tile_n / config.cluster_m : 64);
   }

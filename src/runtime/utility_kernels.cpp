@@ -34,11 +34,15 @@ const LoadedKernel& utility_kernel(const char* entry) {
 // tiles 64 x 64 a block.
 StageCopy stage_copy_params(const StageJob& job) {
   const MatrixRef& m = job.m;
+  const int64_t width = job.width > 0 ? job.width : job.cols;
   const int64_t units = m.col_stride == 1
-                            ? (job.batch * job.rows * ((job.cols * dtype_size(m.dtype) + 511) / 512) + 7) / 8
+                            ? (job.batch * job.rows * ((width * dtype_size(m.dtype) + 511) / 512) + 7) / 8
                             : job.batch * ((job.rows + 63) / 64) * ((job.cols + 63) / 64);
-  return {m.data,   m.batch_stride, m.row_stride, m.col_stride, job.batch,
-          job.rows, job.cols,       job.dst,      job.ld,       std::min<int64_t>(units, 1 << 16)};
+  StageCopy copy{m.data,  m.batch_stride, m.row_stride, m.col_stride, job.batch,
+                 job.rows, job.cols,      job.dst,      job.ld,       std::min<int64_t>(units, 1 << 16),
+                 width,    0};
+  for (int b = 0; b < 8; ++b) copy.shifts |= uint64_t(job.shift[b] & 15) << (4 * b);
+  return copy;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstdint>
 #include <span>
 
@@ -18,11 +19,16 @@ void fill_random(void* data, DType type, int64_t count, uint64_t seed, float lo,
 
 // A staging copy: the matrix `m` of 8- or 16-bit elements, seen as [batch] rows x cols (any
 // strides), copied into `dst` densely: rows `ld` elements apart, batches rows * ld apart.
+// Where m's cols are contiguous, copy b < 8 may be shifted (StageCopy in kernels/sm90/params.h):
+// `width` elements of each of its rows written (0: cols), holding the source's columns
+// shift[b] (below 16) to their left, zeros where there are none.
 struct StageJob {
   MatrixRef m;
   int64_t batch, rows, cols;
   void* dst;
   int64_t ld;
+  int64_t width = 0;
+  std::array<int, 8> shift{};
 };
 
 // Runs the copies (kernels/sm90/stage.cuh), those of one element size in one launch. The launch

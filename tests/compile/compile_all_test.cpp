@@ -146,6 +146,24 @@ TEST(TmaKernelVariants, RealignedOperandsCompileWithoutSpills) {
   }
 }
 
+// Row classes on every narrow tile, split or not, with C and an f32 D.
+TEST(TmaKernelVariants, RowClassesCompileWithoutSpills) {
+  for (TileShape tile : tile_shapes()) {
+    if (!is_narrow(tile)) continue;
+    for (int splits : {1, 2}) {
+      for (bool c : {false, true}) {
+        KernelConfig config = with_tile(KernelConfig{}, tile);
+        config.row_classes = true;
+        config.splits = splits;
+        config.has_c = c;
+        config.out = config.c = c ? DType::f32 : DType::bf16;
+        config.stages = max_stages(config, DeviceLimits{}.smem_per_block);
+        expect_clean_compile(codegen::gemm_source(config), codegen::kGemmKernel, config.name());
+      }
+    }
+  }
+}
+
 // Element types, C, batching and the direct-store epilogue on the largest tile, where
 // registers are tightest.
 TEST(TmaKernelVariants, CompileWithoutSpills) {

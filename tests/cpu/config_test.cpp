@@ -166,6 +166,7 @@ TEST(ConfigChoose, FallbackForZeroKOrHugeCoordinates) {
 
 // Which of its operands a config realigns or stages, as one word per operand.
 std::string loads(const KernelConfig& c) {
+  if (c.row_classes) return c.realign_a || c.realign_b || c.stage_a || c.stage_b ? "classes with others" : "classes,copies";
   auto word = [](bool realign, bool stage) { return realign ? (stage ? "both" : "realign") : stage ? "stage" : "tma"; };
   return std::string(word(c.realign_a, c.stage_a)) + "," + word(c.realign_b, c.stage_b);
 }
@@ -213,9 +214,55 @@ TEST(ConfigChoose, UnalignedOperandsAreStagedOrRealignedAlongTheirContiguousDime
     if (c.realign_a || c.realign_b) EXPECT_TRUE(realigns_on({c.tile_m, c.tile_n}) && c.cluster_m == 1) << c.name();
     expect_full_stages(c);
   }
+  // Transposed onto a narrow tile, the weights are read as row classes (the next test).
   c = choose_config(normalize(decode), {});
-  EXPECT_EQ(loads(c), "realign,realign") << "decode, transposed onto a narrow tile: " << c.name();
+  EXPECT_EQ(loads(c), "classes,copies") << "decode, transposed onto a narrow tile: " << c.name();
   EXPECT_EQ(c.tile_n, 16) << c.name();
+}
+
+// Decode against weights TMA cannot address (as normalize turns it: the weights are A, M x K,
+// the tokens B): the weights read as row classes where they are K-contiguous, unbatched and M is
+// a multiple of 8, against at most kNarrowMaxN K-contiguous columns; otherwise realigned or
+// staged as before.
+TEST(ConfigChoose, UnalignedDecodeWeightsAreReadAsRowClasses) {
+  auto decode = [](int64_t tokens, int64_t rows, int64_t k) {
+    Problem p = problem(tokens, rows, k);
+    p.b = col_major(1, DType::bf16, k);
+    return normalize(p);
+  };
+  for (const Problem& p : {decode(16, 7168, 8191), decode(8, 4096, 4097), decode(32, 1024, 4098), decode(2, 128, 65)}) {
+    const KernelConfig c = choose_config(p, {});
+    EXPECT_EQ(loads(c), "classes,copies") << p.m << "x" << p.n << "x" << p.k << ": " << c.name();
+    EXPECT_TRUE(fits(c, {})) << c.name();
+    EXPECT_TRUE(is_narrow({c.tile_m, c.tile_n}) && !c.tma_store) << c.name();
+    expect_full_stages(c);
+  }
+  Problem base_off = decode(16, 4096, 4096);
+  base_off.a.data = address(0) + 2;  // aligned strides, the weights' base 2 bytes off
+  EXPECT_EQ(loads(choose_config(base_off, {})), "classes,copies");
+  EXPECT_NE(loads(choose_config(decode(16, 4100, 4097), {})), "classes,copies") << "M not a multiple of 8";
+  EXPECT_NE(loads(choose_config(decode(16, 4096, 4096), {})), "classes,copies") << "aligned";
+  Problem wide = problem(33, 4096, 4097);
+  wide.b = col_major(1, DType::bf16, 4097);
+  EXPECT_NE(loads(choose_config(normalize(wide), {})), "classes,copies") << "more than kNarrowMaxN tokens";
+  Problem batched = decode(16, 4096, 4097);
+  batched.batch = 2;
+  batched.a.batch_stride = 4096 * 4097;
+  EXPECT_NE(loads(choose_config(batched, {})), "classes,copies") << "batched";
+  // Eight rows of tile per 512 rows of A, rounded up: 4104 rows are 513 groups, 9 blocks of 64.
+  KernelConfig c = choose_config(decode(16, 4104, 4097), {});
+  EXPECT_EQ(tile_rows(c, 4104), 72);
+  EXPECT_EQ(row_class_width(4097), 4160);
+  EXPECT_EQ(row_class_width(4089), 4096);
+  EXPECT_EQ(row_class_width(4090), 4160);
+  // Without B's copies (a graph capture), the realigning kernel on the same tile.
+  const KernelConfig realigned = realigned_instead(decode(16, 4104, 4097), c);
+  EXPECT_EQ(loads(realigned), "realign,realign");
+  EXPECT_EQ(realigned.tile_n, c.tile_n);
+  EXPECT_TRUE(fits(realigned, {})) << realigned.name();
+  // Row classes only on narrow tiles.
+  KernelConfig wide_tile = with_tile(c, {64, 64});
+  EXPECT_FALSE(fits(wide_tile, {})) << wide_tile.name();
 }
 
 // Realigning takes a 64-row tile at most 128 wide, unclustered, 16-bit, and shared memory for

@@ -238,7 +238,8 @@ TEST_F(GemmGraphs, PlanMadeDuringCapture) {
       {.m = 1000, .n = 520, .k = 200, .layout = "TN", .in = DType::f16, .out = DType::f32},
       // Odd leading dimension: staged, so the capture runs the fallback kernel (no scratch yet).
       {.m = 333, .n = 77, .k = 91, .layout = "NT", .pad_a = 1},
-      // Odd K against weights larger than L2: realigned, so the capture runs the TMA kernel.
+      // Odd K against weights: read as row classes, whose copies of the tokens have no scratch
+      // yet, so the capture runs the realigning TMA kernel.
       {.m = 8, .n = 7000, .k = 4097, .layout = "NT"},
   };
   for (const ProblemSpec& spec : specs) {

@@ -118,7 +118,8 @@ TEST_F(GemmEdges, EmptyContractionGivesBetaC) {
 
 // Operands TMA cannot read as they are (odd leading dimensions, misaligned bases, odd K) are
 // staged (copied into aligned scratch, then multiplied by the TMA kernel), or where larger than
-// L2, realigned by the kernel: each plan, and realigned ones staged too. The
+// L2, realigned by the kernel, or decode weights read as row classes (the next test): each plan,
+// and realigned ones staged too. The
 // fallback kernel, which runs staged ones where the scratch cannot grow (a first call inside a
 // graph capture), is checked on the same problems. D unaligned: direct stores.
 TEST_F(GemmUnaligned, RealignedOrStagedOperandsFallbackAndDirectStores) {
@@ -136,7 +137,7 @@ TEST_F(GemmUnaligned, RealignedOrStagedOperandsFallbackAndDirectStores) {
       const Problem p = validate_gemm(problem.a(), problem.b(), problem.d(), problem.options(nullptr));
       const KernelConfig config = make_plan(normalize(p)).config;
       EXPECT_EQ(config.kind, KernelKind::tma) << spec.describe();
-      EXPECT_TRUE(config.stage_a || config.stage_b || config.realign_a || config.realign_b)
+      EXPECT_TRUE(config.stage_a || config.stage_b || config.realign_a || config.realign_b || config.row_classes)
           << spec.describe() << " [" << config.name() << "]";
       expect_correct(spec);
       if (config.realign_a || config.realign_b) {  // and staged, on a 128 x 128 tile
@@ -207,6 +208,39 @@ TEST_F(GemmDecode, FewRowsRunTransposedOnNarrowTiles) {
     const KernelConfig config = make_plan(normalize(p)).config;
     EXPECT_TRUE(is_narrow({config.tile_m, config.tile_n})) << spec.describe() << " [" << config.name() << "]";
     expect_correct(spec);
+  }
+}
+
+// Decode (2 to 32 tokens) against weights TMA cannot address (odd K, leading dimensions off 8
+// elements, bases off 16 bytes), their rows a multiple of 8: the weights read as row classes
+// (row_classes.cuh), with NaN around every row of both operands, which must not reach D. As
+// planned, in 2 and 3 parts, and as the realigning kernel that runs where B's copies can have no
+// scratch.
+TEST_F(GemmUnaligned, DecodeWeightsReadAsRowClasses) {
+  const ProblemSpec specs[] = {
+      {.m = 8, .n = 4096, .k = 4097},
+      {.m = 16, .n = 520, .k = 1001, .pad_b = 3},  // leading dimension 1004: two shifts among the classes
+      {.m = 2, .n = 1280, .k = 8191},
+      {.m = 32, .n = 128, .k = 65, .pad_b = 7, .offset_b = 3},  // rows 72 apart, the base off
+      {.m = 5, .n = 1000, .k = 3},
+      {.m = 17, .n = 4104, .k = 4090, .out = DType::f32, .beta = 0.5f},  // a class's last K block all outside
+      {.m = 12, .n = 2048, .k = 3000, .in = DType::f16, .out = DType::f16, .offset_b = 1},
+      {.m = 3, .n = 7000, .k = 4097, .beta = -1.0f, .c_is_d = true},
+  };
+  for (ProblemSpec spec : specs) {
+    spec.nan_outside = true;
+    reference::DeviceProblem problem(spec, 1);
+    const Problem p = normalize(validate_gemm(problem.a(), problem.b(), problem.d(), problem.options(nullptr)));
+    const KernelConfig config = make_plan(p).config;
+    EXPECT_TRUE(config.row_classes) << spec.describe() << " [" << config.name() << "]";
+    expect_correct(spec);
+    for (int splits : {2, 3}) {
+      KernelConfig split = config;
+      split.splits = splits;
+      expect_correct(spec, &split);
+    }
+    const KernelConfig realigned = realigned_instead(p, config);
+    expect_correct(spec, &realigned);
   }
 }
 
