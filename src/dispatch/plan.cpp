@@ -76,25 +76,8 @@ Plan new_plan(const Problem& normalized, const KernelConfig* forced, cudaStream_
   return plan;
 }
 
-// Decode for narrow tiles (plan.h). One row goes to the GEMV kernel instead where B must be
-// staged (the GEMV reads it as it is) or has more than kGemvFromN columns: there narrow tiles
-// take over two waves and lose in their last (H100: 1x28672x4096 77.0 us on the GEMV, 84.0 on
-// 64x8 tiles), while below it they won (1x1280x8192 16.7 against 14.7 us, 1x7168x8192 47.1
-// against 44.3; llama3-70b-tp8-m1 chain 348 against 324).
-constexpr int64_t kGemvFromN = 16384;
-bool decode_for_narrow_tiles(const Problem& p) {
-  if (p.m > kNarrowMaxN || p.n < 128 || p.k == 0 || p.a.col_stride != 1 || p.b.row_stride != 1 || is_fp8(p.a.dtype)) {
-    return false;
-  }
-  return p.m > 1 || (p.n <= kGemvFromN && tma_access(p.b, p.batch, p.k, p.n).ok);
-}
-
-}  // namespace
-
-Problem normalize(const Problem& p) {
-  const bool d_by_columns = p.d.col_stride != 1 && p.d.row_stride == 1 && p.n > 1;
-  const bool column_vector = p.n == 1 && p.m > 1 && p.k > 0 && p.a.col_stride == 1;  // GEMV as one row
-  if (!d_by_columns && !column_vector && !decode_for_narrow_tiles(p)) return p;
+// D^T = B^T A^T: the same memory with A and B swapped and every operand transposed.
+Problem transposed_problem(const Problem& p) {
   Problem t = p;
   t.m = p.n;
   t.n = p.m;
@@ -105,6 +88,31 @@ Problem normalize(const Problem& p) {
   t.scale_a = transposed(p.scale_b);
   t.scale_b = transposed(p.scale_a);
   return t;
+}
+
+// Decode for narrow tiles (plan.h). One row goes to the GEMV kernel instead where B must be
+// staged, which row classes (config.h) do not spare it (the GEMV reads it as it is), or has more
+// than kGemvFromN columns: there narrow tiles take over two waves and lose in their last (H100:
+// 1x28672x4096 77.0 us on the GEMV, 84.0 on 64x8 tiles), while below it they won (1x1280x8192
+// 16.7 against 14.7 us, 1x7168x8192 47.1 against 44.3; llama3-70b-tp8-m1 chain 348 against 324).
+// Row classes won more against the GEMV's element loads (1x7168x8191 48.0 against 80.4 us,
+// 1x1280x8191 17.2 against 38.1, 1x4096x4097 20.7 against 26.0).
+constexpr int64_t kGemvFromN = 16384;
+bool decode_for_narrow_tiles(const Problem& p) {
+  if (p.m > kNarrowMaxN || p.n < 128 || p.k == 0 || p.a.col_stride != 1 || p.b.row_stride != 1 || is_fp8(p.a.dtype)) {
+    return false;
+  }
+  return p.m > 1 || (p.n <= kGemvFromN &&
+                     (tma_access(p.b, p.batch, p.k, p.n).ok || row_classes_apply(transposed_problem(p))));
+}
+
+}  // namespace
+
+Problem normalize(const Problem& p) {
+  const bool d_by_columns = p.d.col_stride != 1 && p.d.row_stride == 1 && p.n > 1;
+  const bool column_vector = p.n == 1 && p.m > 1 && p.k > 0 && p.a.col_stride == 1;  // GEMV as one row
+  if (!d_by_columns && !column_vector && !decode_for_narrow_tiles(p)) return p;
+  return transposed_problem(p);
 }
 
 Plan make_plan(const Problem& normalized, const KernelConfig* forced, cudaStream_t stream) {

@@ -157,13 +157,13 @@ TEST_F(GemmUnaligned, RealignedOrStagedOperandsFallbackAndDirectStores) {
   }
 }
 
-// M = 1 against B stored N x K where narrow tiles do not take it (B unaligned, N above 16384 or
-// below 128), and N = 1 against A stored M x K, run the GEMV kernel: 16-byte loads where the rows
+// M = 1 against B stored N x K where narrow tiles do not take it (B unaligned and not read as
+// row classes, N above 16384 or below 128), and N = 1 against A stored M x K, run the GEMV kernel: 16-byte loads where the rows
 // are aligned, element loads where K is odd or a base is off; batches, C and every output type.
 TEST_F(GemmGemv, OneRowAgainstNxKWeights) {
   const ProblemSpec specs[] = {
       {.m = 1, .n = 20000, .k = 2048, .layout = "NT"},
-      {.m = 1, .n = 1000, .k = 4097, .layout = "NT"},
+      {.m = 1, .n = 1001, .k = 4097, .layout = "NT"},  // N not a multiple of 8: not row classes
       {.m = 1, .n = 33, .k = 129, .layout = "TT", .offset_b = 1},
       {.m = 1, .n = 257, .k = 1001, .batch = 3, .layout = "NT", .out = DType::f32, .beta = 0.5f},
       {.m = 1, .n = 300, .k = 520, .layout = "NT", .in = DType::f16, .out = DType::f16, .beta = -1.0f, .c_is_d = true,
@@ -211,13 +211,15 @@ TEST_F(GemmDecode, FewRowsRunTransposedOnNarrowTiles) {
   }
 }
 
-// Decode (2 to 32 tokens) against weights TMA cannot address (odd K, leading dimensions off 8
+// Decode (1 to 32 tokens) against weights TMA cannot address (odd K, leading dimensions off 8
 // elements, bases off 16 bytes), their rows a multiple of 8: the weights read as row classes
 // (row_classes.cuh), with NaN around every row of both operands, which must not reach D. As
 // planned, in 2 and 3 parts, and as the realigning kernel that runs where B's copies can have no
 // scratch.
 TEST_F(GemmUnaligned, DecodeWeightsReadAsRowClasses) {
   const ProblemSpec specs[] = {
+      {.m = 1, .n = 4096, .k = 4097},
+      {.m = 1, .n = 1280, .k = 8191, .pad_b = 2},
       {.m = 8, .n = 4096, .k = 4097},
       {.m = 16, .n = 520, .k = 1001, .pad_b = 3},  // leading dimension 1004: two shifts among the classes
       {.m = 2, .n = 1280, .k = 8191},
