@@ -90,20 +90,22 @@ Problem transposed_problem(const Problem& p) {
   return t;
 }
 
-// Decode for narrow tiles (plan.h). One row goes to the GEMV kernel instead where B must be
-// staged, which row classes (config.h) do not spare it (the GEMV reads it as it is), or has more
-// than kGemvFromN columns: there narrow tiles take over two waves and lose in their last (H100:
-// 1x28672x4096 77.0 us on the GEMV, 84.0 on 64x8 tiles), while below it they won (1x1280x8192
-// 16.7 against 14.7 us, 1x7168x8192 47.1 against 44.3; llama3-70b-tp8-m1 chain 348 against 324).
-// Row classes won more against the GEMV's element loads (1x7168x8191 48.0 against 80.4 us,
-// 1x1280x8191 17.2 against 38.1, 1x4096x4097 20.7 against 26.0).
+// Decode for narrow tiles (plan.h). One row goes to the GEMV kernel instead where B, aligned, has
+// more than kGemvFromN columns: there narrow tiles take over two waves and lose in their last
+// (H100: 1x28672x4096 77.0 us on the GEMV, 84.0 on 64x8 tiles), while below it they won
+// (1x1280x8192 16.7 against 14.7 us, 1x7168x8192 47.1 against 44.3; llama3-70b-tp8-m1 chain 348
+// against 324); or where B is unaligned and row classes (config.h) do not take it (the GEMV reads
+// it as it is). Against the GEMV's element loads, row classes won at every width: H100,
+// 1x7168x8191 48.0 against 80.4 us, 1x1280x8191 17.2 against 38.1, 1x4096x4097 20.7 against 26.0;
+// H200, 1x28672x4097 69.2 against 117.5, 1x24576x1535 26.7 against 47.5, 1x32768x511 18.4
+// against 22.2.
 constexpr int64_t kGemvFromN = 16384;
 bool decode_for_narrow_tiles(const Problem& p) {
   if (p.m > kNarrowMaxN || p.n < 128 || p.k == 0 || p.a.col_stride != 1 || p.b.row_stride != 1 || is_fp8(p.a.dtype)) {
     return false;
   }
-  return p.m > 1 || (p.n <= kGemvFromN &&
-                     (tma_access(p.b, p.batch, p.k, p.n).ok || row_classes_apply(transposed_problem(p))));
+  if (p.m > 1) return true;
+  return tma_access(p.b, p.batch, p.k, p.n).ok ? p.n <= kGemvFromN : row_classes_apply(transposed_problem(p));
 }
 
 }  // namespace

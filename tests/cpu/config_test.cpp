@@ -779,8 +779,8 @@ TEST(ConfigNormalize, ColumnVectorBecomesARowForTheGemv) {
 }
 
 // Decode, 1 to 32 rows of A against at least 128 columns of B, 16-bit and both K-major, is
-// computed transposed, for narrow tiles; one row against very wide B, or unaligned B that row
-// classes do not take, is left to the GEMV, and what a narrow tile cannot take is left as it is.
+// computed transposed, for narrow tiles; one row against very wide aligned B, or unaligned B that
+// row classes do not take, is left to the GEMV, and what a narrow tile cannot take is left as it is.
 TEST(ConfigNormalize, DecodeIsComputedTransposedForNarrowTiles) {
   auto nt = [](int64_t m, int64_t n, int64_t k) {
     Problem p = problem(m, n, k);
@@ -805,6 +805,7 @@ TEST(ConfigNormalize, DecodeIsComputedTransposedForNarrowTiles) {
   EXPECT_EQ(normalize(unaligned).m, 1280) << "B unaligned, read as row classes";
   EXPECT_TRUE(choose_config(normalize(unaligned), {}).row_classes);
   EXPECT_EQ(normalize(nt(1, 1284, 8191)).m, 1) << "the GEMV's: B unaligned, N not a multiple of 8";
+  EXPECT_EQ(normalize(nt(1, 28672, 4097)).m, 28672) << "B unaligned and wide: row classes all the same";
   EXPECT_EQ(normalize(nt(33, 1280, 8192)).m, 33);
   EXPECT_EQ(normalize(nt(8, 127, 8192)).m, 8);
   EXPECT_EQ(normalize(problem(8, 1280, 8192)).m, 8) << "B N-major";

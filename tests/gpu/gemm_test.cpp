@@ -158,7 +158,7 @@ TEST_F(GemmUnaligned, RealignedOrStagedOperandsFallbackAndDirectStores) {
 }
 
 // M = 1 against B stored N x K where narrow tiles do not take it (B unaligned and not read as
-// row classes, N above 16384 or below 128), and N = 1 against A stored M x K, run the GEMV kernel: 16-byte loads where the rows
+// row classes, B aligned and N above 16384, N below 128), and N = 1 against A stored M x K, run the GEMV kernel: 16-byte loads where the rows
 // are aligned, element loads where K is odd or a base is off; batches, C and every output type.
 TEST_F(GemmGemv, OneRowAgainstNxKWeights) {
   const ProblemSpec specs[] = {
@@ -220,6 +220,7 @@ TEST_F(GemmUnaligned, DecodeWeightsReadAsRowClasses) {
   const ProblemSpec specs[] = {
       {.m = 1, .n = 4096, .k = 4097},
       {.m = 1, .n = 1280, .k = 8191, .pad_b = 2},
+      {.m = 1, .n = 20480, .k = 1001},  // wider than the GEMV's 16384 for aligned B
       {.m = 8, .n = 4096, .k = 4097},
       {.m = 16, .n = 520, .k = 1001, .pad_b = 3},  // leading dimension 1004: two shifts among the classes
       {.m = 2, .n = 1280, .k = 8191},
