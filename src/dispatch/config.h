@@ -48,7 +48,7 @@ struct KernelConfig {
   // A 16-bit, K-major A whose rows TMA cannot address, against at most kNarrowMaxN columns of a
   // K-major B (decode weights with odd K, as normalize turns them): A read by TMA in classes of
   // every 8th row, B staged as 8 copies shifted to line up with them (row_classes.cuh). Unbatched,
-  // M a multiple of 8, narrow tiles only; see row_classes_apply in config.cpp.
+  // M a multiple of 8, narrow tiles only; see row_classes_apply.
   bool row_classes = false;
 
   int threads() const;
