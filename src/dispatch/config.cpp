@@ -183,12 +183,15 @@ bool half_width_tile_pays(const Problem& p, TileShape tile, int64_t k_blocks, co
 //   B's rows lie off 128-byte lines, which a cluster's shared loads read half as often
 //   (128x4096x4104: 32.1 against 24.7), and above 64 rows at K deeper than 128 blocks, where two
 //   tiles read each weight tile without a cluster's shared loads (H200: 128x4096x14336 42.2
-//   against 40.6, llama3-8b-m128 chain 544 against 536). Other layouts were not measured.
+//   against 40.6, llama3-8b-m128 chain 544 against 536). Other layouts were not measured;
+// - 33 to kRowClassesMaxN wide with row classes (unaligned weights, transposed by normalize):
+//   64x64 or 64x128.
 std::optional<TileShape> streaming_tile(const Problem& p, const KernelConfig& config, int64_t k_blocks,
                                         const DeviceLimits& limits) {
   if (is_fp8(config.in)) return std::nullopt;
   if (!config.b_k_major) return std::nullopt;
   if (p.n <= kNarrowMaxN) return TileShape{64, p.n <= 8 ? 8 : p.n <= 16 ? 16 : 32};
+  if (config.row_classes) return TileShape{64, p.n <= 64 ? 64 : 128};
   const bool one_wave = ceil_div(p.m, 64) * ceil_div(p.n, 64) * p.batch <= limits.sm_count;
   const bool shallow_or_one_row = p.m <= 64 || k_blocks <= 128;
   if (p.m > kNarrowMaxN && p.m <= 128 && p.n >= 8 * p.m && one_wave && shallow_or_one_row &&
@@ -338,7 +341,7 @@ bool realigns_on(TileShape tile) { return tile.m == 64 && tile.n <= 128; }
 KernelConfig with_tile(KernelConfig c, TileShape tile) {
   c.tile_m = tile.m;
   c.tile_n = tile.n;
-  if (is_narrow(tile)) c.tma_store = false;
+  if (is_narrow(tile) || c.row_classes) c.tma_store = false;
   return realigns_on(tile) ? c : staged_instead(c);
 }
 
@@ -408,11 +411,11 @@ KernelConfig fallback_config(const KernelConfig& c) {
 }
 
 // A 16-bit, K contiguous and not TMA-addressable, unbatched, M a multiple of 8 (a partial last
-// group would have its tensor-map row reach past A's end), against at most kNarrowMaxN columns
-// of a B whose K is contiguous (its 8 shifted copies are small); a group row's length and
-// stride within TMA's limits.
+// group would have its tensor-map row reach past A's end), against at most kRowClassesMaxN
+// columns of a B whose K is contiguous (its 8 shifted copies are small); a group row's length
+// and stride within TMA's limits.
 bool row_classes_apply(const Problem& p) {
-  if (is_fp8(p.a.dtype) || p.k <= 0 || p.batch != 1 || p.m % 8 != 0 || p.n > kNarrowMaxN || p.a.col_stride != 1 ||
+  if (is_fp8(p.a.dtype) || p.k <= 0 || p.batch != 1 || p.m % 8 != 0 || p.n > kRowClassesMaxN || p.a.col_stride != 1 ||
       p.b.row_stride != 1 || p.m >= kCoordinateLimit || tma_access(p.a, p.batch, p.m, p.k).ok) {
     return false;
   }
@@ -597,7 +600,7 @@ bool fits(const KernelConfig& c, const DeviceLimits& limits) {
          (!is_narrow({c.tile_m, c.tile_n}) || (c.b_k_major && !c.tma_store && c.cluster_m == 1)) &&
          (!(c.realign_a || c.realign_b) || (realigns_on({c.tile_m, c.tile_n}) && c.cluster_m == 1 && !is_fp8(c.in))) &&
          !(c.realign_a && c.stage_a) && !(c.realign_b && c.stage_b) &&
-         (!c.row_classes || (is_narrow({c.tile_m, c.tile_n}) && c.tile_m == 64 && c.a_k_major && !c.a_batched &&
+         (!c.row_classes || (c.tile_m == 64 && c.tile_n <= kRowClassesMaxN && !c.tma_store && c.cluster_m == 1 && c.a_k_major && !c.a_batched &&
                              !c.b_batched && !(c.stage_a || c.stage_b || c.realign_a || c.realign_b))) &&
          c.store_buffers >= 1 && c.store_buffers <= 8 && c.stages >= 2 && c.stages <= 8 &&
          tma_smem_bytes(c) <= limits.smem_per_block;

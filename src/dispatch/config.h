@@ -45,10 +45,10 @@ struct KernelConfig {
   // (realign.cuh), unclustered, on tiles realigns_on takes.
   bool stage_a = false, stage_b = false;
   bool realign_a = false, realign_b = false;
-  // A 16-bit, K-major A whose rows TMA cannot address, against at most kNarrowMaxN columns of a
-  // K-major B (decode weights with odd K, as normalize turns them): A read by TMA in classes of
+  // A 16-bit, K-major A whose rows TMA cannot address, against at most kRowClassesMaxN columns of
+  // a K-major B (decode weights with odd K, as normalize turns them): A read by TMA in classes of
   // every 8th row, B staged as 8 copies shifted to line up with them (row_classes.cuh). Unbatched,
-  // M a multiple of 8, narrow tiles only; see row_classes_apply.
+  // M a multiple of 8, 64-row tiles stored directly; see row_classes_apply.
   bool row_classes = false;
 
   int threads() const;
@@ -82,6 +82,9 @@ inline constexpr int kMaxSplits = 16;
 // TMA store's boxes are 128 bytes wide) and run unclustered. (16 stages instead of 8 ran some
 // unsplit shapes up to 8% faster one at a time, but the decode chains 1-4% slower on an H100.)
 inline constexpr int kNarrowMaxN = 32;
+// The most columns of B (tokens) that row classes take, on 64 x 64 or 64 x 128 tiles above
+// kNarrowMaxN.
+inline constexpr int kRowClassesMaxN = 128;
 bool is_narrow(TileShape tile);
 
 // Whether the kernel realigns operands on the tile: 64 rows (a single consumer warpgroup leaves

@@ -98,14 +98,18 @@ Problem transposed_problem(const Problem& p) {
 // it as it is). Against the GEMV's element loads, row classes won at every width: H100,
 // 1x7168x8191 48.0 against 80.4 us, 1x1280x8191 17.2 against 38.1, 1x4096x4097 20.7 against 26.0;
 // H200, 1x28672x4097 69.2 against 117.5, 1x24576x1535 26.7 against 47.5, 1x32768x511 18.4
-// against 22.2.
+// against 22.2. 33 to kRowClassesMaxN rows go transposed only to row classes, which spare B's
+// copy (staged, both operands would be copied on every call).
 constexpr int64_t kGemvFromN = 16384;
 bool decode_for_narrow_tiles(const Problem& p) {
-  if (p.m > kNarrowMaxN || p.n < 128 || p.k == 0 || p.a.col_stride != 1 || p.b.row_stride != 1 || is_fp8(p.a.dtype)) {
+  if (p.m > kRowClassesMaxN || p.n < 128 || p.k == 0 || p.a.col_stride != 1 || p.b.row_stride != 1 ||
+      is_fp8(p.a.dtype)) {
     return false;
   }
+  const bool weights_aligned = tma_access(p.b, p.batch, p.k, p.n).ok;
+  if (p.m > kNarrowMaxN) return !weights_aligned && row_classes_apply(transposed_problem(p));
   if (p.m > 1) return true;
-  return tma_access(p.b, p.batch, p.k, p.n).ok ? p.n <= kGemvFromN : row_classes_apply(transposed_problem(p));
+  return weights_aligned ? p.n <= kGemvFromN : row_classes_apply(transposed_problem(p));
 }
 
 }  // namespace

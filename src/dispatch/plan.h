@@ -15,7 +15,8 @@ namespace gemmkit {
 // 16-bit and both K-major: transposed, B's columns (the weights) fill wgmma's 64 rows and A's
 // rows (the tokens) a narrow tile's N (config.h), where untransposed they would fill 2 to 32 of
 // 64 rows (H100: 8x1280x8192 17.6 against 14.7 us, 8x4096x4096 20.4 against 18.1). One row
-// stays on the GEMV where B is unaligned or wider than 16384 (plan.cpp).
+// stays on the GEMV where B is aligned and wider than 16384, or unaligned and not read as row
+// classes; 33 to kRowClassesMaxN rows are transposed where B is read as row classes (plan.cpp).
 Problem normalize(const Problem& p);
 
 struct Plan {

@@ -222,7 +222,7 @@ TEST(ConfigChoose, UnalignedOperandsAreStagedOrRealignedAlongTheirContiguousDime
 
 // Decode against weights TMA cannot address (as normalize turns it: the weights are A, M x K,
 // the tokens B): the weights read as row classes where they are K-contiguous, unbatched and M is
-// a multiple of 8, against at most kNarrowMaxN K-contiguous columns; otherwise realigned or
+// a multiple of 8, against at most kRowClassesMaxN K-contiguous columns; otherwise realigned or
 // staged as before.
 TEST(ConfigChoose, UnalignedDecodeWeightsAreReadAsRowClasses) {
   auto decode = [](int64_t tokens, int64_t rows, int64_t k) {
@@ -242,9 +242,18 @@ TEST(ConfigChoose, UnalignedDecodeWeightsAreReadAsRowClasses) {
   EXPECT_EQ(loads(choose_config(base_off, {})), "classes,copies");
   EXPECT_NE(loads(choose_config(decode(16, 4100, 4097), {})), "classes,copies") << "M not a multiple of 8";
   EXPECT_NE(loads(choose_config(decode(16, 4096, 4096), {})), "classes,copies") << "aligned";
-  Problem wide = problem(33, 4096, 4097);
+  // 33 to 128 tokens: on 64 x 64 and 64 x 128 tiles, stored directly; not above.
+  for (auto [tokens, width] : {std::pair{33, 64}, std::pair{64, 64}, std::pair{128, 128}}) {
+    const KernelConfig c = choose_config(decode(tokens, 4096, 4097), {});
+    EXPECT_EQ(loads(c), "classes,copies") << tokens << " tokens: " << c.name();
+    EXPECT_TRUE(c.tile_m == 64 && c.tile_n == width && !c.tma_store && c.cluster_m == 1 && fits(c, {})) << c.name();
+  }
+  Problem wide = problem(129, 4096, 4097);
   wide.b = col_major(1, DType::bf16, 4097);
-  EXPECT_NE(loads(choose_config(normalize(wide), {})), "classes,copies") << "more than kNarrowMaxN tokens";
+  EXPECT_EQ(normalize(wide).m, 129) << "more than kRowClassesMaxN tokens: left as it is";
+  Problem aligned_wide = problem(64, 4096, 4096);
+  aligned_wide.b = col_major(1, DType::bf16, 4096);
+  EXPECT_EQ(normalize(aligned_wide).m, 64) << "33 or more tokens against aligned weights: left as they are";
   Problem batched = decode(16, 4096, 4097);
   batched.batch = 2;
   batched.a.batch_stride = 4096 * 4097;
@@ -260,9 +269,13 @@ TEST(ConfigChoose, UnalignedDecodeWeightsAreReadAsRowClasses) {
   EXPECT_EQ(loads(realigned), "realign,realign");
   EXPECT_EQ(realigned.tile_n, c.tile_n);
   EXPECT_TRUE(fits(realigned, {})) << realigned.name();
-  // Row classes only on narrow tiles.
-  KernelConfig wide_tile = with_tile(c, {64, 64});
+  // Row classes only on 64-row tiles up to kRowClassesMaxN wide, stored directly.
+  KernelConfig tall_tile = with_tile(c, {128, 128});
+  tall_tile.stages = 4;
+  EXPECT_FALSE(fits(tall_tile, {})) << tall_tile.name();
+  KernelConfig wide_tile = with_tile(c, {64, 256});
   EXPECT_FALSE(fits(wide_tile, {})) << wide_tile.name();
+  EXPECT_FALSE(with_tile(c, {64, 128}).tma_store);
 }
 
 // Realigning takes a 64-row tile at most 128 wide, unclustered, 16-bit, and shared memory for

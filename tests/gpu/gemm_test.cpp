@@ -211,7 +211,7 @@ TEST_F(GemmDecode, FewRowsRunTransposedOnNarrowTiles) {
   }
 }
 
-// Decode (1 to 32 tokens) against weights TMA cannot address (odd K, leading dimensions off 8
+// Decode (1 to 128 tokens) against weights TMA cannot address (odd K, leading dimensions off 8
 // elements, bases off 16 bytes), their rows a multiple of 8: the weights read as row classes
 // (row_classes.cuh), with NaN around every row of both operands, which must not reach D. As
 // planned, in 2 and 3 parts, and as the realigning kernel that runs where B's copies can have no
@@ -229,6 +229,11 @@ TEST_F(GemmUnaligned, DecodeWeightsReadAsRowClasses) {
       {.m = 17, .n = 4104, .k = 4090, .out = DType::f32, .beta = 0.5f},  // a class's last K block all outside
       {.m = 12, .n = 2048, .k = 3000, .in = DType::f16, .out = DType::f16, .offset_b = 1},
       {.m = 3, .n = 7000, .k = 4097, .beta = -1.0f, .c_is_d = true},
+      // 33 to 128 tokens, on 64 x 64 and 64 x 128 tiles.
+      {.m = 40, .n = 520, .k = 1001, .pad_b = 3},
+      {.m = 64, .n = 2048, .k = 3001, .out = DType::f32, .beta = 0.5f},
+      {.m = 128, .n = 4096, .k = 4097},
+      {.m = 100, .n = 1024, .k = 129, .offset_b = 5},
   };
   for (ProblemSpec spec : specs) {
     spec.nan_outside = true;
