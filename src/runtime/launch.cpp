@@ -221,17 +221,16 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
     jobs[staged++] = stage_job(staged_a, workspace->staged_a);
     q.a = staged_view(staged_a, workspace->staged_a);
   }
-  if (config.stage_b) {
-    jobs[staged++] = stage_job(staged_b, workspace->staged_b);
-    q.b = staged_view(staged_b, workspace->staged_b);
-  }
-  if (config.row_classes) {
+  if (config.row_classes) {  // B's scratch holds its shifted copies (needs.staged_b_bytes)
     jobs[staged++] = row_class_copies(p, workspace->staged_b);
     const int64_t width = row_class_width(p.k);
     q.b.data = workspace->staged_b;
     q.b.batch_stride = p.n * width;
     q.b.row_stride = 1;
     q.b.col_stride = width;
+  } else if (config.stage_b) {
+    jobs[staged++] = stage_job(staged_b, workspace->staged_b);
+    q.b = staged_view(staged_b, workspace->staged_b);
   }
   stage_copies(std::span(jobs.data(), staged), stream);
   args.a = matrix(q.a);
