@@ -525,6 +525,19 @@ int raster_group_rows(const Problem& p, int tile_m, const DeviceLimits& limits) 
   return rows;
 }
 
+// In one wave every tile runs at once, so a group cannot be about L2 capacity: it decides which
+// tiles neighbouring CTAs take, and so how many of their L2 reads of a line are shared. Where K
+// is 16 blocks or deeper, 4-row groups ran faster (H100, two passes, best us, the L2-sized group
+// -> 4 rows): 1024x1024x4096 NT 20.2 -> 17.2, 2048x512x2048 TN 14.6 -> 13.0, 3000x384x1024 TT
+// 12.3 -> 11.5, 2048x256x4096 NT 19.6 -> 18.7, 1024x768x3000 NN 19.6 -> 18.9, 1024^3 NT 10.1 ->
+// 9.9; 1536x96x1536 NN 10.1 -> 10.3, and 2048^3, 300x2048x1024 and 768x2048x1024 within 0.5%.
+// At shallower K they lost up to 1.7% (1536x1536x512 NT, 1000^3 NN). 8-bit inputs were not measured.
+bool short_groups_pay(const Problem& p, TileShape tile, int64_t k_blocks, const DeviceLimits& limits) {
+  const int64_t tiles_m = ceil_div(p.m, tile.m);
+  return !is_fp8(p.a.dtype) && k_blocks >= 16 && tiles_m > kOneWaveGroupRows &&
+         tiles_m * ceil_div(p.n, tile.n) * p.batch <= limits.sm_count;
+}
+
 std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& limits) {
   const KernelConfig config = problem_config(p);
   if (config.kind != KernelKind::tma) return {};
@@ -556,7 +569,8 @@ std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& lim
       candidate.cluster_m = cluster;
       candidate.store_buffers = store_buffers_for(candidate, limits.smem_per_block);
       candidate.stages = max_stages(candidate, limits.smem_per_block);
-      candidate.group_m = raster_group_rows(p, tile.m, limits);
+      candidate.group_m =
+          short_groups_pay(p, tile, k_blocks, limits) ? kOneWaveGroupRows : raster_group_rows(p, tile.m, limits);
       if (candidate.stages < 2) continue;
       const int64_t cluster_tiles = ceil_div(tiles_m, cluster) * ceil_div(p.n, tile.n) * p.batch;
       const int64_t partial_bytes = cluster_tiles * cluster * tile.m * tile.n * 4;

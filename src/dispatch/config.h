@@ -143,8 +143,16 @@ struct DeviceLimits {
   int64_t l2_bytes = 50 << 20;
 };
 
-// Tile rows per raster group of the persistent tile order (see TileScheduler in gemm.cuh).
+// Tile rows per raster group of the persistent tile order (see TileScheduler in gemm.cuh),
+// sized so that a group's rows of A stay in L2.
 int raster_group_rows(const Problem& p, int tile_m, const DeviceLimits& limits);
+
+// Tile rows per raster group where every tile runs at once and K is deep (short_groups_pay).
+inline constexpr int kOneWaveGroupRows = 4;
+
+// Whether a 16-bit problem whose tiles of `tile` all run in one wave, K at least 16 blocks
+// deep, takes kOneWaveGroupRows-row groups instead of raster_group_rows'.
+bool short_groups_pay(const Problem& p, TileShape tile, int64_t k_blocks, const DeviceLimits& limits);
 
 // Whether TMA can read an operand of rows x cols, and along which dimension it is contiguous.
 struct TmaAccess {

@@ -177,8 +177,6 @@ class ScratchProblems {
 
 }  // namespace
 
-constexpr int kOneWaveGroup = 4;  // tile rows per raster group tried on problems of one wave
-
 std::vector<KernelConfig> tuning_candidates(const Problem& p, const DeviceLimits& limits) {
   const std::vector<Candidate> ranked = rank_candidates(p, limits);
   std::vector<KernelConfig> chosen;
@@ -196,15 +194,14 @@ std::vector<KernelConfig> tuning_candidates(const Problem& p, const DeviceLimits
     // Raster groups of the pick. Over several waves a group's rows of A must stay in L2 while it
     // walks B (raster_group_rows): a group half and twice as tall. In one wave every tile runs at
     // once, and the group decides only which tiles neighbouring CTAs take, and so how many of
-    // their L2 reads are shared: short groups there (2048x512x2048 TN, H100: 14.3 us with the
-    // model's 32 rows, 12.7 with 4).
+    // their L2 reads are shared (short_groups_pay): there, the choice the model did not make.
     const KernelConfig& pick = ranked.front().config;
     const int64_t tiles_m = ceil_div(p.m, pick.tile_m), tiles_n = ceil_div(p.n, pick.tile_n);
     std::vector<int> groups;
     if (tiles_m * tiles_n * p.batch > limits.sm_count) {
       groups = {pick.group_m / 2, pick.group_m * 2};
-    } else if (tiles_m > kOneWaveGroup && tiles_n > 1) {
-      groups = {kOneWaveGroup};
+    } else if (tiles_m > kOneWaveGroupRows && tiles_n > 1) {
+      groups = {pick.group_m == kOneWaveGroupRows ? raster_group_rows(p, pick.tile_m, limits) : kOneWaveGroupRows};
     }
     for (int group : groups) {
       KernelConfig variant = pick;

@@ -541,6 +541,21 @@ TEST(ConfigChoose, RasterGroupsAreAsTallAsAThirdOfL2HoldsTheirRowsOfA) {
   }
 }
 
+// Where every tile runs at once and K is 16 blocks or deeper, 4-row raster groups (they decide
+// which tiles neighbouring CTAs take, not what stays in L2); shallower K, more than one wave and
+// 8-bit inputs keep the L2-sized groups.
+TEST(ConfigChoose, OneWaveAtDeepKTakesShortRasterGroups) {
+  const DeviceLimits limits{132, kSmemLimit};
+  EXPECT_EQ(choose_config(problem(2048, 512, 2048), limits).group_m, kOneWaveGroupRows);
+  EXPECT_EQ(choose_config(problem(1024, 1024, 4096), limits).group_m, kOneWaveGroupRows);
+  EXPECT_NE(choose_config(problem(2048, 512, 512), limits).group_m, kOneWaveGroupRows);
+  EXPECT_NE(choose_config(problem(4096, 4096, 4096), limits).group_m, kOneWaveGroupRows);
+  Problem fp8 = problem(2048, 512, 4096);
+  fp8.a.dtype = fp8.b.dtype = DType::e4m3;
+  EXPECT_FALSE(short_groups_pay(fp8, TileShape{64, 128}, 32, limits));
+  EXPECT_TRUE(short_groups_pay(problem(2048, 512, 4096), TileShape{64, 128}, 64, limits));
+}
+
 // Few tiles for 132 SMs (small M, modest N): K is split so that the parts fill many SMs, each
 // part long enough (24 K blocks or more) to pay for its reduction. Problems with tiles to spare,
 // or too little K for two such parts, are never split.

@@ -105,15 +105,19 @@ TEST(TuningCandidates, PickFirstEveryTileShapeAndRasterVariantsWhereTilesAreMany
   }
 }
 
-TEST(TuningCandidates, OneWaveOfSeveralTileRowsAndColumnsTriesShortRasterGroups) {
-  const Problem p = nt_problem(2048, 512, 2048);
-  const KernelConfig pick = choose_config(p, kLimits);
-  ASSERT_LE((p.m + pick.tile_m - 1) / pick.tile_m * ((p.n + pick.tile_n - 1) / pick.tile_n), kSms) << "one wave";
-  ASSERT_GT(pick.group_m, 4);
-  const std::vector<KernelConfig> candidates = tuning::tuning_candidates(p, kLimits);
-  KernelConfig short_groups = pick;
-  short_groups.group_m = 4;
-  EXPECT_NE(std::find(candidates.begin(), candidates.end(), short_groups), candidates.end()) << pick.name();
+// In one wave the model takes short raster groups at deep K and L2-sized ones at shallow K
+// (short_groups_pay); the tuner times the other.
+TEST(TuningCandidates, OneWaveOfSeveralTileRowsAndColumnsTriesTheOtherRasterGroups) {
+  for (int64_t k : {2048, 512}) {
+    const Problem p = nt_problem(2048, 512, k);
+    const KernelConfig pick = choose_config(p, kLimits);
+    ASSERT_LE((p.m + pick.tile_m - 1) / pick.tile_m * ((p.n + pick.tile_n - 1) / pick.tile_n), kSms) << "one wave";
+    const std::vector<KernelConfig> candidates = tuning::tuning_candidates(p, kLimits);
+    KernelConfig other = pick;
+    other.group_m = pick.group_m == kOneWaveGroupRows ? raster_group_rows(p, pick.tile_m, kLimits) : kOneWaveGroupRows;
+    EXPECT_NE(other.group_m, pick.group_m) << pick.name();
+    EXPECT_NE(std::find(candidates.begin(), candidates.end(), other), candidates.end()) << pick.name();
+  }
 }
 
 // ---- problem classes
