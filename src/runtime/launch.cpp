@@ -132,7 +132,6 @@ CUtensorMap cached_tensor_map(const MatrixRef& m, int64_t batch, int64_t rows, i
 
 unsigned clamp_grid(int64_t blocks, int64_t limit) { return unsigned(std::max<int64_t>(1, std::min(blocks, limit))); }
 
-
 }  // namespace
 
 // A GEMM kernel's launch lets it start while the kernel before it in the stream still runs
@@ -143,7 +142,7 @@ unsigned clamp_grid(int64_t blocks, int64_t limit) { return unsigned(std::max<in
 // the decode chains.) Captured into a CUDA graph, the launch becomes a programmatic edge, with
 // the same effect on replay.
 void launch_kernel(const LoadedKernel& kernel, unsigned gx, unsigned gy, unsigned gz, unsigned threads, unsigned smem,
-            int cluster, bool programmatic, cudaStream_t stream, void** args) {
+                   int cluster, bool programmatic, cudaStream_t stream, void** args) {
   CUlaunchAttribute attributes[2] = {};
   unsigned count = 0;
   if (cluster > 1) {
@@ -176,13 +175,13 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   if (config.kind == KernelKind::gemv) {
     void* pointers[] = {&args};
     launch_kernel(kernel, clamp_grid(ceil_div(p.n, config.tile_n), INT32_MAX), clamp_grid(p.batch, 65535), 1,
-           config.threads(), 0, 1, true, stream, pointers);
+                  config.threads(), 0, 1, true, stream, pointers);
     return true;
   }
   if (config.kind == KernelKind::fallback) {
     void* pointers[] = {&args};
     launch_kernel(kernel, clamp_grid((p.n + 63) / 64, INT32_MAX), clamp_grid((p.m + 63) / 64, 65535),
-           clamp_grid(p.batch, 65535), config.threads(), 0, 1, true, stream, pointers);
+                  clamp_grid(p.batch, 65535), config.threads(), 0, 1, true, stream, pointers);
     return true;
   }
   const int cluster = config.cluster_m;
@@ -262,7 +261,7 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   // A persistent grid: one CTA per SM at most, whole clusters, no more than there are work units.
   void* pointers[] = {&map_a, &map_b, &map_d, &args};
   launch_kernel(kernel, clamp_grid(cluster_tiles * args.splits, sm_count / cluster) * unsigned(cluster), 1, 1,
-         config.threads(), config.smem_bytes(), cluster, true, stream, pointers);
+                config.threads(), config.smem_bytes(), cluster, true, stream, pointers);
   return true;
 }
 
