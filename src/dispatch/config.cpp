@@ -389,7 +389,10 @@ TmaAccess tma_access(const MatrixRef& m, int64_t batch, int64_t rows, int64_t co
 
 bool tma_can_store(const Problem& p) {
   TmaAccess access = tma_access(p.d, p.batch, p.m, p.n);
-  return access.ok && access.cols_contiguous && (p.batch <= 1 || p.d.batch_stride != 0);
+  // TMA stores whole 16-byte pieces of a row: where a row's last one reaches past D's last
+  // column, it would overwrite what lies there (a wider matrix's next columns, or the next row).
+  const bool whole_pieces = p.n * dtype_size(p.d.dtype) % 16 == 0;
+  return access.ok && access.cols_contiguous && whole_pieces && (p.batch <= 1 || p.d.batch_stride != 0);
 }
 
 KernelConfig fallback_config(const KernelConfig& c) {

@@ -161,7 +161,7 @@ struct TmaAccess {
 };
 TmaAccess tma_access(const MatrixRef& m, int64_t batch, int64_t rows, int64_t cols);
 
-// Whether TMA can write D (row-major, aligned).
+// Whether TMA can write D (row-major, aligned, rows a whole number of 16-byte pieces).
 bool tma_can_store(const Problem& p);
 
 // The fields of a config that follow from a (normalised, see plan.h) problem alone: types,

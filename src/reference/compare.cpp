@@ -22,7 +22,9 @@ std::string Comparison::summary() const {
                   static_cast<long long>(first_i), static_cast<long long>(first_j), first_value,
                   first_ref, rel_error_norm, max_abs_error);
   }
-  return line;
+  std::string text = line;
+  if (written_outside > 0) text += "; " + std::to_string(written_outside) + " elements outside D's view written";
+  return text;
 }
 
 double accumulation_tolerance(const Problem& p) { return is_fp8(p.a.dtype) ? 0x1p-10 : 1e-5; }

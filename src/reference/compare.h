@@ -17,8 +17,9 @@ struct Comparison {
   int64_t first_bad = -1;     // index into the dense [batch][M][N] order
   int64_t first_b = -1, first_i = -1, first_j = -1;  // first_bad as (batch, row, col)
   double first_value = 0, first_ref = 0;             // what D held there, and the reference
+  int64_t written_outside = 0;  // elements of D's allocation outside its view that changed (if checked)
 
-  bool passed() const { return bad == 0 && nan == 0; }
+  bool passed() const { return bad == 0 && nan == 0 && written_outside == 0; }
   // One line: "ok: rel 3.1e-03, max abs 1.2e-02 over 1048576" or
   // "FAIL: 12 bad (3 NaN) of 1048576, first at (b,i,j)=(0,5,7): got 1.5, expected 2.25; rel ...".
   std::string summary() const;

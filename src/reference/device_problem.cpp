@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstring>
 #include <sstream>
 #include <utility>
 #include <stdexcept>
@@ -227,7 +228,27 @@ Comparison DeviceProblem::check_against(Problem p, cudaStream_t stream) const {
   }
   cudaFree(device_ref);
   p.d.data = host_d.data() + d_buf_.offset * dtype_size(spec_.out);
-  return compare(p, p.d.data, ref.data(), ref_abs.data());
+  Comparison result = compare(p, p.d.data, ref.data(), ref_abs.data());
+  result.written_outside = changed_outside_d(host_d);
+  return result;
+}
+
+int64_t DeviceProblem::changed_outside_d(const std::vector<char>& host_d) const {
+  // D's buffer held all-ones bytes before the GEMM, or with C = D a copy of C's.
+  std::vector<char> before(host_d.size(), char(0xff));
+  if (spec_.c_is_d) {
+    runtime::check(cudaMemcpy(before.data(), c_buf_.base, before.size(), cudaMemcpyDeviceToHost), "copy C");
+  }
+  const Strides sd = operand_strides(spec_.m, spec_.n, spec_.d_col_major, spec_.pad_d, spec_.align_leading);
+  const int64_t leading = spec_.d_col_major ? sd.col : sd.row, inner = spec_.d_col_major ? spec_.m : spec_.n;
+  const size_t bytes = dtype_size(spec_.out);
+  int64_t changed = 0;
+  for (int64_t i = 0; i < d_buf_.elements; ++i) {
+    const int64_t in_view = i - d_buf_.offset;
+    const bool inside = in_view >= 0 && in_view < sd.span * spec_.batch && in_view % sd.span % leading < inner;
+    if (!inside && std::memcmp(&host_d[i * bytes], &before[i * bytes], bytes) != 0) ++changed;
+  }
+  return changed;
 }
 
 }  // namespace gemmkit::reference

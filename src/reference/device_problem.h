@@ -88,6 +88,9 @@ class DeviceProblem {
     void* data() const;
   };
   Buffer allocate(DType type, int64_t offset, int64_t elements);
+  // Elements of D's buffer (its host image `host_d`) outside D's view that differ from what
+  // prepare_output left there.
+  int64_t changed_outside_d(const std::vector<char>& host_d) const;
   // The scales of operand A (is_a) or B, allocated and filled; mode none: none.
   Scale make_scale(ScaleMode mode, bool is_a, Buffer& buffer, uint64_t seed);
 

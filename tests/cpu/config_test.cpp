@@ -368,6 +368,24 @@ TEST(ConfigChoose, OddOutputLeadingDimensionUsesDirectStores) {
   expect_full_stages(c);
 }
 
+// TMA would store the last 16-byte piece of each row whole, past D's last column: a D of 1001
+// f16 columns inside a matrix 1024 wide (aligned rows) is not stored by TMA; one of 1000 (2000
+// bytes) is. f32: 1004 columns by TMA, 1002 not.
+TEST(ConfigChoose, RowsEndingInsideA16BytePieceAreNotStoredByTma) {
+  Problem p = problem(1024, 1001, 1024);
+  p.d.dtype = DType::f16;
+  p.d.row_stride = 1024;
+  EXPECT_FALSE(tma_can_store(p));
+  EXPECT_FALSE(choose_config(p, {}).tma_store);
+  p.n = 1000;
+  EXPECT_TRUE(tma_can_store(p));
+  p.d.dtype = DType::f32;
+  p.n = 1002;
+  EXPECT_FALSE(tma_can_store(p));
+  p.n = 1004;
+  EXPECT_TRUE(tma_can_store(p));
+}
+
 TEST(ConfigChoose, TileRowsFollowProblemSize) {
   for (int64_t m : {1, 16}) {
     const KernelConfig c = choose_config(problem(m, 4096, 4096), {});

@@ -151,6 +151,10 @@ TEST_F(GemmUnaligned, RealignedOrStagedOperandsFallbackAndDirectStores) {
     // Aligned inputs, D unaligned: TMA loads with direct stores.
     expect_correct({.m = 200, .n = 131, .k = 160, .layout = layout, .pad_d = 1});
     expect_correct({.m = 200, .n = 136, .k = 160, .layout = layout, .out = DType::f32, .offset_d = 1});
+    // D's rows aligned, but not a whole number of 16-byte pieces (which TMA would store whole,
+    // over the padding after them): the same.
+    expect_correct({.m = 200, .n = 131, .k = 160, .layout = layout, .align_leading = true});
+    expect_correct({.m = 70, .n = 130, .k = 64, .batch = 3, .layout = layout, .out = DType::f32, .align_leading = true});
     // Column-major D: computed as the transpose.
     expect_correct({.m = 190, .n = 260, .k = 100, .layout = layout, .d_col_major = true});
     expect_correct({.m = 190, .n = 260, .k = 100, .layout = layout, .d_col_major = true, .pad_d = 1});
