@@ -86,6 +86,11 @@ __device__ __forceinline__ u32 ld_shared_u32(u32 address) {
   asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(address) : "memory");
   return v;
 }
+__device__ __forceinline__ u32 ld_shared_u16(u32 address) {
+  u16 v;
+  asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(address) : "memory");
+  return v;
+}
 __device__ __forceinline__ void st_shared_v4(u32 address, const u32 (&v)[4]) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(address), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
                : "memory");

@@ -34,7 +34,8 @@
 //
 // The generated prelude defines kTileM, kTileN, kStages, kGroupM, kClusterM, kSplitK, kAKMajor,
 // kBKMajor, kAType, kBType, kOutType, kCType, kHasC, kScaleA, kScaleB, kScaleMNA, kScaleMNB,
-// kABatched, kBBatched, kRealignA, kRealignB, kRowClasses, kTmaStore, kStoreBoxBytes, kStoreBuffers, kSmemBytes
+// kABatched, kBBatched, kRealignA, kRealignB, kRowClasses, kTmaStore, kRowStore, kStoreBoxBytes, kStoreBuffers,
+// kSmemBytes
 // and wgmma_tile().
 // kTileN is any multiple of 16 up to 256.
 #pragma once
@@ -48,7 +49,8 @@ constexpr u32 kMajorBlock = 64 * kRowBytes;  // one 64-wide MN block of an MN-ma
 constexpr int kBlocksN = (kTileN + 63) / 64;  // 64-wide blocks of an N-major B slice (the last may be partial)
 constexpr u32 kStageBytesA = kTileM * kRowBytes;
 constexpr u32 kStageBytesB = kBKMajor ? kTileN * kRowBytes : kBlocksN * kMajorBlock;
-constexpr u32 kEpilogueBytes = kTmaStore ? kConsumers * kStoreBuffers * kEpilogueBufferBytes : 0;
+// kRowStore: D written through one buffer per consumer, row by row, where TMA cannot store it.
+constexpr u32 kEpilogueBytes = kConsumers * kEpilogueBufferBytes * (kTmaStore ? kStoreBuffers : kRowStore ? 1 : 0);
 // Realigned operands: the stage rows of each slice (a K-major slice's rows, an MN-major one's 64
 // K rows per 64-wide block) and the landing ring's rows per stage, A's first.
 constexpr bool kRealign = kRealignA || kRealignB;
@@ -507,7 +509,7 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
   // The first turn is the first warpgroup's: the last one passes it a token to start with, and it
   // takes the last token back after its last turn.
   if (slice == kConsumers - 1) pass_turn(slice);
-  u8* buffers = epilogue_buffers + slice * kStoreBuffers * kEpilogueBufferBytes;
+  u8* buffers = epilogue_buffers + slice * (kEpilogueBytes / kConsumers);
   float acc[kTileN / 2];
   u32 deferred[kDeferredRegisters];
   TileOrigin deferred_at{};
@@ -577,6 +579,8 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
       have_deferred = at.col + group_col(kDeferFrom) < p.n;
     } else if (kTmaStore) {
       store_tile_tma<0, kGroups>(acc, nullptr, p, at, t, buffers, &map_d);
+    } else if (kRowStore && p.d.col_stride == 1) {
+      store_tile_rows(acc, p, at, t, buffers);
     } else {
       store_tile_direct(acc, p, at, t);
     }

@@ -241,6 +241,10 @@ std::vector<Candidate> streaming_candidates(const Problem& p, const KernelConfig
 
 }  // namespace
 
+bool KernelConfig::row_store() const {
+  return kind == KernelKind::tma && !tma_store && tile_m >= 128;
+}
+
 int KernelConfig::threads() const { return kind == KernelKind::tma ? 128 * (tile_m / 64 + 1) : 256; }
 
 int KernelConfig::smem_bytes() const { return kind == KernelKind::tma ? tma_smem_bytes(*this) : 0; }
@@ -273,7 +277,7 @@ std::string KernelConfig::name() const {
   s << "tma " << tile_m << "x" << tile_n << " s" << stages << (group_m != KernelConfig{}.group_m ? " g" + std::to_string(group_m) : "")
     << (cluster_m > 1 ? " c" + std::to_string(cluster_m) : "")
     << (splits > 1 ? " split" + std::to_string(splits) : "") << " " << (a_k_major ? 'K' : 'M') << (b_k_major ? 'K' : 'N')
-    << (!tma_store ? " direct-store" : store_buffers != 2 ? " b" + std::to_string(store_buffers) : "")
+    << (row_store() ? " row-store" : !tma_store ? " direct-store" : store_buffers != 2 ? " b" + std::to_string(store_buffers) : "")
     << (stage_a ? " staged-A" : "") << (stage_b ? " staged-B" : "") << (realign_a ? " realign-A" : "")
     << (realign_b ? " realign-B" : "") << (row_classes ? " row-classes" : "");
   return s.str();
@@ -320,7 +324,7 @@ const std::vector<TileShape>& tile_shapes(bool eight_bit) {
 }
 
 int tma_smem_bytes(const KernelConfig& c) {
-  int epilogue = c.tma_store ? (c.tile_m / 64) * c.store_buffers * kEpilogueBuffer : 0;
+  int epilogue = (c.tile_m / 64) * kEpilogueBuffer * (c.tma_store ? c.store_buffers : c.row_store() ? 1 : 0);
   // Realigned operands: a landing row per stage row (realign.cuh) and a third barrier per stage.
   const bool realign = c.realign_a || c.realign_b;
   const int landing_rows = (c.realign_a ? c.tile_m : 0) + (c.realign_b ? b_slice_rows(c) : 0);

@@ -30,7 +30,7 @@ struct KernelConfig {
   bool b_k_major = true;    // B's K dimension is contiguous (else N is)
   bool a_batched = false;   // A has a batch stride (else one A serves every batch)
   bool b_batched = false;
-  bool tma_store = true;    // D is written by TMA through shared memory (else direct stores)
+  bool tma_store = true;    // D is written by TMA through shared memory (else see row_store())
   int store_buffers = 2;    // 8 KB staging buffers per consumer warpgroup for the TMA store
   bool has_c = false;
   DType in = DType::bf16, out = DType::bf16, c = DType::bf16;
@@ -52,6 +52,11 @@ struct KernelConfig {
   bool row_classes = false;
 
   int threads() const;
+  // Where TMA cannot store D: whether D is still written through shared memory, a row at a time
+  // (epilogue.cuh, store_tile_rows), where its columns are contiguous. Tiles of 128 rows or more
+  // only: 64-row tiles (narrow ones and row classes among them) store each element directly,
+  // which ran as fast or faster on them (H100, 333x1237x568 NT 12.0 against 13.5 us).
+  bool row_store() const;
   int smem_bytes() const;  // dynamic shared memory the launch reserves
   int tile_k() const;      // K elements per ring stage: 128 bytes' worth (64 16-bit, 128 8-bit)
   // One ring stage: the A and B slices of one K block, and the block and mx scales staged with them.

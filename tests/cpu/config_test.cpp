@@ -359,13 +359,31 @@ TEST(ConfigChoose, MajornessFollowsLayout) {
   EXPECT_TRUE(c.b_k_major);
 }
 
-TEST(ConfigChoose, OddOutputLeadingDimensionUsesDirectStores) {
+TEST(ConfigChoose, OddOutputLeadingDimensionStoresRows) {
   Problem p = problem(1024, 1024, 1024);
   p.d.row_stride = 1025;
   const KernelConfig c = choose_config(p, {});
   EXPECT_EQ(c.kind, KernelKind::tma);
   EXPECT_FALSE(c.tma_store);
+  EXPECT_EQ(c.row_store(), c.tile_m >= 128) << c.name();
   expect_full_stages(c);
+}
+
+// Without TMA stores, tiles of 128 rows or more stage D's rows through one 8 KB buffer per
+// consumer warpgroup; 64-row tiles store elements directly and reserve none.
+TEST(KernelConfigTest, RowStoresOnTallTilesTakeOneBufferPerConsumer) {
+  for (TileShape tile : tile_shapes()) {
+    KernelConfig c = with_tile(KernelConfig{}, tile);
+    c.stages = 2;
+    c.tma_store = false;
+    EXPECT_EQ(c.row_store(), tile.m >= 128) << c.name();
+    KernelConfig tma = c;
+    tma.tma_store = !is_narrow(tile);
+    tma.store_buffers = 1;
+    EXPECT_FALSE(tma.row_store());
+    if (c.row_store()) EXPECT_EQ(c.smem_bytes(), tma.smem_bytes()) << c.name();
+    if (!c.row_store() && tma.tma_store) EXPECT_EQ(c.smem_bytes() + tile.m / 64 * 8192, tma.smem_bytes()) << c.name();
+  }
 }
 
 // TMA would store the last 16-byte piece of each row whole, past D's last column: a D of 1001

@@ -187,6 +187,21 @@ TEST_F(Fp8Tiles, EveryTileClusterAndSplitForced) {
   }
 }
 
+// D unaligned (an odd leading dimension) on the 8-bit tiles that store it a row at a time.
+TEST_F(Fp8Tiles, RowStores) {
+  for (ScaleMode mode : {ScaleMode::tensor, ScaleMode::block}) {
+    for (TileShape tile : tile_shapes(true)) {
+      if (tile.m < 128 || !tile_takes_scales(tile, mode, mode)) continue;
+      KernelConfig config = fp8_config(mode, tile, 1, 1);
+      config.tma_store = false;
+      config.stages = max_stages(config, runtime::device_info(0).smem_per_block_optin);
+      ProblemSpec spec = fp8(tile.m + 1, 2 * tile.n - 16, 1040, mode);
+      spec.pad_d = 1;
+      expect_correct(spec, &config);
+    }
+  }
+}
+
 // Block-scaled tiles wider than 128 columns straddle B's 128-column scale blocks where their first
 // column modulo 128 puts the boundary; promote() has a copy of its loop for each such offset.
 // Nine tiles across N put tiles at every offset a width allows (176: 0, 48, 96, 16, 64, 112,

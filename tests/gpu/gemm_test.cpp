@@ -148,7 +148,7 @@ TEST_F(GemmUnaligned, RealignedOrStagedOperandsFallbackAndDirectStores) {
       const KernelConfig fallback = fallback_config(config);
       expect_correct(spec, &fallback);
     }
-    // Aligned inputs, D unaligned: TMA loads with direct stores.
+    // Aligned inputs, D unaligned: TMA loads, D stored without TMA.
     expect_correct({.m = 200, .n = 131, .k = 160, .layout = layout, .pad_d = 1});
     expect_correct({.m = 200, .n = 136, .k = 160, .layout = layout, .out = DType::f32, .offset_d = 1});
     // D's rows aligned, but not a whole number of 16-byte pieces (which TMA would store whole,
@@ -333,6 +333,44 @@ TEST_F(GemmTiles, EveryTileShapeForced) {
       }
     }
   }
+}
+
+// Where TMA cannot store D, tiles of 128 rows or more write it through shared memory a row at a
+// time (store_tile_rows), on partial tiles in both dimensions: 16-bit D's rows
+// alternately on and off 4-byte words (an odd leading dimension), an f32 D (with C in place,
+// batched) and an f16 one with C whose rows all start off a word (an odd base). expect_correct
+// also fails any write outside D's view.
+TEST_F(GemmTiles, RowStoresOnEveryTile) {
+  const runtime::DeviceInfo& info = runtime::device_info(0);
+  const auto config = [&](TileShape tile, const char* layout, DType out, bool has_c, bool batched) {
+    KernelConfig c;
+    c.tile_m = tile.m;
+    c.tile_n = tile.n;
+    c.a_k_major = layout[0] == 'N';
+    c.b_k_major = layout[1] == 'T';
+    c.a_batched = c.b_batched = batched;
+    c.tma_store = false;
+    c.out = c.c = out;
+    c.has_c = has_c;
+    c.stages = max_stages(c, info.smem_per_block_optin);
+    EXPECT_TRUE(c.row_store()) << c.name();
+    return c;
+  };
+  for (TileShape tile : tile_shapes()) {
+    if (tile.m < 128) continue;
+    const KernelConfig plain = config(tile, "NT", DType::bf16, false, false);
+    expect_correct({.m = 2 * tile.m + 3, .n = 2 * tile.n + 5, .k = 200, .layout = "NT", .pad_d = 1, .align_leading = true},
+                   &plain);
+    if (!tile_takes_c(tile)) continue;
+    const KernelConfig wide = config(tile, "TN", DType::f32, true, true);
+    expect_correct({.m = tile.m - 1, .n = tile.n + 33, .k = 64, .batch = 2, .layout = "TN", .out = DType::f32,
+                    .beta = -1.5f, .c_is_d = true, .pad_d = 1, .align_leading = true},
+                   &wide);
+  }
+  const KernelConfig with_c = config({128, 128}, "NN", DType::f16, true, false);
+  expect_correct({.m = 300, .n = 250, .k = 100, .layout = "NN", .out = DType::f16, .alpha = 0.5f, .beta = 2.0f,
+                  .pad_d = 2, .offset_d = 1, .align_leading = true},
+                 &with_c);
 }
 
 // Tiles whose row of D is not a multiple of 128 bytes store through 32- or 64-byte boxes (and an
