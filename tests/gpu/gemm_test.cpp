@@ -161,6 +161,27 @@ TEST_F(GemmUnaligned, RealignedOrStagedOperandsFallbackAndDirectStores) {
   }
 }
 
+// Staged rows at every offset past a 16-byte boundary (8 for 16-bit elements), shorter than 16
+// bytes and several warps' 512-byte segments long, batched, with NaN outside the views: the
+// staging copy reads inside each row only, and zeros pad it. (More than 128 rows of A: fewer
+// would be the tokens of row classes, whose shifted copies the decode test checks.)
+TEST_F(GemmUnaligned, StagedRowsAtEveryOffset) {
+  std::vector<ProblemSpec> specs;
+  for (int64_t offset = 0; offset < 8; ++offset) {
+    for (int64_t k : {5, 13, 1031, 2600}) {
+      specs.push_back({.m = 150, .n = 200, .k = k, .layout = "NT", .pad_a = 2, .offset_a = offset, .offset_b = 7 - offset});
+    }
+  }
+  specs.push_back({.m = 33, .n = 150, .k = 777, .batch = 3, .layout = "NN", .pad_a = 3, .pad_b = 1});
+  for (ProblemSpec spec : specs) {
+    spec.nan_outside = true;
+    reference::DeviceProblem problem(spec, 1);
+    const Problem p = normalize(validate_gemm(problem.a(), problem.b(), problem.d(), problem.options(nullptr)));
+    EXPECT_TRUE(make_plan(p).config.stage_a) << spec.describe();
+    expect_correct(spec);
+  }
+}
+
 // M = 1 against B stored N x K where narrow tiles do not take it (B unaligned and not read as
 // row classes, B aligned and N above 16384, N below 128), and N = 1 against A stored M x K, run the GEMV kernel: 16-byte loads where the rows
 // are aligned, element loads where K is odd or a base is off; batches, C and every output type.
