@@ -175,10 +175,11 @@ __device__ __forceinline__ void stage_group(const float* acc, const GemmParams& 
 // a lane, so that a warp instruction covers 128 contiguous bytes of a row. A 16-bit row that
 // starts 2 bytes past a word writes its first element alone and the words after it. The rows
 // go kRowBatch at a time, their shared-memory reads before their stores so that the reads'
-// latencies overlap; a loop over batches rather than all 16 rows unrolled keeps the code short
-// (at one tile per CTA the epilogue runs from a cold instruction cache). Against the
-// per-element stores of store_tile_direct (8 rows in pieces of 8 bytes per instruction), H100:
-// 4097^3 NT 314 -> 268 us, 4096x4095x4096 NT 245 -> 204, 2048x2047x2048 TN 55 -> 44.
+// latencies overlap, in a loop rather than all 16 rows unrolled: that ran 2048x2047x2048 TN,
+// one tile per CTA, in 49-51 us against 44 (H100). Against the per-element stores of
+// store_tile_direct (8 rows in pieces of 8 bytes per instruction), H100: 4097^3 NT 314 -> 268
+// us, 4096x4095x4096 NT 245 -> 204, 2048x2047x2048 TN 55 -> 44. 16-byte stores ran slower
+// (BENCHMARKS.md, ninth session): contiguous bytes per instruction count for more.
 constexpr int kRowBatch = 4;
 __device__ __forceinline__ void store_tile_rows(const float* acc, const GemmParams& p, TileOrigin at, int t,
                                                 u8* buffer) {
