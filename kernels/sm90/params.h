@@ -23,6 +23,23 @@ struct GemmScale {
   int word_copies;  // mx: every 4 exponents along a row are one aligned word (the TMA kernel copies them so)
 };
 
+// Division by a fixed divisor d below 2^31, of numbers below 2^31, as a multiply and a shift:
+// n / d = (n * mul) >> shift (runtime/launch.h, fast_divisor; gemm.cuh, quotient).
+struct FastDivisor {
+  unsigned mul, shift;
+};
+
+// The TMA kernel's tile order (gemm.cuh, TileScheduler), worked out by the host: `rows` cluster
+// rows of tiles and `tiles_n` tile columns per batch, and the divisors of the unit numbers it
+// divides (below 2^31: the host runs larger problems on the fallback kernel).
+struct TileOrder {
+  long long rows, tiles_n;
+  FastDivisor per_batch;    // rows * tiles_n
+  FastDivisor group_tiles;  // a whole raster group's tiles
+  FastDivisor last_group;   // the last raster group's rows where it is short (else 1)
+  FastDivisor splits;       // split-K parts
+};
+
 // D = alpha * A * B + beta * C; A is m x k, B is k x n, C and D are m x n, all [batch].
 // With split-K, each tile's K range is cut into `splits` parts whose f32 partial tiles meet in
 // `partials`; `counters` (one per tile slice, zero between launches) count the arrivals.
@@ -34,6 +51,7 @@ struct GemmParams {
   float* partials;
   unsigned* counters;
   int splits;
+  TileOrder order;  // the TMA kernel's
 };
 
 // One staging copy (stage.cuh): the matrix at `src`, element (b, r, c) at src + b*batch_stride +

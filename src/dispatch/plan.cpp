@@ -143,9 +143,15 @@ void run_plan(const Plan& plan, const Problem& normalized, cudaStream_t stream) 
   if (runtime::launch_gemm(*plan.kernel, plan.config, normalized, plan.sm_count, stream)) return;
   // A staged operand's scratch cannot grow while the stream is captured: the realigning kernel
   // (for row classes) or the fallback kernel reads the operands as they are (correct, and
-  // slower; an uncaptured call first avoids it).
-  const KernelConfig fallback = plan.config.row_classes ? realigned_instead(normalized, plan.config)
-                                                        : fallback_config(plan.config);
+  // slower; an uncaptured call first avoids it). The fallback kernel also takes problems of more
+  // work units than the TMA kernel numbers.
+  if (plan.config.row_classes) {
+    const KernelConfig realigned = realigned_instead(normalized, plan.config);
+    if (runtime::launch_gemm(kernel_for(normalized.device, realigned), realigned, normalized, plan.sm_count, stream)) {
+      return;
+    }
+  }
+  const KernelConfig fallback = fallback_config(plan.config);
   runtime::launch_gemm(kernel_for(normalized.device, fallback), fallback, normalized, plan.sm_count, stream);
 }
 

@@ -31,7 +31,7 @@ GemmScale scale(const ScaleRef& s) {
 GemmParams params(const Problem& p) {
   return {p.m,         p.n,         p.k,         p.batch,     p.alpha,          p.beta,           matrix(p.a),
           matrix(p.b), matrix(p.c), matrix(p.d), scale(p.scale_a), scale(p.scale_b), nullptr,     nullptr,
-          1};
+          1,           TileOrder{}};
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -169,6 +169,16 @@ void launch_kernel(const LoadedKernel& kernel, unsigned gx, unsigned gy, unsigne
   check(driver().launch_kernel_ex(&config, kernel.function, args, nullptr), "cuLaunchKernelEx");
 }
 
+// With p = ceil(log2 d) and mul = ceil(2^(31 + p) / d), mul * d exceeds 2^(31 + p) by less than
+// d <= 2^p, so for n < 2^31 the product n * mul / 2^(31 + p) exceeds n / d by less than 1 / d:
+// its floor is n / d (Granlund and Montgomery's bound). mul < 2^32 since d > 2^(p - 1).
+FastDivisor fast_divisor(int64_t d) {
+  int p = 0;
+  while ((int64_t(1) << p) < d) ++p;
+  const uint64_t scale = uint64_t(1) << (31 + p);
+  return {unsigned((scale + uint64_t(d) - 1) / uint64_t(d)), unsigned(31 + p)};
+}
+
 bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const Problem& p, int sm_count,
                  cudaStream_t stream) {
   GemmParams args = params(p);
@@ -188,6 +198,7 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   const int64_t cluster_tiles = ceil_div(tile_rows(config, p.m), cluster) * ceil_div(p.n, config.tile_n) * p.batch;
   // Split-K: no part may be empty.
   const int64_t splits = std::min<int64_t>(config.splits, ceil_div(p.k, config.tile_k()));
+  if (cluster_tiles * splits >= kMaxWorkUnits) return false;
   const int64_t tiles = cluster_tiles * cluster;
   WorkspaceNeeds needs;
   if (splits > 1) {
@@ -212,6 +223,16 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
     args.counters = workspace->counters;
     args.splits = int(splits);
   }
+  // The kernel's tile order (gemm.cuh, TileScheduler): cluster rows of tiles, walked in raster
+  // groups of group_m / cluster of them.
+  TileOrder& order = args.order;
+  order.rows = ceil_div(tile_rows(config, p.m), cluster);
+  order.tiles_n = ceil_div(p.n, config.tile_n);
+  const int64_t group = config.group_m / cluster;
+  order.per_batch = fast_divisor(order.rows * order.tiles_n);
+  order.group_tiles = fast_divisor(group * order.tiles_n);
+  order.last_group = fast_divisor(order.rows % group == 0 ? 1 : order.rows % group);
+  order.splits = fast_divisor(args.splits);
   // The operands as the kernel reads them: staged ones replaced by their copies, made in one launch.
   Problem q = p;
   std::array<StageJob, 2> jobs;

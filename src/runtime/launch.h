@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include "dispatch/config.h"
+#include "kernels/sm90/params.h"
 #include "runtime/kernel_cache.h"
 
 namespace gemmkit::runtime {
@@ -17,9 +18,16 @@ void launch_kernel(const LoadedKernel& kernel, unsigned gx, unsigned gy, unsigne
 
 // Runs the GEMM kernel that `config` describes (TMA, GEMV or fallback) for problem `p`. Returns
 // false, launching nothing, where the config stages an operand and the stream's scratch memory
-// would have to grow while the stream is being captured (runtime/workspace.h).
+// would have to grow while the stream is being captured (runtime/workspace.h), or where the TMA
+// kernel would have kMaxWorkUnits work units or more.
 bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const Problem& p, int sm_count,
                  cudaStream_t stream);
+
+// The TMA kernel numbers its work units (tiles times split-K parts) in 32 bits.
+inline constexpr int64_t kMaxWorkUnits = int64_t(1) << 31;
+
+// n / d as (n * mul) >> shift for every n below 2^31, for 1 <= d < 2^31 (params.h).
+FastDivisor fast_divisor(int64_t d);
 
 // Runs the double-precision reference: ref and ref_abs are dense [batch][m][n] device arrays.
 void launch_reference(const LoadedKernel& kernel, const Problem& p, double* ref, double* ref_abs,
