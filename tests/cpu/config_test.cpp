@@ -2,6 +2,8 @@
 // config identity and problem normalisation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cstdint>
 #include <functional>
 #include <set>
@@ -402,6 +404,27 @@ TEST(ConfigChoose, RowsEndingInsideA16BytePieceAreNotStoredByTma) {
   EXPECT_FALSE(tma_can_store(p));
   p.n = 1004;
   EXPECT_TRUE(tma_can_store(p));
+}
+
+// A later candidate that costs the model no more than the pick wins where it takes fewer CTAs: at
+// 257 rows, 128 x 128 tiles in clusters of two take 128 CTAs, a quarter of them wholly below M,
+// where 64 x 256 tiles in clusters of two cost the same with 96.
+TEST(ConfigChoose, EqualCostsGoToFewerCtas) {
+  Problem p = problem(257, 4096, 4096);
+  p.b.row_stride = 1;  // NT: B stored N x K
+  p.b.col_stride = 4096;
+  p.d.dtype = DType::bf16;
+  const std::vector<Candidate> ranked = rank_candidates(p, {});
+  ASSERT_FALSE(ranked.empty());
+  const auto larger = std::find_if(ranked.begin(), ranked.end(), [](const Candidate& c) {
+    return c.config.tile_m == 128 && c.config.tile_n == 128 && c.config.cluster_m == 2 && c.config.splits == 1;
+  });
+  ASSERT_NE(larger, ranked.end());
+  const KernelConfig& pick = ranked.front().config;
+  EXPECT_EQ(pick.tile_m, 64);
+  EXPECT_EQ(pick.tile_n, 256);
+  EXPECT_EQ(pick.cluster_m, 2);
+  EXPECT_LE(ranked.front().cost, larger->cost);
 }
 
 TEST(ConfigChoose, TileRowsFollowProblemSize) {
