@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <mutex>
 #include <optional>
@@ -173,8 +174,7 @@ void launch_kernel(const LoadedKernel& kernel, unsigned gx, unsigned gy, unsigne
 // d <= 2^p, so for n < 2^31 the product n * mul / 2^(31 + p) exceeds n / d by less than 1 / d:
 // its floor is n / d (Granlund and Montgomery's bound). mul < 2^32 since d > 2^(p - 1).
 FastDivisor fast_divisor(int64_t d) {
-  int p = 0;
-  while ((int64_t(1) << p) < d) ++p;
+  const int p = std::bit_width(uint64_t(d - 1));
   const uint64_t scale = uint64_t(1) << (31 + p);
   return {unsigned((scale + uint64_t(d) - 1) / uint64_t(d)), unsigned(31 + p)};
 }
@@ -195,7 +195,11 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
     return true;
   }
   const int cluster = config.cluster_m;
-  const int64_t cluster_tiles = ceil_div(tile_rows(config, p.m), cluster) * ceil_div(p.n, config.tile_n) * p.batch;
+  // The kernel's tile order (gemm.cuh, TileScheduler): cluster rows of tiles by tile columns.
+  TileOrder& order = args.order;
+  order.rows = ceil_div(tile_rows(config, p.m), cluster);
+  order.tiles_n = ceil_div(p.n, config.tile_n);
+  const int64_t cluster_tiles = order.rows * order.tiles_n * p.batch;
   // Split-K: no part may be empty.
   const int64_t splits = std::min<int64_t>(config.splits, ceil_div(p.k, config.tile_k()));
   if (cluster_tiles * splits >= kMaxWorkUnits) return false;
@@ -223,11 +227,7 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
     args.counters = workspace->counters;
     args.splits = int(splits);
   }
-  // The kernel's tile order (gemm.cuh, TileScheduler): cluster rows of tiles, walked in raster
-  // groups of group_m / cluster of them.
-  TileOrder& order = args.order;
-  order.rows = ceil_div(tile_rows(config, p.m), cluster);
-  order.tiles_n = ceil_div(p.n, config.tile_n);
+  // Its divisors: the order walks raster groups of group_m / cluster cluster rows.
   const int64_t group = config.group_m / cluster;
   order.per_batch = fast_divisor(order.rows * order.tiles_n);
   order.group_tiles = fast_divisor(group * order.tiles_n);
