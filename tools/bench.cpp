@@ -40,7 +40,9 @@ int compile_only(const std::vector<SuiteProblem>& problems) {
   std::set<KernelConfig> configs;
   for (const SuiteProblem& sp : problems) {
     const Problem p = stand_in_problem(sp, 0);
-    if (p.m > 0 && p.n > 0) configs.insert(choose_config(p, DeviceLimits{}));
+    if (p.m > 0 && p.n > 0) {
+      configs.insert(choose_config(transposing_pays(p, DeviceLimits{}) ? transposed_problem(p) : p, DeviceLimits{}));
+    }
   }
   int compiled = 0;
   for (const KernelConfig& config : configs) {
@@ -51,7 +53,8 @@ int compile_only(const std::vector<SuiteProblem>& problems) {
   return 0;
 }
 
-// The plan gemm() makes for a problem, with what --tile, --cluster, --store-buffers and --splits force.
+// The plan gemm() makes for a problem (oriented as gemm() runs it), with what --tile, --cluster,
+// --store-buffers and --splits force.
 Plan forced_plan(const Problem& normalized, const ConfigOverrides& overrides, const runtime::DeviceInfo& info) {
   const KernelConfig chosen = make_plan(normalized).config;
   if (chosen.kind != KernelKind::tma) {
@@ -137,7 +140,7 @@ int run_bench(const BenchOptions& options) {
       p.device = device;
       lt_problems.push_back(p);
     }
-    const std::optional<Plan> forced = force ? std::optional(forced_plan(normalize(lt_problems[0]), options.overrides, info)) : std::nullopt;
+    const std::optional<Plan> forced = force ? std::optional(forced_plan(oriented(normalize(lt_problems[0])), options.overrides, info)) : std::nullopt;
 
     BenchRecord record;
     record.m = spec.m;
@@ -148,7 +151,7 @@ int run_bench(const BenchOptions& options) {
     record.dtype = type_spec(sp);
     record.config = forced ? forced->config.name() : chosen_config(*pool[0]);
     std::vector<std::function<void(int)>> launchers = {[&](int s) {
-      if (forced) return run_plan(*forced, normalize(lt_problems[size_t(s)]), stream);
+      if (forced) return run_plan(*forced, oriented(normalize(lt_problems[size_t(s)])), stream);
       const auto& problem = *pool[size_t(s)];
       gemm(problem.a(), problem.b(), problem.d(), problem.options(stream));
     }};

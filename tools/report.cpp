@@ -120,7 +120,7 @@ std::string chosen_config(const TensorView& a, const TensorView& b, const Tensor
   cudaGetDevice(&device);
   p.device = device;
   const Plan plan = make_plan(normalize(p));
-  return plan.config.name() + (plan.tuned ? " tuned" : "");
+  return plan.config.name() + (plan.transposed ? " transposed" : "") + (plan.tuned ? " tuned" : "");
 }
 
 double gemm_tflops(int64_t m, int64_t n, int64_t k, int64_t batch, double us) {

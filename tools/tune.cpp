@@ -6,6 +6,7 @@
 #include <string>
 
 #include "commands.h"
+#include "dispatch/plan.h"
 #include "gemmkit/error.h"
 #include "report.h"
 #include "runtime/driver.h"
@@ -47,7 +48,7 @@ int run_tune(const std::string& suite, const std::string& json) {
   std::vector<TuneRecord> records;
   for (size_t i = 0; i < problems.size(); ++i) {
     const std::string name = label(problems[i]);
-    const Problem p = stand_in_problem(problems[i], device);
+    const Problem p = oriented(stand_in_problem(problems[i], device));  // as gemm() runs it
     const std::string bar = progress_bar(i + 1, problems.size());
     if (p.m == 0 || p.n == 0 || p.batch == 0 || problem_config(p).kind != KernelKind::tma) {
       std::fprintf(stderr, "%s %s: nothing to tune (empty, or run by the GEMV or fallback kernel)\n", bar.c_str(),

@@ -150,11 +150,19 @@ __device__ __forceinline__ void tma_store_wait_read() {
 
 // Stores four 8x8 matrices of 16-bit values: lane l gives the shared address of row l % 8 of
 // matrix l / 8, and its register i holds row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of
-// matrix i, the layout of a wgmma accumulator fragment.
+// matrix i, the layout of a wgmma accumulator fragment. Transposed, each matrix is stored
+// transposed: lane l's address takes column l % 8 of matrix l / 8.
+template <bool kTransposed = false>
 __device__ __forceinline__ void stmatrix_x4(u32 row_address, u32 m0, u32 m1, u32 m2, u32 m3) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(row_address), "r"(m0),
-               "r"(m1), "r"(m2), "r"(m3)
-               : "memory");
+  if (kTransposed) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(row_address),
+                 "r"(m0), "r"(m1), "r"(m2), "r"(m3)
+                 : "memory");
+  } else {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(row_address), "r"(m0),
+                 "r"(m1), "r"(m2), "r"(m3)
+                 : "memory");
+  }
 }
 
 __device__ __forceinline__ void store_shared(u32 address, float x, float y) {

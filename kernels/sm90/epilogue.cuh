@@ -95,11 +95,18 @@ __device__ __forceinline__ void store_tile_direct(const float* acc, const GemmPa
 // overwritten, so there boxes as narrow as the row needs (kStoreBoxBytes < 128) tile it instead.
 // 128 x 176 8-bit tiles, forced on fp8-large's K = 512 shapes (H100), ran 0.80x cuBLASLt with
 // 32-byte boxes and 0.99x with the shifted group.
+// With kDByColumns, D's rows are contiguous rather than its columns (a problem the plan
+// transposed, dispatch/plan.h): a warp's part of a group then holds each of the group's columns
+// as a line of its 16 rows (32 bytes of 16-bit outputs, 64 of f32), swizzled as wide as a line,
+// written by stmatrix's transposing form, and stored in boxes of kBoxCols whole lines
+// (kStoreBoxBytes / kOutBytes columns, which divide the tile's width: no group is shifted).
 constexpr int kOutBytes = kOutType == GEMMKIT_F32 ? 4 : 2;
 constexpr int kGroupCols = 128 / kOutBytes;
 constexpr int kBoxCols = kStoreBoxBytes / kOutBytes;
 constexpr int kBoxRows = 16;  // one warp's rows
 constexpr int kBoxBytes = kBoxRows * kStoreBoxBytes;
+constexpr int kColumnLineBytes = kBoxRows * kOutBytes;  // kDByColumns: one column of a warp's rows
+static_assert(!kDByColumns || (kTmaStore && kTileN % kBoxCols == 0), "columns are stored by TMA, in whole boxes");
 constexpr int kEpilogueBufferBytes = 64 * 128;
 constexpr int kGroups = (kTileN + kGroupCols - 1) / kGroupCols;
 constexpr bool kShiftLastGroup = kTileN % kGroupCols != 0 && kStoreBoxBytes == 128;
@@ -110,12 +117,18 @@ __device__ __forceinline__ int group_col(int group) {
   return kShiftLastGroup && group == kGroups - 1 ? kTileN - kGroupCols : group * kGroupCols;
 }
 
+// `offset` within a swizzled box whose lines are `width` bytes (32, 64 or 128): its 16-byte unit
+// XOR-ed with the line bits TMA's SWIZZLE_32B/64B/128B use.
+__device__ __forceinline__ int swizzled(int offset, int width) {
+  return offset ^ (((offset >> 7) & (width / 16 - 1)) << 4);
+}
+
 // Byte offset in a warp's part of a buffer of column byte `byte` (0..127) of its row r (0..15):
-// box, then row, then the 16-byte unit XOR-ed with the row bits the swizzle mode uses (as TMA's
-// SWIZZLE_32B/64B/128B; every box starts on a multiple of its swizzle pattern).
+// box, then row, then swizzled (every box starts on a multiple of its swizzle pattern); with
+// kDByColumns, the column's line, then the row.
 __device__ __forceinline__ int staged_offset(int r, int byte) {
-  const int in_box = r * kStoreBoxBytes + byte % kStoreBoxBytes;
-  return (byte / kStoreBoxBytes) * kBoxBytes + (in_box ^ (((in_box >> 7) & (kStoreBoxBytes / 16 - 1)) << 4));
+  if (kDByColumns) return swizzled(byte / kOutBytes * kColumnLineBytes + r * kOutBytes, kColumnLineBytes);
+  return (byte / kStoreBoxBytes) * kBoxBytes + swizzled(r * kStoreBoxBytes + byte % kStoreBoxBytes, kStoreBoxBytes);
 }
 
 // 16-bit outputs: the stmatrix operands of one group, each instruction two column groups of 8
@@ -136,14 +149,16 @@ __device__ __forceinline__ void pack_group(const float* acc, const GemmParams& p
   }
 }
 
+// Lane l addresses row l % 8 of its matrix (or, by columns, column l % 8).
 __device__ __forceinline__ void stmatrix_group(const u32* m, int group, int t, u32 part) {
   const int lane = t % 32;
-  const int row = 8 * ((lane / 8) % 2) + lane % 8;
+  const int row = 8 * ((lane / 8) % 2) + (kDByColumns ? 0 : lane % 8);
 #pragma unroll
   for (int jj = 0; jj < kGroupJs; jj += 2) {
     if (group_col(group) / 8 + jj >= kTileN / 8) break;
-    stmatrix_x4(part + staged_offset(row, (jj + lane / 16) * 16), m[2 * jj], m[2 * jj + 1], m[2 * jj + 2],
-                m[2 * jj + 3]);
+    const int col = 8 * (jj + lane / 16) + (kDByColumns ? lane % 8 : 0);
+    stmatrix_x4<kDByColumns>(part + staged_offset(row, col * 2), m[2 * jj], m[2 * jj + 1], m[2 * jj + 2],
+                             m[2 * jj + 3]);
   }
 }
 
@@ -158,8 +173,15 @@ __device__ __forceinline__ void stage_group(const float* acc, const GemmParams& 
       if (j >= kTileN / 8) break;  // a partial last group
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        store_shared(part + staged_offset(fragment_row(t, h) % 16, fragment_col(t, jj) * 4),
-                     output_value(acc, p, at, t, j, h, 0), output_value(acc, p, at, t, j, h, 1));
+        const int r = fragment_row(t, h) % 16, byte = fragment_col(t, jj) * 4;
+        const float x = output_value(acc, p, at, t, j, h, 0), y = output_value(acc, p, at, t, j, h, 1);
+        if (kDByColumns) {  // the pair lies in the lines of an even column and the next, alike swizzled
+          const u32 line = part + staged_offset(r, byte);
+          st_shared_u32(line, __float_as_uint(x));
+          st_shared_u32(line + kColumnLineBytes, __float_as_uint(y));
+        } else {
+          store_shared(part + staged_offset(r, byte), x, y);
+        }
       }
     }
   } else {
@@ -267,8 +289,9 @@ __device__ __forceinline__ void store_tile_tma(const float* acc, const u32* pack
 #pragma unroll
       for (int box = 0; box < 128 / kStoreBoxBytes; ++box) {
         const int first = group_col(group) + box * kBoxCols;  // within the tile
-        if (first < kTileN && at.col + first < p.n) {
-          tma_store_3d(map_d, part + box * kBoxBytes, int(at.col + first), int(at.row) + kBoxRows * warp, at.batch);
+        const int row = int(at.row) + kBoxRows * warp, col = int(at.col + first);
+        if (first < kTileN && col < p.n) {
+          tma_store_3d(map_d, part + box * kBoxBytes, kDByColumns ? row : col, kDByColumns ? col : row, at.batch);
         }
       }
       tma_store_commit();  // one bulk group per buffer fill, which tma_store_wait_read counts

@@ -34,7 +34,7 @@
 //
 // The generated prelude defines kTileM, kTileN, kStages, kGroupM, kClusterM, kSplitK, kAKMajor,
 // kBKMajor, kAType, kBType, kOutType, kCType, kHasC, kScaleA, kScaleB, kScaleMNA, kScaleMNB,
-// kABatched, kBBatched, kRealignA, kRealignB, kRowClasses, kTmaStore, kRowStore, kStoreBoxBytes, kStoreBuffers,
+// kABatched, kBBatched, kRealignA, kRealignB, kRowClasses, kTmaStore, kRowStore, kDByColumns, kStoreBoxBytes, kStoreBuffers,
 // kSmemBytes
 // and wgmma_tile().
 // kTileN is any multiple of 16 up to 256.

@@ -118,6 +118,7 @@ std::string gemm_source(const KernelConfig& requested) {
     << "constexpr bool kRowClasses = " << bool_text(config.row_classes) << ";\n"
     << "constexpr bool kTmaStore = " << bool_text(config.tma_store) << ";\n"
     << "constexpr bool kRowStore = " << bool_text(config.row_store()) << ";\n"
+    << "constexpr bool kDByColumns = " << bool_text(config.d_by_columns) << ";\n"
     << "constexpr int kStoreBoxBytes = " << config.store_box_bytes() << ";\n"
     << "constexpr int kStoreBuffers = " << config.store_buffers << ";\n"
     << "constexpr unsigned kSmemBytes = " << config.smem_bytes() << ";\n"

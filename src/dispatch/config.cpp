@@ -73,7 +73,7 @@ bool larger_than_l2(const MatrixRef& m, int64_t batch, int64_t rows, int64_t col
 
 auto key(const KernelConfig& c) {
   return std::tie(c.kind, c.tile_m, c.tile_n, c.stages, c.group_m, c.cluster_m, c.splits, c.a_k_major, c.b_k_major,
-                  c.a_batched, c.b_batched, c.tma_store, c.store_buffers, c.has_c, c.in, c.out, c.c, c.in_b, c.scale_a,
+                  c.a_batched, c.b_batched, c.tma_store, c.d_by_columns, c.store_buffers, c.has_c, c.in, c.out, c.c, c.in_b, c.scale_a,
                   c.scale_b, c.scale_a_mn, c.scale_b_mn, c.stage_a, c.stage_b, c.realign_a, c.realign_b,
                   c.row_classes);
 }
@@ -266,6 +266,11 @@ int KernelConfig::stage_bytes() const {
 // last group may not be shifted back over the one before), then the widest box that divides it.
 int KernelConfig::store_box_bytes() const {
   const int row_bytes = tile_n * dtype_size(out);
+  if (d_by_columns) {
+    int bytes = 128;
+    while (row_bytes % bytes != 0) bytes /= 2;
+    return bytes;
+  }
   if (row_bytes % 128 == 0 || !has_c) return 128;
   return row_bytes % 64 == 0 ? 64 : 32;
 }
@@ -278,6 +283,7 @@ std::string KernelConfig::name() const {
     << (cluster_m > 1 ? " c" + std::to_string(cluster_m) : "")
     << (splits > 1 ? " split" + std::to_string(splits) : "") << " " << (a_k_major ? 'K' : 'M') << (b_k_major ? 'K' : 'N')
     << (row_store() ? " row-store" : !tma_store ? " direct-store" : store_buffers != 2 ? " b" + std::to_string(store_buffers) : "")
+    << (tma_store && d_by_columns ? " D-by-columns" : "")
     << (stage_a ? " staged-A" : "") << (stage_b ? " staged-B" : "") << (realign_a ? " realign-A" : "")
     << (realign_b ? " realign-B" : "") << (row_classes ? " row-classes" : "");
   return s.str();
@@ -288,6 +294,7 @@ bool KernelConfig::operator==(const KernelConfig& other) const { return key(*thi
 
 KernelConfig compiled(KernelConfig c) {
   c.splits = std::min(c.splits, 2);
+  c.d_by_columns = c.d_by_columns && c.tma_store;
   if (!is_fp8(c.in)) c.in_b = c.in;  // 16-bit inputs are of one type
   c.stage_a = c.stage_b = false;
   return c;
@@ -306,8 +313,7 @@ const std::vector<TileShape>& tile_shapes(bool eight_bit) {
     std::vector<TileShape> s;
     for (int n = 256; n >= 128; n -= 16) s.push_back({128, n});
     s.push_back({192, 176});
-    s.push_back({64, 256});
-    s.push_back({64, 128});
+    for (int n = 256; n >= 128; n -= 16) s.push_back({64, n});
     s.push_back({64, 64});  // where wider tiles leave most SMs idle (half_width_tile_pays)
     for (int n : {32, 16, 8}) s.push_back({64, n});  // problems at most 32 wide (is_narrow)
     return s;
@@ -345,7 +351,7 @@ bool realigns_on(TileShape tile) { return tile.m == 64 && tile.n <= 128; }
 KernelConfig with_tile(KernelConfig c, TileShape tile) {
   c.tile_m = tile.m;
   c.tile_n = tile.n;
-  if (is_narrow(tile) || c.row_classes) c.tma_store = false;
+  if (is_narrow(tile) || c.row_classes) c.tma_store = c.d_by_columns = false;
   return realigns_on(tile) ? c : staged_instead(c);
 }
 
@@ -395,8 +401,8 @@ bool tma_can_store(const Problem& p) {
   TmaAccess access = tma_access(p.d, p.batch, p.m, p.n);
   // TMA stores whole 16-byte pieces of a row: where a row's last one reaches past D's last
   // column, it would overwrite what lies there (a wider matrix's next columns, or the next row).
-  const bool whole_pieces = p.n * dtype_size(p.d.dtype) % 16 == 0;
-  return access.ok && access.cols_contiguous && whole_pieces && (p.batch <= 1 || p.d.batch_stride != 0);
+  const bool whole_pieces = (access.cols_contiguous ? p.n : p.m) * dtype_size(p.d.dtype) % 16 == 0;
+  return access.ok && whole_pieces && (p.batch <= 1 || p.d.batch_stride != 0);
 }
 
 KernelConfig fallback_config(const KernelConfig& c) {
@@ -499,6 +505,7 @@ KernelConfig problem_config(const Problem& p) {
   config.a_batched = p.batch > 1 && p.a.batch_stride != 0;
   config.b_batched = p.batch > 1 && p.b.batch_stride != 0;
   config.tma_store = tma_can_store(p);
+  config.d_by_columns = config.tma_store && !tma_access(p.d, p.batch, p.m, p.n).cols_contiguous;
   return config;
 }
 
@@ -612,6 +619,26 @@ std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& lim
   std::stable_sort(candidates.begin() + 1, candidates.end(),
                    [](const Candidate& x, const Candidate& y) { return x.cost < y.cost; });
   return candidates;
+}
+
+namespace {
+
+// A problem the general candidates take: TMA reads both operands as they are and stores D, and
+// no streaming tile (decode keeps the orientation normalize gives it).
+bool plainly_tiled(const Problem& p, const KernelConfig& c, const DeviceLimits& limits) {
+  const bool copied = c.stage_a || c.stage_b || c.realign_a || c.realign_b || c.row_classes;
+  return c.kind == KernelKind::tma && c.tma_store && !copied && !streaming_tile(p, c, ceil_div(p.k, c.tile_k()), limits);
+}
+
+}  // namespace
+
+bool transposing_pays(const Problem& p, const DeviceLimits& limits) {
+  if (is_fp8(p.a.dtype)) return false;
+  const KernelConfig c = problem_config(p);
+  if (c.d_by_columns || !plainly_tiled(p, c, limits)) return false;
+  const Problem t = transposed_problem(p);
+  if (!plainly_tiled(t, problem_config(t), limits)) return false;
+  return rank_candidates(t, limits).front().cost < kTransposeGain * rank_candidates(p, limits).front().cost;
 }
 
 KernelConfig choose_config(const Problem& p, const DeviceLimits& limits) {

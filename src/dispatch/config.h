@@ -31,6 +31,8 @@ struct KernelConfig {
   bool a_batched = false;   // A has a batch stride (else one A serves every batch)
   bool b_batched = false;
   bool tma_store = true;    // D is written by TMA through shared memory (else see row_store())
+  bool d_by_columns = false;  // D's columns are contiguous, not its rows: TMA stores each tile
+                              // transposed (a problem the plan transposed, plan.h)
   int store_buffers = 2;    // 8 KB staging buffers per consumer warpgroup for the TMA store
   bool has_c = false;
   DType in = DType::bf16, out = DType::bf16, c = DType::bf16;
@@ -62,7 +64,8 @@ struct KernelConfig {
   // One ring stage: the A and B slices of one K block, and the block and mx scales staged with them.
   int stage_bytes() const;
   // Width in bytes of one TMA store box of D: 128, or 64 or 32 where the tile's row of D is
-  // not a multiple of 128 bytes. The box's swizzle mode has the same width.
+  // not a multiple of 128 bytes. The box's swizzle mode has the same width. With d_by_columns,
+  // the bytes of a row the box's columns span: the most, up to 128, that divide the tile's row.
   int store_box_bytes() const;
   // e.g. "tma 128x256 s4 c2 KK", "tma 64x128 s8 split6 KK"; a raster group other than 8 shows as " g16"
   std::string name() const;
@@ -166,7 +169,8 @@ struct TmaAccess {
 };
 TmaAccess tma_access(const MatrixRef& m, int64_t batch, int64_t rows, int64_t cols);
 
-// Whether TMA can write D (row-major, aligned, rows a whole number of 16-byte pieces).
+// Whether TMA can write D: aligned, rows (or, where those are contiguous, columns) a whole number
+// of 16-byte pieces.
 bool tma_can_store(const Problem& p);
 
 // The fields of a config that follow from a (normalised, see plan.h) problem alone: types,
@@ -189,6 +193,18 @@ std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& lim
 
 // The cold-start choice for a normalised problem: rank_candidates' first, else the fallback.
 KernelConfig choose_config(const Problem& p, const DeviceLimits& limits);
+
+// Whether a normalised 16-bit problem runs as D^T = B^T A^T instead (the plan's choice, plan.h),
+// D then stored by columns: where the cost model's pick for the transposed problem costs less
+// than kTransposeGain times its pick for the problem. Tiles span 64 rows per consumer warpgroup
+// but any multiple of 16 columns, so a dimension just past a multiple of a tile's rows (M = 513:
+// five rows of 128-row tiles, or a second wave) fits closer as N (four tiles of 144). H100, NT,
+// us, as it is (last tile rows moved up, epilogue.cuh) against transposed: 1025x4096x4096 73.3
+// against 50.0, 513x8192x2048 33.0 against 30.7, 769x8192x2048 48.0 against 44.6; 513x4096x4096
+// 33.2 against 30.6 and 257x4096x4096 28.3 against 26.1 (both measured as their transposes with
+// D stored by rows), which the model puts 8.5% and 7% apart: hence 0.95.
+inline constexpr double kTransposeGain = 0.95;
+bool transposing_pays(const Problem& p, const DeviceLimits& limits);
 
 // Whether a config (e.g. one read from the tuning database) is one the TMA kernel is built for
 // and fits the device's shared memory. Fallback configs always fit.

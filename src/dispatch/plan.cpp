@@ -3,6 +3,7 @@
 #include <array>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 
@@ -14,19 +15,6 @@
 
 namespace gemmkit {
 namespace {
-
-MatrixRef transposed(const MatrixRef& m) {
-  MatrixRef t = m;
-  std::swap(t.row_stride, t.col_stride);
-  return t;
-}
-
-ScaleRef transposed(const ScaleRef& s) {
-  ScaleRef t = s;
-  t.m = transposed(s.m);
-  std::swap(t.block_rows, t.block_cols);
-  return t;
-}
 
 // Everything of a normalised problem that choose_config reads: equal keys, equal plans. Of the
 // pointers only their 16-byte alignment matters.
@@ -60,6 +48,10 @@ const runtime::LoadedKernel& kernel_for(int device, const KernelConfig& config) 
   return kernel;
 }
 
+DeviceLimits limits_of(const runtime::DeviceInfo& info) {
+  return {info.sm_count, info.smem_per_block_optin, info.l2_bytes};
+}
+
 Plan new_plan(const Problem& normalized, const KernelConfig* forced, cudaStream_t stream) {
   const runtime::DeviceInfo& info = runtime::device_info(normalized.device);
   runtime::require_sm90(info);
@@ -68,26 +60,14 @@ Plan new_plan(const Problem& normalized, const KernelConfig* forced, cudaStream_
   if (forced) {
     plan.config = *forced;
   } else {
-    const tuning::Dispatch choice = tuning::dispatch_config(normalized, info, stream);
+    plan.transposed = transposing_pays(normalized, limits_of(info));
+    const tuning::Dispatch choice =
+        tuning::dispatch_config(plan.transposed ? transposed_problem(normalized) : normalized, info, stream);
     plan.config = choice.config;
     plan.tuned = choice.tuned;
   }
   plan.kernel = &kernel_for(normalized.device, plan.config);
   return plan;
-}
-
-// D^T = B^T A^T: the same memory with A and B swapped and every operand transposed.
-Problem transposed_problem(const Problem& p) {
-  Problem t = p;
-  t.m = p.n;
-  t.n = p.m;
-  t.a = transposed(p.b);
-  t.b = transposed(p.a);
-  t.d = transposed(p.d);
-  if (p.has_c()) t.c = transposed(p.c);
-  t.scale_a = transposed(p.scale_b);
-  t.scale_b = transposed(p.scale_a);
-  return t;
 }
 
 // Decode for narrow tiles (plan.h). One row goes to the GEMV kernel instead where B, aligned, has
@@ -121,6 +101,11 @@ Problem normalize(const Problem& p) {
   return transposed_problem(p);
 }
 
+Problem oriented(const Problem& normalized) {
+  const runtime::DeviceInfo& info = runtime::device_info(normalized.device);
+  return transposing_pays(normalized, limits_of(info)) ? transposed_problem(normalized) : normalized;
+}
+
 Plan make_plan(const Problem& normalized, const KernelConfig* forced, cudaStream_t stream) {
   if (forced) return new_plan(normalized, forced, stream);
   // Per thread, so that calls from several threads never wait on each other; bounded, since a
@@ -140,19 +125,20 @@ Plan make_plan(const Problem& normalized, const KernelConfig* forced, cudaStream
 }
 
 void run_plan(const Plan& plan, const Problem& normalized, cudaStream_t stream) {
-  if (runtime::launch_gemm(*plan.kernel, plan.config, normalized, plan.sm_count, stream)) return;
+  std::optional<Problem> transposed;
+  if (plan.transposed) transposed = transposed_problem(normalized);
+  const Problem& p = transposed ? *transposed : normalized;
+  if (runtime::launch_gemm(*plan.kernel, plan.config, p, plan.sm_count, stream)) return;
   // A staged operand's scratch cannot grow while the stream is captured: the realigning kernel
   // (for row classes) or the fallback kernel reads the operands as they are (correct, and
   // slower; an uncaptured call first avoids it). The fallback kernel also takes problems of more
   // work units than the TMA kernel numbers.
   if (plan.config.row_classes) {
-    const KernelConfig realigned = realigned_instead(normalized, plan.config);
-    if (runtime::launch_gemm(kernel_for(normalized.device, realigned), realigned, normalized, plan.sm_count, stream)) {
-      return;
-    }
+    const KernelConfig realigned = realigned_instead(p, plan.config);
+    if (runtime::launch_gemm(kernel_for(p.device, realigned), realigned, p, plan.sm_count, stream)) return;
   }
   const KernelConfig fallback = fallback_config(plan.config);
-  runtime::launch_gemm(kernel_for(normalized.device, fallback), fallback, normalized, plan.sm_count, stream);
+  runtime::launch_gemm(kernel_for(p.device, fallback), fallback, p, plan.sm_count, stream);
 }
 
 }  // namespace gemmkit

@@ -22,18 +22,24 @@ Problem normalize(const Problem& p);
 struct Plan {
   KernelConfig config;
   bool tuned = false;  // the config is a tuning winner (see gemmkit/tuning.h)
+  bool transposed = false;  // the config runs the problem transposed (oriented)
   const runtime::LoadedKernel* kernel = nullptr;
   int sm_count = 0;
 };
 
+// A normalised problem as its plan runs it: transposed where transposing_pays (config.h) on its
+// device, else as it is.
+Problem oriented(const Problem& normalized);
+
 // The plan for a normalised problem on its device (the current device), compiling and loading
-// the kernel on first use. The config is the tuning winner for the problem's class or the cost
+// the kernel on first use. The config is for the problem oriented, unless `forced`. The config is the tuning winner for the problem's class or the cost
 // model's pick, as the tuning mode says (tuned_configs.h); online tuning happens here, unless
 // `stream`, the caller's, is being captured. Plans are cached by everything the choice depends
 // on, so a repeated problem costs one hash lookup. `forced` replaces the choice (benchmarks,
 // tuning and tests).
 Plan make_plan(const Problem& normalized, const KernelConfig* forced = nullptr, cudaStream_t stream = nullptr);
 
+// Runs `normalized` (transposed where the plan says so).
 void run_plan(const Plan& plan, const Problem& normalized, cudaStream_t stream);
 
 }  // namespace gemmkit

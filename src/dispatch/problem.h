@@ -43,4 +43,7 @@ struct Problem {
 // it is stored transposed (A as K x M, B as N x K, row-major).
 std::string layout_name(const Problem& p);
 
+// D^T = B^T A^T: the same memory with A and B swapped and every operand transposed.
+Problem transposed_problem(const Problem& p);
+
 }  // namespace gemmkit

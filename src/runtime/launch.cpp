@@ -276,8 +276,11 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   }
   CUtensorMap map_d{};
   if (config.tma_store) {
-    // One warp's 16 rows of a 128-byte column group (or of a narrower box).
-    map_d = cached_tensor_map(p.d, p.batch, p.m, p.n, true, config.store_box_bytes() / dtype_size(p.d.dtype), 16);
+    // One warp's 16 rows of a 128-byte column group (or of a narrower box), as lines of 16 rows
+    // where D is stored by columns.
+    const uint32_t box_cols = uint32_t(config.store_box_bytes() / dtype_size(p.d.dtype));
+    map_d = config.d_by_columns ? cached_tensor_map(p.d, p.batch, p.m, p.n, false, 16, box_cols)
+                                : cached_tensor_map(p.d, p.batch, p.m, p.n, true, box_cols, 16);
   }
   // A persistent grid: one CTA per SM at most, whole clusters, no more than there are work units.
   void* pointers[] = {&map_a, &map_b, &map_d, &args};

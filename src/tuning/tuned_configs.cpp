@@ -49,7 +49,9 @@ void set_tuning_mode(TuningMode mode) {
 namespace gemmkit::tuning {
 namespace {
 
-const char* store_name(const KernelConfig& c) { return c.tma_store ? "tma" : "direct"; }
+const char* store_name(const KernelConfig& c) {
+  return !c.tma_store ? "direct" : c.d_by_columns ? "tma-columns" : "tma";
+}
 
 }  // namespace
 

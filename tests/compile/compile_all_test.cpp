@@ -92,6 +92,28 @@ TEST(TmaKernelVariants, EveryTileWithCCompilesWithoutSpills) {
   }
 }
 
+// D stored by columns (problems the plan transposes) on every tile that stores through TMA: 16-bit
+// D in a cluster of two, f32 D with C alone, and through the split-K reduction where it is built.
+TEST(TmaKernelVariants, ColumnStoresCompileWithoutSpills) {
+  for (TileShape tile : tile_shapes()) {
+    if (is_narrow(tile)) continue;
+    for (DType out : {DType::bf16, DType::f32}) {
+      for (int splits : {1, 2}) {
+        if (splits > 1 && tile.n > kMaxSplitTileN) continue;
+        KernelConfig config = with_tile(KernelConfig{}, tile);
+        config.d_by_columns = true;
+        config.splits = splits;
+        config.cluster_m = out == DType::f32 ? 1 : 2;
+        config.out = config.c = out;
+        config.has_c = out == DType::f32 && tile_takes_c(tile);
+        config.stages = max_stages(config, DeviceLimits{}.smem_per_block);
+        expect_clean_compile(codegen::gemm_source(config), codegen::kGemmKernel,
+                             config.name() + " ->" + std::string(dtype_name(out)));
+      }
+    }
+  }
+}
+
 // The split-K reduction with every epilogue: each output type, with and without C, through TMA
 // and direct stores (narrow tiles: direct), batched or not, on the 16-bit tiles it is built for.
 TEST(TmaKernelVariants, SplitKWithEveryEpilogueCompilesWithoutSpills) {

@@ -407,7 +407,7 @@ TEST(ConfigChoose, RowsEndingInsideA16BytePieceAreNotStoredByTma) {
 
 // A later candidate that costs the model no more than the pick wins where it takes fewer CTAs: at
 // 257 rows, 128 x 128 tiles in clusters of two take 128 CTAs, a quarter of them wholly below M,
-// where 64 x 256 tiles in clusters of two cost the same with 96.
+// where 64-row tiles in clusters of two cost no more with fewer.
 TEST(ConfigChoose, EqualCostsGoToFewerCtas) {
   Problem p = problem(257, 4096, 4096);
   p.b.row_stride = 1;  // NT: B stored N x K
@@ -420,10 +420,72 @@ TEST(ConfigChoose, EqualCostsGoToFewerCtas) {
   });
   ASSERT_NE(larger, ranked.end());
   const KernelConfig& pick = ranked.front().config;
-  EXPECT_EQ(pick.tile_m, 64);
-  EXPECT_EQ(pick.tile_n, 256);
-  EXPECT_EQ(pick.cluster_m, 2);
+  const auto ctas = [](const KernelConfig& c) {
+    const int64_t rows = (257 + c.cluster_m * c.tile_m - 1) / (c.cluster_m * c.tile_m) * c.cluster_m;
+    return rows * ((4096 + c.tile_n - 1) / c.tile_n) * c.splits;
+  };
+  EXPECT_EQ(pick.tile_m, 64) << pick.name();
   EXPECT_LE(ranked.front().cost, larger->cost);
+  for (const Candidate& c : ranked) {
+    if (c.cost <= ranked.front().cost) EXPECT_GE(ctas(c.config), ctas(pick)) << c.config.name() << " against " << pick.name();
+  }
+}
+
+// A D whose rows are contiguous (a problem the plan transposed) is stored by TMA too, a tile's
+// columns as lines of rows, where its columns are a whole number of 16-byte pieces; its boxes span
+// the most columns (up to 128 bytes' worth) that divide the tile's width.
+TEST(ConfigStore, ColumnMajorDStoresByColumns) {
+  Problem p = problem(1024, 300, 64);
+  p.d = col_major(2, DType::bf16, 1024);
+  EXPECT_TRUE(tma_can_store(p));
+  KernelConfig c = problem_config(p);
+  EXPECT_TRUE(c.tma_store && c.d_by_columns);
+  EXPECT_EQ(with_tile(c, {128, 128}).store_box_bytes(), 128);
+  EXPECT_EQ(with_tile(c, {128, 144}).store_box_bytes(), 32) << "16 columns of bf16 divide 144";
+  EXPECT_EQ(with_tile(c, {64, 176}).store_box_bytes(), 32);
+  EXPECT_FALSE(with_tile(c, {64, 16}).d_by_columns) << "narrow tiles store directly";
+  c.out = DType::f32;
+  EXPECT_EQ(with_tile(c, {128, 144}).store_box_bytes(), 64);
+  EXPECT_EQ(with_tile(c, {128, 160}).store_box_bytes(), 128);
+  p.m = 1020;  // 2040 bytes a column: not whole 16-byte pieces
+  EXPECT_FALSE(tma_can_store(p));
+  EXPECT_FALSE(problem_config(p).tma_store);
+  EXPECT_NE(compiled(with_tile(c, {128, 128})), compiled([&] {
+              KernelConfig rows = with_tile(c, {128, 128});
+              rows.d_by_columns = false;
+              return rows;
+            }()))
+      << "the store's layout is part of the kernel";
+}
+
+// M just past a multiple of a tile's rows against wide weights runs transposed (N fits a tile's
+// width closer than M its 64-row halves); problems that fit, decode (streamed as normalize gives
+// it), 8-bit inputs and copied operands keep their orientation. Transposed, the pick stores D by
+// columns.
+TEST(ConfigOrientation, RowsJustPastATileRowRunTransposed) {
+  auto nt = [](int64_t m, int64_t n, int64_t k) {
+    Problem p = problem(m, n, k);
+    p.b = col_major(1, DType::bf16, k);
+    p.d.dtype = DType::bf16;
+    return p;
+  };
+  for (const Problem& p : {nt(1025, 4096, 4096), nt(513, 4096, 4096), nt(513, 8192, 2048), nt(769, 8192, 2048)}) {
+    SCOPED_TRACE(std::to_string(p.m) + "x" + std::to_string(p.n) + "x" + std::to_string(p.k));
+    EXPECT_TRUE(transposing_pays(p, {}));
+    const KernelConfig c = choose_config(transposed_problem(p), {});
+    EXPECT_TRUE(c.tma_store && c.d_by_columns) << c.name();
+    EXPECT_FALSE(transposing_pays(transposed_problem(p), {})) << "once transposed, it stays so";
+  }
+  for (const Problem& p : {nt(1024, 4096, 4096), nt(4096, 4096, 4096), nt(8192, 8192, 8192), nt(128, 4096, 4096)}) {
+    EXPECT_FALSE(transposing_pays(p, {})) << p.m << "x" << p.n << "x" << p.k;
+  }
+  EXPECT_FALSE(transposing_pays(normalize(nt(8, 4096, 4096)), {})) << "decode";
+  Problem fp8 = nt(1025, 4096, 4096);
+  fp8.a.dtype = fp8.b.dtype = DType::e4m3;
+  EXPECT_FALSE(transposing_pays(fp8, {}));
+  Problem staged = nt(1025, 4096, 4096);
+  staged.a.row_stride = 4097;
+  EXPECT_FALSE(transposing_pays(staged, {})) << "A copied before the launch";
 }
 
 TEST(ConfigChoose, TileRowsFollowProblemSize) {

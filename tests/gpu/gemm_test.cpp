@@ -18,6 +18,7 @@ using GemmDecode = testing::GpuTest;
 using GemmDeterminism = testing::GpuTest;
 using GemmEdges = testing::GpuTest;
 using GemmGemv = testing::GpuTest;
+using GemmOrientation = testing::GpuTest;
 using GemmSplitK = testing::GpuTest;
 using GemmTiles = testing::GpuTest;
 using GemmTypes = testing::GpuTest;
@@ -394,6 +395,31 @@ TEST_F(GemmTiles, RowStoresOnEveryTile) {
                  &with_c);
 }
 
+// D stored by columns (a problem transposed, as plans that transpose run it): each tile shape but
+// the narrow ones, forced, alone and in a cluster of two, TMA storing each tile transposed in
+// boxes of as many columns as divide its width; with partial tiles in both dimensions, an f32 D
+// with C in place, and a batch. expect_correct also fails any write outside D's view.
+TEST_F(GemmTiles, ColumnStoresOnEveryTile) {
+  const runtime::DeviceInfo& info = runtime::device_info(0);
+  for (TileShape tile : tile_shapes()) {
+    if (is_narrow(tile)) continue;
+    for (int cluster : {1, 2}) {
+      KernelConfig config = with_tile(KernelConfig{}, tile);
+      config.cluster_m = cluster;
+      config.stages = max_stages(config, info.smem_per_block_optin);
+      // Transposed: M' = N (a multiple of 8, so that TMA stores whole columns), N' = M.
+      expect_correct({.m = 2 * tile.n + 7, .n = 2 * tile.m + 24, .k = 200, .layout = "NT"}, &config, true);
+      if (cluster > 1 || !tile_takes_c(tile)) continue;
+      config.out = config.c = DType::f32;
+      config.has_c = config.a_batched = config.b_batched = true;
+      config.stages = max_stages(config, info.smem_per_block_optin);
+      expect_correct({.m = tile.n + 33, .n = tile.m + 4, .k = 96, .batch = 2, .layout = "NT", .out = DType::f32,
+                      .beta = -1.5f, .c_is_d = true},
+                     &config, true);
+    }
+  }
+}
+
 // Tiles whose row of D is not a multiple of 128 bytes store through 32- or 64-byte boxes (and an
 // N-major B slice ends in a partial 64-column box): each output type, with C, at odd sizes.
 TEST_F(GemmTiles, NarrowStoreBoxes) {
@@ -494,6 +520,24 @@ TEST_F(GemmUnaligned, RealignedOperandsOnEveryTileThatRealigns) {
           }
         }
       }
+    }
+  }
+}
+
+// M just past a multiple of a tile's rows against wide weights runs transposed (transposing_pays),
+// D stored by columns: through gemm(), every output type, with C in place; and batched, however
+// the plan runs that.
+TEST_F(GemmOrientation, PlansThatTransposeMatchTheReference) {
+  for (DType out : {DType::bf16, DType::f16, DType::f32}) {
+    for (auto [m, n, k, batch, in_place] : {std::tuple{1025, 4096, 512, 1, false}, std::tuple{769, 8192, 256, 1, true},
+                                            std::tuple{513, 8192, 512, 2, false}}) {
+      const ProblemSpec spec{.m = m, .n = n, .k = k, .batch = batch, .layout = "NT", .out = out,
+                             .beta = in_place ? 0.5f : 0.0f, .c_is_d = in_place};
+      reference::DeviceProblem problem(spec, testing::fresh_seed());
+      const Problem p = normalize(validate_gemm(problem.a(), problem.b(), problem.d(), problem.options(nullptr)));
+      const Plan plan = make_plan(p);
+      if (batch == 1) EXPECT_TRUE(plan.transposed && plan.config.d_by_columns) << spec.describe() << ": " << plan.config.name();
+      expect_correct(spec);
     }
   }
 }

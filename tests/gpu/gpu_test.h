@@ -42,17 +42,21 @@ inline uint64_t fresh_seed() {
 
 // Runs gemmkit::gemm (or the forced config) on fresh random inputs with D poisoned, and
 // expects it to match the double-precision reference. A forced config stores D as the problem
-// gemm() runs allows: directly where that is transposed (decode) and TMA cannot write D^T.
-inline void expect_correct(const reference::ProblemSpec& spec, const KernelConfig* forced = nullptr) {
+// it runs allows (directly, or by TMA by rows or by columns); it runs on the normalised problem,
+// or `transposed`, on that transposed (as a plan that transposes runs it).
+inline void expect_correct(const reference::ProblemSpec& spec, const KernelConfig* forced = nullptr,
+                           bool transposed = false) {
   reference::DeviceProblem problem(spec, fresh_seed());
   problem.prepare_output(nullptr);
   std::string config = "gemmkit::gemm";
   if (forced) {
     Problem p = validate_gemm(problem.a(), problem.b(), problem.d(), problem.options(nullptr));
-    const Problem normalized = normalize(p);
+    const Problem run = transposed ? transposed_problem(normalize(p)) : normalize(p);
+    const KernelConfig allowed = problem_config(run);
     KernelConfig stored = *forced;
-    stored.tma_store = stored.tma_store && tma_can_store(normalized);
-    run_plan(make_plan(normalized, &stored), normalized, nullptr);
+    stored.tma_store = stored.tma_store && allowed.tma_store;
+    stored.d_by_columns = allowed.d_by_columns;
+    run_plan(make_plan(run, &stored), run, nullptr);
     config = stored.name();
   } else {
     gemm(problem.a(), problem.b(), problem.d(), problem.options(nullptr));
