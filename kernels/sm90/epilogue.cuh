@@ -11,12 +11,32 @@
 constexpr bool kColumnScales = kScaleB == GEMMKIT_SCALE_ROWWISE;
 constexpr u32 kColumnScaleBytes = kColumnScales ? kTileN * 4 : 0;  // one tile's
 
+// TMA fills the rows of A's box past M with zeros, and a tile whose box reaches far past M loads
+// slowly (H100, 128x160 tiles, 130 CTAs, x4096x4096 NT: 640 rows 34.9 us, 576 rows 40.3, 513
+// rows 47.3; 129 rows on 64x128 tiles 25.4 against 192 rows' 20.3). So the tile row that reaches
+// past M moves up, from p.order.shift_from to shift_to, to end within 15 rows of M (a multiple of
+// 16 rows up, the host's choice), and stores only the rows past those the tile row above stores,
+// every warp's 16 rows whole or not at all: 513 rows then ran 33.0 us, 129 rows 19.8. A cluster's
+// tile wholly below D stays there. Not with row classes, nor where A's block scales cover 128
+// rows (a tile's rows must lie in one block); nor on three consumer warpgroups that store rows
+// (store_tile_rows), nor with B's block scales per column (staged for each K block), whose
+// registers then spill.
+constexpr bool kShiftLastRow = !kRowClasses && kScaleMNA == 1 && !(kRowStore && kTileM == 192) &&
+                               !(kScaleB == GEMMKIT_SCALE_BLOCK && kScaleMNB == 1);
+
+// The first row a tile multiplied from `row` stores.
+__device__ __forceinline__ int first_stored_row(const GemmParams& p, int row) {
+  const bool moved = kShiftLastRow && row == p.order.shift_to && p.order.shift_to != p.order.shift_from;
+  return moved ? p.order.shift_from : row;
+}
+
 // Where one warpgroup's slice of a tile lands in D, the outer scales of the thread's two
 // fragment rows (fragment_row(t, h); 1 without tensor or rowwise scales) and the shared address
 // of the tile's column scales (kColumnScales).
 struct TileOrigin {
   int batch;
   i64 row;  // first row of the warpgroup's 64-row slice
+  int first_stored;  // rows above it are the tile above's (first_stored_row)
   i64 col;  // first column of the tile
   float row_scale[2];
   u32 column_scales;
@@ -73,7 +93,7 @@ __device__ __forceinline__ void store_tile_direct(const float* acc, const GemmPa
       for (int e = 0; e < 2; ++e) {
         const i64 row = d_row(at.row, t, h);
         i64 col = at.col + fragment_col(t, j) + e;
-        if (row < p.m && col < p.n) {
+        if (row < p.m && (!kShiftLastRow || row >= at.first_stored) && col < p.n) {
           const float value = output_value(acc, p, at, t, j, h, e);
           i64 index = at.batch * p.d.batch_stride + row * p.d.row_stride + col * p.d.col_stride;
           store_from_float(p.d.data, kOutType, index, value);
@@ -207,6 +227,7 @@ __device__ __forceinline__ void store_tile_rows(const float* acc, const GemmPara
                                                 u8* buffer) {
   const int warp = t / 32, lane = t % 32;
   const u32 part = smem_u32(buffer + warp * (kEpilogueBufferBytes / 4));
+  if (kShiftLastRow && at.row + kBoxRows * warp < at.first_stored) return;  // the tile above's rows
 #pragma unroll
   for (int group = 0; group < kGroups; ++group) {
     const i64 col = at.col + group_col(group);
@@ -290,7 +311,7 @@ __device__ __forceinline__ void store_tile_tma(const float* acc, const u32* pack
       for (int box = 0; box < 128 / kStoreBoxBytes; ++box) {
         const int first = group_col(group) + box * kBoxCols;  // within the tile
         const int row = int(at.row) + kBoxRows * warp, col = int(at.col + first);
-        if (first < kTileN && col < p.n) {
+        if (first < kTileN && col < p.n && (!kShiftLastRow || row >= at.first_stored)) {
           tma_store_3d(map_d, part + box * kBoxBytes, kDByColumns ? row : col, kDByColumns ? col : row, at.batch);
         }
       }

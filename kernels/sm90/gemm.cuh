@@ -145,6 +145,7 @@ struct TileScheduler {
     w.batch = int(batch);
     w.row = int(kRowClasses ? tile_row / kClasses * 64 * kClasses + tile_row % kClasses
                             : (tile_row * kClusterM + rank) * kTileM);
+    if (kShiftLastRow && w.row == order.shift_from) w.row = order.shift_to;
     w.col = int(group_col * kTileN);
     return w;
   }
@@ -536,10 +537,10 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
     // The outer scales of the thread's rows are loaded now, so that the main loop hides their
     // latency from the epilogue.
     const i64 slice_row = w.row + slice * 64;
-    const TileOrigin at{w.batch, slice_row, w.col,
-                        {row_outer_scale(p, w.batch, d_row(slice_row, t, 0)),
-                         row_outer_scale(p, w.batch, d_row(slice_row, t, 1))},
-                        column_scales};
+    TileOrigin at{w.batch, slice_row, 0, w.col,
+                  {row_outer_scale(p, w.batch, d_row(slice_row, t, 0)),
+                   row_outer_scale(p, w.batch, d_row(slice_row, t, 1))},
+                  column_scales};
     if constexpr (k8Bit) {
       if constexpr (kTwoPartials) {
         multiply_8bit_runs(acc, k_count, slot, slice, t, stages, stage_scales, full, empty);
@@ -577,7 +578,9 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
       cp_async_wait_all();
       named_barrier_sync(kWarpgroupBarrier + slice, 128);
     }
-    if (at.row >= p.m) continue;  // this slice lies wholly below D
+    // From the tile's row, after the main loop: nothing more stays live through it.
+    at.first_stored = first_stored_row(p, int(at.row) - slice * 64);
+    if (at.row >= p.m || at.row + 64 <= at.first_stored) continue;  // below D, or the tile above's
     if (kSplitK && p.splits > 1 && !combine_splits(acc, p, w.tile * kConsumers + slice, w.split, at.row, t, 1 + slice)) continue;
     if (kDeferGroups) {
       store_tile_tma<0, kDeferFrom>(acc, nullptr, p, at, t, buffers, &map_d);

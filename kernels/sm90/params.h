@@ -38,6 +38,7 @@ struct TileOrder {
   FastDivisor group_tiles;  // a whole raster group's tiles
   FastDivisor last_group;   // the last raster group's rows where it is short (else 1)
   FastDivisor splits;       // split-K parts
+  int shift_from, shift_to;  // the first row of the tile row reaching past M, and where it moves up to
 };
 
 // D = alpha * A * B + beta * C; A is m x k, B is k x n, C and D are m x n, all [batch].

@@ -233,6 +233,12 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   order.group_tiles = fast_divisor(group * order.tiles_n);
   order.last_group = fast_divisor(order.rows % group == 0 ? 1 : order.rows % group);
   order.splits = fast_divisor(args.splits);
+  // The tile row reaching past M moves up to end within 15 rows of it (kShiftLastRow, epilogue.cuh)
+  // where M is more than one tile row and not a whole number of them.
+  if (!config.row_classes && p.m > config.tile_m && p.m % config.tile_m != 0) {
+    order.shift_from = int(p.m / config.tile_m * config.tile_m);
+    order.shift_to = int((p.m - config.tile_m + 15) / 16 * 16);
+  }
   // The operands as the kernel reads them: staged ones replaced by their copies, made in one launch.
   Problem q = p;
   std::array<StageJob, 2> jobs;

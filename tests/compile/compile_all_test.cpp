@@ -188,7 +188,7 @@ TEST(TmaKernelVariants, RowClassesCompileWithoutSpills) {
 }
 
 // Element types, C, batching and the direct-store epilogue on the largest tile, where
-// registers are tightest.
+// registers are tightest; and 192 x 176's row store.
 TEST(TmaKernelVariants, CompileWithoutSpills) {
   for (DType in : {DType::bf16, DType::f16}) {
     for (DType out : {DType::bf16, DType::f16, DType::f32}) {
@@ -208,6 +208,19 @@ TEST(TmaKernelVariants, CompileWithoutSpills) {
       }
     }
   }
+  // Three consumer warpgroups (152 registers each) storing rows, in every layout and alone or in
+  // a cluster: the tightest row store, which leaves last tile rows where they are (epilogue.cuh).
+  for (int layout = 0; layout < 4; ++layout) {
+    for (int cluster : {1, 2}) {
+      KernelConfig config = with_tile(KernelConfig{}, {192, 176});
+      config.a_k_major = layout % 2 == 0;
+      config.b_k_major = layout / 2 == 0;
+      config.cluster_m = cluster;
+      config.tma_store = false;
+      config.stages = max_stages(config, DeviceLimits{}.smem_per_block);
+      expect_clean_compile(codegen::gemm_source(config), codegen::kGemmKernel, config.name());
+    }
+  }
 }
 
 // 8-bit inputs: every tile the modes allow with each scaling mode (block as DeepSeek-V3's
@@ -217,15 +230,18 @@ TEST(TmaKernelVariants, EightBitTilesCompileWithoutSpillsInEveryMode) {
   for (TileShape tile : tile_shapes(true)) {
     for (ScaleMode mode : {ScaleMode::tensor, ScaleMode::rowwise, ScaleMode::block, ScaleMode::mx}) {
       if (!tile_takes_scales(tile, mode, mode)) continue;
-      for (int variant = 0; variant < (mode == ScaleMode::block ? 4 : 3); ++variant) {
+      // Block variants 4 and 5: both operands' blocks along K only (A 1x128, B 128x1), alone and in a
+      // cluster.
+      for (int variant = 0; variant < (mode == ScaleMode::block ? 6 : 3); ++variant) {
         KernelConfig config;
         config.in = config.in_b = DType::e4m3;
         config.scale_a = config.scale_b = mode;
         config.scale_b_mn = mode == ScaleMode::block && variant < 3 ? 128 : 1;
         if (variant == 3) config.scale_a_mn = 128;
+        if (variant == 5) config.cluster_m = 2;
         config.tile_m = tile.m;
         config.tile_n = tile.n;
-        config.cluster_m = variant == 0 ? 2 : 1;
+        if (variant < 5) config.cluster_m = variant == 0 ? 2 : 1;
         config.splits = variant == 1 && tile.n <= kMaxSplitTileN ? 2 : 1;
         if (variant == 2) {
           config.in_b = DType::e5m2;

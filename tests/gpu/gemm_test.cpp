@@ -420,6 +420,31 @@ TEST_F(GemmTiles, ColumnStoresOnEveryTile) {
   }
 }
 
+// The tile row that reaches past M moves up to end within 15 rows of it, and stores only the rows
+// the tile row above does not (epilogue.cuh): with C in place, where a row stored twice would hold
+// alpha * AB + beta * (alpha * AB + beta * C), through TMA and row or direct stores, 1 to
+// tile_m - 1 rows past two tile rows, alone and in a cluster of two (whose second tile may lie
+// wholly below D).
+TEST_F(GemmTiles, LastTileRowMovedUpStoresOnlyItsOwnRows) {
+  const runtime::DeviceInfo& info = runtime::device_info(0);
+  for (TileShape tile : {TileShape{128, 128}, TileShape{64, 128}}) {
+    for (bool tma : {true, false}) {
+      for (int cluster : {1, 2}) {
+        KernelConfig config = with_tile(KernelConfig{}, tile);
+        config.cluster_m = cluster;
+        config.tma_store = tma;
+        config.has_c = true;
+        config.stages = max_stages(config, info.smem_per_block_optin);
+        for (int past : {1, 15, 16, 17, tile.m - 1}) {
+          expect_correct({.m = 2 * tile.m + past, .n = 200, .k = 96, .layout = "NT", .alpha = 0.75f, .beta = 0.5f,
+                          .c_is_d = true, .align_leading = true},
+                         &config);
+        }
+      }
+    }
+  }
+}
+
 // Tiles whose row of D is not a multiple of 128 bytes store through 32- or 64-byte boxes (and an
 // N-major B slice ends in a partial 64-column box): each output type, with C, at odd sizes.
 TEST_F(GemmTiles, NarrowStoreBoxes) {
