@@ -304,9 +304,11 @@ const std::vector<TileShape>& tile_shapes(bool eight_bit) {
   // Every 16th width from 128 to 256 for full-height tiles, so that some width divides N (or
   // nearly) and fills the last wave: 2112 = 12 x 176, for one. 192 x 176, three consumer
   // warpgroups, loads less per multiply than 128 x 176 where N suits 176 (the widest its
-  // registers allow). Half-height tiles for small M. 8-bit inputs multiply twice the K per
-  // byte of shared memory, so 128 x 128 already feeds the tensor cores as 128 x 256 does for
-  // 16-bit ones; their partial accumulators stop the widths at 176 (128 with mx scales). 192 x
+  // registers allow). Half-height tiles for small M, every 16th width from 128 to 256 too (a
+  // transposed problem's few columns, e.g. 257 as two of 144: transposing_pays). 8-bit inputs
+  // multiply twice the K per byte of shared memory, so 128 x 128 already feeds the tensor cores
+  // as 128 x 256 does for 16-bit ones; their partial accumulators stop the widths at 176 (128
+  // with mx scales). 192 x
   // 128 splits a tile's epilogue, which 8-bit tiles store while the tensor cores idle, among
   // three consumers (see epilogue_blocks); their 152 registers hold no block or mx scales.
   static const std::vector<TileShape> shapes = [] {

@@ -32,7 +32,8 @@ struct Plan {
 Problem oriented(const Problem& normalized);
 
 // The plan for a normalised problem on its device (the current device), compiling and loading
-// the kernel on first use. The config is for the problem oriented, unless `forced`. The config is the tuning winner for the problem's class or the cost
+// the kernel on first use. The config is for the problem oriented (unless `forced`, which runs
+// on the problem as it is): the tuning winner for the problem's class or the cost
 // model's pick, as the tuning mode says (tuned_configs.h); online tuning happens here, unless
 // `stream`, the caller's, is being captured. Plans are cached by everything the choice depends
 // on, so a repeated problem costs one hash lookup. `forced` replaces the choice (benchmarks,
