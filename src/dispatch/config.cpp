@@ -126,18 +126,24 @@ double epilogue_blocks(const KernelConfig& c) { return is_fp8(c.in) ? 10.0 * 64 
 // H100, every small.txt shape in one wave ran faster (128^3 6.8 against 7.8 us, 1536x96x1536 10.8
 // against 13.5, 1024^3 10.5 against 11.9, 2048^3 on 128x256 27.9 against 29.8). Where K is not
 // short (16 K blocks or more), two exceptions keep their clusters:
-// - B at least 8 times the size of A (decode: the weights). One at a time, M = 128 decode shapes
-//   ran faster unclustered too (128x7168x2048 17.6 against 19.2 us), but back to back in the
-//   decode chains they ran slower (llama3-70b-tp8-m128 406 against 390 us, llama3-8b-m128 728
-//   against 713, both measured twice), where the pair's shared loads read each weight once.
-//   (Those that streaming_tile takes now run unclustered 64x64 tiles instead.)
+// - At most 128 rows against B at least 8 times the size of A (decode: the weights). One at a
+//   time, M = 128 decode shapes ran faster unclustered too (128x7168x2048 17.6 against 19.2 us),
+//   but back to back in the decode chains they ran slower (llama3-70b-tp8-m128 406 against 390
+//   us, llama3-8b-m128 728 against 713, both measured twice), where the pair's shared loads read
+//   each weight once. (Those that streaming_tile takes now run unclustered 64x64 tiles instead.)
+//   More rows against weights ran faster unclustered (H200, NT, us, the model's pick in clusters
+//   of two against its unclustered one): 129x4096x4096 on 64x128 24.2-25.4 against 18.4-18.7,
+//   256x4096x4096 on 64x128 19.6-20.1 against 18.3, 320x4096x4096 on 64x192 30.9-31.1 against
+//   27.1-29.9 on 64x160, 300x4096x14336 on 64x192 97.1-98.3 against 82.9-86.0 on 64x160-192,
+//   512x4096x4096 and 512x8192x2048 level; but 385x4096x4096 27.1 on 128x128 against 29.0-29.1
+//   (then transposed, transposing_pays, on 64x208 tiles whose last column is a sixth past N).
 // - The rows of both A and B lie off 128-byte L2 lines: every 128-byte box row then reads two
 //   lines, and sharing B halves those reads (1000^3 NN, rows 2000 bytes apart: 13.8 us in
 //   clusters, 15.8 without).
 bool one_wave_unclustered(const Problem& p, TileShape tile, int64_t k_blocks, bool rows_off_lines,
                           const DeviceLimits& limits) {
   const int64_t tiles = ceil_div(p.m, tile.m) * ceil_div(p.n, tile.n) * p.batch;
-  const bool weights = p.n >= 8 * p.m;
+  const bool weights = p.m <= 128 && p.n >= 8 * p.m;
   return tiles <= limits.sm_count && (k_blocks < 16 || !(weights || rows_off_lines));
 }
 
