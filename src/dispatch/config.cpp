@@ -646,7 +646,11 @@ bool transposing_pays(const Problem& p, const DeviceLimits& limits) {
   if (c.d_by_columns || !plainly_tiled(p, c, limits)) return false;
   const Problem t = transposed_problem(p);
   if (!plainly_tiled(t, problem_config(t), limits)) return false;
-  return rank_candidates(t, limits).front().cost < kTransposeGain * rank_candidates(p, limits).front().cost;
+  const Candidate as_is = rank_candidates(p, limits).front(), transposed = rank_candidates(t, limits).front();
+  if (transposed.cost < kTransposeGain * as_is.cost) return true;
+  const bool half_height = as_is.config.tile_m == 64 && transposed.config.tile_m == 64;
+  const int64_t width = transposed.config.tile_n, past_last_column = ceil_div(t.n, width) * width - t.n;
+  return half_height && p.n > p.m && past_last_column <= width / 8 && transposed.cost <= as_is.cost;
 }
 
 KernelConfig choose_config(const Problem& p, const DeviceLimits& limits) {

@@ -203,6 +203,14 @@ KernelConfig choose_config(const Problem& p, const DeviceLimits& limits);
 // against 50.0, 513x8192x2048 33.0 against 30.7, 769x8192x2048 48.0 against 44.6; 513x4096x4096
 // 33.2 against 30.6 and 257x4096x4096 28.3 against 26.1 (both measured as their transposes with
 // D stored by rows), which the model puts 8.5% and 7% apart: hence 0.95.
+// Where both picks are 64-row tiles, N is larger than M and the transposed pick costs no more,
+// it is taken too (the larger operand, e.g. the weights, on A, the tiles' rows), if its tiles'
+// last column reaches at most an eighth of a tile past the transposed N: H200, NT, us,
+// as it is against transposed, both on unclustered 64x160 tiles, 300x4096x14336 84.0-91.8 against
+// 62.5-65.9, 320x4096x4096 27.1-29.9 against 19.5-20.1; 256x4096x4096 on 64x128 18.3 against
+// 17.7-18.2. Why the orientation matters this much was not found. A last column mostly
+// past N lost: 129x4096x4096 18.7 against 39.6 (one row in a 128-wide column), 300x2048x1024 NN
+// f16 8.9 against 10.1, 333x1240x568 8.2 against 8.5-8.8.
 inline constexpr double kTransposeGain = 0.95;
 bool transposing_pays(const Problem& p, const DeviceLimits& limits);
 

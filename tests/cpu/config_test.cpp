@@ -479,6 +479,13 @@ TEST(ConfigOrientation, RowsJustPastATileRowRunTransposed) {
   for (const Problem& p : {nt(1024, 4096, 4096), nt(4096, 4096, 4096), nt(8192, 8192, 8192), nt(128, 4096, 4096)}) {
     EXPECT_FALSE(transposing_pays(p, {})) << p.m << "x" << p.n << "x" << p.k;
   }
+  // Costed alike on 64-row tiles, weights go on A where the transposed tiles fit its N; not where
+  // the last tile column would reach mostly past it (129: one row of 128).
+  for (const Problem& p : {nt(320, 4096, 4096), nt(300, 4096, 14336), nt(256, 4096, 4096)}) {
+    EXPECT_TRUE(transposing_pays(p, {})) << p.m << "x" << p.n << "x" << p.k;
+    EXPECT_EQ(choose_config(transposed_problem(p), {}).tile_m, 64);
+  }
+  EXPECT_FALSE(transposing_pays(nt(129, 4096, 4096), {}));
   EXPECT_FALSE(transposing_pays(normalize(nt(8, 4096, 4096)), {})) << "decode";
   Problem fp8 = nt(1025, 4096, 4096);
   fp8.a.dtype = fp8.b.dtype = DType::e4m3;
