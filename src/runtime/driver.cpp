@@ -32,6 +32,8 @@ Driver load_driver() {
   resolve(d.tensor_map_encode_tiled, "cuTensorMapEncodeTiled");
   resolve(d.get_error_string, "cuGetErrorString");
   resolve(d.pointer_get_attributes, "cuPointerGetAttributes");
+  resolve(d.ctx_get_device, "cuCtxGetDevice");
+  resolve(d.device_get, "cuDeviceGet");
   return d;
 }
 

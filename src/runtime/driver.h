@@ -21,6 +21,8 @@ struct Driver {
                                       CUtensorMapL2promotion, CUtensorMapFloatOOBfill) = nullptr;
   CUresult (*get_error_string)(CUresult, const char**) = nullptr;
   CUresult (*pointer_get_attributes)(unsigned, CUpointer_attribute*, void**, CUdeviceptr) = nullptr;
+  CUresult (*ctx_get_device)(CUdevice*) = nullptr;
+  CUresult (*device_get)(CUdevice*, int) = nullptr;
 };
 
 // The resolved driver table; throws Error(no_device) if the driver is missing.
