@@ -55,10 +55,13 @@ TEST_F(GemmDeviceErrors, ViewsPastTheirAllocationAreRejected) {
 }
 
 // Managed memory is device-accessible: accepted, and the result is the same as in device memory.
+// Written by the host first (poisoned with NaNs), so that its pages lie there and it may read as
+// host memory to the pointer query.
 TEST_F(GemmDeviceErrors, ManagedMemoryIsAccepted) {
   reference::DeviceProblem problem({.m = 64, .n = 64, .k = 64}, testing::fresh_seed());
   void* managed = nullptr;
   ASSERT_EQ(cudaMallocManaged(&managed, 64 * 64 * 2), cudaSuccess);
+  std::memset(managed, 0xff, 64 * 64 * 2);
   problem.prepare_output(nullptr);
   gemm(problem.a(), problem.b(), problem.d(), problem.options(nullptr));
   EXPECT_NO_THROW(gemm(problem.a(), problem.b(), TensorView::row_major(managed, DType::bf16, 64, 64)));
