@@ -93,7 +93,11 @@ const char* gemm_kernel_name(const KernelConfig& config) {
 std::string gemm_source(const KernelConfig& requested) {
   const KernelConfig config = compiled(requested);
   std::ostringstream s;
-  s << "// gemmkit kernel: " << config.name() << "\n";
+  // The first line names the kernel in full (kernels_using_local_memory reports it).
+  s << "// gemmkit kernel: " << config.name() << "; " << dtype_name(config.in) << " x " << dtype_name(config.in_b) << " -> "
+    << dtype_name(config.out) << (config.has_c ? ", C " + std::string(dtype_name(config.c)) : "") << ", scales "
+    << scale_mode_name(config.scale_a) << " (" << config.scale_a_mn << ") / " << scale_mode_name(config.scale_b) << " ("
+    << config.scale_b_mn << ")\n";
   operand_prelude(s, {config.in, config.in_b, config.out, config.has_c, config.c, config.scale_a, config.scale_b});
   if (config.kind == KernelKind::gemv) {
     s << "constexpr int kGemvColumns = " << config.tile_n / 8 << ";\n" << file_text("gemv.cuh");

@@ -4,6 +4,7 @@
 #include <memory>
 #include <mutex>
 #include <tuple>
+#include <vector>
 
 #include "runtime/driver.h"
 #include "runtime/nvrtc_compiler.h"
@@ -28,14 +29,28 @@ bool precompile_kernel(const std::string& source, const std::string& entry_point
   return true;
 }
 
+namespace {
+
+// Every kernel loaded in the process, by device, entry point and source.
+struct LoadedKernels {
+  std::mutex mutex;
+  std::map<std::tuple<int, std::string, std::string>, std::unique_ptr<LoadedKernel>> kernels;
+};
+
+LoadedKernels& loaded_kernels() {
+  static LoadedKernels loaded;
+  return loaded;
+}
+
+}  // namespace
+
 const LoadedKernel& load_kernel(int device, const std::string& source, const std::string& entry_point,
                                 int smem_bytes) {
-  static std::mutex mutex;
-  static std::map<std::tuple<int, std::string, std::string>, std::unique_ptr<LoadedKernel>> loaded;
+  LoadedKernels& loaded = loaded_kernels();
   // One lock over compile and load: a second thread asking for the same kernel waits rather
   // than compiling it again.
-  std::lock_guard<std::mutex> lock(mutex);
-  auto& slot = loaded[{device, entry_point, source}];
+  std::lock_guard<std::mutex> lock(loaded.mutex);
+  auto& slot = loaded.kernels[{device, entry_point, source}];
   if (slot) return *slot;
 
   const std::string key = kernel_cache_key(source, entry_point);
@@ -62,6 +77,18 @@ const LoadedKernel& load_kernel(int device, const std::string& source, const std
         "cuFuncGetAttribute(local memory)");
   slot = std::move(kernel);
   return *slot;
+}
+
+std::vector<LocalMemoryUse> kernels_using_local_memory() {
+  LoadedKernels& loaded = loaded_kernels();
+  std::lock_guard<std::mutex> lock(loaded.mutex);
+  std::vector<LocalMemoryUse> uses;
+  for (const auto& [key, kernel] : loaded.kernels) {
+    if (!kernel || kernel->local_bytes == 0) continue;
+    const std::string& source = std::get<2>(key);
+    uses.push_back({std::get<1>(key) + " (" + source.substr(0, source.find('\n')) + ")", kernel->local_bytes});
+  }
+  return uses;
 }
 
 }  // namespace gemmkit::runtime

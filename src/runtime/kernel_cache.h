@@ -5,6 +5,7 @@
 #include <cuda.h>
 
 #include <string>
+#include <vector>
 
 #include "runtime/disk_cache.h"
 
@@ -21,6 +22,15 @@ struct LoadedKernel {
 // the reference stays valid for the life of the process.
 const LoadedKernel& load_kernel(int device, const std::string& source, const std::string& entry_point,
                                 int smem_bytes);
+
+// Kernels loaded in this process that use local memory (spills or a stack), which the kernels
+// are written never to: each one's entry point and its source's first line (a GEMM kernel's
+// config, codegen/kernel_source.cpp), with the bytes it uses per thread.
+struct LocalMemoryUse {
+  std::string kernel;
+  int bytes_per_thread = 0;
+};
+std::vector<LocalMemoryUse> kernels_using_local_memory();
 
 // Compiles `source` into the disk cache unless it is there already; needs no GPU. Returns
 // whether it compiled.

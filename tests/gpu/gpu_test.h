@@ -10,6 +10,7 @@
 #include "gemmkit/tuning.h"
 #include "reference/device_problem.h"
 #include "runtime/device.h"
+#include "runtime/kernel_cache.h"
 
 namespace gemmkit::testing {
 
@@ -20,6 +21,12 @@ class GpuTest : public ::testing::Test {
     if (runtime::device_count() == 0) GTEST_SKIP() << "no CUDA device: GPU test skipped";
     const runtime::DeviceInfo& info = runtime::device_info(0);
     if (info.cc_major != 9 || info.cc_minor != 0) GTEST_SKIP() << info.name << " is not sm_90: GPU test skipped";
+  }
+  // No kernel the test loaded (nor one loaded before it in the process) spills or keeps a stack.
+  void TearDown() override {
+    for (const runtime::LocalMemoryUse& use : runtime::kernels_using_local_memory()) {
+      ADD_FAILURE() << use.kernel << " uses " << use.bytes_per_thread << " bytes of local memory per thread";
+    }
   }
 };
 
