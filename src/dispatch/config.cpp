@@ -248,7 +248,7 @@ std::vector<Candidate> streaming_candidates(const Problem& p, const KernelConfig
 }  // namespace
 
 bool KernelConfig::row_store() const {
-  return kind == KernelKind::tma && !tma_store && tile_m >= 128;
+  return kind == KernelKind::tma && !tma_store && tile_m >= 128 && !(tile_m > 128 && splits > 1);
 }
 
 int KernelConfig::threads() const { return kind == KernelKind::tma ? 128 * (tile_m / 64 + 1) : 256; }

@@ -57,7 +57,9 @@ struct KernelConfig {
   // Where TMA cannot store D: whether D is still written through shared memory, a row at a time
   // (epilogue.cuh, store_tile_rows), where its columns are contiguous. Tiles of 128 rows or more
   // only: 64-row tiles (narrow ones and row classes among them) store each element directly,
-  // which ran as fast or faster on them (H100, 333x1237x568 NT 12.0 against 13.5 us).
+  // which ran as fast or faster on them (H100, 333x1237x568 NT 12.0 against 13.5 us). Nor split
+  // tiles of three consumer warpgroups: summing the parts and storing rows, 8-bit 192 x 128 with
+  // rowwise scales spilled (16 bytes of stack); they store each element directly.
   bool row_store() const;
   int smem_bytes() const;  // dynamic shared memory the launch reserves
   int tile_k() const;      // K elements per ring stage: 128 bytes' worth (64 16-bit, 128 8-bit)

@@ -256,6 +256,27 @@ TEST(TmaKernelVariants, EightBitTilesCompileWithoutSpillsInEveryMode) {
   }
 }
 
+// 8-bit tiles split, with D stored without TMA (a row at a time, or element by element where
+// KernelConfig::row_store says), in every mode the tile takes.
+TEST(TmaKernelVariants, EightBitSplitTilesStoredWithoutTmaCompileWithoutSpills) {
+  for (TileShape tile : tile_shapes(true)) {
+    if (tile.n > kMaxSplitTileN) continue;
+    for (ScaleMode mode : {ScaleMode::tensor, ScaleMode::rowwise, ScaleMode::block, ScaleMode::mx}) {
+      if (!tile_takes_scales(tile, mode, mode)) continue;
+      KernelConfig config;
+      config.in = config.in_b = DType::e4m3;
+      config.scale_a = config.scale_b = mode;
+      config.tile_m = tile.m;
+      config.tile_n = tile.n;
+      config.splits = 2;
+      config.tma_store = false;
+      config.stages = max_stages(config, DeviceLimits{}.smem_per_block);
+      expect_clean_compile(codegen::gemm_source(config), codegen::kGemmKernel,
+                           config.name() + " e4m3 scales " + std::to_string(int(mode)));
+    }
+  }
+}
+
 TEST(SimtKernels, FallbackAndGemvCompileForEveryTypeCombination) {
   for (KernelKind kind : {KernelKind::fallback, KernelKind::gemv}) {
     for (DType in : {DType::bf16, DType::f16}) {
