@@ -30,6 +30,23 @@ __device__ __forceinline__ int first_stored_row(const GemmParams& p, int row) {
   return moved ? p.order.shift_from : row;
 }
 
+// Likewise B's boxes reaching past N load slowly (129x4096x4096 run transposed, one column in a
+// 128-wide tile column: 39.6 us against 18.7, H200), so the tile column reaching past N moves
+// left, from p.order.col_shift_from to col_shift_to (a multiple of 16 columns, or of the store
+// box's where D may alias C), and stores only the columns from col_shift_from on: whole boxes
+// through TMA, those wholly left of it skipped. A box that starts left of it is stored whole,
+// with the values the tile to the left stored, which only C could make differ (hence the box
+// multiple). H100, NT, us: transposed 385x4096x4096 (64x208 tiles, N' = 385) 32.2-32.6 -> 25.7,
+// 257x4096x4096 28.6-30.0 -> 23.4-23.7, 300x4096x14336 80.0 -> 67.9; 3000x200x5000 37.0 -> 35.2.
+// Not where B's block or mx scales need tiles to start on their blocks, nor with row classes.
+constexpr bool kShiftLastCol = !kRowClasses && !is_inner_scale(kScaleB);
+
+// The first column a tile multiplied from `col` stores.
+__device__ __forceinline__ int first_stored_col(const GemmParams& p, int col) {
+  const bool moved = kShiftLastCol && col == p.order.col_shift_to && p.order.col_shift_to != p.order.col_shift_from;
+  return moved ? p.order.col_shift_from : col;
+}
+
 // Where one warpgroup's slice of a tile lands in D, the outer scales of the thread's two
 // fragment rows (fragment_row(t, h); 1 without tensor or rowwise scales) and the shared address
 // of the tile's column scales (kColumnScales).
@@ -38,6 +55,7 @@ struct TileOrigin {
   i64 row;  // first row of the warpgroup's 64-row slice
   int first_stored;  // rows above it are the tile above's (first_stored_row)
   i64 col;  // first column of the tile
+  int first_stored_col;  // columns left of it are the tile to the left's (first_stored_col)
   float row_scale[2];
   u32 column_scales;
 };
@@ -93,7 +111,8 @@ __device__ __forceinline__ void store_tile_direct(const float* acc, const GemmPa
       for (int e = 0; e < 2; ++e) {
         const i64 row = d_row(at.row, t, h);
         i64 col = at.col + fragment_col(t, j) + e;
-        if (row < p.m && (!kShiftLastRow || row >= at.first_stored) && col < p.n) {
+        if (row < p.m && (!kShiftLastRow || row >= at.first_stored) && col < p.n &&
+            (!kShiftLastCol || col >= at.first_stored_col)) {
           const float value = output_value(acc, p, at, t, j, h, e);
           i64 index = at.batch * p.d.batch_stride + row * p.d.row_stride + col * p.d.col_stride;
           store_from_float(p.d.data, kOutType, index, value);
@@ -232,13 +251,15 @@ __device__ __forceinline__ void store_tile_rows(const float* acc, const GemmPara
   for (int group = 0; group < kGroups; ++group) {
     const i64 col = at.col + group_col(group);
     if (col >= p.n) break;  // uniform across the warpgroup
+    // The group's columns to write: past those a shifted last group shares with the one before
+    // and those a moved last tile column shares with the one to its left (even counts), and
+    // within the tile and D.
+    const int first = max(group * kGroupCols, kShiftLastCol ? at.first_stored_col - int(at.col) : 0) - group_col(group);
+    const int end = int(min(i64(min(kGroupCols, kTileN - group_col(group))), p.n - col));
+    if (first >= end) continue;
     __syncwarp();  // every lane has read the group before
     stage_group(acc, p, at, t, group, part);
     __syncwarp();
-    // The group's columns to write: past those a shifted last group shares with the one before
-    // (an even count), and within the tile and D.
-    const int first = group * kGroupCols - group_col(group);
-    const int end = int(min(i64(min(kGroupCols, kTileN - group_col(group))), p.n - col));
     const i64 first_row = at.row + kBoxRows * warp;
     u8* const rows = static_cast<u8*>(p.d.data) + (at.batch * p.d.batch_stride + first_row * p.d.row_stride + col) * kOutBytes;
 #pragma unroll 1
@@ -311,7 +332,8 @@ __device__ __forceinline__ void store_tile_tma(const float* acc, const u32* pack
       for (int box = 0; box < 128 / kStoreBoxBytes; ++box) {
         const int first = group_col(group) + box * kBoxCols;  // within the tile
         const int row = int(at.row) + kBoxRows * warp, col = int(at.col + first);
-        if (first < kTileN && col < p.n && (!kShiftLastRow || row >= at.first_stored)) {
+        if (first < kTileN && col < p.n && (!kShiftLastRow || row >= at.first_stored) &&
+            (!kShiftLastCol || col + kBoxCols > at.first_stored_col)) {
           tma_store_3d(map_d, part + box * kBoxBytes, kDByColumns ? row : col, kDByColumns ? col : row, at.batch);
         }
       }

@@ -147,6 +147,7 @@ struct TileScheduler {
                             : (tile_row * kClusterM + rank) * kTileM);
     if (kShiftLastRow && w.row == order.shift_from) w.row = order.shift_to;
     w.col = int(group_col * kTileN);
+    if (kShiftLastCol && w.col == order.col_shift_from) w.col = order.col_shift_to;
     return w;
   }
 };
@@ -537,7 +538,7 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
     // The outer scales of the thread's rows are loaded now, so that the main loop hides their
     // latency from the epilogue.
     const i64 slice_row = w.row + slice * 64;
-    TileOrigin at{w.batch, slice_row, 0, w.col,
+    TileOrigin at{w.batch, slice_row, 0, w.col, first_stored_col(p, w.col),
                   {row_outer_scale(p, w.batch, d_row(slice_row, t, 0)),
                    row_outer_scale(p, w.batch, d_row(slice_row, t, 1))},
                   column_scales};

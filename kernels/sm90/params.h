@@ -39,6 +39,7 @@ struct TileOrder {
   FastDivisor last_group;   // the last raster group's rows where it is short (else 1)
   FastDivisor splits;       // split-K parts
   int shift_from, shift_to;  // the first row of the tile row reaching past M, and where it moves up to
+  int col_shift_from, col_shift_to;  // the first column of the tile column reaching past N, and where it moves left to
 };
 
 // D = alpha * A * B + beta * C; A is m x k, B is k x n, C and D are m x n, all [batch].

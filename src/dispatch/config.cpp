@@ -135,9 +135,9 @@ double epilogue_blocks(const KernelConfig& c) { return is_fp8(c.in) ? 10.0 * 64 
 //   of two against its unclustered one): 129x4096x4096 on 64x128 24.2-25.4 against 18.4-18.7,
 //   256x4096x4096 on 64x128 19.6-20.1 against 18.3, 320x4096x4096 on 64x192 30.9-31.1 against
 //   27.1-29.9 on 64x160, 300x4096x14336 on 64x192 97.1-98.3 against 82.9-86.0 on 64x160-192,
-//   512x4096x4096 and 512x8192x2048 level; but 385x4096x4096 ran 27.1 on 128x128 in clusters
-//   against 29.0-29.1 (H100: 27.0 against 32.0-32.3) transposed on 64x208 tiles, which
-//   transposing_pays now prefers to the unclustered 128x128 (BENCHMARKS.md: fixes tried).
+//   512x4096x4096 and 512x8192x2048 level. 385x4096x4096 goes transposed to 64x208 tiles
+//   (transposing_pays), which ran 32.0-32.6 us (H100) against 27.0 on 128x128 in clusters until
+//   the tile column past N moved left (epilogue.cuh): 25.7.
 // - The rows of both A and B lie off 128-byte L2 lines: every 128-byte box row then reads two
 //   lines, and sharing B halves those reads (1000^3 NN, rows 2000 bytes apart: 13.8 us in
 //   clusters, 15.8 without).

@@ -211,8 +211,9 @@ KernelConfig choose_config(const Problem& p, const DeviceLimits& limits);
 // as it is against transposed, both on unclustered 64x160 tiles, 300x4096x14336 84.0-91.8 against
 // 62.5-65.9, 320x4096x4096 27.1-29.9 against 19.5-20.1; 256x4096x4096 on 64x128 18.3 against
 // 17.7-18.2. Why the orientation matters this much was not found. A last column mostly
-// past N lost: 129x4096x4096 18.7 against 39.6 (one row in a 128-wide column), 300x2048x1024 NN
-// f16 8.9 against 10.1, 333x1240x568 8.2 against 8.5-8.8.
+// past N gained nothing, even moved left to end within 15 columns of N (epilogue.cuh; H100,
+// us): 129x4096x4096 20.4 against 20.2 (two 128-wide columns for 129), 300x2048x1024 NN f16
+// 10.3 against 10.1, 333x1240x568 9.9 against 9.4.
 inline constexpr double kTransposeGain = 0.95;
 bool transposing_pays(const Problem& p, const DeviceLimits& limits);
 

@@ -239,6 +239,14 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
     order.shift_from = int(p.m / config.tile_m * config.tile_m);
     order.shift_to = int((p.m - config.tile_m + 15) / 16 * 16);
   }
+  // So does the tile column reaching past N move left (kShiftLastCol, epilogue.cuh), by whole
+  // store boxes where D may alias C and TMA stores it (a box starting left of the columns the
+  // moved tile stores is stored whole, from C the tile to its left may have overwritten).
+  if (p.n > config.tile_n && p.n % config.tile_n != 0) {
+    const int64_t step = config.has_c && config.tma_store ? config.store_box_bytes() / dtype_size(p.d.dtype) : 16;
+    order.col_shift_from = int(p.n / config.tile_n * config.tile_n);
+    order.col_shift_to = int(std::min<int64_t>(ceil_div(p.n - config.tile_n, step) * step, order.col_shift_from));
+  }
   // The operands as the kernel reads them: staged ones replaced by their copies, made in one launch.
   Problem q = p;
   std::array<StageJob, 2> jobs;

@@ -445,6 +445,39 @@ TEST_F(GemmTiles, LastTileRowMovedUpStoresOnlyItsOwnRows) {
   }
 }
 
+// Likewise the tile column that reaches past N moves left and stores only the columns the tile
+// column to its left does not (epilogue.cuh, kShiftLastCol): with C in place, through TMA boxes
+// of 128 bytes (128x128) and narrower ones (128x144, 64x208), row stores and direct stores, with
+// B K-major and N-major, and D stored by columns; 1 to tile_n - 1 columns past two tile columns.
+TEST_F(GemmTiles, LastTileColumnMovedLeftStoresOnlyItsOwnColumns) {
+  const runtime::DeviceInfo& info = runtime::device_info(0);
+  for (TileShape tile : {TileShape{128, 128}, TileShape{128, 144}, TileShape{64, 208}}) {
+    for (const char* layout : {"NT", "NN"}) {
+      for (bool tma : {true, false}) {
+        KernelConfig config = with_tile(KernelConfig{}, tile);
+        config.b_k_major = layout[1] == 'T';
+        config.tma_store = tma;
+        config.has_c = true;
+        config.stages = max_stages(config, info.smem_per_block_optin);
+        for (int past : {1, 8, 16, 17, 40, tile.n - 8, tile.n - 1}) {  // TMA stores D's rows where N is a multiple of 8
+          expect_correct({.m = 150, .n = 2 * tile.n + past, .k = 96, .layout = layout, .alpha = 0.75f, .beta = 0.5f,
+                          .c_is_d = true, .align_leading = true},
+                         &config);
+        }
+      }
+    }
+    // Transposed, N' = M.
+    KernelConfig config = with_tile(KernelConfig{}, tile);
+    config.has_c = true;
+    config.stages = max_stages(config, info.smem_per_block_optin);
+    for (int past : {1, 17, tile.n - 1}) {
+      expect_correct({.m = 2 * tile.n + past, .n = 200, .k = 96, .layout = "NT", .alpha = 0.75f, .beta = 0.5f,
+                      .c_is_d = true},
+                     &config, true);
+    }
+  }
+}
+
 // Tiles whose row of D is not a multiple of 128 bytes store through 32- or 64-byte boxes (and an
 // N-major B slice ends in a partial 64-column box): each output type, with C, at odd sizes.
 TEST_F(GemmTiles, NarrowStoreBoxes) {
