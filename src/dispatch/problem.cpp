@@ -1,5 +1,7 @@
 #include "dispatch/problem.h"
 
+#include <bit>
+#include <cstdint>
 #include <utility>
 
 namespace gemmkit {
@@ -18,7 +20,28 @@ ScaleRef transposed(const ScaleRef& s) {
   return t;
 }
 
+int64_t address(const void* data) { return int64_t(reinterpret_cast<uintptr_t>(data)); }
+
 }  // namespace
+
+ProblemWords problem_words(const Problem& p) {
+  ProblemWords w{};
+  size_t i = 0;
+  auto put_matrix = [&](const MatrixRef& m) {
+    for (int64_t x : {address(m.data), int64_t(m.dtype), m.batch_stride, m.row_stride, m.col_stride}) w[i++] = x;
+  };
+  for (int64_t x : {p.m, p.n, p.k, p.batch}) w[i++] = x;
+  for (const MatrixRef* m : {&p.a, &p.b, &p.d, &p.c}) put_matrix(*m);
+  for (const ScaleRef* s : {&p.scale_a, &p.scale_b}) {
+    w[i++] = int64_t(s->mode);
+    put_matrix(s->m);
+    w[i++] = s->block_rows;
+    w[i++] = s->block_cols;
+  }
+  w[i++] = int64_t(std::bit_cast<uint32_t>(p.alpha)) | int64_t(std::bit_cast<uint32_t>(p.beta)) << 32;
+  w[i++] = p.device;
+  return w;
+}
 
 std::string layout_name(const Problem& p) {
   std::string name;

@@ -1,6 +1,7 @@
 // A validated GEMM problem: D = alpha * A * B + beta * C, every stride explicit.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 
@@ -27,7 +28,7 @@ struct ScaleRef {
   int64_t block_rows = 1, block_cols = 1;
 };
 
-struct Problem {
+struct Problem {  // every field goes into problem_words
   int64_t m = 0, n = 0, k = 0, batch = 1;
   MatrixRef a, b, d;
   MatrixRef c;  // data is null unless beta != 0
@@ -37,6 +38,10 @@ struct Problem {
 
   bool has_c() const { return c.data != nullptr; }
 };
+
+// Every field of a problem as 64-bit words, pointers included: equal words, equal problems.
+using ProblemWords = std::array<int64_t, 42>;
+ProblemWords problem_words(const Problem& p);
 
 // "NT"-style layout letters, row-major convention: the first letter is A, the second B;
 // N means the operand is stored as written (A as M x K, B as K x N, row-major), T means

@@ -19,6 +19,7 @@ using GemmDeterminism = testing::GpuTest;
 using GemmEdges = testing::GpuTest;
 using GemmGemv = testing::GpuTest;
 using GemmOrientation = testing::GpuTest;
+using GemmRepeats = testing::GpuTest;
 using GemmSplitK = testing::GpuTest;
 using GemmTiles = testing::GpuTest;
 using GemmTypes = testing::GpuTest;
@@ -99,6 +100,33 @@ TEST_F(GemmBatch, BroadcastOperand) {
   EXPECT_EQ(p.b.batch_stride, 0);
   const reference::Comparison result = problem.check_against(p, nullptr);
   EXPECT_TRUE(result.passed()) << result.summary();
+}
+
+// A call that repeats the thread's last one launches it again as it was (runtime/launch.cpp): each
+// change must be seen. The same buffers again, with another alpha, through views of A and B that
+// end K early; other buffers of the same shape; then the first call again.
+TEST_F(GemmRepeats, ChangedCallsAreNotRepeated) {
+  const reference::ProblemSpec spec{.m = 300, .n = 200, .k = 128};
+  reference::DeviceProblem first(spec, testing::fresh_seed()), second(spec, testing::fresh_seed());
+  const auto run = [](reference::DeviceProblem& problem, float alpha, int64_t k) {
+    problem.prepare_output(nullptr);
+    GemmOptions options = problem.options(nullptr);
+    options.alpha = alpha;
+    const TensorView a = problem.a(), b = problem.b();
+    const TensorView a_view = TensorView::matrix(a.data, a.dtype, a.rows(), k, a.row_stride(), a.col_stride());
+    const TensorView b_view = TensorView::matrix(b.data, b.dtype, k, b.cols(), b.row_stride(), b.col_stride());
+    gemm(a_view, b_view, problem.d(), options);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const Problem p = validate_gemm(a_view, b_view, problem.d(), options);
+    const reference::Comparison result = problem.check_against(p, nullptr);
+    EXPECT_TRUE(result.passed()) << "alpha " << alpha << ", K " << k << ": " << result.summary();
+  };
+  run(first, 1.0f, 128);
+  run(first, 1.0f, 128);
+  run(first, -2.0f, 128);
+  run(first, 1.0f, 64);
+  run(second, 1.0f, 128);
+  run(first, 1.0f, 128);
 }
 
 TEST_F(GemmBeta, SeparateCAndInPlace) {
