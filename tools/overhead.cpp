@@ -1,7 +1,10 @@
 // gemmkit bench --overhead: host time per call of gemmkit::gemm and of cuBLASLt on one small
 // problem, and of a bare launch of an empty kernel like ours, the floor under our time. Calls go
-// back to back with no synchronisation, onto an otherwise idle stream, so the time is what the
-// calling thread spends per call (checks, plan lookup, launch), not the GPU's.
+// back to back with no synchronisation, queued behind a spin kernel that outlasts them, so the
+// time is what the calling thread spends per call (checks, plan lookup, launch), not the GPU's:
+// onto an idle stream the GPU would run the calls as they came, and where it ran them slower than
+// the host issued them, the host would wait for room in the stream's queue. The host's own
+// spread remains (H100: a bare launch's median 2.6-3.5 us from run to run).
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -19,14 +22,17 @@ namespace gemmkit::tools {
 namespace {
 
 constexpr int kWarmupCalls = 100;  // the first calls compile our kernel and plan cuBLASLt's
-constexpr int kCalls = 2000;       // per repeat and side
-constexpr int kRepeats = 5;
+constexpr int kCalls = 500;        // per repeat and side: few enough to queue behind the spin
+constexpr int kRepeats = 10;
+constexpr int64_t kSpinMicroseconds = 20000;  // several times kCalls' host time
 
-// Host microseconds per call over kCalls back-to-back calls. The stream is drained before, so
-// the calls queue behind nothing, and after, so the next measurement starts from the same state.
+// Host microseconds per call over kCalls back-to-back calls, queued behind a spin of
+// `spin_cycles`. The stream is drained before, so that the spin starts at once, and after, so
+// the next measurement starts from the same state.
 template <class Call>
-double host_us_per_call(const Call& call, cudaStream_t stream) {
+double host_us_per_call(const Call& call, int64_t spin_cycles, cudaStream_t stream) {
   runtime::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  runtime::gpu_spin(spin_cycles, stream);
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < kCalls; ++i) call();
   const auto stop = std::chrono::steady_clock::now();
@@ -75,10 +81,11 @@ int run_overhead(const SuiteProblem& sp, const std::string& json, const runtime:
     bare();
   }
   // Sides alternate repeat by repeat, so both see the same clocks.
+  const int64_t spin_cycles = int64_t(info.sm_clock_khz) / 1000 * kSpinMicroseconds;
   for (int r = 0; r < kRepeats; ++r) {
-    result.ours_us.push_back(host_us_per_call(ours, stream));
-    if (with_baseline) result.baseline_us.push_back(host_us_per_call(theirs, stream));
-    result.bare_us.push_back(host_us_per_call(bare, stream));
+    result.ours_us.push_back(host_us_per_call(ours, spin_cycles, stream));
+    if (with_baseline) result.baseline_us.push_back(host_us_per_call(theirs, spin_cycles, stream));
+    result.bare_us.push_back(host_us_per_call(bare, spin_cycles, stream));
   }
   cudaStreamDestroy(stream);
 
