@@ -138,14 +138,21 @@ double epilogue_blocks(const KernelConfig& c) { return is_fp8(c.in) ? 10.0 * 64 
 //   512x4096x4096 and 512x8192x2048 level. 385x4096x4096 goes transposed to 64x208 tiles
 //   (transposing_pays), which ran 32.0-32.6 us (H100) against 27.0 on 128x128 in clusters until
 //   the tile column past N moved left (epilogue.cuh): 25.7.
-// - The rows of both A and B lie off 128-byte L2 lines: every 128-byte box row then reads two
-//   lines, and sharing B halves those reads (1000^3 NN, rows 2000 bytes apart: 13.8 us in
-//   clusters, 15.8 without).
-bool one_wave_unclustered(const Problem& p, TileShape tile, int64_t k_blocks, bool rows_off_lines,
+// - B's rows lie off 32-byte sectors (rows_on_sectors), which TMA reads slowly, and sharing B
+//   halves those reads (H200, two passes, us, clusters of two against none): 1000^3 NT 11.9-12.0
+//   against 14.3-14.5, NN 12.3-12.5 against 14.4-14.6, 1000x1000x1008 NN (A's rows on sectors)
+//   12.0 against 13.9. Rows on sectors but off 128-byte lines ran faster unclustered
+//   (1000x1000x1008 NT 9.8-9.9 against 10.9-11.2, 1024x1024x1008 9.4-9.6 against 10.4-10.7,
+//   512x2048x1040 10.1 against 11.2-11.3, 768x768x1520 10.4-10.6 against 10.8-11.1), where until
+//   they were taken for rows off sectors both operands' rows off lines kept clusters. Where only
+//   A's rows lie off sectors, the transposed problem's B does, so that plans now transpose it
+//   (transposing_pays) onto clusters: 1000x1024x1000 NN 10.8-10.9 against 10.2-10.5 unclustered
+//   as it is, a loss taken; 1000x1008x1000 NN 10.8 against 11.3-11.4 in clusters as it is.
+bool one_wave_unclustered(const Problem& p, TileShape tile, int64_t k_blocks, bool b_rows_off_sectors,
                           const DeviceLimits& limits) {
   const int64_t tiles = ceil_div(p.m, tile.m) * ceil_div(p.n, tile.n) * p.batch;
   const bool weights = p.m <= 128 && p.n >= 8 * p.m;
-  return tiles <= limits.sm_count && (k_blocks < 16 || !(weights || rows_off_lines));
+  return tiles <= limits.sm_count && (k_blocks < 16 || !(weights || b_rows_off_sectors));
 }
 
 bool cluster_pays(const Problem& p, TileShape tile, int cluster, bool one_wave) {
@@ -153,7 +160,17 @@ bool cluster_pays(const Problem& p, TileShape tile, int cluster, bool one_wave) 
 }
 
 // Whether the kernel reads an operand's rows (or columns, where those are contiguous) whole
-// 128-byte lines apart: staged copies are padded so, and strides that are multiples of 128 bytes.
+// 32-byte sectors apart: staged copies are padded so, and strides that are multiples of 32 bytes.
+// TMA reads a box row that starts off a sector at a fraction of its speed, where it does not mind
+// rows off 128-byte lines (H200, 4096x4096xK NT bf16 on 128x256 tiles unclustered, us: K = 4096
+// 171.7, 4112 178.6, 4128 177.7, 4160 174.5; K = 4104 and 4168, rows 16 bytes off a sector every
+// other row, 286.8 and 291.2; in clusters of two, which halve B's reads, 193.5 and 196.0).
+bool rows_on_sectors(const MatrixRef& m, bool staged) {
+  const int64_t outer = m.col_stride == 1 ? m.row_stride : m.col_stride;
+  return staged || outer * dtype_size(m.dtype) % 32 == 0;
+}
+
+// Whether those rows lie whole 128-byte L2 lines apart.
 bool rows_on_lines(const MatrixRef& m, bool staged) {
   const int64_t outer = m.col_stride == 1 ? m.row_stride : m.col_stride;
   return staged || outer * dtype_size(m.dtype) % 128 == 0;
@@ -187,10 +204,15 @@ bool half_width_tile_pays(const Problem& p, TileShape tile, int64_t k_blocks, co
 //   NT, us): 128x4096x4096 18.7 against 23.4, 128x1280x8192 17.7 against 20.8, 64x2112x7168 19.6
 //   against 21.2; llama3-70b-tp8-m128 chain 371 against 379 (8b-m128 685 against 695). Where
 //   they take more than a wave they lost (77x5760x2880, 180 tiles: 26.8 against 20.5), where
-//   B's rows lie off 128-byte lines, which a cluster's shared loads read half as often
-//   (128x4096x4104: 32.1 against 24.7), and above 64 rows at K deeper than 128 blocks, where two
+//   B's rows lie off 128-byte lines above 64 rows (two tile rows), which a cluster's shared loads
+//   read half as often (128x4096x4104: 32.1 against 24.7; 128x4096x4112 on H200 19.2-19.6 against
+//   20.5), and above 64 rows at K deeper than 128 blocks, where two
 //   tiles read each weight tile without a cluster's shared loads (H200: 128x4096x14336 42.2
-//   against 40.6, llama3-8b-m128 chain 544 against 536). Other layouts were not measured;
+//   against 40.6, llama3-8b-m128 chain 544 against 536). At most 64 rows, one tile row, a cluster
+//   has nothing to share, and rows off lines take 64x64 tiles too (H200, us, against the
+//   transposed clustered picks they took before): 64x4096x4112 17.1-17.2 against 29.6-29.7,
+//   64x7168x2080 15.0 against 24.9, 64x7168x2056 18.7-18.9 against 26.0-26.2, 48x4096x4104
+//   22.3-22.4 against 30.7-30.9. Other layouts were not measured;
 // - 33 to kRowClassesMaxN wide with row classes (unaligned weights, transposed by normalize):
 //   64x64 or 64x128.
 std::optional<TileShape> streaming_tile(const Problem& p, const KernelConfig& config, int64_t k_blocks,
@@ -202,7 +224,7 @@ std::optional<TileShape> streaming_tile(const Problem& p, const KernelConfig& co
   const bool one_wave = ceil_div(p.m, 64) * ceil_div(p.n, 64) * p.batch <= limits.sm_count;
   const bool shallow_or_one_row = p.m <= 64 || k_blocks <= 128;
   if (p.m > kNarrowMaxN && p.m <= 128 && p.n >= 8 * p.m && one_wave && shallow_or_one_row &&
-      rows_on_lines(p.b, config.stage_b)) {
+      (p.m <= 64 || rows_on_lines(p.b, config.stage_b))) {
     return TileShape{64, 64};
   }
   return std::nullopt;
@@ -575,7 +597,7 @@ std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& lim
   if (const std::optional<TileShape> tile = streaming_tile(p, config, k_blocks, limits)) {
     return streaming_candidates(p, config, *tile, k_blocks, limits);
   }
-  const bool rows_off_lines = !rows_on_lines(p.a, config.stage_a) && !rows_on_lines(p.b, config.stage_b);
+  const bool b_rows_off_sectors = !rows_on_sectors(p.b, config.stage_b);
   std::vector<Candidate> candidates;
   size_t pick = 0;
   int64_t pick_ctas = 0;
@@ -587,7 +609,7 @@ std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& lim
     if (config.has_c && !tile_takes_c(tile)) continue;
     if (!tile_takes_scales(tile, config.scale_a, config.scale_b)) continue;
     if (!half_width_tile_pays(p, tile, k_blocks, limits)) continue;
-    const bool one_wave = one_wave_unclustered(p, tile, k_blocks, rows_off_lines, limits);
+    const bool one_wave = one_wave_unclustered(p, tile, k_blocks, b_rows_off_sectors, limits);
     const bool realign = realigns_on(tile) && (config.realign_a || config.realign_b);
     for (int cluster : {2, 1}) {
       if (cluster > tiles_m || (cluster > 1 && realign)) continue;

@@ -45,8 +45,8 @@ MatrixRef transposed(MatrixRef m) {
 // The staged copy of an operand seen as [batch] rows x cols, dense along cols: rows `ld`
 // elements apart, one copy per batch where the operand has a batch stride, else one for all.
 // Rows are rounded up to 128 bytes, not just the 16 TMA needs: each row of a 128-byte-deep TMA
-// box then reads one 128-byte L2 line instead of parts of two (4096 x 4096 x 4097 ran 20% slower
-// unclustered than with B multicast, which halves those reads).
+// box then reads one 128-byte L2 line, and none starts off a 32-byte sector, which TMA reads at a
+// fraction of its speed (rows_on_sectors, config.cpp).
 struct StagedOperand {
   MatrixRef source;  // the operand as rows x cols
   int64_t rows = 0, cols = 0, ld = 0, copies = 0;

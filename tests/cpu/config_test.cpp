@@ -511,7 +511,7 @@ TEST(ConfigChoose, TileRowsFollowProblemSize) {
 
 // Clusters of two share B's loads, but where the tiles fit in one wave their synchronisation costs
 // more than that saves, unless B is the bulk of the traffic in decode (at most 128 rows against
-// weights) or the rows of A and B both lie off 128-byte lines (and K is deep).
+// weights) or B's rows lie off 32-byte sectors (and K is deep).
 TEST(ConfigChoose, OneWaveTakesNoCluster) {
   // (More than a wave keeps them: ConfigChoose.TileRowsFollowProblemSize.)
   for (const Problem& p : {problem(1024, 1024, 1024), problem(2048, 2048, 2048), problem(1536, 96, 1536)}) {
@@ -525,8 +525,13 @@ TEST(ConfigChoose, OneWaveTakesNoCluster) {
   for (const Problem& p : {problem(129, 4096, 4096), problem(512, 4096, 4096), problem(512, 8192, 2048)}) {
     EXPECT_EQ(choose_config(p, {}).cluster_m, 1) << p.m << " rows against weights: more than decode";
   }
-  Problem off_lines = problem(1000, 1000, 1000);  // rows 2000 bytes apart
-  EXPECT_EQ(choose_config(off_lines, {}).cluster_m, 2);
+  Problem off_sectors = problem(1000, 1000, 1000);  // rows 2000 bytes apart
+  EXPECT_EQ(choose_config(off_sectors, {}).cluster_m, 2);
+  Problem a_off_sectors = problem(1000, 1008, 1000);  // only A's rows off sectors
+  EXPECT_EQ(choose_config(a_off_sectors, {}).cluster_m, 1);
+  Problem off_lines = problem(1000, 1000, 1008);  // rows 2016 bytes apart, on sectors
+  off_lines.b = col_major(1, DType::bf16, 1008);
+  EXPECT_EQ(choose_config(off_lines, {}).cluster_m, 1);
 }
 
 // 16-bit 64 x 64 tiles where 64 x 128 ones, split as far as allowed, reach fewer than 40% of the
@@ -584,7 +589,7 @@ TEST(ConfigChoose, NarrowProblemsTakeNarrowTilesSplitOnlyWhereTilesAreFew) {
 
 // 33 to 128 rows against weights (N >= 8 M, B K-major) whose 64x64 tiles fit in one wave take
 // 64x64 tiles, unclustered, split as streaming tiles are; not where those take more than a
-// wave, nor with B's rows off 128-byte lines, nor above 64 rows at K deeper than 128 blocks, nor
+// wave, nor above 64 rows with B's rows off 128-byte lines or at K deeper than 128 blocks, nor
 // with B N-major.
 TEST(ConfigChoose, WeightStreamingTakes64x64TilesInOneWave) {
   auto nt = [](int64_t m, int64_t n, int64_t k) {
@@ -597,7 +602,8 @@ TEST(ConfigChoose, WeightStreamingTakes64x64TilesInOneWave) {
     int splits;
   };
   for (const Case& c : {Case{128, 4096, 4096, 1}, Case{128, 1280, 8192, 3}, Case{64, 2112, 7168, 4},
-                        Case{128, 2112, 7168, 2}, Case{64, 4096, 7168, 2}, Case{64, 8192, 28672, 1}}) {
+                        Case{128, 2112, 7168, 2}, Case{64, 4096, 7168, 2}, Case{64, 8192, 28672, 1},
+                        Case{64, 7168, 2080, 1}}) {
     const KernelConfig config = choose_config(nt(c.m, c.n, c.k), {132, kSmemLimit});
     SCOPED_TRACE(std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + ": " + config.name());
     EXPECT_EQ(config.tile_m, 64);
@@ -606,7 +612,7 @@ TEST(ConfigChoose, WeightStreamingTakes64x64TilesInOneWave) {
     EXPECT_EQ(config.splits, c.splits);
     expect_full_stages(config);
   }
-  for (const Problem& p : {nt(77, 5760, 2880), nt(128, 7168, 2048), nt(128, 4096, 4104), nt(128, 4096, 14336),
+  for (const Problem& p : {nt(77, 5760, 2880), nt(128, 7168, 2048), nt(128, 4096, 4104), nt(128, 4096, 4112), nt(128, 4096, 14336),
                           problem(128, 4096, 4096)}) {
     const KernelConfig config = choose_config(p, {132, kSmemLimit});
     EXPECT_NE(config.tile_n, 64) << p.m << "x" << p.n << "x" << p.k << ": " << config.name();
