@@ -146,7 +146,7 @@ double epilogue_blocks(const KernelConfig& c) { return is_fp8(c.in) ? 10.0 * 64 
 //   512x2048x1040 10.1 against 11.2-11.3, 768x768x1520 10.4-10.6 against 10.8-11.1), where until
 //   they were taken for rows off sectors both operands' rows off lines kept clusters. Where only
 //   A's rows lie off sectors, the transposed problem's B does, so that plans now transpose it
-//   (transposing_pays) onto clusters: 1000x1024x1000 NN 10.8-10.9 against 10.2-10.5 unclustered
+//   (transposing_pays) onto clusters: 1000x1024x1000 NN 10.8-11.4 against 10.2-11.0 unclustered
 //   as it is, a loss taken; 1000x1008x1000 NN 10.8 against 11.3-11.4 in clusters as it is.
 bool one_wave_unclustered(const Problem& p, TileShape tile, int64_t k_blocks, bool b_rows_off_sectors,
                           const DeviceLimits& limits) {
@@ -211,7 +211,7 @@ bool half_width_tile_pays(const Problem& p, TileShape tile, int64_t k_blocks, co
 //   against 40.6, llama3-8b-m128 chain 544 against 536). At most 64 rows, one tile row, a cluster
 //   has nothing to share, and rows off lines take 64x64 tiles too (H200, us, against the
 //   transposed clustered picks they took before): 64x4096x4112 17.1-17.2 against 29.6-29.7,
-//   64x7168x2080 15.0 against 24.9, 64x7168x2056 18.7-18.9 against 26.0-26.2, 48x4096x4104
+//   64x7168x2080 15.0-15.1 against 24.9-25.0, 64x7168x2056 18.7-18.9 against 26.0-26.2, 48x4096x4104
 //   22.3-22.4 against 30.7-30.9. Other layouts were not measured;
 // - 33 to kRowClassesMaxN wide with row classes (unaligned weights, transposed by normalize):
 //   64x64 or 64x128.
