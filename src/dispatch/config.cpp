@@ -200,7 +200,7 @@ bool half_width_tile_pays(const Problem& p, TileShape tile, int64_t k_blocks, co
 // - at most kNarrowMaxN wide with B K-major (decode, transposed by normalize): a narrow tile, the
 //   narrowest that covers N;
 // - 33 to 128 rows against at least 8 times as many columns, B K-major, where 64x64 tiles fit in
-//   one wave: 64x64. Against 64x128 tiles in clusters of two, split as the cost model said (H100,
+//   one wave: 64x64 (64x128 at most 64 rows where B's rows lie off 32-byte sectors). Against 64x128 tiles in clusters of two, split as the cost model said (H100,
 //   NT, us): 128x4096x4096 18.7 against 23.4, 128x1280x8192 17.7 against 20.8, 64x2112x7168 19.6
 //   against 21.2; llama3-70b-tp8-m128 chain 371 against 379 (8b-m128 685 against 695). Where
 //   they take more than a wave they lost (77x5760x2880, 180 tiles: 26.8 against 20.5), where
@@ -209,10 +209,14 @@ bool half_width_tile_pays(const Problem& p, TileShape tile, int64_t k_blocks, co
 //   20.5), and above 64 rows at K deeper than 128 blocks, where two
 //   tiles read each weight tile without a cluster's shared loads (H200: 128x4096x14336 42.2
 //   against 40.6, llama3-8b-m128 chain 544 against 536). At most 64 rows, one tile row, a cluster
-//   has nothing to share, and rows off lines take 64x64 tiles too (H200, us, against the
-//   transposed clustered picks they took before): 64x4096x4112 17.1-17.2 against 29.6-29.7,
-//   64x7168x2080 15.0-15.1 against 24.9-25.0, 64x7168x2056 18.7-18.9 against 26.0-26.2, 48x4096x4104
-//   22.3-22.4 against 30.7-30.9. Other layouts were not measured;
+//   has nothing to share, and rows off lines stream too (H200, us, against the transposed
+//   clustered picks they took before): on 64x64 tiles where B's rows lie on 32-byte sectors,
+//   64x4096x4112 17.1-17.2 against 29.6-29.7, 64x7168x2080 15.0-15.1 against 24.9-25.0; on 64x128
+//   where they do not, since every tile re-reads the tokens' rows, which TMA then reads slowly
+//   too: 64x7168x2056 17.7 against 26.0-26.2 (18.6-18.9 on 64x64), 48x4096x4104 20.9 against
+//   30.7-30.9 (22.3-22.6), 56x8192x1032 13.3 against 18.2-18.5 (15.1-15.3), 48x2048x6152 17.2
+//   against 25.9 (17.4-17.7), 40x5120x3080 18.9 (20.3-20.7), 64x3072x5000 19.4-19.9 (22.4-23.4).
+//   Other layouts were not measured;
 // - 33 to kRowClassesMaxN wide with row classes (unaligned weights, transposed by normalize):
 //   64x64 or 64x128.
 std::optional<TileShape> streaming_tile(const Problem& p, const KernelConfig& config, int64_t k_blocks,
@@ -225,7 +229,7 @@ std::optional<TileShape> streaming_tile(const Problem& p, const KernelConfig& co
   const bool shallow_or_one_row = p.m <= 64 || k_blocks <= 128;
   if (p.m > kNarrowMaxN && p.m <= 128 && p.n >= 8 * p.m && one_wave && shallow_or_one_row &&
       (p.m <= 64 || rows_on_lines(p.b, config.stage_b))) {
-    return TileShape{64, 64};
+    return TileShape{64, p.m <= 64 && !rows_on_sectors(p.b, config.stage_b) ? 128 : 64};
   }
   return std::nullopt;
 }

@@ -588,10 +588,11 @@ TEST(ConfigChoose, NarrowProblemsTakeNarrowTilesSplitOnlyWhereTilesAreFew) {
 }
 
 // 33 to 128 rows against weights (N >= 8 M, B K-major) whose 64x64 tiles fit in one wave take
-// 64x64 tiles, unclustered, split as streaming tiles are; not where those take more than a
+// 64x64 tiles (64x128 at most 64 rows with B's rows off 32-byte sectors), unclustered, split as
+// streaming tiles are; not where those take more than a
 // wave, nor above 64 rows with B's rows off 128-byte lines or at K deeper than 128 blocks, nor
 // with B N-major.
-TEST(ConfigChoose, WeightStreamingTakes64x64TilesInOneWave) {
+TEST(ConfigChoose, WeightStreamingTakes64RowTilesInOneWave) {
   auto nt = [](int64_t m, int64_t n, int64_t k) {
     Problem p = problem(m, n, k);
     p.b = col_major(1, DType::bf16, k);
@@ -600,14 +601,16 @@ TEST(ConfigChoose, WeightStreamingTakes64x64TilesInOneWave) {
   struct Case {
     int64_t m, n, k;
     int splits;
+    int tile_n = 64;  // 128 at most 64 rows against weights whose rows lie off 32-byte sectors
   };
   for (const Case& c : {Case{128, 4096, 4096, 1}, Case{128, 1280, 8192, 3}, Case{64, 2112, 7168, 4},
                         Case{128, 2112, 7168, 2}, Case{64, 4096, 7168, 2}, Case{64, 8192, 28672, 1},
-                        Case{64, 7168, 2080, 1}}) {
+                        Case{64, 7168, 2080, 1}, Case{64, 7168, 2056, 1, 128}, Case{40, 5120, 3080, 2, 128},
+                        Case{48, 2048, 6152, 4, 128}}) {
     const KernelConfig config = choose_config(nt(c.m, c.n, c.k), {132, kSmemLimit});
     SCOPED_TRACE(std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + ": " + config.name());
     EXPECT_EQ(config.tile_m, 64);
-    EXPECT_EQ(config.tile_n, 64);
+    EXPECT_EQ(config.tile_n, c.tile_n);
     EXPECT_EQ(config.cluster_m, 1);
     EXPECT_EQ(config.splits, c.splits);
     expect_full_stages(config);
