@@ -200,14 +200,15 @@ bool half_width_tile_pays(const Problem& p, TileShape tile, int64_t k_blocks, co
 // - at most kNarrowMaxN wide with B K-major (decode, transposed by normalize): a narrow tile, the
 //   narrowest that covers N;
 // - 33 to 128 rows against at least 8 times as many columns, B K-major, where 64x64 tiles fit in
-//   one wave: 64x64 (64x128 at most 64 rows where B's rows lie off 32-byte sectors). Against 64x128 tiles in clusters of two, split as the cost model said (H100,
-//   NT, us): 128x4096x4096 18.7 against 23.4, 128x1280x8192 17.7 against 20.8, 64x2112x7168 19.6
+//   one wave: 64x64 (64x128 at most 64 rows where B's rows lie off 32-byte sectors). Against
+//   64x128 tiles in clusters of two, split as the cost model said (H100, NT, us): 128x4096x4096
+//   18.7 against 23.4, 128x1280x8192 17.7 against 20.8, 64x2112x7168 19.6
 //   against 21.2; llama3-70b-tp8-m128 chain 371 against 379 (8b-m128 685 against 695). Where
 //   they take more than a wave they lost (77x5760x2880, 180 tiles: 26.8 against 20.5), where
 //   B's rows lie off 128-byte lines above 64 rows (two tile rows), which a cluster's shared loads
 //   read half as often (128x4096x4104: 32.1 against 24.7; 128x4096x4112 on H200 19.2-19.6 against
-//   20.5), and above 64 rows at K deeper than 128 blocks, where two
-//   tiles read each weight tile without a cluster's shared loads (H200: 128x4096x14336 42.2
+//   20.5), and above 64 rows at K deeper than 128 blocks, where two tiles read each weight tile
+//   without a cluster's shared loads (H200: 128x4096x14336 42.2
 //   against 40.6, llama3-8b-m128 chain 544 against 536). At most 64 rows, one tile row, a cluster
 //   has nothing to share, and rows off lines stream too (H200, us, against the transposed
 //   clustered picks they took before): on 64x64 tiles where B's rows lie on 32-byte sectors,

@@ -589,9 +589,8 @@ TEST(ConfigChoose, NarrowProblemsTakeNarrowTilesSplitOnlyWhereTilesAreFew) {
 
 // 33 to 128 rows against weights (N >= 8 M, B K-major) whose 64x64 tiles fit in one wave take
 // 64x64 tiles (64x128 at most 64 rows with B's rows off 32-byte sectors), unclustered, split as
-// streaming tiles are; not where those take more than a
-// wave, nor above 64 rows with B's rows off 128-byte lines or at K deeper than 128 blocks, nor
-// with B N-major.
+// streaming tiles are; not where those take more than a wave, nor above 64 rows with B's rows off
+// 128-byte lines or at K deeper than 128 blocks, nor with B N-major.
 TEST(ConfigChoose, WeightStreamingTakes64RowTilesInOneWave) {
   auto nt = [](int64_t m, int64_t n, int64_t k) {
     Problem p = problem(m, n, k);
@@ -615,8 +614,8 @@ TEST(ConfigChoose, WeightStreamingTakes64RowTilesInOneWave) {
     EXPECT_EQ(config.splits, c.splits);
     expect_full_stages(config);
   }
-  for (const Problem& p : {nt(77, 5760, 2880), nt(128, 7168, 2048), nt(128, 4096, 4104), nt(128, 4096, 4112), nt(128, 4096, 14336),
-                          problem(128, 4096, 4096)}) {
+  for (const Problem& p : {nt(77, 5760, 2880), nt(128, 7168, 2048), nt(128, 4096, 4104), nt(128, 4096, 4112),
+                          nt(128, 4096, 14336), problem(128, 4096, 4096)}) {
     const KernelConfig config = choose_config(p, {132, kSmemLimit});
     EXPECT_NE(config.tile_n, 64) << p.m << "x" << p.n << "x" << p.k << ": " << config.name();
   }
