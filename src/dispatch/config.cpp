@@ -138,7 +138,7 @@ double epilogue_blocks(const KernelConfig& c) { return is_fp8(c.in) ? 10.0 * 64 
 //   512x4096x4096 and 512x8192x2048 level. 385x4096x4096 goes transposed to 64x208 tiles
 //   (transposing_pays), which ran 32.0-32.6 us (H100) against 27.0 on 128x128 in clusters until
 //   the tile column past N moved left (epilogue.cuh): 25.7.
-// - B's rows lie off 32-byte sectors (rows_on_sectors), which TMA reads slowly, and sharing B
+// - B's rows lie off 32-byte sectors (rows_aligned), which TMA reads slowly, and sharing B
 //   halves those reads (H200, two passes, us, clusters of two against none): 1000^3 NT 11.9-12.0
 //   against 14.3-14.5, NN 12.3-12.5 against 14.4-14.6, 1000x1000x1008 NN (A's rows on sectors)
 //   12.0 against 13.9. Rows on sectors but off 128-byte lines ran faster unclustered
@@ -160,20 +160,16 @@ bool cluster_pays(const Problem& p, TileShape tile, int cluster, bool one_wave) 
 }
 
 // Whether the kernel reads an operand's rows (or columns, where those are contiguous) whole
-// 32-byte sectors apart: staged copies are padded so, and strides that are multiples of 32 bytes.
-// TMA reads a box row that starts off a sector at a fraction of its speed, where it does not mind
-// rows off 128-byte lines (H200, 4096x4096xK NT bf16 on 128x256 tiles unclustered, us: K = 4096
-// 171.7, 4112 178.6, 4128 177.7, 4160 174.5; K = 4104 and 4168, rows 16 bytes off a sector every
-// other row, 286.8 and 291.2; in clusters of two, which halve B's reads, 193.5 and 196.0).
-bool rows_on_sectors(const MatrixRef& m, bool staged) {
+// multiples of `bytes` apart: staged copies are padded to 128 bytes, so are strides that are.
+// TMA reads a box row that starts off a 32-byte sector at a fraction of its speed, where it does
+// not mind rows off 128-byte lines (H200, 4096x4096xK NT bf16 on 128x256 tiles unclustered, us:
+// K = 4096 171.7, 4112 178.6, 4128 177.7, 4160 174.5; K = 4104 and 4168, rows 16 bytes off a
+// sector every other row, 286.8 and 291.2; in clusters of two, which halve B's reads, 193.5 and
+// 196.0).
+constexpr int kSectorBytes = 32, kLineBytes = 128;
+bool rows_aligned(const MatrixRef& m, bool staged, int bytes) {
   const int64_t outer = m.col_stride == 1 ? m.row_stride : m.col_stride;
-  return staged || outer * dtype_size(m.dtype) % 32 == 0;
-}
-
-// Whether those rows lie whole 128-byte L2 lines apart.
-bool rows_on_lines(const MatrixRef& m, bool staged) {
-  const int64_t outer = m.col_stride == 1 ? m.row_stride : m.col_stride;
-  return staged || outer * dtype_size(m.dtype) % 128 == 0;
+  return staged || outer * dtype_size(m.dtype) % bytes == 0;
 }
 
 // 64 x 64 tiles: more CTAs than 64 x 128 tiles, each with half the bytes in flight. 8-bit ones,
@@ -229,8 +225,8 @@ std::optional<TileShape> streaming_tile(const Problem& p, const KernelConfig& co
   const bool one_wave = ceil_div(p.m, 64) * ceil_div(p.n, 64) * p.batch <= limits.sm_count;
   const bool shallow_or_one_row = p.m <= 64 || k_blocks <= 128;
   if (p.m > kNarrowMaxN && p.m <= 128 && p.n >= 8 * p.m && one_wave && shallow_or_one_row &&
-      (p.m <= 64 || rows_on_lines(p.b, config.stage_b))) {
-    return TileShape{64, p.m <= 64 && !rows_on_sectors(p.b, config.stage_b) ? 128 : 64};
+      (p.m <= 64 || rows_aligned(p.b, config.stage_b, kLineBytes))) {
+    return TileShape{64, p.m <= 64 && !rows_aligned(p.b, config.stage_b, kSectorBytes) ? 128 : 64};
   }
   return std::nullopt;
 }
@@ -602,7 +598,7 @@ std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& lim
   if (const std::optional<TileShape> tile = streaming_tile(p, config, k_blocks, limits)) {
     return streaming_candidates(p, config, *tile, k_blocks, limits);
   }
-  const bool b_rows_off_sectors = !rows_on_sectors(p.b, config.stage_b);
+  const bool b_rows_off_sectors = !rows_aligned(p.b, config.stage_b, kSectorBytes);
   std::vector<Candidate> candidates;
   size_t pick = 0;
   int64_t pick_ctas = 0;
