@@ -6,3 +6,4 @@
 #include "gemmkit/quantize.h"
 #include "gemmkit/tensor.h"
 #include "gemmkit/tuning.h"
+#include "gemmkit/version.h"
