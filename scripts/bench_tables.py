@@ -12,7 +12,8 @@ prints them, table first (tools/report.cpp: same columns, same number formats, s
 `bench --overhead --json`) are recognised by their keys. Plain-text files (such as a saved
 `bench --overhead` output) are copied as they are.
 
-Standard library only. To refresh BENCHMARKS.md after a run: copy the JSON into bench/results
+Run it from the repository root (it reads bench/results and asks git for dates). Standard
+library only. To refresh BENCHMARKS.md after a run: copy the JSON into bench/results
 under that naming scheme, commit it, and paste this script's output for it into the suite's
 section.
 """
