@@ -27,11 +27,16 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 import gemmkit
 from . import _gemmkit as _C
-from . import _torch  # noqa: F401  (python -m gemmkit.bench imported gemmkit before torch)
+
+try:  # registers the operators too: python -m gemmkit.bench imported gemmkit before torch
+    gemmkit._load_torch("python -m gemmkit.bench")
+except ModuleNotFoundError as error:
+    if __name__ == "__main__" and error.name == "torch":  # the command: one line, no traceback
+        sys.exit(str(error))
+    raise
+import torch  # noqa: E402
 
 bench = _C.bench
 TORCH_DTYPES = {_C.DType.bf16: torch.bfloat16, _C.DType.f16: torch.float16, _C.DType.f32: torch.float32,
