@@ -54,3 +54,46 @@ def test_bench_without_torch_is_one_line_and_a_failure():
     assert imported.returncode == 1 and imported.stderr.splitlines()[-1] == (
         f"ModuleNotFoundError: python -m gemmkit.bench {NEEDS_TORCH}")
 
+
+class Stream:
+    """What Progress writes to, a terminal or not."""
+
+    def __init__(self, tty):
+        self.tty, self.text = tty, ""
+
+    def isatty(self):
+        return self.tty
+
+    def write(self, text):
+        self.text += text
+
+    def flush(self):
+        pass
+
+
+def suite_run(tty):
+    from gemmkit._progress import Progress
+
+    now = [0.0]
+    stream = Stream(tty)
+    progress = Progress(3, stream, clock=lambda: now[0])
+    for shape, seconds in (("64x64x64 NT bf16", 10), ("128x64x64 NT bf16", 30), ("1x7168x2048 TN e4m3", 20)):
+        progress.start(shape)
+        now[0] += seconds
+        progress.print(f"  {shape}: done")
+        progress.finish()
+    progress.close()
+    return stream.text
+
+
+def test_suite_progress_is_a_bar_on_a_terminal_and_plain_lines_elsewhere():
+    assert suite_run(tty=False) == ("  64x64x64 NT bf16: done\n  128x64x64 NT bf16: done\n"
+                                    "  1x7168x2048 TN e4m3: done\n")
+    shown = suite_run(tty=True)
+    # The last state of the bottom line before each redraw: the shape in hand, the count done
+    # and the time left (the mean time so far, times the problems left).
+    states = [part for part in shown.split("\r\033[K") if part]
+    assert states[:4] == ["[" + "." * 20 + "] 0/3 64x64x64 NT bf16", "  64x64x64 NT bf16: done\n",
+                          "[" + "." * 20 + "] 0/3 64x64x64 NT bf16", "[######" + "." * 14 + "] 1/3, about 20 s left"]
+    assert "[#############.......] 2/3 1x7168x2048 TN e4m3, about 20 s left" in states
+    assert shown.endswith("[" + "#" * 20 + "] 3/3, about 0 s left\r\033[K")
