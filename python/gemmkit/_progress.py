@@ -57,6 +57,7 @@ class Progress:
     def print(self, line):
         """A line above the bar (on a terminal), or just the line."""
         self.stream.write(("\r\033[K" if self.live else "") + line + "\n")
+        self.stream.flush()
         self._draw()
 
     def close(self):

@@ -15,8 +15,9 @@ in cuBLASLt's place:
                        which autotunes Triton kernels against them (minutes per suite)
 
 Both sides run through their Python entry points (gemmkit.mm, bmm, scaled_mm with out=), so the
-GPU times include whatever those launch. --overhead times host microseconds per call instead,
-on one small problem, and splits gemmkit's into its layers.
+GPU times include whatever those launch. Each problem's times are a line on stderr, under a
+progress bar (count, problem in hand, time left) where stderr is a terminal. --overhead times
+host microseconds per call instead, on one small problem, and splits gemmkit's into its layers.
 """
 
 import argparse
