@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the build needs and is missing (Debian/Ubuntu packages). Does nothing on a
-# machine that already has everything, e.g. the GPU machines, which have no network.
+# machine that already has everything, e.g. the GPU machines, which have no network. For the
+# developers' CMake tree and tests only: `pip install .` needs none of these packages (it takes
+# nlohmann-json from PyPI, see cmake/dependencies.cmake, and CMake and Ninja where missing).
 set -euo pipefail
 missing=()
 # True when a CMake package config for $1 sits in any usual prefix.

@@ -15,8 +15,9 @@ in cuBLASLt's place:
                        which autotunes Triton kernels against them (minutes per suite)
 
 Both sides run through their Python entry points (gemmkit.mm, bmm, scaled_mm with out=), so the
-GPU times include whatever those launch. --overhead times host microseconds per call instead,
-on one small problem, and splits gemmkit's into its layers.
+GPU times include whatever those launch. Each problem's times are a line on stderr, under a
+progress bar (count, problem in hand, time left) where stderr is a terminal. --overhead times
+host microseconds per call instead, on one small problem, and splits gemmkit's into its layers.
 """
 
 import argparse
@@ -27,11 +28,17 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 import gemmkit
 from . import _gemmkit as _C
-from . import _torch  # noqa: F401  (python -m gemmkit.bench imported gemmkit before torch)
+from ._progress import Progress
+
+try:  # registers the operators too: python -m gemmkit.bench imported gemmkit before torch
+    gemmkit._load_torch("python -m gemmkit.bench")
+except ModuleNotFoundError as error:
+    if __name__ == "__main__" and error.name == "torch":  # the command: one line, no traceback
+        sys.exit(str(error))
+    raise
+import torch  # noqa: E402
 
 bench = _C.bench
 TORCH_DTYPES = {_C.DType.bf16: torch.bfloat16, _C.DType.f16: torch.float16, _C.DType.f32: torch.float32,
@@ -180,8 +187,12 @@ def measure_copy_gbps(timer):
     return bench.copy_gbps(half, timer.median_us(1, [copy])[0]) if copy else math.nan
 
 
-def bench_problem(p, timer, info, kind):
-    """One suite problem's record."""
+def shape_of(p):
+    return f"{p.m}x{p.n}x{p.k}" + (f" x{p.batch}" if p.batch > 1 else "") + f" {p.layout} {p.type_spec}"
+
+
+def bench_problem(p, timer, info, kind, say):
+    """One suite problem's record; its lines go to say()."""
     name = BASELINES[kind]
     free, _ = torch.cuda.mem_get_info()
     sets = bench.buffer_set_count(set_bytes(p), info["l2_bytes"], free)
@@ -195,7 +206,7 @@ def bench_problem(p, timer, info, kind):
         launchers.append(theirs)
     if why:
         instead = "timing it with per-tensor scales instead" if theirs else "no baseline"
-        print(f"{name} cannot run {r.m}x{r.n}x{r.k} {p.layout} {r.dtype} ({why}): {instead}", file=sys.stderr)
+        say(f"{name} cannot run {shape_of(p)} ({why}): {instead}")
     medians = timer.median_us(sets, launchers)
     r.ours_us = medians[0]
     r.baseline_us = medians[1] if theirs is not None else math.nan
@@ -207,8 +218,8 @@ def bench_problem(p, timer, info, kind):
     r.tflops = bench.gemm_tflops(p.m, p.n, p.k, p.batch, r.ours_us)
     r.gbps = bench.gemm_gbps(p.m, p.n, p.k, p.batch, in_bytes, out_bytes, r.ours_us)
     note = f" ({r.baseline_note})" if r.baseline_note else ""
-    print(f"  {r.m}x{r.n}x{r.k} {r.dtype} {r.config}: ours {r.ours_us:.1f} us, {name} {r.baseline_us:.1f} us{note}, "
-          f"copy {r.copy_us:.1f} us ({sets} buffer sets)", file=sys.stderr, flush=True)
+    say(f"  {shape_of(p)} {r.config}: ours {r.ours_us:.1f} us, {name} {r.baseline_us:.1f} us{note}, "
+        f"copy {r.copy_us:.1f} us ({sets} buffer sets)")
     return r
 
 
@@ -223,7 +234,13 @@ def run_suite(args, problems):
         print(f"device {device}: {info['name']}, {info['sm_count']} SMs, L2 {info['l2_bytes'] >> 20} MB; "
               f"{bench.format_copy_bandwidth(copy_gbps)}; {args.warmup} warm-up and {args.runs} timed runs per "
               f"problem, median; against {name} {torch.__version__}", flush=True)
-        records = [bench_problem(p, timer, info, args.baseline) for p in problems]
+        progress = Progress(len(problems), sys.stderr)  # a bar on a terminal, else the lines alone
+        records = []
+        for p in problems:
+            progress.start(shape_of(p))
+            records.append(bench_problem(p, timer, info, args.baseline, progress.print))
+            progress.finish()
+        progress.close()
     summary = bench.summarize(records)
     print(bench.format_table(records, copy_gbps, name), end="")
     if args.json:

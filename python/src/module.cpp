@@ -166,6 +166,11 @@ NB_MODULE(_gemmkit, m) {
       nb::arg("x"), nb::arg("q"), nb::arg("scales"), nb::arg("block_rows"), nb::arg("block_cols"),
       nb::arg("power_of_two_scales"), nb::arg("stream"), "quantize() on framework tensors (see register_dtype)");
 
+  m.def("version", &gemmkit::version, "the library's release, e.g. \"0.1.0\" (gemmkit.__version__)");
+  m.def("git_commit", &gemmkit::git_commit,
+        "the git commit the library was built from, \"+dirty\" appended for uncommitted changes; \"\" where "
+        "the source was not a git checkout (gemmkit.__git_commit__)");
+
   m.def("tuning_mode", &gemmkit::tuning_mode, "the mode gemm() picks kernels by");
   m.def("set_tuning_mode", &gemmkit::set_tuning_mode, nb::arg("mode"),
         "sets the mode for the whole process (see gemmkit/tuning.h)");

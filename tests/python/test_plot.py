@@ -1,0 +1,78 @@
+"""python -m gemmkit.plot on committed bench results: the PNG is written and is a picture, with and
+without the optional summary keys (device, peak_tflops); what is not a bench result is refused in
+one line; without matplotlib, one line says how to get it. Needs matplotlib (skips without it),
+not torch or a GPU."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
+
+
+def plot(*args, hide=""):
+    code = f"import sys; {hide}from gemmkit.plot import main; main(sys.argv[1:])"
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True)
+
+
+def png_size(path):
+    """(width, height) from a PNG's header; fails where the file is not a PNG."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def test_without_matplotlib_one_line_says_how_to_get_it(tmp_path):
+    shown = plot(RESULTS / "small-h100-b53c2b1.json", "-o", tmp_path / "x.png",
+                 hide="sys.modules['matplotlib'] = None; ")
+    assert shown.returncode == 1
+    assert shown.stderr == "gemmkit.plot needs matplotlib, which is not installed: pip install 'gemmkit[plot]'\n"
+    assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.parametrize("name", ["dense-large-h100-b53c2b1", "fp8-large-h100-ef4cc19",
+                                  "python-dense-decode-h100-e1c84e0"])
+def test_committed_results_are_drawn(tmp_path, name):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install 'gemmkit[plot]')")
+    output = tmp_path / f"{name}.png"
+    shown = plot(RESULTS / f"{name}.json", "-o", output)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == f"wrote {output}\n"
+    width, height = png_size(output)
+    records = len(json.loads((RESULTS / f"{name}.json").read_text())["records"])
+    assert width >= 1000 and height >= 700 + 15 * records  # the bar panel grows with the shapes
+    assert output.stat().st_size > 40_000  # drawn, not blank
+
+
+def test_optional_summary_keys_add_roofs_and_the_device(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install 'gemmkit[plot]')")
+    from gemmkit import plot as gp
+
+    result = json.loads((RESULTS / "dense-decode-h100-b53c2b1.json").read_text())
+    result["summary"].update(device="NVIDIA H100 80GB HBM3", peak_tflops={"bf16": 690.0, "e4m3": 1300.0})
+    path = tmp_path / "with-peaks.json"
+    path.write_text(json.dumps(result))
+    shapes, summary = gp.load(path)
+    assert gp.title_of(path, summary) == "gemmkit: with-peaks on NVIDIA H100 80GB HBM3"
+    # intensity = FLOP / bytes from the record's own TFLOP/s and GB/s; the baseline's TFLOP/s is
+    # the same FLOP over its time
+    first, record = shapes[0], result["records"][0]
+    assert first.intensity == pytest.approx(record["tflops"] * 1e3 / record["gbps"])
+    assert first.baseline == pytest.approx(record["tflops"] * record["ours_us"] / record["baseline_us"])
+    assert first.label == "1x2112x7168 NT bf16"
+    shown = plot(path, "-o", tmp_path / "with-peaks.png")
+    assert shown.returncode == 0, shown.stderr
+    assert png_size(tmp_path / "with-peaks.png")[0] >= 1000
+
+
+def test_what_is_not_a_bench_result_is_refused_in_one_line(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install 'gemmkit[plot]')")
+    shown = plot(RESULTS / "chains-h100-b53c2b1.json", "-o", tmp_path / "x.png")
+    assert shown.returncode == 1
+    assert shown.stderr.startswith("gemmkit.plot: ") and "not a bench result" in shown.stderr
+    assert shown.stderr.count("\n") == 1
+    missing = plot(tmp_path / "none.json")
+    assert missing.returncode == 1 and missing.stderr.startswith(f"gemmkit.plot: {tmp_path / 'none.json'}: ")
