@@ -1,4 +1,4 @@
-// Values of bench's options that need more checking than CLI11 gives; kept apart so the CPU
+// Values of bench's options that need more checking than the argument parser gives; kept apart so the CPU
 // tests can reach them.
 #pragma once
 
