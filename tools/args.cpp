@@ -97,6 +97,12 @@ Option& Option::needs(Option& other) {
   return *this;
 }
 
+std::optional<int64_t> Option::integer(const std::string& text) const {
+  const std::optional<int64_t> n = to_integer(text);
+  if (!n || (min_ && *n < *min_) || (max_ && *n > *max_)) return std::nullopt;
+  return n;
+}
+
 std::string Option::expected() const {
   if (!integer_) return number_ ? "a number" : "a value";
   if (min_ && max_) return "an integer from " + std::to_string(*min_) + " to " + std::to_string(*max_);
@@ -145,10 +151,9 @@ Option& Command::option(const std::string& name, int64_t& target, const std::str
   Option& o = add(name, help, "N", std::to_string(target));
   o.integer_ = true;
   o.store_ = [&target, &o](const std::string& v) {
-    const std::optional<int64_t> n = to_integer(v);
-    if (!n || (o.min_ && *n < *o.min_) || (o.max_ && *n > *o.max_)) return false;
-    target = *n;
-    return true;
+    const std::optional<int64_t> n = o.integer(v);
+    if (n) target = *n;
+    return n.has_value();
   };
   return o;
 }
@@ -156,13 +161,11 @@ Option& Command::option(const std::string& name, int64_t& target, const std::str
 Option& Command::option(const std::string& name, int& target, const std::string& help) {
   Option& o = add(name, help, "N", std::to_string(target));
   o.integer_ = true;
-  o.min_ = std::numeric_limits<int>::min();
-  o.max_ = std::numeric_limits<int>::max();
   o.store_ = [&target, &o](const std::string& v) {
-    const std::optional<int64_t> n = to_integer(v);
-    if (!n || *n < *o.min_ || *n > *o.max_) return false;
-    target = int(*n);
-    return true;
+    const std::optional<int64_t> n = o.integer(v);
+    const bool fits = n && *n >= std::numeric_limits<int>::min() && *n <= std::numeric_limits<int>::max();
+    if (fits) target = int(*n);
+    return fits;
   };
   return o;
 }
@@ -198,10 +201,9 @@ Option& Command::option(const std::string& name, std::vector<int64_t>& target, c
   o.integer_ = true;
   o.max_values_ = -1;
   o.store_ = [&target, &o](const std::string& v) {
-    const std::optional<int64_t> n = to_integer(v);
-    if (!n || (o.min_ && *n < *o.min_) || (o.max_ && *n > *o.max_)) return false;
-    target.push_back(*n);
-    return true;
+    const std::optional<int64_t> n = o.integer(v);
+    if (n) target.push_back(*n);
+    return n.has_value();
   };
   return o;
 }
@@ -312,7 +314,7 @@ std::string Command::help_text() const {
     }
     std::vector<std::string> notes;
     if (o.required_) notes.push_back("required");
-    if (o.integer_ && o.min_ && o.max_ && o.kind_ == Option::Kind::value && o.max_ != std::numeric_limits<int>::max()) {
+    if (o.min_ && o.max_) {
       notes.push_back(std::to_string(*o.min_) + " to " + std::to_string(*o.max_));
     }
     if (!o.default_text_.empty()) notes.push_back("default " + o.default_text_);

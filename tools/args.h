@@ -61,6 +61,7 @@ class Option {
   std::vector<const Option*> excludes_, needs_;
   int seen_ = 0;
 
+  std::optional<int64_t> integer(const std::string& text) const;  // the text as an integer in range
   std::string expected() const;  // "an integer from 20 to 100000"
   std::string display() const;   // "--runs N"
   void take(const std::string& command, const std::string& value);

@@ -14,7 +14,11 @@
 
 namespace gemmkit::tools {
 
-int run_info();
+// Device, clocks and kernel cache; only device `only_device` where it is not -1.
+int run_info(int only_device);
+
+// gemmkit --version: gemmkit's version and commit, the CUDA runtime, the driver, each device.
+int run_version();
 
 // The device problem a suite line describes.
 reference::ProblemSpec to_spec(const SuiteProblem& p);

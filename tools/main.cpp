@@ -12,7 +12,7 @@ int main(int argc, char** argv) {
   using namespace gemmkit::tools;
   args::Parser parser("gemmkit", "gemmkit: GEMM kernels for NVIDIA Hopper (sm_90a)");
 
-  parser.command("info", "device, clocks and kernel cache");
+  args::Command& info = parser.command("info", "device, clocks and kernel cache");
 
   args::Command& verify = parser.command("verify", "check problems against the double-precision reference");
   std::vector<std::string> shape;
@@ -76,6 +76,12 @@ int main(int argc, char** argv) {
   std::string quantize_suite;
   quantize.option("--suite", quantize_suite, "suite file of FP8 problems").metavar("FILE").required();
 
+  // Every command that uses a GPU takes --device; -1 leaves the current device (0) in place.
+  int device = -1;
+  for (args::Command* c : {&info, &verify, &bench, &tune, &quantize}) {
+    c->option("--device", device, "the GPU to use (cudaSetDevice); default the current one, 0").at_least(0);
+  }
+
   args::Parser::Result parsed;
   try {
     parsed = parser.parse(std::vector<std::string>(argv + 1, argv + argc));
@@ -90,12 +96,13 @@ int main(int argc, char** argv) {
   switch (parsed.action) {
     case args::Parser::Action::help: std::printf("%s", parsed.help_text.c_str()); return 0;
     case args::Parser::Action::usage: std::fprintf(stderr, "%s", parsed.help_text.c_str()); return 2;
-    case args::Parser::Action::version: return 0;
+    case args::Parser::Action::version: return run_version();
     case args::Parser::Action::run: break;
   }
   const std::string command = parsed.command->name();
   try {
-    if (command == "info") return run_info();
+    if (device >= 0) gemmkit::runtime::select_device(device);
+    if (command == "info") return run_info(device);
     if (command == "bench") return run_bench(bench_options);
     if (command == "tune") return run_tune(tune_suite, tune_json);
     if (command == "quantize") return run_quantize(load_suite(quantize_suite));
