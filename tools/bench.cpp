@@ -29,6 +29,7 @@
 #include "runtime/device.h"
 #include "runtime/driver.h"
 #include "runtime/kernel_cache.h"
+#include "suite_lookup.h"
 #include "tuning/gpu_timer.h"
 
 namespace gemmkit::tools {
@@ -100,13 +101,14 @@ int run_bench(const BenchOptions& options) {
   // --overhead times one small problem in place of the suite, --chain the chains' GEMMs; bad
   // options and files fail with or without a GPU.
   std::vector<Chain> chains;
-  for (const std::string& path : options.chains) chains.push_back(load_chain(path));
-  const std::vector<SuiteProblem> problems = options.overhead  ? std::vector{parse_overhead_shape(options.overhead_shape)}
-                                             : chains.empty() ? load_suite(options.suite)
-                                                              : layer_gemms(chains);
+  for (const std::string& name : options.chains) chains.push_back(load_chain(find_chain(name)));
+  const bool hint_matrix = !options.hint_matrix.empty();
+  const std::vector<SuiteProblem> problems = options.overhead ? std::vector{parse_overhead_shape(options.overhead_shape)}
+                                             : !chains.empty() ? layer_gemms(chains)
+                                             : hint_matrix     ? std::vector<SuiteProblem>{}
+                                                               : load_named_suite(options.suite);
   if (!options.overrides.tile.empty()) parse_tile(options.overrides.tile);
   const bool force = options.overrides.any();
-  const bool hint_matrix = !options.hint_matrix.empty();
   if (hint_matrix) runtime::require_device();  // it tunes: nothing to do without a GPU
   if (runtime::device_count() == 0) return compile_only(problems);
 

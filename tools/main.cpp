@@ -7,6 +7,8 @@
 #include "args.h"
 #include "commands.h"
 #include "gemmkit/error.h"
+#include "runtime/device.h"
+#include "suite_lookup.h"
 
 int main(int argc, char** argv) {
   using namespace gemmkit::tools;
@@ -24,12 +26,12 @@ int main(int argc, char** argv) {
   verify.option("--dtype", dtype, "IN or IN:OUT, e.g. bf16 or f16:f32").metavar("TYPE").show_default();
   verify.option("--batch", batch, "strided batch count").at_least(1).show_default();
   verify.option("--beta", beta, "beta; C is a separate random matrix").show_default();
-  verify.option("--suite", verify_suite, "suite file instead of one problem").metavar("FILE");
+  verify.option("--suite", verify_suite, "suite instead of one problem: a name (bench/suites) or a file").metavar("NAME|FILE");
 
   args::Command& bench = parser.command("bench", "time our kernels against cuBLASLt");
   BenchOptions bench_options;
-  bench_options.suite = GEMMKIT_DEFAULT_SUITE;
-  bench.option("--suite", bench_options.suite, "suite file").metavar("FILE").show_default();
+  bench_options.suite = "dense-large";
+  bench.option("--suite", bench_options.suite, "suite: a name (bench/suites) or a file").metavar("NAME|FILE").show_default();
   bench.option("--json", bench_options.json, "also write the results as JSON here").metavar("FILE");
   bench.option("--warmup", bench_options.warmup, "untimed runs per problem").at_least(0).show_default();
   bench.option("--runs", bench_options.runs, "timed runs per problem (median reported)").range(20, 100000).show_default();
@@ -57,9 +59,9 @@ int main(int argc, char** argv) {
                                   .at_least(1)
                                   .metavar("N K");
   args::Option& chain = bench.option("--chain", bench_options.chains,
-                                     "chain files (bench/chains): each chain's GEMMs replayed from one CUDA graph, ours "
+                                     "chains, names (bench/chains) or files: each chain's GEMMs replayed from one CUDA graph, ours "
                                      "against cuBLASLt's (ignores --suite)")
-                            .metavar("FILE");
+                            .metavar("NAME|FILE");
   for (args::Option* o : forcing) overhead.excludes(*o);
   for (args::Option* o : forcing) hint_matrix.excludes(*o);
   for (args::Option* o : forcing) chain.excludes(*o);
@@ -68,13 +70,13 @@ int main(int argc, char** argv) {
 
   args::Command& tune = parser.command("tune", "time candidate kernels for each problem and store the winners in the tuning database");
   std::string tune_suite, tune_json;
-  tune.option("--suite", tune_suite, "suite file").metavar("FILE").required();
+  tune.option("--suite", tune_suite, "suite: a name (bench/suites) or a file").metavar("NAME|FILE").required();
   tune.option("--json", tune_json, "also write the results as JSON here").metavar("FILE");
 
   args::Command& quantize = parser.command(
       "quantize", "quantise random bf16 data for each FP8 problem of a suite, multiply in FP8, check against the bf16 product");
   std::string quantize_suite;
-  quantize.option("--suite", quantize_suite, "suite file of FP8 problems").metavar("FILE").required();
+  quantize.option("--suite", quantize_suite, "suite of FP8 problems: a name (bench/suites) or a file").metavar("NAME|FILE").required();
 
   // Every command that uses a GPU takes --device; -1 leaves the current device (0) in place.
   int device = -1;
@@ -105,15 +107,18 @@ int main(int argc, char** argv) {
     if (command == "info") return run_info(device);
     if (command == "bench") return run_bench(bench_options);
     if (command == "tune") return run_tune(tune_suite, tune_json);
-    if (command == "quantize") return run_quantize(load_suite(quantize_suite));
+    if (command == "quantize") return run_quantize(load_named_suite(quantize_suite));
     std::vector<SuiteProblem> problems;
     if (!verify_suite.empty()) {
-      problems = load_suite(verify_suite);
+      problems = load_named_suite(verify_suite);
     } else {
       shape.insert(shape.end(), {layout, dtype, std::to_string(batch)});
       problems.push_back(parse_problem(shape, "command line"));
     }
     return run_verify(problems, beta);
+  } catch (const EmptySuite& e) {
+    std::fprintf(stderr, "gemmkit: warning: %s\n", e.what());
+    return 1;
   } catch (const std::exception& e) {
     std::string message = e.what();
     std::cerr << "gemmkit: error: " << message.substr(0, message.find('\n')) << "\n";

@@ -10,6 +10,7 @@
 #include "gemmkit/error.h"
 #include "report.h"
 #include "runtime/driver.h"
+#include "suite_lookup.h"
 #include "tuning/autotuner.h"
 #include "tuning/tuned_configs.h"
 
@@ -35,7 +36,7 @@ std::string progress_bar(size_t done, size_t total) {
 }  // namespace
 
 int run_tune(const std::string& suite, const std::string& json) {
-  const std::vector<SuiteProblem> problems = load_suite(suite);
+  const std::vector<SuiteProblem> problems = load_named_suite(suite);
   runtime::require_device();
   int device = 0;
   runtime::check(cudaGetDevice(&device), "cudaGetDevice");
