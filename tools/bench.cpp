@@ -25,6 +25,7 @@
 #include "commands.h"
 #include "dispatch/plan.h"
 #include "gemmkit/error.h"
+#include "progress.h"
 #include "report.h"
 #include "runtime/device.h"
 #include "runtime/driver.h"
@@ -130,8 +131,10 @@ int run_bench(const BenchOptions& options) {
   tuning::GpuTimer timer(stream, options.warmup, options.runs, info.sm_clock_khz);
   std::vector<BenchRecord> records;
 
+  Progress progress(problems.size());
   for (const SuiteProblem& sp : problems) {
     const reference::ProblemSpec spec = bench_spec(sp);
+    progress.begin(spec.describe());
     const bool fp8 = is_fp8(spec.in);
     const int in_bytes = dtype_size(spec.in), out_bytes = dtype_size(spec.out);  // e4m3 and e5m2: 1 byte
     const std::vector<std::unique_ptr<reference::DeviceProblem>> pool = buffer_sets(spec, info);
@@ -186,14 +189,12 @@ int run_bench(const BenchOptions& options) {
       if (cublaslt.supports(lt_runs[0], &why) && plan_baseline()) {
         with_baseline = true;
         record.baseline_note = "per-tensor stand-in";
-        std::fprintf(stderr, "cuBLASLt cannot run %s (%s): timing it with per-tensor scales instead\n",
-                     spec.describe().c_str(), own_why.c_str());
+        progress.note("cuBLASLt cannot run " + spec.describe() + " (" + own_why + "): timing it with per-tensor scales instead");
       } else {
-        std::fprintf(stderr, "cuBLASLt cannot run %s (%s), nor with per-tensor scales (%s)\n", spec.describe().c_str(),
-                     own_why.c_str(), why.c_str());
+        progress.note("cuBLASLt cannot run " + spec.describe() + " (" + own_why + "), nor with per-tensor scales (" + why + ")");
       }
     } else if (!with_baseline && threw) {
-      std::fprintf(stderr, "cuBLASLt cannot run %s: %s\n", spec.describe().c_str(), why.c_str());
+      progress.note("cuBLASLt cannot run " + spec.describe() + ": " + why);
     }
     if (with_baseline) launchers.push_back([&](int s) { cublaslt.run(lt_runs[size_t(s)], stream); });
     const std::vector<double> medians = timer.median_us(sets, launchers);
@@ -206,11 +207,14 @@ int run_bench(const BenchOptions& options) {
     record.tflops = gemm_tflops(spec.m, spec.n, spec.k, spec.batch, record.ours_us);
     record.gbps = gemm_gbps(spec.m, spec.n, spec.k, spec.batch, in_bytes, out_bytes, record.ours_us);
     records.push_back(record);
-    std::fprintf(stderr, "  %s %s %s: ours %.1f us, cuBLASLt %.1f us%s, copy %.1f us (%d buffer sets)\n",
-                 shape_name(record).c_str(), record.dtype.c_str(), record.config.c_str(), record.ours_us,
-                 record.baseline_us, record.baseline_note.empty() ? "" : (" (" + record.baseline_note + ")").c_str(),
-                 record.copy_us, sets);
+    char line[512];
+    std::snprintf(line, sizeof line, "  %s %s %s: ours %.1f us, cuBLASLt %.1f us%s, copy %.1f us (%d buffer sets)",
+                  shape_name(record).c_str(), record.dtype.c_str(), record.config.c_str(), record.ours_us,
+                  record.baseline_us, record.baseline_note.empty() ? "" : (" (" + record.baseline_note + ")").c_str(),
+                  record.copy_us, sets);
+    progress.done(line);
   }
+  progress.finish();
   cudaStreamDestroy(stream);
 
   const BenchSummary summary = summarize(records);
