@@ -46,12 +46,14 @@ int compile_only(const std::vector<SuiteProblem>& problems) {
       configs.insert(choose_config(transposing_pays(p, DeviceLimits{}) ? transposed_problem(p) : p, DeviceLimits{}));
     }
   }
+  // Configurations that differ only in what the kernel takes at run time share one binary.
+  std::set<std::pair<std::string, std::string>> kernels;
+  for (const KernelConfig& config : configs) kernels.emplace(codegen::gemm_source(config), codegen::gemm_kernel_name(config));
   int compiled = 0;
-  for (const KernelConfig& config : configs) {
-    compiled += runtime::precompile_kernel(codegen::gemm_source(config), codegen::gemm_kernel_name(config));
-  }
-  std::printf("no CUDA device, nothing timed: compiled %d kernels (%zu needed, the rest were cached) for %zu problems into %s\n",
-              compiled, configs.size(), problems.size(), runtime::kernel_disk_cache().directory().c_str());
+  for (const auto& [source, name] : kernels) compiled += runtime::precompile_kernel(source, name);
+  std::printf("no CUDA device, nothing timed: %s, for %zu problems, into %s\n",
+              compile_summary(compiled, kernels.size(), configs.size()).c_str(), problems.size(),
+              runtime::kernel_disk_cache().directory().c_str());
   return 0;
 }
 

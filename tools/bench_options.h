@@ -28,6 +28,10 @@ struct ConfigOverrides {
 // result is not a config the kernel is built for.
 KernelConfig apply_overrides(KernelConfig chosen, const ConfigOverrides& overrides, int smem_limit);
 
+// What bench compiled without a GPU: "compiled 2 kernels for 5 configurations (1 was cached)",
+// `kernels` the distinct binaries the configurations need, `compiled` those not in the cache.
+std::string compile_summary(int compiled, size_t kernels, size_t configs);
+
 // The problem named by --overhead-shape: "M,N,K", three positive integers; NT, bf16, batch 1.
 // Throws Error(invalid_argument) naming --overhead-shape and the text given.
 SuiteProblem parse_overhead_shape(const std::string& text);
