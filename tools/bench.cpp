@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -85,6 +86,53 @@ double measure_copy_gbps(cudaStream_t stream, int sm_clock_khz) {
   return copy_gbps(double(copies.half), us);
 }
 
+// cuBLASLt's TFLOP/s on one 8192x8192x8192 NT problem of each input type the suite has (bf16,
+// and e4m3 with per-tensor scales where it has FP8 problems): a measured compute roof for plots.
+// The median of 10 runs after 3 warm-ups, each run a few milliseconds; NaN where cuBLASLt cannot
+// run the problem.
+std::map<std::string, double> measure_peaks(const std::vector<SuiteProblem>& problems, baseline::CublasLt& cublaslt,
+                                            cudaStream_t stream, const runtime::DeviceInfo& info) {
+  std::vector<DType> types = {DType::bf16};
+  if (std::any_of(problems.begin(), problems.end(), [](const SuiteProblem& p) { return p.fp8(); })) {
+    types.push_back(DType::e4m3);
+  }
+  constexpr int64_t kSize = 8192;
+  tuning::GpuTimer timer(stream, 3, 10, info.sm_clock_khz);
+  std::map<std::string, double> peaks;
+  for (DType type : types) {
+    SuiteProblem sp;
+    sp.m = sp.n = sp.k = kSize;
+    sp.in_dtype = type;
+    sp.out_dtype = DType::bf16;
+    if (sp.fp8()) sp.mode = ScaleMode::tensor;
+    const reference::DeviceProblem buffers(bench_spec(sp), 1);
+    Problem p = validate_gemm(buffers.a(), buffers.b(), buffers.d(), buffers.options(stream));
+    p.device = info.ordinal;
+    double tflops = NAN;
+    try {
+      if (cublaslt.supports(p)) {
+        const double us = timer.median_us(1, {[&](int) { cublaslt.run(p, stream); }})[0];
+        tflops = gemm_tflops(kSize, kSize, kSize, 1, us);
+      }
+    } catch (const Error&) {
+      // No algorithm for it: the roof stays unmeasured (NaN, null in the JSON).
+    }
+    peaks[std::string(dtype_name(type))] = tflops;
+  }
+  return peaks;
+}
+
+// "bf16 712 TFLOP/s, e4m3 1325 TFLOP/s"
+std::string format_peaks(const std::map<std::string, double>& peaks) {
+  std::string text;
+  for (const auto& [type, tflops] : peaks) {
+    char entry[64];
+    std::snprintf(entry, sizeof entry, "%s%s %.0f TFLOP/s", text.empty() ? "" : ", ", type.c_str(), tflops);
+    text += entry;
+  }
+  return text;
+}
+
 }  // namespace
 
 std::vector<std::unique_ptr<reference::DeviceProblem>> buffer_sets(const reference::ProblemSpec& spec,
@@ -126,10 +174,12 @@ int run_bench(const BenchOptions& options) {
   cudaStream_t stream = nullptr;
   runtime::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   const double copy = measure_copy_gbps(stream, info.sm_clock_khz);
+  baseline::CublasLt cublaslt(device);
+  const std::map<std::string, double> peaks = measure_peaks(problems, cublaslt, stream, info);
   std::printf("device %d: %s, %d SMs, L2 %d MB; %s; %d warm-up and %d timed runs per problem, median\n", device,
               info.name.c_str(), info.sm_count, info.l2_bytes >> 20, format_copy_bandwidth(copy).c_str(),
               options.warmup, options.runs);
-  baseline::CublasLt cublaslt(device);
+  std::printf("compute roof (cuBLASLt, 8192x8192x8192 NT): %s\n", format_peaks(peaks).c_str());
   tuning::GpuTimer timer(stream, options.warmup, options.runs, info.sm_clock_khz);
   std::vector<BenchRecord> records;
 
@@ -222,8 +272,17 @@ int run_bench(const BenchOptions& options) {
   const BenchSummary summary = summarize(records);
   std::printf("%s", format_table(records, copy).c_str());
   if (!options.json.empty()) {
+    nlohmann::json json = to_json(records, summary, copy);
+    nlohmann::json& about = json["summary"];
+    about["device"] = info.name;
+    about["driver"] = runtime::driver_description();
+    about["gemmkit"] = version_text();
+    about["peak_tflops"] = nlohmann::json::object();
+    for (const auto& [type, tflops] : peaks) {
+      about["peak_tflops"][type] = std::isfinite(tflops) ? nlohmann::json(tflops) : nlohmann::json(nullptr);
+    }
     std::ofstream out(options.json);
-    out << to_json(records, summary, copy).dump(2) << "\n";
+    out << json.dump(2) << "\n";
     if (!out) throw Error(ErrorCode::io_error, "bench: cannot write " + options.json);
   }
   std::printf("%s\n", format_summary(summary).c_str());

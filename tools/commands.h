@@ -17,6 +17,9 @@ namespace gemmkit::tools {
 // Device, clocks and kernel cache; only device `only_device` where it is not -1.
 int run_info(int only_device);
 
+// "0.1.0 (commit 1f48db36807c)": gemmkit's version, and the commit where known.
+std::string version_text();
+
 // gemmkit --version: gemmkit's version and commit, the CUDA runtime, the driver, each device.
 int run_version();
 

@@ -27,9 +27,13 @@ int count_devices() {
 
 }  // namespace
 
-int run_version() {
+std::string version_text() {
   const std::string commit = git_commit();
-  std::printf("gemmkit %s%s\n", version(), commit.empty() ? "" : (" (commit " + commit + ")").c_str());
+  return version() + (commit.empty() ? "" : " (commit " + commit + ")");
+}
+
+int run_version() {
+  std::printf("gemmkit %s\n", version_text().c_str());
   const runtime::CudaVersions cuda = runtime::cuda_versions();
   std::printf("CUDA runtime %s\n", runtime::cuda_version_text(cuda.runtime).c_str());
   if (!cuda.driver_loads) {
