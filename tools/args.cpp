@@ -147,27 +147,25 @@ Option& Command::option(const std::string& name, std::string& target, const std:
   return o;
 }
 
-Option& Command::option(const std::string& name, int64_t& target, const std::string& help) {
+template <typename T>
+Option& Command::integer_option(const std::string& name, T& target, const std::string& help) {
   Option& o = add(name, help, "N", std::to_string(target));
   o.integer_ = true;
   o.store_ = [&target, &o](const std::string& v) {
     const std::optional<int64_t> n = o.integer(v);
-    if (n) target = *n;
-    return n.has_value();
+    const bool fits = n && *n >= std::numeric_limits<T>::min() && *n <= std::numeric_limits<T>::max();
+    if (fits) target = T(*n);
+    return fits;
   };
   return o;
 }
 
+Option& Command::option(const std::string& name, int64_t& target, const std::string& help) {
+  return integer_option(name, target, help);
+}
+
 Option& Command::option(const std::string& name, int& target, const std::string& help) {
-  Option& o = add(name, help, "N", std::to_string(target));
-  o.integer_ = true;
-  o.store_ = [&target, &o](const std::string& v) {
-    const std::optional<int64_t> n = o.integer(v);
-    const bool fits = n && *n >= std::numeric_limits<int>::min() && *n <= std::numeric_limits<int>::max();
-    if (fits) target = int(*n);
-    return fits;
-  };
-  return o;
+  return integer_option(name, target, help);
 }
 
 Option& Command::option(const std::string& name, float& target, const std::string& help) {

@@ -95,6 +95,9 @@ class Command {
   std::deque<Option> options_;  // a deque: the references handed out stay valid
 
   Option& add(const std::string& name, const std::string& help, const std::string& metavar, const std::string& initial);
+  // An option of integer type T; a value outside T's range or the option's is malformed.
+  template <typename T>
+  Option& integer_option(const std::string& name, T& target, const std::string& help);
   Option* find(const std::string& name);
   void check_relations() const;
 };
