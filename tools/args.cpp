@@ -241,8 +241,8 @@ bool Command::parse(const std::vector<std::string>& args) {
     const std::string& arg = args[i];
     if (only_positionals || !looks_like_option(arg)) {
       if (positional == nullptr || (positional->max_values_ >= 0 && positional->seen_ >= positional->max_values_)) {
-        const std::string limit = positional ? " (" + positional->name_ + " takes at most " +
-                                                   std::to_string(positional->max_values_) + ")"
+        const std::string limit = positional ? " (" + positional->display() + " takes at most " +
+                                                   std::to_string(positional->max_values_) + " values)"
                                              : "";
         throw UsageError(name_ + ": unexpected argument '" + arg + "'" + limit + see);
       }
@@ -306,8 +306,8 @@ std::string Command::help_text() const {
   std::string body;
   for (const Option& o : options_) {
     if (o.kind_ == Option::Kind::positional) {
-      usage += " [" + o.name_ + "]";
-      body += entry(o.name_, o.help_);
+      usage += " [" + o.display() + "]";
+      body += entry(o.display(), o.help_);
       continue;
     }
     std::vector<std::string> notes;

@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
   std::string layout = "NT", dtype = "bf16", verify_suite;
   int64_t batch = 1;
   float beta = 0.0f;
-  verify.positionals("shape", shape, 3, "M N K of one problem");
+  verify.positionals("shape", shape, 3, "one problem's sizes").metavar("M N K");
   verify.option("--layout", layout, "NN, NT, TN or TT (row-major convention; first letter A)").metavar("LAYOUT").show_default();
   verify.option("--dtype", dtype, "IN or IN:OUT, e.g. bf16 or f16:f32").metavar("TYPE").show_default();
   verify.option("--batch", batch, "strided batch count").at_least(1).show_default();
@@ -37,9 +37,9 @@ int main(int argc, char** argv) {
   bench.option("--runs", bench_options.runs, "timed runs per problem (median reported)").range(20, 100000).show_default();
   ConfigOverrides& overrides = bench_options.overrides;
   args::Option& tile = bench.option("--tile", overrides.tile, "force a tile shape MxN on our side, e.g. 128x176").metavar("MxN");
-  args::Option& cluster = bench.option("--cluster", overrides.cluster, "force CTAs per cluster on our side (1 or 2)").range(1, 2);
+  args::Option& cluster = bench.option("--cluster", overrides.cluster, "force CTAs per cluster on our side").range(1, 2);
   args::Option& store_buffers =
-      bench.option("--store-buffers", overrides.store_buffers, "force 8 KB epilogue buffers per warpgroup (1-8)").range(1, 8);
+      bench.option("--store-buffers", overrides.store_buffers, "force 8 KB epilogue buffers per warpgroup").range(1, 8);
   args::Option& splits =
       bench.option("--splits", overrides.splits, "force split-K parts on our side (1 for none; tiles up to 128 wide)")
           .range(1, gemmkit::kMaxSplits);

@@ -110,7 +110,7 @@ TEST(Args, Positionals) {
   EXPECT_EQ(p.parse({"verify", "1", "2", "3"}).action, Parser::Action::run);
   EXPECT_EQ(p.shape, (std::vector<std::string>{"1", "2", "3"}));
   Program q;
-  EXPECT_EQ(q.error({"verify", "1", "2", "3", "4"}), "verify: unexpected argument '4' (shape takes at most 3) (prog verify --help)");
+  EXPECT_EQ(q.error({"verify", "1", "2", "3", "4"}), "verify: unexpected argument '4' (shape takes at most 3 values) (prog verify --help)");
   EXPECT_EQ(q.error({"bench", "extra"}), "bench: unexpected argument 'extra' (prog bench --help)");
 }
 
