@@ -15,7 +15,6 @@ have_cmake_package() {
   return 1
 }
 have_cmake_package nlohmann_json || missing+=(nlohmann-json3-dev)
-have_cmake_package CLI11 || missing+=(libcli11-dev)
 have_cmake_package GTest || missing+=(libgtest-dev)
 command -v cmake >/dev/null || missing+=(cmake)
 command -v ninja >/dev/null || missing+=(ninja-build)

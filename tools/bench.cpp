@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -25,10 +26,12 @@
 #include "commands.h"
 #include "dispatch/plan.h"
 #include "gemmkit/error.h"
+#include "progress.h"
 #include "report.h"
 #include "runtime/device.h"
 #include "runtime/driver.h"
 #include "runtime/kernel_cache.h"
+#include "suite_lookup.h"
 #include "tuning/gpu_timer.h"
 
 namespace gemmkit::tools {
@@ -44,12 +47,14 @@ int compile_only(const std::vector<SuiteProblem>& problems) {
       configs.insert(choose_config(transposing_pays(p, DeviceLimits{}) ? transposed_problem(p) : p, DeviceLimits{}));
     }
   }
+  // Configurations that differ only in what the kernel takes at run time share one binary.
+  std::set<std::pair<std::string, std::string>> kernels;
+  for (const KernelConfig& config : configs) kernels.emplace(codegen::gemm_source(config), codegen::gemm_kernel_name(config));
   int compiled = 0;
-  for (const KernelConfig& config : configs) {
-    compiled += runtime::precompile_kernel(codegen::gemm_source(config), codegen::gemm_kernel_name(config));
-  }
-  std::printf("no CUDA device, nothing timed: compiled %d kernels (%zu needed, the rest were cached) for %zu problems into %s\n",
-              compiled, configs.size(), problems.size(), runtime::kernel_disk_cache().directory().c_str());
+  for (const auto& [source, name] : kernels) compiled += runtime::precompile_kernel(source, name);
+  std::printf("no CUDA device, nothing timed: %s, for %zu problems, into %s\n",
+              compile_summary(compiled, kernels.size(), configs.size()).c_str(), problems.size(),
+              runtime::kernel_disk_cache().directory().c_str());
   return 0;
 }
 
@@ -81,6 +86,53 @@ double measure_copy_gbps(cudaStream_t stream, int sm_clock_khz) {
   return copy_gbps(double(copies.half), us);
 }
 
+// cuBLASLt's TFLOP/s on one 8192x8192x8192 NT problem of each input type the suite has (bf16,
+// and e4m3 with per-tensor scales where it has FP8 problems): a measured compute roof for plots.
+// The median of 10 runs after 3 warm-ups, each run a few milliseconds; NaN where cuBLASLt cannot
+// run the problem.
+std::map<std::string, double> measure_peaks(const std::vector<SuiteProblem>& problems, baseline::CublasLt& cublaslt,
+                                            cudaStream_t stream, const runtime::DeviceInfo& info) {
+  std::vector<DType> types = {DType::bf16};
+  if (std::any_of(problems.begin(), problems.end(), [](const SuiteProblem& p) { return p.fp8(); })) {
+    types.push_back(DType::e4m3);
+  }
+  constexpr int64_t kSize = 8192;
+  tuning::GpuTimer timer(stream, 3, 10, info.sm_clock_khz);
+  std::map<std::string, double> peaks;
+  for (DType type : types) {
+    SuiteProblem sp;
+    sp.m = sp.n = sp.k = kSize;
+    sp.in_dtype = type;
+    sp.out_dtype = DType::bf16;
+    if (sp.fp8()) sp.mode = ScaleMode::tensor;
+    const reference::DeviceProblem buffers(bench_spec(sp), 1);
+    Problem p = validate_gemm(buffers.a(), buffers.b(), buffers.d(), buffers.options(stream));
+    p.device = info.ordinal;
+    double tflops = NAN;
+    try {
+      if (cublaslt.supports(p)) {
+        const double us = timer.median_us(1, {[&](int) { cublaslt.run(p, stream); }})[0];
+        tflops = gemm_tflops(kSize, kSize, kSize, 1, us);
+      }
+    } catch (const Error&) {
+      // No algorithm for it: the roof stays unmeasured (NaN, null in the JSON).
+    }
+    peaks[std::string(dtype_name(type))] = tflops;
+  }
+  return peaks;
+}
+
+// "bf16 712 TFLOP/s, e4m3 1325 TFLOP/s"
+std::string format_peaks(const std::map<std::string, double>& peaks) {
+  std::string text;
+  for (const auto& [type, tflops] : peaks) {
+    char entry[64];
+    std::snprintf(entry, sizeof entry, "%s%s %.0f TFLOP/s", text.empty() ? "" : ", ", type.c_str(), tflops);
+    text += entry;
+  }
+  return text;
+}
+
 }  // namespace
 
 std::vector<std::unique_ptr<reference::DeviceProblem>> buffer_sets(const reference::ProblemSpec& spec,
@@ -100,13 +152,14 @@ int run_bench(const BenchOptions& options) {
   // --overhead times one small problem in place of the suite, --chain the chains' GEMMs; bad
   // options and files fail with or without a GPU.
   std::vector<Chain> chains;
-  for (const std::string& path : options.chains) chains.push_back(load_chain(path));
-  const std::vector<SuiteProblem> problems = options.overhead  ? std::vector{parse_overhead_shape(options.overhead_shape)}
-                                             : chains.empty() ? load_suite(options.suite)
-                                                              : layer_gemms(chains);
+  for (const std::string& name : options.chains) chains.push_back(load_chain(find_chain(name)));
+  const bool hint_matrix = !options.hint_matrix.empty();
+  const std::vector<SuiteProblem> problems = options.overhead ? std::vector{parse_overhead_shape(options.overhead_shape)}
+                                             : !chains.empty() ? layer_gemms(chains)
+                                             : hint_matrix     ? std::vector<SuiteProblem>{}
+                                                               : load_named_suite(options.suite);
   if (!options.overrides.tile.empty()) parse_tile(options.overrides.tile);
   const bool force = options.overrides.any();
-  const bool hint_matrix = !options.hint_matrix.empty();
   if (hint_matrix) runtime::require_device();  // it tunes: nothing to do without a GPU
   if (runtime::device_count() == 0) return compile_only(problems);
 
@@ -121,15 +174,19 @@ int run_bench(const BenchOptions& options) {
   cudaStream_t stream = nullptr;
   runtime::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   const double copy = measure_copy_gbps(stream, info.sm_clock_khz);
+  baseline::CublasLt cublaslt(device);
+  const std::map<std::string, double> peaks = measure_peaks(problems, cublaslt, stream, info);
   std::printf("device %d: %s, %d SMs, L2 %d MB; %s; %d warm-up and %d timed runs per problem, median\n", device,
               info.name.c_str(), info.sm_count, info.l2_bytes >> 20, format_copy_bandwidth(copy).c_str(),
               options.warmup, options.runs);
-  baseline::CublasLt cublaslt(device);
+  std::printf("compute roof (cuBLASLt, 8192x8192x8192 NT): %s\n", format_peaks(peaks).c_str());
   tuning::GpuTimer timer(stream, options.warmup, options.runs, info.sm_clock_khz);
   std::vector<BenchRecord> records;
 
+  Progress progress(problems.size());
   for (const SuiteProblem& sp : problems) {
     const reference::ProblemSpec spec = bench_spec(sp);
+    progress.begin(spec.describe());
     const bool fp8 = is_fp8(spec.in);
     const int in_bytes = dtype_size(spec.in), out_bytes = dtype_size(spec.out);  // e4m3 and e5m2: 1 byte
     const std::vector<std::unique_ptr<reference::DeviceProblem>> pool = buffer_sets(spec, info);
@@ -184,14 +241,12 @@ int run_bench(const BenchOptions& options) {
       if (cublaslt.supports(lt_runs[0], &why) && plan_baseline()) {
         with_baseline = true;
         record.baseline_note = "per-tensor stand-in";
-        std::fprintf(stderr, "cuBLASLt cannot run %s (%s): timing it with per-tensor scales instead\n",
-                     spec.describe().c_str(), own_why.c_str());
+        progress.note("cuBLASLt cannot run " + spec.describe() + " (" + own_why + "): timing it with per-tensor scales instead");
       } else {
-        std::fprintf(stderr, "cuBLASLt cannot run %s (%s), nor with per-tensor scales (%s)\n", spec.describe().c_str(),
-                     own_why.c_str(), why.c_str());
+        progress.note("cuBLASLt cannot run " + spec.describe() + " (" + own_why + "), nor with per-tensor scales (" + why + ")");
       }
     } else if (!with_baseline && threw) {
-      std::fprintf(stderr, "cuBLASLt cannot run %s: %s\n", spec.describe().c_str(), why.c_str());
+      progress.note("cuBLASLt cannot run " + spec.describe() + ": " + why);
     }
     if (with_baseline) launchers.push_back([&](int s) { cublaslt.run(lt_runs[size_t(s)], stream); });
     const std::vector<double> medians = timer.median_us(sets, launchers);
@@ -204,18 +259,30 @@ int run_bench(const BenchOptions& options) {
     record.tflops = gemm_tflops(spec.m, spec.n, spec.k, spec.batch, record.ours_us);
     record.gbps = gemm_gbps(spec.m, spec.n, spec.k, spec.batch, in_bytes, out_bytes, record.ours_us);
     records.push_back(record);
-    std::fprintf(stderr, "  %s %s %s: ours %.1f us, cuBLASLt %.1f us%s, copy %.1f us (%d buffer sets)\n",
-                 shape_name(record).c_str(), record.dtype.c_str(), record.config.c_str(), record.ours_us,
-                 record.baseline_us, record.baseline_note.empty() ? "" : (" (" + record.baseline_note + ")").c_str(),
-                 record.copy_us, sets);
+    char line[512];
+    std::snprintf(line, sizeof line, "  %s %s %s: ours %.1f us, cuBLASLt %.1f us%s, copy %.1f us (%d buffer sets)",
+                  shape_name(record).c_str(), record.dtype.c_str(), record.config.c_str(), record.ours_us,
+                  record.baseline_us, record.baseline_note.empty() ? "" : (" (" + record.baseline_note + ")").c_str(),
+                  record.copy_us, sets);
+    progress.done(line);
   }
+  progress.finish();
   cudaStreamDestroy(stream);
 
   const BenchSummary summary = summarize(records);
   std::printf("%s", format_table(records, copy).c_str());
   if (!options.json.empty()) {
+    nlohmann::json json = to_json(records, summary, copy);
+    nlohmann::json& about = json["summary"];
+    about["device"] = info.name;
+    about["driver"] = runtime::driver_description();
+    about["gemmkit"] = version_text();
+    about["peak_tflops"] = nlohmann::json::object();
+    for (const auto& [type, tflops] : peaks) {
+      about["peak_tflops"][type] = std::isfinite(tflops) ? nlohmann::json(tflops) : nlohmann::json(nullptr);
+    }
     std::ofstream out(options.json);
-    out << to_json(records, summary, copy).dump(2) << "\n";
+    out << json.dump(2) << "\n";
     if (!out) throw Error(ErrorCode::io_error, "bench: cannot write " + options.json);
   }
   std::printf("%s\n", format_summary(summary).c_str());

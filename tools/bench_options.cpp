@@ -49,6 +49,13 @@ KernelConfig apply_overrides(KernelConfig config, const ConfigOverrides& overrid
   return config;
 }
 
+std::string compile_summary(int compiled, size_t kernels, size_t configs) {
+  const size_t cached = kernels - size_t(compiled);
+  return "compiled " + std::to_string(compiled) + (compiled == 1 ? " kernel" : " kernels") + " for " + std::to_string(configs) +
+         (configs == 1 ? " configuration" : " configurations") + " (" + std::to_string(cached) +
+         (cached == 1 ? " was" : " were") + " cached)";
+}
+
 SuiteProblem parse_overhead_shape(const std::string& text) {
   const Error bad(ErrorCode::invalid_argument,
                   "bench: --overhead-shape expects M,N,K as three positive integers, got '" + text + "'");

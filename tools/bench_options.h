@@ -1,4 +1,4 @@
-// Values of bench's options that need more checking than CLI11 gives; kept apart so the CPU
+// Values of bench's options that need more checking than the argument parser gives; kept apart so the CPU
 // tests can reach them.
 #pragma once
 
@@ -27,6 +27,10 @@ struct ConfigOverrides {
 // one on a wider tile is an error). Throws Error(invalid_argument) naming the options where the
 // result is not a config the kernel is built for.
 KernelConfig apply_overrides(KernelConfig chosen, const ConfigOverrides& overrides, int smem_limit);
+
+// What bench compiled without a GPU: "compiled 2 kernels for 5 configurations (1 was cached)",
+// `kernels` the distinct binaries the configurations need, `compiled` those not in the cache.
+std::string compile_summary(int compiled, size_t kernels, size_t configs);
 
 // The problem named by --overhead-shape: "M,N,K", three positive integers; NT, bf16, batch 1.
 // Throws Error(invalid_argument) naming --overhead-shape and the text given.

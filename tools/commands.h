@@ -14,7 +14,14 @@
 
 namespace gemmkit::tools {
 
-int run_info();
+// Device, clocks and kernel cache; only device `only_device` where it is not -1.
+int run_info(int only_device);
+
+// "0.1.0 (commit 1f48db36807c)": gemmkit's version, and the commit where known.
+std::string version_text();
+
+// gemmkit --version: gemmkit's version and commit, the CUDA runtime, the driver, each device.
+int run_version();
 
 // The device problem a suite line describes.
 reference::ProblemSpec to_spec(const SuiteProblem& p);

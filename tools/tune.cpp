@@ -1,5 +1,5 @@
 // gemmkit tune: for each problem of a suite, times the autotuner's candidates on the GPU and
-// stores the fastest in the tuning database, with a progress line per problem; then a table of
+// stores the fastest in the tuning database, with progress (progress.h) per problem; then a table of
 // each winner against the cost model's untuned pick, and how far that pick is from the best.
 #include <cstdio>
 #include <fstream>
@@ -8,8 +8,10 @@
 #include "commands.h"
 #include "dispatch/plan.h"
 #include "gemmkit/error.h"
+#include "progress.h"
 #include "report.h"
 #include "runtime/driver.h"
+#include "suite_lookup.h"
 #include "tuning/autotuner.h"
 #include "tuning/tuned_configs.h"
 
@@ -23,19 +25,10 @@ std::string label(const SuiteProblem& p) {
   return std::string(shape) + " " + p.layout + " " + type_spec(p);
 }
 
-std::string progress_bar(size_t done, size_t total) {
-  constexpr size_t kWidth = 20;
-  const size_t filled = total == 0 ? kWidth : done * kWidth / total;
-  const std::string bar = std::string(filled, '#') + std::string(kWidth - filled, '.');
-  char text[64];
-  std::snprintf(text, sizeof text, "[%s] %zu/%zu", bar.c_str(), done, total);
-  return text;
-}
-
 }  // namespace
 
 int run_tune(const std::string& suite, const std::string& json) {
-  const std::vector<SuiteProblem> problems = load_suite(suite);
+  const std::vector<SuiteProblem> problems = load_named_suite(suite);
   runtime::require_device();
   int device = 0;
   runtime::check(cudaGetDevice(&device), "cudaGetDevice");
@@ -46,13 +39,15 @@ int run_tune(const std::string& suite, const std::string& json) {
                info.name.c_str(), db.path().c_str());
 
   std::vector<TuneRecord> records;
+  Progress progress(problems.size());
   for (size_t i = 0; i < problems.size(); ++i) {
     const std::string name = label(problems[i]);
+    progress.begin(name);
     const Problem p = oriented(stand_in_problem(problems[i], device));  // as gemm() runs it
-    const std::string bar = progress_bar(i + 1, problems.size());
+    const std::string bar = progress.counter(i + 1);
     if (p.m == 0 || p.n == 0 || p.batch == 0 || problem_config(p).kind != KernelKind::tma) {
-      std::fprintf(stderr, "%s %s: nothing to tune (empty, or run by the GEMV or fallback kernel)\n", bar.c_str(),
-                   name.c_str());
+      progress.note(bar + " " + name + ": nothing to tune (empty, or run by the GEMV or fallback kernel)");
+      progress.done("");
       continue;
     }
     const tuning::TuneResult result = tuning::tune(p);
@@ -62,10 +57,13 @@ int run_tune(const std::string& suite, const std::string& json) {
     }
     TuneRecord record{name, best.config.name(), result.first_pick.config.name(), best.us, result.first_pick.us,
                       int(result.timed.size())};
-    std::fprintf(stderr, "%s %s: best %s %.2f us of %d candidates; model's pick %.2fx\n", bar.c_str(), name.c_str(),
-                 record.best_config.c_str(), record.best_us, record.candidates, record.pick_us / record.best_us);
+    char line[256];
+    std::snprintf(line, sizeof line, "%s %s: best %s %.2f us of %d candidates; model's pick %.2fx", bar.c_str(), name.c_str(),
+                  record.best_config.c_str(), record.best_us, record.candidates, record.pick_us / record.best_us);
+    progress.done(line);
     records.push_back(record);
   }
+  progress.finish();
 
   const PickSummary summary = summarize_picks(records);
   std::printf("%s", format_tune_table(records).c_str());

@@ -1,7 +1,10 @@
 #include "runtime/device.h"
 
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -21,14 +24,76 @@ int device_count() {
   return count;
 }
 
+CudaVersions cuda_versions() {
+  CudaVersions v;
+  // The runtime loads the driver by this name; whether it can tells "no driver" from the rest.
+  if (void* handle = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL)) {
+    v.driver_loads = true;
+    dlclose(handle);
+  }
+  if (cudaDriverGetVersion(&v.driver) != cudaSuccess) v.driver = 0;
+  if (cudaRuntimeGetVersion(&v.runtime) != cudaSuccess) v.runtime = 0;
+  cudaGetLastError();
+  return v;
+}
+
+std::string cuda_version_text(int version) {
+  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
+}
+
+std::string driver_description() {
+  const CudaVersions v = cuda_versions();
+  if (!v.driver_loads) return "none";
+  const std::string cuda = "CUDA " + cuda_version_text(v.driver);
+  // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul 27 ..."
+  std::ifstream in("/proc/driver/nvidia/version");
+  std::string line;
+  std::getline(in, line);
+  const size_t module = line.find("Kernel Module");
+  if (module == std::string::npos) return cuda;
+  std::istringstream words(line.substr(module + 13));
+  std::string version;
+  words >> version;
+  return version.empty() ? cuda : version + " (" + cuda + ")";
+}
+
+std::string no_device_message(int status, int count, const CudaVersions& v, const char* visible_devices) {
+  if (!v.driver_loads) {
+    return "no NVIDIA driver found (libcuda.so.1 could not be loaded): gemmkit needs an NVIDIA Hopper GPU (sm_90) and its "
+           "driver";
+  }
+  if (status == cudaErrorInsufficientDriver) {
+    return "the NVIDIA driver supports CUDA " + cuda_version_text(v.driver) + ", older than the CUDA " +
+           cuda_version_text(v.runtime) + " runtime gemmkit is built with: update the NVIDIA driver";
+  }
+  if (status == cudaErrorNoDevice || (status == cudaSuccess && count == 0)) {
+    std::string message = "no CUDA device visible";
+    if (visible_devices != nullptr) {
+      message += std::string(" (CUDA_VISIBLE_DEVICES=") + (*visible_devices ? visible_devices : "\"\"") + ")";
+    }
+    return message;
+  }
+  const auto error = static_cast<cudaError_t>(status);
+  return std::string("no usable CUDA device: ") + cudaGetErrorString(error) + " (" + cudaGetErrorName(error) + ")";
+}
+
 void require_device() {
   int count = 0;
-  cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess || count == 0) {
-    cudaGetLastError();
-    std::string why = status == cudaSuccess ? "no device found" : cudaGetErrorString(status);
-    throw Error(ErrorCode::no_device, "no CUDA device: " + why);
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status == cudaSuccess && count > 0) return;
+  cudaGetLastError();
+  throw Error(ErrorCode::no_device, no_device_message(status, count, cuda_versions(), std::getenv("CUDA_VISIBLE_DEVICES")));
+}
+
+void select_device(int ordinal) {
+  require_device();
+  const int count = device_count();
+  if (ordinal < 0 || ordinal >= count) {
+    throw Error(ErrorCode::invalid_argument, "device " + std::to_string(ordinal) + " does not exist: " +
+                                                 std::to_string(count) + (count == 1 ? " CUDA device is" : " CUDA devices are") +
+                                                 " visible (0 to " + std::to_string(count - 1) + ")");
   }
+  check(cudaSetDevice(ordinal), "cudaSetDevice");
 }
 
 const DeviceInfo& device_info(int ordinal) {
@@ -63,8 +128,8 @@ const DeviceInfo& device_info(int ordinal) {
 void require_sm90(const DeviceInfo& info) {
   if (info.cc_major == 9 && info.cc_minor == 0) return;
   std::ostringstream message;
-  message << "device " << info.ordinal << " (" << info.name << ") has compute capability " << info.cc_major
-          << "." << info.cc_minor << "; gemmkit's kernels need sm_90 (H100, H200)";
+  message << "device " << info.ordinal << " (" << info.name << ") is sm_" << info.cc_major << info.cc_minor
+          << "; gemmkit needs sm_90 (H100, H200)";
   throw Error(ErrorCode::unsupported_device, message.str());
 }
 

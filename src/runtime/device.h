@@ -21,13 +21,38 @@ struct DeviceInfo {
 // Number of CUDA devices; 0 when there is no driver or no device. Never throws.
 int device_count();
 
-// Throws Error(no_device) with a one-line explanation when no device can be used.
+// Throws Error(no_device) with a one-line explanation when no device can be used: no driver
+// (libcuda.so.1 does not load), a driver older than the runtime, no device visible.
 void require_device();
+
+// Makes `ordinal` the current device (cudaSetDevice). Throws Error(no_device) as require_device
+// does, Error(invalid_argument) naming the ordinal and the device count where it is out of range.
+void select_device(int ordinal);
+
+// The CUDA versions in play, as 1000 * major + 10 * minor (13000 for 13.0).
+struct CudaVersions {
+  bool driver_loads = false;  // libcuda.so.1 can be loaded
+  int driver = 0;             // the newest CUDA the driver supports; 0 without a driver
+  int runtime = 0;            // the CUDA runtime gemmkit is linked with
+};
+CudaVersions cuda_versions();
+
+// "13.0" for 13000.
+std::string cuda_version_text(int version);
+
+// The NVIDIA driver's own version, e.g. "580.65.06 (CUDA 13.0)", from /proc/driver/nvidia/version
+// where readable ("CUDA 13.0" otherwise); "none" without a driver.
+std::string driver_description();
+
+// The message require_device throws, for what cudaGetDeviceCount returned (`status`, a
+// cudaError_t, and `count`), the versions and $CUDA_VISIBLE_DEVICES (null where unset).
+std::string no_device_message(int status, int count, const CudaVersions& versions, const char* visible_devices);
 
 // Cached properties of one device. Throws Error(no_device / cuda_error).
 const DeviceInfo& device_info(int ordinal);
 
-// Throws Error(unsupported_device) unless the device is sm_90 (H100, H200).
+// Throws Error(unsupported_device), naming the device and its sm_XY, unless it is sm_90 (H100,
+// H200).
 void require_sm90(const DeviceInfo& info);
 
 // Device memory a pointer points into: its device, and the address range [first, last) of the

@@ -156,3 +156,13 @@ TEST(BenchOptions, OverridesThatDoNotFitAreRejected) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(BenchOptions, CompileSummaryCountsKernelsAndConfigurations) {
+  EXPECT_EQ(compile_summary(2, 3, 5), "compiled 2 kernels for 5 configurations (1 was cached)");
+  EXPECT_EQ(compile_summary(1, 1, 1), "compiled 1 kernel for 1 configuration (0 were cached)");
+  EXPECT_EQ(compile_summary(0, 4, 4), "compiled 0 kernels for 4 configurations (4 were cached)");
+}
+
+}  // namespace
