@@ -9,9 +9,8 @@ from pathlib import Path
 
 def main():
     cli = Path(__file__).parent / "bin" / "gemmkit"
-    if not cli.exists():
-        sys.exit("gemmkit: this package was built without its command-line tool (CLI11 was not found when it "
-                 "was built); install CLI11 (Debian: libcli11-dev) and reinstall")
+    if not cli.exists():  # every build installs it: only a damaged installation lacks it
+        sys.exit(f"gemmkit: the command-line tool is missing from this installation ({cli}); reinstall gemmkit")
     os.execv(cli, [str(cli), *sys.argv[1:]])
 
 
