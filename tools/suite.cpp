@@ -7,6 +7,7 @@
 #include <optional>
 #include <sstream>
 
+#include "dispatch/problem.h"
 #include "gemmkit/error.h"
 
 namespace gemmkit::tools {
@@ -160,6 +161,12 @@ SuiteProblem parse_problem(const std::vector<std::string>& fields, const std::st
     }
   }
   if (fields.size() > next) p.batch = parse_int(fields[next], "batch", 1, where);
+  try {
+    check_addressable(p.m, p.n, p.k, p.batch,
+                      std::max({dtype_size(p.in_dtype), dtype_size(p.b_dtype()), dtype_size(p.out_dtype)}));
+  } catch (const Error& e) {
+    fail(where, e.what());
+  }
   return p;
 }
 

@@ -147,11 +147,43 @@ TEST(Suite, SkipsCommentsAndBlankLinesAndKeepsLineNumbers) {
 }
 
 TEST(Suite, AcceptsZeroSizesAnd64BitValues) {
-  auto p = parse("0 0 0\n9000000000 1 1 NT bf16 3000000000\n");
+  auto p = parse("0 0 0\n9000000000 1 1 NT bf16 300000000\n");
   ASSERT_EQ(p.size(), 2u);
   EXPECT_EQ(std::tie(p[0].m, p[0].n, p[0].k), std::make_tuple(0, 0, 0));
   EXPECT_EQ(p[1].m, 9000000000LL);
-  EXPECT_EQ(p[1].batch, 3000000000LL);
+  EXPECT_EQ(p[1].batch, 300000000LL);
+}
+
+TEST(Suite, RejectsProblemsPastSixtyFourBitAddressing) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"4294967296 4294967296 8 NT bf16",
+       "test.txt:2: problem 4294967296 x 4294967296 x 8: M x N = 2^64 elements overflows 64-bit addressing"},
+      {"4294967296 1 2147483648 NN bf16 2",
+       "test.txt:2: problem 4294967296 x 1 x 2147483648 (batch 2): M x K = 2^63 elements overflows 64-bit "
+       "addressing"},
+      {"9000000000 1 1 NT bf16 3000000000",
+       "test.txt:2: problem 9000000000 x 1 x 1 (batch 3000000000): batch x M x K = 27000000000000000000 elements "
+       "overflows 64-bit addressing"},
+      {"1 1 4611686018427387904 NT e4m3:f32",  // 2^62 one-byte elements, but D is f32
+       "test.txt:2: problem 1 x 1 x 4611686018427387904: K x 4 bytes = 2^64 bytes overflows 64-bit addressing"},
+  };
+  for (const auto& [line, message] : cases) {
+    SCOPED_TRACE(line);
+    try {
+      parse("1 1 1\n" + line + "\n");
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+      EXPECT_EQ(std::string(e.what()), message);
+    }
+  }
+  try {
+    parse_problem({"4294967296", "4294967296", "8"}, "command line");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("command line: problem 4294967296 x 4294967296 x 8: M x N", 0), 0u) << e.what();
+  }
+  EXPECT_EQ(parse("1 1 4611686018427387903 NT e4m3:bf16\n").at(0).k, 4611686018427387903LL) << "just within";
 }
 
 // Each bad line sits on line 3, after a comment and a good line, so the line number is checked.
