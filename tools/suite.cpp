@@ -6,7 +6,9 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <string_view>
 
+#include "dispatch/problem.h"
 #include "gemmkit/error.h"
 
 namespace gemmkit::tools {
@@ -14,6 +16,25 @@ namespace {
 
 [[noreturn]] void fail(const std::string& where, const std::string& what) {
   throw Error(ErrorCode::invalid_argument, where + ": " + what);
+}
+
+// A field or line quoted for an error message, between single quotes: its first 80 bytes,
+// those outside printable ASCII as \xNN and a backslash as \\, then "..." where it is cut. A
+// suite line may be megabytes of anything; the message stays one short printable line.
+std::string quoted(std::string_view text) {
+  constexpr size_t kLimit = 80;
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out = "'";
+  for (const unsigned char c : text.substr(0, kLimit)) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c < 0x20 || c >= 0x7f) {
+      out += {'\\', 'x', kDigits[c >> 4], kDigits[c & 0xf]};
+    } else {
+      out += char(c);
+    }
+  }
+  return out + (text.size() > kLimit ? "...'" : "'");
 }
 
 std::string lower(std::string s) {
@@ -87,8 +108,8 @@ void parse_dtype(const std::string& field, SuiteProblem& p, const std::string& w
     }
   }
   if (!ok)
-    fail(where, "unknown dtype '" + field +
-                    "'; expected IN or IN:OUT with IN bf16, f16, e4m3, e5m2 or two 8-bit types A,B "
+    fail(where, "unknown dtype " + quoted(field) +
+                    "; expected IN or IN:OUT with IN bf16, f16, e4m3, e5m2 or two 8-bit types A,B "
                     "(e.g. e4m3,e5m2) and OUT bf16, f16 or f32");
   p.in_dtype = *in_a;
   p.in_b = *in_b == *in_a ? std::nullopt : in_b;
@@ -112,20 +133,20 @@ int64_t parse_int(const std::string& field, const char* what, int64_t min,
   const char* end = field.data() + field.size();
   auto [ptr, ec] = std::from_chars(field.data(), end, v);
   if (ec == std::errc::result_out_of_range)
-    fail(where, std::string(what) + " '" + field + "' is out of range; expected a 64-bit integer");
+    fail(where, std::string(what) + " " + quoted(field) + " is out of range; expected a 64-bit integer");
   if (ec != std::errc() || ptr != end)
-    fail(where, std::string(what) + " '" + field +
-                    "' is not an integer; expected an integer >= " + std::to_string(min));
+    fail(where, std::string(what) + " " + quoted(field) +
+                    " is not an integer; expected an integer >= " + std::to_string(min));
   if (v < min)
-    fail(where, std::string(what) + " '" + field +
-                    "' is too small; expected an integer >= " + std::to_string(min));
+    fail(where, std::string(what) + " " + quoted(field) +
+                    " is too small; expected an integer >= " + std::to_string(min));
   return v;
 }
 
 SuiteProblem parse_problem(const std::vector<std::string>& fields, const std::string& where) {
   if (fields.size() < 3 || fields.size() > 7)
     fail(where, "expected 3 to 7 fields (M N K [layout] [dtype] [mode] [batch]), got " +
-                    std::to_string(fields.size()) + ": '" + join(fields) + "'");
+                    std::to_string(fields.size()) + ": " + quoted(join(fields)));
   SuiteProblem p;
   p.m = parse_int(fields[0], "M", 0, where);
   p.n = parse_int(fields[1], "N", 0, where);
@@ -134,7 +155,7 @@ SuiteProblem parse_problem(const std::vector<std::string>& fields, const std::st
   if (fields.size() > 3) {
     p.layout = upper(fields[3]);
     if (p.layout != "NN" && p.layout != "NT" && p.layout != "TN" && p.layout != "TT")
-      fail(where, "unknown layout '" + fields[3] + "'; expected NN, NT, TN or TT");
+      fail(where, "unknown layout " + quoted(fields[3]) + "; expected NN, NT, TN or TT");
   }
 
   if (fields.size() > 4) parse_dtype(fields[4], p, where);
@@ -146,20 +167,26 @@ SuiteProblem parse_problem(const std::vector<std::string>& fields, const std::st
     const auto mode = mode_of(field);
     if (!p.fp8()) {
       if (mode)
-        fail(where, "scaling mode '" + field + "' with " + name_of(p.in_dtype) +
+        fail(where, "scaling mode " + quoted(field) + " with " + name_of(p.in_dtype) +
                         " inputs; expected a batch (a mode goes with e4m3 or e5m2 inputs only)");
       if (fields.size() > 6)
         fail(where, "expected 3 to 6 fields for 16-bit inputs (M N K [layout] [dtype] [batch]), got " +
-                        std::to_string(fields.size()) + ": '" + join(fields) + "'");
+                        std::to_string(fields.size()) + ": " + quoted(join(fields)));
     } else if (mode) {
       p.mode = *mode;
       ++next;
     } else if (!numeric(field) || fields.size() > 6) {
-      fail(where, "unknown scaling mode '" + field + "'; expected tensor, rowwise, block or mx" +
+      fail(where, "unknown scaling mode " + quoted(field) + "; expected tensor, rowwise, block or mx" +
                       (fields.size() > 6 ? "" : " (or a batch)"));
     }
   }
   if (fields.size() > next) p.batch = parse_int(fields[next], "batch", 1, where);
+  try {
+    check_addressable(p.m, p.n, p.k, p.batch,
+                      std::max({dtype_size(p.in_dtype), dtype_size(p.b_dtype()), dtype_size(p.out_dtype)}));
+  } catch (const Error& e) {
+    fail(where, e.what());
+  }
   return p;
 }
 

@@ -29,6 +29,7 @@ reference::ProblemSpec to_spec(const SuiteProblem& p) {
 
 Problem stand_in_problem(const SuiteProblem& sp, int device) {
   const reference::ProblemSpec spec = to_spec(sp);
+  spec.check_addressable();  // the batch strides below are products of the sizes
   auto* base = reinterpret_cast<char*>(uintptr_t(1) << 40);
   const int64_t gap = int64_t(1) << 38;
   auto view = [&](int64_t rows, int64_t cols, bool transposed, DType type, char* data, int64_t batch_stride) {

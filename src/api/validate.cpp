@@ -138,6 +138,11 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
   check_batch(a, "A");
   check_batch(b, "B");
   if (use_c) check_batch(*options.c, "C");
+  // Before any arithmetic on the sizes: past 2^63 elements or bytes it would wrap (a problem
+  // of 2^32 x 2^32 would count as empty).
+  const int widest = std::max({dtype_size(a.dtype), dtype_size(b.dtype), dtype_size(d.dtype),
+                               use_c ? dtype_size(options.c->dtype) : 1});
+  check_addressable(m, n, k, batch, widest);
   const ScaleRef scale_a = scale_ref(options.scale_a, a, /*is_a=*/true, m, k);
   const ScaleRef scale_b = scale_ref(options.scale_b, b, /*is_a=*/false, k, n);
   if (scale_a.mode != ScaleMode::none) check_batch(options.scale_a.scales, "scale_a");

@@ -8,6 +8,8 @@
 #include <sstream>
 #include <tuple>
 
+#include "dispatch/checked_math.h"
+
 namespace gemmkit {
 namespace {
 
@@ -623,11 +625,13 @@ std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& lim
           short_groups_pay(p, tile, k_blocks, limits) ? kOneWaveGroupRows : raster_group_rows(p, tile.m, limits);
       if (candidate.stages < 2) continue;
       const int64_t cluster_tiles = ceil_div(tiles_m, cluster) * ceil_div(p.n, tile.n) * p.batch;
-      const int64_t partial_bytes = cluster_tiles * cluster * tile.m * tile.n * 4;
+      // Saturated: past 2^63 bytes (a problem near the addressing limit) no split is allowed.
+      const int64_t partial_bytes =
+          checked_product({cluster_tiles, cluster, tile.m, tile.n, 4}).value_or(std::numeric_limits<int64_t>::max());
       const bool unsplit_only = tile.n == 64 && !is_fp8(config.in);  // half_width_tile_pays
       for (int splits = 1; splits <= kMaxSplits; ++splits) {
         if (splits > 1 && (tile.n > kMaxSplitTileN || splits > max_splits(k_blocks) ||
-                           splits * partial_bytes > kMaxPartialBytes || unsplit_only)) {
+                           partial_bytes > kMaxPartialBytes / splits || unsplit_only)) {
           break;
         }
         candidate.splits = splits;

@@ -39,6 +39,13 @@ struct Problem {  // every field goes into problem_words
   bool has_c() const { return c.data != nullptr; }
 };
 
+// Throws Error(invalid_argument) where 64-bit addressing cannot reach an operand of the
+// M x N x K problem over `batch` matrices, elements at most `element_bytes` wide: a size, or
+// the elements of A (M x K), B (K x N) or C and D (M x N), one matrix or the batch, or their
+// bytes, past 2^63 - 1. The message names the sizes and the product, e.g. "problem 4294967296
+// x 4294967296 x 8: M x N = 2^64 elements overflows 64-bit addressing". Sizes are >= 0.
+void check_addressable(int64_t m, int64_t n, int64_t k, int64_t batch, int element_bytes);
+
 // Every field of a problem as 64-bit words, pointers included: equal words, equal problems.
 using ProblemWords = std::array<int64_t, 42>;
 ProblemWords problem_words(const Problem& p);

@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
+#include <string>
 #include <sstream>
 #include <utility>
 #include <stdexcept>
 #include <vector>
 
 #include "api/validate.h"
+#include "dispatch/checked_math.h"
 #include "gemmkit/error.h"
 #include "reference/gpu_reference.h"
 #include "runtime/driver.h"
@@ -22,10 +25,18 @@ namespace {
 struct Strides {
   int64_t row, col, span;
 };
+// Sizes within 64-bit addressing (ProblemSpec::check_addressable) keep the rounding exact; a
+// padding that takes the span past it is an error.
 Strides operand_strides(int64_t rows, int64_t cols, bool transposed, int64_t pad, bool align) {
   const int64_t inner = transposed ? rows : cols, outer = transposed ? cols : rows;
-  const int64_t leading = (align ? (inner + 7) / 8 * 8 : inner) + pad;
-  return transposed ? Strides{1, leading, outer * leading} : Strides{leading, 1, outer * leading};
+  const std::optional<int64_t> leading = checked_sum(align ? (inner + 7) / 8 * 8 : inner, pad);
+  const std::optional<int64_t> span = leading ? checked_product({outer, *leading}) : std::nullopt;
+  if (!span) {
+    throw Error(ErrorCode::invalid_argument, "a " + std::to_string(rows) + " x " + std::to_string(cols) +
+                                                 " operand padded by " + std::to_string(pad) +
+                                                 " elements a row overflows 64-bit addressing");
+  }
+  return transposed ? Strides{1, *leading, *span} : Strides{*leading, 1, *span};
 }
 
 // Sets every element of `buffer` outside its view to all ones (NaN in every float type): the
@@ -73,24 +84,37 @@ std::string ProblemSpec::describe() const {
 
 void* DeviceProblem::Buffer::data() const { return static_cast<char*>(base) + offset * dtype_size(type); }
 
-DeviceProblem::Buffer DeviceProblem::allocate(DType type, int64_t offset, int64_t elements) {
+void ProblemSpec::check_addressable() const {
+  const int scale_bytes = scale_a != ScaleMode::none || scale_b != ScaleMode::none ? 4 : 1;
+  gemmkit::check_addressable(m, n, k, batch, std::max({dtype_size(in), dtype_size(b_type()), dtype_size(out), scale_bytes}));
+}
+
+DeviceProblem::Buffer DeviceProblem::allocate(DType type, int64_t offset, int64_t span, int64_t batch) {
   Buffer buffer;
   buffer.type = type;
   buffer.offset = offset;
-  buffer.elements = offset + std::max<int64_t>(elements, 1);
+  const std::optional<int64_t> elements = checked_product({span, batch});
+  const std::optional<int64_t> total = elements ? checked_sum(offset, std::max<int64_t>(*elements, 1)) : std::nullopt;
+  if (!total || !checked_product({*total, dtype_size(type)})) {
+    throw Error(ErrorCode::invalid_argument, spec_.describe() + ": a buffer of " + std::to_string(batch) + " x " +
+                                                 std::to_string(span) + " elements after " + std::to_string(offset) +
+                                                 " overflows 64-bit addressing");
+  }
+  buffer.elements = *total;
   runtime::check(cudaMalloc(&buffer.base, size_t(buffer.elements) * dtype_size(type)), "cudaMalloc");
   return buffer;
 }
 
 DeviceProblem::DeviceProblem(const ProblemSpec& spec, uint64_t seed) : spec_(spec), seed_(seed) {
   if (spec.layout.size() != 2) throw std::invalid_argument("layout must be two letters: " + spec.layout);
+  spec.check_addressable();
   const bool a_t = spec.layout[0] == 'T', b_t = spec.layout[1] == 'T';
   const Strides sa = operand_strides(spec.m, spec.k, a_t, spec.pad_a, spec.align_leading);
   const Strides sb = operand_strides(spec.k, spec.n, b_t, spec.pad_b, spec.align_leading);
   const Strides sd = operand_strides(spec.m, spec.n, spec.d_col_major, spec.pad_d, spec.align_leading);
-  a_buf_ = allocate(spec.in, spec.offset_a, sa.span * spec.batch);
-  b_buf_ = allocate(spec.b_type(), spec.offset_b, sb.span * spec.batch);
-  d_buf_ = allocate(spec.out, spec.offset_d, sd.span * spec.batch);
+  a_buf_ = allocate(spec.in, spec.offset_a, sa.span, spec.batch);
+  b_buf_ = allocate(spec.b_type(), spec.offset_b, sb.span, spec.batch);
+  d_buf_ = allocate(spec.out, spec.offset_d, sd.span, spec.batch);
   auto view = [&](const Buffer& buffer, int64_t rows, int64_t cols, const Strides& s) {
     return spec.batch == 1 ? TensorView::matrix(buffer.data(), buffer.type, rows, cols, s.row, s.col)
                            : TensorView::batched(buffer.data(), buffer.type, spec.batch, rows, cols, s.span, s.row, s.col);
@@ -109,7 +133,7 @@ DeviceProblem::DeviceProblem(const ProblemSpec& spec, uint64_t seed) : spec_(spe
   scale_b_ = make_scale(spec.scale_b, false, scale_b_buf_, seed + 4);
   if (spec.beta != 0.0f) {
     // C has D's type and strides; with C = D it is also the pristine copy D is reset from.
-    c_buf_ = allocate(spec.out, spec.offset_d, sd.span * spec.batch);
+    c_buf_ = allocate(spec.out, spec.offset_d, sd.span, spec.batch);
     c_ = view(c_buf_, spec.m, spec.n, sd);
     runtime::fill_random(c_buf_.base, spec.out, c_buf_.elements, seed + 2, -1.0f, 1.0f, nullptr);
   }
@@ -144,7 +168,7 @@ Scale DeviceProblem::make_scale(ScaleMode mode, bool is_a, Buffer& buffer, uint6
   const auto [scale_rows, scale_cols] = scale_shape(spec_, is_a);
   const DType type = mode == ScaleMode::mx ? DType::ue8m0 : DType::f32;
   const Strides st = operand_strides(scale_rows, scale_cols, spec_.scales_col_major, spec_.pad_scales, false);
-  buffer = allocate(type, 0, st.span * spec_.batch);
+  buffer = allocate(type, 0, st.span, spec_.batch);
   if (mode == ScaleMode::mx) {
     runtime::fill_random(buffer.base, type, buffer.elements, seed, 0.25f, 4.0f, nullptr);
   } else {

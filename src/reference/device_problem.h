@@ -45,6 +45,9 @@ struct ProblemSpec {
 
   DType b_type() const { return in_b.value_or(in); }
   std::string describe() const;
+  // Throws gemmkit::Error(invalid_argument) where an operand is too large for 64-bit
+  // addressing (check_addressable in dispatch/problem.h), naming the sizes.
+  void check_addressable() const;
 };
 
 // Rows and columns of A's (is_a) or B's blocks that share a scale in the spec's mode, and the
@@ -87,7 +90,9 @@ class DeviceProblem {
     DType type = DType::bf16;
     void* data() const;
   };
-  Buffer allocate(DType type, int64_t offset, int64_t elements);
+  // `offset` elements, then `batch` spans of `span` elements (at least one element in all);
+  // throws Error(invalid_argument) past 64-bit addressing.
+  Buffer allocate(DType type, int64_t offset, int64_t span, int64_t batch);
   // Elements of D's buffer (its host image `host_d`) outside D's view that differ from what
   // prepare_output left there.
   int64_t changed_outside_d(const std::vector<char>& host_d) const;

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "runtime/file_descriptor.h"
+#include "runtime/warn_once.h"
 
 namespace gemmkit::runtime {
 namespace {
@@ -102,6 +103,7 @@ bool write_all(int fd, const void* data, size_t size) {
   while (size > 0) {
     const ssize_t n = ::write(fd, p, size);
     if (n < 0 && errno == EINTR) continue;
+    if (n == 0) errno = EIO;  // no progress and no error: say something true
     if (n <= 0) return false;
     p += n;
     size -= static_cast<size_t>(n);
@@ -140,6 +142,26 @@ void remove_if_same(const fs::path& path, int fd) {
   }
 }
 
+// Writes the entry for `key` to the new file `tmp`, then renames it to `path`. On failure
+// returns why (strerror's text, naming the entry where the rename failed) and leaves no
+// temporary file behind; on success nullopt.
+std::optional<std::string> write_entry(const fs::path& tmp, const fs::path& path, std::string_view key,
+                                       std::string_view payload) {
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return std::strerror(errno);
+  const Header h{kMagic, payload.size(), seeded_hash(payload, kChecksumSeed), seeded_hash(key, kKeySeed)};
+  // No fsync: an entry torn by a power loss fails the size or checksum check and is
+  // recompiled, which is cheaper than syncing every store.
+  std::optional<std::string> failure;
+  if (!write_all(fd, &h, sizeof h) || !write_all(fd, payload.data(), payload.size())) failure = std::strerror(errno);
+  if (::close(fd) != 0 && !failure) failure = std::strerror(errno);
+  if (!failure && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    failure = path.filename().string() + ": " + std::strerror(errno);
+  }
+  if (failure) ::unlink(tmp.c_str());
+  return failure;
+}
+
 }  // namespace
 
 DiskCache::DiskCache(std::filesystem::path directory) : directory_(std::move(directory)) {}
@@ -160,11 +182,30 @@ std::filesystem::path DiskCache::default_directory() {
 
 const std::filesystem::path& DiskCache::directory() const { return directory_; }
 
+void DiskCache::warn_unusable(const char* what, const std::string& reason) const {
+  try {
+    warn_once("kernel cache " + directory_.string(),
+              "kernel cache " + directory_.string() + " is not " + what + " (" + reason +
+                  "); kernels are compiled anew in every process (set GEMMKIT_CACHE_DIR)");
+  } catch (...) {  // out of memory for the message: the cache still only costs time
+  }
+}
+
 std::optional<std::string> DiskCache::load(std::string_view key) const {
   try {
     const fs::path path = directory_ / (entry_stem(key) + kEntryExtension);
-    FileDescriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (file.fd < 0) return std::nullopt;  // plain miss
+    OpenFailure failure;
+    FileDescriptor file(open_regular(path.c_str(), O_RDONLY, 0, failure));
+    if (file.fd < 0) {
+      if (failure.not_regular) {
+        // store() renames a good entry over it.
+        warn_once(path.string(), "kernel cache entry " + path.string() + " is " + failure.reason +
+                                     "; it is ignored and the kernel compiled anew");
+      } else if (!failure.missing) {
+        warn_unusable("readable", failure.reason);
+      }
+      return std::nullopt;  // a plain miss where the entry is missing
+    }
     std::optional<std::string> payload = read_entry(file.fd, key);
     if (!payload) remove_if_same(path, file.fd);
     return payload;
@@ -174,32 +215,28 @@ std::optional<std::string> DiskCache::load(std::string_view key) const {
 }
 
 bool DiskCache::store(std::string_view key, std::string_view payload) const {
+  std::string reason;
   try {
     std::error_code ec;
     fs::create_directories(directory_, ec);
-    if (ec) return false;
-
-    // pid separates processes, the counter separates threads and calls within one process.
-    static std::atomic<uint64_t> counter{0};
-    const std::string stem = entry_stem(key);
-    const fs::path path = directory_ / (stem + kEntryExtension);
-    const fs::path tmp = directory_ / (stem + ".tmp." + std::to_string(::getpid()) + "." +
-                                       std::to_string(counter.fetch_add(1)));
-
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) return false;
-    const Header h{kMagic, payload.size(), seeded_hash(payload, kChecksumSeed),
-                   seeded_hash(key, kKeySeed)};
-    // No fsync: an entry torn by a power loss fails the size or checksum check and is
-    // recompiled, which is cheaper than syncing every store.
-    bool ok = write_all(fd, &h, sizeof h) && write_all(fd, payload.data(), payload.size());
-    ok = ::close(fd) == 0 && ok;
-    ok = ok && ::rename(tmp.c_str(), path.c_str()) == 0;
-    if (!ok) ::unlink(tmp.c_str());
-    return ok;
-  } catch (...) {
-    return false;
+    if (ec) {
+      reason = ec.message();
+    } else {
+      // pid separates processes, the counter separates threads and calls within one process.
+      static std::atomic<uint64_t> counter{0};
+      const std::string stem = entry_stem(key);
+      const fs::path path = directory_ / (stem + kEntryExtension);
+      const fs::path tmp = directory_ / (stem + ".tmp." + std::to_string(::getpid()) + "." +
+                                         std::to_string(counter.fetch_add(1)));
+      const std::optional<std::string> failure = write_entry(tmp, path, key, payload);
+      if (!failure) return true;
+      reason = *failure;
+    }
+  } catch (const std::exception& e) {  // e.g. bad_alloc
+    reason = e.what();
   }
+  warn_unusable("writable", reason);
+  return false;
 }
 
 DiskCache::Usage DiskCache::usage() const {

@@ -123,6 +123,26 @@ bool store_winner(const Problem& p, const runtime::DeviceInfo& info, const Kerne
   return stored;
 }
 
+std::optional<KernelConfig> tuned_online(const Problem& p, const runtime::DeviceInfo& info, TuningDatabase& db,
+                                         const std::function<TuneResult(const Problem&)>& tuner) {
+  // One tuning at a time, so that tunings do not share the GPU and skew each other's timings;
+  // a thread that waited finds the winner another one stored.
+  static std::mutex tuning;
+  std::lock_guard<std::mutex> lock(tuning);
+  if (auto tuned = tuned_config(p, info, db)) return tuned;
+  try {
+    const TuneResult result = tuner(p);
+    // Where the file cannot be written, db keeps the winner in memory (and says so once).
+    store_winner(p, info, result.timed.front().config, result.timed.front().us, db);
+    return result.timed.front().config;
+  } catch (const Error& e) {
+    // Tuning is an optimisation: the call goes on with the cost model's pick.
+    std::fprintf(stderr, "gemmkit: online tuning of %s failed (%s); using the cost model's pick\n",
+                 problem_key(p).c_str(), e.what());
+    return std::nullopt;
+  }
+}
+
 Dispatch dispatch_config(const Problem& p, const runtime::DeviceInfo& info, cudaStream_t stream) {
   const DeviceLimits limits{info.sm_count, info.smem_per_block_optin, info.l2_bytes};
   const TuningMode mode = tuning_mode();
@@ -135,21 +155,8 @@ Dispatch dispatch_config(const Problem& p, const runtime::DeviceInfo& info, cuda
       capture != cudaStreamCaptureStatusNone) {
     return {choose_config(p, limits), false};
   }
-  // One tuning at a time, so that tunings do not share the GPU and skew each other's timings;
-  // a thread that waited finds the winner another one stored.
-  static std::mutex tuning;
-  std::lock_guard<std::mutex> lock(tuning);
-  if (auto tuned = tuned_config(p, info)) return {*tuned, true};
-  try {
-    const TuneResult result = tune(p);
-    store_winner(p, info, result.timed.front().config, result.timed.front().us);
-    return {result.timed.front().config, true};
-  } catch (const Error& e) {
-    // Tuning is an optimisation: the call goes on with the cost model's pick.
-    std::fprintf(stderr, "gemmkit: online tuning of %s failed (%s); using the cost model's pick\n",
-                 problem_key(p).c_str(), e.what());
-    return {choose_config(p, limits), false};
-  }
+  if (auto tuned = tuned_online(p, info, database(), tune)) return {*tuned, true};
+  return {choose_config(p, limits), false};
 }
 
 }  // namespace gemmkit::tuning

@@ -5,12 +5,14 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include "dispatch/config.h"
 #include "runtime/device.h"
+#include "tuning/autotuner.h"
 #include "tuning/tuning_db.h"
 
 namespace gemmkit::tuning {
@@ -44,9 +46,16 @@ std::optional<KernelConfig> tuned_config(const Problem& p, const runtime::Device
                                          const TuningDatabase& db = database());
 
 // Stores `config`, timed at `us`, in `db` as the winner of p's class on this device. Returns
-// false when the database file cannot be written (the winner is then not kept).
+// false when the database file cannot be written; `db` keeps the winner in memory all the same.
 bool store_winner(const Problem& p, const runtime::DeviceInfo& info, const KernelConfig& config, double us,
                   TuningDatabase& db = database());
+
+// Online tuning of a normalised problem the TMA kernel runs: `db`'s winner for p's class, else
+// the fastest config `tuner` (tune() in the library) times, stored in `db` as the winner, so
+// that a class is tuned once per process even where the file cannot be written. Tunings run
+// one at a time. nullopt where the tuner throws gemmkit::Error, with a line on stderr.
+std::optional<KernelConfig> tuned_online(const Problem& p, const runtime::DeviceInfo& info, TuningDatabase& db,
+                                         const std::function<TuneResult(const Problem&)>& tuner);
 
 struct Dispatch {
   KernelConfig config;

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "gemmkit/error.h"
 #include "runtime/disk_cache.h"
 #include "runtime/file_descriptor.h"
+#include "runtime/warn_once.h"
 
 namespace gemmkit {
 namespace {
@@ -96,20 +98,29 @@ bool lock(int fd, int operation) {
 }
 
 // The whole file, read under a shared lock so that an append in progress is seen whole or
-// not at all. Empty if the file is missing, unreadable or not a regular file.
-std::string read_file(const fs::path& path) {
-  FileDescriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  struct stat st;
-  if (file.fd < 0 || ::fstat(file.fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-      !lock(file.fd, LOCK_SH)) {
-    return {};
+// not at all; empty if the file is missing. nullopt if it cannot be read, with `reason` set.
+// Only a regular file is read, and the open never blocks: a FIFO or a device is refused.
+std::optional<std::string> read_file(const fs::path& path, std::string& reason) {
+  runtime::OpenFailure failure;
+  FileDescriptor file(runtime::open_regular(path.c_str(), O_RDONLY, 0, failure));
+  if (file.fd < 0) {
+    if (failure.missing) return std::string();
+    reason = failure.reason;
+    return std::nullopt;
   }
   std::string bytes;
+  if (!lock(file.fd, LOCK_SH)) {
+    reason = std::strerror(errno);
+    return std::nullopt;
+  }
   char buffer[1 << 16];
   for (;;) {
     const ssize_t n = ::read(file.fd, buffer, sizeof buffer);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return {};
+    if (n < 0) {
+      reason = std::strerror(errno);
+      return std::nullopt;
+    }
     if (n == 0) return bytes;
     bytes.append(buffer, static_cast<size_t>(n));
   }
@@ -118,20 +129,34 @@ std::string read_file(const fs::path& path) {
 // Appends `line` under an exclusive lock, normally with a single write(); O_APPEND keeps it in
 // one piece even beside a writer that ignores the lock. If the file ends in a cut-off line (a
 // writer died mid-line, or the disk filled up), a newline goes first so that `line` stays whole.
-bool append_line(const fs::path& path, std::string line) {
+// Returns false with `reason` set where the file cannot be written, or is not a regular file.
+bool append_line(const fs::path& path, std::string line, std::string& reason) {
   std::error_code ec;
   if (path.has_parent_path()) fs::create_directories(path.parent_path(), ec);
-  if (ec) return false;
-  FileDescriptor file(::open(path.c_str(), O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644));
+  if (ec) {
+    reason = ec.message();
+    return false;
+  }
+  runtime::OpenFailure failure;
+  FileDescriptor file(runtime::open_regular(path.c_str(), O_RDWR | O_APPEND | O_CREAT, 0644, failure));
+  if (file.fd < 0) {
+    reason = failure.reason;
+    return false;
+  }
+  auto failed = [&](int error) {
+    reason = std::strerror(error);
+    return false;
+  };
   struct stat st;
-  if (file.fd < 0 || !lock(file.fd, LOCK_EX) || ::fstat(file.fd, &st) != 0) return false;
+  if (!lock(file.fd, LOCK_EX) || ::fstat(file.fd, &st) != 0) return failed(errno);
   char last = '\n';
-  if (st.st_size > 0 && ::pread(file.fd, &last, 1, st.st_size - 1) != 1) return false;
+  if (st.st_size > 0 && ::pread(file.fd, &last, 1, st.st_size - 1) != 1) return failed(errno);
   if (last != '\n') line.insert(0, 1, '\n');
   for (std::string_view rest = line; !rest.empty();) {
     const ssize_t n = ::write(file.fd, rest.data(), rest.size());
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
+    if (n == 0) return failed(EIO);  // no progress and no error
+    if (n < 0) return failed(errno);
     rest.remove_prefix(static_cast<size_t>(n));
   }
   return true;
@@ -154,11 +179,22 @@ void TuningDatabase::reload() {
   load_locked();
 }
 
+void TuningDatabase::warn(const char* what, const std::string& reason) const {
+  runtime::warn_once("tuning database " + file_.string(),
+                     "tuning database " + file_.string() + " is not " + what + " (" + reason + "); " +
+                         (std::string_view(what) == "readable"
+                              ? "the winners in it are not used"
+                              : "winners found by tuning are kept in this process only") +
+                         " (set GEMMKIT_TUNING_DB)");
+}
+
 void TuningDatabase::load_locked() const {
-  const std::string bytes = read_file(file_);
+  std::string reason;
+  const std::optional<std::string> bytes = read_file(file_, reason);
+  if (!bytes) warn("readable", reason);
   std::unordered_map<std::string, TuningEntry> entries;
   size_t damaged = 0;
-  for (std::string_view rest = bytes; !rest.empty();) {
+  for (std::string_view rest = bytes ? std::string_view(*bytes) : std::string_view(); !rest.empty();) {
     const size_t end = rest.find('\n');
     const std::string_view line = rest.substr(0, end);
     rest.remove_prefix(end == std::string_view::npos ? rest.size() : end + 1);
@@ -174,6 +210,8 @@ void TuningDatabase::load_locked() const {
     std::fprintf(stderr, "gemmkit: ignored %zu damaged line(s) in tuning database %s\n", damaged,
                  file_.c_str());
   }
+  // Winners this process could not write stay: tuning again would cost seconds each time.
+  for (const auto& [key, entry] : unsaved_) entries.insert_or_assign(key, entry);
   entries_ = std::move(entries);
   loaded_ = true;
 }
@@ -199,11 +237,19 @@ bool TuningDatabase::put(std::string_view scope, std::string_view problem_key,
                                 std::to_string(entry.microseconds));
   }
   std::lock_guard lock(mutex_);
-  if (!append_line(file_, format_line(scope, problem_key, entry))) return false;
+  std::string reason;
+  const bool written = append_line(file_, format_line(scope, problem_key, entry), reason);
+  std::string key = map_key(scope, problem_key);
+  if (written) {
+    unsaved_.erase(key);
+  } else {
+    warn("writable", reason);
+    unsaved_.insert_or_assign(key, entry);
+  }
   // Before the first load this is a partial view; the load replaces it with the whole file,
-  // this line included.
-  entries_.insert_or_assign(map_key(scope, problem_key), entry);
-  return true;
+  // this line included (or, where it could not be written, with unsaved_ laid over the file).
+  entries_.insert_or_assign(std::move(key), entry);
+  return written;
 }
 
 size_t TuningDatabase::size() const {

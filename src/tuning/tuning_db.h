@@ -39,8 +39,11 @@ class TuningDatabase {
   const std::filesystem::path& path() const;
 
   // Replaces what is in memory by what the file holds now, to pick up other processes'
-  // writes. A missing or unreadable file is empty. Damaged lines are skipped, and the first
-  // time this object meets any, one line on stderr names the file and how many were skipped.
+  // writes, and lays over it the entries put() could not write. A missing file is empty; so is
+  // one that cannot be read or is not a regular file (a FIFO, a device: it is never read nor
+  // waited on), with a warning on stderr once per process and path. Damaged lines are skipped,
+  // and the first time this object meets any, one line on stderr names the file and how many
+  // were skipped.
   void reload();
 
   // Reads the file on first use. Throws gemmkit::Error (invalid_argument) if scope or problem_key
@@ -48,9 +51,13 @@ class TuningDatabase {
   std::optional<TuningEntry> find(std::string_view scope, std::string_view problem_key) const;
 
   // Appends one entry to the file (creating it and its directory if needed) and to memory.
-  // Returns false, and leaves memory as it was, if the file cannot be written: a database
-  // that cannot be written must not fail the caller. Throws gemmkit::Error (invalid_argument) if a
-  // string contains a tab or a newline, or the time is negative or not finite.
+  // Returns false if the file cannot be written (or is not a regular file), and keeps the
+  // entry in memory all the same, through reload() too, so that the winner of a tuning is
+  // not lost with the file; the first failure in a process prints one line on stderr:
+  //   gemmkit: warning: tuning database PATH is not writable (REASON); winners found by tuning
+  //   are kept in this process only (set GEMMKIT_TUNING_DB)
+  // Throws gemmkit::Error (invalid_argument) if a string contains a tab or a newline, or the
+  // time is negative or not finite.
   bool put(std::string_view scope, std::string_view problem_key, const TuningEntry& entry);
 
   // Distinct (scope, problem key) pairs in memory; reads the file on first use.
@@ -58,12 +65,15 @@ class TuningDatabase {
 
  private:
   void load_locked() const;
+  // The once-per-process warning that the file is not `what` ("readable", "writable").
+  void warn(const char* what, const std::string& reason) const;
 
   std::filesystem::path file_;
   mutable std::mutex mutex_;
   mutable bool loaded_ = false;
   mutable bool reported_damage_ = false;
   mutable std::unordered_map<std::string, TuningEntry> entries_;  // by "scope\tkey"
+  std::unordered_map<std::string, TuningEntry> unsaved_;          // put but not written
 };
 
 }  // namespace gemmkit

@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <climits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,9 +18,11 @@ namespace {
 
 namespace fs = std::filesystem;
 using gemmkit::testing::EnvGuard;
+using gemmkit::testing::occurrences;
 using gemmkit::testing::expect_empty_counts_as_unset;
 using gemmkit::testing::read_file;
 using gemmkit::testing::run_in_processes;
+using gemmkit::testing::Watchdog;
 using gemmkit::testing::write_file;
 
 // A key shaped like the real ones: a whole kernel source plus options, tens of KB.
@@ -339,6 +343,99 @@ TEST_F(DiskCacheTest, ImpossibleDirectoryStoreReturnsFalse) {
   expect_unwritable(dir_ / "file");            // the directory is a regular file
   expect_unwritable(dir_ / "file" / "cache");  // the directory would be under a regular file
   if (fs::exists("/proc/self")) expect_unwritable("/proc/gemmkit-cache");  // fails even for root
+  expect_unwritable(dir_ / std::string(NAME_MAX + 1, 'n'));                // a name too long
+}
+
+// The warning of an unusable directory: once per process and directory, whatever the number
+// of stores and loads, naming the directory, what it is not, the reason and the way out.
+void expect_warned_once(const fs::path& dir, const std::string& what, const std::string& reason) {
+  SCOPED_TRACE(dir.string());
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 3; ++i) {
+    DiskCache cache(dir);  // a new object each time: the warning is per process, not per object
+    EXPECT_FALSE(cache.load("key").has_value());
+    EXPECT_FALSE(cache.store("key", "payload"));
+  }
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(occurrences(said, "\n"), 1u) << said;
+  EXPECT_EQ(said, "gemmkit: warning: kernel cache " + dir.string() + " is not " + what + " (" + reason +
+                      "); kernels are compiled anew in every process (set GEMMKIT_CACHE_DIR)\n");
+}
+
+TEST_F(DiskCacheTest, UnwritableDirectoryIsReportedOncePerProcess) {
+  write_file(dir_ / "file", "a regular file");
+  expect_warned_once(dir_ / "file" / "cache", "writable", "Not a directory");  // a load just misses
+  expect_warned_once(dir_ / std::string(NAME_MAX + 1, 'n'), "readable", "File name too long");
+  if (fs::exists("/proc/self")) {
+    // The directory is made and so does not hold the reason: only that the message has one.
+    ::testing::internal::CaptureStderr();
+    EXPECT_FALSE(DiskCache("/proc/gemmkit-cache-test").store("key", "payload"));
+    const std::string said = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(said.find("kernel cache /proc/gemmkit-cache-test is not writable ("), std::string::npos) << said;
+  }
+}
+
+TEST_F(DiskCacheTest, UnreadableDirectoryIsReportedOncePerProcess) {
+  const fs::path locked = dir_ / "locked";
+  fs::create_directory(locked);
+  fs::permissions(locked, fs::perms::none);
+  if (::access(locked.c_str(), X_OK) == 0) GTEST_SKIP() << "permissions are not enforced (running as root?)";
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FALSE(DiskCache(locked / "cache").load("key").has_value());
+    EXPECT_FALSE(DiskCache(locked / "cache").store("key", "payload"));
+  }
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(said, "gemmkit: warning: kernel cache " + (locked / "cache").string() +
+                      " is not readable (Permission denied); kernels are compiled anew in every process (set "
+                      "GEMMKIT_CACHE_DIR)\n");
+}
+
+TEST_F(DiskCacheTest, FifoEntryIsAMissNotAHang) {
+  DiskCache cache(dir_);
+  ASSERT_TRUE(cache.store("key", "payload"));
+  const fs::path entry = only_entry();
+  fs::remove(entry);
+  ASSERT_EQ(::mkfifo(entry.c_str(), 0644), 0);
+  {
+    Watchdog watchdog("loading a cache entry that is a FIFO", 20);
+    ::testing::internal::CaptureStderr();
+    EXPECT_FALSE(cache.load("key").has_value());
+    EXPECT_FALSE(cache.load("key").has_value());
+    const std::string said = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(said, "gemmkit: warning: kernel cache entry " + entry.string() +
+                        " is a FIFO, not a regular file; it is ignored and the kernel compiled anew\n");
+    // The next store puts a good entry in its place.
+    EXPECT_TRUE(cache.store("key", "payload"));
+  }
+  EXPECT_EQ(cache.load("key"), std::optional<std::string>("payload"));
+  EXPECT_TRUE(fs::is_regular_file(entry));
+}
+
+TEST_F(DiskCacheTest, EntryThatIsADeviceOrADirectoryIsAMiss) {
+  DiskCache cache(dir_);
+  ASSERT_TRUE(cache.store("key", "payload"));
+  const fs::path entry = only_entry();
+  fs::remove(entry);
+  fs::create_symlink("/dev/zero", entry);  // would read forever
+  {
+    Watchdog watchdog("loading a cache entry that is /dev/zero", 20);
+    ::testing::internal::CaptureStderr();
+    EXPECT_FALSE(cache.load("key").has_value());
+    const std::string said = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(said.find(" is a character device, not a regular file;"), std::string::npos) << said;
+  }
+  EXPECT_TRUE(cache.store("key", "payload"));  // the link is replaced, /dev/zero untouched
+  EXPECT_EQ(cache.load("key"), std::optional<std::string>("payload"));
+
+  ASSERT_TRUE(cache.store("other key", "payload"));  // an entry not warned about yet
+  const fs::path other = entries_in(dir_).front() == entry ? entries_in(dir_).back() : entries_in(dir_).front();
+  fs::remove(other);
+  fs::create_directory(other);
+  ::testing::internal::CaptureStderr();
+  EXPECT_FALSE(cache.load("other key").has_value());
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find(" is a directory, not a regular file;"), std::string::npos) << said;
 }
 
 TEST_F(DiskCacheTest, ReadOnlyDirectoryStoreReturnsFalse) {

@@ -147,11 +147,43 @@ TEST(Suite, SkipsCommentsAndBlankLinesAndKeepsLineNumbers) {
 }
 
 TEST(Suite, AcceptsZeroSizesAnd64BitValues) {
-  auto p = parse("0 0 0\n9000000000 1 1 NT bf16 3000000000\n");
+  auto p = parse("0 0 0\n9000000000 1 1 NT bf16 300000000\n");
   ASSERT_EQ(p.size(), 2u);
   EXPECT_EQ(std::tie(p[0].m, p[0].n, p[0].k), std::make_tuple(0, 0, 0));
   EXPECT_EQ(p[1].m, 9000000000LL);
-  EXPECT_EQ(p[1].batch, 3000000000LL);
+  EXPECT_EQ(p[1].batch, 300000000LL);
+}
+
+TEST(Suite, RejectsProblemsPastSixtyFourBitAddressing) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"4294967296 4294967296 8 NT bf16",
+       "test.txt:2: problem 4294967296 x 4294967296 x 8: M x N = 2^64 elements overflows 64-bit addressing"},
+      {"4294967296 1 2147483648 NN bf16 2",
+       "test.txt:2: problem 4294967296 x 1 x 2147483648 (batch 2): M x K = 2^63 elements overflows 64-bit "
+       "addressing"},
+      {"9000000000 1 1 NT bf16 3000000000",
+       "test.txt:2: problem 9000000000 x 1 x 1 (batch 3000000000): batch x M x K = 27000000000000000000 elements "
+       "overflows 64-bit addressing"},
+      {"1 1 4611686018427387904 NT e4m3:f32",  // 2^62 one-byte elements, but D is f32
+       "test.txt:2: problem 1 x 1 x 4611686018427387904: K x 4 bytes = 2^64 bytes overflows 64-bit addressing"},
+  };
+  for (const auto& [line, message] : cases) {
+    SCOPED_TRACE(line);
+    try {
+      parse("1 1 1\n" + line + "\n");
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+      EXPECT_EQ(std::string(e.what()), message);
+    }
+  }
+  try {
+    parse_problem({"4294967296", "4294967296", "8"}, "command line");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("command line: problem 4294967296 x 4294967296 x 8: M x N", 0), 0u) << e.what();
+  }
+  EXPECT_EQ(parse("1 1 4611686018427387903 NT e4m3:bf16\n").at(0).k, 4611686018427387903LL) << "just within";
 }
 
 // Each bad line sits on line 3, after a comment and a good line, so the line number is checked.
@@ -209,6 +241,58 @@ TEST(Suite, RejectsMalformedLinesNamingFileLineAndText) {
       EXPECT_NE(msg.find("expected"), std::string::npos) << msg;
     }
   }
+}
+
+// The message of the error that parsing `text` (one bad line, line 1) gives.
+std::string parse_error(const std::string& text) {
+  try {
+    parse(text);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Suite, QuotesAtMostEightyBytesOfALineEscaped) {
+  std::string many_fields;
+  while (many_fields.size() < (2u << 20)) many_fields += "1 ";
+  EXPECT_EQ(parse_error(many_fields),
+            "test.txt:1: expected 3 to 7 fields (M N K [layout] [dtype] [mode] [batch]), got 1048576: '" +
+                many_fields.substr(0, 80) + "...'");
+  const std::string long_field(2u << 20, '7');
+  EXPECT_EQ(parse_error(long_field + " 1 1"),
+            "test.txt:1: M '" + long_field.substr(0, 80) + "...' is out of range; expected a 64-bit integer");
+  EXPECT_EQ(parse_error("1 1 1 " + std::string(81, 'N')),
+            "test.txt:1: unknown layout '" + std::string(80, 'N') + "...'; expected NN, NT, TN or TT");
+  EXPECT_EQ(parse_error("1 1 1 " + std::string(80, 'N')),
+            "test.txt:1: unknown layout '" + std::string(80, 'N') + "'; expected NN, NT, TN or TT")
+      << "80 bytes are not cut";
+
+  // Control bytes, bytes past ASCII and backslashes are escaped: the message is printable.
+  EXPECT_EQ(parse_error("1 1 1 N\x1b[2JT"), "test.txt:1: unknown layout 'N\\x1b[2JT'; expected NN, NT, TN or TT");
+  EXPECT_EQ(parse_error("1 1 1 NT bf16\xc3\xa9"),
+            "test.txt:1: unknown dtype 'bf16\\xc3\\xa9'; expected IN or IN:OUT with IN bf16, f16, e4m3, e5m2 or two "
+            "8-bit types A,B (e.g. e4m3,e5m2) and OUT bf16, f16 or f32");
+  EXPECT_EQ(parse_error("1 1 1 N\\T"), "test.txt:1: unknown layout 'N\\\\T'; expected NN, NT, TN or TT");
+  EXPECT_EQ(parse_error("1 1 1 NT e4m3 \x7f"),
+            "test.txt:1: unknown scaling mode '\\x7f'; expected tensor, rowwise, block or mx (or a batch)");
+  using namespace std::string_literals;
+  std::string binary;
+  for (int i = 0; i < 200; ++i) binary += char(i % 32 == 10 ? 1 : i % 32);  // no newline, no blank
+  const std::string message = parse_error("1 1 1 NT bf16 2" + binary);
+  EXPECT_EQ(message.find_first_of("\0\x01\x1f\x7f"s), std::string::npos) << message;
+  EXPECT_LT(message.size(), 400u) << message;
+}
+
+TEST(Suite, ANulInAFieldGetsTheFieldsReason) {
+  using namespace std::string_literals;
+  EXPECT_EQ(parse_error("12\0 2 3"s),
+            "test.txt:1: M '12\\x00' is not an integer; expected an integer >= 0");
+  EXPECT_EQ(parse_error("1 2 3 NT\0"s), "test.txt:1: unknown layout 'NT\\x00'; expected NN, NT, TN or TT");
+  EXPECT_EQ(parse_error("1 2 3 NT bf16 \0002"s),
+            "test.txt:1: batch '\\x002' is not an integer; expected an integer >= 1");
 }
 
 TEST(Suite, LoadReportsUnreadableFileAsIoError) {

@@ -6,13 +6,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -111,6 +116,46 @@ inline void run_in_processes(int count, const std::function<int(int)>& child) {
     EXPECT_TRUE(WIFEXITED(status));
     EXPECT_EQ(WEXITSTATUS(status), 0);
   }
+}
+
+// Ends the whole test process, naming `what`, if it is still alive `seconds` after the
+// watchdog was made: for tests of code that must not hang (a FIFO where a file should be),
+// where a hang would otherwise stall the run until ctest's timeout.
+class Watchdog {
+ public:
+  Watchdog(std::string what, int seconds) : what_(std::move(what)) {
+    thread_ = std::thread([this, seconds] {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (!done_cv_.wait_for(lock, std::chrono::seconds(seconds), [this] { return done_; })) {
+        std::fprintf(stderr, "watchdog: %s did not finish in %d s\n", what_.c_str(), seconds);
+        std::_Exit(124);
+      }
+    });
+  }
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    done_cv_.notify_one();
+    thread_.join();
+  }
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+ private:
+  std::string what_;
+  std::mutex mutex_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+// How many times `needle` occurs in `text`.
+inline size_t occurrences(const std::string& text, const std::string& needle) {
+  size_t count = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + needle.size())) ++count;
+  return count;
 }
 
 }  // namespace gemmkit::testing

@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -26,6 +29,7 @@ using testing::EnvGuard;
 using testing::expect_empty_counts_as_unset;
 using testing::read_file;
 using testing::run_in_processes;
+using testing::Watchdog;
 using testing::write_file;
 
 const std::string kScope = "NVIDIA H200|sm_90|0.1.0";
@@ -270,6 +274,8 @@ TEST_F(TuningDatabaseTest, DamagedLinesAreSkippedAndReportedOnce) {
   EXPECT_NE(report.find(" " + std::to_string(kDamaged) + " "), std::string::npos) << report;
 }
 
+// A database whose file cannot be written: put says so, and keeps the entry in memory, also
+// through a reload (a winner lost would be tuned again, seconds each time), but not on disk.
 void expect_unwritable(const fs::path& file) {
   SCOPED_TRACE(file.string());
   TuningDatabase db(file);
@@ -279,8 +285,11 @@ void expect_unwritable(const fs::path& file) {
   EXPECT_FALSE(stored);
   std::optional<TuningEntry> found;
   EXPECT_NO_THROW(found = db.find(kScope, kKey));
-  EXPECT_EQ(show(found), "(none)");  // a failed put leaves memory alone
-  EXPECT_EQ(db.size(), 0u);
+  EXPECT_EQ(show(found), "config @ 1");
+  EXPECT_NO_THROW(db.reload());
+  EXPECT_EQ(show(db.find(kScope, kKey)), "config @ 1");
+  EXPECT_EQ(db.size(), 1u);
+  EXPECT_EQ(show(TuningDatabase(file).find(kScope, kKey)), "(none)");
 }
 
 TEST_F(TuningDatabaseTest, UnwritableLocation) {
@@ -288,6 +297,71 @@ TEST_F(TuningDatabaseTest, UnwritableLocation) {
   expect_unwritable(dir_ / "file" / "tuning.db");          // the parent is a regular file
   expect_unwritable(dir_ / "file" / "sub" / "tuning.db");  // so is an ancestor
   expect_unwritable(dir_);                                 // the database is a directory
+  expect_unwritable(dir_ / std::string(NAME_MAX + 1, 'n'));  // a name too long
+  if (fs::exists("/proc/self")) expect_unwritable("/proc/gemmkit-tuning.db");  // fails even for root
+}
+
+TEST_F(TuningDatabaseTest, UnwritableFileIsReportedOncePerProcess) {
+  write_file(dir_ / "file", "a regular file");
+  const fs::path file = dir_ / "file" / "tuning.db";
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 3; ++i) {
+    TuningDatabase db(file);  // a new object each time: the warning is per process and path
+    EXPECT_FALSE(db.put(kScope, kKey + std::to_string(i), {"config", 1}));
+    EXPECT_FALSE(db.put(kScope, kKey, {"config", 2}));
+    EXPECT_EQ(show(db.find(kScope, kKey)), "config @ 2");
+  }
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(said, "gemmkit: warning: tuning database " + file.string() +
+                      " is not writable (Not a directory); winners found by tuning are kept in this process only "
+                      "(set GEMMKIT_TUNING_DB)\n");
+}
+
+TEST_F(TuningDatabaseTest, LaterWrittenPutReplacesUnwrittenOne) {
+  fs::create_directory(file_);  // a directory where the file should be
+  TuningDatabase db(file_);
+  EXPECT_FALSE(db.put(kScope, kKey, {"kept", 1}));
+  fs::remove(file_);
+  EXPECT_TRUE(db.put(kScope, kKey, {"written", 2}));
+  db.reload();
+  EXPECT_EQ(show(db.find(kScope, kKey)), "written @ 2");
+  ASSERT_TRUE(TuningDatabase(file_).put(kScope, kKey, {"another process's", 3}));
+  db.reload();  // no unwritten entry left to lay over the file
+  EXPECT_EQ(show(db.find(kScope, kKey)), "another process's @ 3");
+}
+
+TEST_F(TuningDatabaseTest, FifoIsNeitherReadNorWrittenAndDoesNotHang) {
+  ASSERT_EQ(::mkfifo(file_.c_str(), 0644), 0);
+  Watchdog watchdog("a tuning database that is a FIFO", 20);
+  ::testing::internal::CaptureStderr();
+  TuningDatabase db(file_);
+  EXPECT_EQ(db.size(), 0u);
+  EXPECT_EQ(show(db.find(kScope, kKey)), "(none)");
+  EXPECT_FALSE(db.put(kScope, kKey, {"config", 1}));
+  EXPECT_EQ(show(db.find(kScope, kKey)), "config @ 1");  // kept in memory
+  db.reload();
+  EXPECT_EQ(show(db.find(kScope, kKey)), "config @ 1");
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(said, "gemmkit: warning: tuning database " + file_.string() +
+                      " is not readable (a FIFO, not a regular file); the winners in it are not used (set "
+                      "GEMMKIT_TUNING_DB)\n");
+  EXPECT_TRUE(fs::is_fifo(file_));
+}
+
+TEST_F(TuningDatabaseTest, DeviceIsNeitherReadNorWritten) {
+  Watchdog watchdog("a tuning database that is /dev/zero or /dev/null", 20);
+  for (const char* device : {"/dev/zero", "/dev/null"}) {
+    if (!fs::exists(device)) continue;
+    SCOPED_TRACE(device);
+    const fs::path link = dir_ / (std::string(device + 5) + ".db");
+    fs::create_symlink(device, link);
+    ::testing::internal::CaptureStderr();
+    TuningDatabase db(link);
+    EXPECT_EQ(db.size(), 0u);  // /dev/zero would read forever
+    EXPECT_FALSE(db.put(kScope, kKey, {"config", 1}));
+    const std::string said = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(said.find(" is not readable (a character device, not a regular file)"), std::string::npos) << said;
+  }
 }
 
 TEST_F(TuningDatabaseTest, ReadOnlyFileStillReads) {
@@ -298,10 +372,13 @@ TEST_F(TuningDatabaseTest, ReadOnlyFileStillReads) {
   TuningDatabase db(file_);
   EXPECT_EQ(show(db.find(kScope, kKey)), "config @ 1");
   bool stored = true;
+  ::testing::internal::CaptureStderr();
   EXPECT_NO_THROW(stored = db.put(kScope, "other", {"config", 2}));
+  const std::string said = ::testing::internal::GetCapturedStderr();
   EXPECT_FALSE(stored);
-  EXPECT_EQ(show(db.find(kScope, "other")), "(none)");  // a failed put leaves memory alone
-  EXPECT_EQ(db.size(), 1u);
+  EXPECT_NE(said.find(" is not writable (Permission denied);"), std::string::npos) << said;
+  EXPECT_EQ(show(db.find(kScope, "other")), "config @ 2");  // kept in memory
+  EXPECT_EQ(db.size(), 2u);
 }
 
 TEST_F(TuningDatabaseTest, RejectsTabsNewlinesAndBadTimes) {

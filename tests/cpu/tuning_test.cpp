@@ -7,6 +7,7 @@
 #include <set>
 #include <string>
 
+#include "gemmkit/error.h"
 #include "gemmkit/tuning.h"
 #include "test_support.h"
 #include "tuning/autotuner.h"
@@ -16,6 +17,7 @@ namespace gemmkit {
 namespace {
 
 using testing::TempDirTest;
+using testing::write_file;
 
 constexpr int kSms = 132;
 const DeviceLimits kLimits{kSms, DeviceLimits{}.smem_per_block};
@@ -225,6 +227,48 @@ TEST_F(TunedConfigTest, EntriesThatDoNotParseOrFitAreIgnored) {
   no_k.k = 0;  // only the fallback kernel runs it
   ASSERT_TRUE(db.put(scope, tuning::problem_key(no_k), {"128x256 s4 g8 c1 k1 b2", 1.0}));
   EXPECT_FALSE(tuning::tuned_config(no_k, h100, db).has_value());
+}
+
+TEST_F(TunedConfigTest, OnlineWinnerIsKeptWhereTheDatabaseCannotBeWritten) {
+  write_file(dir_ / "file", "a regular file");
+  TuningDatabase db(dir_ / "file" / "tuning.db");  // its parent is a regular file
+  const runtime::DeviceInfo h100 = device("NVIDIA H100 80GB HBM3");
+  KernelConfig winner = choose_config(nt_problem(64, 7168, 2048), kLimits);
+  winner.splits = 3;
+  ASSERT_TRUE(fits(winner, kLimits));
+  int tunings = 0;
+  auto tuner = [&](const Problem&) {
+    ++tunings;
+    tuning::TuneResult result;
+    result.timed = {{winner, 10.0}};
+    result.first_pick = result.timed.front();
+    return result;
+  };
+  ::testing::internal::CaptureStderr();
+  for (int64_t m : {64, 50, 64, 33}) {  // one class: M's bucket is 64
+    const uint64_t generation = tuning::generation();
+    const std::optional<KernelConfig> config = tuning::tuned_online(nt_problem(m, 7168, 2048), h100, db, tuner);
+    ASSERT_TRUE(config.has_value());
+    EXPECT_EQ(*config, winner);
+    if (tunings == 1 && m != 64) EXPECT_EQ(tuning::generation(), generation) << "nothing new to drop plans for";
+  }
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(tunings, 1) << "a winner that could not be written must not be tuned again";
+  EXPECT_EQ(testing::occurrences(said, "is not writable"), 1u) << said;
+  ASSERT_TRUE(tuning::tuned_online(nt_problem(65, 7168, 2048), h100, db, tuner).has_value());
+  EXPECT_EQ(tunings, 2) << "another bucket is another class";
+}
+
+TEST_F(TunedConfigTest, FailedOnlineTuningGivesNothingAndSaysWhy) {
+  TuningDatabase db(dir_ / "tuning.db");
+  auto tuner = [](const Problem&) -> tuning::TuneResult {
+    throw Error(ErrorCode::cuda_error, "scratch buffers do not fit");
+  };
+  ::testing::internal::CaptureStderr();
+  EXPECT_FALSE(tuning::tuned_online(nt_problem(64, 7168, 2048), device("H100"), db, tuner).has_value());
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("scratch buffers do not fit"), std::string::npos) << said;
+  EXPECT_EQ(db.size(), 0u);
 }
 
 TEST(TuningModeSetting, IsSeenAndDropsPlans) {

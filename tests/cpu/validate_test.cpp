@@ -256,6 +256,24 @@ TEST(Validate, StridesReachTheProblem) {
   EXPECT_EQ(p.c.dtype, DType::f32);
 }
 
+TEST(Validate, RejectsProblemsPastSixtyFourBitAddressing) {
+  const int64_t two32 = int64_t(1) << 32, two31 = int64_t(1) << 31;
+  Args x;  // M x N = 2^64 would wrap to 0: an empty problem, not an error
+  x.a = TensorView::row_major(address(0), DType::bf16, two32, 8);
+  x.b = TensorView::row_major(address(1), DType::bf16, 8, two32);
+  x.d = TensorView::row_major(address(2), DType::bf16, two32, two32);
+  expect_rejected(x, "problem 4294967296 x 4294967296 x 8: M x N = 2^64 elements overflows 64-bit addressing", {});
+  x.a = TensorView::row_major(address(0), DType::bf16, two32, two31);  // shared by the batch
+  x.b = TensorView::row_major(address(1), DType::bf16, two31, 1);
+  x.d = TensorView::batched(address(2), DType::bf16, 2, two32, 1, two32, 1, 1);
+  expect_rejected(x, "problem 4294967296 x 1 x 2147483648 (batch 2): M x K = 2^63 elements overflows 64-bit addressing",
+                  {});
+  x.a = TensorView::row_major(address(0), DType::bf16, 0, two31);  // empty, but K x N is not
+  x.b = TensorView::row_major(address(1), DType::bf16, two31, two31);
+  x.d = TensorView::row_major(address(2), DType::bf16, 0, two31);
+  expect_rejected(x, "problem 0 x 2147483648 x 2147483648: K x N x 2 bytes = 2^63 bytes", {});
+}
+
 TEST(Validate, CIsDroppedWhenBetaIsZero) {
   Args x = with_c();
   x.options.beta = 0.0f;
