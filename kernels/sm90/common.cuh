@@ -2,6 +2,10 @@
 // named barriers and register reallocation. Each is one PTX instruction (or a wait loop).
 #pragma once
 
+#include "utility.cuh"
+
+namespace gemmkit::sm90 {
+
 // The driver's CUtensorMap: 128 opaque bytes, 64-byte aligned, passed as a __grid_constant__.
 struct alignas(64) TensorMap {
   u64 opaque[16];
@@ -273,3 +277,5 @@ __device__ __forceinline__ u32 descriptor_low(const void* tile, u32 leading) {
 __device__ __forceinline__ u64 smem_descriptor(u32 low, u32 stride) {
   return u64(low) | (u64((stride >> 4) & 0x3fff) << 32) | (u64(1) << 62);
 }
+
+}  // namespace gemmkit::sm90

@@ -5,6 +5,14 @@
 // move data: through shared memory and TMA when D allows it, else direct predicated stores.
 #pragma once
 
+#include "common.cuh"
+#include "kernel_config.cuh"
+#include "params.h"
+#include "row_classes.cuh"
+#include "scales.cuh"
+
+namespace gemmkit::sm90 {
+
 // B's rowwise scales, one per output column, are copied into shared memory for each tile while
 // it multiplies (stage_column_scales), so the epilogue finds them there instead of waiting on
 // global loads.
@@ -341,3 +349,5 @@ __device__ __forceinline__ void store_tile_tma(const float* acc, const u32* pack
     }
   }
 }
+
+}  // namespace gemmkit::sm90

@@ -32,16 +32,27 @@
 // With kRowClasses, A (16-bit, K-major, rows TMA cannot address) is read by TMA one class of rows
 // at a time, and B from 8 shifted copies (row_classes.cuh); a tile's rows lie kRowStep apart in D.
 //
-// The generated prelude defines kTileM, kTileN, kStages, kGroupM, kClusterM, kSplitK, kAKMajor,
-// kBKMajor, kAType, kBType, kOutType, kCType, kHasC, kScaleA, kScaleB, kScaleMNA, kScaleMNB,
-// kABatched, kBBatched, kRealignA, kRealignB, kRowClasses, kTmaStore, kRowStore, kDByColumns, kStoreBoxBytes, kStoreBuffers,
-// kSmemBytes
+// kernel_config.cuh (generated) defines the configuration: kTileM, kTileN, kTileK, kStages,
+// kGroupM, kClusterM, kSplitK, kAKMajor, kBKMajor, kAType, kBType, kOutType, kCType, kHasC,
+// kScaleA, kScaleB, kScaleMNA, kScaleMNB, kABatched, kBBatched, kRealignA, kRealignB,
+// kRowClasses, kTmaStore, kRowStore, kDByColumns, kStoreBoxBytes, kStoreBuffers, kSmemBytes
 // and wgmma_tile().
 // kTileN is any multiple of 16 up to 256.
 #pragma once
 
+#include "common.cuh"
+#include "epilogue.cuh"
+#include "kernel_config.cuh"
+#include "params.h"
+#include "promote.cuh"
+#include "realign.cuh"
+#include "row_classes.cuh"
+#include "scales.cuh"
+#include "split_k.cuh"
+
+namespace gemmkit::sm90 {
+
 constexpr u32 kRowBytes = 128;  // a K slice's row: one 128-byte swizzle row
-constexpr int kTileK = k8Bit ? 128 : 64;  // elements
 constexpr int kConsumers = kTileM / 64;
 constexpr int kThreads = 128 * (kConsumers + 1);
 constexpr u32 kSwizzleAtom = 1024;      // 8 rows of 128 bytes
@@ -683,3 +694,4 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+}  // namespace gemmkit::sm90

@@ -3,8 +3,15 @@
 // an operand has mx scales) into a partial accumulator and adds that to the f32 accumulator,
 // multiplied by the granule's inner scales (block, mx). A producer warp stages those scales in
 // shared memory beside the K block's data, so the consumers find them there with it.
-// promote.cuh follows common.cuh and epilogue.cuh (fragment layout) in the generated source.
 #pragma once
+
+#include "common.cuh"
+#include "epilogue.cuh"
+#include "kernel_config.cuh"
+#include "params.h"
+#include "scales.cuh"
+
+namespace gemmkit::sm90 {
 
 constexpr bool k8Bit = kAType == GEMMKIT_E4M3 || kAType == GEMMKIT_E5M2;
 constexpr bool kInnerA = is_inner_scale(kScaleA), kInnerB = is_inner_scale(kScaleB);
@@ -179,3 +186,5 @@ __device__ __forceinline__ void promote(float* acc, const float* partial, const 
     acc[4 * j + 3] += partial[4 * j + 3] * (a1 * b.y);
   }
 }
+
+}  // namespace gemmkit::sm90

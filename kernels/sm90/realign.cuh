@@ -11,6 +11,11 @@
 // the aligned neighbour in 19.)
 #pragma once
 
+#include "common.cuh"
+#include "params.h"
+
+namespace gemmkit::sm90 {
+
 constexpr u32 kLandingRowBytes = 144;  // 9 granules: 128 bytes at any 16-byte offset
 constexpr int kLandingGranules = kLandingRowBytes / 16;
 constexpr int kRealignElementBytes = 2;  // 16-bit operands only; 8-bit ones are staged
@@ -115,3 +120,5 @@ __device__ __forceinline__ void realign_row(u32 from, const SourceRow& row, u32 
     write_row<false>(landed, 8 * (offset % 4), row.bytes, to, phase);
   }
 }
+
+}  // namespace gemmkit::sm90
