@@ -10,6 +10,7 @@
 #include "params.h"
 #include "row_classes.cuh"
 #include "scales.cuh"
+#include "scheduler.cuh"
 
 namespace gemmkit::sm90 {
 
@@ -18,42 +19,6 @@ namespace gemmkit::sm90 {
 // global loads.
 constexpr bool kColumnScales = kScaleB == GEMMKIT_SCALE_ROWWISE;
 constexpr u32 kColumnScaleBytes = kColumnScales ? kTileN * 4 : 0;  // one tile's
-
-// TMA fills the rows of A's box past M with zeros, and a tile whose box reaches far past M loads
-// slowly (H100, 128x160 tiles, 130 CTAs, x4096x4096 NT: 640 rows 34.9 us, 576 rows 40.3, 513
-// rows 47.3; 129 rows on 64x128 tiles 25.4 against 192 rows' 20.3). So the tile row that reaches
-// past M moves up, from p.order.shift_from to shift_to, to end within 15 rows of M (a multiple of
-// 16 rows up, the host's choice), and stores only the rows past those the tile row above stores,
-// every warp's 16 rows whole or not at all: 513 rows then ran 33.0 us, 129 rows 19.8. A cluster's
-// tile wholly below D stays there. Not with row classes, nor where A's block scales cover 128
-// rows (a tile's rows must lie in one block); nor on three consumer warpgroups that store rows
-// (store_tile_rows), nor with B's block scales per column (staged for each K block), whose
-// registers then spill.
-constexpr bool kShiftLastRow = !kRowClasses && kScaleMNA == 1 && !(kRowStore && kTileM == 192) &&
-                               !(kScaleB == GEMMKIT_SCALE_BLOCK && kScaleMNB == 1);
-
-// The first row a tile multiplied from `row` stores.
-__device__ __forceinline__ int first_stored_row(const GemmParams& p, int row) {
-  const bool moved = kShiftLastRow && row == p.order.shift_to && p.order.shift_to != p.order.shift_from;
-  return moved ? p.order.shift_from : row;
-}
-
-// Likewise B's boxes reaching past N load slowly (129x4096x4096 run transposed, one column in a
-// 128-wide tile column: 39.6 us against 18.7, H200), so the tile column reaching past N moves
-// left, from p.order.col_shift_from to col_shift_to (a multiple of 16 columns, or of the store
-// box's where D may alias C), and stores only the columns from col_shift_from on: whole boxes
-// through TMA, those wholly left of it skipped. A box that starts left of it is stored whole,
-// with the values the tile to the left stored, which only C could make differ (hence the box
-// multiple). H100, NT, us: transposed 385x4096x4096 (64x208 tiles, N' = 385) 32.2-32.6 -> 25.7,
-// 257x4096x4096 28.6-30.0 -> 23.4-23.7, 300x4096x14336 80.0 -> 67.9; 3000x200x5000 37.0 -> 35.2.
-// Not where B's block or mx scales need tiles to start on their blocks, nor with row classes.
-constexpr bool kShiftLastCol = !kRowClasses && !is_inner_scale(kScaleB);
-
-// The first column a tile multiplied from `col` stores.
-__device__ __forceinline__ int first_stored_col(const GemmParams& p, int col) {
-  const bool moved = kShiftLastCol && col == p.order.col_shift_to && p.order.col_shift_to != p.order.col_shift_from;
-  return moved ? p.order.col_shift_from : col;
-}
 
 // Where one warpgroup's slice of a tile lands in D, the outer scales of the thread's two
 // fragment rows (fragment_row(t, h); 1 without tensor or rowwise scales) and the shared address

@@ -48,6 +48,7 @@
 #include "realign.cuh"
 #include "row_classes.cuh"
 #include "scales.cuh"
+#include "scheduler.cuh"
 #include "split_k.cuh"
 
 namespace gemmkit::sm90 {
@@ -97,71 +98,12 @@ constexpr int kConsumerRegisters = kConsumerShare < 240 ? kConsumerShare : 240;
 static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= kLaunchRegisters * (kConsumers + 1),
               "registers reallocated beyond what the launch gives the CTA");
 
-// One work unit of a CTA: a tile (its batch and first row and column) and the K blocks of it
-// to multiply; `tile` numbers the CTA's tile among all tiles, `split` its part of K.
-struct Work {
-  int batch;
-  int row, col;  // below 2^31: the host picks this kernel only where TMA addresses A and B
-  int split, k_begin, k_end;
-  i64 tile;
-};
 // Per stage: its full and empty barriers and a Work slot (the host reserves 32 bytes for it).
 static_assert(sizeof(Work) == 32, "the host's shared-memory plan assumes 32-byte work slots");
 static_assert(kSwizzleAtom + kStages * (kStageBytesA + kStageBytesB + kLandingBytes) + kEpilogueBytes +
                   kStages * ((kRealign ? 3 : 2) * 8 + sizeof(Work) + kStageScaleBytes) +
                   2 * kConsumers * (kColumnScaleBytes + kMxFloatBytes) <= kSmemBytes,
               "shared-memory plan exceeds the size the host reserves");
-
-// Persistent order over work units: cluster tiles (kClusterM tiles stacked in M; CTA `rank` of
-// the cluster takes the rank-th), each split into `splits` consecutive units, so that a tile's
-// parts run at once. Numbered batch by batch; inside a batch, groups of kGroupM tile rows are
-// walked column by column so that clusters running at once share A and B in L2. With row
-// classes, tile row 8 b + r holds class r of groups 64 b to 64 b + 63 (M is a multiple of 8).
-// The host works out the order's size and divisors (p.order): unit numbers are below 2^31, and a
-// division by a fixed divisor is a multiply and a shift. As 64-bit divisions, a CTA's first pass
-// through them took ~630 cycles on its way to its first load (~135 with their instructions
-// cached; clock stamps, H100); as multiplies the kernels are 20-25% shorter, and small.txt ran
-// 1.2% faster.
-__device__ __forceinline__ u32 quotient(u32 n, FastDivisor d) { return u32((u64(n) * d.mul) >> d.shift); }
-
-struct TileScheduler {
-  static constexpr u32 kGroup = kGroupM / kClusterM;  // cluster rows per group
-  TileOrder order;
-  int splits, k_blocks;  // splits: 1 unless kSplitK (then p.splits, at most k_blocks)
-  i64 total;             // work units
-
-  __device__ explicit TileScheduler(const GemmParams& p)
-      : order(p.order),
-        splits(kSplitK ? p.splits : 1),
-        k_blocks(kRowClasses ? row_class_k_blocks(p.k) : int((p.k + kTileK - 1) / kTileK)),
-        total(order.rows * order.tiles_n * p.batch * splits) {}
-
-  __device__ Work work(i64 unit, int rank) const {
-    Work w;
-    const u32 rows = u32(order.rows);
-    const u32 cluster_tile = kSplitK ? quotient(u32(unit), order.splits) : u32(unit);
-    w.split = kSplitK ? int(u32(unit) - cluster_tile * u32(splits)) : 0;
-    w.k_begin = kSplitK ? int(quotient(u32(w.split) * u32(k_blocks), order.splits)) : 0;
-    w.k_end = kSplitK ? int(quotient(u32(w.split + 1) * u32(k_blocks), order.splits)) : k_blocks;
-    w.tile = i64(cluster_tile) * kClusterM + rank;
-    const u32 batch = quotient(cluster_tile, order.per_batch);
-    const u32 in_batch = cluster_tile - batch * rows * u32(order.tiles_n);
-    const u32 group = quotient(in_batch, order.group_tiles);
-    const u32 first = group * kGroup;
-    const u32 in_group = in_batch - group * kGroup * u32(order.tiles_n);
-    const bool whole = rows - first >= kGroup;
-    const u32 group_rows = whole ? kGroup : rows - first;
-    const u32 group_col = whole ? in_group / kGroup : quotient(in_group, order.last_group);
-    const u32 tile_row = first + in_group - group_col * group_rows;
-    w.batch = int(batch);
-    w.row = int(kRowClasses ? tile_row / kClasses * 64 * kClasses + tile_row % kClasses
-                            : (tile_row * kClusterM + rank) * kTileM);
-    if (kShiftLastRow && w.row == order.shift_from) w.row = order.shift_to;
-    w.col = int(group_col * kTileN);
-    if (kShiftLastCol && w.col == order.col_shift_from) w.col = order.col_shift_to;
-    return w;
-  }
-};
 
 // A box of B: into this CTA alone, or multicast to every CTA of the cluster.
 __device__ __forceinline__ void load_b_box(u8* dst, const TensorMap* map_b, u64* full, int x, int y, int z) {
@@ -269,11 +211,10 @@ struct RingSlot {
 // place, the instructions' first fetch) overlaps their end. Returns the slot after the last one
 // filled.
 template <class Fill>
-__device__ __forceinline__ RingSlot for_each_stage(const TileScheduler& tiles, i64 first_unit, i64 unit_step, int rank,
-                                                   u64* ready, u32 flip, Fill fill) {
+__device__ __forceinline__ RingSlot for_each_stage(const TileScheduler& tiles, int rank, u64* ready, u32 flip, Fill fill) {
   RingSlot slot;
   bool first = true;
-  for (i64 unit = first_unit; unit < tiles.total; unit += unit_step) {
+  for (i64 unit = tiles.first(); !tiles.done(unit); unit = tiles.next(unit)) {
     const Work w = tiles.work(unit, rank);
     for (int kb = w.k_begin; kb < w.k_end; ++kb, slot = slot.next()) {
       mbarrier_wait(&ready[slot.stage], slot.phase ^ flip);
@@ -519,7 +460,7 @@ __device__ __forceinline__ void multiply_8bit_runs(float* acc, int k_count, Ring
 
 // A consumer warpgroup: multiplies its `slice` (64 rows) of each tile, then stores it.
 __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams& p, const TileScheduler& tiles,
-                                        i64 first_unit, i64 unit_step, int slice, int t,
+                                        int slice, int t,
                                         u8* stages_a, const u8* stages_b, u32 stage_scales,
                                         u32 column_scale_buffers, u32 mx_float_buffers, u8* epilogue_buffers,
                                         u64* full, u64* empty, const Work* slots) {
@@ -537,7 +478,7 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
   bool have_deferred = false;
   const StageDescriptors stages(stages_a, stages_b, slice, kAKMajor, kBKMajor);
   RingSlot slot;
-  for (i64 unit = first_unit; unit < tiles.total; unit += unit_step) {
+  for (i64 unit = tiles.first(); !tiles.done(unit); unit = tiles.next(unit)) {
     mbarrier_wait(&full[slot.stage], slot.phase);
     const Work w = slots[slot.stage];  // the stage holds the unit's first K block
     // Unsplit, the count is a kernel parameter, not a value loaded from shared memory, which
@@ -655,7 +596,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   }
 
   const TileScheduler tiles(p);
-  const i64 first_unit = blockIdx.x / kClusterM, unit_step = gridDim.x / kClusterM;
   launch_dependent_grids();
 
   if (warpgroup == 0) {
@@ -672,15 +612,15 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
         }
         if (kRealign) copy_stage_rows(p, w, kb, landing + s * kLandingBytes, &landed[s], t);
       };
-      const RingSlot end = for_each_stage(tiles, first_unit, unit_step, rank, empty, 1, fill);
+      const RingSlot end = for_each_stage(tiles, rank, empty, 1, fill);
       if (kClusterM > 1 && t == 0) wait_for_last_releases(empty, end);
     } else if (kRealign) {
-      for_each_stage(tiles, first_unit, unit_step, rank, landed, 0, [&](const Work& w, int kb, u32 s) {
+      for_each_stage(tiles, rank, landed, 0, [&](const Work& w, int kb, u32 s) {
         realign_stage(p, w, kb, landing + s * kLandingBytes, stages_a + s * kStageBytesA, stages_b + s * kStageBytesB,
                       &full[s], t - 32 * kCopyWarps);
       });
     } else if (kInnerScales && t / 32 == 1) {
-      for_each_stage(tiles, first_unit, unit_step, rank, empty, 1, [&](const Work& w, int kb, u32 s) {
+      for_each_stage(tiles, rank, empty, 1, [&](const Work& w, int kb, u32 s) {
         load_stage_scales(stage_scales + s * kStageScaleBytes, p, w.batch, w.row, w.col, kb, t % 32,
                           &full[s]);
       });
@@ -689,7 +629,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     registers_increase<kConsumerRegisters>();
     wait_for_prerequisite_grids();
     if (kClusterM > 1) cluster_wait();
-    consume(map_d, p, tiles, first_unit, unit_step, warpgroup - 1, t, stages_a, stages_b, stage_scales, column_scales,
+    consume(map_d, p, tiles, warpgroup - 1, t, stages_a, stages_b, stage_scales, column_scales,
             mx_floats, epilogue_buffers, full, empty, slots);
   }
 }
