@@ -11,6 +11,7 @@
 #include "row_classes.cuh"
 #include "scales.cuh"
 #include "scheduler.cuh"
+#include "smem_layout.h"
 
 namespace gemmkit::sm90 {
 
@@ -18,7 +19,7 @@ namespace gemmkit::sm90 {
 // it multiplies (stage_column_scales), so the epilogue finds them there instead of waiting on
 // global loads.
 constexpr bool kColumnScales = kScaleB == GEMMKIT_SCALE_ROWWISE;
-constexpr u32 kColumnScaleBytes = kColumnScales ? kTileN * 4 : 0;  // one tile's
+constexpr u32 kColumnScaleBytes = column_scale_bytes(kScaleB, kTileN);  // one tile's
 
 // Where one warpgroup's slice of a tile lands in D, the outer scales of the thread's two
 // fragment rows (fragment_row(t, h); 1 without tensor or rowwise scales) and the shared address
@@ -119,7 +120,6 @@ constexpr int kBoxRows = 16;  // one warp's rows
 constexpr int kBoxBytes = kBoxRows * kStoreBoxBytes;
 constexpr int kColumnLineBytes = kBoxRows * kOutBytes;  // kDByColumns: one column of a warp's rows
 static_assert(!kDByColumns || (kTmaStore && kTileN % kBoxCols == 0), "columns are stored by TMA, in whole boxes");
-constexpr int kEpilogueBufferBytes = 64 * 128;
 constexpr int kGroups = (kTileN + kGroupCols - 1) / kGroupCols;
 constexpr bool kShiftLastGroup = kTileN % kGroupCols != 0 && kStoreBoxBytes == 128;
 static_assert(kTileN >= kGroupCols || !(kTmaStore || kRowStore), "a tile stored through shared memory spans a whole group");

@@ -36,7 +36,7 @@
 // kGroupM, kClusterM, kSplitK, kAKMajor, kBKMajor, kAType, kBType, kOutType, kCType, kHasC,
 // kScaleA, kScaleB, kScaleMNA, kScaleMNB, kABatched, kBBatched, kRealignA, kRealignB,
 // kRowClasses, kTmaStore, kRowStore, kDByColumns, kStoreBoxBytes, kStoreBuffers, kSmemBytes
-// and wgmma_tile().
+// (the host's smem_layout total), and wgmma_tile().
 // kTileN is any multiple of 16 up to 256.
 #pragma once
 
@@ -49,26 +49,33 @@
 #include "row_classes.cuh"
 #include "scales.cuh"
 #include "scheduler.cuh"
+#include "smem_layout.h"
 #include "split_k.cuh"
 
 namespace gemmkit::sm90 {
 
-constexpr u32 kRowBytes = 128;  // a K slice's row: one 128-byte swizzle row
+constexpr u32 kRowBytes = kStageRowBytes;  // a K slice's row: one 128-byte swizzle row
 constexpr int kConsumers = kTileM / 64;
 constexpr int kThreads = 128 * (kConsumers + 1);
 constexpr u32 kSwizzleAtom = 1024;      // 8 rows of 128 bytes
 constexpr u32 kMajorBlock = 64 * kRowBytes;  // one 64-wide MN block of an MN-major (16-bit) tile
 constexpr int kBlocksN = (kTileN + 63) / 64;  // 64-wide blocks of an N-major B slice (the last may be partial)
-constexpr u32 kStageBytesA = kTileM * kRowBytes;
-constexpr u32 kStageBytesB = kBKMajor ? kTileN * kRowBytes : kBlocksN * kMajorBlock;
-// kRowStore: D written through one buffer per consumer, row by row, where TMA cannot store it.
-constexpr u32 kEpilogueBytes = kConsumers * kEpilogueBufferBytes * (kTmaStore ? kStoreBuffers : kRowStore ? 1 : 0);
+// The shared-memory layout (smem_layout.h), as the host reserves it. kRowStore: D written
+// through one buffer per consumer, row by row, where TMA cannot store it.
+constexpr SmemLayout kSmem = smem_layout({kTileM, kTileN, kStages, kBKMajor, kTmaStore ? kStoreBuffers : kRowStore ? 1 : 0,
+                                          kRealignA, kRealignB, kScaleA, kScaleB, kScaleMNA, kScaleMNB});
+static_assert(kSmem.total == kSmemBytes, "the kernel's shared-memory layout differs from the host's");
+static_assert(kSmem.stage_scales == kStageScaleBytes && kSmem.stage_b == (kBKMajor ? kTileN : kBlocksN * 64) * kRowBytes,
+              "the stage layout differs from what the producer loads");
+static_assert(kSmemAlignment == kSwizzleAtom, "stages start on a swizzle atom");
+constexpr u32 kStageBytesA = kSmem.stage_a, kStageBytesB = kSmem.stage_b;
+constexpr u32 kEpilogueBytes = kSmem.landing_rows - kSmem.epilogue;
 // Realigned operands: the stage rows of each slice (a K-major slice's rows, an MN-major one's 64
 // K rows per 64-wide block) and the landing ring's rows per stage, A's first.
 constexpr bool kRealign = kRealignA || kRealignB;
 constexpr int kRowsA = kStageBytesA / kRowBytes, kRowsB = kStageBytesB / kRowBytes;
 constexpr int kLandingRowsBeforeB = kRealignA ? kRowsA : 0;
-constexpr u32 kLandingBytes = (kLandingRowsBeforeB + (kRealignB ? kRowsB : 0)) * kLandingRowBytes;
+constexpr u32 kLandingBytes = kSmem.landing;
 constexpr int kCopyWarps = 2, kRealignWarps = 2;  // the producer's warps 0-1 and 2-3
 constexpr u32 kTmaStageBytes = (kRealignA ? 0 : kStageBytesA) + (kRealignB ? 0 : kStageBytesB);
 static_assert(!kRealign || (kClusterM == 1 && kConsumers == 1 && !k8Bit),
@@ -98,12 +105,10 @@ constexpr int kConsumerRegisters = kConsumerShare < 240 ? kConsumerShare : 240;
 static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= kLaunchRegisters * (kConsumers + 1),
               "registers reallocated beyond what the launch gives the CTA");
 
-// Per stage: its full and empty barriers and a Work slot (the host reserves 32 bytes for it).
-static_assert(sizeof(Work) == 32, "the host's shared-memory plan assumes 32-byte work slots");
-static_assert(kSwizzleAtom + kStages * (kStageBytesA + kStageBytesB + kLandingBytes) + kEpilogueBytes +
-                  kStages * ((kRealign ? 3 : 2) * 8 + sizeof(Work) + kStageScaleBytes) +
-                  2 * kConsumers * (kColumnScaleBytes + kMxFloatBytes) <= kSmemBytes,
-              "shared-memory plan exceeds the size the host reserves");
+static_assert(sizeof(Work) == kWorkSlotBytes && sizeof(u64) == kBarrierBytes, "the layout's work slots and barriers");
+static_assert(kSmem.mx_floats - kSmem.column_scales == 2 * kConsumers * kColumnScaleBytes &&
+                  kSmem.end - kSmem.mx_floats == 2 * kConsumers * kMxFloatBytes,
+              "the layout's column and mx scale buffers are the epilogue's and promotion's");
 
 // A box of B: into this CTA alone, or multicast to every CTA of the cluster.
 __device__ __forceinline__ void load_b_box(u8* dst, const TensorMap* map_b, u64* full, int x, int y, int z) {
@@ -560,19 +565,19 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     gemmkit_gemm(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b,
                  const __grid_constant__ TensorMap map_d, const GemmParams p) {
   extern __shared__ u8 smem_raw[];
-  u8* smem = reinterpret_cast<u8*>((reinterpret_cast<u64>(smem_raw) + kSwizzleAtom - 1) &
-                                   ~u64(kSwizzleAtom - 1));
-  u8* stages_a = smem;
-  u8* stages_b = stages_a + kStages * kStageBytesA;
-  u8* epilogue_buffers = stages_b + kStages * kStageBytesB;
-  u8* landing = epilogue_buffers + kEpilogueBytes;  // kRealign only
-  u64* full = reinterpret_cast<u64*>(landing + kStages * kLandingBytes);
-  u64* empty = full + kStages;
-  u64* landed = empty + kStages;  // kRealign only
-  Work* slots = reinterpret_cast<Work*>(landed + (kRealign ? kStages : 0));
-  const u32 stage_scales = smem_u32(slots + kStages);  // kInnerScales only
-  const u32 column_scales = stage_scales + kStages * kStageScaleBytes;  // kColumnScales only
-  const u32 mx_floats = column_scales + 2 * kConsumers * kColumnScaleBytes;  // kMxB only
+  u8* smem = reinterpret_cast<u8*>((reinterpret_cast<u64>(smem_raw) + kSmemAlignment - 1) &
+                                   ~u64(kSmemAlignment - 1));
+  u8* stages_a = smem + kSmem.a;
+  u8* stages_b = smem + kSmem.b;
+  u8* epilogue_buffers = smem + kSmem.epilogue;
+  u8* landing = smem + kSmem.landing_rows;  // kRealign only
+  u64* full = reinterpret_cast<u64*>(smem + kSmem.full);
+  u64* empty = reinterpret_cast<u64*>(smem + kSmem.empty);
+  u64* landed = reinterpret_cast<u64*>(smem + kSmem.landed);  // kRealign only
+  Work* slots = reinterpret_cast<Work*>(smem + kSmem.slots);
+  const u32 stage_scales = smem_u32(smem + kSmem.scales);  // kInnerScales only
+  const u32 column_scales = smem_u32(smem + kSmem.column_scales);  // kColumnScales only
+  const u32 mx_floats = smem_u32(smem + kSmem.mx_floats);  // kMxB only
 
   const int warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
   const int t = threadIdx.x % 128;

@@ -10,6 +10,7 @@
 #include "kernel_config.cuh"
 #include "params.h"
 #include "scales.cuh"
+#include "smem_layout.h"
 
 namespace gemmkit::sm90 {
 
@@ -25,10 +26,10 @@ constexpr int kGranules = 128 / kGranuleK;  // per K block of 128 8-bit elements
 // g * kTileN), or with 128x128 blocks one per 128 block the tile touches.
 constexpr bool kMxA = kScaleA == GEMMKIT_SCALE_MX, kMxB = kScaleB == GEMMKIT_SCALE_MX;
 constexpr bool kBlockB = kInnerB && !kMxB && kScaleMNB > 1;  // B scales in 128x128 blocks
-constexpr int kBlocksB = (kTileN + 127) / 128 + 1;  // 128-column blocks a tile at any column touches
-constexpr int kStageWordsA = !kInnerA ? 0 : kScaleMNA == 1 ? kTileM : 4;
-constexpr int kStageWordsB = !kInnerB ? 0 : kScaleMNB == 1 ? kTileN : kBlocksB;
-constexpr u32 kStageScaleBytes = (kStageWordsA + kStageWordsB + 3) / 4 * 16;
+constexpr int kBlocksB = b_scale_blocks(kTileN);  // 128-column blocks a tile at any column touches
+constexpr int kStageWordsA = stage_scale_words_a(kScaleA, kScaleMNA, kTileM);
+constexpr int kStageWordsB = stage_scale_words_b(kScaleB, kScaleMNB, kTileN);
+constexpr u32 kStageScaleBytes = stage_scale_bytes(kScaleA, kScaleMNA, kScaleB, kScaleMNB, kTileM, kTileN);
 
 // Stages word `i` of K block `k_block`'s scales for the tile at (batch, row, col) at shared
 // address `dst`. Outside the operands the word is 0 (as TMA fills the data there with zeros).
@@ -128,7 +129,7 @@ __device__ __forceinline__ KBlockScales read_k_block_scales(u32 scales, int slic
 // column pair and granule; instead each consumer warpgroup converts a K block's once, a word per
 // thread, into floats in a buffer of its own (two, used by alternate K blocks), laid out as the
 // bytes are: granule g's column c at g * kTileN + c.
-constexpr u32 kMxFloatBytes = kMxB ? kGranules * kTileN * 4 : 0;  // one K block's
+constexpr u32 kMxFloatBytes = mx_float_bytes(kScaleB, kTileN);  // one K block's
 
 // Whether promote() reads B's scales from the stage (else all it needs is in KBlockScales and
 // the converted mx floats).

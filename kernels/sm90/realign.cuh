@@ -13,10 +13,10 @@
 
 #include "common.cuh"
 #include "params.h"
+#include "smem_layout.h"
 
 namespace gemmkit::sm90 {
 
-constexpr u32 kLandingRowBytes = 144;  // 9 granules: 128 bytes at any 16-byte offset
 constexpr int kLandingGranules = kLandingRowBytes / 16;
 constexpr int kRealignElementBytes = 2;  // 16-bit operands only; 8-bit ones are staged
 
