@@ -106,8 +106,8 @@ __device__ __forceinline__ void store_tile_direct(const float* acc, const GemmPa
 // at the tile's edge and stores again some columns the group before stored, with the same
 // values; with C, which D may alias, those values would be recomputed from C already
 // overwritten, so there boxes as narrow as the row needs (kStoreBoxBytes < 128) tile it instead.
-// 128 x 176 8-bit tiles, forced on fp8-large's K = 512 shapes (H100), ran 0.80x cuBLASLt with
-// 32-byte boxes and 0.99x with the shifted group.
+// (The shifted group: 128 x 176 8-bit tiles at fp8-large's K = 512 run 0.99x cuBLASLt, 0.80x
+// with 32-byte boxes; H100.)
 // With kDByColumns, D's rows are contiguous rather than its columns (a problem the plan
 // transposed, dispatch/plan.h): a warp's part of a group then holds each of the group's columns
 // as a line of its 16 rows (32 bytes of 16-bit outputs, 64 of f32), swizzled as wide as a line,
@@ -209,11 +209,9 @@ __device__ __forceinline__ void stage_group(const float* acc, const GemmParams& 
 // a lane, so that a warp instruction covers 128 contiguous bytes of a row. A 16-bit row that
 // starts 2 bytes past a word writes its first element alone and the words after it. The rows
 // go kRowBatch at a time, their shared-memory reads before their stores so that the reads'
-// latencies overlap, in a loop rather than all 16 rows unrolled: that ran 2048x2047x2048 TN,
-// one tile per CTA, in 49-51 us against 44 (H100). Against the per-element stores of
-// store_tile_direct (8 rows in pieces of 8 bytes per instruction), H100: 4097^3 NT 314 -> 268
-// us, 4096x4095x4096 NT 245 -> 204, 2048x2047x2048 TN 55 -> 44. 16-byte stores ran slower
-// (BENCHMARKS.md, ninth session): contiguous bytes per instruction count for more.
+// latencies overlap, in a loop rather than all 16 rows unrolled (which is slower). Contiguous
+// bytes per instruction count for more than wide stores: against store_tile_direct's 8-byte
+// pieces of 8 rows, 4097^3 NT runs 268 us instead of 314 (H100).
 constexpr int kRowBatch = 4;
 __device__ __forceinline__ void store_tile_rows(const float* acc, const GemmParams& p, TileOrigin at, int t,
                                                 u8* buffer) {

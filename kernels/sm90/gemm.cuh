@@ -94,8 +94,8 @@ static_assert(!kRowClasses || (kClusterM == 1 && kConsumers == 1 && !k8Bit && !k
 // not 128x1 B blocks): in a single consumer warpgroup (half-height tiles, 240 registers), split-K
 // included, since no other warpgroup fills the tensor cores while it promotes; and in two up to
 // 128 wide (224 registers, so a scale warp for both operands' block scales fits in 56), not with
-// split-K, whose reduction needs registers too, and not wider (128 x 144 spills). Two consumers gain too: per-tensor
-// 128 x 128 ran fp8-large at 0.88x cuBLASLt against 0.85x, in clusters of two 0.91x against 0.83x.
+// split-K, whose reduction needs registers too, and not wider (128 x 144 spills). (Per-tensor
+// 128 x 128 on fp8-large: 0.88x cuBLASLt with two partials, 0.85x with one; H100.)
 constexpr int kLaunchRegisters = (65536 / kThreads < 255 ? 65536 / kThreads : 255) / 8 * 8;
 constexpr bool kTwoPartials = !kPromoteReadsStage && kGranules == 1 && kTileN <= 128 &&
                               (kConsumers == 1 || (kConsumers == 2 && !kSplitK));
@@ -301,9 +301,8 @@ constexpr int kWarpgroupBarrier = 1 + kConsumers;
 
 // Consumer warpgroups with two partial accumulators take turns issuing their K blocks, passing a
 // token through named barriers (kTurnBarrier + slice: slice's turn), so that the tensor cores
-// take their groups alternately. On an H100 that ran fp8-large's block shapes 1.02x faster in
-// each of two passes (0.97-1.11x per shape, the losses at K = 512). Taking turns in the
-// one-partial loop (multiply_8bit) made its tiles slower: per-tensor 0.97x, mx 0.95x.
+// take their groups alternately (fp8-large's block shapes 1.02x faster, H100). The one-partial
+// loop (multiply_8bit) takes no turns: they slow its tiles (per-tensor 0.97x, mx 0.95x).
 constexpr bool kTakeTurns = kTwoPartials && kConsumers > 1;
 constexpr int kTurnBarrier = kWarpgroupBarrier + kConsumers;
 __device__ __forceinline__ void take_turn(int slice) {

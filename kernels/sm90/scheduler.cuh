@@ -29,12 +29,10 @@ struct Work {
   i64 tile;
 };
 // TMA fills the rows of A's box past M with zeros, and a tile whose box reaches far past M loads
-// slowly (H100, 128x160 tiles, 130 CTAs, x4096x4096 NT: 640 rows 34.9 us, 576 rows 40.3, 513
-// rows 47.3; 129 rows on 64x128 tiles 25.4 against 192 rows' 20.3). So the tile row that reaches
-// past M moves up, from p.order.shift_from to shift_to, to end within 15 rows of M (a multiple of
-// 16 rows up, the host's choice), and stores only the rows past those the tile row above stores,
-// every warp's 16 rows whole or not at all: 513 rows then ran 33.0 us, 129 rows 19.8. A cluster's
-// tile wholly below D stays there. Not with row classes, nor where A's block scales cover 128
+// slowly. So the tile row that reaches past M moves up, from p.order.shift_from to shift_to, to
+// end within 15 rows of M (a multiple of 16 rows up, the host's choice), and stores only the rows
+// past those the tile row above stores, every warp's 16 rows whole or not at all (H100, 128x160
+// tiles, 513x4096x4096 NT: 33.0 us, 47.3 unmoved). A cluster's tile wholly below D stays there. Not with row classes, nor where A's block scales cover 128
 // rows (a tile's rows must lie in one block); nor on three consumer warpgroups that store rows
 // (store_tile_rows), nor with B's block scales per column (staged for each K block), whose
 // registers then spill.
@@ -47,14 +45,12 @@ __device__ __forceinline__ int first_stored_row(const GemmParams& p, int row) {
   return moved ? p.order.shift_from : row;
 }
 
-// Likewise B's boxes reaching past N load slowly (129x4096x4096 run transposed, one column in a
-// 128-wide tile column: 39.6 us against 18.7, H200), so the tile column reaching past N moves
+// Likewise B's boxes reaching past N load slowly, so the tile column reaching past N moves
 // left, from p.order.col_shift_from to col_shift_to (a multiple of 16 columns, or of the store
 // box's where D may alias C), and stores only the columns from col_shift_from on: whole boxes
 // through TMA, those wholly left of it skipped. A box that starts left of it is stored whole,
 // with the values the tile to the left stored, which only C could make differ (hence the box
-// multiple). H100, NT, us: transposed 385x4096x4096 (64x208 tiles, N' = 385) 32.2-32.6 -> 25.7,
-// 257x4096x4096 28.6-30.0 -> 23.4-23.7, 300x4096x14336 80.0 -> 67.9; 3000x200x5000 37.0 -> 35.2.
+// multiple). (H100, NT, 385x4096x4096 transposed on 64x208 tiles: 25.7 us, 32.2 unmoved.)
 // Not where B's block or mx scales need tiles to start on their blocks, nor with row classes.
 constexpr bool kShiftLastCol = !kRowClasses && !is_inner_scale(kScaleB);
 
@@ -70,10 +66,8 @@ __device__ __forceinline__ int first_stored_col(const GemmParams& p, int col) {
 // walked column by column so that clusters running at once share A and B in L2. With row
 // classes, tile row 8 b + r holds class r of groups 64 b to 64 b + 63 (M is a multiple of 8).
 // The host works out the order's size and divisors (p.order): unit numbers are below 2^31, and a
-// division by a fixed divisor is a multiply and a shift. As 64-bit divisions, a CTA's first pass
-// through them took ~630 cycles on its way to its first load (~135 with their instructions
-// cached; clock stamps, H100); as multiplies the kernels are 20-25% shorter, and small.txt ran
-// 1.2% faster.
+// division by a fixed divisor is a multiply and a shift (as 64-bit divisions, a CTA's first pass
+// through them cost ~630 cycles before its first load; H100).
 __device__ __forceinline__ u32 quotient(u32 n, FastDivisor d) { return u32((u64(n) * d.mul) >> d.shift); }
 
 struct TileScheduler {

@@ -87,8 +87,8 @@ __device__ __forceinline__ void store_from_float(void* base, int type, i64 index
 // The kernels are launched so that they may start while the grid before them in the stream still
 // runs (launch.cpp). Each lets the grid after it start likewise as soon as it is itself running,
 // and waits for the grid before it to finish, its writes visible, before it touches any operand.
-// Both are no-ops in a grid launched the ordinary way, and cost nothing measurable: on an H100,
-// dense-decode and small.txt ran the same with and without them.
+// Both are no-ops in a grid launched the ordinary way, and cost nothing measurable (H100,
+// dense-decode and small.txt).
 
 __device__ __forceinline__ void launch_dependent_grids() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
