@@ -34,9 +34,16 @@ cubins() {
     -Wl,-rpath,"$cuda/lib64" -o "$out/kernel_cubins"
   "$out/kernel_cubins" "$out/cubins" "$threads"
   # "id label<TAB>instructions", one line per cubin (the reference module's: all its kernels').
+  export cuobjdump
+  cut -f1 "$out/cubins/index.tsv" | xargs -P "$threads" -I{} sh -c \
+    '"$cuobjdump" -sass "$1.cubin" 2>/dev/null | grep -E "/\*[0-9a-f]+\*/" | grep -vc NOP > "$1.count" || true' _ "$out/cubins/{}"
   while IFS=$'\t' read -r id label; do
-    printf '%s %s\t%s\n' "$id" "$label" "$("$cuobjdump" -sass "$out/cubins/$id.cubin" | grep -E '/\*[0-9a-f]+\*/' | grep -vc NOP)"
+    printf '%s %s\t%s\n' "$id" "$label" "$(cat "$out/cubins/$id.count")"
   done < "$out/cubins/index.tsv" | sort -t $'\t' -k1,1 > "$out/counts.tsv"
+  if ! awk -F'\t' '$2 == 0 {exit 1}' "$out/counts.tsv"; then
+    echo "cuobjdump found no instructions in some of $out/cubins" >&2
+    exit 2
+  fi
 }
 
 # The revision's counts are kept in KEEP and reused, as that side does not change.
