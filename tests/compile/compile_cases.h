@@ -16,6 +16,22 @@ struct CompileCase {
   std::string what;  // the config's name and what varies beside it
 };
 
+// `tile` with the given operand majorness, in clusters of `cluster`, with the store path
+// with_tile gives it.
+inline KernelConfig with_layout(TileShape tile, bool a_k_major, bool b_k_major, int cluster) {
+  KernelConfig config = with_tile(KernelConfig{}, tile);
+  config.a_k_major = a_k_major;
+  config.b_k_major = b_k_major;
+  config.cluster_m = cluster;
+  return config;
+}
+
+// `config` at the most stages that fit, labelled with its name and `what`.
+inline CompileCase at_most_stages(KernelConfig config, const std::string& what = "") {
+  config.stages = max_stages(config, DeviceLimits{}.smem_per_block);
+  return {config, config.name() + what};
+}
+
 // The TMA kernel: every tile shape with every operand majorness, alone and in a cluster of
 // two, at the most stages that fit; tiles up to kMaxSplitTileN wide also with split-K. Narrow
 // tiles as they run: B K-major, unclustered, with direct stores.
@@ -28,13 +44,9 @@ inline std::vector<CompileCase> tile_cases() {
           if (is_narrow(tile) && (!b_k || cluster > 1)) continue;
           for (int splits : {1, 2}) {
             if (splits > 1 && tile.n > kMaxSplitTileN) continue;
-            KernelConfig config = with_tile(KernelConfig{}, tile);
-            config.a_k_major = a_k;
-            config.b_k_major = b_k;
-            config.cluster_m = cluster;
+            KernelConfig config = with_layout(tile, a_k, b_k, cluster);
             config.splits = splits;
-            config.stages = max_stages(config, DeviceLimits{}.smem_per_block);
-            cases.push_back({config, config.name()});
+            cases.push_back(at_most_stages(config));
           }
         }
       }
@@ -200,13 +212,9 @@ inline std::vector<CompileCase> type_cases() {
   }
   for (int layout = 0; layout < 4; ++layout) {
     for (int cluster : {1, 2}) {
-      KernelConfig config = with_tile(KernelConfig{}, {192, 176});
-      config.a_k_major = layout % 2 == 0;
-      config.b_k_major = layout / 2 == 0;
-      config.cluster_m = cluster;
+      KernelConfig config = with_layout({192, 176}, layout % 2 == 0, layout / 2 == 0, cluster);
       config.tma_store = false;
-      config.stages = max_stages(config, DeviceLimits{}.smem_per_block);
-      cases.push_back({config, config.name()});
+      cases.push_back(at_most_stages(config));
     }
   }
   return cases;
