@@ -1,6 +1,5 @@
 #include "codegen/kernel_source.h"
 
-#include <regex>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -54,25 +53,29 @@ std::string embedded_text(const std::string& name, const std::string& config) {
   throw std::logic_error("kernel file not embedded: " + name);
 }
 
+// The name in a line `#include "name"`, else "".
+std::string included_name(const std::string& line) {
+  const size_t at = line.find_first_not_of(" \t");
+  if (at == std::string::npos || line.compare(at, 8, "#include") != 0) return "";
+  const size_t open = line.find('"', at + 8);
+  const size_t close = open == std::string::npos ? open : line.find('"', open + 1);
+  return close == std::string::npos ? "" : line.substr(open + 1, close - open - 1);
+}
+
 // Appends `text` to `out`, each line `#include "name"` replaced by the text of `name` (headed
 // by its name) unless `done` holds it already, recursively.
 void expand(const std::string& text, const std::string& config, std::set<std::string>& done, std::string& out) {
-  static const std::regex include_line(R"re(^\s*#\s*include\s*"([^"]+)"\s*$)re");
   size_t at = 0;
   while (at < text.size()) {
     size_t end = text.find('\n', at);
     end = end == std::string::npos ? text.size() : end + 1;
     const std::string line = text.substr(at, end - at);
-    std::smatch match;
-    const std::string bare = line.back() == '\n' ? line.substr(0, line.size() - 1) : line;
-    if (std::regex_match(bare, match, include_line)) {
-      const std::string name = match[1];
-      if (done.insert(name).second) {
-        out += "// ---- " + name + "\n";
-        expand(embedded_text(name, config), config, done, out);
-      }
-    } else {
+    const std::string name = included_name(line);
+    if (name.empty()) {
       out += line;
+    } else if (done.insert(name).second) {
+      out += "// ---- " + name + "\n";
+      expand(embedded_text(name, config), config, done, out);
     }
     at = end;
   }
