@@ -28,6 +28,7 @@ struct Work {
   int split, k_begin, k_end;
   i64 tile;
 };
+
 // TMA fills the rows of A's box past M with zeros, and a tile whose box reaches far past M loads
 // slowly. So the tile row that reaches past M moves up, from p.order.shift_from to shift_to, to
 // end within 15 rows of M (a multiple of 16 rows up, the host's choice), and stores only the rows
@@ -90,7 +91,6 @@ struct TileScheduler {
   __device__ __forceinline__ i64 next(i64 unit) const { return unit + unit_step; }
 
   // Where unit `unit` lies, for CTA `rank` of the cluster.
-
   __device__ Work work(i64 unit, int rank) const {
     Work w;
     const u32 rows = u32(order.rows);
