@@ -2,6 +2,10 @@
 // named barriers and register reallocation. Each is one PTX instruction (or a wait loop).
 #pragma once
 
+#include "utility.cuh"
+
+namespace gemmkit::sm90 {
+
 // The driver's CUtensorMap: 128 opaque bytes, 64-byte aligned, passed as a __grid_constant__.
 struct alignas(64) TensorMap {
   u64 opaque[16];
@@ -183,9 +187,9 @@ __device__ __forceinline__ u32 cluster_rank() {
 }
 
 // The cluster barrier in two halves: every thread of every CTA in the cluster arrives, then
-// waits for all the others to have arrived. The arrival is relaxed (orders no memory): a release
-// arrival cost ~0.55 us at the start of an H100 kernel, and what it would publish, barrier
-// initialisation, fence_barrier_init publishes already.
+// waits for all the others to have arrived. The arrival is relaxed (orders no memory): what a
+// release would publish, barrier initialisation, fence_barrier_init publishes already, and a
+// release arrival costs ~0.55 us at the start of a kernel (H100).
 __device__ __forceinline__ void cluster_arrive_relaxed() {
   asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
 }
@@ -273,3 +277,5 @@ __device__ __forceinline__ u32 descriptor_low(const void* tile, u32 leading) {
 __device__ __forceinline__ u64 smem_descriptor(u32 low, u32 stride) {
   return u64(low) | (u64((stride >> 4) & 0x3fff) << 32) | (u64(1) << 62);
 }
+
+}  // namespace gemmkit::sm90

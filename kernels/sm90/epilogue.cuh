@@ -5,47 +5,21 @@
 // move data: through shared memory and TMA when D allows it, else direct predicated stores.
 #pragma once
 
+#include "common.cuh"
+#include "kernel_config.cuh"
+#include "params.h"
+#include "row_classes.cuh"
+#include "scales.cuh"
+#include "scheduler.cuh"
+#include "smem_layout.h"
+
+namespace gemmkit::sm90 {
+
 // B's rowwise scales, one per output column, are copied into shared memory for each tile while
 // it multiplies (stage_column_scales), so the epilogue finds them there instead of waiting on
 // global loads.
 constexpr bool kColumnScales = kScaleB == GEMMKIT_SCALE_ROWWISE;
-constexpr u32 kColumnScaleBytes = kColumnScales ? kTileN * 4 : 0;  // one tile's
-
-// TMA fills the rows of A's box past M with zeros, and a tile whose box reaches far past M loads
-// slowly (H100, 128x160 tiles, 130 CTAs, x4096x4096 NT: 640 rows 34.9 us, 576 rows 40.3, 513
-// rows 47.3; 129 rows on 64x128 tiles 25.4 against 192 rows' 20.3). So the tile row that reaches
-// past M moves up, from p.order.shift_from to shift_to, to end within 15 rows of M (a multiple of
-// 16 rows up, the host's choice), and stores only the rows past those the tile row above stores,
-// every warp's 16 rows whole or not at all: 513 rows then ran 33.0 us, 129 rows 19.8. A cluster's
-// tile wholly below D stays there. Not with row classes, nor where A's block scales cover 128
-// rows (a tile's rows must lie in one block); nor on three consumer warpgroups that store rows
-// (store_tile_rows), nor with B's block scales per column (staged for each K block), whose
-// registers then spill.
-constexpr bool kShiftLastRow = !kRowClasses && kScaleMNA == 1 && !(kRowStore && kTileM == 192) &&
-                               !(kScaleB == GEMMKIT_SCALE_BLOCK && kScaleMNB == 1);
-
-// The first row a tile multiplied from `row` stores.
-__device__ __forceinline__ int first_stored_row(const GemmParams& p, int row) {
-  const bool moved = kShiftLastRow && row == p.order.shift_to && p.order.shift_to != p.order.shift_from;
-  return moved ? p.order.shift_from : row;
-}
-
-// Likewise B's boxes reaching past N load slowly (129x4096x4096 run transposed, one column in a
-// 128-wide tile column: 39.6 us against 18.7, H200), so the tile column reaching past N moves
-// left, from p.order.col_shift_from to col_shift_to (a multiple of 16 columns, or of the store
-// box's where D may alias C), and stores only the columns from col_shift_from on: whole boxes
-// through TMA, those wholly left of it skipped. A box that starts left of it is stored whole,
-// with the values the tile to the left stored, which only C could make differ (hence the box
-// multiple). H100, NT, us: transposed 385x4096x4096 (64x208 tiles, N' = 385) 32.2-32.6 -> 25.7,
-// 257x4096x4096 28.6-30.0 -> 23.4-23.7, 300x4096x14336 80.0 -> 67.9; 3000x200x5000 37.0 -> 35.2.
-// Not where B's block or mx scales need tiles to start on their blocks, nor with row classes.
-constexpr bool kShiftLastCol = !kRowClasses && !is_inner_scale(kScaleB);
-
-// The first column a tile multiplied from `col` stores.
-__device__ __forceinline__ int first_stored_col(const GemmParams& p, int col) {
-  const bool moved = kShiftLastCol && col == p.order.col_shift_to && p.order.col_shift_to != p.order.col_shift_from;
-  return moved ? p.order.col_shift_from : col;
-}
+constexpr u32 kColumnScaleBytes = column_scale_bytes(kScaleB, kTileN);  // one tile's
 
 // Where one warpgroup's slice of a tile lands in D, the outer scales of the thread's two
 // fragment rows (fragment_row(t, h); 1 without tensor or rowwise scales) and the shared address
@@ -132,8 +106,8 @@ __device__ __forceinline__ void store_tile_direct(const float* acc, const GemmPa
 // at the tile's edge and stores again some columns the group before stored, with the same
 // values; with C, which D may alias, those values would be recomputed from C already
 // overwritten, so there boxes as narrow as the row needs (kStoreBoxBytes < 128) tile it instead.
-// 128 x 176 8-bit tiles, forced on fp8-large's K = 512 shapes (H100), ran 0.80x cuBLASLt with
-// 32-byte boxes and 0.99x with the shifted group.
+// (The shifted group: 128 x 176 8-bit tiles at fp8-large's K = 512 run 0.99x cuBLASLt, 0.80x
+// with 32-byte boxes; H100.)
 // With kDByColumns, D's rows are contiguous rather than its columns (a problem the plan
 // transposed, dispatch/plan.h): a warp's part of a group then holds each of the group's columns
 // as a line of its 16 rows (32 bytes of 16-bit outputs, 64 of f32), swizzled as wide as a line,
@@ -146,7 +120,6 @@ constexpr int kBoxRows = 16;  // one warp's rows
 constexpr int kBoxBytes = kBoxRows * kStoreBoxBytes;
 constexpr int kColumnLineBytes = kBoxRows * kOutBytes;  // kDByColumns: one column of a warp's rows
 static_assert(!kDByColumns || (kTmaStore && kTileN % kBoxCols == 0), "columns are stored by TMA, in whole boxes");
-constexpr int kEpilogueBufferBytes = 64 * 128;
 constexpr int kGroups = (kTileN + kGroupCols - 1) / kGroupCols;
 constexpr bool kShiftLastGroup = kTileN % kGroupCols != 0 && kStoreBoxBytes == 128;
 static_assert(kTileN >= kGroupCols || !(kTmaStore || kRowStore), "a tile stored through shared memory spans a whole group");
@@ -236,11 +209,9 @@ __device__ __forceinline__ void stage_group(const float* acc, const GemmParams& 
 // a lane, so that a warp instruction covers 128 contiguous bytes of a row. A 16-bit row that
 // starts 2 bytes past a word writes its first element alone and the words after it. The rows
 // go kRowBatch at a time, their shared-memory reads before their stores so that the reads'
-// latencies overlap, in a loop rather than all 16 rows unrolled: that ran 2048x2047x2048 TN,
-// one tile per CTA, in 49-51 us against 44 (H100). Against the per-element stores of
-// store_tile_direct (8 rows in pieces of 8 bytes per instruction), H100: 4097^3 NT 314 -> 268
-// us, 4096x4095x4096 NT 245 -> 204, 2048x2047x2048 TN 55 -> 44. 16-byte stores ran slower
-// (BENCHMARKS.md, ninth session): contiguous bytes per instruction count for more.
+// latencies overlap, in a loop rather than all 16 rows unrolled (which is slower). Contiguous
+// bytes per instruction count for more than wide stores: against store_tile_direct's 8-byte
+// pieces of 8 rows, 4097^3 NT runs 268 us instead of 314 (H100).
 constexpr int kRowBatch = 4;
 __device__ __forceinline__ void store_tile_rows(const float* acc, const GemmParams& p, TileOrigin at, int t,
                                                 u8* buffer) {
@@ -341,3 +312,5 @@ __device__ __forceinline__ void store_tile_tma(const float* acc, const u32* pack
     }
   }
 }
+
+}  // namespace gemmkit::sm90

@@ -5,8 +5,16 @@
 // FP8 operands (any layout; wgmma's kernel takes only K-major ones) are dequantised as they
 // are staged: each value times its scale.
 //
-// The generated prelude defines kAType, kBType, kOutType, kCType, kHasC, kScaleA and kScaleB.
+// kernel_config.cuh (generated) defines kAType, kBType, kOutType, kCType, kHasC, kScaleA and
+// kScaleB.
 #pragma once
+
+#include "kernel_config.cuh"
+#include "params.h"
+#include "scales.cuh"
+#include "utility.cuh"
+
+namespace gemmkit::sm90 {
 
 constexpr int kFallbackTile = 64;
 constexpr int kFallbackDepth = 16;
@@ -66,3 +74,5 @@ extern "C" __global__ void __launch_bounds__(256) gemmkit_fallback(const GemmPar
     }
   }
 }
+
+}  // namespace gemmkit::sm90

@@ -32,31 +32,50 @@
 // With kRowClasses, A (16-bit, K-major, rows TMA cannot address) is read by TMA one class of rows
 // at a time, and B from 8 shifted copies (row_classes.cuh); a tile's rows lie kRowStep apart in D.
 //
-// The generated prelude defines kTileM, kTileN, kStages, kGroupM, kClusterM, kSplitK, kAKMajor,
-// kBKMajor, kAType, kBType, kOutType, kCType, kHasC, kScaleA, kScaleB, kScaleMNA, kScaleMNB,
-// kABatched, kBBatched, kRealignA, kRealignB, kRowClasses, kTmaStore, kRowStore, kDByColumns, kStoreBoxBytes, kStoreBuffers,
-// kSmemBytes
-// and wgmma_tile().
+// kernel_config.cuh (generated) defines the configuration: kTileM, kTileN, kTileK, kStages,
+// kGroupM, kClusterM, kSplitK, kAKMajor, kBKMajor, kAType, kBType, kOutType, kCType, kHasC,
+// kScaleA, kScaleB, kScaleMNA, kScaleMNB, kABatched, kBBatched, kRealignA, kRealignB,
+// kRowClasses, kTmaStore, kRowStore, kDByColumns, kStoreBoxBytes, kStoreBuffers, kSmemBytes
+// (the host's smem_layout total), and wgmma_tile().
 // kTileN is any multiple of 16 up to 256.
 #pragma once
 
-constexpr u32 kRowBytes = 128;  // a K slice's row: one 128-byte swizzle row
-constexpr int kTileK = k8Bit ? 128 : 64;  // elements
+#include "common.cuh"
+#include "epilogue.cuh"
+#include "kernel_config.cuh"
+#include "params.h"
+#include "promote.cuh"
+#include "realign.cuh"
+#include "row_classes.cuh"
+#include "scales.cuh"
+#include "scheduler.cuh"
+#include "smem_layout.h"
+#include "split_k.cuh"
+
+namespace gemmkit::sm90 {
+
+constexpr u32 kRowBytes = kStageRowBytes;  // a K slice's row: one 128-byte swizzle row
 constexpr int kConsumers = kTileM / 64;
 constexpr int kThreads = 128 * (kConsumers + 1);
 constexpr u32 kSwizzleAtom = 1024;      // 8 rows of 128 bytes
 constexpr u32 kMajorBlock = 64 * kRowBytes;  // one 64-wide MN block of an MN-major (16-bit) tile
 constexpr int kBlocksN = (kTileN + 63) / 64;  // 64-wide blocks of an N-major B slice (the last may be partial)
-constexpr u32 kStageBytesA = kTileM * kRowBytes;
-constexpr u32 kStageBytesB = kBKMajor ? kTileN * kRowBytes : kBlocksN * kMajorBlock;
-// kRowStore: D written through one buffer per consumer, row by row, where TMA cannot store it.
-constexpr u32 kEpilogueBytes = kConsumers * kEpilogueBufferBytes * (kTmaStore ? kStoreBuffers : kRowStore ? 1 : 0);
+// The shared-memory layout (smem_layout.h), as the host reserves it. kRowStore: D written
+// through one buffer per consumer, row by row, where TMA cannot store it.
+constexpr SmemLayout kSmem = smem_layout({kTileM, kTileN, kStages, kBKMajor, kTmaStore ? kStoreBuffers : kRowStore ? 1 : 0,
+                                          kRealignA, kRealignB, kScaleA, kScaleB, kScaleMNA, kScaleMNB});
+static_assert(kSmem.total == kSmemBytes, "the kernel's shared-memory layout differs from the host's");
+static_assert(kSmem.stage_scales == kStageScaleBytes && kSmem.stage_b == (kBKMajor ? kTileN : kBlocksN * 64) * kRowBytes,
+              "the stage layout differs from what the producer loads");
+static_assert(kSmemAlignment == kSwizzleAtom, "stages start on a swizzle atom");
+constexpr u32 kStageBytesA = kSmem.stage_a, kStageBytesB = kSmem.stage_b;
+constexpr u32 kEpilogueBytes = kSmem.landing_rows - kSmem.epilogue;
 // Realigned operands: the stage rows of each slice (a K-major slice's rows, an MN-major one's 64
 // K rows per 64-wide block) and the landing ring's rows per stage, A's first.
 constexpr bool kRealign = kRealignA || kRealignB;
 constexpr int kRowsA = kStageBytesA / kRowBytes, kRowsB = kStageBytesB / kRowBytes;
 constexpr int kLandingRowsBeforeB = kRealignA ? kRowsA : 0;
-constexpr u32 kLandingBytes = (kLandingRowsBeforeB + (kRealignB ? kRowsB : 0)) * kLandingRowBytes;
+constexpr u32 kLandingBytes = kSmem.landing;
 constexpr int kCopyWarps = 2, kRealignWarps = 2;  // the producer's warps 0-1 and 2-3
 constexpr u32 kTmaStageBytes = (kRealignA ? 0 : kStageBytesA) + (kRealignB ? 0 : kStageBytesB);
 static_assert(!kRealign || (kClusterM == 1 && kConsumers == 1 && !k8Bit),
@@ -75,8 +94,8 @@ static_assert(!kRowClasses || (kClusterM == 1 && kConsumers == 1 && !k8Bit && !k
 // not 128x1 B blocks): in a single consumer warpgroup (half-height tiles, 240 registers), split-K
 // included, since no other warpgroup fills the tensor cores while it promotes; and in two up to
 // 128 wide (224 registers, so a scale warp for both operands' block scales fits in 56), not with
-// split-K, whose reduction needs registers too, and not wider (128 x 144 spills). Two consumers gain too: per-tensor
-// 128 x 128 ran fp8-large at 0.88x cuBLASLt against 0.85x, in clusters of two 0.91x against 0.83x.
+// split-K, whose reduction needs registers too, and not wider (128 x 144 spills). (Per-tensor
+// 128 x 128 on fp8-large: 0.88x cuBLASLt with two partials, 0.85x with one; H100.)
 constexpr int kLaunchRegisters = (65536 / kThreads < 255 ? 65536 / kThreads : 255) / 8 * 8;
 constexpr bool kTwoPartials = !kPromoteReadsStage && kGranules == 1 && kTileN <= 128 &&
                               (kConsumers == 1 || (kConsumers == 2 && !kSplitK));
@@ -86,71 +105,10 @@ constexpr int kConsumerRegisters = kConsumerShare < 240 ? kConsumerShare : 240;
 static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= kLaunchRegisters * (kConsumers + 1),
               "registers reallocated beyond what the launch gives the CTA");
 
-// One work unit of a CTA: a tile (its batch and first row and column) and the K blocks of it
-// to multiply; `tile` numbers the CTA's tile among all tiles, `split` its part of K.
-struct Work {
-  int batch;
-  int row, col;  // below 2^31: the host picks this kernel only where TMA addresses A and B
-  int split, k_begin, k_end;
-  i64 tile;
-};
-// Per stage: its full and empty barriers and a Work slot (the host reserves 32 bytes for it).
-static_assert(sizeof(Work) == 32, "the host's shared-memory plan assumes 32-byte work slots");
-static_assert(kSwizzleAtom + kStages * (kStageBytesA + kStageBytesB + kLandingBytes) + kEpilogueBytes +
-                  kStages * ((kRealign ? 3 : 2) * 8 + sizeof(Work) + kStageScaleBytes) +
-                  2 * kConsumers * (kColumnScaleBytes + kMxFloatBytes) <= kSmemBytes,
-              "shared-memory plan exceeds the size the host reserves");
-
-// Persistent order over work units: cluster tiles (kClusterM tiles stacked in M; CTA `rank` of
-// the cluster takes the rank-th), each split into `splits` consecutive units, so that a tile's
-// parts run at once. Numbered batch by batch; inside a batch, groups of kGroupM tile rows are
-// walked column by column so that clusters running at once share A and B in L2. With row
-// classes, tile row 8 b + r holds class r of groups 64 b to 64 b + 63 (M is a multiple of 8).
-// The host works out the order's size and divisors (p.order): unit numbers are below 2^31, and a
-// division by a fixed divisor is a multiply and a shift. As 64-bit divisions, a CTA's first pass
-// through them took ~630 cycles on its way to its first load (~135 with their instructions
-// cached; clock stamps, H100); as multiplies the kernels are 20-25% shorter, and small.txt ran
-// 1.2% faster.
-__device__ __forceinline__ u32 quotient(u32 n, FastDivisor d) { return u32((u64(n) * d.mul) >> d.shift); }
-
-struct TileScheduler {
-  static constexpr u32 kGroup = kGroupM / kClusterM;  // cluster rows per group
-  TileOrder order;
-  int splits, k_blocks;  // splits: 1 unless kSplitK (then p.splits, at most k_blocks)
-  i64 total;             // work units
-
-  __device__ explicit TileScheduler(const GemmParams& p)
-      : order(p.order),
-        splits(kSplitK ? p.splits : 1),
-        k_blocks(kRowClasses ? row_class_k_blocks(p.k) : int((p.k + kTileK - 1) / kTileK)),
-        total(order.rows * order.tiles_n * p.batch * splits) {}
-
-  __device__ Work work(i64 unit, int rank) const {
-    Work w;
-    const u32 rows = u32(order.rows);
-    const u32 cluster_tile = kSplitK ? quotient(u32(unit), order.splits) : u32(unit);
-    w.split = kSplitK ? int(u32(unit) - cluster_tile * u32(splits)) : 0;
-    w.k_begin = kSplitK ? int(quotient(u32(w.split) * u32(k_blocks), order.splits)) : 0;
-    w.k_end = kSplitK ? int(quotient(u32(w.split + 1) * u32(k_blocks), order.splits)) : k_blocks;
-    w.tile = i64(cluster_tile) * kClusterM + rank;
-    const u32 batch = quotient(cluster_tile, order.per_batch);
-    const u32 in_batch = cluster_tile - batch * rows * u32(order.tiles_n);
-    const u32 group = quotient(in_batch, order.group_tiles);
-    const u32 first = group * kGroup;
-    const u32 in_group = in_batch - group * kGroup * u32(order.tiles_n);
-    const bool whole = rows - first >= kGroup;
-    const u32 group_rows = whole ? kGroup : rows - first;
-    const u32 group_col = whole ? in_group / kGroup : quotient(in_group, order.last_group);
-    const u32 tile_row = first + in_group - group_col * group_rows;
-    w.batch = int(batch);
-    w.row = int(kRowClasses ? tile_row / kClasses * 64 * kClasses + tile_row % kClasses
-                            : (tile_row * kClusterM + rank) * kTileM);
-    if (kShiftLastRow && w.row == order.shift_from) w.row = order.shift_to;
-    w.col = int(group_col * kTileN);
-    if (kShiftLastCol && w.col == order.col_shift_from) w.col = order.col_shift_to;
-    return w;
-  }
-};
+static_assert(sizeof(Work) == kWorkSlotBytes && sizeof(u64) == kBarrierBytes, "the layout's work slots and barriers");
+static_assert(kSmem.mx_floats - kSmem.column_scales == 2 * kConsumers * kColumnScaleBytes &&
+                  kSmem.end - kSmem.mx_floats == 2 * kConsumers * kMxFloatBytes,
+              "the layout's column and mx scale buffers are the epilogue's and promotion's");
 
 // A box of B: into this CTA alone, or multicast to every CTA of the cluster.
 __device__ __forceinline__ void load_b_box(u8* dst, const TensorMap* map_b, u64* full, int x, int y, int z) {
@@ -258,11 +216,10 @@ struct RingSlot {
 // place, the instructions' first fetch) overlaps their end. Returns the slot after the last one
 // filled.
 template <class Fill>
-__device__ __forceinline__ RingSlot for_each_stage(const TileScheduler& tiles, i64 first_unit, i64 unit_step, int rank,
-                                                   u64* ready, u32 flip, Fill fill) {
+__device__ __forceinline__ RingSlot for_each_stage(const TileScheduler& tiles, int rank, u64* ready, u32 flip, Fill fill) {
   RingSlot slot;
   bool first = true;
-  for (i64 unit = first_unit; unit < tiles.total; unit += unit_step) {
+  for (i64 unit = tiles.first(); !tiles.done(unit); unit = tiles.next(unit)) {
     const Work w = tiles.work(unit, rank);
     for (int kb = w.k_begin; kb < w.k_end; ++kb, slot = slot.next()) {
       mbarrier_wait(&ready[slot.stage], slot.phase ^ flip);
@@ -344,9 +301,8 @@ constexpr int kWarpgroupBarrier = 1 + kConsumers;
 
 // Consumer warpgroups with two partial accumulators take turns issuing their K blocks, passing a
 // token through named barriers (kTurnBarrier + slice: slice's turn), so that the tensor cores
-// take their groups alternately. On an H100 that ran fp8-large's block shapes 1.02x faster in
-// each of two passes (0.97-1.11x per shape, the losses at K = 512). Taking turns in the
-// one-partial loop (multiply_8bit) made its tiles slower: per-tensor 0.97x, mx 0.95x.
+// take their groups alternately (fp8-large's block shapes 1.02x faster, H100). The one-partial
+// loop (multiply_8bit) takes no turns: they slow its tiles (per-tensor 0.97x, mx 0.95x).
 constexpr bool kTakeTurns = kTwoPartials && kConsumers > 1;
 constexpr int kTurnBarrier = kWarpgroupBarrier + kConsumers;
 __device__ __forceinline__ void take_turn(int slice) {
@@ -508,7 +464,7 @@ __device__ __forceinline__ void multiply_8bit_runs(float* acc, int k_count, Ring
 
 // A consumer warpgroup: multiplies its `slice` (64 rows) of each tile, then stores it.
 __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams& p, const TileScheduler& tiles,
-                                        i64 first_unit, i64 unit_step, int slice, int t,
+                                        int slice, int t,
                                         u8* stages_a, const u8* stages_b, u32 stage_scales,
                                         u32 column_scale_buffers, u32 mx_float_buffers, u8* epilogue_buffers,
                                         u64* full, u64* empty, const Work* slots) {
@@ -526,7 +482,7 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
   bool have_deferred = false;
   const StageDescriptors stages(stages_a, stages_b, slice, kAKMajor, kBKMajor);
   RingSlot slot;
-  for (i64 unit = first_unit; unit < tiles.total; unit += unit_step) {
+  for (i64 unit = tiles.first(); !tiles.done(unit); unit = tiles.next(unit)) {
     mbarrier_wait(&full[slot.stage], slot.phase);
     const Work w = slots[slot.stage];  // the stage holds the unit's first K block
     // Unsplit, the count is a kernel parameter, not a value loaded from shared memory, which
@@ -608,19 +564,19 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     gemmkit_gemm(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b,
                  const __grid_constant__ TensorMap map_d, const GemmParams p) {
   extern __shared__ u8 smem_raw[];
-  u8* smem = reinterpret_cast<u8*>((reinterpret_cast<u64>(smem_raw) + kSwizzleAtom - 1) &
-                                   ~u64(kSwizzleAtom - 1));
-  u8* stages_a = smem;
-  u8* stages_b = stages_a + kStages * kStageBytesA;
-  u8* epilogue_buffers = stages_b + kStages * kStageBytesB;
-  u8* landing = epilogue_buffers + kEpilogueBytes;  // kRealign only
-  u64* full = reinterpret_cast<u64*>(landing + kStages * kLandingBytes);
-  u64* empty = full + kStages;
-  u64* landed = empty + kStages;  // kRealign only
-  Work* slots = reinterpret_cast<Work*>(landed + (kRealign ? kStages : 0));
-  const u32 stage_scales = smem_u32(slots + kStages);  // kInnerScales only
-  const u32 column_scales = stage_scales + kStages * kStageScaleBytes;  // kColumnScales only
-  const u32 mx_floats = column_scales + 2 * kConsumers * kColumnScaleBytes;  // kMxB only
+  u8* smem = reinterpret_cast<u8*>((reinterpret_cast<u64>(smem_raw) + kSmemAlignment - 1) &
+                                   ~u64(kSmemAlignment - 1));
+  u8* stages_a = smem + kSmem.a;
+  u8* stages_b = smem + kSmem.b;
+  u8* epilogue_buffers = smem + kSmem.epilogue;
+  u8* landing = smem + kSmem.landing_rows;  // kRealign only
+  u64* full = reinterpret_cast<u64*>(smem + kSmem.full);
+  u64* empty = reinterpret_cast<u64*>(smem + kSmem.empty);
+  u64* landed = reinterpret_cast<u64*>(smem + kSmem.landed);  // kRealign only
+  Work* slots = reinterpret_cast<Work*>(smem + kSmem.slots);
+  const u32 stage_scales = smem_u32(smem + kSmem.scales);  // kInnerScales only
+  const u32 column_scales = smem_u32(smem + kSmem.column_scales);  // kColumnScales only
+  const u32 mx_floats = smem_u32(smem + kSmem.mx_floats);  // kMxB only
 
   const int warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
   const int t = threadIdx.x % 128;
@@ -644,7 +600,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   }
 
   const TileScheduler tiles(p);
-  const i64 first_unit = blockIdx.x / kClusterM, unit_step = gridDim.x / kClusterM;
   launch_dependent_grids();
 
   if (warpgroup == 0) {
@@ -661,15 +616,15 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
         }
         if (kRealign) copy_stage_rows(p, w, kb, landing + s * kLandingBytes, &landed[s], t);
       };
-      const RingSlot end = for_each_stage(tiles, first_unit, unit_step, rank, empty, 1, fill);
+      const RingSlot end = for_each_stage(tiles, rank, empty, 1, fill);
       if (kClusterM > 1 && t == 0) wait_for_last_releases(empty, end);
     } else if (kRealign) {
-      for_each_stage(tiles, first_unit, unit_step, rank, landed, 0, [&](const Work& w, int kb, u32 s) {
+      for_each_stage(tiles, rank, landed, 0, [&](const Work& w, int kb, u32 s) {
         realign_stage(p, w, kb, landing + s * kLandingBytes, stages_a + s * kStageBytesA, stages_b + s * kStageBytesB,
                       &full[s], t - 32 * kCopyWarps);
       });
     } else if (kInnerScales && t / 32 == 1) {
-      for_each_stage(tiles, first_unit, unit_step, rank, empty, 1, [&](const Work& w, int kb, u32 s) {
+      for_each_stage(tiles, rank, empty, 1, [&](const Work& w, int kb, u32 s) {
         load_stage_scales(stage_scales + s * kStageScaleBytes, p, w.batch, w.row, w.col, kb, t % 32,
                           &full[s]);
       });
@@ -678,8 +633,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     registers_increase<kConsumerRegisters>();
     wait_for_prerequisite_grids();
     if (kClusterM > 1) cluster_wait();
-    consume(map_d, p, tiles, first_unit, unit_step, warpgroup - 1, t, stages_a, stages_b, stage_scales, column_scales,
+    consume(map_d, p, tiles, warpgroup - 1, t, stages_a, stages_b, stage_scales, column_scales,
             mx_floats, epilogue_buffers, full, empty, slots);
   }
 }
 
+}  // namespace gemmkit::sm90

@@ -8,9 +8,16 @@
 // their block and mx scales applied per 16-byte vector (a vector never straddles a 32-element
 // scale block), and their tensor and rowwise scales once per output.
 //
-// The generated prelude defines kAType, kBType, kOutType, kCType, kHasC, kScaleA, kScaleB and
-// kGemvColumns (columns per warp: 1, 2 or 4).
+// kernel_config.cuh (generated) defines kAType, kBType, kOutType, kCType, kHasC, kScaleA,
+// kScaleB and kGemvColumns (columns per warp: 1, 2 or 4).
 #pragma once
+
+#include "kernel_config.cuh"
+#include "params.h"
+#include "scales.cuh"
+#include "utility.cuh"
+
+namespace gemmkit::sm90 {
 
 constexpr int kGemvWarps = 8;    // warps per block
 constexpr int kGemvUnroll = 4;   // 16-byte loads of B in flight per lane
@@ -164,3 +171,5 @@ extern "C" __global__ void __launch_bounds__(32 * kGemvWarps) gemmkit_gemv(const
     }
   }
 }
+
+}  // namespace gemmkit::sm90

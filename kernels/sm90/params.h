@@ -24,12 +24,12 @@ struct GemmScale {
 };
 
 // Division by a fixed divisor d below 2^31, of numbers below 2^31, as a multiply and a shift:
-// n / d = (n * mul) >> shift (runtime/launch.h, fast_divisor; gemm.cuh, quotient).
+// n / d = (n * mul) >> shift (runtime/launch.h, fast_divisor; scheduler.cuh, quotient).
 struct FastDivisor {
   unsigned mul, shift;
 };
 
-// The TMA kernel's tile order (gemm.cuh, TileScheduler), worked out by the host: `rows` cluster
+// The TMA kernel's tile order (scheduler.cuh, TileScheduler), worked out by the host: `rows` cluster
 // rows of tiles and `tiles_n` tile columns per batch, and the divisors of the unit numbers it
 // divides (below 2^31: the host runs larger problems on the fallback kernel).
 struct TileOrder {

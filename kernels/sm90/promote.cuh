@@ -3,8 +3,16 @@
 // an operand has mx scales) into a partial accumulator and adds that to the f32 accumulator,
 // multiplied by the granule's inner scales (block, mx). A producer warp stages those scales in
 // shared memory beside the K block's data, so the consumers find them there with it.
-// promote.cuh follows common.cuh and epilogue.cuh (fragment layout) in the generated source.
 #pragma once
+
+#include "common.cuh"
+#include "epilogue.cuh"
+#include "kernel_config.cuh"
+#include "params.h"
+#include "scales.cuh"
+#include "smem_layout.h"
+
+namespace gemmkit::sm90 {
 
 constexpr bool k8Bit = kAType == GEMMKIT_E4M3 || kAType == GEMMKIT_E5M2;
 constexpr bool kInnerA = is_inner_scale(kScaleA), kInnerB = is_inner_scale(kScaleB);
@@ -18,10 +26,10 @@ constexpr int kGranules = 128 / kGranuleK;  // per K block of 128 8-bit elements
 // g * kTileN), or with 128x128 blocks one per 128 block the tile touches.
 constexpr bool kMxA = kScaleA == GEMMKIT_SCALE_MX, kMxB = kScaleB == GEMMKIT_SCALE_MX;
 constexpr bool kBlockB = kInnerB && !kMxB && kScaleMNB > 1;  // B scales in 128x128 blocks
-constexpr int kBlocksB = (kTileN + 127) / 128 + 1;  // 128-column blocks a tile at any column touches
-constexpr int kStageWordsA = !kInnerA ? 0 : kScaleMNA == 1 ? kTileM : 4;
-constexpr int kStageWordsB = !kInnerB ? 0 : kScaleMNB == 1 ? kTileN : kBlocksB;
-constexpr u32 kStageScaleBytes = (kStageWordsA + kStageWordsB + 3) / 4 * 16;
+constexpr int kBlocksB = b_scale_blocks(kTileN);  // 128-column blocks a tile at any column touches
+constexpr int kStageWordsA = stage_scale_words_a(kScaleA, kScaleMNA, kTileM);
+constexpr int kStageWordsB = stage_scale_words_b(kScaleB, kScaleMNB, kTileN);
+constexpr u32 kStageScaleBytes = stage_scale_bytes(kScaleA, kScaleMNA, kScaleB, kScaleMNB, kTileM, kTileN);
 
 // Stages word `i` of K block `k_block`'s scales for the tile at (batch, row, col) at shared
 // address `dst`. Outside the operands the word is 0 (as TMA fills the data there with zeros).
@@ -121,7 +129,7 @@ __device__ __forceinline__ KBlockScales read_k_block_scales(u32 scales, int slic
 // column pair and granule; instead each consumer warpgroup converts a K block's once, a word per
 // thread, into floats in a buffer of its own (two, used by alternate K blocks), laid out as the
 // bytes are: granule g's column c at g * kTileN + c.
-constexpr u32 kMxFloatBytes = kMxB ? kGranules * kTileN * 4 : 0;  // one K block's
+constexpr u32 kMxFloatBytes = mx_float_bytes(kScaleB, kTileN);  // one K block's
 
 // Whether promote() reads B's scales from the stage (else all it needs is in KBlockScales and
 // the converted mx floats).
@@ -152,10 +160,8 @@ __device__ __forceinline__ float a_scale(const KBlockScales& k, int h, int g) {
 // width (tiles that divide 128 lie in one block, whichever it is, and other modes need no
 // offset: kColStep = 128). Callers compile their K loop once per possible value (gemm.cuh's
 // multiply_8bit_at), so every group's block is known at compile time and the promotion is one
-// FFMA per accumulator. Choosing the block per group at run time (compares and selects) ran
-// block-scaled 128 x 176 tiles at 0.67x cuBLASLt; one K loop branching to a copy of the
-// promotion per value, at 0.88x (the compiler merged the copies' FFMAs and moved each copy's
-// scales into place); a K loop per value, at 0.99-1.00x.
+// FFMA per accumulator. (Block-scaled 128 x 176 tiles: 0.99x cuBLASLt so, 0.67x choosing each
+// group's block at run time; H100.)
 constexpr int kColStep = !kBlockB || 128 % kTileN == 0 ? 128 : (kTileN & -kTileN);  // else gcd(kTileN, 128)
 
 template <int kColInBlock>
@@ -179,3 +185,5 @@ __device__ __forceinline__ void promote(float* acc, const float* partial, const 
     acc[4 * j + 3] += partial[4 * j + 3] * (a1 * b.y);
   }
 }
+
+}  // namespace gemmkit::sm90

@@ -21,7 +21,7 @@
 //          first element lies in the tile, walk the tile writing q.
 //
 // The first part (the parameter block) is plain C++, shared with the host; the device code
-// needs utility.cuh and the generated prelude constants kQuantXType, kQuantQType,
+// reads from kernel_config.cuh (generated: src/api/quantize.cpp) kQuantXType, kQuantQType,
 // kQuantScaleType (GEMMKIT_* codes), kQuantPow2 (power-of-two scales), kQuantVec (V) and
 // kQuantSubLane (blocks narrower than V along fast: several to a lane).
 #pragma once
@@ -74,6 +74,11 @@ struct QuantizeParams {
 };
 
 #ifdef __CUDACC_RTC__
+
+#include "kernel_config.cuh"
+#include "utility.cuh"
+
+namespace gemmkit::sm90 {
 
 constexpr float kQuantMax = kQuantQType == GEMMKIT_E4M3 ? 448.0f : 57344.0f;
 constexpr float kQuantInvMax = 1.0f / kQuantMax;  // rounded to nearest by the compiler
@@ -568,5 +573,7 @@ __device__ __forceinline__ void quant_tiles(const QuantizeParams& p) {
 extern "C" __global__ void __launch_bounds__(GEMMKIT_QUANTIZE_THREADS, 4) gemmkit_quantize(const QuantizeParams p) {
   quant_tiles<kQuantVec>(p);
 }
+
+}  // namespace gemmkit::sm90
 
 #endif  // __CUDACC_RTC__

@@ -7,11 +7,15 @@
 // stage with the 128-byte swizzle, where the consumers find it as if TMA had loaded it.
 // A granule holds at most 14 bytes either side of the row, always inside 16-byte granules that
 // also hold the operand's own bytes, so never on another page than the operand.
-// (One TMA bulk copy per row instead ran 16x4096x4097 in 187 us on an H100, these copies in 50,
-// the aligned neighbour in 19.)
+// (16x4096x4097, H100: 50 us so, 187 with a TMA bulk copy per row.)
 #pragma once
 
-constexpr u32 kLandingRowBytes = 144;  // 9 granules: 128 bytes at any 16-byte offset
+#include "common.cuh"
+#include "params.h"
+#include "smem_layout.h"
+
+namespace gemmkit::sm90 {
+
 constexpr int kLandingGranules = kLandingRowBytes / 16;
 constexpr int kRealignElementBytes = 2;  // 16-bit operands only; 8-bit ones are staged
 
@@ -115,3 +119,5 @@ __device__ __forceinline__ void realign_row(u32 from, const SourceRow& row, u32 
     write_row<false>(landed, 8 * (offset % 4), row.bytes, to, phase);
   }
 }
+
+}  // namespace gemmkit::sm90

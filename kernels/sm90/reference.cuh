@@ -3,8 +3,15 @@
 // writes, per element, the scale the error is judged against: |alpha| sum |a||b| + |beta c|.
 // FP8 operands are dequantised first: each value times its scale, in double.
 //
-// The generated prelude defines kAType, kBType, kCType, kHasC, kScaleA and kScaleB.
+// kernel_config.cuh (generated) defines kAType, kBType, kCType, kHasC, kScaleA and kScaleB.
 #pragma once
+
+#include "kernel_config.cuh"
+#include "params.h"
+#include "scales.cuh"
+#include "utility.cuh"
+
+namespace gemmkit::sm90 {
 
 __device__ __forceinline__ double reference_operand(const GemmMatrix& m, int type, const GemmScale& s, int mode,
                                                     i64 batch, i64 row, i64 col) {
@@ -70,3 +77,5 @@ struct alignas(64) EmptyKernelMap {
 };
 extern "C" __global__ void gemmkit_empty(const __grid_constant__ EmptyKernelMap, const __grid_constant__ EmptyKernelMap,
                                          const __grid_constant__ EmptyKernelMap, const GemmParams) {}
+
+}  // namespace gemmkit::sm90

@@ -13,6 +13,12 @@
 // Against copying A's rows into place in the kernel (realign.cuh), the loads run at TMA's speed.
 #pragma once
 
+#include "common.cuh"
+#include "kernel_config.cuh"
+#include "params.h"
+
+namespace gemmkit::sm90 {
+
 constexpr int kClasses = 8;
 constexpr int kRowStep = kRowClasses ? kClasses : 1;
 constexpr int kClassBlock = 64;  // a K block of 16-bit elements: one 128-byte stage row
@@ -56,3 +62,5 @@ __device__ __forceinline__ void clear_outside_rows(u8* stage_a, int k_block, int
   fence_async_shared();
   named_barrier_sync(barrier_id, 128);
 }
+
+}  // namespace gemmkit::sm90

@@ -7,9 +7,15 @@
 // memory beside each K block's data, and the consumers multiply by them when they promote.
 // The SIMT kernels and the reference dequantise element by element.
 //
-// The generated prelude defines kScaleA and kScaleB (modes) and, for the TMA kernel, kScaleMNA
-// and kScaleMNB: M (N) elements per block scale of A (B), 1 or 128.
+// kernel_config.cuh (generated) defines kScaleA and kScaleB (modes) and, for the TMA kernel,
+// kScaleMNA and kScaleMNB: M (N) elements per block scale of A (B), 1 or 128.
 #pragma once
+
+#include "kernel_config.cuh"
+#include "params.h"
+#include "utility.cuh"
+
+namespace gemmkit::sm90 {
 
 __device__ __forceinline__ constexpr bool is_inner_scale(int mode) {
   return mode == GEMMKIT_SCALE_BLOCK || mode == GEMMKIT_SCALE_MX;
@@ -55,3 +61,5 @@ __device__ __forceinline__ float row_outer_scale(const GemmParams& p, i64 batch,
   if (row >= p.m) return 0.0f;
   return outer_scale_a(p, batch, row) * (kScaleB == GEMMKIT_SCALE_TENSOR ? outer_scale_b(p, batch, 0) : 1.0f);
 }
+
+}  // namespace gemmkit::sm90

@@ -5,6 +5,12 @@
 // not depend on which part finished last, and resets the counter for the next launch.
 #pragma once
 
+#include "common.cuh"
+#include "epilogue.cuh"
+#include "params.h"
+
+namespace gemmkit::sm90 {
+
 // A partial slice is kept in accumulator-fragment order, pair i (acc[2i], acc[2i + 1]) of
 // thread t at float2 index i * 128 + t, so that every access is coalesced. Pair i = 2j + h
 // holds fragment row fragment_row(t, h): rows below D are neither written nor read.
@@ -43,3 +49,5 @@ __device__ __forceinline__ bool combine_splits(float* acc, const GemmParams& p, 
   }
   return true;
 }
+
+}  // namespace gemmkit::sm90

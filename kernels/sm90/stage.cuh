@@ -6,6 +6,11 @@
 // that 16-bit copies never transpose.
 #pragma once
 
+#include "params.h"
+#include "utility.cuh"
+
+namespace gemmkit::sm90 {
+
 constexpr int kStageTile = 64;
 
 // A source contiguous along cols is copied row by row. Otherwise one 64 x 64 tile per block
@@ -112,3 +117,5 @@ extern "C" __global__ void __launch_bounds__(256) gemmkit_stage_8bit(const Stage
 extern "C" __global__ void __launch_bounds__(256) gemmkit_stage_16bit(const StageCopy first, const StageCopy second) {
   stage_copies<u16>(first, second);
 }
+
+}  // namespace gemmkit::sm90

@@ -1,27 +1,15 @@
 // Types and conversions for device code compiled by NVRTC without any CUDA headers.
 #pragma once
 
+#include "codes.h"
+
+namespace gemmkit::sm90 {
+
 typedef unsigned char u8;
 typedef unsigned short u16;
 typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef long long i64;
-
-// Element type codes, as the generated prelude sets kAType, kBType, kOutType and kCType
-// (the order of gemmkit::DType).
-#define GEMMKIT_BF16 0
-#define GEMMKIT_F16 1
-#define GEMMKIT_F32 2
-#define GEMMKIT_E4M3 3
-#define GEMMKIT_E5M2 4
-#define GEMMKIT_UE8M0 5
-
-// Scale mode codes, as the prelude sets kScaleA and kScaleB (the order of gemmkit::ScaleMode).
-#define GEMMKIT_SCALE_NONE 0
-#define GEMMKIT_SCALE_TENSOR 1
-#define GEMMKIT_SCALE_ROWWISE 2
-#define GEMMKIT_SCALE_BLOCK 3
-#define GEMMKIT_SCALE_MX 4
 
 __device__ __forceinline__ float bf16_to_float(u16 x) { return __uint_as_float(u32(x) << 16); }
 
@@ -99,9 +87,11 @@ __device__ __forceinline__ void store_from_float(void* base, int type, i64 index
 // The kernels are launched so that they may start while the grid before them in the stream still
 // runs (launch.cpp). Each lets the grid after it start likewise as soon as it is itself running,
 // and waits for the grid before it to finish, its writes visible, before it touches any operand.
-// Both are no-ops in a grid launched the ordinary way, and cost nothing measurable: on an H100,
-// dense-decode and small.txt ran the same with and without them.
+// Both are no-ops in a grid launched the ordinary way, and cost nothing measurable (H100,
+// dense-decode and small.txt).
 
 __device__ __forceinline__ void launch_dependent_grids() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
 __device__ __forceinline__ void wait_for_prerequisite_grids() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+}  // namespace gemmkit::sm90

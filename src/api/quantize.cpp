@@ -256,17 +256,16 @@ QuantizeLaunch plan_quantize(const QuantizeProblem& problem, int sm_count) {
 
 std::string quantize_source(const QuantizeVariant& v) {
   auto text = [](bool b) { return b ? "true" : "false"; };
-  std::ostringstream s;
-  s << "// gemmkit quantize kernel\n"
-    << codegen::file_text("utility.cuh") << "// ---- generated prelude\n"
-    << "constexpr int kQuantXType = " << codegen::type_code(v.x) << ";\n"
-    << "constexpr int kQuantQType = " << codegen::type_code(v.q) << ";\n"
-    << "constexpr int kQuantScaleType = " << codegen::type_code(v.scales) << ";\n"
-    << "constexpr bool kQuantPow2 = " << text(v.power_of_two || v.scales == DType::ue8m0) << ";\n"
-    << "constexpr int kQuantVec = " << v.vec << ";\n"
-    << "constexpr bool kQuantSubLane = " << text(v.vec > 1 && v.sub_lane) << ";\n"
-    << codegen::file_text("quantize.cuh");
-  return s.str();
+  std::ostringstream config;  // the kernel's kernel_config.cuh
+  config << "#include \"utility.cuh\"\n\nnamespace gemmkit::sm90 {\n\n"
+         << "constexpr int kQuantXType = " << codegen::type_code(v.x) << ";\n"
+         << "constexpr int kQuantQType = " << codegen::type_code(v.q) << ";\n"
+         << "constexpr int kQuantScaleType = " << codegen::type_code(v.scales) << ";\n"
+         << "constexpr bool kQuantPow2 = " << text(v.power_of_two || v.scales == DType::ue8m0) << ";\n"
+         << "constexpr int kQuantVec = " << v.vec << ";\n"
+         << "constexpr bool kQuantSubLane = " << text(v.vec > 1 && v.sub_lane) << ";\n\n"
+         << "}  // namespace gemmkit::sm90\n";
+  return "// gemmkit quantize kernel\n" + codegen::expand_includes("#include \"quantize.cuh\"\n", config.str());
 }
 
 QuantizeVariant quantize_variant(const QuantizeProblem& problem, const QuantizeLaunch& launch) {

@@ -1,5 +1,7 @@
-// Turns a kernel configuration into one self-contained CUDA source for NVRTC: a generated
-// prelude of constants and instruction wrappers, followed by the embedded kernels/sm90 files.
+// Turns a kernel configuration into one self-contained CUDA source for NVRTC: the kernel's
+// kernels/sm90 file with every #include "x" of another embedded file expanded in place, each
+// file once, and one generated header among them, kConfigHeader: the configuration's constants
+// (and the wgmma wrapper for its tile), which the kernel files that need them include.
 #pragma once
 
 #include <string>
@@ -14,10 +16,13 @@ inline constexpr const char* kFallbackKernel = "gemmkit_fallback";
 inline constexpr const char* kGemvKernel = "gemmkit_gemv";
 inline constexpr const char* kReferenceKernel = "gemmkit_reference";
 
+// The generated header a kernel reads its configuration from.
+inline constexpr const char* kConfigHeader = "kernel_config.cuh";
+
 // The GEMM kernel (TMA, GEMV or fallback) that `config` describes.
 std::string gemm_source(const KernelConfig& config);
 
-// What every kernel's prelude says about its operands: element types and scale modes.
+// What every kernel's kernel_config.cuh says about its operands: element types and scale modes.
 struct OperandTypes {
   DType a = DType::bf16, b = DType::bf16, out = DType::f32;
   bool has_c = false;
@@ -29,16 +34,22 @@ struct OperandTypes {
 // utility kernels (random fill, spin, 8-bit staging copy) beside it.
 std::string reference_source(const OperandTypes& types);
 
+// The kConfigHeader of `config`'s kernel, and of the reference kernel for operands of `types`.
+std::string config_header(const KernelConfig& config);
+std::string config_header(const OperandTypes& types);
+
+// `root` with every line #include "name" replaced by the text of the embedded kernels/sm90 file
+// `name` (`config` for kConfigHeader), headed by a comment that names it and without its
+// include guard pragma, recursively; a file already expanded is left out. Throws
+// std::logic_error for a name that is not embedded.
+std::string expand_includes(const std::string& root, const std::string& config);
+
 // The wgmma wrapper for one 64 x tile_n x (32 bytes of K) step, with the given operand types and
 // majorness (8-bit operands are K-major).
 std::string wgmma_function(int tile_n, DType a, DType b, bool a_k_major, bool b_k_major);
 
-// The GEMMKIT_* code device code knows an element type by (utility.cuh), e.g. "GEMMKIT_BF16".
+// The GEMMKIT_* code device code knows an element type by (codes.h), e.g. "GEMMKIT_BF16".
 const char* type_code(DType t);
-
-// The text of an embedded kernels/sm90 file, headed by its name and without its include guard
-// pragma, for splicing into one source.
-std::string file_text(const std::string& name);
 
 // Entry-point name of the kernel in gemm_source(config).
 const char* gemm_kernel_name(const KernelConfig& config);

@@ -9,15 +9,12 @@
 #include <tuple>
 
 #include "dispatch/checked_math.h"
+#include "kernels/sm90/smem_layout.h"
 
 namespace gemmkit {
 namespace {
 
-constexpr int kRowBytes = 128;          // a ring stage's K depth in bytes, one swizzle row
-constexpr int kAlignmentSlack = 1024;   // the kernel rounds its shared memory up to 1 KB
-constexpr int kEpilogueBuffer = 64 * 128;  // one 64-row, 128-byte-wide staging buffer
-constexpr int kWorkSlot = 32;              // the kernel's Work, one per stage
-constexpr int kLandingRowBytes = 144;      // realign.cuh
+constexpr int kRowBytes = int(sm90::kStageRowBytes);  // a ring stage's K depth in bytes, one swizzle row
 constexpr int64_t kTmaStrideLimit = int64_t(1) << 40;
 constexpr int64_t kCoordinateLimit = int64_t(1) << 31;
 
@@ -37,9 +34,14 @@ int64_t max_splits(int64_t k_blocks) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Rows of 128 bytes in a stage's slice of B: an N-major B arrives in 64-column boxes, so its
-// slice is rounded up to whole boxes.
-int b_slice_rows(const KernelConfig& c) { return c.b_k_major ? c.tile_n : int(ceil_div(c.tile_n, 64)) * 64; }
+// What the kernel's shared-memory layout depends on (kernels/sm90/smem_layout.h), whose scale
+// codes follow ScaleMode.
+static_assert(int(ScaleMode::rowwise) == GEMMKIT_SCALE_ROWWISE && int(ScaleMode::block) == GEMMKIT_SCALE_BLOCK &&
+              int(ScaleMode::mx) == GEMMKIT_SCALE_MX);
+sm90::SmemShape smem_shape(const KernelConfig& c) {
+  return {c.tile_m, c.tile_n, c.stages, c.b_k_major, c.tma_store ? c.store_buffers : c.row_store() ? 1 : 0,
+          c.realign_a, c.realign_b, int(c.scale_a), int(c.scale_b), c.scale_a_mn, c.scale_b_mn};
+}
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -283,16 +285,7 @@ int KernelConfig::smem_bytes() const { return kind == KernelKind::tma ? tma_smem
 
 int KernelConfig::tile_k() const { return kRowBytes / dtype_size(in); }
 
-int KernelConfig::stage_bytes() const {
-  const int b_rows = b_slice_rows(*this);
-  // Block and mx scales as promote.cuh stages them, in 4-byte words rounded up to 16 bytes: A's
-  // one per tile row (or one, padded to four, for 128x128 blocks), B's one per tile column (or
-  // one per 128-column block the tile touches, for 128x128 blocks).
-  auto inner = [](ScaleMode m) { return m == ScaleMode::block || m == ScaleMode::mx; };
-  const int words_a = !inner(scale_a) ? 0 : scale_a == ScaleMode::mx || scale_a_mn == 1 ? tile_m : 4;
-  const int words_b = !inner(scale_b) ? 0 : scale_b == ScaleMode::mx || scale_b_mn == 1 ? tile_n : (tile_n + 127) / 128 + 1;
-  return (tile_m + b_rows) * kRowBytes + (words_a + words_b + 3) / 4 * 16;
-}
+int KernelConfig::stage_bytes() const { return int(sm90::smem_layout(smem_shape(*this)).stage); }
 
 // 128 bytes, unless the tile's row is not a multiple of that and C is read (epilogue.cuh: the
 // last group may not be shifted back over the one before), then the widest box that divides it.
@@ -363,20 +356,7 @@ const std::vector<TileShape>& tile_shapes(bool eight_bit) {
   return eight_bit ? eight_bit_shapes : shapes;
 }
 
-int tma_smem_bytes(const KernelConfig& c) {
-  int epilogue = (c.tile_m / 64) * kEpilogueBuffer * (c.tma_store ? c.store_buffers : c.row_store() ? 1 : 0);
-  // Realigned operands: a landing row per stage row (realign.cuh) and a third barrier per stage.
-  const bool realign = c.realign_a || c.realign_b;
-  const int landing_rows = (c.realign_a ? c.tile_m : 0) + (c.realign_b ? b_slice_rows(c) : 0);
-  int landing = c.stages * landing_rows * kLandingRowBytes;
-  int barriers_and_slots = c.stages * ((realign ? 3 : 2) * 8 + kWorkSlot);
-  // B's rowwise scales of two tiles (epilogue.cuh), or its mx scales of two K blocks as floats
-  // (promote.cuh), per consumer warpgroup.
-  int column_scales = c.scale_b == ScaleMode::rowwise ? 2 * (c.tile_m / 64) * c.tile_n * 4 : 0;
-  int mx_floats = c.scale_b == ScaleMode::mx ? 2 * (c.tile_m / 64) * 4 * c.tile_n * 4 : 0;
-  return kAlignmentSlack + c.stages * c.stage_bytes() + epilogue + landing + barriers_and_slots + column_scales +
-         mx_floats;
-}
+int tma_smem_bytes(const KernelConfig& c) { return int(sm90::smem_layout(smem_shape(c)).total); }
 
 bool is_narrow(TileShape tile) { return tile.n <= kNarrowMaxN; }
 

@@ -1,6 +1,7 @@
 // Kernel source generation: the wgmma wrapper, the generated prelude and the kernel entry points.
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <string>
 
 #include "codegen/kernel_source.h"
@@ -102,6 +103,30 @@ TEST(KernelSource, SplitKSourceIsSharedByEverySplitCount) {
   EXPECT_EQ(gemm_source(two), gemm_source(nine));
   EXPECT_TRUE(contains(gemm_source(two), "constexpr bool kSplitK = true;"));
   EXPECT_TRUE(contains(gemm_source(tma_config()), "constexpr bool kSplitK = false;"));
+}
+
+// Every #include of a kernel file is expanded where it first appears, and only there.
+TEST(KernelSource, IncludesExpandOnceInPlace) {
+  const std::string text = expand_includes("#include \"common.cuh\"\n#include \"utility.cuh\"\n// end\n", "");
+  EXPECT_EQ(count(text, "// ---- common.cuh\n"), 1u);
+  EXPECT_EQ(count(text, "// ---- utility.cuh\n"), 1u);
+  EXPECT_LT(text.find("// ---- utility.cuh"), text.find("__device__ __forceinline__ u32 smem_u32"));
+  EXPECT_FALSE(contains(text, "#include \""));
+  EXPECT_EQ(text.substr(text.size() - 7), "// end\n");
+  EXPECT_THROW(expand_includes("#include \"missing.cuh\"\n", ""), std::logic_error);
+}
+
+TEST(KernelSource, EveryKernelSourceIsSelfContained) {
+  KernelConfig gemv;
+  gemv.kind = KernelKind::gemv;
+  gemv.tile_n = 8;
+  for (const std::string& source : {gemm_source(tma_config()), gemm_source(gemv), reference_source({})}) {
+    EXPECT_EQ(source.rfind("// gemmkit ", 0), 0u);
+    EXPECT_FALSE(contains(source, "#include \""));
+    EXPECT_EQ(count(source, "// ---- " + std::string(kConfigHeader) + "\n"), 1u);
+    EXPECT_EQ(count(source, "// ---- utility.cuh\n"), 1u);
+  }
+  EXPECT_TRUE(contains(gemm_source(gemv), "constexpr int kGemvColumns = 1;"));
 }
 
 TEST(KernelSource, ReferenceSourceHasTheReferenceKernel) {

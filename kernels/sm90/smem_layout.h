@@ -1,0 +1,109 @@
+// The TMA kernel's shared-memory layout, worked out in one place for the host (the dynamic
+// shared memory a launch reserves: KernelConfig::smem_bytes) and the kernel (where each region
+// starts: gemm.cuh). Plain C++ that g++ and NVRTC both compile.
+//
+// From the 1 KB-aligned base, regions in this order: the ring's A stages, its B stages, the
+// epilogue's staging buffers, the realigned operands' landing rows (kernel realigning only),
+// the full, empty and (realigning) landed barriers of every stage, a work slot per stage (the
+// scheduler's Work), the block and mx scales staged beside each stage's data, B's rowwise
+// scales of two tiles per consumer warpgroup (epilogue.cuh), and B's mx scales of two K blocks
+// per consumer warpgroup as floats (promote.cuh).
+#pragma once
+
+#include "codes.h"
+
+// The functions below are constexpr for both compilers (NVRTC takes unannotated ones for host code).
+#ifdef __CUDACC__
+#define GEMMKIT_HOST_DEVICE __host__ __device__
+#else
+#define GEMMKIT_HOST_DEVICE
+#endif
+
+namespace gemmkit::sm90 {
+
+constexpr unsigned kStageRowBytes = 128;     // a ring stage's row: 128 bytes of K, one swizzle row
+constexpr unsigned kSmemAlignment = 1024;    // the kernel aligns its base to a swizzle atom (8 rows)
+constexpr int kEpilogueBufferBytes = 64 * 128;  // one 64-row, 128-byte-wide staging buffer
+constexpr unsigned kLandingRowBytes = 144;   // 9 granules: 128 bytes at any 16-byte offset
+constexpr unsigned kBarrierBytes = 8;        // one mbarrier
+constexpr unsigned kWorkSlotBytes = 32;      // one Work (scheduler.cuh)
+
+// What the layout depends on: a TMA kernel's configuration (KernelConfig's fields, or the
+// constants of its kernel_config.cuh).
+struct SmemShape {
+  int tile_m, tile_n, stages;
+  bool b_k_major;
+  int epilogue_buffers;        // staging buffers per consumer warpgroup (0 where D is stored directly)
+  bool realign_a, realign_b;
+  int scale_a, scale_b;        // GEMMKIT_SCALE_* codes
+  int scale_a_mn, scale_b_mn;  // M (N) elements per block scale of A (B): 1 or 128
+};
+
+GEMMKIT_HOST_DEVICE constexpr bool is_inner_scale_mode(int mode) { return mode == GEMMKIT_SCALE_BLOCK || mode == GEMMKIT_SCALE_MX; }
+
+// Stage rows of a B slice: N-major slices in whole 64-wide blocks.
+GEMMKIT_HOST_DEVICE constexpr int b_slice_rows(int tile_n, bool b_k_major) { return b_k_major ? tile_n : (tile_n + 63) / 64 * 64; }
+
+// 128-column blocks a tile at any column touches (B's scales in 128 x 128 blocks).
+GEMMKIT_HOST_DEVICE constexpr int b_scale_blocks(int tile_n) { return (tile_n + 127) / 128 + 1; }
+
+// The 4-byte words of block and mx scales staged per stage (promote.cuh). A: one per tile row (a
+// 1x128 block's f32, or the row's four mx exponents), or one, padded to four, for 128x128
+// blocks. B: one per tile column (a 128x1 block's f32; mx: four granules' exponents of four
+// columns), or one per 128-column block the tile touches for 128x128 blocks.
+GEMMKIT_HOST_DEVICE constexpr int stage_scale_words_a(int mode, int mn, int tile_m) {
+  return !is_inner_scale_mode(mode) ? 0 : mode == GEMMKIT_SCALE_MX || mn == 1 ? tile_m : 4;
+}
+GEMMKIT_HOST_DEVICE constexpr int stage_scale_words_b(int mode, int mn, int tile_n) {
+  return !is_inner_scale_mode(mode) ? 0 : mode == GEMMKIT_SCALE_MX || mn == 1 ? tile_n : b_scale_blocks(tile_n);
+}
+
+// The scale words of one stage, in whole 16 bytes (B's start 16-byte aligned after A's).
+GEMMKIT_HOST_DEVICE constexpr unsigned stage_scale_bytes(int scale_a, int scale_a_mn, int scale_b, int scale_b_mn, int tile_m, int tile_n) {
+  return unsigned(stage_scale_words_a(scale_a, scale_a_mn, tile_m) + stage_scale_words_b(scale_b, scale_b_mn, tile_n) + 3) / 4 * 16;
+}
+
+// B's rowwise scales of one tile (f32 per column), and B's mx scales of one K block as floats
+// (four granules per column).
+GEMMKIT_HOST_DEVICE constexpr unsigned column_scale_bytes(int scale_b, int tile_n) { return scale_b == GEMMKIT_SCALE_ROWWISE ? tile_n * 4 : 0; }
+GEMMKIT_HOST_DEVICE constexpr unsigned mx_float_bytes(int scale_b, int tile_n) { return scale_b == GEMMKIT_SCALE_MX ? 4 * tile_n * 4 : 0; }
+
+struct SmemLayout {
+  // Sizes of one stage's parts.
+  unsigned stage_a, stage_b;   // A's and B's slices
+  unsigned stage_scales;       // the staged scale words (stage_scale_bytes)
+  unsigned landing;            // the landing rows of the realigned operands, A's first
+  unsigned stage;              // A, B and scales: what TMA and the scale warp fill per stage
+  // Where each region starts, in bytes from the aligned base.
+  unsigned a, b, epilogue, landing_rows, full, empty, landed, slots, scales, column_scales, mx_floats;
+  unsigned end;    // the last region's end
+  unsigned total;  // what the launch reserves: the regions and the alignment slack
+};
+
+GEMMKIT_HOST_DEVICE constexpr SmemLayout smem_layout(const SmemShape& s) {
+  SmemLayout l{};
+  const unsigned stages = unsigned(s.stages), consumers = unsigned(s.tile_m / 64);
+  const unsigned rows_a = unsigned(s.tile_m), rows_b = unsigned(b_slice_rows(s.tile_n, s.b_k_major));
+  l.stage_a = rows_a * kStageRowBytes;
+  l.stage_b = rows_b * kStageRowBytes;
+  l.stage_scales = stage_scale_bytes(s.scale_a, s.scale_a_mn, s.scale_b, s.scale_b_mn, s.tile_m, s.tile_n);
+  l.landing = ((s.realign_a ? rows_a : 0) + (s.realign_b ? rows_b : 0)) * kLandingRowBytes;
+  l.stage = l.stage_a + l.stage_b + l.stage_scales;
+  const bool realign = s.realign_a || s.realign_b;
+  l.a = 0;
+  l.b = l.a + stages * l.stage_a;
+  l.epilogue = l.b + stages * l.stage_b;
+  l.landing_rows = l.epilogue + consumers * unsigned(kEpilogueBufferBytes) * unsigned(s.epilogue_buffers);
+  l.full = l.landing_rows + stages * l.landing;
+  l.empty = l.full + stages * kBarrierBytes;
+  l.landed = l.empty + stages * kBarrierBytes;
+  l.slots = l.landed + (realign ? stages * kBarrierBytes : 0);
+  l.scales = l.slots + stages * kWorkSlotBytes;
+  l.column_scales = l.scales + stages * l.stage_scales;
+  l.mx_floats = l.column_scales + 2 * consumers * column_scale_bytes(s.scale_b, s.tile_n);
+  l.end = l.mx_floats + 2 * consumers * mx_float_bytes(s.scale_b, s.tile_n);
+  l.total = kSmemAlignment + l.end;
+  return l;
+}
+
+}  // namespace gemmkit::sm90
