@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -45,15 +46,18 @@ std::string driver_description() {
   const CudaVersions v = cuda_versions();
   if (!v.driver_loads) return "none";
   const std::string cuda = "CUDA " + cuda_version_text(v.driver);
-  // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul 27 ..."
+  // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul 27 ..." (or "... Open
+  // Kernel Module for x86_64  580.95.05 ..."): the first word of digits and dots is the version.
   std::ifstream in("/proc/driver/nvidia/version");
   std::string line;
   std::getline(in, line);
-  const size_t module = line.find("Kernel Module");
-  if (module == std::string::npos) return cuda;
-  std::istringstream words(line.substr(module + 13));
-  std::string version;
-  words >> version;
+  std::istringstream words(line);
+  std::string version, word;
+  while (version.empty() && words >> word) {
+    const bool numeric = std::isdigit(static_cast<unsigned char>(word[0])) &&
+                         word.find_first_not_of("0123456789.") == std::string::npos && word.find('.') != std::string::npos;
+    if (numeric) version = word;
+  }
   return version.empty() ? cuda : version + " (" + cuda + ")";
 }
 
