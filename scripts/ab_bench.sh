@@ -6,6 +6,7 @@
 #             `mkdir .base && git archive REV | tar -x -C .base` (carried to the GPU machine).
 #   SUITE:    a file name under bench/suites without .txt, or `chains` for the bench/chains files
 #             at M = 1 and 8; default: dense-large fp8-large dense-decode small chains.
+# GEMMKIT_AB_PASSES sets the number of passes (default 2).
 # Builds BASE_SRC into build-base and this tree into build-gpu with every core (kept where they
 # exist); JSON and logs go to $OUT (or build-gpu/logs) as ab-SUITE-{base,new}-PASS.{json,txt}.
 set -uo pipefail
@@ -34,7 +35,7 @@ run() {  # side, suite, pass
     "$(grep -E '^summary' "$out/ab-$2-$1-$3.txt" | tail -1)"
 }
 for suite in $suites; do
-  for pass in 1 2; do
+  for pass in $(seq "${GEMMKIT_AB_PASSES:-2}"); do
     run base "$suite" "$pass"
     run new "$suite" "$pass"
   done
