@@ -226,14 +226,7 @@ __device__ __forceinline__ u32 quant_abs_bits(const u32* w, int i) {
 }
 
 // Two fp8 codes of q's type, `lo` in the low byte.
-__device__ __forceinline__ u32 quant_pair(float lo, float hi) {
-  u16 pair;
-  if (kQuantQType == GEMMKIT_E4M3)
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(hi), "f"(lo));
-  else
-    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(hi), "f"(lo));
-  return pair;
-}
+__device__ __forceinline__ u32 quant_pair(float lo, float hi) { return fp8_pair(kQuantQType, lo, hi); }
 
 // Writes V quantised values (already divided by their scales) at element offset `offset`.
 template <int V>

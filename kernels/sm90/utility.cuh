@@ -59,15 +59,19 @@ __device__ __forceinline__ u32 pack_pair(int type, float lo, float hi) {
   return packed;
 }
 
-// Rounds a float to e4m3 or e5m2, nearest-even, saturating at the largest finite value.
-__device__ __forceinline__ u8 float_to_fp8(float value, int type) {
+// Rounds two floats to a packed pair of e4m3 or e5m2 codes (lo in the low byte), nearest-even,
+// saturating at the largest finite value.
+__device__ __forceinline__ u32 fp8_pair(int type, float lo, float hi) {
   u16 pair;
   if (type == GEMMKIT_E4M3)
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(value));
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(hi), "f"(lo));
   else
-    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(value));
-  return u8(pair & 0xffu);
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(hi), "f"(lo));
+  return pair;
 }
+
+// Rounds a float to e4m3 or e5m2, nearest-even, saturating at the largest finite value.
+__device__ __forceinline__ u8 float_to_fp8(float value, int type) { return u8(fp8_pair(type, value, 0.0f) & 0xffu); }
 
 // Writes element `index` of a buffer whose type is `type`, rounding to nearest-even (ue8m0:
 // down to a power of two).
