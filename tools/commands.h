@@ -6,11 +6,11 @@
 #include <vector>
 
 #include "bench_options.h"
-#include "chain.h"
+#include "bench/chain.h"
 #include "dispatch/problem.h"
 #include "reference/device_problem.h"
 #include "runtime/device.h"
-#include "suite.h"
+#include "bench/suite.h"
 
 namespace gemmkit::tools {
 
@@ -51,7 +51,7 @@ struct BenchOptions {
   bool overhead = false;   // time host microseconds per call on one small problem instead of the suite
   std::string overhead_shape = "64,64,64";  // M,N,K of that problem, as parse_overhead_shape takes
   std::vector<int64_t> hint_matrix;  // N and K: run the hint matrix instead of the suite (empty: no)
-  std::vector<std::string> chains;   // chain files (chain.h) to time instead of the suite (empty: none)
+  std::vector<std::string> chains;   // chain files (bench/chain.h) to time instead of the suite (empty: none)
 };
 int run_bench(const BenchOptions& options);
 

@@ -10,7 +10,7 @@
 #include "dispatch/plan.h"
 #include "gemmkit/error.h"
 #include "gemmkit/tuning.h"
-#include "report.h"
+#include "bench/report.h"
 #include "runtime/driver.h"
 #include "tuning/autotuner.h"
 #include "tuning/gpu_timer.h"

@@ -3,7 +3,7 @@
 #include <random>
 
 #include "commands.h"
-#include "report.h"
+#include "bench/report.h"
 #include "api/validate.h"
 #include "dispatch/plan.h"
 #include "reference/device_problem.h"
