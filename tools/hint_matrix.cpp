@@ -35,7 +35,7 @@ int run_hint_matrix(int64_t n, int64_t k, const BenchOptions& options, const run
     if (problem_config(p).kind != KernelKind::tma) {
       throw Error(ErrorCode::invalid_argument, "bench --hint-matrix: N and K must let the TMA kernel run (multiples of 8)");
     }
-    const tuning::Timed best = tuning::tune(p).timed.front();
+    const tuning::Timed best = tuning::tune(p, prepare_candidate).timed.front();
     if (!tuning::store_winner(p, info, best.config, best.us)) {
       throw Error(ErrorCode::io_error, "bench --hint-matrix: cannot write the tuning database " +
                                            tuning::database().path().string());

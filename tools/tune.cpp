@@ -50,7 +50,7 @@ int run_tune(const std::string& suite, const std::string& json) {
       progress.done("");
       continue;
     }
-    const tuning::TuneResult result = tuning::tune(p);
+    const tuning::TuneResult result = tuning::tune(p, prepare_candidate);
     const tuning::Timed& best = result.timed.front();
     if (!tuning::store_winner(p, info, best.config, best.us)) {
       throw Error(ErrorCode::io_error, "tune: cannot write the tuning database " + db.path().string());
