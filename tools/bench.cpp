@@ -17,6 +17,7 @@
 #include <random>
 #include <set>
 
+#include "api/prepare.h"
 #include "api/validate.h"
 #include "baseline/cublaslt.h"
 #include "bench_buffers.h"
@@ -201,7 +202,10 @@ int run_bench(const BenchOptions& options) {
     // the cost model twice, which has no place inside the timed launches.
     std::vector<Problem> forced_problems;
     if (force) {
-      for (const Problem& p : lt_problems) forced_problems.push_back(oriented(normalize(p)));
+      for (const auto& set : pool) {
+        const api::PreparedGemm prepared = api::prepare_gemm(set->a(), set->b(), set->d(), set->options(stream), device);
+        forced_problems.push_back(oriented(prepared.problem));
+      }
     }
     const std::optional<Plan> forced = force ? std::optional(forced_plan(forced_problems[0], options.overrides, info)) : std::nullopt;
 

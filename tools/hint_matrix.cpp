@@ -5,7 +5,7 @@
 #include <fstream>
 #include <functional>
 
-#include "api/validate.h"
+#include "api/prepare.h"
 #include "commands.h"
 #include "dispatch/plan.h"
 #include "gemmkit/error.h"
@@ -52,9 +52,7 @@ int run_hint_matrix(int64_t n, int64_t k, const BenchOptions& options, const run
     const auto sets = buffer_sets(to_spec(problem(m)), info);
     std::vector<Problem> normalized;
     for (const auto& set : sets) {
-      Problem p = validate_gemm(set->a(), set->b(), set->d(), set->options(stream));
-      p.device = info.ordinal;
-      normalized.push_back(normalize(p));
+      normalized.push_back(api::prepare_gemm(set->a(), set->b(), set->d(), set->options(stream), info.ordinal).problem);
     }
     std::vector<std::function<void(int)>> launchers;
     for (const KernelConfig& config : tuned) {
