@@ -26,8 +26,9 @@ int run_version();
 // The device problem a suite line describes.
 reference::ProblemSpec to_spec(const SuiteProblem& p);
 
-// The normalised problem a suite line describes, on `device` at aligned stand-in addresses
-// (nothing is allocated): enough to choose, compile or tune its kernel, not to run it.
+// The problem a suite line describes, prepared as gemm() prepares it (api/prepare.h: normalised;
+// as validated where empty), on `device` at aligned stand-in addresses (nothing is allocated):
+// enough to choose, compile or tune its kernel, not to run it.
 Problem stand_in_problem(const SuiteProblem& p, int device);
 
 // The configuration gemmkit::gemm picks for a problem on the current device, with " tuned"
