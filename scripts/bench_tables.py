@@ -7,7 +7,7 @@
 Each section names the suite, device, commit (both read from the file name,
 SUITE-DEVICE-COMMIT[-TAG].json, as bench/results names them), the date the file was committed,
 the command that produces such a file, and then the summary line and the table as `gemmkit bench`
-prints them, table first (tools/report.cpp: same columns, same number formats, same alignment). Suite results
+prints them, table first (src/bench/report.cpp: same columns, same number formats, same alignment). Suite results
 (`records`), chain results (`chains`, from `bench --chain`) and host overhead (`overhead`, from
 `bench --overhead --json`) are recognised by their keys. Plain-text files (such as a saved
 `bench --overhead` output) are copied as they are.

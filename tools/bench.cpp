@@ -17,21 +17,22 @@
 #include <random>
 #include <set>
 
+#include "api/prepare.h"
 #include "api/validate.h"
 #include "baseline/cublaslt.h"
 #include "bench_buffers.h"
 #include "bench_options.h"
-#include "chain.h"
+#include "bench/chain.h"
 #include "codegen/kernel_source.h"
 #include "commands.h"
 #include "dispatch/plan.h"
 #include "gemmkit/error.h"
-#include "progress.h"
-#include "report.h"
+#include "bench/progress.h"
+#include "bench/report.h"
 #include "runtime/device.h"
 #include "runtime/driver.h"
 #include "runtime/kernel_cache.h"
-#include "suite_lookup.h"
+#include "bench/suite_lookup.h"
 #include "tuning/gpu_timer.h"
 
 namespace gemmkit::tools {
@@ -201,7 +202,10 @@ int run_bench(const BenchOptions& options) {
     // the cost model twice, which has no place inside the timed launches.
     std::vector<Problem> forced_problems;
     if (force) {
-      for (const Problem& p : lt_problems) forced_problems.push_back(oriented(normalize(p)));
+      for (const auto& set : pool) {
+        const api::PreparedGemm prepared = api::prepare_gemm(set->a(), set->b(), set->d(), set->options(stream), device);
+        forced_problems.push_back(oriented(prepared.problem));
+      }
     }
     const std::optional<Plan> forced = force ? std::optional(forced_plan(forced_problems[0], options.overrides, info)) : std::nullopt;
 

@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "reference/device_problem.h"
-#include "suite.h"
+#include "bench/suite.h"
 
 namespace gemmkit::tools {
 

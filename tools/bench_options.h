@@ -5,7 +5,7 @@
 #include <string>
 
 #include "dispatch/config.h"
-#include "suite.h"
+#include "bench/suite.h"
 
 namespace gemmkit::tools {
 

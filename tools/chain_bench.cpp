@@ -17,7 +17,7 @@
 #include "bench_buffers.h"
 #include "commands.h"
 #include "gemmkit/error.h"
-#include "report.h"
+#include "bench/report.h"
 #include "runtime/driver.h"
 #include "tuning/gpu_timer.h"
 

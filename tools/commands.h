@@ -6,11 +6,11 @@
 #include <vector>
 
 #include "bench_options.h"
-#include "chain.h"
+#include "bench/chain.h"
 #include "dispatch/problem.h"
 #include "reference/device_problem.h"
 #include "runtime/device.h"
-#include "suite.h"
+#include "bench/suite.h"
 
 namespace gemmkit::tools {
 
@@ -26,8 +26,9 @@ int run_version();
 // The device problem a suite line describes.
 reference::ProblemSpec to_spec(const SuiteProblem& p);
 
-// The normalised problem a suite line describes, on `device` at aligned stand-in addresses
-// (nothing is allocated): enough to choose, compile or tune its kernel, not to run it.
+// The problem a suite line describes, prepared as gemm() prepares it (api/prepare.h: normalised;
+// as validated where empty), on `device` at aligned stand-in addresses (nothing is allocated):
+// enough to choose, compile or tune its kernel, not to run it.
 Problem stand_in_problem(const SuiteProblem& p, int device);
 
 // The configuration gemmkit::gemm picks for a problem on the current device, with " tuned"
@@ -51,7 +52,7 @@ struct BenchOptions {
   bool overhead = false;   // time host microseconds per call on one small problem instead of the suite
   std::string overhead_shape = "64,64,64";  // M,N,K of that problem, as parse_overhead_shape takes
   std::vector<int64_t> hint_matrix;  // N and K: run the hint matrix instead of the suite (empty: no)
-  std::vector<std::string> chains;   // chain files (chain.h) to time instead of the suite (empty: none)
+  std::vector<std::string> chains;   // chain files (bench/chain.h) to time instead of the suite (empty: none)
 };
 int run_bench(const BenchOptions& options);
 

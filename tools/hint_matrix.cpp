@@ -5,12 +5,12 @@
 #include <fstream>
 #include <functional>
 
-#include "api/validate.h"
+#include "api/prepare.h"
 #include "commands.h"
 #include "dispatch/plan.h"
 #include "gemmkit/error.h"
 #include "gemmkit/tuning.h"
-#include "report.h"
+#include "bench/report.h"
 #include "runtime/driver.h"
 #include "tuning/autotuner.h"
 #include "tuning/gpu_timer.h"
@@ -35,7 +35,7 @@ int run_hint_matrix(int64_t n, int64_t k, const BenchOptions& options, const run
     if (problem_config(p).kind != KernelKind::tma) {
       throw Error(ErrorCode::invalid_argument, "bench --hint-matrix: N and K must let the TMA kernel run (multiples of 8)");
     }
-    const tuning::Timed best = tuning::tune(p).timed.front();
+    const tuning::Timed best = tuning::tune(p, prepare_candidate).timed.front();
     if (!tuning::store_winner(p, info, best.config, best.us)) {
       throw Error(ErrorCode::io_error, "bench --hint-matrix: cannot write the tuning database " +
                                            tuning::database().path().string());
@@ -52,9 +52,7 @@ int run_hint_matrix(int64_t n, int64_t k, const BenchOptions& options, const run
     const auto sets = buffer_sets(to_spec(problem(m)), info);
     std::vector<Problem> normalized;
     for (const auto& set : sets) {
-      Problem p = validate_gemm(set->a(), set->b(), set->d(), set->options(stream));
-      p.device = info.ordinal;
-      normalized.push_back(normalize(p));
+      normalized.push_back(api::prepare_gemm(set->a(), set->b(), set->d(), set->options(stream), info.ordinal).problem);
     }
     std::vector<std::function<void(int)>> launchers;
     for (const KernelConfig& config : tuned) {

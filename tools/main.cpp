@@ -8,7 +8,7 @@
 #include "commands.h"
 #include "gemmkit/error.h"
 #include "runtime/device.h"
-#include "suite_lookup.h"
+#include "bench/suite_lookup.h"
 
 int main(int argc, char** argv) {
   using namespace gemmkit::tools;

@@ -14,7 +14,7 @@
 #include "baseline/cublaslt.h"
 #include "commands.h"
 #include "gemmkit/error.h"
-#include "report.h"
+#include "bench/report.h"
 #include "runtime/driver.h"
 #include "runtime/utility_kernels.h"
 

@@ -1,5 +1,5 @@
 // gemmkit tune: for each problem of a suite, times the autotuner's candidates on the GPU and
-// stores the fastest in the tuning database, with progress (progress.h) per problem; then a table of
+// stores the fastest in the tuning database, with progress (bench/progress.h) per problem; then a table of
 // each winner against the cost model's untuned pick, and how far that pick is from the best.
 #include <cstdio>
 #include <fstream>
@@ -8,10 +8,10 @@
 #include "commands.h"
 #include "dispatch/plan.h"
 #include "gemmkit/error.h"
-#include "progress.h"
-#include "report.h"
+#include "bench/progress.h"
+#include "bench/report.h"
 #include "runtime/driver.h"
-#include "suite_lookup.h"
+#include "bench/suite_lookup.h"
 #include "tuning/autotuner.h"
 #include "tuning/tuned_configs.h"
 
@@ -50,7 +50,7 @@ int run_tune(const std::string& suite, const std::string& json) {
       progress.done("");
       continue;
     }
-    const tuning::TuneResult result = tuning::tune(p);
+    const tuning::TuneResult result = tuning::tune(p, prepare_candidate);
     const tuning::Timed& best = result.timed.front();
     if (!tuning::store_winner(p, info, best.config, best.us)) {
       throw Error(ErrorCode::io_error, "tune: cannot write the tuning database " + db.path().string());

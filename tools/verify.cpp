@@ -3,9 +3,8 @@
 #include <random>
 
 #include "commands.h"
-#include "report.h"
-#include "api/validate.h"
-#include "dispatch/plan.h"
+#include "bench/report.h"
+#include "api/prepare.h"
 #include "reference/device_problem.h"
 #include "runtime/device.h"
 
@@ -50,9 +49,7 @@ Problem stand_in_problem(const SuiteProblem& sp, int device) {
     scale.mode = mode;
     scale.scales = view(rows, cols, false, type, base + (3 + is_a) * gap, rows * cols);
   }
-  Problem p = validate_gemm(a, b, d, options);
-  p.device = device;
-  return normalize(p);
+  return api::prepare_gemm(a, b, d, options, device).problem;
 }
 
 std::string chosen_config(const reference::DeviceProblem& problem) {

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "gemmkit/gemmkit.h"
-#include "report.h"
+#include "bench/report.h"
 #include "runtime/device.h"
-#include "suite.h"
+#include "bench/suite.h"
 #include "tuning/gpu_timer.h"
 
 namespace nb = nanobind;

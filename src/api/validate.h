@@ -7,7 +7,7 @@
 namespace gemmkit {
 
 // Builds the Problem for gemm(a, b, d, options) or throws Error(invalid_argument) naming the
-// argument, what it was and what was expected. Does not touch the device (see gemm.cpp).
+// argument, what it was and what was expected. Does not touch the device (see api/prepare.h).
 Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options);
 
 // Throws Error(invalid_argument) where D's memory overlaps an input the problem `p` (from

@@ -62,7 +62,8 @@ Plan new_plan(const Problem& normalized, const KernelConfig* forced, cudaStream_
   } else {
     plan.transposed = transposing_pays(normalized, limits_of(info));
     const tuning::Dispatch choice =
-        tuning::dispatch_config(plan.transposed ? transposed_problem(normalized) : normalized, info, stream);
+        tuning::dispatch_config(plan.transposed ? transposed_problem(normalized) : normalized, info, stream,
+                                prepare_candidate);
     plan.config = choice.config;
     plan.tuned = choice.tuned;
   }
@@ -139,6 +140,12 @@ void run_plan(const Plan& plan, const Problem& normalized, cudaStream_t stream) 
   }
   const KernelConfig fallback = fallback_config(plan.config);
   runtime::launch_gemm(kernel_for(p.device, fallback), fallback, p, plan.sm_count, stream);
+}
+
+std::function<void(int)> prepare_candidate(const KernelConfig& config, const std::vector<Problem>& sets,
+                                           cudaStream_t stream) {
+  const Plan plan = make_plan(sets[0], &config);
+  return [&sets, plan, stream](int set) { run_plan(plan, sets[size_t(set)], stream); };
 }
 
 }  // namespace gemmkit

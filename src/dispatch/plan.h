@@ -3,6 +3,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <functional>
+#include <vector>
+
 #include "dispatch/config.h"
 #include "runtime/kernel_cache.h"
 
@@ -42,5 +45,11 @@ Plan make_plan(const Problem& normalized, const KernelConfig* forced = nullptr, 
 
 // Runs `normalized` (transposed where the plan says so).
 void run_plan(const Plan& plan, const Problem& normalized, cudaStream_t stream);
+
+// The autotuner's runner (tuning::CandidateRunner): `config`'s plan for sets[0], forced, and
+// what runs it on set i. Online tuning here, and the CLI's tune and hint matrix, pass it to
+// tuning::tune.
+std::function<void(int)> prepare_candidate(const KernelConfig& config, const std::vector<Problem>& sets,
+                                           cudaStream_t stream);
 
 }  // namespace gemmkit

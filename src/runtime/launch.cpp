@@ -138,10 +138,8 @@ unsigned clamp_grid(int64_t blocks, int64_t limit) { return unsigned(std::max<in
 // A GEMM kernel's launch lets it start while the kernel before it in the stream still runs
 // (programmatic dependent launch): the kernels wait for that one's end before touching memory
 // (utility.cuh), so only their launch and setup overlap its last wave and the gap between the
-// two. (An L2 prefetch of B's first stages before the wait cost dense-decode 4% and small.txt 6%
-// on an H100, the prefetches queueing ahead of the loads in the TMA unit, and gained nothing on
-// the decode chains.) Captured into a CUDA graph, the launch becomes a programmatic edge, with
-// the same effect on replay.
+// two. Captured into a CUDA graph, the launch becomes a programmatic edge, with the same effect
+// on replay.
 void launch_kernel(const LoadedKernel& kernel, unsigned gx, unsigned gy, unsigned gz, unsigned threads, unsigned smem,
                    int cluster, bool programmatic, cudaStream_t stream, void** args) {
   CUlaunchAttribute attributes[2] = {};
@@ -196,9 +194,8 @@ void launch_tma(const LoadedKernel& kernel, const KernelConfig& config, TmaLaunc
 
 // A thread's last TMA launch that neither splits K nor stages an operand (whose scratch is the
 // stream's), kept whole: a call that repeats it (the same operands, as a decode loop or a caller's
-// reused buffers make) launches it again as it was. Working a launch out costs ~0.3 us per call
-// after the driver's own launch work has evicted it from the caches, although ~0.04 us in a hot
-// loop (H200).
+// reused buffers make) launches it again as it was: working a launch out costs ~0.3 us per call
+// once the driver's own launch work has evicted it from the caches (H200).
 struct RepeatableLaunch {
   const LoadedKernel* kernel = nullptr;
   KernelConfig config;

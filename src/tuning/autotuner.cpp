@@ -13,7 +13,6 @@
 #include <thread>
 
 #include "codegen/kernel_source.h"
-#include "dispatch/plan.h"
 #include "gemmkit/error.h"
 #include "runtime/device.h"
 #include "runtime/driver.h"
@@ -212,7 +211,7 @@ std::vector<KernelConfig> tuning_candidates(const Problem& p, const DeviceLimits
   return chosen;
 }
 
-TuneResult tune(const Problem& p) {
+TuneResult tune(const Problem& p, const CandidateRunner& runner) {
   const runtime::DeviceInfo& info = runtime::device_info(p.device);
   runtime::require_sm90(info);
   const std::vector<KernelConfig> candidates = tuning_candidates(p, {info.sm_count, info.smem_per_block_optin});
@@ -224,12 +223,8 @@ TuneResult tune(const Problem& p) {
   const ScratchProblems scratch(p, problem_config(p), info, stream);
   const std::vector<Problem>& problems = scratch.problems();
 
-  std::vector<Plan> plans;
-  for (const KernelConfig& c : candidates) plans.push_back(make_plan(problems[0], &c));
-  std::vector<std::function<void(int)>> launchers;
-  for (const Plan& plan : plans) {
-    launchers.push_back([&, plan](int set) { run_plan(plan, problems[size_t(set)], stream); });
-  }
+  std::vector<Launcher> launchers;
+  for (const KernelConfig& c : candidates) launchers.push_back(runner(c, problems, stream));
   const GpuTimer timer(stream, kWarmupRuns, kTimedRuns, info.sm_clock_khz);
   const std::vector<double> us = timer.median_us(int(problems.size()), launchers);
 

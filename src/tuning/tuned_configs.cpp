@@ -143,7 +143,8 @@ std::optional<KernelConfig> tuned_online(const Problem& p, const runtime::Device
   }
 }
 
-Dispatch dispatch_config(const Problem& p, const runtime::DeviceInfo& info, cudaStream_t stream) {
+Dispatch dispatch_config(const Problem& p, const runtime::DeviceInfo& info, cudaStream_t stream,
+                         const CandidateRunner& runner) {
   const DeviceLimits limits{info.sm_count, info.smem_per_block_optin, info.l2_bytes};
   const TuningMode mode = tuning_mode();
   if (mode == TuningMode::off || problem_config(p).kind != KernelKind::tma) {
@@ -155,7 +156,8 @@ Dispatch dispatch_config(const Problem& p, const runtime::DeviceInfo& info, cuda
       capture != cudaStreamCaptureStatusNone) {
     return {choose_config(p, limits), false};
   }
-  if (auto tuned = tuned_online(p, info, database(), tune)) return {*tuned, true};
+  const auto tuner = [&runner](const Problem& q) { return tune(q, runner); };
+  if (auto tuned = tuned_online(p, info, database(), tuner)) return {*tuned, true};
   return {choose_config(p, limits), false};
 }
 

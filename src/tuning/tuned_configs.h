@@ -63,7 +63,9 @@ struct Dispatch {
 };
 
 // The config gemm() runs for a normalised problem on `info`'s device under the tuning mode.
-// `stream` is the caller's: online tuning is skipped while it is being captured.
-Dispatch dispatch_config(const Problem& p, const runtime::DeviceInfo& info, cudaStream_t stream);
+// `stream` is the caller's: online tuning is skipped while it is being captured. Online tuning
+// times candidates with `runner` (tune()).
+Dispatch dispatch_config(const Problem& p, const runtime::DeviceInfo& info, cudaStream_t stream,
+                         const CandidateRunner& runner);
 
 }  // namespace gemmkit::tuning

@@ -1,4 +1,4 @@
-#include "args.h"
+#include "tools/args.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "bench_options.h"
+#include "tools/bench_options.h"
 
 #include <gtest/gtest.h>
 

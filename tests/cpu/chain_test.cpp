@@ -1,4 +1,4 @@
-#include "chain.h"
+#include "bench/chain.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "suite_lookup.h"
+#include "bench/suite_lookup.h"
 
 #include <gtest/gtest.h>
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "dispatch/plan.h"
 #include "gpu_test.h"
 #include "tuning/autotuner.h"
 #include "tuning/tuned_configs.h"
@@ -43,7 +44,7 @@ TEST_F(Autotuner, TimesEveryCandidateAndRanksThem) {
   reference::DeviceProblem problem({.m = 16, .n = 2112, .k = 7168, .layout = "NT"}, testing::fresh_seed());
   const Problem p = normalized(problem);
   const std::vector<KernelConfig> candidates = tuning::tuning_candidates(p, limits());
-  const tuning::TuneResult result = tuning::tune(p);
+  const tuning::TuneResult result = tuning::tune(p, prepare_candidate);
   ASSERT_EQ(result.timed.size(), candidates.size());
   EXPECT_EQ(result.first_pick.config, choose_config(p, limits()));
   for (size_t i = 0; i < result.timed.size(); ++i) {
@@ -83,7 +84,7 @@ TEST_F(Autotuner, Fp8ProblemsTuneWithTheirScales) {
                            .scale_b = mode};
     reference::DeviceProblem problem(spec, 1);
     const Problem p = normalized(problem);
-    const tuning::TuneResult result = tuning::tune(p);
+    const tuning::TuneResult result = tuning::tune(p, prepare_candidate);
     ASSERT_FALSE(result.timed.empty());
     for (const tuning::Timed& timed : result.timed) {
       EXPECT_TRUE(std::isfinite(timed.us) && timed.us > 0) << timed.config.name();

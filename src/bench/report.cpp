@@ -1,4 +1,4 @@
-#include "report.h"
+#include "bench/report.h"
 
 #include <cuda_runtime_api.h>
 
@@ -8,7 +8,7 @@
 #include <functional>
 #include <limits>
 
-#include "api/validate.h"
+#include "api/prepare.h"
 #include "dispatch/plan.h"
 #include "tuning/gpu_timer.h"
 
@@ -114,12 +114,11 @@ std::string summary_line(const BenchSummary& s, const std::string& baseline, con
 }  // namespace
 
 std::string chosen_config(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options) {
-  Problem p = validate_gemm(a, b, d, options);
-  if (p.m == 0 || p.n == 0 || p.batch == 0) return "none (empty)";
   int device = 0;
   cudaGetDevice(&device);
-  p.device = device;
-  const Plan plan = make_plan(normalize(p));
+  const api::PreparedGemm prepared = api::prepare_gemm(a, b, d, options, device);
+  if (prepared.empty) return "none (empty)";
+  const Plan plan = make_plan(prepared.problem);
   return plan.config.name() + (plan.transposed ? " transposed" : "") + (plan.tuned ? " tuned" : "");
 }
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "suite.h"
+#include "bench/suite.h"
 
 namespace gemmkit::tools {
 

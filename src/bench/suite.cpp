@@ -1,4 +1,4 @@
-#include "suite.h"
+#include "bench/suite.h"
 
 #include <algorithm>
 #include <cctype>

@@ -1,0 +1,27 @@
+// The steps gemm() takes before it plans, in one place, so that the tools prepare a problem
+// exactly as gemm() runs it.
+#pragma once
+
+#include "dispatch/problem.h"
+#include "gemmkit/gemm.h"
+
+namespace gemmkit::api {
+
+struct PreparedGemm {
+  Problem problem;     // normalised (dispatch/plan.h: normalize); as validated where empty
+  bool empty = false;  // M, N or batch is 0: there is nothing to run
+};
+
+// The device of the memory the operands point into: what gemm() runs on.
+inline constexpr int kOperandsDevice = -1;
+
+// validate_gemm; then, unless the problem is empty, its device, check_apart and normalize.
+// With kOperandsDevice (gemm()), the device is the one the operands' memory is on, each view
+// checked to lie inside its allocation; `device` >= 0 is taken as given, with no look at the
+// memory (the tools' stand-in problems, whose pointers are not allocations). Throws
+// Error(invalid_argument) as gemm() does. Touches nothing on the device: the caller makes
+// problem.device current before planning.
+PreparedGemm prepare_gemm(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options,
+                          int device = kOperandsDevice);
+
+}  // namespace gemmkit::api
