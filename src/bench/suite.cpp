@@ -47,21 +47,6 @@ std::string upper(std::string s) {
   return s;
 }
 
-// Our own mapping, so this file does not depend on the library's dtype_name().
-const char* name_of(DType t) {
-  switch (t) {
-    case DType::bf16: return "bf16";
-    case DType::f16: return "f16";
-    case DType::f32: return "f32";
-    case DType::e4m3: return "e4m3";
-    case DType::e5m2: return "e5m2";
-    case DType::ue8m0: return "ue8m0";
-  }
-  return "?";
-}
-
-bool eight_bit(DType t) { return t == DType::e4m3 || t == DType::e5m2; }
-
 // One type name (already lower-case), with the usual alternative spellings; ue8m0 is a scale type
 // only and never names an operand.
 std::optional<DType> dtype_of(const std::string& s) {
@@ -97,14 +82,14 @@ void parse_dtype(const std::string& field, SuiteProblem& p, const std::string& w
   const auto in_b = comma == std::string::npos ? in_a : dtype_of(in_text.substr(comma + 1));
   bool ok = in_a && in_b && *in_a != DType::f32 && *in_b != DType::f32;
   // Two input types only where both are 8-bit.
-  if (ok && comma != std::string::npos) ok = eight_bit(*in_a) && eight_bit(*in_b);
+  if (ok && comma != std::string::npos) ok = is_fp8(*in_a) && is_fp8(*in_b);
   std::optional<DType> out;
   if (ok) {
     if (colon == std::string::npos) {
-      out = eight_bit(*in_a) ? DType::bf16 : *in_a;
+      out = is_fp8(*in_a) ? DType::bf16 : *in_a;
     } else {
       out = dtype_of(spec.substr(colon + 1));
-      ok = out && !eight_bit(*out);  // outputs are 16- or 32-bit
+      ok = out && !is_fp8(*out);  // outputs are 16- or 32-bit
     }
   }
   if (!ok)
@@ -114,7 +99,7 @@ void parse_dtype(const std::string& field, SuiteProblem& p, const std::string& w
   p.in_dtype = *in_a;
   p.in_b = *in_b == *in_a ? std::nullopt : in_b;
   p.out_dtype = *out;
-  if (eight_bit(p.in_dtype)) p.mode = ScaleMode::tensor;
+  if (is_fp8(p.in_dtype)) p.mode = ScaleMode::tensor;
 }
 
 std::string join(const std::vector<std::string>& fields) {
@@ -125,7 +110,7 @@ std::string join(const std::vector<std::string>& fields) {
 
 }  // namespace
 
-bool SuiteProblem::fp8() const { return eight_bit(in_dtype); }
+bool SuiteProblem::fp8() const { return is_fp8(in_dtype); }
 
 int64_t parse_int(const std::string& field, const char* what, int64_t min,
                   const std::string& where) {
@@ -167,7 +152,7 @@ SuiteProblem parse_problem(const std::vector<std::string>& fields, const std::st
     const auto mode = mode_of(field);
     if (!p.fp8()) {
       if (mode)
-        fail(where, "scaling mode " + quoted(field) + " with " + name_of(p.in_dtype) +
+        fail(where, "scaling mode " + quoted(field) + " with " + std::string(dtype_name(p.in_dtype)) +
                         " inputs; expected a batch (a mode goes with e4m3 or e5m2 inputs only)");
       if (fields.size() > 6)
         fail(where, "expected 3 to 6 fields for 16-bit inputs (M N K [layout] [dtype] [batch]), got " +
@@ -222,10 +207,10 @@ std::vector<SuiteProblem> load_suite(const std::string& path) {
 }
 
 std::string dtype_spec(const SuiteProblem& p) {
-  std::string in = name_of(p.in_dtype);
-  if (p.in_b && *p.in_b != p.in_dtype) in += std::string(",") + name_of(*p.in_b);
+  std::string in(dtype_name(p.in_dtype));
+  if (p.in_b && *p.in_b != p.in_dtype) (in += ",") += dtype_name(*p.in_b);
   if (p.in_dtype == p.out_dtype && !p.in_b) return in;
-  return in + ":" + name_of(p.out_dtype);
+  return in + ":" + std::string(dtype_name(p.out_dtype));
 }
 
 
