@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "dispatch/problem.h"
+#include "core/problem.h"
 #include "gemmkit/gemm.h"
 #include "reference/compare.h"
 
