@@ -4,7 +4,8 @@
 
 #include <string>
 
-#include "dispatch/config.h"
+#include "dispatch/cost_model.h"
+#include "dispatch/operand_access.h"
 #include "suite.h"
 
 namespace gemmkit::tools {

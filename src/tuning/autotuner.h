@@ -3,7 +3,8 @@
 
 #include <vector>
 
-#include "dispatch/config.h"
+#include "dispatch/cost_model.h"
+#include "dispatch/operand_access.h"
 
 namespace gemmkit::tuning {
 

@@ -10,7 +10,8 @@
 #include <string>
 #include <string_view>
 
-#include "dispatch/config.h"
+#include "dispatch/cost_model.h"
+#include "dispatch/operand_access.h"
 #include "runtime/device.h"
 #include "tuning/autotuner.h"
 #include "tuning/tuning_db.h"

@@ -9,7 +9,8 @@
 
 #include "api/validate.h"
 #include "core/checked_math.h"
-#include "dispatch/config.h"
+#include "dispatch/cost_model.h"
+#include "dispatch/operand_access.h"
 #include "dispatch/plan.h"
 #include "core/problem.h"
 #include "gemmkit/error.h"

@@ -9,7 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "dispatch/config.h"
+#include "dispatch/cost_model.h"
+#include "dispatch/operand_access.h"
 #include "dispatch/plan.h"
 
 namespace gemmkit {

@@ -1,20 +1,15 @@
-// Kernel configurations and the cold-start heuristic that picks one for a problem.
+// The cold-start cost model: which tiles, clusters, split counts and raster groups the TMA
+// kernel takes for a problem, and in which orientation it runs the problem.
 #pragma once
 
-#include <string>
+#include <cstdint>
 #include <vector>
 
 #include "core/kernel_config.h"
 #include "core/problem.h"
+#include "dispatch/device_limits.h"
 
 namespace gemmkit {
-
-// Whether the problem's A is read as row classes (KernelConfig::row_classes).
-bool row_classes_apply(const Problem& p);
-
-// A row-classes config turned into the realigning kernel's for the same problem: for a launch
-// that cannot have B's copies (a graph capture, which cannot grow the scratch).
-KernelConfig realigned_instead(const Problem& p, KernelConfig c);
 
 // The tile shapes the TMA kernel is built for, with 16-bit or 8-bit inputs. 8-bit inputs keep a
 // partial accumulator beside the f32 one (two-level accumulation), which leaves registers for
@@ -33,13 +28,6 @@ bool tile_takes_scales(TileShape tile, ScaleMode a, ScaleMode b);
 // Epilogue staging buffers per consumer warpgroup: two, or one where two would leave the ring
 // fewer than 4 stages.
 int store_buffers_for(KernelConfig c, int smem_limit);
-
-struct DeviceLimits {
-  int sm_count = 132;
-  int smem_per_block = 232448;
-  int64_t l2_bytes = 50 << 20;
-};
-
 // Tile rows per raster group of the persistent tile order (see TileScheduler in gemm.cuh),
 // sized so that a group's rows of A stay in L2.
 int raster_group_rows(const Problem& p, int tile_m, const DeviceLimits& limits);
@@ -50,25 +38,6 @@ inline constexpr int kOneWaveGroupRows = 4;
 // Whether a 16-bit problem whose tiles of `tile` all run in one wave, K at least 16 blocks
 // deep, takes kOneWaveGroupRows-row groups instead of raster_group_rows'.
 bool short_groups_pay(const Problem& p, TileShape tile, int64_t k_blocks, const DeviceLimits& limits);
-
-// Whether TMA can read an operand of rows x cols, and along which dimension it is contiguous.
-struct TmaAccess {
-  bool ok = false;
-  bool cols_contiguous = false;  // else rows are
-};
-TmaAccess tma_access(const MatrixRef& m, int64_t batch, int64_t rows, int64_t cols);
-
-// Whether TMA can write D: aligned, rows (or, where those are contiguous, columns) a whole number
-// of 16-byte pieces.
-bool tma_can_store(const Problem& p);
-
-// The fields of a config that follow from a (normalised, see plan.h) problem alone: types,
-// scales, majorness, batching, staging and the store path. Its kind is gemv for M = 1 with B's
-// K contiguous, fallback where the TMA kernel cannot run (even after staging), else tma.
-KernelConfig problem_config(const Problem& p);
-
-// The fallback kernel's config for a problem whose TMA config is `c`: its types, scales and C.
-KernelConfig fallback_config(const KernelConfig& c);
 
 struct Candidate {
   KernelConfig config;
@@ -107,5 +76,6 @@ bool transposing_pays(const Problem& p, const DeviceLimits& limits);
 // Whether a config (e.g. one read from the tuning database) is one the TMA kernel is built for
 // and fits the device's shared memory. Fallback configs always fit.
 bool fits(const KernelConfig& c, const DeviceLimits& limits);
+
 
 }  // namespace gemmkit
