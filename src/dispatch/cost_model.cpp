@@ -39,17 +39,15 @@ double tile_efficiency(TileShape t, int cluster) {
 
 // 8-bit inputs promote their partial sums every K block, and a warpgroup's tensor-core work
 // stops while it waits for its last wgmma. Block scales cost every full-height tile about the
-// same over per-tensor scales (1.05x the time of the same forced tile on fp8-large, H100, for
-// widths 128 to 176), whether it keeps two partial accumulators (gemm.cuh's kTwoPartials) or one,
-// so unsplit they are not charged. Half-height tiles with block scales are charged 1.35, although
-// they keep two partials: with a single consumer warpgroup, 64x128 in clusters of two ran
-// fp8-large's block shapes at 0.67x cuBLASLt (0.86x on the model's picks). So are split tiles,
-// which keep 64x128 clusters on fp8-decode's M = 128 block rows, where 128x128 tiles in two
-// splits ran 0.89-0.97x as fast, and tiles that read 128x1 B blocks late.
-// Three consumers (8-bit 192 x 128) are charged 1.15, fitted on fp8-large's per-tensor shapes:
-// at K = 1536, 128 x 176 ran 1.01-1.02x cuBLASLt against their 0.89-0.98x; at K = 512 they ran
-// 1.12-1.15x against 128 x 176's 0.99-1.00x (short K, where their epilogue, split three ways,
-// matters most). The model keeps them at K = 512 below 1.22 and gives them up at K = 1536 above 1.09.
+// same over per-tensor scales (fp8-large, H100: 1.05x the time for widths 128 to 176), so unsplit
+// they are not charged. Half-height tiles with block scales are charged 1.35, although they keep
+// two partials: with a single consumer warpgroup, 64x128 in clusters of two runs fp8-large's
+// block shapes at 0.67x cuBLASLt. So are split tiles, which keep 64x128 clusters on
+// fp8-decode's M = 128 block rows (128x128 tiles in two splits run 0.89-0.97x as fast), and tiles
+// that read 128x1 B blocks late. Three consumers (8-bit 192 x 128) are charged 1.15, fitted on
+// fp8-large's per-tensor shapes: at K = 1536 128 x 176 runs 1.01x cuBLASLt against their 0.89x,
+// at K = 512 they run 1.12x against its 0.99x (short K, where their epilogue, split three ways,
+// matters most).
 double promotion_cost(const KernelConfig& c) {
   const bool block = c.scale_a == ScaleMode::block || c.scale_b == ScaleMode::block;
   const bool b_blocks_read_late = c.scale_b == ScaleMode::block && c.scale_b_mn == 1;  // promote.cuh
@@ -65,39 +63,21 @@ double promotion_cost(const KernelConfig& c) {
 double epilogue_blocks(const KernelConfig& c) { return is_fp8(c.in) ? 10.0 * 64 / c.tile_m : 0.0; }
 
 // A cluster's CTAs share B's loads but wait for each other's stages, and 8-bit consumers stall at
-// every promotion: on the same suite full-height 8-bit tiles ran faster without clusters in every
-// mode (tensor 0.85x against 0.84x, rowwise 0.89x against 0.86x, block 128x128 0.77x against
-// 0.72x). Half-height decode tiles, whose weights dominate the traffic, keep theirs. Since
-// per-tensor and rowwise 128x128 keep two partials too, clusters of two run them faster than none
-// (0.91x against 0.88x per-tensor), but still 3.4% behind the model's unclustered 128x176 and
-// 192x128 picks, which the traffic model alone would give up for them.
-// Where the tiles fit in one wave, the cluster's start and end synchronisation and its CTAs
-// waiting for each other's stages cost more than B's shared loads save: forced unclustered on an
-// H100, every small.txt shape in one wave ran faster (128^3 6.8 against 7.8 us, 1536x96x1536 10.8
-// against 13.5, 1024^3 10.5 against 11.9, 2048^3 on 128x256 27.9 against 29.8). Where K is not
-// short (16 K blocks or more), two exceptions keep their clusters:
-// - At most 128 rows against B at least 8 times the size of A (decode: the weights). One at a
-//   time, M = 128 decode shapes ran faster unclustered too (128x7168x2048 17.6 against 19.2 us),
-//   but back to back in the decode chains they ran slower (llama3-70b-tp8-m128 406 against 390
-//   us, llama3-8b-m128 728 against 713, both measured twice), where the pair's shared loads read
-//   each weight once. (Those that streaming_tile takes now run unclustered 64x64 tiles instead.)
-//   More rows against weights ran faster unclustered (H200, NT, us, the model's pick in clusters
-//   of two against its unclustered one): 129x4096x4096 on 64x128 24.2-25.4 against 18.4-18.7,
-//   256x4096x4096 on 64x128 19.6-20.1 against 18.3, 320x4096x4096 on 64x192 30.9-31.1 against
-//   27.1-29.9 on 64x160, 300x4096x14336 on 64x192 97.1-98.3 against 82.9-86.0 on 64x160-192,
-//   512x4096x4096 and 512x8192x2048 level. 385x4096x4096 goes transposed to 64x208 tiles
-//   (transposing_pays), which ran 32.0-32.6 us (H100) against 27.0 on 128x128 in clusters until
-//   the tile column past N moved left (epilogue.cuh): 25.7.
-// - B's rows lie off 32-byte sectors (rows_aligned), which TMA reads slowly, and sharing B
-//   halves those reads (H200, two passes, us, clusters of two against none): 1000^3 NT 11.9-12.0
-//   against 14.3-14.5, NN 12.3-12.5 against 14.4-14.6, 1000x1000x1008 NN (A's rows on sectors)
-//   12.0 against 13.9. Rows on sectors but off 128-byte lines ran faster unclustered
-//   (1000x1000x1008 NT 9.8-9.9 against 10.9-11.2, 1024x1024x1008 9.4-9.6 against 10.4-10.7,
-//   512x2048x1040 10.1 against 11.2-11.3, 768x768x1520 10.4-10.6 against 10.8-11.1), where until
-//   they were taken for rows off sectors both operands' rows off lines kept clusters. Where only
-//   A's rows lie off sectors, the transposed problem's B does, so that plans now transpose it
-//   (transposing_pays) onto clusters: 1000x1024x1000 NN 10.8-11.4 against 10.2-11.0 unclustered
-//   as it is, a loss taken; 1000x1008x1000 NN 10.8 against 11.3-11.4 in clusters as it is.
+// every promotion: full-height 8-bit tiles run unclustered (fp8-large, H100, per-tensor 0.85x
+// cuBLASLt against 0.84x in clusters); 128x128 runs faster in clusters of two (0.91x against
+// 0.88x) but 3.4% behind the unclustered 128x176 and 192x128 picks. Half-height decode tiles,
+// whose weights dominate the traffic, keep their clusters.
+// Where the tiles fit in one wave, the cluster's synchronisation and its CTAs waiting for each
+// other's stages cost more than B's shared loads save (H100, 1024^3 10.5 us unclustered against
+// 11.9). Where K is 16 blocks or deeper, two exceptions keep their clusters:
+// - At most 128 rows against B at least 8 times the size of A (decode: the weights), where the
+//   pair's shared loads read each weight once (llama3-70b-tp8-m128 chain, H100, 390 us against
+//   406 unclustered). More rows against weights run faster unclustered (H200, 129x4096x4096 on
+//   64x128 18.4 us against 24.2).
+// - B's rows lie off 32-byte sectors (rows_aligned), which TMA reads slowly, and sharing B halves
+//   those reads (H200, 1000^3 NT 11.9 us against 14.3). Rows on sectors but off 128-byte lines run
+//   faster unclustered (1000x1000x1008 NT 9.8 against 10.9). Where only A's rows lie off sectors,
+//   the transposed problem's B does, and transposing_pays runs it so, in clusters.
 bool one_wave_unclustered(const Problem& p, TileShape tile, int64_t k_blocks, bool b_rows_off_sectors,
                           const DeviceLimits& limits) {
   const int64_t tiles = ceil_div(p.m, tile.m) * ceil_div(p.n, tile.n) * p.batch;
@@ -122,18 +102,13 @@ bool rows_aligned(const MatrixRef& m, bool staged, int bytes) {
   return staged || outer * dtype_size(m.dtype) % bytes == 0;
 }
 
-// 64 x 64 tiles: more CTAs than 64 x 128 tiles, each with half the bytes in flight. 8-bit ones,
-// measured on fp8-decode (H100, two passes): 1.05-1.19x faster at M = 64 and 128, and at M = 16
-// where 64 x 128 tiles with every split the model allows reach fewer than half the SMs
-// (16x2112x7168 1.14-1.18x); elsewhere at M = 16, where they replace the same number of 64 x 128
-// split-K parts, 0.91-1.03x (16x7168x16384 0.91x). So they are offered there and above M = 16.
-// 16-bit ones pay where 64 x 128 tiles, split as far as the model allows, reach fewer than 40% of
-// the SMs (H100, us against the 64 x 128 pick: 128^3 5.6 against 6.3, 512^3 6.8 against 7.8,
-// 64x2048x2048 10.8 against 12.4, 1536x96x1536 9.6 against 11.3, 8 x 384x128x512 8.3 against 9.1),
-// and lose where those reach half or more (4x7168x2048 18.6 against 17.2, 2x4096x4096 22.1
-// against 20.5, 1024^3 11.6 against 9.9). They run unsplit: split, one GEMM at a time ran faster
-// (8x1280x8192 in five parts 16.0 against 17.9 us), but the decode chain whose qkv GEMM that is
-// ran slower (llama3-70b-tp8-m8 1.4% on an H200, 0.8% on an H100, each measured twice).
+// 64 x 64 tiles: more CTAs than 64 x 128 tiles, each with half the bytes in flight. 8-bit ones run
+// faster above M = 16, and at M = 16 where 64 x 128 tiles with every split the model allows reach
+// fewer than half the SMs (fp8-decode, H100, 16x2112x7168 1.14x; elsewhere at M = 16 down to
+// 0.91x, 16x7168x16384). 16-bit ones pay where 64 x 128 tiles, split as far as the model allows,
+// reach fewer than 40% of the SMs (H100, 512^3 6.8 us against 7.8) and lose where those reach half
+// or more (1024^3 11.6 against 9.9). They run unsplit: the decode chain of 8x1280x8192 runs
+// faster so (llama3-70b-tp8-m8, 1.4% on an H200).
 bool half_width_tile_pays(const Problem& p, TileShape tile, int64_t k_blocks, const DeviceLimits& limits) {
   if (tile.n != 64) return true;
   const int64_t wide_units = ceil_div(p.m, 64) * ceil_div(p.n, 128) * max_splits(k_blocks) * p.batch;
@@ -147,23 +122,16 @@ bool half_width_tile_pays(const Problem& p, TileShape tile, int64_t k_blocks, co
 //   narrowest that covers N;
 // - 33 to 128 rows against at least 8 times as many columns, B K-major, where 64x64 tiles fit in
 //   one wave: 64x64 (64x128 at most 64 rows where B's rows lie off 32-byte sectors). Against
-//   64x128 tiles in clusters of two, split as the cost model said (H100, NT, us): 128x4096x4096
-//   18.7 against 23.4, 128x1280x8192 17.7 against 20.8, 64x2112x7168 19.6
-//   against 21.2; llama3-70b-tp8-m128 chain 371 against 379 (8b-m128 685 against 695). Where
-//   they take more than a wave they lost (77x5760x2880, 180 tiles: 26.8 against 20.5), where
-//   B's rows lie off 128-byte lines above 64 rows (two tile rows), which a cluster's shared loads
-//   read half as often (128x4096x4104: 32.1 against 24.7; 128x4096x4112 on H200 19.2-19.6 against
-//   20.5), and above 64 rows at K deeper than 128 blocks, where two tiles read each weight tile
-//   without a cluster's shared loads (H200: 128x4096x14336 42.2
-//   against 40.6, llama3-8b-m128 chain 544 against 536). At most 64 rows, one tile row, a cluster
-//   has nothing to share, and rows off lines stream too (H200, us, against the transposed
-//   clustered picks they took before): on 64x64 tiles where B's rows lie on 32-byte sectors,
-//   64x4096x4112 17.1-17.2 against 29.6-29.7, 64x7168x2080 15.0-15.1 against 24.9-25.0; on 64x128
-//   where they do not, since every tile re-reads the tokens' rows, which TMA then reads slowly
-//   too: 64x7168x2056 17.7 against 26.0-26.2 (18.6-18.9 on 64x64), 48x4096x4104 20.9 against
-//   30.7-30.9 (22.3-22.6), 56x8192x1032 13.3 against 18.2-18.5 (15.1-15.3), 48x2048x6152 17.2
-//   against 25.9 (17.4-17.7), 40x5120x3080 18.9 (20.3-20.7), 64x3072x5000 19.4-19.9 (22.4-23.4).
-//   Other layouts were not measured;
+//   64x128 tiles in clusters of two, split as the cost model says (H100, NT): 128x4096x4096 18.7 us
+//   against 23.4. They lose where they take more than a wave (77x5760x2880, 180 tiles: 26.8
+//   against 20.5), where B's rows lie off 128-byte lines above 64 rows (two tile rows), which a
+//   cluster's shared loads read half as often (128x4096x4104: 32.1 against 24.7), and above 64
+//   rows at K deeper than 128 blocks, where two tiles read each weight tile without a cluster's
+//   shared loads (H200: 128x4096x14336 42.2 against 40.6). At most 64 rows,
+//   one tile row, a cluster has nothing to share, and rows off lines stream too (H200, against
+//   transposed clustered tiles: 64x4096x4112 17.1 us against 29.6); on 64x128 where B's rows lie
+//   off 32-byte sectors, since every tile re-reads the tokens' rows, which TMA then reads slowly
+//   too (64x7168x2056 17.7 us against 18.6 on 64x64);
 // - 33 to kRowClassesMaxN wide with row classes (unaligned weights, transposed by normalize):
 //   64x64 or 64x128.
 std::optional<TileShape> streaming_tile(const Problem& p, const KernelConfig& config, int64_t k_blocks,
@@ -285,11 +253,9 @@ int raster_group_rows(const Problem& p, int tile_m, const DeviceLimits& limits) 
 
 // In one wave every tile runs at once, so a group cannot be about L2 capacity: it decides which
 // tiles neighbouring CTAs take, and so how many of their L2 reads of a line are shared. Where K
-// is 16 blocks or deeper, 4-row groups ran faster (H100, two passes, best us, the L2-sized group
-// -> 4 rows): 1024x1024x4096 NT 20.2 -> 17.2, 2048x512x2048 TN 14.6 -> 13.0, 3000x384x1024 TT
-// 12.3 -> 11.5, 2048x256x4096 NT 19.6 -> 18.7, 1024x768x3000 NN 19.6 -> 18.9, 1024^3 NT 10.1 ->
-// 9.9; 1536x96x1536 NN 10.1 -> 10.3, and 2048^3, 300x2048x1024 and 768x2048x1024 within 0.5%.
-// At shallower K they lost up to 1.7% (1536x1536x512 NT, 1000^3 NN). 8-bit inputs were not measured.
+// is 16 blocks or deeper, 4-row groups run faster (H100, 1024x1024x4096 NT 17.2 us against 20.2
+// with the L2-sized group); at shallower K they lose up to 1.7% (1536x1536x512 NT). 8-bit inputs
+// keep the L2-sized groups (not measured).
 bool short_groups_pay(const Problem& p, TileShape tile, int64_t k_blocks, const DeviceLimits& limits) {
   const int64_t tiles_m = ceil_div(p.m, tile.m);
   return !is_fp8(p.a.dtype) && k_blocks >= 16 && tiles_m > kOneWaveGroupRows &&

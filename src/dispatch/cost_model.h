@@ -57,19 +57,13 @@ KernelConfig choose_config(const Problem& p, const DeviceLimits& limits);
 // than kTransposeGain times its pick for the problem. Tiles span 64 rows per consumer warpgroup
 // but any multiple of 16 columns, so a dimension just past a multiple of a tile's rows (M = 513:
 // five rows of 128-row tiles, or a second wave) fits closer as N (four tiles of 144). H100, NT,
-// us, as it is (last tile rows moved up, epilogue.cuh) against transposed: 1025x4096x4096 73.3
-// against 50.0, 513x8192x2048 33.0 against 30.7, 769x8192x2048 48.0 against 44.6; 513x4096x4096
-// 33.2 against 30.6 and 257x4096x4096 28.3 against 26.1 (both measured as their transposes with
-// D stored by rows), which the model puts 8.5% and 7% apart: hence 0.95.
+// us, as it is against transposed: 1025x4096x4096 73.3 against 50.0; 513x4096x4096 33.2 against
+// 30.6, which the model puts 8.5% apart: hence 0.95.
 // Where both picks are 64-row tiles, N is larger than M and the transposed pick costs no more,
 // it is taken too (the larger operand, e.g. the weights, on A, the tiles' rows), if its tiles'
-// last column reaches at most an eighth of a tile past the transposed N: H200, NT, us,
-// as it is against transposed, both on unclustered 64x160 tiles, 300x4096x14336 84.0-91.8 against
-// 62.5-65.9, 320x4096x4096 27.1-29.9 against 19.5-20.1; 256x4096x4096 on 64x128 18.3 against
-// 17.7-18.2. Why the orientation matters this much was not found. A last column mostly
-// past N gained nothing, even moved left to end within 15 columns of N (epilogue.cuh; H100,
-// us): 129x4096x4096 20.4 against 20.2 (two 128-wide columns for 129), 300x2048x1024 NN f16
-// 10.3 against 10.1, 333x1240x568 9.9 against 9.4.
+// last column reaches at most an eighth of a tile past the transposed N (H200, NT, on unclustered
+// 64x160 tiles: 320x4096x4096 27.1 us as it is against 19.5 transposed); a last column mostly
+// past N gains nothing (H100, 129x4096x4096 20.4 against 20.2).
 inline constexpr double kTransposeGain = 0.95;
 bool transposing_pays(const Problem& p, const DeviceLimits& limits);
 

@@ -30,12 +30,11 @@ bool contiguous_along(const MatrixRef& m, int64_t rows, int64_t cols, bool along
 // is larger than Hopper's 50 MB L2. Realigning costs the kernel about twice its aligned time
 // (the producer warps' copies and shifts keep a stage ~0.7 us against TMA's ~0.35 on narrow
 // tiles); a staged copy costs two more passes over the operand, but one that fits in L2 is read
-// back from there. H100, NT bf16, us, realigned against staged (aligned neighbour): 16x7168x8191
-// 91 against 133 (45), 8x28672x4097 179 against 258 (88); but 16x4096x4097 (34 MB) 50 against
-// 44 (19), 1000x1000x1001 33 against 19 (13). Once one operand is realigned, so is the other
-// where it can be: the kernel realigns anyway, and staging would add a launch (and inside a graph
-// capture, which cannot grow the scratch, send the whole problem to the fallback kernel). Decode
-// weights are read as row classes instead where row_classes_apply takes them (16x7168x8191 53 us).
+// back from there. H100, NT bf16, realigned against staged: 16x7168x8191 91 us against 133, but
+// 16x4096x4097 (34 MB) 50 against 44. Once one operand is realigned, so is the other where it
+// can be: the kernel realigns anyway, and staging would add a launch (and inside a graph capture,
+// which cannot grow the scratch, send the whole problem to the fallback kernel). Decode weights
+// are read as row classes instead where row_classes_apply takes them (16x7168x8191 53 us).
 constexpr int64_t kRealignFromBytes = int64_t(50) << 20;
 bool larger_than_l2(const MatrixRef& m, int64_t batch, int64_t rows, int64_t cols) {
   const int64_t copies = batch > 1 && m.batch_stride != 0 ? batch : 1;
