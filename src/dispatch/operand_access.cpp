@@ -1,6 +1,7 @@
 #include "dispatch/operand_access.h"
 
 #include <cstdint>
+#include <tuple>
 
 #include "dispatch/device_limits.h"
 
@@ -71,21 +72,15 @@ bool tma_can_store(const Problem& p) {
   return access.ok && whole_pieces && (p.batch <= 1 || p.d.batch_stride != 0);
 }
 
-KernelConfig fallback_config(const KernelFacts& c) {
-  KernelConfig f;
+KernelConfig fallback_config(const KernelFacts& facts) {
+  KernelConfig f;  // every other fact at its default: the fallback kernel reads any layout
   f.kind = KernelKind::fallback;
   f.tile_m = f.tile_n = 64;
   f.stages = 0;
   f.tma_store = false;
-  f.has_c = c.has_c;
-  f.in = c.in;
-  f.in_b = c.in_b;
-  f.out = c.out;
-  f.c = c.c;
-  f.scale_a = c.scale_a;
-  f.scale_b = c.scale_b;
-  f.scale_a_mn = c.scale_a_mn;
-  f.scale_b_mn = c.scale_b_mn;
+  std::tie(f.has_c, f.in, f.in_b, f.out, f.c, f.scale_a, f.scale_b, f.scale_a_mn, f.scale_b_mn) =
+      std::tie(facts.has_c, facts.in, facts.in_b, facts.out, facts.c, facts.scale_a, facts.scale_b, facts.scale_a_mn,
+               facts.scale_b_mn);
   return f;
 }
 
