@@ -197,9 +197,9 @@ const std::vector<TileShape>& tile_shapes(bool eight_bit) {
   // transposed problem's few columns, e.g. 257 as two of 144: transposing_pays). 8-bit inputs
   // multiply twice the K per byte of shared memory, so 128 x 128 already feeds the tensor cores
   // as 128 x 256 does for 16-bit ones; their partial accumulators stop the widths at 176 (128
-  // with mx scales). 192 x
-  // 128 splits a tile's epilogue, which 8-bit tiles store while the tensor cores idle, among
-  // three consumers (see epilogue_blocks); their 152 registers hold no block or mx scales.
+  // with mx scales). 192 x 128 splits a tile's epilogue, which 8-bit tiles store while the
+  // tensor cores idle, among three consumers (see epilogue_blocks); their 152 registers hold no
+  // block or mx scales.
   static const std::vector<TileShape> shapes = [] {
     std::vector<TileShape> s;
     for (int n = 256; n >= 128; n -= 16) s.push_back({128, n});

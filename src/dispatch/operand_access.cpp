@@ -105,8 +105,9 @@ KernelConfig realigned_instead(const Problem& p, KernelConfig c) {
   return c;
 }
 
-// The config's fields that follow from the problem alone (types, majorness, batching, staging,
-// store path); the kind is fallback where K is 0 or a coordinate is too large for TMA.
+// The facts follow from the problem alone; the knobs stay at their defaults (the GEMV's and the
+// fallback kernel's are fixed here too). The kind is fallback where K is 0 or a coordinate is too
+// large for TMA.
 KernelConfig problem_config(const Problem& p) {
   KernelConfig config;
   config.in = p.a.dtype;

@@ -21,9 +21,10 @@ TmaAccess tma_access(const MatrixRef& m, int64_t batch, int64_t rows, int64_t co
 // of 16-byte pieces.
 bool tma_can_store(const Problem& p);
 
-// The fields of a config that follow from a (normalised, see plan.h) problem alone: types,
-// scales, majorness, batching, staging and the store path. Its kind is gemv for M = 1 with B's
-// K contiguous, fallback where the TMA kernel cannot run (even after staging), else tma.
+// The config of a (normalised, see plan.h) problem as far as the problem alone decides it: its
+// facts (types, scales, majorness, batching, staging and the store path) and its kind, gemv for
+// M = 1 with B's K contiguous, fallback where the TMA kernel cannot run (even after staging),
+// else tma. The knobs of a tma config are the cost model's or tuning's to choose.
 KernelConfig problem_config(const Problem& p);
 
 // The fallback kernel's config for a problem whose config has the facts `f`: its types, scales
