@@ -28,6 +28,7 @@ bool tile_takes_scales(TileShape tile, ScaleMode a, ScaleMode b);
 // Epilogue staging buffers per consumer warpgroup: two, or one where two would leave the ring
 // fewer than 4 stages.
 int store_buffers_for(KernelConfig c, int smem_limit);
+
 // Tile rows per raster group of the persistent tile order (see TileScheduler in gemm.cuh),
 // sized so that a group's rows of A stay in L2.
 int raster_group_rows(const Problem& p, int tile_m, const DeviceLimits& limits);
