@@ -4,8 +4,9 @@
 
 #include <string>
 
-#include "dispatch/config.h"
 #include "bench/suite.h"
+#include "dispatch/cost_model.h"
+#include "dispatch/operand_access.h"
 
 namespace gemmkit::tools {
 

@@ -7,7 +7,7 @@
 
 #include "bench_options.h"
 #include "bench/chain.h"
-#include "dispatch/problem.h"
+#include "core/problem.h"
 #include "reference/device_problem.h"
 #include "runtime/device.h"
 #include "bench/suite.h"

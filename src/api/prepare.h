@@ -2,7 +2,7 @@
 // exactly as gemm() runs it.
 #pragma once
 
-#include "dispatch/problem.h"
+#include "core/problem.h"
 #include "gemmkit/gemm.h"
 
 namespace gemmkit::api {

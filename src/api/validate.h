@@ -1,7 +1,7 @@
 // Argument checks that need no GPU: types, shapes, strides, null pointers and overlaps.
 #pragma once
 
-#include "dispatch/problem.h"
+#include "core/problem.h"
 #include "gemmkit/gemm.h"
 
 namespace gemmkit {

@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "dispatch/problem.h"
+#include "core/problem.h"
 
 namespace gemmkit::baseline {
 

@@ -8,7 +8,7 @@
 #include <sstream>
 #include <string_view>
 
-#include "dispatch/problem.h"
+#include "core/problem.h"
 #include "gemmkit/error.h"
 
 namespace gemmkit::tools {

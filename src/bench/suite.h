@@ -34,7 +34,7 @@ struct SuiteProblem {
 // (tensor, rowwise, block or mx) may follow an 8-bit dtype only and defaults to tensor; a sixth
 // field that is a number is the batch. `where` prefixes every error message, e.g. "dense.txt:12"
 // or "command line". Throws gemmkit::Error(invalid_argument) on anything malformed, and on a
-// problem too large for 64-bit addressing (check_addressable in dispatch/problem.h).
+// problem too large for 64-bit addressing (check_addressable in core/problem.h).
 SuiteProblem parse_problem(const std::vector<std::string>& fields, const std::string& where);
 
 // Parses a whole field as a base-10 integer no smaller than `min`; `what` names it and `where`

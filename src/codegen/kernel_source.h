@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "dispatch/config.h"
+#include "core/kernel_config.h"
 
 namespace gemmkit::codegen {
 

@@ -75,7 +75,7 @@ Plan new_plan(const Problem& normalized, const KernelConfig* forced, cudaStream_
 // more than kGemvFromN columns: there narrow tiles take over two waves and lose in their last
 // (H100: 1x28672x4096 77.0 us on the GEMV, 84.0 on 64x8 tiles), while below it they won
 // (1x1280x8192 16.7 against 14.7 us, 1x7168x8192 47.1 against 44.3; llama3-70b-tp8-m1 chain 348
-// against 324); or where B is unaligned and row classes (config.h) do not take it (the GEMV reads
+// against 324); or where B is unaligned and row classes (core/kernel_config.h) do not take it (the GEMV reads
 // it as it is). Against the GEMV's element loads, row classes won at every width: H100,
 // 1x7168x8191 48.0 against 80.4 us, 1x1280x8191 17.2 against 38.1, 1x4096x4097 20.7 against 26.0;
 // H200, 1x28672x4097 69.2 against 117.5, 1x24576x1535 26.7 against 47.5, 1x32768x511 18.4

@@ -6,7 +6,8 @@
 #include <functional>
 #include <vector>
 
-#include "dispatch/config.h"
+#include "dispatch/cost_model.h"
+#include "dispatch/operand_access.h"
 #include "runtime/kernel_cache.h"
 
 namespace gemmkit {
@@ -16,7 +17,7 @@ namespace gemmkit {
 // So is N = 1 with A's K contiguous: transposed, it is one row against A stored M x K, which the
 // GEMV kernel takes. So is decode, 1 to kNarrowMaxN rows of A against at least 128 columns of B,
 // 16-bit and both K-major: transposed, B's columns (the weights) fill wgmma's 64 rows and A's
-// rows (the tokens) a narrow tile's N (config.h), where untransposed they would fill 2 to 32 of
+// rows (the tokens) a narrow tile's N (core/kernel_config.h), where untransposed they would fill 2 to 32 of
 // 64 rows (H100: 8x1280x8192 17.6 against 14.7 us, 8x4096x4096 20.4 against 18.1). One row
 // stays on the GEMV where B is aligned and wider than 16384, or unaligned and not read as row
 // classes; 33 to kRowClassesMaxN rows are transposed where B is read as row classes (plan.cpp).
@@ -30,7 +31,7 @@ struct Plan {
   int sm_count = 0;
 };
 
-// A normalised problem as its plan runs it: transposed where transposing_pays (config.h) on its
+// A normalised problem as its plan runs it: transposed where transposing_pays (cost_model.h) on its
 // device, else as it is.
 Problem oriented(const Problem& normalized);
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "dispatch/problem.h"
+#include "core/problem.h"
 
 namespace gemmkit::reference {
 

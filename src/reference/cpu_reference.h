@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "dispatch/problem.h"
+#include "core/problem.h"
 
 namespace gemmkit::reference {
 

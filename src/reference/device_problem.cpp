@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "api/validate.h"
-#include "dispatch/checked_math.h"
+#include "core/checked_math.h"
 #include "gemmkit/error.h"
 #include "reference/gpu_reference.h"
 #include "runtime/driver.h"

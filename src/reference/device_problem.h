@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "dispatch/problem.h"
+#include "core/problem.h"
 #include "gemmkit/gemm.h"
 #include "reference/compare.h"
 
@@ -46,7 +46,7 @@ struct ProblemSpec {
   DType b_type() const { return in_b.value_or(in); }
   std::string describe() const;
   // Throws gemmkit::Error(invalid_argument) where an operand is too large for 64-bit
-  // addressing (check_addressable in dispatch/problem.h), naming the sizes.
+  // addressing (check_addressable in core/problem.h), naming the sizes.
   void check_addressable() const;
 };
 

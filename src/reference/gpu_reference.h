@@ -3,7 +3,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "dispatch/problem.h"
+#include "core/problem.h"
 
 namespace gemmkit::reference {
 

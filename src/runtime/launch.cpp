@@ -46,7 +46,7 @@ MatrixRef transposed(MatrixRef m) {
 // elements apart, one copy per batch where the operand has a batch stride, else one for all.
 // Rows are rounded up to 128 bytes, not just the 16 TMA needs: each row of a 128-byte-deep TMA
 // box then reads one 128-byte L2 line, and none starts off a 32-byte sector, which TMA reads at a
-// fraction of its speed (rows_aligned, config.cpp).
+// fraction of its speed (rows_aligned, dispatch/cost_model.cpp).
 struct StagedOperand {
   MatrixRef source;  // the operand as rows x cols
   int64_t rows = 0, cols = 0, ld = 0, copies = 0;

@@ -3,7 +3,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "dispatch/config.h"
+#include "core/kernel_config.h"
+#include "core/problem.h"
 #include "kernels/sm90/params.h"
 #include "runtime/kernel_cache.h"
 

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "dispatch/problem.h"
+#include "core/problem.h"
 
 namespace gemmkit::runtime {
 

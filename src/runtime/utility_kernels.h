@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <span>
 
-#include "dispatch/problem.h"
+#include "core/problem.h"
 #include "runtime/kernel_cache.h"
 
 namespace gemmkit::runtime {

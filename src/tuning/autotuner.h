@@ -6,7 +6,8 @@
 #include <functional>
 #include <vector>
 
-#include "dispatch/config.h"
+#include "dispatch/cost_model.h"
+#include "dispatch/operand_access.h"
 
 namespace gemmkit::tuning {
 

@@ -87,22 +87,24 @@ std::string problem_key(const Problem& p) {
   return key.str();
 }
 
-std::string tuned_fields(const KernelConfig& c) {
+std::string tuned_fields(const KernelKnobs& knobs) {
   std::ostringstream text;
-  text << c.tile_m << 'x' << c.tile_n << " s" << c.stages << " g" << c.group_m << " c" << c.cluster_m << " k"
-       << c.splits << " b" << c.store_buffers;
+  text << knobs.tile_m << 'x' << knobs.tile_n << " s" << knobs.stages << " g" << knobs.group_m << " c"
+       << knobs.cluster_m << " k" << knobs.splits << " b" << knobs.store_buffers;
   return text.str();
 }
 
 std::optional<KernelConfig> with_tuned_fields(KernelConfig base, std::string_view text) {
   std::istringstream in{std::string(text)};
+  KernelKnobs knobs;
   char x = 0, s = 0, g = 0, c = 0, k = 0, b = 0;
-  in >> base.tile_m >> x >> base.tile_n >> s >> base.stages >> g >> base.group_m >> c >> base.cluster_m >> k >>
-      base.splits >> b >> base.store_buffers;
+  in >> knobs.tile_m >> x >> knobs.tile_n >> s >> knobs.stages >> g >> knobs.group_m >> c >> knobs.cluster_m >> k >>
+      knobs.splits >> b >> knobs.store_buffers;
   const bool parsed = bool(in) && (in >> std::ws).eof() && x == 'x' && s == 's' && g == 'g' && c == 'c' &&
                       k == 'k' && b == 'b';
   if (!parsed) return std::nullopt;
-  return with_tile(base, {base.tile_m, base.tile_n});
+  static_cast<KernelKnobs&>(base) = knobs;
+  return with_tile(base, {knobs.tile_m, knobs.tile_n});
 }
 
 std::optional<KernelConfig> tuned_config(const Problem& p, const runtime::DeviceInfo& info,

@@ -10,7 +10,8 @@
 #include <string>
 #include <string_view>
 
-#include "dispatch/config.h"
+#include "dispatch/cost_model.h"
+#include "dispatch/operand_access.h"
 #include "runtime/device.h"
 #include "tuning/autotuner.h"
 #include "tuning/tuning_db.h"
@@ -34,10 +35,10 @@ int64_t m_bucket(int64_t m);
 // majorness, types, C, batching and store path (from problem_config), N, K, batch, M's bucket.
 std::string problem_key(const Problem& p);
 
-// The tuned fields of a config as text, e.g. "128x256 s4 g8 c2 k1 b2" (tile, stages, raster
-// group, cluster, split count, store buffers), and that text applied back onto the fields a
-// problem fixes (nullopt if it does not parse).
-std::string tuned_fields(const KernelConfig& c);
+// A config's knobs as text, e.g. "128x256 s4 g8 c2 k1 b2" (tile, stages, raster group, cluster,
+// split count, store buffers), and that text applied back onto the facts of a problem's config
+// (nullopt if it does not parse).
+std::string tuned_fields(const KernelKnobs& knobs);
 std::optional<KernelConfig> with_tuned_fields(KernelConfig base, std::string_view text);
 
 // `db`'s winner for a normalised problem's class on this device, if it has one that fits;

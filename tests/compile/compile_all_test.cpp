@@ -6,7 +6,8 @@
 #include <vector>
 
 #include "codegen/kernel_source.h"
-#include "dispatch/config.h"
+#include "dispatch/cost_model.h"
+#include "dispatch/operand_access.h"
 #include "clean_compile.h"
 #include "compile_cases.h"
 

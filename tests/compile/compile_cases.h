@@ -1,13 +1,19 @@
 // The kernel configurations the compile tests build, each with a label: compile_all_test.cpp
 // compiles them, and kernel_cubins.cpp (scripts/sass_diff.sh) writes their cubins. Uses only
-// dispatch/config.h, so that the SASS comparison can build it against older revisions too.
+// the dispatch headers, those of revisions before their split too (dispatch/config.h), so that
+// the SASS comparison can build it against older revisions.
 #pragma once
 
 #include <string>
 #include <utility>
 #include <vector>
 
+#if __has_include("dispatch/cost_model.h")
+#include "dispatch/cost_model.h"
+#include "dispatch/operand_access.h"
+#else
 #include "dispatch/config.h"
+#endif
 
 namespace gemmkit::testing {
 

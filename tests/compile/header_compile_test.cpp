@@ -8,6 +8,7 @@
 #include "api/quantize.h"
 #include "codegen/kernel_files.h"
 #include "codegen/kernel_source.h"
+#include "dispatch/device_limits.h"
 #include "runtime/nvrtc_compiler.h"
 
 namespace gemmkit {

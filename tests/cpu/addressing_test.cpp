@@ -8,10 +8,11 @@
 #include <string>
 
 #include "api/validate.h"
-#include "dispatch/checked_math.h"
-#include "dispatch/config.h"
+#include "core/checked_math.h"
+#include "dispatch/cost_model.h"
+#include "dispatch/operand_access.h"
 #include "dispatch/plan.h"
-#include "dispatch/problem.h"
+#include "core/problem.h"
 #include "gemmkit/error.h"
 #include "reference/device_problem.h"
 

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "dispatch/config.h"
+#include "dispatch/cost_model.h"
 #include "kernels/sm90/smem_layout.h"
 
 namespace gemmkit {

@@ -1,4 +1,5 @@
-// A validated GEMM problem: D = alpha * A * B + beta * C, every stride explicit.
+// A validated GEMM problem: D = alpha * A * B + beta * C, every stride explicit. Plain types
+// below dispatch, codegen and runtime, which all take problems.
 #pragma once
 
 #include <array>

@@ -1,4 +1,4 @@
-#include "dispatch/problem.h"
+#include "core/problem.h"
 
 #include <bit>
 #include <cstdint>
@@ -7,7 +7,7 @@
 #include <tuple>
 #include <utility>
 
-#include "dispatch/checked_math.h"
+#include "core/checked_math.h"
 #include "gemmkit/error.h"
 
 namespace gemmkit {

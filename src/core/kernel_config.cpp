@@ -1,0 +1,123 @@
+#include "core/kernel_config.h"
+
+#include <algorithm>
+#include <sstream>
+#include <tuple>
+
+#include "kernels/sm90/smem_layout.h"
+
+namespace gemmkit {
+namespace {
+
+constexpr int kRowBytes = int(sm90::kStageRowBytes);  // a ring stage's K depth in bytes, one swizzle row
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// What the kernel's shared-memory layout depends on (kernels/sm90/smem_layout.h), whose scale
+// codes follow ScaleMode.
+static_assert(int(ScaleMode::rowwise) == GEMMKIT_SCALE_ROWWISE && int(ScaleMode::block) == GEMMKIT_SCALE_BLOCK &&
+              int(ScaleMode::mx) == GEMMKIT_SCALE_MX);
+sm90::SmemShape smem_shape(const KernelConfig& c) {
+  return {c.tile_m, c.tile_n, c.stages, c.b_k_major, c.tma_store ? c.store_buffers : c.row_store() ? 1 : 0,
+          c.realign_a, c.realign_b, int(c.scale_a), int(c.scale_b), c.scale_a_mn, c.scale_b_mn};
+}
+
+auto key(const KernelConfig& c) {
+  return std::tie(c.kind, c.tile_m, c.tile_n, c.stages, c.group_m, c.cluster_m, c.splits, c.a_k_major, c.b_k_major,
+                  c.a_batched, c.b_batched, c.tma_store, c.d_by_columns, c.store_buffers, c.has_c, c.in, c.out, c.c, c.in_b, c.scale_a,
+                  c.scale_b, c.scale_a_mn, c.scale_b_mn, c.stage_a, c.stage_b, c.realign_a, c.realign_b,
+                  c.row_classes);
+}
+
+// key() names every knob: one added to KernelKnobs changes its size and must join it (and the
+// tuning database's fields, tuned_configs.h).
+static_assert(sizeof(KernelKnobs) == 7 * sizeof(int));
+
+}  // namespace
+
+bool KernelConfig::row_store() const {
+  return kind == KernelKind::tma && !tma_store && tile_m >= 128 && !(tile_m > 128 && splits > 1);
+}
+
+int KernelConfig::threads() const { return kind == KernelKind::tma ? 128 * (tile_m / 64 + 1) : 256; }
+
+int KernelConfig::smem_bytes() const { return kind == KernelKind::tma ? tma_smem_bytes(*this) : 0; }
+
+int KernelConfig::tile_k() const { return kRowBytes / dtype_size(in); }
+
+int KernelConfig::stage_bytes() const { return int(sm90::smem_layout(smem_shape(*this)).stage); }
+
+// 128 bytes, unless the tile's row is not a multiple of that and C is read (epilogue.cuh: the
+// last group may not be shifted back over the one before), then the widest box that divides it.
+int KernelConfig::store_box_bytes() const {
+  const int row_bytes = tile_n * dtype_size(out);
+  if (d_by_columns) {
+    int bytes = 128;
+    while (row_bytes % bytes != 0) bytes /= 2;
+    return bytes;
+  }
+  if (row_bytes % 128 == 0 || !has_c) return 128;
+  return row_bytes % 64 == 0 ? 64 : 32;
+}
+
+std::string KernelConfig::name() const {
+  if (kind == KernelKind::fallback) return "fallback simt 64x64";
+  if (kind == KernelKind::gemv) return tile_n > 8 ? "gemv simt " + std::to_string(tile_n / 8) + "/warp" : "gemv simt";
+  std::ostringstream s;
+  s << "tma " << tile_m << "x" << tile_n << " s" << stages << (group_m != KernelKnobs{}.group_m ? " g" + std::to_string(group_m) : "")
+    << (cluster_m > 1 ? " c" + std::to_string(cluster_m) : "")
+    << (splits > 1 ? " split" + std::to_string(splits) : "") << " " << (a_k_major ? 'K' : 'M') << (b_k_major ? 'K' : 'N')
+    << (row_store() ? " row-store" : !tma_store ? " direct-store" : store_buffers != 2 ? " b" + std::to_string(store_buffers) : "")
+    << (tma_store && d_by_columns ? " D-by-columns" : "")
+    << (stage_a ? " staged-A" : "") << (stage_b ? " staged-B" : "") << (realign_a ? " realign-A" : "")
+    << (realign_b ? " realign-B" : "") << (row_classes ? " row-classes" : "");
+  return s.str();
+}
+
+bool KernelConfig::operator<(const KernelConfig& other) const { return key(*this) < key(other); }
+bool KernelConfig::operator==(const KernelConfig& other) const { return key(*this) == key(other); }
+
+KernelConfig compiled(KernelConfig c) {
+  c.splits = std::min(c.splits, 2);
+  c.d_by_columns = c.d_by_columns && c.tma_store;
+  if (!is_fp8(c.in)) c.in_b = c.in;  // 16-bit inputs are of one type
+  c.stage_a = c.stage_b = false;
+  return c;
+}
+
+int tma_smem_bytes(const KernelConfig& c) { return int(sm90::smem_layout(smem_shape(c)).total); }
+
+bool is_narrow(TileShape tile) { return tile.n <= kNarrowMaxN; }
+
+bool realigns_on(TileShape tile) { return tile.m == 64 && tile.n <= 128; }
+
+KernelConfig with_tile(KernelConfig c, TileShape tile) {
+  c.tile_m = tile.m;
+  c.tile_n = tile.n;
+  if (is_narrow(tile) || c.row_classes) c.tma_store = c.d_by_columns = false;
+  return realigns_on(tile) ? c : staged_instead(c);
+}
+
+KernelConfig staged_instead(KernelConfig c) {
+  c.stage_a = c.stage_a || c.realign_a;
+  c.stage_b = c.stage_b || c.realign_b;
+  c.realign_a = c.realign_b = false;
+  return c;
+}
+
+int64_t tile_rows(const KernelConfig& c, int64_t m) {
+  return c.row_classes ? ceil_div(m / 8, 64) * 8 : ceil_div(m, c.tile_m);
+}
+
+int64_t row_class_width(int64_t k) { return ceil_div(k + 7, 64) * 64; }
+
+int max_stages(KernelConfig c, int smem_limit) {
+  c.stages = 0;
+  while (c.stages < 8) {
+    ++c.stages;
+    if (tma_smem_bytes(c) > smem_limit) return c.stages - 1;
+  }
+  return c.stages;
+}
+
+}  // namespace gemmkit
