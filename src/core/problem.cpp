@@ -31,29 +31,25 @@ int64_t address(const void* data) { return int64_t(reinterpret_cast<uintptr_t>(d
 }  // namespace
 
 void check_addressable(int64_t m, int64_t n, int64_t k, int64_t batch, int element_bytes) {
-  auto fail = [&](const std::string& what) {
-    throw Error(ErrorCode::invalid_argument, "problem " + std::to_string(m) + " x " + std::to_string(n) + " x " +
-                                                 std::to_string(k) +
-                                                 (batch != 1 ? " (batch " + std::to_string(batch) + ")" : "") + ": " +
-                                                 what + " overflows 64-bit addressing");
-  };
+  // Plain arithmetic on the way through (gemm() calls this every time); text only to fail.
   const int64_t bytes = element_bytes;
-  const std::string bytes_text = " x " + std::to_string(bytes) + " bytes = ";
+  auto fail = [&](const std::string& what, std::initializer_list<int64_t> factors, const char* unit) {
+    throw Error(ErrorCode::invalid_argument,
+                "problem " + std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k) +
+                    (batch != 1 ? " (batch " + std::to_string(batch) + ")" : "") + ": " + what + " = " +
+                    product_text(factors) + " " + unit + " overflows 64-bit addressing");
+  };
   // A single size counts too: where another is 0 the operand is empty, but the kernels' tile
   // counts and offsets still step along it.
-  for (auto [name, rows, cols] : {std::tuple{"M", m, int64_t(1)}, std::tuple{"N", n, int64_t(1)},
-                                  std::tuple{"K", k, int64_t(1)}}) {
-    if (!checked_product({rows, cols, bytes})) fail(name + bytes_text + product_text({rows, cols, bytes}) + " bytes");
+  for (auto [name, size] : {std::pair{"M", m}, std::pair{"N", n}, std::pair{"K", k}}) {
+    if (!checked_product({size, bytes})) fail(name + (" x " + std::to_string(bytes) + " bytes"), {size, bytes}, "bytes");
   }
   for (auto [name, rows, cols] : {std::tuple{"M x K", m, k}, std::tuple{"K x N", k, n}, std::tuple{"M x N", m, n}}) {
     for (int64_t matrices : {int64_t(1), batch}) {
+      if (checked_product({matrices, rows, cols, bytes})) continue;  // so the elements fit too
       const std::string what = (matrices != 1 ? "batch x " : "") + std::string(name);
-      if (!checked_product({matrices, rows, cols})) {
-        fail(what + " = " + product_text({matrices, rows, cols}) + " elements");
-      }
-      if (!checked_product({matrices, rows, cols, bytes})) {
-        fail(what + bytes_text + product_text({matrices, rows, cols, bytes}) + " bytes");
-      }
+      if (!checked_product({matrices, rows, cols})) fail(what, {matrices, rows, cols}, "elements");
+      fail(what + " x " + std::to_string(bytes) + " bytes", {matrices, rows, cols, bytes}, "bytes");
     }
   }
 }
