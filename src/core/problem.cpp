@@ -42,7 +42,7 @@ void check_addressable(int64_t m, int64_t n, int64_t k, int64_t batch, int eleme
   // A single size counts too: where another is 0 the operand is empty, but the kernels' tile
   // counts and offsets still step along it.
   for (auto [name, size] : {std::pair{"M", m}, std::pair{"N", n}, std::pair{"K", k}}) {
-    if (!checked_product({size, bytes})) fail(name + (" x " + std::to_string(bytes) + " bytes"), {size, bytes}, "bytes");
+    if (!checked_product({size, bytes})) fail(std::string(name) + " x " + std::to_string(bytes) + " bytes", {size, bytes}, "bytes");
   }
   for (auto [name, rows, cols] : {std::tuple{"M x K", m, k}, std::tuple{"K x N", k, n}, std::tuple{"M x N", m, n}}) {
     for (int64_t matrices : {int64_t(1), batch}) {
