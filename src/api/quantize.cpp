@@ -21,12 +21,7 @@
 namespace gemmkit {
 namespace {
 
-using api::byte_range;
-using api::check_form;
-using api::check_no_self_overlap;
-using api::fail;
-using api::shape_text;
-using api::strides_text;
+using namespace api;  // the argument checks of api/tensor_checks.h
 
 // ---- argument checks --------------------------------------------------------------------------
 

@@ -1,5 +1,8 @@
 #include "gemmkit/tensor.h"
 
+#include <algorithm>
+#include <initializer_list>
+
 namespace gemmkit {
 
 std::string_view dtype_name(DType dtype) {
@@ -28,32 +31,28 @@ int dtype_size(DType dtype) {
 
 bool is_fp8(DType dtype) { return dtype == DType::e4m3 || dtype == DType::e5m2; }
 
-TensorView TensorView::matrix(void* data, DType dtype, int64_t rows, int64_t cols, int64_t row_stride,
-                              int64_t col_stride) {
+namespace {
+
+TensorView view(void* data, DType dtype, std::initializer_list<int64_t> sizes, std::initializer_list<int64_t> strides) {
   TensorView v;
   v.data = data;
   v.dtype = dtype;
-  v.rank = 2;
-  v.sizes[0] = rows;
-  v.sizes[1] = cols;
-  v.strides[0] = row_stride;
-  v.strides[1] = col_stride;
+  v.rank = int(sizes.size());
+  std::copy(sizes.begin(), sizes.end(), v.sizes);
+  std::copy(strides.begin(), strides.end(), v.strides);
   return v;
+}
+
+}  // namespace
+
+TensorView TensorView::matrix(void* data, DType dtype, int64_t rows, int64_t cols, int64_t row_stride,
+                              int64_t col_stride) {
+  return view(data, dtype, {rows, cols}, {row_stride, col_stride});
 }
 
 TensorView TensorView::batched(void* data, DType dtype, int64_t batch, int64_t rows, int64_t cols,
                                int64_t batch_stride, int64_t row_stride, int64_t col_stride) {
-  TensorView v;
-  v.data = data;
-  v.dtype = dtype;
-  v.rank = 3;
-  v.sizes[0] = batch;
-  v.sizes[1] = rows;
-  v.sizes[2] = cols;
-  v.strides[0] = batch_stride;
-  v.strides[1] = row_stride;
-  v.strides[2] = col_stride;
-  return v;
+  return view(data, dtype, {batch, rows, cols}, {batch_stride, row_stride, col_stride});
 }
 
 }  // namespace gemmkit
