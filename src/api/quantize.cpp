@@ -13,6 +13,7 @@
 #include "api/quantize.h"
 #include "api/tensor_checks.h"
 #include "codegen/kernel_source.h"
+#include "core/checked_math.h"
 #include "gemmkit/error.h"
 #include "runtime/device.h"
 #include "runtime/driver.h"
@@ -24,10 +25,6 @@ namespace {
 using namespace api;  // the argument checks of api/tensor_checks.h
 
 // ---- argument checks --------------------------------------------------------------------------
-
-int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); }
-
-int64_t element_count(const TensorView& t) { return t.batch() * t.rows() * t.cols(); }
 
 // ---- launch plan --------------------------------------------------------------------------------
 

@@ -24,6 +24,12 @@ std::string list_text(const int64_t* values, int rank, char open, char close) {
 
 }  // namespace
 
+int64_t element_count(const TensorView& t) {
+  int64_t count = 1;
+  for (int i = 0; i < t.rank; ++i) count *= t.sizes[i];
+  return count;
+}
+
 std::string shape_text(const TensorView& t) { return list_text(t.sizes, t.rank, '[', ']'); }
 
 std::string strides_text(const TensorView& t) { return list_text(t.strides, t.rank, '{', '}'); }

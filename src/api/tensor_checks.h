@@ -12,6 +12,7 @@ namespace gemmkit::api {
 
 [[noreturn]] void fail(const std::string& message);
 
+int64_t element_count(const TensorView& t);   // the product of its sizes
 std::string shape_text(const TensorView& t);    // "[2, 64, 48]"
 std::string strides_text(const TensorView& t);  // "{3072, 48, 1}"
 

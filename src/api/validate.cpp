@@ -9,30 +9,18 @@
 #include <vector>
 
 #include "api/tensor_checks.h"
+#include "core/checked_math.h"
 #include "gemmkit/error.h"
 
 namespace gemmkit {
 namespace {
 
-using api::byte_range;
-using api::check_form;
-using api::check_no_self_overlap;
-using api::fail;
-using api::shape_text;
-using api::strides_text;
-
-
-int64_t element_count(const TensorView& t) {
-  int64_t count = 1;
-  for (int i = 0; i < t.rank; ++i) count *= t.sizes[i];
-  return count;
-}
+using namespace api;  // the argument checks of api/tensor_checks.h
 
 MatrixRef matrix_ref(const TensorView& t) {
   return {t.data, t.dtype, t.rank == 3 ? t.batch_stride() : 0, t.row_stride(), t.col_stride()};
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 
 // The scales of operand `x` (A: rows M, cols K; B: rows K, cols N) as the kernels read them:

@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "core/checked_math.h"
 #include "gemmkit/error.h"
 #include "gemmkit/tensor.h"
 
@@ -94,7 +95,6 @@ uint32_t alignment(const void* pointer) {
   return align;
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // The problem in cuBLASLt's terms: D' (m x n) = op(A') op(B') + C', every operand column-major.
 struct Mapping {

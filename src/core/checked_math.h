@@ -9,6 +9,9 @@
 
 namespace gemmkit {
 
+// a / b rounded up, for a >= 0 and b > 0 (sizes, which check_addressable keeps far from overflow).
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 // The product of non-negative `factors`, or nullopt where it does not fit in int64. Zero where
 // any factor is zero, however large the others.
 inline std::optional<int64_t> checked_product(std::initializer_list<int64_t> factors) {

@@ -4,6 +4,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "core/checked_math.h"
 #include "kernels/sm90/smem_layout.h"
 
 namespace gemmkit {
@@ -11,7 +12,6 @@ namespace {
 
 constexpr int kRowBytes = int(sm90::kStageRowBytes);  // a ring stage's K depth in bytes, one swizzle row
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // What the kernel's shared-memory layout depends on (kernels/sm90/smem_layout.h), whose scale
 // codes follow ScaleMode.

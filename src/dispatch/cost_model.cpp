@@ -26,7 +26,6 @@ int64_t max_splits(int64_t k_blocks) {
   return std::min<int64_t>(kMaxSplits, std::max<int64_t>(1, k_blocks / kMinSplitBlocks));
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Relative throughput of a tile: each K block loads m rows of A and n of B (n / cluster per
 // CTA when a cluster shares B) for m * n products, so load traffic per FLOP grows with

@@ -9,6 +9,7 @@
 #include <utility>
 #include <unordered_map>
 
+#include "core/checked_math.h"
 #include "kernels/sm90/params.h"
 #include "runtime/driver.h"
 #include "runtime/tensor_map.h"
@@ -35,7 +36,6 @@ GemmParams params(const Problem& p) {
           1,           TileOrder{}};
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 MatrixRef transposed(MatrixRef m) {
   std::swap(m.row_stride, m.col_stride);

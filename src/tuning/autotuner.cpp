@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "codegen/kernel_source.h"
+#include "core/checked_math.h"
 #include "gemmkit/error.h"
 #include "runtime/device.h"
 #include "runtime/driver.h"
@@ -28,7 +29,6 @@ constexpr int kWarmupRuns = 2;
 constexpr int kTimedRuns = 15;
 constexpr int kMaxBufferSets = 16;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // x (at least 1) rounded up to a multiple of `step` elements.
 int64_t round_up(int64_t x, int64_t step) { return ceil_div(std::max<int64_t>(x, 1), step) * step; }
 
