@@ -31,7 +31,7 @@ class CacheThreadsTest : public testing::TempDirTest {
   CacheThreadsTest() : TempDirTest("gemmkit-cache-threads-test") {}
 };
 
-const std::string kScope = "NVIDIA H100 80GB HBM3|sm_90|0.1.0";
+const std::string kCacheScope = "NVIDIA H100 80GB HBM3|sm_90|0.1.0";
 
 // Writer threads put rounds of their own keys through one of two objects on one file, and read
 // each back through both; reader threads reload both objects all the while. Every value seen
@@ -64,11 +64,11 @@ TEST_F(CacheThreadsTest, TuningDatabaseThroughTwoObjects) {
         for (int k = 0; k < kKeys; ++k) {
           const std::string what = key(w, k) + " round " + std::to_string(round) + ": ";
           const TuningEntry e = entry(w, k, round);
-          if (!mine.put(kScope, key(w, k), e)) failures.add(what + "put failed");
-          const auto own = mine.find(kScope, key(w, k));
+          if (!mine.put(kCacheScope, key(w, k), e)) failures.add(what + "put failed");
+          const auto own = mine.find(kCacheScope, key(w, k));
           if (!own || own->config != e.config) failures.add(what + "not found through its own object");
           other.reload();
-          const auto seen = other.find(kScope, key(w, k));
+          const auto seen = other.find(kCacheScope, key(w, k));
           if (!seen || seen->config != e.config) failures.add(what + "not found through the other object after reload");
         }
       }
@@ -84,7 +84,7 @@ TEST_F(CacheThreadsTest, TuningDatabaseThroughTwoObjects) {
           objects[o]->reload();
           for (int w = 0; w < kWriters; ++w) {
             for (int k = 0; k < kKeys; ++k) {
-              const auto e = objects[o]->find(kScope, key(w, k));
+              const auto e = objects[o]->find(kCacheScope, key(w, k));
               if (!e) continue;
               const int round = static_cast<int>(e->microseconds);
               const std::string what = "object " + std::to_string(o) + ", " + key(w, k) + ": ";
@@ -117,7 +117,7 @@ TEST_F(CacheThreadsTest, TuningDatabaseThroughTwoObjects) {
     EXPECT_EQ(db->size(), size_t{kWriters * kKeys});
     for (int w = 0; w < kWriters; ++w) {
       for (int k = 0; k < kKeys; ++k) {
-        const auto e = db->find(kScope, key(w, k));
+        const auto e = db->find(kCacheScope, key(w, k));
         ASSERT_TRUE(e.has_value()) << key(w, k);
         EXPECT_EQ(e->config, config(w, k, kRounds - 1));
         EXPECT_EQ(e->microseconds, kRounds - 1 + 0.5);

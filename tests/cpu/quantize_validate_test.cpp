@@ -7,6 +7,7 @@
 #include <string>
 
 #include "api/quantize.h"
+#include "config_tests.h"
 #include "gemmkit/error.h"
 #include "gemmkit/quantize.h"
 
@@ -15,8 +16,7 @@ namespace {
 
 constexpr int64_t R = 256, C = 512;
 
-// Fake device addresses 4 GiB apart, so that well-formed tensors never overlap.
-char* address(int slot) { return reinterpret_cast<char*>((uintptr_t(1) << 40) + (uintptr_t(slot) << 32)); }
+using config_tests::address;  // fake device addresses 4 GiB apart
 
 struct Args {
   TensorView x = TensorView::row_major(address(0), DType::bf16, R, C);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "api/validate.h"
+#include "config_tests.h"
 #include "gemmkit/error.h"
 #include "runtime/device.h"
 
@@ -15,8 +16,7 @@ namespace {
 
 constexpr int64_t M = 64, N = 32, K = 48;
 
-// Fake device addresses 4 GiB apart, so that well-formed operands never overlap.
-char* address(int slot) { return reinterpret_cast<char*>((uintptr_t(1) << 40) + (uintptr_t(slot) << 32)); }
+using config_tests::address;  // fake device addresses 4 GiB apart
 
 struct Args {
   TensorView a = TensorView::row_major(address(0), DType::bf16, M, K);
