@@ -3,6 +3,7 @@
 
 #include "gemmkit/error.h"
 #include "gemmkit/gemm.h"
+#include "gemmkit/grouped.h"
 #include "gemmkit/quantize.h"
 #include "gemmkit/tensor.h"
 #include "gemmkit/tuning.h"

@@ -27,6 +27,7 @@ constexpr u32 kColumnScaleBytes = column_scale_bytes(kScaleB, kTileN);  // one t
 struct TileOrigin {
   int batch;
   i64 row;  // first row of the warpgroup's 64-row slice
+  int row_end;  // rows from it on are not stored: M, or a grouped tile's group end
   int first_stored;  // rows above it are the tile above's (first_stored_row)
   i64 col;  // first column of the tile
   int first_stored_col;  // columns left of it are the tile to the left's (first_stored_col)
@@ -85,7 +86,7 @@ __device__ __forceinline__ void store_tile_direct(const float* acc, const GemmPa
       for (int e = 0; e < 2; ++e) {
         const i64 row = d_row(at.row, t, h);
         i64 col = at.col + fragment_col(t, j) + e;
-        if (row < p.m && (!kShiftLastRow || row >= at.first_stored) && col < p.n &&
+        if (row < at.row_end && (!kShiftLastRow || row >= at.first_stored) && col < p.n &&
             (!kShiftLastCol || col >= at.first_stored_col)) {
           const float value = output_value(acc, p, at, t, j, h, e);
           i64 index = at.batch * p.d.batch_stride + row * p.d.row_stride + col * p.d.col_stride;
@@ -254,7 +255,7 @@ __device__ __forceinline__ void store_tile_rows(const float* acc, const GemmPara
 #pragma unroll
       for (int i = 0; i < kRowBatch; ++i) {
         const int r = r0 + i;
-        if (first_row + r >= p.m) break;
+        if (first_row + r >= at.row_end) break;
         u8* line = rows + r * p.d.row_stride * kOutBytes;
         const int x = e[i];
         if (kOutBytes == 4 || x + 1 < end) {

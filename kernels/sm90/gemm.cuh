@@ -36,12 +36,17 @@
 // kGroupM, kClusterM, kSplitK, kAKMajor, kBKMajor, kAType, kBType, kOutType, kCType, kHasC,
 // kScaleA, kScaleB, kScaleMNA, kScaleMNB, kABatched, kBBatched, kRealignA, kRealignB,
 // kRowClasses, kTmaStore, kRowStore, kDByColumns, kStoreBoxBytes, kStoreBuffers, kSmemBytes
-// (the host's smem_layout total), and wgmma_tile().
+// (the host's smem_layout total), kGrouped, kGroupsMasked, kGroupCapacity, and wgmma_tile().
+//
+// Grouped problems (kGrouped: one GEMM per group, sizes in device memory) take the same kernel
+// with the grouped scheduler (grouped_scheduler.cuh): B is batched by group, and each work unit
+// carries its group's row end, past which the epilogue stores nothing.
 // kTileN is any multiple of 16 up to 256.
 #pragma once
 
 #include "common.cuh"
 #include "epilogue.cuh"
+#include "grouped_scheduler.cuh"
 #include "kernel_config.cuh"
 #include "params.h"
 #include "promote.cuh"
@@ -63,7 +68,7 @@ constexpr int kBlocksN = (kTileN + 63) / 64;  // 64-wide blocks of an N-major B 
 // The shared-memory layout (smem_layout.h), as the host reserves it. kRowStore: D written
 // through one buffer per consumer, row by row, where TMA cannot store it.
 constexpr SmemLayout kSmem = smem_layout({kTileM, kTileN, kStages, kBKMajor, kTmaStore ? kStoreBuffers : kRowStore ? 1 : 0,
-                                          kRealignA, kRealignB, kScaleA, kScaleB, kScaleMNA, kScaleMNB});
+                                          kRealignA, kRealignB, kScaleA, kScaleB, kScaleMNA, kScaleMNB, kGroupCapacity});
 static_assert(kSmem.total == kSmemBytes, "the kernel's shared-memory layout differs from the host's");
 static_assert(kSmem.stage_scales == kStageScaleBytes && kSmem.stage_b == (kBKMajor ? kTileN : kBlocksN * 64) * kRowBytes,
               "the stage layout differs from what the producer loads");
@@ -106,9 +111,22 @@ static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= kLaunchReg
               "registers reallocated beyond what the launch gives the CTA");
 
 static_assert(sizeof(Work) == kWorkSlotBytes && sizeof(u64) == kBarrierBytes, "the layout's work slots and barriers");
+
 static_assert(kSmem.mx_floats - kSmem.column_scales == 2 * kConsumers * kColumnScaleBytes &&
-                  kSmem.end - kSmem.mx_floats == 2 * kConsumers * kMxFloatBytes,
+                  kSmem.group_table - kSmem.mx_floats == 2 * kConsumers * kMxFloatBytes,
               "the layout's column and mx scale buffers are the epilogue's and promotion's");
+
+// The tile scheduler: the dense one (scheduler.cuh) or, for grouped problems, the one reading the
+// group sizes (grouped_scheduler.cuh).
+template <bool kIsGrouped>
+struct SchedulerFor {
+  using type = TileScheduler;
+};
+template <>
+struct SchedulerFor<true> {
+  using type = GroupedScheduler;
+};
+using Scheduler = SchedulerFor<kGrouped>::type;
 
 // A box of B: into this CTA alone, or multicast to every CTA of the cluster.
 __device__ __forceinline__ void load_b_box(u8* dst, const TensorMap* map_b, u64* full, int x, int y, int z) {
@@ -216,7 +234,7 @@ struct RingSlot {
 // place, the instructions' first fetch) overlaps their end. Returns the slot after the last one
 // filled.
 template <class Fill>
-__device__ __forceinline__ RingSlot for_each_stage(const TileScheduler& tiles, int rank, u64* ready, u32 flip, Fill fill) {
+__device__ __forceinline__ RingSlot for_each_stage(const Scheduler& tiles, int rank, u64* ready, u32 flip, Fill fill) {
   RingSlot slot;
   bool first = true;
   for (i64 unit = tiles.first(); !tiles.done(unit); unit = tiles.next(unit)) {
@@ -246,6 +264,7 @@ __device__ __forceinline__ void publish(Work& slot, const Work& w) {
   slot.batch = w.batch;
   slot.row = w.row;
   slot.col = w.col;
+  if (kGrouped) slot.row_end = w.row_end;
   if (kSplitK) {
     slot.tile = w.tile;
     slot.split = w.split;
@@ -463,7 +482,7 @@ __device__ __forceinline__ void multiply_8bit_runs(float* acc, int k_count, Ring
 }
 
 // A consumer warpgroup: multiplies its `slice` (64 rows) of each tile, then stores it.
-__device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams& p, const TileScheduler& tiles,
+__device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams& p, const Scheduler& tiles,
                                         int slice, int t,
                                         u8* stages_a, const u8* stages_b, u32 stage_scales,
                                         u32 column_scale_buffers, u32 mx_float_buffers, u8* epilogue_buffers,
@@ -494,7 +513,8 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
     // The outer scales of the thread's rows are loaded now, so that the main loop hides their
     // latency from the epilogue.
     const i64 slice_row = w.row + slice * 64;
-    TileOrigin at{w.batch, slice_row, 0, w.col, first_stored_col(p, w.col),
+    // D's batch: the group's, but for contiguous groups, which share one D.
+    TileOrigin at{kGroupedRows ? 0 : w.batch, slice_row, kGrouped ? w.row_end : int(p.m), 0, w.col, first_stored_col(p, w.col),
                   {row_outer_scale(p, w.batch, d_row(slice_row, t, 0)),
                    row_outer_scale(p, w.batch, d_row(slice_row, t, 1))},
                   column_scales};
@@ -537,9 +557,12 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
     }
     // From the tile's row, after the main loop: nothing more stays live through it.
     at.first_stored = first_stored_row(p, int(at.row) - slice * 64);
-    if (at.row >= p.m || at.row + 64 <= at.first_stored) continue;  // below D, or the tile above's
-    if (kSplitK && p.splits > 1 && !combine_splits(acc, p, w.tile * kConsumers + slice, w.split, at.row, t, 1 + slice)) continue;
-    if (kDeferGroups) {
+    if (at.row >= at.row_end || at.row + 64 <= at.first_stored) continue;  // below D, or the tile above's
+    if (kSplitK && p.splits > 1 && !combine_splits(acc, p, i64(w.tile) * kConsumers + slice, w.split, at.row, t, 1 + slice)) continue;
+    if (kGrouped && kTmaStore && at.row + 64 > at.row_end) {
+      // The slice reaches past its group's rows, into the next group's, which TMA would overwrite.
+      store_tile_direct(acc, p, at, t);
+    } else if (kDeferGroups) {
       store_tile_tma<0, kDeferFrom>(acc, nullptr, p, at, t, buffers, &map_d);
 #pragma unroll
       for (int g = kDeferFrom; g < kGroups; ++g) pack_group(acc, p, at, t, g, deferred + (g - kDeferFrom) * kPackedPerGroup);
@@ -599,7 +622,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     cluster_arrive_relaxed();
   }
 
-  const TileScheduler tiles(p);
+  // A grouped kernel's table of groups, by the first warp, for every thread.
+  u8* group_table = smem + kSmem.group_table;
+  if (kGrouped) {
+    if (threadIdx.x < 32) build_group_table(p, GroupTable(group_table), int(threadIdx.x));
+    __syncthreads();
+  }
+  const Scheduler tiles(p, group_table);
   launch_dependent_grids();
 
   if (warpgroup == 0) {

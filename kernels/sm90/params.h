@@ -54,6 +54,10 @@ struct GemmParams {
   unsigned* counters;
   int splits;
   TileOrder order;  // the TMA kernel's
+  // Grouped kernels (grouped_scheduler.cuh): `batch` groups' sizes in device memory, as ends
+  // (contiguous) or counts (masked), int64 where group_sizes_64, else int32.
+  const void* group_sizes;
+  int group_sizes_64;
 };
 
 // One staging copy (stage.cuh): the matrix at `src`, element (b, r, c) at src + b*batch_stride +

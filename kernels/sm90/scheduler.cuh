@@ -1,15 +1,15 @@
 // The tile scheduler of the TMA kernel: which work units each CTA takes, in what order, and
 // where each lies. The producer, the consumers and the epilogue use only this interface, not
 // the order itself:
-//   const TileScheduler tiles(p);  // from the kernel parameters, once per CTA
+//   const TileScheduler tiles(p, group_table);  // from the kernel parameters, once per CTA
 //   for (i64 unit = tiles.first(); !tiles.done(unit); unit = tiles.next(unit)) {
 //     const Work w = tiles.work(unit, rank);  // rank: the CTA's in its cluster
 //     // w.batch, w.row, w.col: the tile; K blocks [w.k_begin, w.k_end) of it, part w.split
 //   }
 // and tiles.k_blocks, every unsplit tile's K blocks. A tile that was moved to end at D's edge
 // overlaps the tile before it; first_stored_row and first_stored_col say where the rows and
-// columns it stores start. Another scheduler (e.g. one reading group sizes from device memory)
-// provides the same members.
+// columns it stores start. The grouped scheduler (grouped_scheduler.cuh), which reads the group
+// sizes from device memory into a table in shared memory, provides the same members.
 #pragma once
 
 #include "kernel_config.cuh"
@@ -20,13 +20,15 @@
 
 namespace gemmkit::sm90 {
 
-// One work unit of a CTA: a tile (its batch and first row and column) and the K blocks of it
-// to multiply; `tile` numbers the CTA's tile among all tiles, `split` its part of K.
+// One work unit of a CTA: a tile (its batch, or group, and first row and column) and the K
+// blocks of it to multiply; `tile` numbers the CTA's tile among all tiles, `split` its part of
+// K; grouped kernels store only the tile's rows above `row_end`.
 struct Work {
   int batch;
   int row, col;  // below 2^31: the host picks this kernel only where TMA addresses A and B
   int split, k_begin, k_end;
-  i64 tile;
+  u32 tile;
+  int row_end;
 };
 
 // TMA fills the rows of A's box past M with zeros, and a tile whose box reaches far past M loads
@@ -36,8 +38,8 @@ struct Work {
 // tiles, 513x4096x4096 NT: 33.0 us, 47.3 unmoved). A cluster's tile wholly below D stays there. Not with row classes, nor where A's block scales cover 128
 // rows (a tile's rows must lie in one block); nor on three consumer warpgroups that store rows
 // (store_tile_rows), nor with B's block scales per column (staged for each K block), whose
-// registers then spill.
-constexpr bool kShiftLastRow = !kRowClasses && kScaleMNA == 1 && !(kRowStore && kTileM == 192) &&
+// registers then spill; nor grouped (each group's tile rows start at its first row).
+constexpr bool kShiftLastRow = !kGrouped && !kRowClasses && kScaleMNA == 1 && !(kRowStore && kTileM == 192) &&
                                !(kScaleB == GEMMKIT_SCALE_BLOCK && kScaleMNB == 1);
 
 // The first row a tile multiplied from `row` stores.
@@ -71,24 +73,30 @@ __device__ __forceinline__ int first_stored_col(const GemmParams& p, int col) {
 // through them cost ~630 cycles before its first load; H100).
 __device__ __forceinline__ u32 quotient(u32 n, FastDivisor d) { return u32((u64(n) * d.mul) >> d.shift); }
 
-struct TileScheduler {
-  static constexpr u32 kGroup = kGroupM / kClusterM;  // cluster rows per group
-  TileOrder order;
-  int splits, k_blocks;  // splits: 1 unless kSplitK (then p.splits, at most k_blocks)
-  i64 total;             // work units
-  i64 first_unit, unit_step;  // this CTA's cluster takes units first_unit, + unit_step, ...
+// The persistent walk every scheduler shares: of `total` work units, this CTA's cluster takes
+// units first_unit, + unit_step, ... (one cluster per unit at a time).
+struct PersistentUnits {
+  i64 total;
+  i64 first_unit, unit_step;
 
-  __device__ explicit TileScheduler(const GemmParams& p)
-      : order(p.order),
-        splits(kSplitK ? p.splits : 1),
-        k_blocks(kRowClasses ? row_class_k_blocks(p.k) : int((p.k + kTileK - 1) / kTileK)),
-        total(order.rows * order.tiles_n * p.batch * splits),
-        first_unit(blockIdx.x / kClusterM),
-        unit_step(gridDim.x / kClusterM) {}
+  __device__ explicit PersistentUnits(i64 units)
+      : total(units), first_unit(blockIdx.x / kClusterM), unit_step(gridDim.x / kClusterM) {}
 
   __device__ __forceinline__ i64 first() const { return first_unit; }
   __device__ __forceinline__ bool done(i64 unit) const { return unit >= total; }
   __device__ __forceinline__ i64 next(i64 unit) const { return unit + unit_step; }
+};
+
+struct TileScheduler : PersistentUnits {
+  static constexpr u32 kGroup = kGroupM / kClusterM;  // cluster rows per group
+  TileOrder order;
+  int splits, k_blocks;  // splits: 1 unless kSplitK (then p.splits, at most k_blocks)
+
+  __device__ TileScheduler(const GemmParams& p, const u8* /*group_table: the grouped scheduler's*/)
+      : PersistentUnits(p.order.rows * p.order.tiles_n * p.batch * (kSplitK ? p.splits : 1)),
+        order(p.order),
+        splits(kSplitK ? p.splits : 1),
+        k_blocks(kRowClasses ? row_class_k_blocks(p.k) : int((p.k + kTileK - 1) / kTileK)) {}
 
   // Where unit `unit` lies, for CTA `rank` of the cluster.
   __device__ Work work(i64 unit, int rank) const {
@@ -98,7 +106,8 @@ struct TileScheduler {
     w.split = kSplitK ? int(u32(unit) - cluster_tile * u32(splits)) : 0;
     w.k_begin = kSplitK ? int(quotient(u32(w.split) * u32(k_blocks), order.splits)) : 0;
     w.k_end = kSplitK ? int(quotient(u32(w.split + 1) * u32(k_blocks), order.splits)) : k_blocks;
-    w.tile = i64(cluster_tile) * kClusterM + rank;
+    w.tile = cluster_tile * kClusterM + rank;
+    w.row_end = 0;  // the consumers take p.m
     const u32 batch = quotient(cluster_tile, order.per_batch);
     const u32 in_batch = cluster_tile - batch * rows * u32(order.tiles_n);
     const u32 group = quotient(in_batch, order.group_tiles);

@@ -37,6 +37,7 @@ struct SmemShape {
   bool realign_a, realign_b;
   int scale_a, scale_b;        // GEMMKIT_SCALE_* codes
   int scale_a_mn, scale_b_mn;  // M (N) elements per block scale of A (B): 1 or 128
+  int group_capacity;          // groups the table holds (grouped kernels), else 0
 };
 
 GEMMKIT_HOST_DEVICE constexpr bool is_inner_scale_mode(int mode) { return mode == GEMMKIT_SCALE_BLOCK || mode == GEMMKIT_SCALE_MX; }
@@ -68,6 +69,9 @@ GEMMKIT_HOST_DEVICE constexpr unsigned stage_scale_bytes(int scale_a, int scale_
 GEMMKIT_HOST_DEVICE constexpr unsigned column_scale_bytes(int scale_b, int tile_n) { return scale_b == GEMMKIT_SCALE_ROWWISE ? tile_n * 4 : 0; }
 GEMMKIT_HOST_DEVICE constexpr unsigned mx_float_bytes(int scale_b, int tile_n) { return scale_b == GEMMKIT_SCALE_MX ? 4 * tile_n * 4 : 0; }
 
+// A grouped kernel's table: each group's first work unit and row end, and the units' total.
+GEMMKIT_HOST_DEVICE constexpr unsigned group_table_bytes(int capacity) { return capacity == 0 ? 0 : unsigned(2 * capacity + 4) * 4; }
+
 struct SmemLayout {
   // Sizes of one stage's parts.
   unsigned stage_a, stage_b;   // A's and B's slices
@@ -75,7 +79,7 @@ struct SmemLayout {
   unsigned landing;            // the landing rows of the realigned operands, A's first
   unsigned stage;              // A, B and scales: what TMA and the scale warp fill per stage
   // Where each region starts, in bytes from the aligned base.
-  unsigned a, b, epilogue, landing_rows, full, empty, landed, slots, scales, column_scales, mx_floats;
+  unsigned a, b, epilogue, landing_rows, full, empty, landed, slots, scales, column_scales, mx_floats, group_table;
   unsigned end;    // the last region's end
   unsigned total;  // what the launch reserves: the regions and the alignment slack
 };
@@ -101,7 +105,8 @@ GEMMKIT_HOST_DEVICE constexpr SmemLayout smem_layout(const SmemShape& s) {
   l.scales = l.slots + stages * kWorkSlotBytes;
   l.column_scales = l.scales + stages * l.stage_scales;
   l.mx_floats = l.column_scales + 2 * consumers * column_scale_bytes(s.scale_b, s.tile_n);
-  l.end = l.mx_floats + 2 * consumers * mx_float_bytes(s.scale_b, s.tile_n);
+  l.group_table = l.mx_floats + 2 * consumers * mx_float_bytes(s.scale_b, s.tile_n);
+  l.end = l.group_table + group_table_bytes(s.group_capacity);
   l.total = kSmemAlignment + l.end;
   return l;
 }

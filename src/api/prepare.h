@@ -4,6 +4,7 @@
 
 #include "core/problem.h"
 #include "gemmkit/gemm.h"
+#include "gemmkit/grouped.h"
 
 namespace gemmkit::api {
 
@@ -23,5 +24,10 @@ inline constexpr int kOperandsDevice = -1;
 // problem.device current before planning.
 PreparedGemm prepare_gemm(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options,
                           int device = kOperandsDevice);
+
+// The same for grouped_gemm (gemmkit/grouped.h): its checks, then the device and check_apart.
+// Empty where M_total (masked: max_m) or N is 0.
+PreparedGemm prepare_grouped(const TensorView& a, const TensorView& b, const TensorView& d, const GroupSizes& sizes,
+                             const GemmOptions& options, int device = kOperandsDevice);
 
 }  // namespace gemmkit::api

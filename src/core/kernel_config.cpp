@@ -19,14 +19,14 @@ static_assert(int(ScaleMode::rowwise) == GEMMKIT_SCALE_ROWWISE && int(ScaleMode:
               int(ScaleMode::mx) == GEMMKIT_SCALE_MX);
 sm90::SmemShape smem_shape(const KernelConfig& c) {
   return {c.tile_m, c.tile_n, c.stages, c.b_k_major, c.tma_store ? c.store_buffers : c.row_store() ? 1 : 0,
-          c.realign_a, c.realign_b, int(c.scale_a), int(c.scale_b), c.scale_a_mn, c.scale_b_mn};
+          c.realign_a, c.realign_b, int(c.scale_a), int(c.scale_b), c.scale_a_mn, c.scale_b_mn, c.group_capacity};
 }
 
 auto key(const KernelConfig& c) {
   return std::tie(c.kind, c.tile_m, c.tile_n, c.stages, c.group_m, c.cluster_m, c.splits, c.a_k_major, c.b_k_major,
                   c.a_batched, c.b_batched, c.tma_store, c.d_by_columns, c.store_buffers, c.has_c, c.in, c.out, c.c, c.in_b, c.scale_a,
                   c.scale_b, c.scale_a_mn, c.scale_b_mn, c.stage_a, c.stage_b, c.realign_a, c.realign_b,
-                  c.row_classes);
+                  c.row_classes, c.group_layout, c.group_capacity);
 }
 
 // key() names every knob: one added to KernelKnobs changes its size and must join it (and the
@@ -70,7 +70,8 @@ std::string KernelConfig::name() const {
     << (row_store() ? " row-store" : !tma_store ? " direct-store" : store_buffers != 2 ? " b" + std::to_string(store_buffers) : "")
     << (tma_store && d_by_columns ? " D-by-columns" : "")
     << (stage_a ? " staged-A" : "") << (stage_b ? " staged-B" : "") << (realign_a ? " realign-A" : "")
-    << (realign_b ? " realign-B" : "") << (row_classes ? " row-classes" : "");
+    << (realign_b ? " realign-B" : "") << (row_classes ? " row-classes" : "")
+    << (!grouped() ? "" : group_layout == GroupLayout::masked ? " grouped-masked" : " grouped");
   return s.str();
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "gemmkit/gemm.h"
+#include "gemmkit/grouped.h"
 
 namespace gemmkit {
 
@@ -49,6 +50,13 @@ struct KernelFacts {
   // every 8th row, B staged as 8 copies shifted to line up with them (row_classes.cuh). Unbatched,
   // M a multiple of 8, 64-row tiles stored directly; see row_classes_apply.
   bool row_classes = false;
+  // Grouped problems (core/problem.h, GroupRef): how the groups' rows lie, and how many groups
+  // the kernel's table in shared memory holds (a power of two, at least the problem's groups);
+  // 0 for dense problems.
+  GroupLayout group_layout = GroupLayout::contiguous;
+  int group_capacity = 0;
+
+  bool grouped() const { return group_capacity > 0; }
 };
 
 // What tuning chooses for a problem (the tuning database stores these, tuned_configs.h).

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "gemmkit/gemm.h"
+#include "gemmkit/grouped.h"
 
 namespace gemmkit {
 
@@ -29,6 +30,18 @@ struct ScaleRef {
   int64_t block_rows = 1, block_cols = 1;
 };
 
+// A grouped problem's groups (gemmkit/grouped.h): `batch` groups, B batched by group. contiguous:
+// A, C and D are one matrix of M_total = m rows split among the groups by the ends at `sizes`;
+// masked: A, C and D are batched by group, group g's valid rows counted at sizes[g]. Dense
+// problems have no sizes.
+struct GroupRef {
+  GroupLayout layout = GroupLayout::contiguous;
+  const void* sizes = nullptr;
+  bool int64 = false;
+
+  bool grouped() const { return sizes != nullptr; }
+};
+
 struct Problem {  // every field goes into problem_words
   int64_t m = 0, n = 0, k = 0, batch = 1;
   MatrixRef a, b, d;
@@ -36,8 +49,12 @@ struct Problem {  // every field goes into problem_words
   ScaleRef scale_a, scale_b;
   float alpha = 1.0f, beta = 0.0f;
   int device = 0;
+  GroupRef groups;
 
   bool has_c() const { return c.data != nullptr; }
+  bool grouped() const { return groups.grouped(); }
+  // The batch of A's, C's and D's rows: 1 where contiguous groups share one matrix.
+  int64_t rows_batch() const { return grouped() && groups.layout == GroupLayout::contiguous ? 1 : batch; }
 };
 
 // Throws Error(invalid_argument) where 64-bit addressing cannot reach an operand of the
@@ -48,7 +65,7 @@ struct Problem {  // every field goes into problem_words
 void check_addressable(int64_t m, int64_t n, int64_t k, int64_t batch, int element_bytes);
 
 // Every field of a problem as 64-bit words, pointers included: equal words, equal problems.
-using ProblemWords = std::array<int64_t, 42>;
+using ProblemWords = std::array<int64_t, 44>;
 ProblemWords problem_words(const Problem& p);
 
 // "NT"-style layout letters, row-major convention: the first letter is A, the second B;

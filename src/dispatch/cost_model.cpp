@@ -361,6 +361,24 @@ KernelConfig choose_config(const Problem& p, const DeviceLimits& limits) {
   return ranked.empty() ? problem_config(p) : ranked.front().config;
 }
 
+KernelConfig choose_grouped_config(const Problem& p, const DeviceLimits& limits) {
+  // The stand-in: the groups as a dense batch of matrices of the mean size (masked: max_m).
+  Problem dense = p;
+  dense.groups = {};
+  if (p.groups.layout == GroupLayout::contiguous) dense.m = std::max<int64_t>(2, ceil_div(p.m, p.batch));
+  dense.a.batch_stride = dense.m * p.k;
+  dense.d.batch_stride = dense.m * p.n;
+  KernelConfig config = grouped_problem_config(p);
+  for (const Candidate& candidate : rank_candidates(dense, limits)) {
+    if (candidate.config.splits != 1) continue;
+    static_cast<KernelKnobs&>(config) = candidate.config;
+    break;
+  }
+  config = with_tile(config, {config.tile_m, config.tile_n});
+  config.stages = std::min(config.stages, max_stages(config, limits.smem_per_block));
+  return config;
+}
+
 bool fits(const KernelConfig& c, const DeviceLimits& limits) {
   if (c.kind != KernelKind::tma) return true;
   const std::vector<TileShape>& shapes = tile_shapes(is_fp8(c.in));

@@ -53,6 +53,11 @@ std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& lim
 // The cold-start choice for a normalised problem: rank_candidates' first, else the fallback.
 KernelConfig choose_config(const Problem& p, const DeviceLimits& limits);
 
+// The cold-start choice for a grouped problem (core/problem.h, GroupRef), whose group sizes the
+// host does not know: the knobs of the unsplit pick for the groups as a dense batch of their mean
+// size (masked: of max_m rows), on the grouped problem's facts.
+KernelConfig choose_grouped_config(const Problem& p, const DeviceLimits& limits);
+
 // Whether a normalised 16-bit problem runs as D^T = B^T A^T instead (the plan's choice, plan.h),
 // D then stored by columns: where the cost model's pick for the transposed problem costs less
 // than kTransposeGain times its pick for the problem. Tiles span 64 rows per consumer warpgroup

@@ -1,5 +1,7 @@
 #include "dispatch/operand_access.h"
 
+#include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <tuple>
 
@@ -105,10 +107,10 @@ KernelConfig realigned_instead(const Problem& p, KernelConfig c) {
   return c;
 }
 
-// The facts follow from the problem alone; the knobs stay at their defaults (the GEMV's and the
-// fallback kernel's are fixed here too). The kind is fallback where K is 0 or a coordinate is too
-// large for TMA.
-KernelConfig problem_config(const Problem& p) {
+namespace {
+
+// The facts of a problem's types and scales.
+KernelConfig typed_config(const Problem& p) {
   KernelConfig config;
   config.in = p.a.dtype;
   config.in_b = p.b.dtype;
@@ -119,6 +121,38 @@ KernelConfig problem_config(const Problem& p) {
   config.out = p.d.dtype;
   config.has_c = p.has_c();
   config.c = p.has_c() ? p.c.dtype : p.d.dtype;
+  return config;
+}
+
+}  // namespace
+
+bool grouped_operands_readable(const Problem& p) {
+  const TmaAccess a = tma_access(p.a, p.rows_batch(), p.m, p.k), b = tma_access(p.b, p.batch, p.k, p.n);
+  if (!a.ok || !b.ok || p.k >= kCoordinateLimit) return false;
+  return !is_fp8(p.a.dtype) || (a.cols_contiguous && !b.cols_contiguous);
+}
+
+KernelConfig grouped_problem_config(const Problem& p) {
+  KernelConfig config = typed_config(p);
+  const int64_t rows_batch = p.rows_batch();
+  config.a_k_major = tma_access(p.a, rows_batch, p.m, p.k).cols_contiguous;
+  config.b_k_major = !tma_access(p.b, p.batch, p.k, p.n).cols_contiguous;
+  config.a_batched = rows_batch > 1 && p.a.batch_stride != 0;
+  config.b_batched = p.batch > 1 && p.b.batch_stride != 0;
+  Problem rows = p;  // D as the kernel stores it: one matrix for contiguous groups
+  rows.batch = rows_batch;
+  config.tma_store = tma_can_store(rows) && tma_access(p.d, rows_batch, p.m, p.n).cols_contiguous;
+  config.group_layout = p.groups.layout;
+  config.group_capacity = int(std::max<uint64_t>(32, std::bit_ceil(uint64_t(p.batch))));
+  return config;
+}
+
+// The facts follow from the problem alone; the knobs stay at their defaults (the GEMV's and the
+// fallback kernel's are fixed here too). The kind is fallback where K is 0 or a coordinate is too
+// large for TMA.
+KernelConfig problem_config(const Problem& p) {
+  if (p.grouped()) return grouped_problem_config(p);
+  KernelConfig config = typed_config(p);
 
   // One row of A against B stored N x K: a matrix-vector product, bound by reading B once.
   if (p.m == 1 && p.k > 0 && (p.b.row_stride == 1 || p.k == 1)) {

@@ -27,6 +27,12 @@ bool tma_can_store(const Problem& p);
 // else tma. The knobs of a tma config are the cost model's or tuning's to choose.
 KernelConfig problem_config(const Problem& p);
 
+// Grouped problems (core/problem.h, GroupRef): whether the grouped kernel can read A and B as
+// they lie (TMA-addressable, FP8 both K-major); and the facts of the config, which problem_config
+// returns for them (the grouped kernel stores D directly where TMA cannot).
+bool grouped_operands_readable(const Problem& p);
+KernelConfig grouped_problem_config(const Problem& p);
+
 // The fallback kernel's config for a problem whose config has the facts `f`: its types, scales
 // and C.
 KernelConfig fallback_config(const KernelFacts& f);

@@ -19,7 +19,7 @@ namespace {
 // Everything of a normalised problem that choose_config reads: equal keys, equal plans. Of the
 // pointers only their 16-byte alignment matters.
 // Scales enter by their modes and blocks: the kernels read their strides at run time.
-using PlanKey = std::array<int64_t, 21>;
+using PlanKey = std::array<int64_t, 22>;
 
 PlanKey plan_key(const Problem& p) {
   auto alignment = [](const void* data) { return int64_t(reinterpret_cast<uintptr_t>(data) % 16); };
@@ -29,7 +29,8 @@ PlanKey plan_key(const Problem& p) {
   return {types,          p.m,          p.n,           p.k,           p.batch,          alignment(p.a.data),
           p.a.batch_stride, p.a.row_stride, p.a.col_stride, alignment(p.b.data), p.b.batch_stride, p.b.row_stride,
           p.b.col_stride, alignment(p.d.data), p.d.batch_stride, p.d.row_stride, p.d.col_stride,
-          p.scale_a.block_rows, p.scale_a.block_cols, p.scale_b.block_rows, p.scale_b.block_cols};
+          p.scale_a.block_rows, p.scale_a.block_cols, p.scale_b.block_rows, p.scale_b.block_cols,
+          int64_t(p.grouped()) | int64_t(p.groups.layout) << 1};
 }
 
 // The kernel for a config on a device, generated, compiled and loaded on first use.
@@ -59,6 +60,8 @@ Plan new_plan(const Problem& normalized, const KernelConfig* forced, cudaStream_
   plan.sm_count = info.sm_count;
   if (forced) {
     plan.config = *forced;
+  } else if (normalized.grouped()) {  // the cost model's pick: the group sizes are on the device
+    plan.config = choose_grouped_config(normalized, limits_of(info));
   } else {
     plan.transposed = transposing_pays(normalized, limits_of(info));
     const tuning::Dispatch choice =
@@ -96,6 +99,7 @@ bool decode_for_narrow_tiles(const Problem& p) {
 }  // namespace
 
 Problem normalize(const Problem& p) {
+  if (p.grouped()) return p;  // the grouped kernel stores D by rows, whatever its layout
   const bool d_by_columns = p.d.col_stride != 1 && p.d.row_stride == 1 && p.n > 1;
   const bool column_vector = p.n == 1 && p.m > 1 && p.k > 0 && p.a.col_stride == 1;  // GEMV as one row
   if (!d_by_columns && !column_vector && !decode_for_narrow_tiles(p)) return p;
@@ -103,6 +107,7 @@ Problem normalize(const Problem& p) {
 }
 
 Problem oriented(const Problem& normalized) {
+  if (normalized.grouped()) return normalized;
   const runtime::DeviceInfo& info = runtime::device_info(normalized.device);
   return transposing_pays(normalized, limits_of(info)) ? transposed_problem(normalized) : normalized;
 }

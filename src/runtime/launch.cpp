@@ -33,7 +33,7 @@ GemmScale scale(const ScaleRef& s) {
 GemmParams params(const Problem& p) {
   return {p.m,         p.n,         p.k,         p.batch,     p.alpha,          p.beta,           matrix(p.a),
           matrix(p.b), matrix(p.c), matrix(p.d), scale(p.scale_a), scale(p.scale_b), nullptr,     nullptr,
-          1,           TileOrder{}};
+          1,           TileOrder{},  p.groups.sizes, p.groups.int64 ? 1 : 0};
 }
 
 
@@ -232,10 +232,13 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   }
   const int cluster = config.cluster_m;
   // The kernel's tile order (gemm.cuh, TileScheduler): cluster rows of tiles by tile columns.
+  // Grouped, the kernel counts each group's rows itself: at most one more cluster row per group
+  // than the groups' rows together make.
   TileOrder& order = args.order;
   order.rows = ceil_div(tile_rows(config, p.m), cluster);
   order.tiles_n = ceil_div(p.n, config.tile_n);
-  const int64_t cluster_tiles = order.rows * order.tiles_n * p.batch;
+  const int64_t cluster_tiles = p.rows_batch() == 1 && p.grouped() ? (order.rows + p.batch) * order.tiles_n
+                                                                   : order.rows * order.tiles_n * p.batch;
   // Split-K: no part may be empty.
   const int64_t splits = std::min<int64_t>(config.splits, ceil_div(p.k, config.tile_k()));
   if (cluster_tiles * splits >= kMaxWorkUnits) return false;
@@ -318,7 +321,7 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
                               config.tile_m);
     map_b = cached_tensor_map(q.b, 8, row_class_width(p.k), p.n, false, k_box, config.tile_n);
   } else if (!config.realign_a) {
-    map_a = cached_tensor_map(q.a, p.batch, p.m, p.k, config.a_k_major, config.a_k_major ? k_box : 64,
+    map_a = cached_tensor_map(q.a, p.rows_batch(), p.m, p.k, config.a_k_major, config.a_k_major ? k_box : 64,
                               config.a_k_major ? config.tile_m : 64);
   }
   if (!config.realign_b && !config.row_classes) {
@@ -330,7 +333,7 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
     // where D is stored by columns.
     const uint32_t box_cols = uint32_t(config.store_box_bytes() / dtype_size(p.d.dtype));
     launch.map_d = config.d_by_columns ? cached_tensor_map(p.d, p.batch, p.m, p.n, false, 16, box_cols)
-                                       : cached_tensor_map(p.d, p.batch, p.m, p.n, true, box_cols, 16);
+                                       : cached_tensor_map(p.d, p.rows_batch(), p.m, p.n, true, box_cols, 16);
   }
   // A persistent grid: one CTA per SM at most, whole clusters, no more than there are work units.
   launch.grid = clamp_grid(cluster_tiles * args.splits, sm_count / cluster) * unsigned(cluster);

@@ -56,6 +56,47 @@ TEST(TmaKernelVariants, EightBitTilesCompileWithoutSpillsInEveryMode) {
   expect_clean_compiles(testing::eight_bit_cases());
 }
 
+// The grouped kernel (grouped_scheduler.cuh) on every 16-bit tile shape, contiguous and masked
+// in turn, clustered where the tile is not narrow, B N-major (the input gradient) on every other
+// tile, f32 and direct stores once; and FP8 in the tensor, rowwise and block modes of MoE
+// (tokens 1x128, weights 128x128) on the widest and narrowest 8-bit tiles.
+std::vector<CompileCase> grouped_cases() {
+  std::vector<CompileCase> cases;
+  auto add = [&](KernelConfig config, const std::string& what) {
+    config.group_capacity = 256;
+    config.b_batched = true;
+    config.a_batched = config.group_layout == GroupLayout::masked;
+    config.stages = max_stages(config, DeviceLimits{}.smem_per_block);
+    cases.push_back({config, config.name() + what});
+  };
+  int i = 0;
+  for (TileShape tile : tile_shapes()) {
+    KernelConfig config = with_tile(KernelConfig{}, tile);
+    config.group_layout = i % 2 ? GroupLayout::masked : GroupLayout::contiguous;
+    config.cluster_m = is_narrow(tile) ? 1 : 2;
+    config.b_k_major = is_narrow(tile) || i % 2 == 0;
+    if (i == 1) config.out = DType::f32;
+    if (i == 2) config.tma_store = false;
+    add(config, "");
+    ++i;
+  }
+  const std::vector<TileShape>& shapes = tile_shapes(true);
+  for (TileShape tile : {shapes.front(), shapes.back()}) {
+    for (ScaleMode mode : {ScaleMode::tensor, ScaleMode::rowwise, ScaleMode::block}) {
+      if (!tile_takes_scales(tile, mode, mode)) continue;
+      KernelConfig config = with_tile(KernelConfig{}, tile);
+      config.in = config.in_b = DType::e4m3;
+      config.scale_a = config.scale_b = mode;
+      config.scale_b_mn = mode == ScaleMode::block ? 128 : 1;
+      config.cluster_m = is_narrow(tile) ? 1 : 2;
+      add(config, " e4m3 scales " + std::string(scale_mode_name(mode)));
+    }
+  }
+  return cases;
+}
+
+TEST(TmaKernelVariants, GroupedCompilesWithoutSpills) { expect_clean_compiles(grouped_cases()); }
+
 TEST(SimtKernels, FallbackAndGemvCompileForEveryTypeCombination) { expect_clean_compiles(testing::simt_cases()); }
 
 // NVRTC's own cache would hand back a program compiled before without ptxas' report.

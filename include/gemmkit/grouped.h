@@ -1,0 +1,43 @@
+// Grouped GEMM (mixture of experts): one GEMM per group (expert), each of its own number of rows
+// (tokens), in one launch, with the group sizes in device memory.
+#pragma once
+
+#include <cstdint>
+
+#include "gemmkit/gemm.h"
+#include "gemmkit/tensor.h"
+
+namespace gemmkit {
+
+// How the groups' rows lie in A and D.
+//   contiguous: A is [M_total, K] and D [M_total, N], the groups' rows one after another (tokens
+//               sorted by expert); `sizes` holds G cumulative ends (torch._grouped_mm's offs):
+//               group g has rows [ends[g-1], ends[g]), ends[-1] = 0. Rows past the last end are
+//               not written.
+//   masked:     A is [G, max_m, K] and D [G, max_m, N]; `sizes` holds each group's valid row
+//               count (<= max_m). Rows past a group's count are not written.
+enum class GroupLayout { contiguous, masked };
+
+// G integers in device memory, int32 or int64, read by the kernel when it runs: a CUDA graph
+// replays with whatever they hold then. Sizes out of range (ends decreasing or past M_total,
+// counts past max_m) are clamped by the kernel, which never writes out of bounds.
+struct GroupSizes {
+  GroupLayout layout = GroupLayout::contiguous;
+  const void* data = nullptr;
+  bool int64 = false;  // int64_t elements, else int32_t
+  int64_t count = 0;   // G, which B's batch must match
+};
+
+// The most groups one call takes (the kernel keeps their table in shared memory).
+inline constexpr int64_t kMaxGroups = 1024;
+
+// D_g = alpha * A_g * B_g for every group g, where A_g and D_g are group g's rows (see
+// GroupLayout) and B is [G, K, N] (any strides: weights stored [G, N, K] are the forward's "NT";
+// stored [G, K, N], the input gradient dA_g = dD_g * W_g). Types and scales as gemm() takes them
+// (gemm.h), with per-group B scales: scale_b's batch is G, A's scales cover A's rows (M_total or
+// [G, max_m]). options.beta must be 0. A and B must be TMA-addressable: 16-byte-aligned bases and
+// strides, and FP8 operands K-major. Throws gemmkit::Error naming the argument at fault.
+void grouped_gemm(const TensorView& a, const TensorView& b, const TensorView& d, const GroupSizes& sizes,
+                  const GemmOptions& options = {});
+
+}  // namespace gemmkit

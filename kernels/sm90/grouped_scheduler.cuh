@@ -1,0 +1,154 @@
+// The tile scheduler of a grouped GEMM (gemmkit/grouped.h), whose group sizes lie in device
+// memory: it provides the dense scheduler's members (scheduler.cuh), so the producer, the
+// consumers and the epilogue run unchanged, plus each unit's row end, past which the epilogue
+// stores nothing.
+//
+// Each CTA first builds a table of the groups in shared memory (build_group_table): group g owns
+// ceil(rows_g / (kTileM * kClusterM)) cluster rows of tiles by tiles_n columns, and the table
+// holds the number of g's first unit and g's row end. Units are numbered group after group and,
+// inside a group, as the dense order does: bands of kGroupM tile rows walked column by column, so
+// that CTAs running at once share a band's A rows and B columns in L2. Every unit is one tile's
+// whole K: however skewed the sizes, the persistent CTAs take the tiles of a large group as they
+// would any others, and none idles behind it.
+// A group's first tile row starts at its first row; its last reaches past its rows (into the next
+// group's in A, or past A, which TMA fills with zeros), computing rows nobody stores.
+#pragma once
+
+#include "kernel_config.cuh"
+#include "params.h"
+#include "scheduler.cuh"
+#include "utility.cuh"
+
+namespace gemmkit::sm90 {
+
+// Contiguous groups share one A and D, each group's rows after the one before's; masked groups
+// are A's and D's batches, valid up to their counts.
+constexpr bool kGroupedRows = kGrouped && !kGroupsMasked;
+// Rows of a cluster's tile row.
+constexpr int kClusterRows = kTileM * kClusterM;
+static_assert(!kGrouped || (kGroupCapacity >= 32 && (kGroupCapacity & (kGroupCapacity - 1)) == 0),
+              "the table of groups holds a power of two, at least one per lane of a warp");
+static_assert(!kGrouped || (!kSplitK && !kRowClasses && !kRealignA && !kRealignB && !kDByColumns),
+              "grouped kernels multiply whole tiles of TMA-read operands and store D by rows");
+
+// Where the table lies in shared memory (smem_layout.h, group_table_bytes): kGroupCapacity + 1
+// first units (the last one past the groups: the units' total), then the groups' row ends.
+struct GroupTable {
+  u32* units;
+  u32* ends;
+  __device__ explicit GroupTable(u8* at)
+      : units(reinterpret_cast<u32*>(at)), ends(reinterpret_cast<u32*>(at) + kGroupCapacity + 1) {}
+};
+
+// Group g's size as given: its end (contiguous) or row count (masked).
+__device__ __forceinline__ i64 given_size(const GemmParams& p, int g) {
+  return p.group_sizes_64 ? static_cast<const i64*>(p.group_sizes)[g] : i64(static_cast<const int*>(p.group_sizes)[g]);
+}
+
+// By the 32 lanes of one warp: fills `table` from p.group_sizes, once the grids before this one
+// (which may write the sizes) are done. Out-of-range sizes are clamped, so that no tile reaches
+// outside D: contiguous ends to at least the end before and at most M, counts to [0, M].
+// Lane l takes groups [l * kPerLane, (l + 1) * kPerLane), so that both prefixes (the running
+// maximum of ends, the units' running sum) are a sequential pass per lane and one warp scan.
+__device__ __forceinline__ void build_group_table(const GemmParams& p, GroupTable table, int lane) {
+  constexpr int kPerLane = kGroupCapacity > 32 ? kGroupCapacity / 32 : 1;  // dense kernels: 0 groups
+  const int groups = int(p.batch);
+  const i64 m = p.m;
+  const u32 tiles_n = u32(p.order.tiles_n);
+  wait_for_prerequisite_grids();
+  i64 end[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int g = lane * kPerLane + i;
+    end[i] = g < groups ? min(max(given_size(p, g), i64(0)), m) : 0;
+  }
+  i64 end_before = 0;  // contiguous: the end of the group before the lane's first
+  if (kGroupedRows) {
+#pragma unroll
+    for (int i = 1; i < kPerLane; ++i) end[i] = max(end[i], end[i - 1]);
+    i64 running = end[kPerLane - 1];
+    for (int d = 1; d < 32; d *= 2) {
+      const i64 before = __shfl_up_sync(0xffffffffu, running, d);
+      if (lane >= d) running = max(running, before);
+    }
+    end_before = __shfl_up_sync(0xffffffffu, running, 1);
+    if (lane == 0) end_before = 0;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) end[i] = max(end[i], end_before);
+  }
+  u32 units[kPerLane];
+  u32 sum = 0;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const i64 rows = end[i] - (i == 0 ? end_before : kGroupedRows ? end[i - 1] : 0);
+    units[i] = u32((rows + kClusterRows - 1) / kClusterRows) * tiles_n;
+    sum += units[i];
+  }
+  u32 before = sum;  // inclusive scan of the lanes' sums, then exclusive
+  for (int d = 1; d < 32; d *= 2) {
+    const u32 x = __shfl_up_sync(0xffffffffu, before, d);
+    if (lane >= d) before += x;
+  }
+  const u32 total = __shfl_sync(0xffffffffu, before, 31);
+  before -= sum;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    table.units[lane * kPerLane + i] = before;
+    table.ends[lane * kPerLane + i] = u32(end[i]);
+    before += units[i];
+  }
+  if (lane == 0) table.units[kGroupCapacity] = total;
+}
+
+struct GroupedScheduler : PersistentUnits {
+  static constexpr u32 kGroup = kGroupM / kClusterM;  // cluster rows per band
+  const u32* units;
+  const u32* ends;
+  int groups;
+  u32 tiles_n;
+  int col_shift_from, col_shift_to;
+  int k_blocks;
+
+  // After build_group_table filled the table at `group_table`, and a barrier that made it visible
+  // to this thread.
+  __device__ GroupedScheduler(const GemmParams& p, u8* group_table)
+      : PersistentUnits(GroupTable(group_table).units[kGroupCapacity]),
+        units(GroupTable(group_table).units),
+        ends(GroupTable(group_table).ends),
+        groups(int(p.batch)),
+        tiles_n(u32(p.order.tiles_n)),
+        col_shift_from(p.order.col_shift_from),
+        col_shift_to(p.order.col_shift_to),
+        k_blocks(int((p.k + kTileK - 1) / kTileK)) {}
+
+  __device__ Work work(i64 unit, int rank) const {
+    // The unit's group: the last whose first unit is at most `unit` (an empty group's first unit
+    // is the next group's).
+    const u32 u = u32(unit);
+    int g = 0;
+#pragma unroll
+    for (int step = kGroupCapacity / 2; step > 0; step /= 2) {
+      if (g + step < groups && units[g + step] <= u) g += step;
+    }
+    const u32 in_group = u - units[g];
+    const u32 rows = (units[g + 1] - units[g]) / tiles_n;  // the group's cluster rows of tiles
+    const u32 first = in_group / (kGroup * tiles_n) * kGroup;
+    const u32 band_rows = min(kGroup, rows - first);
+    const u32 in_band = in_group - first * tiles_n;
+    const u32 col = in_band / band_rows;
+    const u32 tile_row = first + in_band - col * band_rows;
+    Work w;
+    w.batch = g;
+    w.row = int((kGroupedRows && g > 0 ? ends[g - 1] : 0) + (tile_row * kClusterM + rank) * kTileM);
+    w.row_end = int(ends[g]);
+    w.col = int(col * kTileN);
+    if (kShiftLastCol && w.col == col_shift_from) w.col = col_shift_to;
+    w.split = 0;
+    w.k_begin = 0;
+    w.k_end = k_blocks;
+    w.tile = 0;  // split-K's; grouped kernels do not split
+    return w;
+  }
+};
+
+}  // namespace gemmkit::sm90

@@ -1,0 +1,163 @@
+// grouped_gemm's argument checks (api/prepare.h, prepare_grouped) and the config of a grouped
+// problem, without a GPU. Pointers are fake device addresses.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "api/prepare.h"
+#include "config_tests.h"
+#include "dispatch/cost_model.h"
+#include "dispatch/plan.h"
+#include "gemmkit/error.h"
+#include "rejection.h"
+
+namespace gemmkit {
+namespace {
+
+constexpr int64_t G = 8, M = 1000, N = 512, K = 256;
+
+using config_tests::address;
+
+// Contiguous forward: tokens [M, K], weights stored [G, N, K] seen as [G, K, N], D [M, N].
+struct Args {
+  TensorView a = TensorView::row_major(address(0), DType::bf16, M, K);
+  TensorView b = TensorView::batched(address(1), DType::bf16, G, K, N, N * K, 1, K);
+  TensorView d = TensorView::row_major(address(2), DType::bf16, M, N);
+  GroupSizes sizes{GroupLayout::contiguous, address(3), false, G};
+  GemmOptions options;
+};
+
+// Masked: A [G, 64, K], D [G, 64, N].
+Args masked() {
+  Args x;
+  x.a = TensorView::batched(address(0), DType::bf16, G, 64, K, 64 * K, K, 1);
+  x.d = TensorView::batched(address(2), DType::bf16, G, 64, N, 64 * N, N, 1);
+  x.sizes.layout = GroupLayout::masked;
+  return x;
+}
+
+Problem prepare(const Args& x) { return api::prepare_grouped(x.a, x.b, x.d, x.sizes, x.options, 0).problem; }
+
+void expect_rejected(const Args& x, const std::string& argument, std::initializer_list<std::string> given) {
+  testing::expect_invalid_argument([&] { prepare(x); }, argument, given);
+}
+
+TEST(GroupedValidate, ContiguousProblemHasGroupsAndOneMatrixOfRows) {
+  const Args x;
+  const Problem p = prepare(x);
+  EXPECT_TRUE(p.grouped());
+  EXPECT_EQ(p.m, M);
+  EXPECT_EQ(p.n, N);
+  EXPECT_EQ(p.k, K);
+  EXPECT_EQ(p.batch, G);
+  EXPECT_EQ(p.rows_batch(), 1);
+  EXPECT_EQ(p.b.batch_stride, N * K);
+  EXPECT_EQ(p.groups.sizes, x.sizes.data);
+  EXPECT_EQ(normalize(p).b.row_stride, p.b.row_stride) << "grouped problems are never transposed";
+}
+
+TEST(GroupedValidate, MaskedProblemIsBatchedByGroup) {
+  const Problem p = prepare(masked());
+  EXPECT_EQ(p.m, 64);
+  EXPECT_EQ(p.batch, G);
+  EXPECT_EQ(p.rows_batch(), G);
+  EXPECT_EQ(p.a.batch_stride, 64 * K);
+}
+
+TEST(GroupedValidate, RejectsGroupCountOutOfRange) {
+  Args x;
+  x.sizes.count = 0;
+  expect_rejected(x, "sizes", {"count 0", "1 to 1024"});
+  x.sizes.count = kMaxGroups + 1;
+  expect_rejected(x, "sizes", {"count 1025"});
+}
+
+TEST(GroupedValidate, RejectsBNotBatchedByGroup) {
+  Args x;
+  x.b = TensorView::row_major(address(1), DType::bf16, K, N);
+  expect_rejected(x, "B", {"[G, K, N]", "G = sizes.count = 8"});
+  x = Args{};
+  x.sizes.count = 4;
+  expect_rejected(x, "B", {"[8, 256, 512]"});
+}
+
+TEST(GroupedValidate, RejectsLayoutRankMismatch) {
+  Args x = masked();
+  x.a = TensorView::row_major(address(0), DType::bf16, M, K);
+  expect_rejected(x, "A", {"[G, max_m, K]", "masked"});
+  Args y;
+  y.d = TensorView::batched(address(2), DType::bf16, G, 64, N, 64 * N, N, 1);
+  expect_rejected(y, "D", {"[M_total, N]", "contiguous"});
+}
+
+TEST(GroupedValidate, RejectsBetaAndMisalignedOrNullSizes) {
+  Args x;
+  x.options.beta = 1.0f;
+  x.options.c = x.d;
+  expect_rejected(x, "options.beta", {"expected 0"});
+  x = Args{};
+  x.sizes.data = nullptr;
+  expect_rejected(x, "sizes", {"null", "int32"});
+  x = Args{};
+  x.sizes.int64 = true;
+  x.sizes.data = address(3) + 4;
+  expect_rejected(x, "sizes", {"8-byte aligned", "int64"});
+}
+
+TEST(GroupedValidate, RejectsOperandsTmaCannotRead) {
+  Args x;
+  x.a = TensorView::matrix(address(0), DType::bf16, M, K - 1, K - 1, 1);  // rows 510 bytes apart
+  x.b = TensorView::batched(address(1), DType::bf16, G, K - 1, N, N * K, 1, K);
+  expect_rejected(x, "A, B", {"16-byte-aligned"});
+  // FP8 weights stored [G, K, N] (N contiguous) are not K-major.
+  Args y;
+  y.a.dtype = DType::e4m3;
+  y.b = TensorView::batched(address(1), DType::e4m3, G, K, N, N * K, N, 1);
+  expect_rejected(y, "A, B", {"K-major"});
+}
+
+TEST(GroupedValidate, RejectsPerGroupScalesOfAnotherBatch) {
+  Args x;
+  x.a.dtype = DType::e4m3;
+  x.b.dtype = DType::e4m3;
+  x.options.scale_a = {ScaleMode::rowwise, TensorView::row_major(address(4), DType::f32, M, 1)};
+  x.options.scale_b = {ScaleMode::rowwise, TensorView::batched(address(5), DType::f32, G - 1, 1, N, N, N, 1)};
+  expect_rejected(x, "scale_b", {"batch of G = 8"});
+  x.options.scale_b.scales = TensorView::batched(address(5), DType::f32, G, 1, N, N, N, 1);
+  EXPECT_EQ(prepare(x).scale_b.m.batch_stride, N);
+}
+
+TEST(GroupedValidate, EmptyRowsOrColumnsRunNothing) {
+  Args x;
+  x.a = TensorView::row_major(address(0), DType::bf16, 0, K);
+  x.d = TensorView::row_major(address(2), DType::bf16, 0, N);
+  EXPECT_TRUE(api::prepare_grouped(x.a, x.b, x.d, x.sizes, x.options, 0).empty);
+}
+
+// The grouped config: the kernel's facts (unsplit, TMA loads, the table sized for G), with the
+// cost model's knobs for the groups' mean size.
+TEST(GroupedConfig, IsUnsplitWithATableForEveryGroup) {
+  for (const Args& x : {Args{}, masked()}) {
+    const Problem p = prepare(x);
+    const KernelConfig c = choose_grouped_config(p, DeviceLimits{});
+    EXPECT_EQ(c.kind, KernelKind::tma) << c.name();
+    EXPECT_TRUE(c.grouped()) << c.name();
+    EXPECT_EQ(c.group_layout, x.sizes.layout);
+    EXPECT_EQ(c.group_capacity, 32);
+    EXPECT_EQ(c.splits, 1);
+    EXPECT_TRUE(c.a_k_major && c.b_k_major && c.b_batched) << c.name();
+    EXPECT_EQ(c.a_batched, x.sizes.layout == GroupLayout::masked);
+    EXPECT_FALSE(c.stage_a || c.stage_b || c.realign_a || c.realign_b || c.row_classes || c.d_by_columns);
+    EXPECT_GE(c.stages, 2);
+    EXPECT_LE(c.smem_bytes(), DeviceLimits{}.smem_per_block);
+  }
+  Args many;
+  many.sizes.count = 257;
+  many.b = TensorView::batched(address(1), DType::bf16, 257, K, N, N * K, 1, K);
+  EXPECT_EQ(choose_grouped_config(prepare(many), DeviceLimits{}).group_capacity, 512);
+}
+
+}  // namespace
+}  // namespace gemmkit

@@ -1,0 +1,311 @@
+// grouped_gemm (gemmkit/grouped.h) on the GPU: every group's rows against the double-precision
+// reference of that group's GEMM, and every row no group owns left as it was (NaN-poisoned).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "api/prepare.h"
+#include "api/validate.h"
+#include "dispatch/cost_model.h"
+#include "gemmkit/grouped.h"
+#include "gpu_test.h"
+#include "reference/compare.h"
+#include "reference/gpu_reference.h"
+#include "runtime/driver.h"
+
+namespace gemmkit {
+namespace {
+
+using reference::DeviceProblem;
+using reference::ProblemSpec;
+using testing::fresh_seed;
+
+struct GroupedCase {
+  GroupLayout layout = GroupLayout::contiguous;
+  std::vector<int64_t> rows;  // each group's
+  int64_t n = 256, k = 512;
+  std::string layout_ab = "NT";  // NT: weights stored [G, N, K] (forward); NN: [G, K, N] (input gradient)
+  DType in = DType::bf16, out = DType::bf16;
+  ScaleMode scales = ScaleMode::none;  // FP8: A's and B's (block: A 1x128, B 128x128)
+  bool int64 = false;
+  int64_t extra_rows = 5;  // contiguous: rows of A and D past the last group's end; masked: max_m past the largest group
+
+  int64_t groups() const { return int64_t(rows.size()); }
+  int64_t total() const { return std::accumulate(rows.begin(), rows.end(), int64_t(0)); }
+  std::string describe() const {
+    std::string s = std::string(layout == GroupLayout::masked ? "masked" : "contiguous") + " G=" +
+                    std::to_string(groups()) + " N=" + std::to_string(n) + " K=" + std::to_string(k) + " " + layout_ab +
+                    " " + std::string(dtype_name(in)) + "->" + std::string(dtype_name(out)) + " scales " +
+                    std::string(scale_mode_name(scales)) + " rows {";
+    for (size_t g = 0; g < rows.size() && g < 12; ++g) s += (g ? "," : "") + std::to_string(rows[g]);
+    return s + (rows.size() > 12 ? ",...}" : "}");
+  }
+};
+
+// Matrix g of a [batch] view (a rank-2 view is its own only matrix).
+TensorView matrix_of(const TensorView& t, int64_t g) {
+  const int64_t offset = g * t.batch_stride() * dtype_size(t.dtype);
+  return TensorView::matrix(static_cast<char*>(t.data) + offset, t.dtype, t.rows(), t.cols(), t.row_stride(),
+                            t.col_stride());
+}
+
+// Rows [first, first + count) of a matrix view.
+TensorView rows_of(const TensorView& t, int64_t first, int64_t count) {
+  const int64_t offset = first * t.row_stride() * dtype_size(t.dtype);
+  return TensorView::matrix(static_cast<char*>(t.data) + offset, t.dtype, count, t.cols(), t.row_stride(),
+                            t.col_stride());
+}
+
+// The view as [batch, rows, cols], also where it is one matrix.
+TensorView batched(const TensorView& t) {
+  if (t.rank == 3) return t;
+  return TensorView::batched(t.data, t.dtype, 1, t.rows(), t.cols(), t.rows() * t.cols(), t.row_stride(), t.col_stride());
+}
+
+// A grouped problem on the buffers of a dense batched one: A, B and D batched by group (masked),
+// or batch 0 of A and D holding every group's rows (contiguous).
+class GroupedProblem {
+ public:
+  explicit GroupedProblem(const GroupedCase& c) : case_(c), dense_(spec(c), fresh_seed()) {
+    const bool masked = c.layout == GroupLayout::masked;
+    a_ = masked ? batched(dense_.a()) : matrix_of(dense_.a(), 0);
+    b_ = batched(dense_.b());
+    d_ = masked ? batched(dense_.d()) : matrix_of(dense_.d(), 0);
+    options_ = dense_.options(nullptr);
+    if (!masked && c.scales != ScaleMode::none) options_.scale_a.scales = matrix_of(options_.scale_a.scales, 0);
+    if (c.scales != ScaleMode::none) options_.scale_b.scales = batched(options_.scale_b.scales);
+    if (masked && c.scales != ScaleMode::none) options_.scale_a.scales = batched(options_.scale_a.scales);
+    std::vector<int64_t> sizes(c.rows);
+    if (!masked) std::partial_sum(sizes.begin(), sizes.end(), sizes.begin());
+    set_sizes(sizes);
+  }
+  ~GroupedProblem() { cudaFree(sizes_); }
+  GroupedProblem(const GroupedProblem&) = delete;
+  GroupedProblem& operator=(const GroupedProblem&) = delete;
+
+  // The sizes array as the kernel reads it: contiguous ends or masked counts.
+  void set_sizes(const std::vector<int64_t>& values, cudaStream_t stream = nullptr) {
+    const size_t word = case_.int64 ? 8 : 4;
+    if (!sizes_) runtime::check(cudaMalloc(&sizes_, values.size() * word), "cudaMalloc sizes");
+    std::vector<char> bytes(values.size() * word);
+    for (size_t g = 0; g < values.size(); ++g) {
+      if (case_.int64) {
+        std::memcpy(&bytes[g * 8], &values[g], 8);
+      } else {
+        const int32_t v = int32_t(values[g]);
+        std::memcpy(&bytes[g * 4], &v, 4);
+      }
+    }
+    runtime::check(cudaMemcpyAsync(sizes_, bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream), "copy sizes");
+    runtime::check(cudaStreamSynchronize(stream), "copy sizes");
+  }
+
+  GroupSizes sizes() const { return {case_.layout, sizes_, case_.int64, case_.groups()}; }
+  void run(cudaStream_t stream = nullptr) {
+    GemmOptions o = options_;
+    o.stream = stream;
+    grouped_gemm(a_, b_, d_, sizes(), o);
+  }
+  // The problem as grouped_gemm plans it, for forced configs.
+  Problem problem() const { return api::prepare_grouped(a_, b_, d_, sizes(), options_).problem; }
+  void poison(cudaStream_t stream = nullptr) { dense_.prepare_output(stream); }
+
+  // Each group's rows (`rows`, which may differ from the case's) against the reference of its
+  // GEMM, and every other element of D's buffer still all-ones bytes.
+  void expect_correct(const std::vector<int64_t>& rows, const std::string& what) const {
+    const std::vector<char> host = dense_.copy_output();
+    const char* base = static_cast<const char*>(dense_.d().data);
+    const size_t bytes = size_t(dtype_size(case_.out));
+    std::vector<bool> owned(host.size() / bytes, false);
+    int64_t first = 0;
+    for (int64_t g = 0; g < case_.groups(); ++g) {
+      const int64_t count = rows[size_t(g)];
+      const int64_t start = case_.layout == GroupLayout::masked ? 0 : first;
+      first += count;
+      if (count == 0) continue;
+      const Problem p = group_problem(g, start, count);
+      const reference::Comparison result = compare_group(p, host, base);
+      EXPECT_TRUE(result.passed()) << what << " " << case_.describe() << ", group " << g << " (" << count
+                                   << " rows): " << result.summary();
+      const int64_t at = (static_cast<const char*>(p.d.data) - base) / int64_t(bytes);
+      for (int64_t r = 0; r < count; ++r) {
+        for (int64_t j = 0; j < p.n; ++j) owned[size_t(at + r * p.d.row_stride + j)] = true;
+      }
+    }
+    int64_t written = 0;
+    for (size_t i = 0; i < owned.size(); ++i) {
+      if (owned[i]) continue;
+      for (size_t b = 0; b < bytes; ++b) written += host[i * bytes + b] != char(0xff) ? 1 : 0;
+    }
+    EXPECT_EQ(written, 0) << what << " " << case_.describe() << ": bytes written outside every group's rows";
+  }
+
+ private:
+  static ProblemSpec spec(const GroupedCase& c) {
+    ProblemSpec s;
+    const int64_t largest = *std::max_element(c.rows.begin(), c.rows.end());
+    s.m = (c.layout == GroupLayout::masked ? largest : c.total()) + c.extra_rows;
+    s.n = c.n;
+    s.k = c.k;
+    s.batch = c.groups();
+    s.layout = c.layout_ab;
+    s.in = c.in;
+    s.out = c.out;
+    s.scale_a = s.scale_b = c.scales;
+    s.scale_a_block_rows = 1;
+    s.scale_b_block_cols = 128;
+    return s;
+  }
+
+  // Group g's GEMM on its rows [start, start + count) of its matrix of A and D.
+  Problem group_problem(int64_t g, int64_t start, int64_t count) const {
+    const bool masked = case_.layout == GroupLayout::masked;
+    const TensorView a = rows_of(matrix_of(a_, masked ? g : 0), start, count);
+    const TensorView d = rows_of(matrix_of(d_, masked ? g : 0), start, count);
+    GemmOptions o = options_;
+    if (case_.scales != ScaleMode::none) {
+      const TensorView sa = matrix_of(options_.scale_a.scales, masked ? g : 0);
+      o.scale_a.scales = case_.scales == ScaleMode::tensor ? sa : rows_of(sa, start, count);
+      o.scale_b.scales = matrix_of(options_.scale_b.scales, g);
+    }
+    return validate_gemm(a, matrix_of(b_, g), d, o);
+  }
+
+  static reference::Comparison compare_group(Problem p, const std::vector<char>& host, const char* base) {
+    const int64_t count = p.m * p.n;
+    double* ref = nullptr;
+    runtime::check(cudaMalloc(reinterpret_cast<void**>(&ref), size_t(count) * 2 * sizeof(double)), "cudaMalloc");
+    std::vector<double> values(static_cast<size_t>(count)), abs_values(static_cast<size_t>(count));
+    reference::gpu_gemm(p, ref, ref + count, nullptr);
+    runtime::check(cudaMemcpy(values.data(), ref, count * sizeof(double), cudaMemcpyDeviceToHost), "copy ref");
+    runtime::check(cudaMemcpy(abs_values.data(), ref + count, count * sizeof(double), cudaMemcpyDeviceToHost), "copy");
+    cudaFree(ref);
+    const char* host_d = host.data() + (static_cast<const char*>(p.d.data) - base);
+    return reference::compare(p, host_d, values.data(), abs_values.data());
+  }
+
+  GroupedCase case_;
+  DeviceProblem dense_;
+  TensorView a_, b_, d_;
+  GemmOptions options_;
+  void* sizes_ = nullptr;
+};
+
+class GroupedGemm : public testing::GpuTest {
+ protected:
+  void expect_correct(const GroupedCase& c) {
+    GroupedProblem problem(c);
+    problem.poison();
+    problem.run();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << c.describe();
+    problem.expect_correct(c.rows, "grouped_gemm");
+  }
+};
+
+// Empty groups first, in the middle and last; one row; sizes off every tile multiple.
+const std::vector<int64_t> kEdgeRows = {0, 1, 300, 0, 129, 64, 257, 0};
+
+TEST_F(GroupedGemm, ContiguousForwardWithEmptyAndOddGroups) { expect_correct({.rows = kEdgeRows}); }
+
+TEST_F(GroupedGemm, ContiguousInputGradientWithNMajorWeights) {
+  expect_correct({.rows = kEdgeRows, .n = 200, .k = 136, .layout_ab = "NN"});
+}
+
+TEST_F(GroupedGemm, MaskedWithInt64Counts) {
+  expect_correct({.layout = GroupLayout::masked, .rows = {200, 0, 1, 77}, .n = 384, .k = 256, .int64 = true});
+}
+
+TEST_F(GroupedGemm, AllTokensInOneGroupAndF32Output) {
+  std::vector<int64_t> rows(16, 0);
+  rows[9] = 777;
+  expect_correct({.rows = rows, .n = 144, .k = 264, .out = DType::f32});
+}
+
+TEST_F(GroupedGemm, OneGroupAndManyGroups) {
+  expect_correct({.rows = {1000}, .n = 520, .k = 128});
+  std::mt19937 random{uint32_t(fresh_seed())};
+  std::vector<int64_t> rows(256);
+  for (int64_t& r : rows) r = std::uniform_int_distribution<int64_t>(0, 40)(random);
+  expect_correct({.rows = rows, .n = 128, .k = 256, .int64 = true});
+}
+
+TEST_F(GroupedGemm, Fp8InEveryScaleMode) {
+  for (ScaleMode mode : {ScaleMode::tensor, ScaleMode::rowwise, ScaleMode::block}) {
+    expect_correct({.rows = kEdgeRows, .n = 384, .k = 640, .in = DType::e4m3, .scales = mode});
+    expect_correct({.layout = GroupLayout::masked, .rows = {3, 130, 0, 64}, .n = 256, .k = 256, .in = DType::e4m3,
+                    .scales = mode});
+  }
+}
+
+// Every tile shape (clustered where it may be), forced.
+TEST_F(GroupedGemm, EveryTileShape) {
+  for (bool eight_bit : {false, true}) {
+    GroupedCase c{.rows = kEdgeRows, .n = 272, .k = 384};
+    if (eight_bit) {
+      c.in = DType::e4m3;
+      c.scales = ScaleMode::block;
+    }
+    GroupedProblem problem(c);
+    const Problem p = problem.problem();
+    for (TileShape tile : tile_shapes(eight_bit)) {
+      if (!tile_takes_scales(tile, c.scales, c.scales)) continue;
+      for (int cluster : {1, 2}) {
+        if (cluster > 1 && is_narrow(tile)) continue;
+        KernelConfig config = with_tile(choose_grouped_config(p, DeviceLimits{}), tile);
+        config.cluster_m = cluster;
+        config.stages = max_stages(config, DeviceLimits{}.smem_per_block);
+        problem.poison();
+        run_plan(make_plan(p, &config), p, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << config.name();
+        problem.expect_correct(c.rows, config.name());
+      }
+    }
+  }
+}
+
+// Captured once, replayed with other sizes written to the device array.
+TEST_F(GroupedGemm, GraphReplaysWithNewSizes) {
+  GroupedCase c{.rows = {100, 50, 0, 200}, .n = 256, .k = 256, .extra_rows = 300};
+  GroupedProblem problem(c);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  problem.run(stream);  // plans and compiles outside the capture
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  problem.run(stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (const std::vector<int64_t>& rows : {std::vector<int64_t>{0, 300, 250, 0}, std::vector<int64_t>{7, 1, 1, 1}}) {
+    std::vector<int64_t> ends(rows);
+    std::partial_sum(ends.begin(), ends.end(), ends.begin());
+    problem.set_sizes(ends, stream);
+    problem.poison(stream);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    problem.expect_correct(rows, "graph replay");
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+// Ends that decrease or pass M_total are clamped: no write outside D, the groups as clamped right.
+TEST_F(GroupedGemm, OutOfRangeEndsAreClamped) {
+  GroupedCase c{.rows = {100, 100, 100}, .n = 128, .k = 128, .extra_rows = 0};
+  GroupedProblem problem(c);
+  problem.set_sizes({150, 120, 100000});  // rows as clamped: 150, 0, 150
+  problem.poison();
+  problem.run();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  problem.expect_correct({150, 0, 150}, "clamped ends");
+}
+
+}  // namespace
+}  // namespace gemmkit
