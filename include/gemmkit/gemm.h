@@ -44,6 +44,9 @@ struct GemmOptions {
   cudaStream_t stream = nullptr;
   // Scales of FP8 inputs (see ScaleMode); 16-bit inputs take none.
   Scale scale_a, scale_b;
+  // An SM budget: at most this many SMs run the call's kernel (0: all), leaving the others to
+  // kernels running beside it (communication, say). grouped_gemm only, for now.
+  int max_sms = 0;
 };
 
 // A is [batch,] M x K, B is [batch,] K x N, D is [batch,] M x N, each with any strides.

@@ -26,6 +26,9 @@ struct GroupSizes {
   const void* data = nullptr;
   bool int64 = false;  // int64_t elements, else int32_t
   int64_t count = 0;   // G, which B's batch must match
+  // Where true, sizes out of range stop the kernel with a message on stdout (a trap: the
+  // context is lost, and the call's stream reports an error) instead of being clamped.
+  bool check = false;
 };
 
 // The most groups one call takes (the kernel keeps their table in shared memory).
@@ -36,7 +39,8 @@ inline constexpr int64_t kMaxGroups = 1024;
 // stored [G, K, N], the input gradient dA_g = dD_g * W_g). Types and scales as gemm() takes them
 // (gemm.h), with per-group B scales: scale_b's batch is G, A's scales cover A's rows (M_total or
 // [G, max_m]). options.beta must be 0. A and B must be TMA-addressable: 16-byte-aligned bases and
-// strides, and FP8 operands K-major. Throws gemmkit::Error naming the argument at fault.
+// strides, and FP8 operands K-major. options.max_sms caps the SMs the kernel runs on. Throws
+// gemmkit::Error naming the argument at fault.
 void grouped_gemm(const TensorView& a, const TensorView& b, const TensorView& d, const GroupSizes& sizes,
                   const GemmOptions& options = {});
 

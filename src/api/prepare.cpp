@@ -47,6 +47,11 @@ Problem validate_grouped(const TensorView& a, const TensorView& b, const TensorV
   if (options.beta != 0.0f) {
     fail("options.beta: " + std::to_string(options.beta) + "; expected 0 (grouped_gemm takes no C)");
   }
+  if (options.max_sms < 0) {
+    fail("options.max_sms: " + std::to_string(options.max_sms) + "; expected 0 (every SM) or a number of SMs");
+  }
+  GemmOptions dense = options;  // as validate_gemm checks the rest
+  dense.max_sms = 0;
   const bool masked = sizes.layout == GroupLayout::masked;
   for (auto [t, name] : {std::pair{&a, "A"}, std::pair{&d, "D"}}) {
     check_form(*t, name);
@@ -60,10 +65,10 @@ Problem validate_grouped(const TensorView& a, const TensorView& b, const TensorV
   }
   Problem p;
   if (masked) {
-    p = validate_gemm(a, b, d, options);
+    p = validate_gemm(a, b, d, dense);
   } else {
     // Group 0's B and scales stand for every group's; their batches are checked here.
-    GemmOptions first = options;
+    GemmOptions first = dense;
     if (options.scale_b.mode != ScaleMode::none) {
       const TensorView& s = options.scale_b.scales;
       check_form(s, "scale_b");
@@ -84,7 +89,8 @@ Problem validate_grouped(const TensorView& a, const TensorView& b, const TensorV
     fail("sizes: data is " + std::string(sizes.data ? "not " + std::to_string(word) + "-byte aligned" : "null") +
          "; expected a device array of G " + (sizes.int64 ? "int64" : "int32") + " values");
   }
-  p.groups = {sizes.layout, sizes.data, sizes.int64};
+  p.groups = {sizes.layout, sizes.data, sizes.int64, sizes.check};
+  p.max_sms = options.max_sms;
   if (p.m > 0 && p.n > 0 && !grouped_operands_readable(p)) {
     fail(std::string("A, B: not readable by TMA as they lie; expected 16-byte-aligned data and strides, a contiguous "
                      "dimension in each") +

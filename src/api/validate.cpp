@@ -82,6 +82,10 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
   check_form(a, "A");
   check_form(b, "B");
   check_form(d, "D");
+  if (options.max_sms != 0) {
+    fail("options.max_sms: " + std::to_string(options.max_sms) +
+         "; expected 0: only grouped_gemm takes an SM budget so far");
+  }
   const bool use_c = options.beta != 0.0f;
   if (use_c && !options.c) {
     fail("options.c: beta is " + std::to_string(options.beta) + " but no C was given; expected C when beta != 0");

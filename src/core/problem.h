@@ -38,6 +38,7 @@ struct GroupRef {
   GroupLayout layout = GroupLayout::contiguous;
   const void* sizes = nullptr;
   bool int64 = false;
+  bool check = false;  // trap on sizes out of range, rather than clamp them
 
   bool grouped() const { return sizes != nullptr; }
 };
@@ -50,6 +51,7 @@ struct Problem {  // every field goes into problem_words
   float alpha = 1.0f, beta = 0.0f;
   int device = 0;
   GroupRef groups;
+  int max_sms = 0;  // at most this many SMs run the kernel (0: all)
 
   bool has_c() const { return c.data != nullptr; }
   bool grouped() const { return groups.grouped(); }
@@ -65,7 +67,7 @@ struct Problem {  // every field goes into problem_words
 void check_addressable(int64_t m, int64_t n, int64_t k, int64_t batch, int element_bytes);
 
 // Every field of a problem as 64-bit words, pointers included: equal words, equal problems.
-using ProblemWords = std::array<int64_t, 44>;
+using ProblemWords = std::array<int64_t, 45>;
 ProblemWords problem_words(const Problem& p);
 
 // "NT"-style layout letters, row-major convention: the first letter is A, the second B;

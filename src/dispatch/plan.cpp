@@ -1,5 +1,6 @@
 #include "dispatch/plan.h"
 
+#include <algorithm>
 #include <array>
 #include <map>
 #include <mutex>
@@ -19,7 +20,7 @@ namespace {
 // Everything of a normalised problem that choose_config reads: equal keys, equal plans. Of the
 // pointers only their 16-byte alignment matters.
 // Scales enter by their modes and blocks: the kernels read their strides at run time.
-using PlanKey = std::array<int64_t, 22>;
+using PlanKey = std::array<int64_t, 23>;
 
 PlanKey plan_key(const Problem& p) {
   auto alignment = [](const void* data) { return int64_t(reinterpret_cast<uintptr_t>(data) % 16); };
@@ -30,7 +31,7 @@ PlanKey plan_key(const Problem& p) {
           p.a.batch_stride, p.a.row_stride, p.a.col_stride, alignment(p.b.data), p.b.batch_stride, p.b.row_stride,
           p.b.col_stride, alignment(p.d.data), p.d.batch_stride, p.d.row_stride, p.d.col_stride,
           p.scale_a.block_rows, p.scale_a.block_cols, p.scale_b.block_rows, p.scale_b.block_cols,
-          int64_t(p.grouped()) | int64_t(p.groups.layout) << 1};
+          int64_t(p.grouped()) | int64_t(p.groups.layout) << 1, p.max_sms};
 }
 
 // The kernel for a config on a device, generated, compiled and loaded on first use.
@@ -53,15 +54,22 @@ DeviceLimits limits_of(const runtime::DeviceInfo& info) {
   return {info.sm_count, info.smem_per_block_optin, info.l2_bytes};
 }
 
+// The SMs a problem's kernel may run on: the device's, or its budget where that is fewer.
+int sm_budget(const Problem& p, const runtime::DeviceInfo& info) {
+  return p.max_sms > 0 ? std::min(p.max_sms, info.sm_count) : info.sm_count;
+}
+
 Plan new_plan(const Problem& normalized, const KernelConfig* forced, cudaStream_t stream) {
   const runtime::DeviceInfo& info = runtime::device_info(normalized.device);
   runtime::require_sm90(info);
   Plan plan;
-  plan.sm_count = info.sm_count;
+  plan.sm_count = sm_budget(normalized, info);
   if (forced) {
     plan.config = *forced;
   } else if (normalized.grouped()) {  // the cost model's pick: the group sizes are on the device
-    plan.config = choose_grouped_config(normalized, limits_of(info));
+    DeviceLimits limits = limits_of(info);
+    limits.sm_count = std::max(plan.sm_count, 2);  // the model weighs clusters of two
+    plan.config = choose_grouped_config(normalized, limits);
   } else {
     plan.transposed = transposing_pays(normalized, limits_of(info));
     const tuning::Dispatch choice =
@@ -70,6 +78,7 @@ Plan new_plan(const Problem& normalized, const KernelConfig* forced, cudaStream_
     plan.config = choice.config;
     plan.tuned = choice.tuned;
   }
+  if (plan.config.cluster_m > plan.sm_count) plan.config.cluster_m = 1;  // a budget of one SM
   plan.kernel = &kernel_for(normalized.device, plan.config);
   return plan;
 }

@@ -118,6 +118,18 @@ TEST(GroupedValidate, RejectsOperandsTmaCannotRead) {
   expect_rejected(y, "A, B", {"K-major"});
 }
 
+TEST(GroupedValidate, SmBudgetIsGroupedOnly) {
+  Args x;
+  x.options.max_sms = 16;
+  EXPECT_EQ(prepare(x).max_sms, 16);
+  x.options.max_sms = -1;
+  expect_rejected(x, "options.max_sms", {"-1"});
+  x.options.max_sms = 16;
+  testing::expect_invalid_argument(
+      [&] { api::prepare_gemm(x.a, TensorView::matrix(x.b.data, DType::bf16, K, N, 1, K), x.d, x.options, 0); },
+      "options.max_sms", {"16", "only grouped_gemm"});
+}
+
 TEST(GroupedValidate, RejectsPerGroupScalesOfAnotherBatch) {
   Args x;
   x.a.dtype = DType::e4m3;

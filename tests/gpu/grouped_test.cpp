@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -105,12 +107,14 @@ class GroupedProblem {
     runtime::check(cudaStreamSynchronize(stream), "copy sizes");
   }
 
-  GroupSizes sizes() const { return {case_.layout, sizes_, case_.int64, case_.groups()}; }
-  void run(cudaStream_t stream = nullptr) {
+  GroupSizes sizes() const { return {case_.layout, sizes_, case_.int64, case_.groups(), check_}; }
+  void run(cudaStream_t stream = nullptr, int max_sms = 0) {
     GemmOptions o = options_;
     o.stream = stream;
+    o.max_sms = max_sms;
     grouped_gemm(a_, b_, d_, sizes(), o);
   }
+  void check_sizes() { check_ = true; }
   // The problem as grouped_gemm plans it, for forced configs.
   Problem problem() const { return api::prepare_grouped(a_, b_, d_, sizes(), options_).problem; }
   void poison(cudaStream_t stream = nullptr) { dense_.prepare_output(stream); }
@@ -194,6 +198,7 @@ class GroupedProblem {
   TensorView a_, b_, d_;
   GemmOptions options_;
   void* sizes_ = nullptr;
+  bool check_ = false;
 };
 
 class GroupedGemm : public testing::GpuTest {
@@ -305,6 +310,50 @@ TEST_F(GroupedGemm, OutOfRangeEndsAreClamped) {
   problem.run();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   problem.expect_correct({150, 0, 150}, "clamped ends");
+}
+
+// An SM budget: the plan runs on that many SMs, and the results are the same (a budget of one
+// SM too, which no cluster of two fits).
+TEST_F(GroupedGemm, SmBudgetCapsThePlanAndKeepsResults) {
+  GroupedCase c{.rows = kEdgeRows, .n = 512, .k = 256};
+  GroupedProblem problem(c);
+  for (int budget : {1, 2, 16, 100000}) {
+    Problem p = problem.problem();
+    p.max_sms = budget;
+    const Plan plan = make_plan(p);
+    EXPECT_EQ(plan.sm_count, std::min(budget, runtime::device_info(0).sm_count));
+    EXPECT_LE(plan.config.cluster_m, plan.sm_count) << plan.config.name();
+    problem.poison();
+    problem.run(nullptr, budget);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    problem.expect_correct(c.rows, "max_sms " + std::to_string(budget));
+  }
+}
+
+// With sizes.check, sizes in range run as usual, and an end past M_total stops the kernel (in a
+// process of its own: the trap loses the context).
+TEST_F(GroupedGemm, CheckedSizesTrapWhenOutOfRange) {
+  GroupedCase c{.rows = {100, 0, 28}, .n = 128, .k = 128, .extra_rows = 0};
+  {
+    GroupedProblem problem(c);
+    problem.check_sizes();
+    problem.poison();
+    problem.run();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    problem.expect_correct(c.rows, "checked sizes");
+  }
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        GroupedProblem problem(c);
+        problem.check_sizes();
+        problem.set_sizes({100, 90, 128});  // an end below the one before
+        problem.run();
+        const cudaError_t status = cudaDeviceSynchronize();
+        std::fprintf(stderr, "%s\n", cudaGetErrorName(status));
+        std::exit(status == cudaSuccess ? 0 : 3);
+      },
+      ::testing::ExitedWithCode(3), "cudaError");
 }
 
 }  // namespace
