@@ -1,14 +1,20 @@
 // Suite files' `grouped` lines (bench/suite.h): their fields, the dense GEMM each stands beside,
-// the distributions' text and errors.
+// the distributions' text and errors, and the shipped MoE suites.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <numeric>
+#include <set>
 #include <sstream>
 #include <tuple>
 
 #include "bench/suite.h"
 #include "gemmkit/error.h"
+
+#ifndef GEMMKIT_SOURCE_DIR
+#error "GEMMKIT_SOURCE_DIR must name the repository root"
+#endif
 
 namespace gemmkit::tools {
 namespace {
@@ -171,6 +177,54 @@ TEST(GroupedSuite, BytesCountTheRowsAndTheWeightsOfBusyGroups) {
   EXPECT_EQ(grouped("grouped masked 4 4 256 128 e4m3:bf16 skew:1000").bytes(), 4.0 * 128 + 128 * 256 + 2.0 * 4 * 256);
   // wgrad reads dD and X and writes a gradient per group.
   EXPECT_EQ(grouped("grouped wgrad 2 128 256 128 bf16 balanced").bytes(), 2.0 * (128 * 256 + 128 * 128 + 2 * 256 * 128));
+}
+
+// The shipped suites, loaded as gemmkit bench loads them.
+Suite shipped(const std::string& file) {
+  return load_bench_suite(std::string(GEMMKIT_SOURCE_DIR) + "/bench/suites/" + file);
+}
+
+TEST(GroupedSuite, ShippedMoeHoldsEveryShapePassAndDistribution) {
+  const Suite suite = shipped("moe.txt");
+  EXPECT_TRUE(suite.dense.empty());
+  // (G, M, N, K) of DeepSeek-V3 up, down and up with 32 experts, Qwen3 up and down, gpt-oss up
+  // and down.
+  using Shape = std::tuple<int64_t, int64_t, int64_t, int64_t>;
+  const std::vector<Shape> shapes = {{8, 32768, 4096, 7168},    {8, 32768, 7168, 2048},   {32, 16384, 4096, 7168},
+                                     {128, 32768, 3072, 4096},  {128, 32768, 4096, 1536}, {128, 16384, 5760, 2880},
+                                     {32, 16384, 2880, 2880}};
+  std::map<std::string, std::set<std::tuple<Shape, std::string>>> passes;  // "op dtype" -> shapes x dists
+  for (const GroupedProblem& p : suite.grouped) {
+    passes[std::string(grouped_op_name(p.op)) + " " + type_spec(p.dense)].insert({{p.groups(), p.m, p.n, p.k}, dist_spec(p.dist)});
+  }
+  const auto grid = [](const std::vector<Shape>& of) {
+    std::set<std::tuple<Shape, std::string>> all;
+    for (const Shape& s : of)
+      for (const char* dist : {"balanced", "skew:10", "zipf:1.2"}) all.insert({s, dist});
+    return all;
+  };
+  EXPECT_EQ(passes.size(), 5u);
+  for (const char* pass : {"fwd bf16", "dgrad bf16", "wgrad bf16", "fwd e4m3:bf16 block"}) {
+    EXPECT_EQ(passes[pass], grid(shapes)) << pass;
+  }
+  EXPECT_EQ(passes["fwd e4m3:bf16 tensor"], grid({shapes.begin(), shapes.begin() + 3}));
+  EXPECT_EQ(suite.grouped.size(), 4 * 21u + 9u);
+}
+
+TEST(GroupedSuite, ShippedMoeDecodeIsMaskedUpTo64TokensAnExpert) {
+  const Suite suite = shipped("moe-decode.txt");
+  EXPECT_TRUE(suite.dense.empty());
+  std::set<int64_t> groups, max_ms;
+  for (const GroupedProblem& p : suite.grouped) {
+    EXPECT_EQ(p.op, GroupedOp::masked);
+    EXPECT_EQ(type_spec(p.dense), "bf16");
+    groups.insert(p.groups());
+    max_ms.insert(p.m);
+    EXPECT_LE(*std::max_element(p.rows.begin(), p.rows.end()), p.m);
+  }
+  EXPECT_EQ(groups, (std::set<int64_t>{8, 128}));
+  EXPECT_EQ(max_ms, (std::set<int64_t>{1, 8, 32, 64}));
+  EXPECT_EQ(suite.grouped.size(), 48u);
 }
 
 }  // namespace

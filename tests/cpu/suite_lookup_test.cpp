@@ -95,6 +95,9 @@ TEST_F(SuiteLookup, GroupedLinesLoadForBenchOnly) {
     EXPECT_EQ(std::string(e.what()).rfind(moe.string() + ":1: a grouped line, which only gemmkit bench runs", 0), 0u)
         << e.what();
   }
+  // The shipped MoE suites are found by name, as every shipped suite is.
+  EXPECT_EQ(find_named_file("moe", "suite", search_dirs("suites")).filename(), "moe.txt");
+  EXPECT_EQ(find_named_file("moe-decode", "suite", search_dirs("suites")).filename(), "moe-decode.txt");
 }
 
 }  // namespace
