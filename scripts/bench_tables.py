@@ -8,8 +8,9 @@ Each section names the suite, device, commit (both read from the file name,
 SUITE-DEVICE-COMMIT[-TAG].json, as bench/results names them), the date the file was committed,
 the command that produces such a file, and then the summary line and the table as `gemmkit bench`
 prints them, table first (src/bench/report.cpp: same columns, same number formats, same alignment). Suite results
-(`records`), chain results (`chains`, from `bench --chain`) and host overhead (`overhead`, from
-`bench --overhead --json`) are recognised by their keys. Plain-text files (such as a saved
+(`records`, and `grouped` for a suite's grouped rows), chain results (`chains`, from
+`bench --chain`) and host overhead (`overhead`, from `bench --overhead --json`) are recognised by
+their keys. Plain-text files (such as a saved
 `bench --overhead` output) are copied as they are.
 
 Run it from the repository root (it reads bench/results and asks git for dates). Standard
@@ -30,7 +31,7 @@ RESULTS = "bench/results"
 DEVICES = {"h100": "NVIDIA H100 80GB HBM3", "h200": "NVIDIA H200"}
 # Suites in the order BENCHMARKS.md lists them; "chains" are `bench --chain` results.
 SUITES = ["dense-large", "small", "medium", "dense-decode", "unaligned", "unaligned-d", "fp8-large",
-          "fp8-decode", "fp8-mx", "fp8-odd", "chain-gemms", "chains", "overhead"]
+          "fp8-decode", "fp8-mx", "fp8-odd", "chain-gemms", "chains", "moe", "moe-decode", "overhead"]
 NAME = re.compile(r"^(?P<suite>.+?)-(?P<device>h100|h200)-(?P<commit>[0-9a-f]{7})(?:-(?P<tag>[A-Za-z0-9-]+))?\.(?:json|txt)$")
 # Result files of a suite's ordinary run (not experiments, forced configs or partial runs).
 PLAIN_TAG = re.compile(r"^(pass\d|run\d|gpu-check|untuned)$")
@@ -107,6 +108,36 @@ def suite_table(data):
     return copy_line, table, summary_line(s, "shape")
 
 
+def grouped_table(data):
+    """A suite's grouped rows: format_grouped_table and format_grouped_summary of report.cpp."""
+    grouped = data["grouped"]
+    rows = [["op", "G", "MxNxK", "dtype", "dist", "ours us", "TFLOP/s", "dense us", "memory us", "roofline",
+             "cuBLAS us", "speedup", "note"]]
+    notes = []
+    for r in grouped["records"]:
+        note = r.get("note")
+        if note and note not in notes:
+            notes.append(note)
+        rows.append([r["op"], str(r["groups"]), f"{r['m']}x{r['n']}x{r['k']}", r["dtype"], r["dist"],
+                     num("%.2f", r.get("ours_us")), num("%.1f", r.get("tflops")), num("%.2f", r.get("dense_us")),
+                     num("%.2f", r.get("memory_us")), num("%.2f", r.get("roofline_fraction")),
+                     num("%.2f", r.get("baseline_us")), num("%.2fx", r.get("speedup")),
+                     f"[{notes.index(note) + 1}]" if note else ""])
+    table = align(rows, lambda c: c == 0 or 2 <= c <= 4 or c == 12)
+    table += "".join(f"[{i + 1}] {note}\n" for i, note in enumerate(notes))
+
+    def line(r, which, what, fmt):
+        if r["count"] == 0:
+            return f"grouped summary: no rows{which}"
+        return (f"grouped summary: {r['count']} row{'' if r['count'] == 1 else 's'}{which}, geomean {what} "
+                f"{num(fmt, r.get('geomean'))}, worst {num(fmt, r.get('worst'))} at {r['worst_row']}")
+
+    s = grouped["summary"]
+    summary = (line(s["roofline"], " run", "roofline fraction", "%.2f") + "\n" +
+               line(s["speedup"], f" with a {s['baseline']} baseline", "speedup", "%.2fx"))
+    return table, summary
+
+
 def chain_table(data):
     rows = [["chain", "GEMMs", "MB", "ours us", "cuBLASLt us", "speedup", "ours %copy", "cuBLASLt %copy"]]
     for c in data["chains"]:
@@ -171,6 +202,10 @@ def section(path, level, heading="suite"):
     data = json.load(open(path))
     if "records" in data:
         copy_line, table, summary = suite_table(data)
+        if "grouped" in data:  # after the dense rows; a suite of grouped lines only has none
+            grouped, grouped_summary = grouped_table(data)
+            table = table + "\n" + grouped if data["records"] else grouped
+            summary = summary + "\n" + grouped_summary if data["records"] else grouped_summary
     elif "chains" in data:
         copy_line, table, summary = chain_table(data)
     elif "overhead" in data:

@@ -4,8 +4,9 @@
 // set; warm-up runs; then timed runs of ours and cuBLASLt, alternating, each after an empty
 // kernel it cannot overlap and between two events (tuning/gpu_timer.h); the medians are reported. Once at the start, the device-to-device copy bandwidth, the
 // yardstick for each problem's GB/s; and after each problem's runs, a copy that moves as many
-// bytes, the yardstick at its size. --overhead times host calls instead (overhead.cpp), --chain
-// chains of GEMMs replayed from CUDA graphs (chain_bench.cpp).
+// bytes, the yardstick at its size. A suite's grouped lines run after its dense ones
+// (grouped_bench.cpp). --overhead times host calls instead (overhead.cpp), --chain chains of GEMMs
+// replayed from CUDA graphs (chain_bench.cpp).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -136,15 +137,22 @@ std::string format_peaks(const std::map<std::string, double>& peaks) {
 
 }  // namespace
 
-std::vector<std::unique_ptr<reference::DeviceProblem>> buffer_sets(const reference::ProblemSpec& spec,
-                                                                   const runtime::DeviceInfo& info) {
+int buffer_set_count(double bytes, const runtime::DeviceInfo& info) {
   size_t free_bytes = 0, total_bytes = 0;
   runtime::check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
-  const int sets = buffer_set_count(set_bytes(spec), info.l2_bytes, double(free_bytes));
-  std::random_device seeds;
+  return buffer_set_count(bytes, info.l2_bytes, double(free_bytes));
+}
+
+uint64_t random_seed() {
+  static std::random_device seeds;
+  return (uint64_t(seeds()) << 32) | seeds();
+}
+
+std::vector<std::unique_ptr<reference::DeviceProblem>> buffer_sets(const reference::ProblemSpec& spec,
+                                                                   const runtime::DeviceInfo& info) {
   std::vector<std::unique_ptr<reference::DeviceProblem>> pool;
-  for (int s = 0; s < sets; ++s) {
-    pool.push_back(std::make_unique<reference::DeviceProblem>(spec, (uint64_t(seeds()) << 32) | seeds()));
+  for (int s = buffer_set_count(set_bytes(spec), info); s > 0; --s) {
+    pool.push_back(std::make_unique<reference::DeviceProblem>(spec, random_seed()));
   }
   return pool;
 }
@@ -155,14 +163,23 @@ int run_bench(const BenchOptions& options) {
   std::vector<Chain> chains;
   for (const std::string& name : options.chains) chains.push_back(load_chain(find_chain(name)));
   const bool hint_matrix = !options.hint_matrix.empty();
-  const std::vector<SuiteProblem> problems = options.overhead ? std::vector{parse_overhead_shape(options.overhead_shape)}
-                                             : !chains.empty() ? layer_gemms(chains)
-                                             : hint_matrix     ? std::vector<SuiteProblem>{}
-                                                               : load_named_suite(options.suite);
+  Suite suite;
+  if (options.overhead) {
+    suite.dense = {parse_overhead_shape(options.overhead_shape)};
+  } else if (!chains.empty()) {
+    suite.dense = layer_gemms(chains);
+  } else if (!hint_matrix) {
+    suite = load_named_bench_suite(options.suite);
+  }
+  const std::vector<SuiteProblem>& problems = suite.dense;
+  // Every dense GEMM the suite runs: its dense lines and its grouped rows' dense floors. (The
+  // grouped kernels compile when they first run.)
+  std::vector<SuiteProblem> dense_gemms = problems;
+  for (const GroupedProblem& g : suite.grouped) dense_gemms.push_back(g.dense);
   if (!options.overrides.tile.empty()) parse_tile(options.overrides.tile);
-  const bool force = options.overrides.any();
+  const bool force = options.overrides.any();  // dense lines only
   if (hint_matrix) runtime::require_device();  // it tunes: nothing to do without a GPU
-  if (runtime::device_count() == 0) return compile_only(problems);
+  if (runtime::device_count() == 0) return compile_only(dense_gemms);
 
   int device = 0;
   runtime::check(cudaGetDevice(&device), "cudaGetDevice");
@@ -176,7 +193,7 @@ int run_bench(const BenchOptions& options) {
   runtime::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   const double copy = measure_copy_gbps(stream, info.sm_clock_khz);
   baseline::CublasLt cublaslt(device);
-  const std::map<std::string, double> peaks = measure_peaks(problems, cublaslt, stream, info);
+  const std::map<std::string, double> peaks = measure_peaks(dense_gemms, cublaslt, stream, info);
   std::printf("device %d: %s, %d SMs, L2 %d MB; %s; %d warm-up and %d timed runs per problem, median\n", device,
               info.name.c_str(), info.sm_count, info.l2_bytes >> 20, format_copy_bandwidth(copy).c_str(),
               options.warmup, options.runs);
@@ -271,12 +288,17 @@ int run_bench(const BenchOptions& options) {
     progress.done(line);
   }
   progress.finish();
+  const std::vector<GroupedRecord> grouped =
+      suite.grouped.empty() ? std::vector<GroupedRecord>{} : run_grouped_rows(suite.grouped, stream, timer, info);
   cudaStreamDestroy(stream);
 
   const BenchSummary summary = summarize(records);
-  std::printf("%s", format_table(records, copy).c_str());
+  const GroupedSummary grouped_summary = summarize_grouped(grouped, copy);
+  if (!records.empty()) std::printf("%s", format_table(records, copy).c_str());
+  if (!grouped.empty()) std::printf("%s%s", records.empty() ? "" : "\n", format_grouped_table(grouped, copy).c_str());
   if (!options.json.empty()) {
     nlohmann::json json = to_json(records, summary, copy);
+    if (!grouped.empty()) json["grouped"] = grouped_json(grouped, grouped_summary, copy);
     nlohmann::json& about = json["summary"];
     about["device"] = info.name;
     about["driver"] = runtime::driver_description();
@@ -289,7 +311,8 @@ int run_bench(const BenchOptions& options) {
     out << json.dump(2) << "\n";
     if (!out) throw Error(ErrorCode::io_error, "bench: cannot write " + options.json);
   }
-  std::printf("%s\n", format_summary(summary).c_str());
+  if (!records.empty()) std::printf("%s\n", format_summary(summary).c_str());
+  if (!grouped.empty()) std::printf("%s\n", format_grouped_summary(grouped_summary).c_str());
   return 0;
 }
 

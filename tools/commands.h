@@ -7,10 +7,12 @@
 
 #include "bench_options.h"
 #include "bench/chain.h"
+#include "bench/report.h"
 #include "core/problem.h"
 #include "reference/device_problem.h"
 #include "runtime/device.h"
 #include "bench/suite.h"
+#include "tuning/gpu_timer.h"
 
 namespace gemmkit::tools {
 
@@ -56,11 +58,23 @@ struct BenchOptions {
 };
 int run_bench(const BenchOptions& options);
 
-// Buffer sets of one problem, each with fresh random inputs: enough that cycling through them
-// keeps any run from finding the previous run's operands in L2 (3x the L2, at most 64 sets,
-// within half the free memory).
+// How many buffer sets of `bytes` each a problem cycles through on the device: enough that no
+// run finds the previous run's operands in L2 (3x the L2, at most 64 sets, within half the memory
+// free now; bench/report.h).
+int buffer_set_count(double bytes, const runtime::DeviceInfo& info);
+
+// A fresh seed for a buffer set's random inputs.
+uint64_t random_seed();
+
+// Buffer sets of one problem, as many as buffer_set_count says, each with fresh random inputs.
 std::vector<std::unique_ptr<reference::DeviceProblem>> buffer_sets(const reference::ProblemSpec& spec,
                                                                    const runtime::DeviceInfo& info);
+
+// bench's grouped rows (suite lines `grouped ...`, bench/suite.h; grouped_bench.cpp), timed on
+// `stream` with `timer` on the current device (`info`, already checked to be sm_90); progress on
+// stderr.
+std::vector<GroupedRecord> run_grouped_rows(const std::vector<GroupedProblem>& rows, cudaStream_t stream,
+                                            const tuning::GpuTimer& timer, const runtime::DeviceInfo& info);
 
 // bench --hint-matrix N K: tunes M = 64, 256 and 4096 of an N x K NT bf16 problem, then times
 // each tuned kernel pinned at each of those M, and gemm() dispatching by M's bucket.

@@ -6,7 +6,9 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <initializer_list>
 #include <limits>
+#include <utility>
 
 #include "api/prepare.h"
 #include "dispatch/plan.h"
@@ -74,6 +76,26 @@ double ratio(double num, double den) {
   return known ? num / den : nan;
 }
 
+// A ratio that has a place in a geomean: not missing (NaN) nor nonsensical.
+bool usable(double ratio) { return std::isfinite(ratio) && ratio > 0; }
+
+// Geomean and worst over the usable ratios, each with what it names.
+RatioSummary summarize_ratios(const std::vector<std::pair<std::string, double>>& ratios) {
+  RatioSummary s;
+  double log_sum = 0;
+  for (const auto& [name, value] : ratios) {
+    if (!usable(value)) continue;
+    log_sum += std::log(value);
+    if (s.count == 0 || value < s.worst) {
+      s.worst = value;
+      s.worst_name = name;
+    }
+    ++s.count;
+  }
+  if (s.count > 0) s.geomean = std::exp(log_sum / s.count);
+  return s;
+}
+
 // One entry of a summary: what it names and its speedup over the baseline.
 struct Speedup {
   std::string name;
@@ -81,24 +103,27 @@ struct Speedup {
   bool stand_in;  // the baseline ran a stand-in
 };
 
-// Geomean and worst over the entries with a finite, positive speedup.
 BenchSummary summarize_speedups(const std::vector<Speedup>& speedups) {
-  BenchSummary s{nan, "", nan, 0, 0};
-  double log_sum = 0;
+  std::vector<std::pair<std::string, double>> ratios;
+  int stand_ins = 0;
   for (const Speedup& e : speedups) {
-    // A missing baseline (NaN) or a nonsensical speedup has no place in a geomean.
-    if (!std::isfinite(e.value) || e.value <= 0) continue;
-    log_sum += std::log(e.value);
-    if (s.count == 0 || e.value < s.worst_speedup) {
-      s.worst_speedup = e.value;
-      s.worst_shape = e.name;
-    }
-    ++s.count;
-    s.stand_ins += e.stand_in;
+    ratios.emplace_back(e.name, e.value);
+    stand_ins += e.stand_in && usable(e.value);
   }
-  if (s.count > 0) s.geomean_speedup = std::exp(log_sum / s.count);
+  const RatioSummary r = summarize_ratios(ratios);
+  return {r.geomean, r.worst_name, r.worst, r.count, stand_ins};
+}
+
+// "4096x2112x7168": the sizes joined by x. Appended piece by piece: GCC 12 warns (-Wrestrict,
+// wrongly) about "x" + std::to_string(...).
+std::string dims_text(std::initializer_list<int64_t> sizes) {
+  std::string s;
+  for (int64_t v : sizes) s.append(s.empty() ? "" : "x").append(std::to_string(v));
   return s;
 }
+
+// "[3]": the mark of a table's third note. Appended piece by piece, as dims_text is.
+std::string note_mark(size_t number) { return std::string("[").append(std::to_string(number)).append("]"); }
 
 // The summary line; `noun` names what was counted ("shape", "chain").
 std::string summary_line(const BenchSummary& s, const std::string& baseline, const std::string& noun) {
@@ -149,11 +174,7 @@ std::string format_copy_bandwidth(double copy_gbps) {
 }
 
 std::string shape_name(const BenchRecord& r) {
-  // Appended piece by piece: GCC 12 warns (-Wrestrict, wrongly) about "x" + std::to_string(...).
-  std::string s = std::to_string(r.m);
-  for (int64_t v : {r.n, r.k}) s.append("x").append(std::to_string(v));
-  if (r.batch > 1) s.append("x").append(std::to_string(r.batch));
-  return s;
+  return r.batch > 1 ? dims_text({r.m, r.n, r.k, r.batch}) : dims_text({r.m, r.n, r.k});
 }
 
 std::string format_table(const std::vector<BenchRecord>& records, double copy_gbps, const std::string& baseline) {
@@ -217,6 +238,92 @@ nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSumma
       {"copy_gbps", json_num(measured(copy_gbps) ? copy_gbps : nan)},
       {"baseline", baseline}};
   return {{"records", list}, {"summary", summary}};
+}
+
+double memory_floor_us(double bytes, double copy_gbps) { return measured(copy_gbps) ? bytes / copy_gbps / 1e3 : nan; }
+
+double roofline_fraction(const GroupedRecord& r, double copy_gbps) {
+  // fmax takes the known floor where the other is NaN.
+  return ratio(std::fmax(r.dense_us, memory_floor_us(r.bytes, copy_gbps)), r.ours_us);
+}
+
+double grouped_speedup(const GroupedRecord& r) { return ratio(r.baseline_us, r.ours_us); }
+
+std::string grouped_name(const GroupedRecord& r) {
+  return r.op + " G=" + std::to_string(r.groups) + " " + dims_text({r.m, r.n, r.k}) + " " + r.dtype + " " + r.dist;
+}
+
+std::string format_grouped_table(const std::vector<GroupedRecord>& records, double copy_gbps) {
+  std::vector<Row> rows = {{"op", "G", "MxNxK", "dtype", "dist", "ours us", "TFLOP/s", "dense us", "memory us",
+                            "roofline", "cuBLAS us", "speedup", "note"}};
+  std::vector<std::string> notes;  // distinct, in order of appearance
+  for (const GroupedRecord& r : records) {
+    std::string marker;
+    if (!r.note.empty()) {
+      auto at = std::find(notes.begin(), notes.end(), r.note);
+      if (at == notes.end()) at = notes.insert(at, r.note);
+      marker = note_mark(at - notes.begin() + 1);
+    }
+    rows.push_back({r.op, std::to_string(r.groups), dims_text({r.m, r.n, r.k}), r.dtype, r.dist, num("%.2f", r.ours_us),
+                    num("%.1f", gemm_tflops(r.rows, r.n, r.k, 1, r.ours_us)), num("%.2f", r.dense_us),
+                    num("%.2f", memory_floor_us(r.bytes, copy_gbps)), num("%.2f", roofline_fraction(r, copy_gbps)),
+                    num("%.2f", r.baseline_us), num("%.2fx", grouped_speedup(r)), marker});
+  }
+  // Text columns (op, MxNxK, dtype, dist, note) align left, numbers right.
+  std::string table = align_columns(rows, [](size_t c) { return c == 0 || (c >= 2 && c <= 4) || c == 12; });
+  for (size_t i = 0; i < notes.size(); ++i) table += note_mark(i + 1) + " " + notes[i] + "\n";
+  return table;
+}
+
+GroupedSummary summarize_grouped(const std::vector<GroupedRecord>& records, double copy_gbps) {
+  std::vector<std::pair<std::string, double>> fractions, speedups;
+  for (const GroupedRecord& r : records) {
+    fractions.emplace_back(grouped_name(r), roofline_fraction(r, copy_gbps));
+    speedups.emplace_back(grouped_name(r), grouped_speedup(r));
+  }
+  return {summarize_ratios(fractions), summarize_ratios(speedups)};
+}
+
+std::string format_grouped_summary(const GroupedSummary& s) {
+  // "N rows<which>, geomean <what> X, worst Y at <row>", or "no rows<which>".
+  const auto line = [](const RatioSummary& r, const std::string& which, const std::string& what, const char* format) {
+    if (r.count == 0) return "grouped summary: no rows" + which;
+    return "grouped summary: " + std::to_string(r.count) + (r.count == 1 ? " row" : " rows") + which + ", geomean " +
+           what + " " + num(format, r.geomean) + ", worst " + num(format, r.worst) + " at " + r.worst_name;
+  };
+  return line(s.roofline, " run", "roofline fraction", "%.2f") + "\n" +
+         line(s.speedup, " with a cuBLAS baseline", "speedup", "%.2fx");
+}
+
+nlohmann::json grouped_json(const std::vector<GroupedRecord>& records, const GroupedSummary& s, double copy_gbps) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const GroupedRecord& r : records) {
+    list.push_back({{"op", r.op},
+                    {"groups", r.groups},
+                    {"m", r.m},
+                    {"n", r.n},
+                    {"k", r.k},
+                    {"dtype", r.dtype},
+                    {"dist", r.dist},
+                    {"rows", r.rows},
+                    {"bytes", r.bytes},
+                    {"ours_us", json_num(r.ours_us)},
+                    {"tflops", json_num(gemm_tflops(r.rows, r.n, r.k, 1, r.ours_us))},
+                    {"dense_us", json_num(r.dense_us)},
+                    {"memory_us", json_num(memory_floor_us(r.bytes, copy_gbps))},
+                    {"roofline_fraction", json_num(roofline_fraction(r, copy_gbps))},
+                    {"baseline_us", json_num(r.baseline_us)},
+                    {"speedup", json_num(grouped_speedup(r))},
+                    {"note", r.note.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.note)}});
+  }
+  const auto summary = [](const RatioSummary& r) {
+    return nlohmann::json{{"count", r.count},
+                          {"geomean", json_num(r.geomean)},
+                          {"worst", json_num(r.worst)},
+                          {"worst_row", r.count > 0 ? nlohmann::json(r.worst_name) : nlohmann::json(nullptr)}};
+  };
+  return {{"records", list},
+          {"summary", {{"roofline", summary(s.roofline)}, {"speedup", summary(s.speedup)}, {"baseline", "cuBLAS"}}}};
 }
 
 double chain_speedup(const ChainRecord& r) { return ratio(r.baseline_us, r.ours_us); }

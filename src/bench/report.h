@@ -83,6 +83,68 @@ std::string format_summary(const BenchSummary& s, const std::string& baseline = 
 nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSummary& s,
                        double copy_gbps, const std::string& baseline = "cuBLASLt");
 
+// One grouped row of bench (a suite's `grouped` line, bench/suite.h): gemmkit::grouped_gemm
+// against two floors, the dense GEMM of every group's rows at once and moving the row's bytes at
+// the copy bandwidth, and against cuBLAS's grouped GEMM.
+struct GroupedRecord {
+  std::string op;                           // fwd, dgrad, wgrad or masked
+  int64_t groups = 0, m = 0, n = 0, k = 0;  // the line's G, M (masked: max_m), N and K
+  std::string dtype;                        // as type_spec()
+  std::string dist;                         // as dist_spec(), e.g. "skew:10"
+  int64_t rows = 0;   // every group's rows together: the work is 2 * rows * N * K flops
+  double bytes = 0;   // what the groups' GEMMs read and write at the least (GroupedProblem::bytes)
+  // Medians in microseconds: ours, the dense floor, cuBLAS. NaN where not timed: every time of a
+  // row not run, baseline_us where cuBLAS cannot run the row.
+  double ours_us = std::numeric_limits<double>::quiet_NaN();
+  double dense_us = std::numeric_limits<double>::quiet_NaN();
+  double baseline_us = std::numeric_limits<double>::quiet_NaN();
+  std::string note;  // why the row ("not run: ...") or its baseline is missing; empty where all ran
+};
+
+// Moving `bytes` at the copy bandwidth (copy_gbps counts each byte read and written), in
+// microseconds; NaN when the bandwidth is unknown.
+double memory_floor_us(double bytes, double copy_gbps);
+// The larger floor (dense GEMM or memory) over our time: 1 at the floor; NaN where we did not
+// run or neither floor is known.
+double roofline_fraction(const GroupedRecord& r, double copy_gbps);
+// baseline_us / ours_us; NaN when either is unknown.
+double grouped_speedup(const GroupedRecord& r);
+// "fwd G=8 32768x4096x7168 bf16 skew:10"
+std::string grouped_name(const GroupedRecord& r);
+
+// Aligned table, one row per record: op, G, MxNxK, dtype, dist, ours us and TFLOP/s, the dense
+// and memory floors, the roofline fraction, cuBLAS us and ours / cuBLAS. A record with a note
+// has its number ([1], [2], ...) in the last column, and a line "[n] <note>" follows the table
+// for each distinct note. Missing values print as "-".
+std::string format_grouped_table(const std::vector<GroupedRecord>& records, double copy_gbps);
+
+// The geometric mean and the smallest of some ratios, over the finite, positive ones, and what
+// the smallest names. With none: count 0 and NaN values.
+struct RatioSummary {
+  int count = 0;
+  double geomean = std::numeric_limits<double>::quiet_NaN();
+  double worst = std::numeric_limits<double>::quiet_NaN();
+  std::string worst_name;
+};
+
+// Over grouped records: the roofline fractions of the rows run, and the speedups over cuBLAS of
+// those it ran too. Rows not run count in neither.
+struct GroupedSummary {
+  RatioSummary roofline, speedup;
+};
+GroupedSummary summarize_grouped(const std::vector<GroupedRecord>& records, double copy_gbps);
+
+// Two lines: "grouped summary: 21 rows run, geomean roofline fraction 0.81, worst 0.52 at <row>"
+// and "grouped summary: 14 rows with a cuBLAS baseline, geomean speedup 1.20x, worst 0.95x at
+// <row>"; "no rows run" / "no rows with a cuBLAS baseline" where there are none.
+std::string format_grouped_summary(const GroupedSummary& s);
+
+// {"records": [{op, groups, m, n, k, dtype, dist, rows, bytes, ours_us, tflops, dense_us,
+// memory_us, roofline_fraction, baseline_us, speedup, note}, ...], "summary": {"roofline":
+// {count, geomean, worst, worst_row}, "speedup": {the same}, baseline}}; NaN and an empty note
+// are null.
+nlohmann::json grouped_json(const std::vector<GroupedRecord>& records, const GroupedSummary& s, double copy_gbps);
+
 // One chain of bench --chain: its GEMMs replayed from one CUDA graph per side.
 struct ChainRecord {
   std::string name;  // the chain file's name without directory and extension, e.g. "llama3-8b-m1"

@@ -3,13 +3,16 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
 #include <fstream>
+#include <numeric>
 #include <optional>
 #include <sstream>
 #include <string_view>
 
 #include "core/problem.h"
 #include "gemmkit/error.h"
+#include "gemmkit/grouped.h"
 
 namespace gemmkit::tools {
 namespace {
@@ -102,6 +105,38 @@ void parse_dtype(const std::string& field, SuiteProblem& p, const std::string& w
   if (is_fp8(p.in_dtype)) p.mode = ScaleMode::tensor;
 }
 
+// check_addressable (core/problem.h) for an M x N x K problem of p's types over `batch`
+// matrices, its message prefixed by `where`.
+void check_sizes(const SuiteProblem& p, int64_t m, int64_t n, int64_t k, int64_t batch, const std::string& where) {
+  try {
+    check_addressable(m, n, k, batch,
+                      std::max({dtype_size(p.in_dtype), dtype_size(p.b_dtype()), dtype_size(p.out_dtype)}));
+  } catch (const Error& e) {
+    fail(where, e.what());
+  }
+}
+
+// The shortest text that reads back as v: "10", "1.2".
+std::string num_text(double v) {
+  char text[32];
+  const std::to_chars_result written = std::to_chars(text, text + sizeof text, v);
+  return std::string(text, written.ptr);
+}
+
+// A whole field as a finite number no smaller than `min` (and above it unless `min_allowed`).
+double parse_number(const std::string& field, const char* what, double min, bool min_allowed, const std::string& where) {
+  double v = 0;
+  const char* end = field.data() + field.size();
+  auto [ptr, ec] = std::from_chars(field.data(), end, v);
+  const std::string expected = std::string("expected a number ") + (min_allowed ? ">= " : "> ") + num_text(min);
+  if (ec != std::errc() || ptr != end || !std::isfinite(v))
+    fail(where, std::string(what) + " " + quoted(field) + " is not a number; " + expected);
+  if (v < min || (v == min && !min_allowed)) fail(where, std::string(what) + " " + quoted(field) + " is too small; " + expected);
+  return v;
+}
+
+const GroupedOp kOps[] = {GroupedOp::fwd, GroupedOp::dgrad, GroupedOp::wgrad, GroupedOp::masked};
+
 std::string join(const std::vector<std::string>& fields) {
   std::string s;
   for (const auto& f : fields) s += (s.empty() ? "" : " ") + f;
@@ -166,12 +201,7 @@ SuiteProblem parse_problem(const std::vector<std::string>& fields, const std::st
     }
   }
   if (fields.size() > next) p.batch = parse_int(fields[next], "batch", 1, where);
-  try {
-    check_addressable(p.m, p.n, p.k, p.batch,
-                      std::max({dtype_size(p.in_dtype), dtype_size(p.b_dtype()), dtype_size(p.out_dtype)}));
-  } catch (const Error& e) {
-    fail(where, e.what());
-  }
+  check_sizes(p, p.m, p.n, p.k, p.batch, where);
   return p;
 }
 
@@ -186,25 +216,132 @@ std::vector<std::string> line_fields(std::string text) {
   return fields;
 }
 
-std::vector<SuiteProblem> parse_suite(std::istream& in, const std::string& name) {
-  std::vector<SuiteProblem> problems;
+std::string_view grouped_op_name(GroupedOp op) {
+  switch (op) {
+    case GroupedOp::fwd: return "fwd";
+    case GroupedOp::dgrad: return "dgrad";
+    case GroupedOp::wgrad: return "wgrad";
+    case GroupedOp::masked: return "masked";
+  }
+  return "?";
+}
+
+double GroupedProblem::bytes() const {
+  const double total = double(std::accumulate(rows.begin(), rows.end(), int64_t(0)));
+  const double busy = double(std::count_if(rows.begin(), rows.end(), [](int64_t r) { return r > 0; }));
+  const double a = dtype_size(dense.in_dtype), b = dtype_size(dense.b_dtype()), d = dtype_size(dense.out_dtype);
+  // wgrad reads dD [M, N] and X [M, K] and writes a [N, K] gradient per group.
+  if (op == GroupedOp::wgrad) return total * (double(n) * a + double(k) * b) + busy * double(n) * double(k) * d;
+  return total * double(dense.k) * a + busy * double(dense.k) * double(dense.n) * b + total * double(dense.n) * d;
+}
+
+GroupDist parse_dist(const std::string& field, const std::string& where) {
+  const std::string spec = lower(field);
+  if (spec == "balanced") return {};
+  // The kinds that take a value: NAME:VALUE.
+  const size_t colon = spec.find(':');
+  const std::string name = colon == std::string::npos ? "" : spec.substr(0, colon);
+  const std::string value = colon == std::string::npos ? "" : field.substr(colon + 1);
+  using Kind = GroupDist::Kind;
+  if (name == "skew") return {Kind::skew, parse_number(value, "skew ratio", 0, false, where), 0};
+  if (name == "zipf") return {Kind::zipf, parse_number(value, "zipf exponent", 0, true, where), 0};
+  if (name == "random") return {Kind::random, 0, uint64_t(parse_int(value, "random seed", 0, where))};
+  fail(where, "unknown distribution " + quoted(field) + "; expected balanced, skew:R, zipf:S or random:SEED");
+}
+
+std::string dist_spec(const GroupDist& dist) {
+  switch (dist.kind) {
+    case GroupDist::Kind::balanced: return "balanced";
+    case GroupDist::Kind::skew: return "skew:" + num_text(dist.value);
+    case GroupDist::Kind::zipf: return "zipf:" + num_text(dist.value);
+    case GroupDist::Kind::random: return "random:" + std::to_string(dist.seed);
+  }
+  return "?";
+}
+
+GroupedProblem parse_grouped(const std::vector<std::string>& fields, const std::string& where) {
+  if (fields.size() < 8 || fields.size() > 9)
+    fail(where, "expected 8 or 9 fields for a grouped line (grouped OP G M N K dtype [mode] dist), got " +
+                    std::to_string(fields.size()) + ": " + quoted(join(fields)));
+  GroupedProblem p;
+  const std::string op = lower(fields[1]);
+  const auto named = std::find_if(std::begin(kOps), std::end(kOps), [&](GroupedOp o) { return op == grouped_op_name(o); });
+  if (named == std::end(kOps)) fail(where, "unknown grouped op " + quoted(fields[1]) + "; expected fwd, dgrad, wgrad or masked");
+  p.op = *named;
+  const int64_t groups = parse_int(fields[2], "G", 1, where);
+  if (groups > kMaxGroups)
+    fail(where, "G " + quoted(fields[2]) + " is too large; expected at most " + std::to_string(kMaxGroups) +
+                    " groups (grouped_gemm's limit)");
+  p.m = parse_int(fields[3], p.op == GroupedOp::masked ? "max_m" : "M", 0, where);
+  p.n = parse_int(fields[4], "N", 0, where);
+  p.k = parse_int(fields[5], "K", 0, where);
+  parse_dtype(fields[6], p.dense, where);
+  if (fields.size() == 9) {
+    const auto mode = mode_of(fields[7]);
+    if (!p.dense.fp8())
+      fail(where, "scaling mode " + quoted(fields[7]) + " with " + std::string(dtype_name(p.dense.in_dtype)) +
+                      " inputs; a mode goes with e4m3 or e5m2 inputs only");
+    if (!mode || *mode == ScaleMode::mx)
+      fail(where, "unknown scaling mode " + quoted(fields[7]) + " for a grouped line; expected tensor, rowwise or block");
+    p.dense.mode = *mode;
+  }
+  p.dist = parse_dist(fields.back(), where);
+  // Checked as if every group had all M rows: masked A and D are that, contiguous ones less.
+  check_sizes(p.dense, p.m, p.n, p.k, groups, where);
+  p.rows = p.op == GroupedOp::masked ? masked_rows(groups, p.m, p.dist) : split_rows(groups, p.m, p.dist);
+  const int64_t total = std::accumulate(p.rows.begin(), p.rows.end(), int64_t(0));
+  const auto dense_shape = [&](int64_t m, int64_t n, int64_t k, const char* layout) {
+    p.dense.m = m;
+    p.dense.n = n;
+    p.dense.k = k;
+    p.dense.layout = layout;
+  };
+  switch (p.op) {
+    case GroupedOp::fwd:
+    case GroupedOp::masked: dense_shape(total, p.n, p.k, "NT"); break;
+    case GroupedOp::dgrad: dense_shape(total, p.k, p.n, "NN"); break;
+    case GroupedOp::wgrad: dense_shape(p.n, p.k, total, "TN"); break;
+  }
+  return p;
+}
+
+Suite parse_bench_suite(std::istream& in, const std::string& name) {
+  Suite suite{name, {}, {}};
   std::string text;
   for (int line = 1; std::getline(in, text); ++line) {
     const std::vector<std::string> fields = line_fields(text);
     if (fields.empty()) continue;
-    SuiteProblem p = parse_problem(fields, name + ":" + std::to_string(line));
-    p.line = line;
-    problems.push_back(p);
+    const std::string where = name + ":" + std::to_string(line);
+    if (lower(fields[0]) == "grouped") {
+      suite.grouped.push_back(parse_grouped(fields, where));
+      suite.grouped.back().dense.line = line;
+    } else {
+      suite.dense.push_back(parse_problem(fields, where));
+      suite.dense.back().line = line;
+    }
   }
   if (in.bad()) throw Error(ErrorCode::io_error, "cannot read suite file '" + name + "'");
-  return problems;
+  return suite;
 }
 
-std::vector<SuiteProblem> load_suite(const std::string& path) {
+std::vector<SuiteProblem> dense_lines(const Suite& suite) {
+  if (!suite.grouped.empty())
+    fail(suite.name + ":" + std::to_string(suite.grouped[0].dense.line),
+         "a grouped line, which only gemmkit bench runs; expected M N K [layout] [dtype] [mode] [batch]");
+  return suite.dense;
+}
+
+std::vector<SuiteProblem> parse_suite(std::istream& in, const std::string& name) {
+  return dense_lines(parse_bench_suite(in, name));
+}
+
+Suite load_bench_suite(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw Error(ErrorCode::io_error, "cannot open suite file '" + path + "'");
-  return parse_suite(in, path);
+  return parse_bench_suite(in, path);
 }
+
+std::vector<SuiteProblem> load_suite(const std::string& path) { return dense_lines(load_bench_suite(path)); }
 
 std::string dtype_spec(const SuiteProblem& p) {
   std::string in(dtype_name(p.in_dtype));

@@ -1,13 +1,15 @@
 // Benchmark suites: plain-text lists of GEMM problems, one `M N K [layout] [dtype] [mode] [batch]`
-// a line.
+// a line, or a grouped GEMM, `grouped OP G M N K dtype [mode] dist` (gemmkit bench only).
 #pragma once
 
 #include <cstdint>
 #include <istream>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "bench/group_sizes.h"
 #include "gemmkit/gemm.h"
 #include "gemmkit/tensor.h"
 
@@ -44,11 +46,66 @@ int64_t parse_int(const std::string& field, const char* what, int64_t min, const
 // The whitespace-separated fields of one suite line, a `#` comment dropped; none for a blank line.
 std::vector<std::string> line_fields(std::string text);
 
-// Parses a whole suite; `name` is used in error messages ("<name>:<line>: ...").
+// The passes of a mixture-of-experts layer that a grouped line names (gemmkit/grouped.h):
+//   fwd     contiguous forward: A tokens [M, K], weights stored [G, N, K], D [M, N]
+//   dgrad   contiguous input gradient: A = dD [M, N], the same weights read as [G, N, K] with N
+//           the contraction (N-major), D = dA [M, K]
+//   wgrad   weight gradient dW_g [N, K] = dD_g^T X_g over each group's M_g rows (no kernel yet)
+//   masked  masked forward: A [G, max_m, K], D [G, max_m, N], a row count per group
+enum class GroupedOp { fwd, dgrad, wgrad, masked };
+std::string_view grouped_op_name(GroupedOp op);
+
+// One `grouped` line.
+struct GroupedProblem {
+  GroupedOp op = GroupedOp::fwd;
+  int64_t m = 0, n = 0, k = 0;  // the line's M (masked: max_m), N and K
+  GroupDist dist;
+  std::vector<int64_t> rows;  // each group's rows, from dist (split_rows, masked: masked_rows)
+  // The line's types, mode and line number, on the dense GEMM that does every group's work at
+  // once, as a dense line would give it: all rows x N x K NT (fwd, masked), M x K x N NN (dgrad:
+  // dD times the weights stored [N, K]), N x K x M TN (wgrad: dD^T times X).
+  SuiteProblem dense;
+
+  int64_t groups() const { return int64_t(rows.size()); }
+  // What every group's GEMM reads and writes at the least: the rows of A and D the groups own,
+  // and the weights of each group that has rows (FP8 scales left out), in bytes.
+  double bytes() const;
+};
+
+// Parses a grouped line's fields: `grouped`, then OP (fwd, dgrad, wgrad, masked), G (1 to
+// kMaxGroups of gemmkit/grouped.h), M (masked: max_m), N, K, a dtype as parse_problem() takes
+// it, for FP8 optionally a mode (tensor, rowwise or block: A 1x128, B 128x128 per group), and
+// the distribution (parse_dist). Errors as parse_problem()'s.
+GroupedProblem parse_grouped(const std::vector<std::string>& fields, const std::string& where);
+
+// A distribution as a line names it: balanced, skew:R (R > 0), zipf:S (S >= 0) or random:SEED
+// (an integer >= 0), in any case. Throws gemmkit::Error(invalid_argument) prefixed by `where`.
+GroupDist parse_dist(const std::string& field, const std::string& where);
+
+// The distribution's field, canonical: "balanced", "skew:10", "zipf:1.2", "random:7".
+std::string dist_spec(const GroupDist& dist);
+
+// A suite's lines in file order, dense and grouped apart.
+struct Suite {
+  std::string name;  // what error messages call the file
+  std::vector<SuiteProblem> dense;
+  std::vector<GroupedProblem> grouped;
+};
+
+// Parses a whole suite, dense and grouped lines; `name` is used in error messages
+// ("<name>:<line>: ...").
+Suite parse_bench_suite(std::istream& in, const std::string& name);
+
+// The suite's dense problems; throws gemmkit::Error(invalid_argument) naming its first grouped
+// line, which only gemmkit bench runs.
+std::vector<SuiteProblem> dense_lines(const Suite& suite);
+
+// Parses a whole suite of dense lines only: dense_lines(parse_bench_suite(in, name)).
 std::vector<SuiteProblem> parse_suite(std::istream& in, const std::string& name);
 
 // Reads and parses the suite at `path`; throws gemmkit::Error(io_error) if it cannot be read.
-std::vector<SuiteProblem> load_suite(const std::string& path);
+Suite load_bench_suite(const std::string& path);
+std::vector<SuiteProblem> load_suite(const std::string& path);  // dense lines only
 
 // The dtype field, canonical: "bf16" when 16-bit input and output types match, else "IN:OUT",
 // e.g. "bf16:f32"; FP8 always as "IN:OUT", e.g. "e4m3:bf16" or "e4m3,e5m2:f32". Parses back as

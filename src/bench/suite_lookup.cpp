@@ -75,11 +75,17 @@ fs::path find_named_file(const std::string& name_or_path, const std::string& wha
   throw Error(ErrorCode::io_error, message);
 }
 
-std::vector<SuiteProblem> load_named_suite(const std::string& name_or_path) {
+Suite load_named_bench_suite(const std::string& name_or_path) {
   const std::string path = find_named_file(name_or_path, "suite", search_dirs("suites")).string();
-  std::vector<SuiteProblem> problems = load_suite(path);
-  if (problems.empty()) throw EmptySuite(path + " holds no problems (only comments and blank lines): nothing to run");
-  return problems;
+  Suite suite = load_bench_suite(path);
+  if (suite.dense.empty() && suite.grouped.empty()) {
+    throw EmptySuite(path + " holds no problems (only comments and blank lines): nothing to run");
+  }
+  return suite;
+}
+
+std::vector<SuiteProblem> load_named_suite(const std::string& name_or_path) {
+  return dense_lines(load_named_bench_suite(name_or_path));
 }
 
 std::string find_chain(const std::string& name_or_path) {

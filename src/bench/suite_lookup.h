@@ -32,8 +32,11 @@ class EmptySuite : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The suite `name_or_path` names (find_named_file over search_dirs("suites")), parsed. Throws
-// EmptySuite where it holds no problems.
+// The suite `name_or_path` names (find_named_file over search_dirs("suites")), parsed, dense and
+// grouped lines. Throws EmptySuite where it holds no problems.
+Suite load_named_bench_suite(const std::string& name_or_path);
+
+// Its dense lines, for the commands that run no grouped line (dense_lines in bench/suite.h).
 std::vector<SuiteProblem> load_named_suite(const std::string& name_or_path);
 
 // The chain file `name_or_path` names (find_named_file over search_dirs("chains")).

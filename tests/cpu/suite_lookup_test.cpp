@@ -81,4 +81,23 @@ TEST_F(SuiteLookup, AnEmptySuiteIsReportedByName) {
   EXPECT_EQ(load_named_suite((first_ / "dense.txt").string()).size(), 1u);
 }
 
+TEST_F(SuiteLookup, GroupedLinesLoadForBenchOnly) {
+  const fs::path moe = dir_ / "moe.txt";
+  gemmkit::testing::write_file(moe, "grouped fwd 8 64 64 64 bf16 balanced\n");
+  const Suite suite = load_named_bench_suite(moe.string());
+  EXPECT_EQ(suite.name, moe.string());
+  EXPECT_TRUE(suite.dense.empty());
+  EXPECT_EQ(suite.grouped.size(), 1u);
+  try {
+    load_named_suite(moe.string());
+    FAIL() << "a grouped line loaded as a dense one";
+  } catch (const gemmkit::Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(moe.string() + ":1: a grouped line, which only gemmkit bench runs", 0), 0u)
+        << e.what();
+  }
+  // The shipped MoE suites are found by name, as every shipped suite is.
+  EXPECT_EQ(find_named_file("moe", "suite", search_dirs("suites")).filename(), "moe.txt");
+  EXPECT_EQ(find_named_file("moe-decode", "suite", search_dirs("suites")).filename(), "moe-decode.txt");
+}
+
 }  // namespace

@@ -7,12 +7,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "api/prepare.h"
 #include "api/validate.h"
+#include "baseline/cublas_grouped.h"
 #include "dispatch/cost_model.h"
 #include "gemmkit/grouped.h"
 #include "gpu_test.h"
@@ -140,6 +142,15 @@ class GroupedProblem {
     grouped_gemm(a_, b_, d_, sizes(), o);
   }
   void check_sizes() { check_ = true; }
+  // cuBLAS's grouped GEMM on the same operands and the case's rows, as bench runs it.
+  void run_cublas(baseline::CublasGrouped& cublas) const {
+    std::string why;
+    std::optional<baseline::CublasGrouped::Call> call =
+        baseline::CublasGrouped::plan(a_, b_, d_, case_.layout, case_.rows, &why);
+    ASSERT_TRUE(call) << case_.describe() << ": " << why;
+    baseline::CublasGrouped::upload(*call);
+    cublas.run(*call, nullptr);
+  }
   // The problem as grouped_gemm plans it, for forced configs.
   Problem problem() const { return api::prepare_grouped(a_, b_, d_, sizes(), options_).problem; }
   void poison(cudaStream_t stream = nullptr) { dense_.prepare_output(stream); }
@@ -347,6 +358,21 @@ TEST_F(GroupedGemm, Fp8InEveryScaleMode) {
     expect_correct({.rows = kEdgeRows, .n = 384, .k = 640, .in = DType::e4m3, .scales = mode});
     expect_correct({.layout = GroupLayout::masked, .rows = {3, 130, 0, 64}, .n = 256, .k = 256, .in = DType::e4m3,
                     .scales = mode});
+  }
+}
+
+// bench's baseline computes what grouped_gemm does, so that the two time the same work.
+TEST_F(GroupedGemm, CublasBaselineComputesTheSameGroups) {
+  baseline::CublasGrouped cublas;
+  const GroupedCase cases[] = {{.rows = kEdgeRows},
+                               {.rows = kEdgeRows, .n = 200, .k = 136, .layout_ab = "NN", .in = DType::f16, .out = DType::f16},
+                               {.layout = GroupLayout::masked, .rows = {200, 0, 1, 77}, .n = 384, .k = 256}};
+  for (const GroupedCase& c : cases) {
+    GroupedProblem problem(c);
+    problem.poison();
+    problem.run_cublas(cublas);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << c.describe();
+    problem.expect_correct(c.rows, "cuBLAS grouped baseline");
   }
 }
 

@@ -1,0 +1,231 @@
+// Suite files' `grouped` lines (bench/suite.h): their fields, the dense GEMM each stands beside,
+// the distributions' text and errors, and the shipped MoE suites.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "bench/suite.h"
+#include "gemmkit/error.h"
+
+#ifndef GEMMKIT_SOURCE_DIR
+#error "GEMMKIT_SOURCE_DIR must name the repository root"
+#endif
+
+namespace gemmkit::tools {
+namespace {
+
+Suite parse(const std::string& text) {
+  std::istringstream in(text);
+  return parse_bench_suite(in, "moe.txt");
+}
+
+GroupedProblem grouped(const std::string& line) { return parse(line).grouped.at(0); }
+
+int64_t sum(const std::vector<int64_t>& rows) { return std::accumulate(rows.begin(), rows.end(), int64_t(0)); }
+
+// The error a suite made of `line` alone raises.
+std::string parse_error(const std::string& line) {
+  try {
+    parse(line);
+    ADD_FAILURE() << "no error for " << line;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    return e.what();
+  }
+  return "";
+}
+
+TEST(GroupedSuite, DenseAndGroupedLinesMix) {
+  const Suite suite = parse("# moe\n4096 2112 7168\ngrouped fwd 8 32768 4096 7168 bf16 balanced\n\n1 2 3 NN\n");
+  EXPECT_EQ(suite.name, "moe.txt");
+  ASSERT_EQ(suite.dense.size(), 2u);
+  EXPECT_EQ(suite.dense[0].line, 2);
+  EXPECT_EQ(suite.dense[1].line, 5);
+  EXPECT_EQ(suite.dense[1].layout, "NN");
+  ASSERT_EQ(suite.grouped.size(), 1u);
+  const GroupedProblem& p = suite.grouped[0];
+  EXPECT_EQ(p.op, GroupedOp::fwd);
+  EXPECT_EQ(std::tie(p.m, p.n, p.k), std::make_tuple(32768, 4096, 7168));
+  EXPECT_EQ(p.groups(), 8);
+  EXPECT_EQ(p.rows, std::vector<int64_t>(8, 4096));
+  EXPECT_EQ(p.dense.line, 3);
+  EXPECT_EQ(type_spec(p.dense), "bf16");
+}
+
+TEST(GroupedSuite, EachOpStandsBesideTheDenseGemmOfItsWork) {
+  // {line, dense m, n, k, layout}: fwd and masked multiply the rows by weights stored [N, K]; dgrad
+  // multiplies dD [M, N] by them stored [N, K], contracting N; wgrad is dD^T [N, M] times X [M, K].
+  const std::vector<std::tuple<std::string, int64_t, int64_t, int64_t, std::string>> cases = {
+      {"grouped fwd 8 32768 4096 7168 bf16 skew:10", 32768, 4096, 7168, "NT"},
+      {"grouped dgrad 8 32768 4096 7168 bf16 zipf:1.2", 32768, 7168, 4096, "NN"},
+      {"grouped wgrad 8 32768 4096 7168 bf16 balanced", 4096, 7168, 32768, "TN"},
+      {"grouped masked 128 64 3072 4096 bf16 balanced", 128 * 64, 3072, 4096, "NT"},
+      {"grouped masked 4 64 3072 4096 bf16 zipf:1", 64 + 32 + 21 + 16, 3072, 4096, "NT"},
+  };
+  for (const auto& [line, m, n, k, layout] : cases) {
+    SCOPED_TRACE(line);
+    const GroupedProblem p = grouped(line);
+    EXPECT_EQ(std::tie(p.dense.m, p.dense.n, p.dense.k, p.dense.layout), std::tie(m, n, k, layout));
+    EXPECT_EQ(p.dense.batch, 1);
+  }
+}
+
+TEST(GroupedSuite, RowsFollowTheDistribution) {
+  const GroupedProblem contiguous = grouped("grouped fwd 8 32768 4096 7168 bf16 zipf:1.2");
+  EXPECT_EQ(sum(contiguous.rows), 32768);
+  EXPECT_EQ(contiguous.rows, split_rows(8, 32768, contiguous.dist));
+  const GroupedProblem masked = grouped("grouped masked 8 32 4096 7168 bf16 skew:4");
+  EXPECT_EQ(masked.rows, (std::vector<int64_t>{32, 8, 8, 8, 8, 8, 8, 8}));
+}
+
+TEST(GroupedSuite, TakesFp8TypesAndModes) {
+  const GroupedProblem block = grouped("GROUPED FWD 8 32768 4096 7168 e4m3:bf16 Block balanced");
+  EXPECT_EQ(block.dense.in_dtype, DType::e4m3);
+  EXPECT_EQ(block.dense.out_dtype, DType::bf16);
+  EXPECT_EQ(block.dense.mode, ScaleMode::block);
+  EXPECT_EQ(type_spec(block.dense), "e4m3:bf16 block");
+  EXPECT_EQ(grouped("grouped fwd 8 64 64 64 e4m3 balanced").dense.mode, ScaleMode::tensor);
+  EXPECT_EQ(grouped("grouped masked 8 64 64 64 e4m3,e5m2:f32 rowwise balanced").dense.b_dtype(), DType::e5m2);
+  EXPECT_EQ(type_spec(grouped("grouped dgrad 8 64 64 64 f16:f32 balanced").dense), "f16:f32");
+}
+
+TEST(GroupedSuite, DistributionsReadBackAsWritten) {
+  for (const std::string text : {"balanced", "skew:10", "skew:2.5", "zipf:1.2", "zipf:0", "random:7", "random:0"}) {
+    EXPECT_EQ(dist_spec(parse_dist(text, "here")), text);
+  }
+  EXPECT_EQ(dist_spec(parse_dist("SKEW:10", "here")), "skew:10");
+  EXPECT_EQ(dist_spec(parse_dist("Balanced", "here")), "balanced");
+  const GroupDist random = parse_dist("random:18446744073709551", "here");
+  EXPECT_EQ(random.kind, GroupDist::Kind::random);
+  EXPECT_EQ(random.seed, 18446744073709551u);
+}
+
+TEST(GroupedSuite, BadDistributionsSayWhatIsExpected) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"flat", "unknown distribution 'flat'; expected balanced, skew:R, zipf:S or random:SEED"},
+      {"skew", "unknown distribution 'skew'; expected balanced, skew:R, zipf:S or random:SEED"},
+      {"balanced:2", "unknown distribution 'balanced:2'; expected balanced, skew:R, zipf:S or random:SEED"},
+      {"skew:", "skew ratio '' is not a number; expected a number > 0"},
+      {"skew:ten", "skew ratio 'ten' is not a number; expected a number > 0"},
+      {"skew:0", "skew ratio '0' is too small; expected a number > 0"},
+      {"skew:-2", "skew ratio '-2' is too small; expected a number > 0"},
+      {"skew:inf", "skew ratio 'inf' is not a number; expected a number > 0"},
+      {"zipf:1.2x", "zipf exponent '1.2x' is not a number; expected a number >= 0"},
+      {"zipf:-0.5", "zipf exponent '-0.5' is too small; expected a number >= 0"},
+      {"zipf:nan", "zipf exponent 'nan' is not a number; expected a number >= 0"},
+      {"random:x", "random seed 'x' is not an integer; expected an integer >= 0"},
+      {"random:-1", "random seed '-1' is too small; expected an integer >= 0"},
+      {"random:1.5", "random seed '1.5' is not an integer; expected an integer >= 0"},
+  };
+  for (const auto& [dist, message] : cases) {
+    SCOPED_TRACE(dist);
+    EXPECT_EQ(parse_error("grouped fwd 8 64 64 64 bf16 " + dist), "moe.txt:1: " + message);
+  }
+}
+
+TEST(GroupedSuite, BadLinesNameTheField) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"grouped fwd 8 64 64 64 bf16",
+       "expected 8 or 9 fields for a grouped line (grouped OP G M N K dtype [mode] dist), got 7: "
+       "'grouped fwd 8 64 64 64 bf16'"},
+      {"grouped fwd 8 64 64 64 e4m3 block balanced 2", "expected 8 or 9 fields"},
+      {"grouped bwd 8 64 64 64 bf16 balanced", "unknown grouped op 'bwd'; expected fwd, dgrad, wgrad or masked"},
+      {"grouped fwd 0 64 64 64 bf16 balanced", "G '0' is too small; expected an integer >= 1"},
+      {"grouped fwd 1025 64 64 64 bf16 balanced", "G '1025' is too large; expected at most 1024 groups"},
+      {"grouped fwd 8 -1 64 64 bf16 balanced", "M '-1' is too small"},
+      {"grouped masked 8 x 64 64 bf16 balanced", "max_m 'x' is not an integer"},
+      {"grouped fwd 8 64 64 k bf16 balanced", "K 'k' is not an integer"},
+      {"grouped fwd 8 64 64 64 f32 balanced", "unknown dtype 'f32'"},
+      {"grouped fwd 8 64 64 64 bf16 block balanced", "scaling mode 'block' with bf16 inputs"},
+      {"grouped fwd 8 64 64 64 e4m3 mx balanced", "unknown scaling mode 'mx' for a grouped line; expected tensor, rowwise or block"},
+      {"grouped fwd 8 64 64 64 e4m3 blocky balanced", "unknown scaling mode 'blocky'"},
+      {"grouped fwd 8 4611686018427387904 64 64 bf16 balanced", "overflows 64-bit addressing"},
+  };
+  for (const auto& [line, message] : cases) {
+    SCOPED_TRACE(line);
+    const std::string error = parse_error("1 1 1\n" + line);
+    EXPECT_EQ(error.rfind("moe.txt:2: ", 0), 0u) << error;
+    EXPECT_NE(error.find(message), std::string::npos) << error;
+  }
+}
+
+TEST(GroupedSuite, DenseOnlyReadersRejectGroupedLines) {
+  std::istringstream in("1 1 1\n# experts\ngrouped fwd 8 64 64 64 bf16 balanced\n");
+  try {
+    parse_suite(in, "moe.txt");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_EQ(std::string(e.what()),
+              "moe.txt:3: a grouped line, which only gemmkit bench runs; expected M N K [layout] [dtype] [mode] [batch]");
+  }
+  EXPECT_EQ(dense_lines(parse("1 1 1\n2 2 2\n")).size(), 2u);
+}
+
+TEST(GroupedSuite, BytesCountTheRowsAndTheWeightsOfBusyGroups) {
+  // 2 groups of 64 rows, K = 128, N = 256, bf16: A 128 x 128, weights 2 x 128 x 256, D 128 x 256.
+  EXPECT_EQ(grouped("grouped fwd 2 128 256 128 bf16 balanced").bytes(), 2.0 * (128 * 128 + 2 * 128 * 256 + 128 * 256));
+  // dgrad reads dD [M, N] and writes dA [M, K].
+  EXPECT_EQ(grouped("grouped dgrad 2 128 256 128 bf16 balanced").bytes(), 2.0 * (128 * 256 + 2 * 128 * 256 + 128 * 128));
+  // FP8 inputs are one byte; masked: only the counted rows, only groups with rows (skew:1000
+  // leaves the others none of max_m = 4).
+  EXPECT_EQ(grouped("grouped masked 4 4 256 128 e4m3:bf16 skew:1000").bytes(), 4.0 * 128 + 128 * 256 + 2.0 * 4 * 256);
+  // wgrad reads dD and X and writes a gradient per group.
+  EXPECT_EQ(grouped("grouped wgrad 2 128 256 128 bf16 balanced").bytes(), 2.0 * (128 * 256 + 128 * 128 + 2 * 256 * 128));
+}
+
+// The shipped suites, loaded as gemmkit bench loads them.
+Suite shipped(const std::string& file) {
+  return load_bench_suite(std::string(GEMMKIT_SOURCE_DIR) + "/bench/suites/" + file);
+}
+
+TEST(GroupedSuite, ShippedMoeHoldsEveryShapePassAndDistribution) {
+  const Suite suite = shipped("moe.txt");
+  EXPECT_TRUE(suite.dense.empty());
+  // (G, M, N, K) of DeepSeek-V3 up, down and up with 32 experts, Qwen3 up and down, gpt-oss up
+  // and down.
+  using Shape = std::tuple<int64_t, int64_t, int64_t, int64_t>;
+  const std::vector<Shape> shapes = {{8, 32768, 4096, 7168},    {8, 32768, 7168, 2048},   {32, 16384, 4096, 7168},
+                                     {128, 32768, 3072, 4096},  {128, 32768, 4096, 1536}, {128, 16384, 5760, 2880},
+                                     {32, 16384, 2880, 2880}};
+  std::map<std::string, std::set<std::tuple<Shape, std::string>>> passes;  // "op dtype" -> shapes x dists
+  for (const GroupedProblem& p : suite.grouped) {
+    passes[std::string(grouped_op_name(p.op)) + " " + type_spec(p.dense)].insert({{p.groups(), p.m, p.n, p.k}, dist_spec(p.dist)});
+  }
+  const auto grid = [](const std::vector<Shape>& of) {
+    std::set<std::tuple<Shape, std::string>> all;
+    for (const Shape& s : of)
+      for (const char* dist : {"balanced", "skew:10", "zipf:1.2"}) all.insert({s, dist});
+    return all;
+  };
+  EXPECT_EQ(passes.size(), 5u);
+  for (const char* pass : {"fwd bf16", "dgrad bf16", "wgrad bf16", "fwd e4m3:bf16 block"}) {
+    EXPECT_EQ(passes[pass], grid(shapes)) << pass;
+  }
+  EXPECT_EQ(passes["fwd e4m3:bf16 tensor"], grid({shapes.begin(), shapes.begin() + 3}));
+  EXPECT_EQ(suite.grouped.size(), 4 * 21u + 9u);
+}
+
+TEST(GroupedSuite, ShippedMoeDecodeIsMaskedUpTo64TokensAnExpert) {
+  const Suite suite = shipped("moe-decode.txt");
+  EXPECT_TRUE(suite.dense.empty());
+  std::set<int64_t> groups, max_ms;
+  for (const GroupedProblem& p : suite.grouped) {
+    EXPECT_EQ(p.op, GroupedOp::masked);
+    EXPECT_EQ(type_spec(p.dense), "bf16");
+    groups.insert(p.groups());
+    max_ms.insert(p.m);
+    EXPECT_LE(*std::max_element(p.rows.begin(), p.rows.end()), p.m);
+  }
+  EXPECT_EQ(groups, (std::set<int64_t>{8, 128}));
+  EXPECT_EQ(max_ms, (std::set<int64_t>{1, 8, 32, 64}));
+  EXPECT_EQ(suite.grouped.size(), 48u);
+}
+
+}  // namespace
+}  // namespace gemmkit::tools

@@ -1,0 +1,193 @@
+// gemmkit bench's grouped rows (suite lines `grouped ...`, bench/suite.h), run as the dense rows
+// are: for each row, enough buffer sets that cycling through them evicts L2 between uses of a
+// set, each with fresh random inputs; the group sizes in a device int32 array; warm-up runs, then
+// timed runs, alternating, of gemmkit::grouped_gemm, of gemmkit::gemm on the dense GEMM of every
+// group's rows at once (the compute floor) and of cuBLAS's grouped GEMM (16-bit rows), each
+// after an empty kernel it cannot overlap and between two events; the medians are reported.
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "baseline/cublas_grouped.h"
+#include "bench/progress.h"
+#include "bench_buffers.h"
+#include "commands.h"
+#include "gemmkit/error.h"
+#include "gemmkit/grouped.h"
+#include "runtime/driver.h"
+
+namespace gemmkit::tools {
+namespace {
+
+// The view as [batch, rows, cols], also where it is one matrix.
+TensorView as_batch(const TensorView& t) {
+  if (t.rank == 3) return t;
+  return TensorView::batched(t.data, t.dtype, 1, t.rows(), t.cols(), t.rows() * t.cols(), t.row_stride(), t.col_stride());
+}
+
+// One buffer set of a grouped row, on the buffers of two dense problems: `dense`, the dense GEMM
+// of every group's rows at once (the compute floor), and `groups`, batched one matrix per group,
+// whose B holds the weights [G, K, N]. Contiguous groups have their rows in dense's A and D;
+// masked ones in groups' ([G, max_m, ...]), with A's scales alike and B's from `groups`.
+struct GroupedSet {
+  reference::DeviceProblem dense, groups;
+  TensorView a, b, d;
+  GemmOptions options;
+
+  GroupedSet(const reference::ProblemSpec& dense_spec, const reference::ProblemSpec& groups_spec, bool masked)
+      : dense(dense_spec, random_seed()), groups(groups_spec, random_seed()) {
+    const reference::DeviceProblem& rows = masked ? groups : dense;
+    a = masked ? as_batch(rows.a()) : rows.a();
+    d = masked ? as_batch(rows.d()) : rows.d();
+    b = as_batch(groups.b());
+    options = rows.options(nullptr);
+    if (is_fp8(dense_spec.in)) {
+      if (masked) options.scale_a.scales = as_batch(options.scale_a.scales);
+      options.scale_b = groups.options(nullptr).scale_b;
+      options.scale_b.scales = as_batch(options.scale_b.scales);
+    }
+  }
+};
+
+// Why gemmkit does not run the row; empty where it does.
+std::string not_run_reason(const GroupedProblem& p) {
+  if (p.op == GroupedOp::wgrad) return "not run: gemmkit has no weight-gradient grouped kernel yet";
+  if (p.op == GroupedOp::dgrad && p.dense.fp8()) {
+    return "not run: grouped_gemm reads FP8 weights K-major only, and the input gradient contracts them along N";
+  }
+  if (p.dense.m > INT32_MAX) return "not run: more rows than the bench's int32 group sizes hold";
+  return "";
+}
+
+// The sizes grouped_gemm reads (gemmkit/grouped.h) in device memory, int32: each group's end row
+// (contiguous) or row count (masked).
+std::unique_ptr<void, CudaFree> device_sizes(const GroupedProblem& p) {
+  std::vector<int32_t> values;
+  int64_t end = 0;
+  for (int64_t rows : p.rows) {
+    end += rows;
+    values.push_back(int32_t(p.op == GroupedOp::masked ? rows : end));
+  }
+  void* data = nullptr;
+  runtime::check(cudaMalloc(&data, values.size() * sizeof(int32_t)), "cudaMalloc of the group sizes");
+  std::unique_ptr<void, CudaFree> owned(data);
+  runtime::check(cudaMemcpy(data, values.data(), values.size() * sizeof(int32_t), cudaMemcpyHostToDevice),
+                 "copying the group sizes");
+  return owned;
+}
+
+// Times one row that gemmkit runs: fills the record's times and, where cuBLAS cannot run the
+// row, its note. Returns how many buffer sets it cycled through.
+int time_row(const GroupedProblem& p, GroupedRecord& record, cudaStream_t stream, baseline::CublasGrouped& cublas,
+             const tuning::GpuTimer& timer, const runtime::DeviceInfo& info) {
+  const bool masked = p.op == GroupedOp::masked;
+  // Scales row-major, as grouped_gemm's own tests lay them out.
+  const reference::ProblemSpec dense_spec = to_spec(p.dense);
+  reference::ProblemSpec groups_spec = dense_spec;
+  groups_spec.batch = p.groups();
+  groups_spec.m = masked ? p.m : 1;  // contiguous: only its weights are used
+  std::vector<std::unique_ptr<GroupedSet>> pool;
+  for (int s = buffer_set_count(set_bytes(dense_spec) + set_bytes(groups_spec), info); s > 0; --s) {
+    pool.push_back(std::make_unique<GroupedSet>(dense_spec, groups_spec, masked));
+  }
+  const int sets = int(pool.size());
+  const std::unique_ptr<void, CudaFree> sizes_data = device_sizes(p);
+  const GroupSizes sizes{masked ? GroupLayout::masked : GroupLayout::contiguous, sizes_data.get(), false, p.groups()};
+
+  const auto ours = [&](int s) {
+    const GroupedSet& set = *pool[size_t(s)];
+    GemmOptions options = set.options;
+    options.stream = stream;
+    grouped_gemm(set.a, set.b, set.d, sizes, options);
+  };
+  const auto dense_floor = [&](int s) {
+    const reference::DeviceProblem& dense = pool[size_t(s)]->dense;
+    gemm(dense.a(), dense.b(), dense.d(), dense.options(stream));
+  };
+  std::vector<std::function<void(int)>> launchers = {ours, dense_floor};
+
+  // cuBLAS runs the same groups on the same buffers where it can; its sizes come from the host.
+  std::vector<baseline::CublasGrouped::Call> calls;
+  std::string why;
+  for (const auto& set : pool) {
+    std::optional<baseline::CublasGrouped::Call> call =
+        baseline::CublasGrouped::plan(set->a, set->b, set->d, sizes.layout, p.rows, &why);
+    if (!call) break;
+    baseline::CublasGrouped::upload(*call);
+    calls.push_back(std::move(*call));
+  }
+  bool with_baseline = calls.size() == pool.size();
+  if (with_baseline) {
+    try {
+      cublas.run(calls[0], stream);  // throws where cuBLAS has no kernel for the row
+    } catch (const Error& e) {
+      why = e.what();
+      with_baseline = false;
+    }
+  }
+  if (with_baseline) {
+    launchers.push_back([&](int s) { cublas.run(calls[size_t(s)], stream); });
+  } else {
+    record.note = "no cuBLAS baseline: " + why;
+  }
+
+  const std::vector<double> medians = timer.median_us(sets, launchers);
+  record.ours_us = medians[0];
+  record.dense_us = medians[1];
+  if (with_baseline) record.baseline_us = medians[2];
+  return sets;
+}
+
+}  // namespace
+
+std::vector<GroupedRecord> run_grouped_rows(const std::vector<GroupedProblem>& rows, cudaStream_t stream,
+                                            const tuning::GpuTimer& timer, const runtime::DeviceInfo& info) {
+  baseline::CublasGrouped cublas;
+  std::vector<GroupedRecord> records;
+  Progress progress(rows.size());
+  for (const GroupedProblem& p : rows) {
+    GroupedRecord record;
+    record.op = grouped_op_name(p.op);
+    record.groups = p.groups();
+    record.m = p.m;
+    record.n = p.n;
+    record.k = p.k;
+    record.dtype = type_spec(p.dense);
+    record.dist = dist_spec(p.dist);
+    record.rows = std::accumulate(p.rows.begin(), p.rows.end(), int64_t(0));
+    record.bytes = p.bytes();
+    record.note = not_run_reason(p);
+    const std::string name = grouped_name(record);
+    progress.begin(name);
+    if (record.note.empty()) {
+      try {
+        const int sets = time_row(p, record, stream, cublas, timer, info);
+        char line[512];
+        std::snprintf(line, sizeof line, "  %s: ours %.1f us, dense floor %.1f us, cuBLAS %.1f us (%d buffer sets)",
+                      name.c_str(), record.ours_us, record.dense_us, record.baseline_us, sets);
+        progress.done(line);
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::invalid_argument) throw;
+        // grouped_gemm or gemm rejects the row: it is listed, not timed.
+        record.ours_us = record.dense_us = record.baseline_us = NAN;
+        record.note = std::string("not run: ") + e.what();
+      }
+    }
+    if (std::isnan(record.ours_us)) {
+      progress.note(name + ": " + record.note);
+      progress.done("");
+    }
+    records.push_back(record);
+  }
+  progress.finish();
+  return records;
+}
+
+}  // namespace gemmkit::tools
