@@ -8,7 +8,7 @@
 namespace gemmkit::baseline {
 namespace {
 
-void check(cublasStatus_t status, const char* what) {
+void check_cublas(cublasStatus_t status, const char* what) {
   if (status != CUBLAS_STATUS_SUCCESS) {
     throw Error(ErrorCode::cuda_error,
                 std::string("cuBLAS grouped baseline: ") + what + " failed: " + cublasGetStatusName(status));
@@ -24,7 +24,7 @@ const void* row_of(const TensorView& t, int64_t matrix, int64_t row) {
 
 }  // namespace
 
-CublasGrouped::CublasGrouped() { check(cublasCreate(&handle_), "cublasCreate"); }
+CublasGrouped::CublasGrouped() { check_cublas(cublasCreate(&handle_), "cublasCreate"); }
 
 CublasGrouped::~CublasGrouped() { cublasDestroy(handle_); }
 
@@ -92,11 +92,11 @@ void CublasGrouped::upload(Call& call) {
 }
 
 void CublasGrouped::run(const Call& call, cudaStream_t stream) {
-  check(cublasSetStream(handle_, stream), "cublasSetStream");
+  check_cublas(cublasSetStream(handle_, stream), "cublasSetStream");
   const int count = call.count();
   const auto* inputs = static_cast<const void* const*>(call.device_matrices.get());
   void* const* outputs = static_cast<void* const*>(call.device_matrices.get()) + 2 * count;
-  check(cublasGemmGroupedBatchedEx(handle_, call.trans_a.data(), call.trans_b.data(), call.m.data(), call.n.data(),
+  check_cublas(cublasGemmGroupedBatchedEx(handle_, call.trans_a.data(), call.trans_b.data(), call.m.data(), call.n.data(),
                                    call.k.data(), call.alpha.data(), inputs, call.type, call.lda.data(), inputs + count,
                                    call.type, call.ldb.data(), call.beta.data(), outputs, call.type, call.ldc.data(),
                                    count, call.group_size.data(), CUBLAS_COMPUTE_32F),
