@@ -44,4 +44,14 @@ inline constexpr int64_t kMaxGroups = 1024;
 void grouped_gemm(const TensorView& a, const TensorView& b, const TensorView& d, const GroupSizes& sizes,
                   const GemmOptions& options = {});
 
+// The weight gradient of grouped_gemm's contiguous groups: d_g = alpha * x_g^T y_g + beta * C_g for
+// every group g, contracting over the group's own rows: x is [M_total, P] and y [M_total, Q], the
+// groups' rows one after another as `sizes` (contiguous: G cumulative ends) says; d is [G, P, Q]
+// (for weights stored [G, N, K]: x = dD [M_total, N], y = A [M_total, K]; for weights stored
+// [G, K, N], x = A and y = dD). options.c (beta != 0) may be d itself, to accumulate. An empty group
+// gives alpha * 0 + beta * C_g (zeros, or C_g as it was). 16-bit x and y, P and Q contiguous
+// (x's and y's rows aligned for TMA); d bf16, f16 or f32. Throws gemmkit::Error naming the argument.
+void grouped_gemm_wgrad(const TensorView& x, const TensorView& y, const TensorView& d, const GroupSizes& sizes,
+                        const GemmOptions& options = {});
+
 }  // namespace gemmkit

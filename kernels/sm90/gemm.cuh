@@ -36,11 +36,14 @@
 // kGroupM, kClusterM, kSplitK, kAKMajor, kBKMajor, kAType, kBType, kOutType, kCType, kHasC,
 // kScaleA, kScaleB, kScaleMNA, kScaleMNB, kABatched, kBBatched, kRealignA, kRealignB,
 // kRowClasses, kTmaStore, kRowStore, kDByColumns, kStoreBoxBytes, kStoreBuffers, kSmemBytes
-// (the host's smem_layout total), kGrouped, kGroupsMasked, kGroupCapacity, and wgmma_tile().
+// (the host's smem_layout total), kGrouped, kGroupsMasked, kGroupedK, kGroupCapacity, and
+// wgmma_tile().
 //
 // Grouped problems (kGrouped: one GEMM per group, sizes in device memory) take the same kernel
 // with the grouped scheduler (grouped_scheduler.cuh): B is batched by group, and each work unit
-// carries its group's row end, past which the epilogue stores nothing.
+// carries its group's row end, past which the epilogue stores nothing. Groups along K (the weight
+// gradient: kGroupedK) walk the dense order over a batch of groups, each unit with its group's K
+// range.
 // kTileN is any multiple of 16 up to 256.
 #pragma once
 
@@ -116,17 +119,21 @@ static_assert(kSmem.mx_floats - kSmem.column_scales == 2 * kConsumers * kColumnS
                   kSmem.group_table - kSmem.mx_floats == 2 * kConsumers * kMxFloatBytes,
               "the layout's column and mx scale buffers are the epilogue's and promotion's");
 
-// The tile scheduler: the dense one (scheduler.cuh) or, for grouped problems, the one reading the
-// group sizes (grouped_scheduler.cuh).
-template <bool kIsGrouped>
+// The tile scheduler: the dense one (scheduler.cuh) or, for grouped problems, one reading the
+// group sizes (grouped_scheduler.cuh): groups of rows, or groups along K.
+template <bool kIsGrouped, bool kAlongK>
 struct SchedulerFor {
   using type = TileScheduler;
 };
 template <>
-struct SchedulerFor<true> {
+struct SchedulerFor<true, false> {
   using type = GroupedScheduler;
 };
-using Scheduler = SchedulerFor<kGrouped>::type;
+template <>
+struct SchedulerFor<true, true> {
+  using type = GroupedKScheduler;
+};
+using Scheduler = SchedulerFor<kGrouped, kGroupedK>::type;
 
 // A box of B: into this CTA alone, or multicast to every CTA of the cluster.
 __device__ __forceinline__ void load_b_box(u8* dst, const TensorMap* map_b, u64* full, int x, int y, int z) {
@@ -138,15 +145,17 @@ __device__ __forceinline__ void load_b_box(u8* dst, const TensorMap* map_b, u64*
 }
 
 // Loads the K slice `k_block` of A and B for the tile at (batch, row, col) into one stage, but
-// for realigned operands (the producer's other warps load those). With row classes, A's box
-// comes from the class's groups and B's from the class's copy.
+// for realigned operands (the producer's other warps load those); K block 0 starts at K element
+// k_first (groups along K; else 0). With row classes, A's box comes from the class's groups and
+// B's from the class's copy.
 // K-major operands come in boxes of rows x 64; MN-major ones in boxes of 64 x 64 (a swizzle
 // row holds only 64 elements), one per 64-wide block of M or N. B's boxes are shared out
 // among the cluster's CTAs (K-major: kTileN / kClusterM rows each; N-major: every
 // kClusterM-th block), and the full barrier expects the whole slice from all of them.
 __device__ __forceinline__ void load_stage(const GemmParams& p, const TensorMap* map_a, const TensorMap* map_b, u8* a,
-                                           u8* b, u64* full, int rank, int batch, i64 row, i64 col, int k_block) {
-  const int k = k_block * kTileK;
+                                           u8* b, u64* full, int rank, int batch, i64 row, i64 col, int k_first,
+                                           int k_block) {
+  const int k = k_first + k_block * kTileK;
   const int batch_a = kABatched ? batch : 0;  // else broadcast
   int batch_b = kBBatched ? batch : 0;
   mbarrier_arrive_expect_tx(full, kTmaStageBytes);
@@ -264,7 +273,13 @@ __device__ __forceinline__ void publish(Work& slot, const Work& w) {
   slot.batch = w.batch;
   slot.row = w.row;
   slot.col = w.col;
-  if (kGrouped) slot.row_end = w.row_end;
+  if (kRowEnds) slot.row_end = w.row_end;
+  if (kGroupedK) {
+    slot.k_first = w.k_first;
+    slot.k_size = w.k_size;
+    slot.k_begin = w.k_begin;
+    slot.k_end = w.k_end;
+  }
   if (kSplitK) {
     slot.tile = w.tile;
     slot.split = w.split;
@@ -484,7 +499,7 @@ __device__ __forceinline__ void multiply_8bit_runs(float* acc, int k_count, Ring
 // A consumer warpgroup: multiplies its `slice` (64 rows) of each tile, then stores it.
 __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams& p, const Scheduler& tiles,
                                         int slice, int t,
-                                        u8* stages_a, const u8* stages_b, u32 stage_scales,
+                                        u8* stages_a, u8* stages_b, u32 stage_scales,
                                         u32 column_scale_buffers, u32 mx_float_buffers, u8* epilogue_buffers,
                                         u64* full, u64* empty, const Work* slots) {
   const bool warp_leader = t % 32 == 0;
@@ -506,7 +521,7 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
     const Work w = slots[slot.stage];  // the stage holds the unit's first K block
     // Unsplit, the count is a kernel parameter, not a value loaded from shared memory, which
     // lets the compiler keep the loop's bookkeeping in uniform registers.
-    const int k_count = kSplitK ? w.k_end - w.k_begin : tiles.k_blocks;
+    const int k_count = kSplitK || kGroupedK ? w.k_end - w.k_begin : tiles.k_blocks;
     const u32 column_scales = column_scale_buffers + (2 * slice + column_buffer) * kColumnScaleBytes;
     column_buffer ^= 1;
     if (kColumnScales) stage_column_scales(column_scales, p, w.batch, w.col, t);
@@ -514,7 +529,7 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
     // latency from the epilogue.
     const i64 slice_row = w.row + slice * 64;
     // D's batch: the group's, but for contiguous groups, which share one D.
-    TileOrigin at{kGroupedRows ? 0 : w.batch, slice_row, kGrouped ? w.row_end : int(p.m), 0, w.col, first_stored_col(p, w.col),
+    TileOrigin at{kGroupedRows ? 0 : w.batch, slice_row, kRowEnds ? w.row_end : int(p.m), 0, w.col, first_stored_col(p, w.col),
                   {row_outer_scale(p, w.batch, d_row(slice_row, t, 0)),
                    row_outer_scale(p, w.batch, d_row(slice_row, t, 1))},
                   column_scales};
@@ -531,11 +546,16 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
       // its stage back to the producer.
       u32 previous = 0;  // the stage of the K block before
       const int shift = kRowClasses ? row_class(p, w.row).shift : 0;
-      const int k_first = kSplitK ? w.k_begin : 0;  // unsplit, the slot holds no K range
+      const int first_block = kSplitK ? w.k_begin : 0;  // unsplit, the slot holds no K range
       for (int i = 0; i < k_count; ++i, previous = slot.stage, slot = slot.next()) {
         if (kRowClasses) {
-          clear_outside_rows(stages_a + slot.stage * kStageBytesA, k_first + i, shift, p.k, t, &full[slot.stage],
+          clear_outside_rows(stages_a + slot.stage * kStageBytesA, first_block + i, shift, p.k, t, &full[slot.stage],
                              slot.phase, kWarpgroupBarrier + slice);
+        }
+        if (kGroupedK && i == k_count - 1) {
+          clear_rows_past(stages_a + slot.stage * kStageBytesA + slice * kMajorBlock,
+                          stages_b + slot.stage * kStageBytesB, kBlocksN, w.k_size - i * kTileK, t,
+                          &full[slot.stage], slot.phase, kWarpgroupBarrier + slice);
         }
         issue_k_block(acc, slot, stages, full, i > 0);
         if (kDeferGroups && i == 0 && have_deferred) {
@@ -559,7 +579,7 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
     at.first_stored = first_stored_row(p, int(at.row) - slice * 64);
     if (at.row >= at.row_end || at.row + 64 <= at.first_stored) continue;  // below D, or the tile above's
     if (kSplitK && p.splits > 1 && !combine_splits(acc, p, i64(w.tile) * kConsumers + slice, w.split, at.row, t, 1 + slice)) continue;
-    if (kGrouped && kTmaStore && at.row + 64 > at.row_end) {
+    if (kRowEnds && kTmaStore && at.row + 64 > at.row_end) {
       // The slice reaches past its group's rows, into the next group's, which TMA would overwrite.
       store_tile_direct(acc, p, at, t);
     } else if (kDeferGroups) {
@@ -641,7 +661,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
         if (t == 0) {
           if (kb == w.k_begin) publish(slots[s], w);  // by the full barrier's arrival below
           load_stage(p, &map_a, &map_b, stages_a + s * kStageBytesA, stages_b + s * kStageBytesB, &full[s], rank,
-                     w.batch, w.row, w.col, kb);
+                     w.batch, w.row, w.col, kGroupedK ? w.k_first : 0, kb);
         }
         if (kRealign) copy_stage_rows(p, w, kb, landing + s * kLandingBytes, &landed[s], t);
       };

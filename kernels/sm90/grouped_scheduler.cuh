@@ -12,6 +12,11 @@
 // would any others, and none idles behind it.
 // A group's first tile row starts at its first row; its last reaches past its rows (into the next
 // group's in A, or past A, which TMA fills with zeros), computing rows nobody stores.
+//
+// Groups along K (kGroupedK, the weight gradient: D_g = A_g B_g, each group's K range its own
+// rows of tokens) take the dense order over the batch of groups instead (GroupedKScheduler), each
+// unit with its group's K range from the table; the consumers zero the K rows of the last K block
+// past the group's end (clear_rows_past), which belong to the next group.
 #pragma once
 
 #include "kernel_config.cuh"
@@ -22,14 +27,20 @@
 namespace gemmkit::sm90 {
 
 // Contiguous groups share one A and D, each group's rows after the one before's; masked groups
-// are A's and D's batches, valid up to their counts.
-constexpr bool kGroupedRows = kGrouped && !kGroupsMasked;
+// are A's and D's batches, valid up to their counts. Groups along K share A and B, D batched.
+constexpr bool kGroupedRows = kGrouped && !kGroupsMasked && !kGroupedK;
+// The sizes are cumulative ends (contiguous groups, rows or K), not counts (masked).
+constexpr bool kGroupEnds = kGrouped && !kGroupsMasked;
+// Work units carry their group's row end (groups of rows; groups along K store all of D's rows).
+constexpr bool kRowEnds = kGrouped && !kGroupedK;
 // Rows of a cluster's tile row.
 constexpr int kClusterRows = kTileM * kClusterM;
 static_assert(!kGrouped || (kGroupCapacity >= 32 && (kGroupCapacity & (kGroupCapacity - 1)) == 0),
               "the table of groups holds a power of two, at least one per lane of a warp");
 static_assert(!kGrouped || (!kSplitK && !kRowClasses && !kRealignA && !kRealignB && !kDByColumns),
               "grouped kernels multiply whole tiles of TMA-read operands and store D by rows");
+static_assert(!kGroupedK || (kGrouped && !kGroupsMasked && (kAType == GEMMKIT_BF16 || kAType == GEMMKIT_F16) && !kAKMajor),
+              "groups along K are contiguous, 16-bit, with A's K rows (MN-major) to clear");
 
 // Where the table lies in shared memory (smem_layout.h, group_table_bytes): kGroupCapacity + 1
 // first units (the last one past the groups: the units' total), then the groups' row ends.
@@ -53,32 +64,34 @@ extern "C" __device__ void __assertfail(const char* message, const char* file, u
 // By the table's warp, where the caller asked for it (p.check_group_sizes): stops the kernel
 // with a message if a size is out of range, `given` being the lane's kPerLane sizes.
 template <int kPerLane>
-__device__ __forceinline__ void check_group_sizes(const GemmParams& p, const i64 (&given)[kPerLane], int lane) {
+__device__ __forceinline__ void check_group_sizes(const GemmParams& p, const i64 (&given)[kPerLane], i64 bound,
+                                                  int lane) {
   i64 before = __shfl_up_sync(0xffffffffu, given[kPerLane - 1], 1);  // the end before the lane's first
   if (lane == 0) before = 0;
   bool bad = false;
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
-    const i64 least = kGroupedRows ? (i == 0 ? before : given[i - 1]) : 0;
-    bad = bad || (lane * kPerLane + i < int(p.batch) && (given[i] < least || given[i] > p.m));
+    const i64 least = kGroupEnds ? (i == 0 ? before : given[i - 1]) : 0;
+    bad = bad || (lane * kPerLane + i < int(p.batch) && (given[i] < least || given[i] > bound));
   }
   if (bad) {
-    __assertfail(kGroupedRows ? "grouped_gemm: group ends must not decrease and must be at most M_total"
-                              : "grouped_gemm: group row counts must be from 0 to max_m",
+    __assertfail(kGroupEnds ? "grouped_gemm: group ends must not decrease and must be at most M_total"
+                            : "grouped_gemm: group row counts must be from 0 to max_m",
                  "gemmkit grouped_scheduler.cuh", __LINE__, "check_group_sizes", 1);
   }
 }
 
 // By the 32 lanes of one warp: fills `table` from p.group_sizes, once the grids before this one
 // (which may write the sizes) are done. Out-of-range sizes are clamped, so that no tile reaches
-// outside D: contiguous ends to at least the end before and at most M, counts to [0, M]; or,
-// where the caller asked for it, trap on them (check_group_sizes).
+// outside D (or K): contiguous ends to at least the end before and at most M (K for groups along
+// K), counts to [0, M]; or, where the caller asked for it, trap on them (check_group_sizes).
+// Groups along K take only the ends: their units are the dense order's.
 // Lane l takes groups [l * kPerLane, (l + 1) * kPerLane), so that both prefixes (the running
 // maximum of ends, the units' running sum) are a sequential pass per lane and one warp scan.
 __device__ __forceinline__ void build_group_table(const GemmParams& p, GroupTable table, int lane) {
   constexpr int kPerLane = kGroupCapacity > 32 ? kGroupCapacity / 32 : 1;  // dense kernels: 0 groups
   const int groups = int(p.batch);
-  const i64 m = p.m;
+  const i64 bound = kGroupedK ? p.k : p.m;
   const u32 tiles_n = u32(p.order.tiles_n);
   wait_for_prerequisite_grids();
   i64 end[kPerLane];
@@ -87,11 +100,11 @@ __device__ __forceinline__ void build_group_table(const GemmParams& p, GroupTabl
     const int g = lane * kPerLane + i;
     end[i] = g < groups ? given_size(p, g) : 0;
   }
-  if (p.check_group_sizes) check_group_sizes<kPerLane>(p, end, lane);
+  if (p.check_group_sizes) check_group_sizes<kPerLane>(p, end, bound, lane);
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) end[i] = min(max(end[i], i64(0)), m);
+  for (int i = 0; i < kPerLane; ++i) end[i] = min(max(end[i], i64(0)), bound);
   i64 end_before = 0;  // contiguous: the end of the group before the lane's first
-  if (kGroupedRows) {
+  if (kGroupEnds) {
 #pragma unroll
     for (int i = 1; i < kPerLane; ++i) end[i] = max(end[i], end[i - 1]);
     i64 running = end[kPerLane - 1];
@@ -103,6 +116,11 @@ __device__ __forceinline__ void build_group_table(const GemmParams& p, GroupTabl
     if (lane == 0) end_before = 0;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) end[i] = max(end[i], end_before);
+  }
+  if (kGroupedK) {
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) table.ends[lane * kPerLane + i] = u32(end[i]);
+    return;
   }
   u32 units[kPerLane];
   u32 sum = 0;
@@ -178,5 +196,45 @@ struct GroupedScheduler : PersistentUnits {
     return w;
   }
 };
+
+// Groups along K: the dense order over the batch of groups, each unit with its group's K range
+// (at least one K block, all of it past the end for an empty group, so that the consumers zero it
+// and store zeros, or C).
+struct GroupedKScheduler : TileScheduler {
+  const u32* ends;
+
+  __device__ GroupedKScheduler(const GemmParams& p, u8* group_table)
+      : TileScheduler(p, group_table), ends(GroupTable(group_table).ends) {}
+
+  __device__ Work work(i64 unit, int rank) const {
+    Work w = TileScheduler::work(unit, rank);
+    w.k_first = w.batch > 0 ? int(ends[w.batch - 1]) : 0;
+    w.k_size = int(ends[w.batch]) - w.k_first;
+    w.k_begin = 0;
+    w.k_end = max(1, (w.k_size + kTileK - 1) / kTileK);
+    return w;
+  }
+};
+
+// By the 128 threads of a consumer warpgroup (t), in the last K block of a unit of groups along K:
+// once the block has landed, zeroes its K rows from `valid` on (the next group's, or past K) in
+// the warpgroup's slice of A and in B, both MN-major (64-wide blocks of a 128-byte row per K
+// element), and makes the zeros visible to wgmma. Both operands: a zero times the next group's
+// infinity would still be NaN. Every consumer warpgroup clears B alike; the values it writes
+// over another's are the same zeros.
+__device__ __forceinline__ void clear_rows_past(u8* slice_a, u8* stage_b, int b_blocks, int valid, int t, u64* full,
+                                                u32 phase, int barrier_id) {
+  if (valid >= kTileK) return;
+  mbarrier_wait(full, phase);
+  const int first = (valid < 0 ? 0 : valid) * 8;  // 16-byte chunks, 8 a row
+  constexpr int kChunks = kTileK * 8;             // a 64-wide block's
+  for (int i = first + t; i < kChunks * (1 + b_blocks); i += 128) {
+    if (i % kChunks < first) continue;
+    u8* block = i < kChunks ? slice_a : stage_b + (i / kChunks - 1) * kTileK * 128;
+    *reinterpret_cast<uint4*>(block + (i % kChunks) * 16) = make_uint4(0, 0, 0, 0);
+  }
+  fence_async_shared();
+  named_barrier_sync(barrier_id, 128);
+}
 
 }  // namespace gemmkit::sm90

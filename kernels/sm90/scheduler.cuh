@@ -22,13 +22,15 @@ namespace gemmkit::sm90 {
 
 // One work unit of a CTA: a tile (its batch, or group, and first row and column) and the K
 // blocks of it to multiply; `tile` numbers the CTA's tile among all tiles, `split` its part of
-// K; grouped kernels store only the tile's rows above `row_end`.
+// K; grouped kernels store only the tile's rows above `row_end`; groups along K (the weight
+// gradient) multiply k_size elements of K from k_first on.
 struct Work {
   int batch;
   int row, col;  // below 2^31: the host picks this kernel only where TMA addresses A and B
   int split, k_begin, k_end;
   u32 tile;
   int row_end;
+  int k_first, k_size;
 };
 
 // TMA fills the rows of A's box past M with zeros, and a tile whose box reaches far past M loads

@@ -26,7 +26,7 @@ constexpr unsigned kSmemAlignment = 1024;    // the kernel aligns its base to a 
 constexpr int kEpilogueBufferBytes = 64 * 128;  // one 64-row, 128-byte-wide staging buffer
 constexpr unsigned kLandingRowBytes = 144;   // 9 granules: 128 bytes at any 16-byte offset
 constexpr unsigned kBarrierBytes = 8;        // one mbarrier
-constexpr unsigned kWorkSlotBytes = 32;      // one Work (scheduler.cuh)
+constexpr unsigned kWorkSlotBytes = 40;      // one Work (scheduler.cuh)
 
 // What the layout depends on: a TMA kernel's configuration (KernelConfig's fields, or the
 // constants of its kernel_config.cuh).

@@ -3,9 +3,6 @@
 #include <string>
 
 #include "api/prepare.h"
-#include "dispatch/plan.h"
-#include "gemmkit/error.h"
-#include "runtime/device.h"
 
 namespace gemmkit {
 
@@ -21,10 +18,7 @@ std::string_view scale_mode_name(ScaleMode mode) {
 }
 
 void gemm(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options) {
-  const api::PreparedGemm prepared = api::prepare_gemm(a, b, d, options);
-  if (prepared.empty) return;
-  runtime::DeviceGuard guard(prepared.problem.device);
-  run_plan(make_plan(prepared.problem, nullptr, options.stream), prepared.problem, options.stream);
+  api::run_prepared(api::prepare_gemm(a, b, d, options), options.stream);
 }
 
 }  // namespace gemmkit

@@ -7,6 +7,7 @@
 #include "api/validate.h"
 #include "dispatch/operand_access.h"
 #include "dispatch/plan.h"
+#include "runtime/device.h"
 
 namespace gemmkit::api {
 namespace {
@@ -27,28 +28,43 @@ int operands_device(const TensorView& a, const TensorView& b, const TensorView& 
   return check_device_memory({operands.data(), count});
 }
 
+// x [rows, cols] seen as its transpose, the same memory.
+TensorView transposed_view(const TensorView& x) {
+  return TensorView::matrix(x.data, x.dtype, x.cols(), x.rows(), x.col_stride(), x.row_stride());
+}
+
 // Group 0's matrix of a [G, rows, cols] view.
 TensorView first_matrix(const TensorView& t) {
   return TensorView::matrix(t.data, t.dtype, t.rows(), t.cols(), t.row_stride(), t.col_stride());
+}
+
+// The checks every grouped entry point makes: the sizes array and the SM budget.
+void check_sizes_and_budget(const GroupSizes& sizes, const GemmOptions& options) {
+  if (sizes.count < 1 || sizes.count > kMaxGroups) {
+    fail("sizes: count " + std::to_string(sizes.count) + "; expected 1 to " + std::to_string(kMaxGroups) + " groups");
+  }
+  const uintptr_t word = sizes.int64 ? 8 : 4;
+  if (sizes.data == nullptr || reinterpret_cast<uintptr_t>(sizes.data) % word != 0) {
+    fail("sizes: data is " + std::string(sizes.data ? "not " + std::to_string(word) + "-byte aligned" : "null") +
+         "; expected a device array of G " + (sizes.int64 ? "int64" : "int32") + " values");
+  }
+  if (options.max_sms < 0) {
+    fail("options.max_sms: " + std::to_string(options.max_sms) + "; expected 0 (every SM) or a number of SMs");
+  }
 }
 
 // The grouped problem as far as the host can check it: shapes, types and scales as gemm() checks
 // them (for contiguous groups on group 0's B and scales, then B batched by group).
 Problem validate_grouped(const TensorView& a, const TensorView& b, const TensorView& d, const GroupSizes& sizes,
                          const GemmOptions& options) {
+  check_sizes_and_budget(sizes, options);
   const int64_t groups = sizes.count;
-  if (groups < 1 || groups > kMaxGroups) {
-    fail("sizes: count " + std::to_string(groups) + "; expected 1 to " + std::to_string(kMaxGroups) + " groups");
-  }
   check_form(b, "B");
   if (b.rank != 3 || b.batch() != groups) {
     fail("B: shape " + shape_text(b) + "; expected [G, K, N] with G = sizes.count = " + std::to_string(groups));
   }
   if (options.beta != 0.0f) {
     fail("options.beta: " + std::to_string(options.beta) + "; expected 0 (grouped_gemm takes no C)");
-  }
-  if (options.max_sms < 0) {
-    fail("options.max_sms: " + std::to_string(options.max_sms) + "; expected 0 (every SM) or a number of SMs");
   }
   GemmOptions dense = options;  // as validate_gemm checks the rest
   dense.max_sms = 0;
@@ -84,11 +100,6 @@ Problem validate_grouped(const TensorView& a, const TensorView& b, const TensorV
     if (options.scale_b.mode != ScaleMode::none) p.scale_b.m.batch_stride = options.scale_b.scales.batch_stride();
   }
   if (p.k == 0 && p.m > 0 && p.n > 0) fail("A: K = 0; expected K >= 1 for grouped_gemm");
-  const uintptr_t word = sizes.int64 ? 8 : 4;
-  if (sizes.data == nullptr || reinterpret_cast<uintptr_t>(sizes.data) % word != 0) {
-    fail("sizes: data is " + std::string(sizes.data ? "not " + std::to_string(word) + "-byte aligned" : "null") +
-         "; expected a device array of G " + (sizes.int64 ? "int64" : "int32") + " values");
-  }
   p.groups = {sizes.layout, sizes.data, sizes.int64, sizes.check};
   p.max_sms = options.max_sms;
   if (p.m > 0 && p.n > 0 && !grouped_operands_readable(p)) {
@@ -101,11 +112,44 @@ Problem validate_grouped(const TensorView& a, const TensorView& b, const TensorV
 
 }  // namespace
 
-PreparedGemm prepare_grouped(const TensorView& a, const TensorView& b, const TensorView& d, const GroupSizes& sizes,
-                             const GemmOptions& options, int device) {
-  Problem problem = validate_grouped(a, b, d, sizes, options);
-  if (device != kOperandsDevice) problem.device = device;
-  if (problem.m == 0 || problem.n == 0) return {problem, true};
+// grouped_gemm_wgrad's problem (prepare.h), checked under the names x, y and d.
+Problem validate_grouped_wgrad(const TensorView& x, const TensorView& y, const TensorView& d, const GroupSizes& sizes,
+                               const GemmOptions& options) {
+  check_sizes_and_budget(sizes, options);
+  if (sizes.layout != GroupLayout::contiguous) {
+    fail("sizes: layout masked; expected contiguous groups (G cumulative ends) for grouped_gemm_wgrad");
+  }
+  check_form(x, "x");
+  check_form(y, "y");
+  check_form(d, "d");
+  if (x.rank != 2 || y.rank != 2 || y.rows() != x.rows()) {
+    fail("y: shape " + shape_text(y) + " with x " + shape_text(x) + "; expected x [M_total, P] and y [M_total, Q]");
+  }
+  if (d.rank != 3 || d.batch() != sizes.count || d.rows() != x.cols() || d.cols() != y.cols()) {
+    fail("d: shape " + shape_text(d) + "; expected [G, P, Q] = [" + std::to_string(sizes.count) + ", " +
+         std::to_string(x.cols()) + ", " + std::to_string(y.cols()) + "]");
+  }
+  if ((x.dtype != DType::bf16 && x.dtype != DType::f16) || y.dtype != x.dtype) {
+    fail("x, y: dtypes " + std::string(dtype_name(x.dtype)) + " and " + std::string(dtype_name(y.dtype)) +
+         "; expected both bf16 or both f16 (FP8 weight gradients are not supported yet)");
+  }
+  if (x.rows() == 0 && x.cols() > 0 && y.cols() > 0) fail("x: M_total = 0 rows; expected at least one");
+  GemmOptions dense = options;
+  dense.max_sms = 0;
+  Problem p = validate_gemm(transposed_view(x), y, d, dense);
+  p.groups = {GroupLayout::contiguous, sizes.data, sizes.int64, sizes.check, /*along_k=*/true};
+  p.max_sms = options.max_sms;
+  if (p.m > 0 && p.n > 0 && !grouped_operands_readable(p)) {
+    fail("x, y: not readable by TMA as they lie; expected 16-byte-aligned data and row strides, with P and Q "
+         "contiguous");
+  }
+  return p;
+}
+
+// The device of a grouped problem's operands and the sizes, each inside its memory; then no
+// output overlapping an input.
+void check_grouped_memory(const TensorView& a, const TensorView& b, const TensorView& d, const GroupSizes& sizes,
+                          const GemmOptions& options, Problem& problem, int device) {
   if (device == kOperandsDevice) {
     // The sizes as words (int64: two each), for the memory check.
     const TensorView words = TensorView::row_major(const_cast<void*>(sizes.data), DType::f32, 1,
@@ -115,7 +159,30 @@ PreparedGemm prepare_grouped(const TensorView& a, const TensorView& b, const Ten
     check_device_memory(both);
   }
   check_apart(a, b, d, options, problem);
+}
+
+PreparedGemm prepare_grouped(const TensorView& a, const TensorView& b, const TensorView& d, const GroupSizes& sizes,
+                             const GemmOptions& options, int device) {
+  Problem problem = validate_grouped(a, b, d, sizes, options);
+  if (device != kOperandsDevice) problem.device = device;
+  if (problem.m == 0 || problem.n == 0) return {problem, true};
+  check_grouped_memory(a, b, d, sizes, options, problem, device);
   return {problem, false};
+}
+
+PreparedGemm prepare_grouped_wgrad(const TensorView& x, const TensorView& y, const TensorView& d,
+                                   const GroupSizes& sizes, const GemmOptions& options, int device) {
+  Problem problem = validate_grouped_wgrad(x, y, d, sizes, options);
+  if (device != kOperandsDevice) problem.device = device;
+  if (problem.m == 0 || problem.n == 0) return {problem, true};
+  check_grouped_memory(transposed_view(x), y, d, sizes, options, problem, device);
+  return {problem, false};
+}
+
+void run_prepared(const PreparedGemm& prepared, cudaStream_t stream) {
+  if (prepared.empty) return;
+  runtime::DeviceGuard guard(prepared.problem.device);
+  run_plan(make_plan(prepared.problem, nullptr, stream), prepared.problem, stream);
 }
 
 PreparedGemm prepare_gemm(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options,

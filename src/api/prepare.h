@@ -25,9 +25,20 @@ inline constexpr int kOperandsDevice = -1;
 PreparedGemm prepare_gemm(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options,
                           int device = kOperandsDevice);
 
+// Plans and runs a prepared problem on its device (nothing where it is empty): the step every
+// entry point ends with.
+void run_prepared(const PreparedGemm& prepared, cudaStream_t stream);
+
 // The same for grouped_gemm (gemmkit/grouped.h): its checks, then the device and check_apart.
 // Empty where M_total (masked: max_m) or N is 0.
 PreparedGemm prepare_grouped(const TensorView& a, const TensorView& b, const TensorView& d, const GroupSizes& sizes,
                              const GemmOptions& options, int device = kOperandsDevice);
+
+// The same for grouped_gemm_wgrad: the problem D_g = A B_g... as the kernel takes it, A = x^T
+// (P x M_total) and B = y (M_total x Q) shared, K = M_total split among the groups, D = d [G, P, Q].
+// Empty where P, Q or G is 0.
+PreparedGemm prepare_grouped_wgrad(const TensorView& x, const TensorView& y, const TensorView& d,
+                                   const GroupSizes& sizes, const GemmOptions& options,
+                                   int device = kOperandsDevice);
 
 }  // namespace gemmkit::api

@@ -163,6 +163,7 @@ std::string config_header(const KernelConfig& requested) {
     << "constexpr int kScaleMNB = " << config.scale_b_mn << ";\n"
     << "constexpr bool kGrouped = " << bool_text(config.grouped()) << ";\n"
     << "constexpr bool kGroupsMasked = " << bool_text(config.grouped() && config.group_layout == GroupLayout::masked) << ";\n"
+    << "constexpr bool kGroupedK = " << bool_text(config.grouped() && config.group_along_k) << ";\n"
     << "constexpr int kGroupCapacity = " << config.group_capacity << ";\n\n"
     << wgmma_function(config.tile_n, config.in, config.in_b, config.a_k_major, config.b_k_major);
   return s.str() + kCloseNamespace;

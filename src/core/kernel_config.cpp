@@ -26,7 +26,7 @@ auto key(const KernelConfig& c) {
   return std::tie(c.kind, c.tile_m, c.tile_n, c.stages, c.group_m, c.cluster_m, c.splits, c.a_k_major, c.b_k_major,
                   c.a_batched, c.b_batched, c.tma_store, c.d_by_columns, c.store_buffers, c.has_c, c.in, c.out, c.c, c.in_b, c.scale_a,
                   c.scale_b, c.scale_a_mn, c.scale_b_mn, c.stage_a, c.stage_b, c.realign_a, c.realign_b,
-                  c.row_classes, c.group_layout, c.group_capacity);
+                  c.row_classes, c.group_layout, c.group_along_k, c.group_capacity);
 }
 
 // key() names every knob: one added to KernelKnobs changes its size and must join it (and the
@@ -71,7 +71,10 @@ std::string KernelConfig::name() const {
     << (tma_store && d_by_columns ? " D-by-columns" : "")
     << (stage_a ? " staged-A" : "") << (stage_b ? " staged-B" : "") << (realign_a ? " realign-A" : "")
     << (realign_b ? " realign-B" : "") << (row_classes ? " row-classes" : "")
-    << (!grouped() ? "" : group_layout == GroupLayout::masked ? " grouped-masked" : " grouped");
+    << (!grouped()                              ? ""
+        : group_along_k                         ? " grouped-k"
+        : group_layout == GroupLayout::masked ? " grouped-masked"
+                                                : " grouped");
   return s.str();
 }
 

@@ -54,6 +54,7 @@ struct KernelFacts {
   // the kernel's table in shared memory holds (a power of two, at least the problem's groups);
   // 0 for dense problems.
   GroupLayout group_layout = GroupLayout::contiguous;
+  bool group_along_k = false;  // the groups split K (the weight gradient), not the rows
   int group_capacity = 0;
 
   bool grouped() const { return group_capacity > 0; }

@@ -71,7 +71,8 @@ ProblemWords problem_words(const Problem& p) {
   w[i++] = int64_t(std::bit_cast<uint32_t>(p.alpha)) | int64_t(std::bit_cast<uint32_t>(p.beta)) << 32;
   w[i++] = p.device;
   w[i++] = address(p.groups.sizes);
-  w[i++] = int64_t(p.groups.layout) | int64_t(p.groups.int64) << 8 | int64_t(p.groups.check) << 9;
+  w[i++] = int64_t(p.groups.layout) | int64_t(p.groups.int64) << 8 | int64_t(p.groups.check) << 9 |
+            int64_t(p.groups.along_k) << 10;
   w[i++] = p.max_sms;
   return w;
 }

@@ -32,13 +32,15 @@ struct ScaleRef {
 
 // A grouped problem's groups (gemmkit/grouped.h): `batch` groups, B batched by group. contiguous:
 // A, C and D are one matrix of M_total = m rows split among the groups by the ends at `sizes`;
-// masked: A, C and D are batched by group, group g's valid rows counted at sizes[g]. Dense
-// problems have no sizes.
+// masked: A, C and D are batched by group, group g's valid rows counted at sizes[g]. Along K (the
+// weight gradient, contiguous): A (M x K) and B (K x N) are shared, K split among the groups by
+// the ends, C and D batched by group. Dense problems have no sizes.
 struct GroupRef {
   GroupLayout layout = GroupLayout::contiguous;
   const void* sizes = nullptr;
   bool int64 = false;
   bool check = false;  // trap on sizes out of range, rather than clamp them
+  bool along_k = false;
 
   bool grouped() const { return sizes != nullptr; }
 };
@@ -56,7 +58,9 @@ struct Problem {  // every field goes into problem_words
   bool has_c() const { return c.data != nullptr; }
   bool grouped() const { return groups.grouped(); }
   // The batch of A's, C's and D's rows: 1 where contiguous groups share one matrix.
-  int64_t rows_batch() const { return grouped() && groups.layout == GroupLayout::contiguous ? 1 : batch; }
+  int64_t rows_batch() const {
+    return grouped() && groups.layout == GroupLayout::contiguous && !groups.along_k ? 1 : batch;
+  }
 };
 
 // Throws Error(invalid_argument) where 64-bit addressing cannot reach an operand of the

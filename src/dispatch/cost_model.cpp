@@ -362,12 +362,17 @@ KernelConfig choose_config(const Problem& p, const DeviceLimits& limits) {
 }
 
 KernelConfig choose_grouped_config(const Problem& p, const DeviceLimits& limits) {
-  // The stand-in: the groups as a dense batch of matrices of the mean size (masked: max_m).
+  // The stand-in: the groups as a dense batch of matrices of the mean size (masked: max_m; along
+  // K, of the mean K).
   Problem dense = p;
   dense.groups = {};
-  if (p.groups.layout == GroupLayout::contiguous) dense.m = std::max<int64_t>(2, ceil_div(p.m, p.batch));
-  dense.a.batch_stride = dense.m * p.k;
-  dense.d.batch_stride = dense.m * p.n;
+  if (p.groups.along_k) {
+    dense.k = std::max<int64_t>(1, ceil_div(p.k, p.batch));
+  } else {
+    if (p.groups.layout == GroupLayout::contiguous) dense.m = std::max<int64_t>(2, ceil_div(p.m, p.batch));
+    dense.a.batch_stride = dense.m * p.k;
+    dense.d.batch_stride = dense.m * p.n;
+  }
   KernelConfig config = grouped_problem_config(p);
   for (const Candidate& candidate : rank_candidates(dense, limits)) {
     if (candidate.config.splits != 1) continue;

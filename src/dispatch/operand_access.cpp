@@ -129,6 +129,7 @@ KernelConfig typed_config(const Problem& p) {
 bool grouped_operands_readable(const Problem& p) {
   const TmaAccess a = tma_access(p.a, p.rows_batch(), p.m, p.k), b = tma_access(p.b, p.batch, p.k, p.n);
   if (!a.ok || !b.ok || p.k >= kCoordinateLimit) return false;
+  if (p.groups.along_k) return !is_fp8(p.a.dtype) && !a.cols_contiguous;  // the kernel clears A's K rows
   return !is_fp8(p.a.dtype) || (a.cols_contiguous && !b.cols_contiguous);
 }
 
@@ -143,6 +144,7 @@ KernelConfig grouped_problem_config(const Problem& p) {
   rows.batch = rows_batch;
   config.tma_store = tma_can_store(rows) && tma_access(p.d, rows_batch, p.m, p.n).cols_contiguous;
   config.group_layout = p.groups.layout;
+  config.group_along_k = p.groups.along_k;
   config.group_capacity = int(std::max<uint64_t>(32, std::bit_ceil(uint64_t(p.batch))));
   return config;
 }

@@ -28,7 +28,7 @@ bool tma_can_store(const Problem& p);
 KernelConfig problem_config(const Problem& p);
 
 // Grouped problems (core/problem.h, GroupRef): whether the grouped kernel can read A and B as
-// they lie (TMA-addressable, FP8 both K-major); and the facts of the config, which problem_config
+// they lie (TMA-addressable, FP8 both K-major; along K, 16-bit with A's M contiguous); and the facts of the config, which problem_config
 // returns for them (the grouped kernel stores D directly where TMA cannot).
 bool grouped_operands_readable(const Problem& p);
 KernelConfig grouped_problem_config(const Problem& p);

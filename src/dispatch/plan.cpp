@@ -31,7 +31,7 @@ PlanKey plan_key(const Problem& p) {
           p.a.batch_stride, p.a.row_stride, p.a.col_stride, alignment(p.b.data), p.b.batch_stride, p.b.row_stride,
           p.b.col_stride, alignment(p.d.data), p.d.batch_stride, p.d.row_stride, p.d.col_stride,
           p.scale_a.block_rows, p.scale_a.block_cols, p.scale_b.block_rows, p.scale_b.block_cols,
-          int64_t(p.grouped()) | int64_t(p.groups.layout) << 1, p.max_sms};
+          int64_t(p.grouped()) | int64_t(p.groups.layout) << 1 | int64_t(p.groups.along_k) << 3, p.max_sms};
 }
 
 // The kernel for a config on a device, generated, compiled and loaded on first use.

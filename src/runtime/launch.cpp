@@ -237,8 +237,8 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   TileOrder& order = args.order;
   order.rows = ceil_div(tile_rows(config, p.m), cluster);
   order.tiles_n = ceil_div(p.n, config.tile_n);
-  const int64_t cluster_tiles = p.rows_batch() == 1 && p.grouped() ? (order.rows + p.batch) * order.tiles_n
-                                                                   : order.rows * order.tiles_n * p.batch;
+  const bool rows_split = p.grouped() && p.groups.layout == GroupLayout::contiguous && !p.groups.along_k;
+  const int64_t cluster_tiles = rows_split ? (order.rows + p.batch) * order.tiles_n : order.rows * order.tiles_n * p.batch;
   // Split-K: no part may be empty.
   const int64_t splits = std::min<int64_t>(config.splits, ceil_div(p.k, config.tile_k()));
   if (cluster_tiles * splits >= kMaxWorkUnits) return false;

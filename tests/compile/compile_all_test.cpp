@@ -58,13 +58,15 @@ TEST(TmaKernelVariants, EightBitTilesCompileWithoutSpillsInEveryMode) {
 
 // The grouped kernel (grouped_scheduler.cuh) on every 16-bit tile shape, contiguous and masked
 // in turn, clustered where the tile is not narrow, B N-major (the input gradient) on every other
-// tile, f32 and direct stores once; and FP8 in the tensor, rowwise and block modes of MoE
-// (tokens 1x128, weights 128x128) on the widest and narrowest 8-bit tiles.
+// tile, f32 and direct stores once; groups along K (the weight gradient: A and B MN-major) on
+// every tile that takes C, accumulating into an f32 D with C on every other; and FP8 in the
+// tensor, rowwise and block modes of MoE (tokens 1x128, weights 128x128) on the widest and
+// narrowest 8-bit tiles.
 std::vector<CompileCase> grouped_cases() {
   std::vector<CompileCase> cases;
   auto add = [&](KernelConfig config, const std::string& what) {
     config.group_capacity = 256;
-    config.b_batched = true;
+    config.b_batched = !config.group_along_k;
     config.a_batched = config.group_layout == GroupLayout::masked;
     config.stages = max_stages(config, DeviceLimits{}.smem_per_block);
     cases.push_back({config, config.name() + what});
@@ -79,6 +81,17 @@ std::vector<CompileCase> grouped_cases() {
     if (i == 2) config.tma_store = false;
     add(config, "");
     ++i;
+  }
+  i = 0;
+  for (TileShape tile : tile_shapes()) {
+    if (!tile_takes_c(tile) || is_narrow(tile)) continue;
+    KernelConfig config = with_tile(KernelConfig{}, tile);
+    config.group_along_k = true;
+    config.a_k_major = config.b_k_major = false;
+    config.cluster_m = 2;
+    config.out = config.c = DType::f32;
+    config.has_c = i++ % 2 == 0;
+    add(config, config.has_c ? " with C" : "");
   }
   const std::vector<TileShape>& shapes = tile_shapes(true);
   for (TileShape tile : {shapes.front(), shapes.back()}) {

@@ -150,6 +150,64 @@ TEST(GroupedValidate, EmptyRowsOrColumnsRunNothing) {
   EXPECT_TRUE(api::prepare_grouped(x.a, x.b, x.d, x.sizes, x.options, 0).empty);
 }
 
+// The weight gradient: x = dD [M, N], y = A [M, K] (row-major), d = dW [G, N, K].
+struct WgradArgs {
+  TensorView x = TensorView::row_major(address(0), DType::bf16, M, N);
+  TensorView y = TensorView::row_major(address(1), DType::bf16, M, K);
+  TensorView d = TensorView::batched(address(2), DType::f32, G, N, K, N * K, K, 1);
+  GroupSizes sizes{GroupLayout::contiguous, address(3), false, G};
+  GemmOptions options;
+};
+
+Problem prepare(const WgradArgs& w) { return api::prepare_grouped_wgrad(w.x, w.y, w.d, w.sizes, w.options, 0).problem; }
+
+void expect_rejected(const WgradArgs& w, const std::string& argument, std::initializer_list<std::string> given) {
+  testing::expect_invalid_argument([&] { prepare(w); }, argument, given);
+}
+
+TEST(GroupedWgradValidate, IsAProblemAlongKWithSharedOperands) {
+  WgradArgs w;
+  w.options.beta = 1.0f;
+  w.options.c = w.d;  // accumulate in place
+  const Problem p = prepare(w);
+  EXPECT_TRUE(p.grouped() && p.groups.along_k);
+  EXPECT_EQ(p.m, N);
+  EXPECT_EQ(p.n, K);
+  EXPECT_EQ(p.k, M);
+  EXPECT_EQ(p.batch, G);
+  EXPECT_EQ(p.rows_batch(), G);
+  EXPECT_EQ(p.a.row_stride, 1) << "A = x^T: its M (x's columns) contiguous";
+  EXPECT_EQ(p.a.batch_stride, 0);
+  EXPECT_EQ(p.b.batch_stride, 0);
+  EXPECT_TRUE(p.has_c());
+  const KernelConfig c = choose_grouped_config(p, DeviceLimits{});
+  EXPECT_TRUE(c.grouped() && c.group_along_k) << c.name();
+  EXPECT_FALSE(c.a_k_major || c.b_k_major || c.a_batched || c.b_batched) << c.name();
+  EXPECT_EQ(c.splits, 1);
+}
+
+TEST(GroupedWgradValidate, RejectsWhatTheKernelCannotTake) {
+  WgradArgs w;
+  w.sizes.layout = GroupLayout::masked;
+  expect_rejected(w, "sizes", {"masked", "contiguous"});
+  w = WgradArgs{};
+  w.y = TensorView::row_major(address(1), DType::bf16, M - 1, K);
+  expect_rejected(w, "y", {"[999, 256]", "[M_total, Q]"});
+  w = WgradArgs{};
+  w.d = TensorView::batched(address(2), DType::f32, G, K, N, N * K, N, 1);
+  expect_rejected(w, "d", {"[8, 512, 256]"});
+  w = WgradArgs{};
+  w.x.dtype = w.y.dtype = DType::e4m3;
+  expect_rejected(w, "x, y", {"e4m3", "not supported yet"});
+  w = WgradArgs{};
+  w.x = TensorView::matrix(address(0), DType::bf16, M, N, 1, M);  // tokens contiguous: A = x^T K-major
+  expect_rejected(w, "x, y", {"P and Q contiguous"});
+  w = WgradArgs{};
+  w.x = TensorView::row_major(address(0), DType::bf16, 0, N);
+  w.y = TensorView::row_major(address(1), DType::bf16, 0, K);
+  expect_rejected(w, "x", {"M_total = 0"});
+}
+
 // The grouped config: the kernel's facts (unsplit, TMA loads, the table sized for G), with the
 // cost model's knobs for the groups' mean size.
 TEST(GroupedConfig, IsUnsplitWithATableForEveryGroup) {

@@ -28,7 +28,8 @@ int old_smem_bytes(const KernelConfig& c) {
   const int epilogue = (c.tile_m / 64) * 64 * 128 * (c.tma_store ? c.store_buffers : c.row_store() ? 1 : 0);
   const bool realign = c.realign_a || c.realign_b;
   const int landing = c.stages * ((c.realign_a ? c.tile_m : 0) + (c.realign_b ? b_rows : 0)) * 144;
-  const int barriers_and_slots = c.stages * ((realign ? 3 : 2) * 8 + 32);
+  // Work slots grew from 32 to 40 bytes with the K ranges of groups along K.
+  const int barriers_and_slots = c.stages * ((realign ? 3 : 2) * 8 + 40);
   const int column_scales = c.scale_b == ScaleMode::rowwise ? 2 * (c.tile_m / 64) * c.tile_n * 4 : 0;
   const int mx_floats = c.scale_b == ScaleMode::mx ? 2 * (c.tile_m / 64) * 4 * c.tile_n * 4 : 0;
   return 1024 + c.stages * old_stage_bytes(c) + epilogue + landing + barriers_and_slots + column_scales + mx_floats;
@@ -83,7 +84,7 @@ TEST(SmemLayout, RegionsFollowEachOther) {
   EXPECT_EQ(l.full, l.landing_rows);  // nothing realigned
   EXPECT_EQ(l.empty, l.full + 5 * 8u);
   EXPECT_EQ(l.slots, l.empty + 5 * 8u);  // no landed barriers
-  EXPECT_EQ(l.scales, l.slots + 5 * 32u);
+  EXPECT_EQ(l.scales, l.slots + 5 * 40u);
   EXPECT_EQ(l.stage_scales, 128 * 4u / 16 * 16);  // A's 1x128 blocks: a word per row
   EXPECT_EQ(l.column_scales, l.scales + 5 * l.stage_scales);
   EXPECT_EQ(l.mx_floats, l.column_scales + 2 * 2 * 176 * 4u);

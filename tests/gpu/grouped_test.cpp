@@ -71,6 +71,31 @@ TensorView batched(const TensorView& t) {
   return TensorView::batched(t.data, t.dtype, 1, t.rows(), t.cols(), t.rows() * t.cols(), t.row_stride(), t.col_stride());
 }
 
+// The double-precision reference of one group's GEMM: its values and the sums of |A||B| (and |C|).
+struct Reference {
+  std::vector<double> values, abs_values;
+};
+
+Reference reference_of(const Problem& p) {
+  const int64_t count = p.m * p.n;
+  double* ref = nullptr;
+  runtime::check(cudaMalloc(reinterpret_cast<void**>(&ref), size_t(std::max<int64_t>(count, 1)) * 2 * sizeof(double)),
+                 "cudaMalloc");
+  Reference r{std::vector<double>(static_cast<size_t>(count)), std::vector<double>(static_cast<size_t>(count))};
+  reference::gpu_gemm(p, ref, ref + count, nullptr);
+  runtime::check(cudaMemcpy(r.values.data(), ref, count * sizeof(double), cudaMemcpyDeviceToHost), "copy ref");
+  runtime::check(cudaMemcpy(r.abs_values.data(), ref + count, count * sizeof(double), cudaMemcpyDeviceToHost), "copy");
+  cudaFree(ref);
+  return r;
+}
+
+// D of problem p (its view into the buffer at `base`, whose host image is `host`) against `ref`.
+reference::Comparison compare_with(const Reference& ref, const Problem& p, const std::vector<char>& host,
+                                   const char* base) {
+  const char* host_d = host.data() + (static_cast<const char*>(p.d.data) - base);
+  return reference::compare(p, host_d, ref.values.data(), ref.abs_values.data());
+}
+
 // A grouped problem on the buffers of a dense batched one: A, B and D batched by group (masked),
 // or batch 0 of A and D holding every group's rows (contiguous).
 class GroupedProblem {
@@ -191,17 +216,8 @@ class GroupedProblem {
     return validate_gemm(a, matrix_of(b_, g), d, o);
   }
 
-  static reference::Comparison compare_group(Problem p, const std::vector<char>& host, const char* base) {
-    const int64_t count = p.m * p.n;
-    double* ref = nullptr;
-    runtime::check(cudaMalloc(reinterpret_cast<void**>(&ref), size_t(count) * 2 * sizeof(double)), "cudaMalloc");
-    std::vector<double> values(static_cast<size_t>(count)), abs_values(static_cast<size_t>(count));
-    reference::gpu_gemm(p, ref, ref + count, nullptr);
-    runtime::check(cudaMemcpy(values.data(), ref, count * sizeof(double), cudaMemcpyDeviceToHost), "copy ref");
-    runtime::check(cudaMemcpy(abs_values.data(), ref + count, count * sizeof(double), cudaMemcpyDeviceToHost), "copy");
-    cudaFree(ref);
-    const char* host_d = host.data() + (static_cast<const char*>(p.d.data) - base);
-    return reference::compare(p, host_d, values.data(), abs_values.data());
+  static reference::Comparison compare_group(const Problem& p, const std::vector<char>& host, const char* base) {
+    return compare_with(reference_of(p), p, host, base);
   }
 
   GroupedCase case_;
@@ -221,6 +237,93 @@ class GroupedGemm : public testing::GpuTest {
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << c.describe();
     problem.expect_correct(c.rows, "grouped_gemm");
   }
+};
+
+// The weight gradient, d_g = x_g^T y_g + beta * C_g, on the buffers of a dense batched problem
+// of P x Q x M_total laid out TN: batch 0 of its A (stored M_total x P) is x, of its B y; its D
+// (and C) are d's groups. x's and y's rows past the groups hold NaN.
+struct WgradCase {
+  std::vector<int64_t> rows;
+  int64_t p = 256, q = 384;
+  DType out = DType::f32;
+  float beta = 0.0f;
+  bool c_is_d = false;
+  int64_t extra_rows = 5;  // rows of x and y past the last group's end
+};
+
+class WgradProblem {
+ public:
+  explicit WgradProblem(const WgradCase& c) : case_(c), dense_(spec(c), fresh_seed()) {
+    const TensorView a = matrix_of(dense_.a(), 0);  // A = x^T, P x M_total
+    x_ = TensorView::matrix(a.data, a.dtype, a.cols(), a.rows(), a.col_stride(), a.row_stride());
+    y_ = matrix_of(dense_.b(), 0);
+    d_ = batched(dense_.d());
+    options_ = dense_.options(nullptr);
+    if (options_.c) options_.c = batched(*options_.c);
+    std::vector<int64_t> ends(c.rows);
+    std::partial_sum(ends.begin(), ends.end(), ends.begin());
+    // NaN in the rows past the last group's end: the last K block reads them, and must zero them.
+    for (const TensorView& t : {x_, y_}) {
+      const size_t row_bytes = size_t(t.row_stride() * dtype_size(t.dtype));
+      runtime::check(cudaMemset(static_cast<char*>(t.data) + size_t(ends.back()) * row_bytes, 0xff,
+                                size_t(c.extra_rows) * row_bytes),
+                     "poison x and y past the groups");
+    }
+    const size_t bytes = ends.size() * sizeof(int32_t);
+    std::vector<int32_t> words(ends.begin(), ends.end());
+    runtime::check(cudaMalloc(&sizes_, bytes), "cudaMalloc sizes");
+    runtime::check(cudaMemcpy(sizes_, words.data(), bytes, cudaMemcpyHostToDevice), "copy sizes");
+  }
+  ~WgradProblem() { cudaFree(sizes_); }
+  WgradProblem(const WgradProblem&) = delete;
+  WgradProblem& operator=(const WgradProblem&) = delete;
+
+  // Poisons D (or sets it to C), takes each group's reference (before the run, which may
+  // overwrite C), runs grouped_gemm_wgrad and compares.
+  void expect_correct(const std::string& what) {
+    dense_.prepare_output(nullptr);
+    std::vector<Problem> problems;
+    std::vector<Reference> refs;
+    int64_t first = 0;
+    for (size_t g = 0; g < case_.rows.size(); ++g) {
+      const int64_t count = case_.rows[g];
+      GemmOptions o = options_;
+      if (o.c) o.c = matrix_of(*o.c, int64_t(g));
+      const TensorView a = rows_of(x_, first, count), y = rows_of(y_, first, count);
+      problems.push_back(validate_gemm(TensorView::matrix(a.data, a.dtype, a.cols(), a.rows(), a.col_stride(), a.row_stride()),
+                                       y, matrix_of(d_, int64_t(g)), o));
+      refs.push_back(reference_of(problems.back()));
+      first += count;
+    }
+    grouped_gemm_wgrad(x_, y_, d_, {GroupLayout::contiguous, sizes_, false, int64_t(case_.rows.size())}, options_);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+    const std::vector<char> host = dense_.copy_output();
+    for (size_t g = 0; g < problems.size(); ++g) {
+      const reference::Comparison result =
+          compare_with(refs[g], problems[g], host, static_cast<const char*>(dense_.d().data));
+      EXPECT_TRUE(result.passed()) << what << ", group " << g << " (" << case_.rows[g] << " rows): " << result.summary();
+    }
+  }
+
+ private:
+  static ProblemSpec spec(const WgradCase& c) {
+    ProblemSpec s;
+    s.m = c.p;
+    s.n = c.q;
+    s.k = std::accumulate(c.rows.begin(), c.rows.end(), int64_t(0)) + c.extra_rows;
+    s.batch = int64_t(c.rows.size());
+    s.layout = "TN";
+    s.out = c.out;
+    s.beta = c.beta;
+    s.c_is_d = c.c_is_d;
+    return s;
+  }
+
+  WgradCase case_;
+  DeviceProblem dense_;
+  TensorView x_, y_, d_;
+  GemmOptions options_;
+  void* sizes_ = nullptr;
 };
 
 // Empty groups first, in the middle and last; one row; sizes off every tile multiple.
@@ -336,6 +439,18 @@ TEST_F(GroupedGemm, OutOfRangeEndsAreClamped) {
   problem.run();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   problem.expect_correct({150, 0, 150}, "clamped ends");
+}
+
+TEST_F(GroupedGemm, WeightGradientWithEmptyAndOddGroups) {
+  WgradProblem({.rows = kEdgeRows}).expect_correct("f32, beta 0");
+  WgradProblem({.rows = kEdgeRows, .p = 136, .q = 200, .out = DType::bf16}).expect_correct("bf16 out");
+  WgradProblem({.rows = {1000}, .p = 128, .q = 128}).expect_correct("one group");
+}
+
+// beta = 1 accumulates into d (C = d): an empty group leaves its d_g as it was.
+TEST_F(GroupedGemm, WeightGradientAccumulatesInPlace) {
+  WgradProblem({.rows = kEdgeRows, .p = 256, .q = 256, .beta = 1.0f, .c_is_d = true}).expect_correct("in place");
+  WgradProblem({.rows = {0, 700, 3, 0}, .p = 384, .q = 128, .beta = 0.5f}).expect_correct("separate C");
 }
 
 // An SM budget: the plan runs on that many SMs, and the results are the same (a budget of one
