@@ -1,9 +1,10 @@
 // gemmkit bench's grouped rows (suite lines `grouped ...`, bench/suite.h), run as the dense rows
 // are: for each row, enough buffer sets that cycling through them evicts L2 between uses of a
 // set, each with fresh random inputs; the group sizes in a device int32 array; warm-up runs, then
-// timed runs, alternating, of gemmkit::grouped_gemm, of gemmkit::gemm on the dense GEMM of every
-// group's rows at once (the compute floor) and of cuBLAS's grouped GEMM (16-bit rows), each
-// after an empty kernel it cannot overlap and between two events; the medians are reported.
+// timed runs, alternating, of gemmkit::grouped_gemm (grouped_gemm_wgrad for wgrad rows), of
+// gemmkit::gemm on the dense GEMM of every group's rows at once (the compute floor) and of cuBLAS's
+// grouped GEMM (16-bit fwd, dgrad and masked rows), each after an empty kernel it cannot overlap
+// and between two events; the medians are reported.
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -35,14 +36,23 @@ TensorView as_batch(const TensorView& t) {
 // One buffer set of a grouped row, on the buffers of two dense problems: `dense`, the dense GEMM
 // of every group's rows at once (the compute floor), and `groups`, batched one matrix per group,
 // whose B holds the weights [G, K, N]. Contiguous groups have their rows in dense's A and D;
-// masked ones in groups' ([G, max_m, ...]), with A's scales alike and B's from `groups`.
+// masked ones in groups' ([G, max_m, ...]), with A's scales alike and B's from `groups`. wgrad
+// rows read x = dD and y = X from dense's A (stored [M, N]) and B ([M, K]) and write groups' D.
 struct GroupedSet {
   reference::DeviceProblem dense, groups;
   TensorView a, b, d;
   GemmOptions options;
 
-  GroupedSet(const reference::ProblemSpec& dense_spec, const reference::ProblemSpec& groups_spec, bool masked)
+  GroupedSet(const reference::ProblemSpec& dense_spec, const reference::ProblemSpec& groups_spec, GroupedOp op)
       : dense(dense_spec, random_seed()), groups(groups_spec, random_seed()) {
+    if (op == GroupedOp::wgrad) {
+      const TensorView x_t = dense.a();  // dD^T, N x M
+      a = TensorView::matrix(x_t.data, x_t.dtype, x_t.cols(), x_t.rows(), x_t.col_stride(), x_t.row_stride());
+      b = dense.b();
+      d = as_batch(groups.d());
+      return;
+    }
+    const bool masked = op == GroupedOp::masked;
     const reference::DeviceProblem& rows = masked ? groups : dense;
     a = masked ? as_batch(rows.a()) : rows.a();
     d = masked ? as_batch(rows.d()) : rows.d();
@@ -58,11 +68,13 @@ struct GroupedSet {
 
 // Why gemmkit does not run the row; empty where it does.
 std::string not_run_reason(const GroupedProblem& p) {
-  if (p.op == GroupedOp::wgrad) return "not run: gemmkit has no weight-gradient grouped kernel yet";
+  if (p.op == GroupedOp::wgrad && p.dense.fp8()) return "not run: grouped_gemm_wgrad takes 16-bit inputs only";
   if (p.op == GroupedOp::dgrad && p.dense.fp8()) {
     return "not run: grouped_gemm reads FP8 weights K-major only, and the input gradient contracts them along N";
   }
-  if (p.dense.m > INT32_MAX) return "not run: more rows than the bench's int32 group sizes hold";
+  if (std::accumulate(p.rows.begin(), p.rows.end(), int64_t(0)) > INT32_MAX) {
+    return "not run: more rows than the bench's int32 group sizes hold";
+  }
   return "";
 }
 
@@ -87,15 +99,16 @@ std::unique_ptr<void, CudaFree> device_sizes(const GroupedProblem& p) {
 // row, its note. Returns how many buffer sets it cycled through.
 int time_row(const GroupedProblem& p, GroupedRecord& record, cudaStream_t stream, baseline::CublasGrouped& cublas,
              const tuning::GpuTimer& timer, const runtime::DeviceInfo& info) {
-  const bool masked = p.op == GroupedOp::masked;
+  const bool masked = p.op == GroupedOp::masked, wgrad = p.op == GroupedOp::wgrad;
   // Scales row-major, as grouped_gemm's own tests lay them out.
   const reference::ProblemSpec dense_spec = to_spec(p.dense);
   reference::ProblemSpec groups_spec = dense_spec;
   groups_spec.batch = p.groups();
-  groups_spec.m = masked ? p.m : 1;  // contiguous: only its weights are used
+  groups_spec.m = masked ? p.m : wgrad ? dense_spec.m : 1;  // contiguous: only its weights are used
+  if (wgrad) groups_spec.k = 1;  // only its D, the gradients [G, N, K], is used
   std::vector<std::unique_ptr<GroupedSet>> pool;
   for (int s = buffer_set_count(set_bytes(dense_spec) + set_bytes(groups_spec), info); s > 0; --s) {
-    pool.push_back(std::make_unique<GroupedSet>(dense_spec, groups_spec, masked));
+    pool.push_back(std::make_unique<GroupedSet>(dense_spec, groups_spec, p.op));
   }
   const int sets = int(pool.size());
   const std::unique_ptr<void, CudaFree> sizes_data = device_sizes(p);
@@ -105,7 +118,11 @@ int time_row(const GroupedProblem& p, GroupedRecord& record, cudaStream_t stream
     const GroupedSet& set = *pool[size_t(s)];
     GemmOptions options = set.options;
     options.stream = stream;
-    grouped_gemm(set.a, set.b, set.d, sizes, options);
+    if (wgrad) {
+      grouped_gemm_wgrad(set.a, set.b, set.d, sizes, options);
+    } else {
+      grouped_gemm(set.a, set.b, set.d, sizes, options);
+    }
   };
   const auto dense_floor = [&](int s) {
     const reference::DeviceProblem& dense = pool[size_t(s)]->dense;
@@ -115,8 +132,9 @@ int time_row(const GroupedProblem& p, GroupedRecord& record, cudaStream_t stream
 
   // cuBLAS runs the same groups on the same buffers where it can; its sizes come from the host.
   std::vector<baseline::CublasGrouped::Call> calls;
-  std::string why;
+  std::string why = "the weight gradient is not planned for it";
   for (const auto& set : pool) {
+    if (wgrad) break;
     std::optional<baseline::CublasGrouped::Call> call =
         baseline::CublasGrouped::plan(set->a, set->b, set->d, sizes.layout, p.rows, &why);
     if (!call) break;
