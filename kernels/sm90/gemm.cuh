@@ -76,6 +76,8 @@ static_assert(kSmem.total == kSmemBytes, "the kernel's shared-memory layout diff
 static_assert(kSmem.stage_scales == kStageScaleBytes && kSmem.stage_b == (kBKMajor ? kTileN : kBlocksN * 64) * kRowBytes,
               "the stage layout differs from what the producer loads");
 static_assert(kSmemAlignment == kSwizzleAtom, "stages start on a swizzle atom");
+static_assert(kSmem.scales % 16 == 0 && kSmem.column_scales % 16 == 0 && kSmem.mx_floats % 16 == 0,
+              "staged scales and mx floats are 16-byte aligned");
 constexpr u32 kStageBytesA = kSmem.stage_a, kStageBytesB = kSmem.stage_b;
 constexpr u32 kEpilogueBytes = kSmem.landing_rows - kSmem.epilogue;
 // Realigned operands: the stage rows of each slice (a K-major slice's rows, an MN-major one's 64

@@ -102,7 +102,9 @@ GEMMKIT_HOST_DEVICE constexpr SmemLayout smem_layout(const SmemShape& s) {
   l.empty = l.full + stages * kBarrierBytes;
   l.landed = l.empty + stages * kBarrierBytes;
   l.slots = l.landed + (realign ? stages * kBarrierBytes : 0);
-  l.scales = l.slots + stages * kWorkSlotBytes;
+  // 16-byte aligned: mx promotion stores its floats 16 bytes at a time (40-byte slots would leave
+  // the regions after them 8-byte aligned at odd stage counts).
+  l.scales = (l.slots + stages * kWorkSlotBytes + 15) / 16 * 16;
   l.column_scales = l.scales + stages * l.stage_scales;
   l.mx_floats = l.column_scales + 2 * consumers * column_scale_bytes(s.scale_b, s.tile_n);
   l.group_table = l.mx_floats + 2 * consumers * mx_float_bytes(s.scale_b, s.tile_n);

@@ -32,7 +32,11 @@ int old_smem_bytes(const KernelConfig& c) {
   const int barriers_and_slots = c.stages * ((realign ? 3 : 2) * 8 + 40);
   const int column_scales = c.scale_b == ScaleMode::rowwise ? 2 * (c.tile_m / 64) * c.tile_n * 4 : 0;
   const int mx_floats = c.scale_b == ScaleMode::mx ? 2 * (c.tile_m / 64) * 4 * c.tile_n * 4 : 0;
-  return 1024 + c.stages * old_stage_bytes(c) + epilogue + landing + barriers_and_slots + column_scales + mx_floats;
+  // The staged scales start 16-byte aligned, after A's and B's stages and the regions between.
+  const int ab = c.stages * (c.tile_m + b_rows) * 128;
+  const int scales = c.stages * old_stage_bytes(c) - ab;
+  const int before_scales = (ab + epilogue + landing + barriers_and_slots + 15) / 16 * 16;
+  return 1024 + before_scales + scales + column_scales + mx_floats;
 }
 
 TEST(SmemLayout, HostTotalsAreTheFormerFormulas) {
@@ -84,7 +88,8 @@ TEST(SmemLayout, RegionsFollowEachOther) {
   EXPECT_EQ(l.full, l.landing_rows);  // nothing realigned
   EXPECT_EQ(l.empty, l.full + 5 * 8u);
   EXPECT_EQ(l.slots, l.empty + 5 * 8u);  // no landed barriers
-  EXPECT_EQ(l.scales, l.slots + 5 * 40u);
+  EXPECT_EQ(l.scales, l.slots + 5 * 40u + 8);  // padded to 16 bytes: five 40-byte slots end 8 bytes past
+  EXPECT_EQ(l.scales % 16, 0u);
   EXPECT_EQ(l.stage_scales, 128 * 4u / 16 * 16);  // A's 1x128 blocks: a word per row
   EXPECT_EQ(l.column_scales, l.scales + 5 * l.stage_scales);
   EXPECT_EQ(l.mx_floats, l.column_scales + 2 * 2 * 176 * 4u);
