@@ -26,8 +26,9 @@ struct GroupSizes {
   const void* data = nullptr;
   bool int64 = false;  // int64_t elements, else int32_t
   int64_t count = 0;   // G, which B's batch must match
-  // Where true, sizes out of range stop the kernel with a message on stdout (a trap: the
-  // context is lost, and the call's stream reports an error) instead of being clamped.
+  // Where true, a small kernel run before the GEMM checks the sizes, and sizes out of range stop
+  // it with a message on stdout (a trap: the context is lost, and the call's stream reports an
+  // error) instead of being clamped.
   bool check = false;
 };
 

@@ -56,35 +56,11 @@ __device__ __forceinline__ i64 given_size(const GemmParams& p, int g) {
   return p.group_sizes_64 ? static_cast<const i64*>(p.group_sizes)[g] : i64(static_cast<const int*>(p.group_sizes)[g]);
 }
 
-// The device runtime's failed assertion: prints the message with the failing block and thread
-// and stops the kernel (a trap), without the stack frame printf's arguments take.
-extern "C" __device__ void __assertfail(const char* message, const char* file, unsigned line, const char* function,
-                                        size_t char_size);
-
-// By the table's warp, where the caller asked for it (p.check_group_sizes): stops the kernel
-// with a message if a size is out of range, `given` being the lane's kPerLane sizes.
-template <int kPerLane>
-__device__ __forceinline__ void check_group_sizes(const GemmParams& p, const i64 (&given)[kPerLane], i64 bound,
-                                                  int lane) {
-  i64 before = __shfl_up_sync(0xffffffffu, given[kPerLane - 1], 1);  // the end before the lane's first
-  if (lane == 0) before = 0;
-  bool bad = false;
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const i64 least = kGroupEnds ? (i == 0 ? before : given[i - 1]) : 0;
-    bad = bad || (lane * kPerLane + i < int(p.batch) && (given[i] < least || given[i] > bound));
-  }
-  if (bad) {
-    __assertfail(kGroupEnds ? "grouped_gemm: group ends must not decrease and must be at most M_total"
-                            : "grouped_gemm: group row counts must be from 0 to max_m",
-                 "gemmkit grouped_scheduler.cuh", __LINE__, "check_group_sizes", 1);
-  }
-}
-
 // By the 32 lanes of one warp: fills `table` from p.group_sizes, once the grids before this one
 // (which may write the sizes) are done. Out-of-range sizes are clamped, so that no tile reaches
 // outside D (or K): contiguous ends to at least the end before and at most M (K for groups along
-// K), counts to [0, M]; or, where the caller asked for it, trap on them (check_group_sizes).
+// K), counts to [0, M]. (The caller's opt-in check that traps on them instead is a kernel of its
+// own, group_check.cuh.)
 // Groups along K take only the ends: their units are the dense order's.
 // Lane l takes groups [l * kPerLane, (l + 1) * kPerLane), so that both prefixes (the running
 // maximum of ends, the units' running sum) are a sequential pass per lane and one warp scan.
@@ -100,7 +76,6 @@ __device__ __forceinline__ void build_group_table(const GemmParams& p, GroupTabl
     const int g = lane * kPerLane + i;
     end[i] = g < groups ? given_size(p, g) : 0;
   }
-  if (p.check_group_sizes) check_group_sizes<kPerLane>(p, end, bound, lane);
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) end[i] = min(max(end[i], i64(0)), bound);
   i64 end_before = 0;  // contiguous: the end of the group before the lane's first

@@ -58,7 +58,6 @@ struct GemmParams {
   // (contiguous) or counts (masked), int64 where group_sizes_64, else int32.
   const void* group_sizes;
   int group_sizes_64;
-  int check_group_sizes;  // trap on sizes out of range, rather than clamp them
 };
 
 // One staging copy (stage.cuh): the matrix at `src`, element (b, r, c) at src + b*batch_stride +

@@ -8,6 +8,7 @@
 #include "dispatch/operand_access.h"
 #include "dispatch/plan.h"
 #include "runtime/device.h"
+#include "runtime/utility_kernels.h"
 
 namespace gemmkit::api {
 namespace {
@@ -182,6 +183,8 @@ PreparedGemm prepare_grouped_wgrad(const TensorView& x, const TensorView& y, con
 void run_prepared(const PreparedGemm& prepared, cudaStream_t stream) {
   if (prepared.empty) return;
   runtime::DeviceGuard guard(prepared.problem.device);
+  const Problem& p = prepared.problem;
+  if (p.groups.check) runtime::check_group_sizes(p.groups, p.batch, p.groups.along_k ? p.k : p.m, stream);
   run_plan(make_plan(prepared.problem, nullptr, stream), prepared.problem, stream);
 }
 

@@ -31,7 +31,7 @@ struct OperandTypes {
 };
 
 // The double-precision reference kernel for operands of `types` (its output is f64), with the
-// utility kernels (random fill, spin, 8-bit staging copy) beside it.
+// utility kernels (random fill, spin, staging copies, the check of group sizes) beside it.
 std::string reference_source(const OperandTypes& types);
 
 // The kConfigHeader of `config`'s kernel, and of the reference kernel for operands of `types`.

@@ -33,7 +33,7 @@ GemmScale scale(const ScaleRef& s) {
 GemmParams params(const Problem& p) {
   return {p.m,         p.n,         p.k,         p.batch,     p.alpha,          p.beta,           matrix(p.a),
           matrix(p.b), matrix(p.c), matrix(p.d), scale(p.scale_a), scale(p.scale_b), nullptr,     nullptr,
-          1,           TileOrder{},  p.groups.sizes, p.groups.int64 ? 1 : 0, p.groups.check ? 1 : 0};
+          1,           TileOrder{},  p.groups.sizes, p.groups.int64 ? 1 : 0};
 }
 
 

@@ -79,6 +79,15 @@ void gpu_spin(int64_t cycles, cudaStream_t stream) {
   check(driver().launch_kernel(kernel.function, 1, 1, 1, 1, 1, 1, 0, stream, args, nullptr), "cuLaunchKernel(spin)");
 }
 
+void check_group_sizes(const GroupRef& groups, int64_t count, int64_t bound, cudaStream_t stream) {
+  const LoadedKernel& kernel = utility_kernel("gemmkit_check_group_sizes");
+  const void* sizes = groups.sizes;
+  int int64 = groups.int64 ? 1 : 0, groups_count = int(count), ends = groups.layout == GroupLayout::contiguous ? 1 : 0;
+  void* args[] = {&sizes, &int64, &groups_count, &bound, &ends};
+  check(driver().launch_kernel(kernel.function, 1, 1, 1, unsigned(count), 1, 1, 0, stream, args, nullptr),
+        "cuLaunchKernel(check_group_sizes)");
+}
+
 const LoadedKernel& empty_kernel() { return utility_kernel("gemmkit_empty"); }
 
 void launch_empty(const LoadedKernel& kernel, unsigned blocks, unsigned threads, cudaStream_t stream) {

@@ -17,6 +17,10 @@ namespace gemmkit::runtime {
 // Fills `count` elements at `data` (device memory of `type`) with uniform values in [lo, hi).
 void fill_random(void* data, DType type, int64_t count, uint64_t seed, float lo, float hi, cudaStream_t stream);
 
+// Stops the stream's context with a message (a trap) where a grouped problem's `count` sizes
+// (1 to 1024) are out of range: ends decreasing or past `bound`, counts outside [0, bound].
+void check_group_sizes(const GroupRef& groups, int64_t count, int64_t bound, cudaStream_t stream);
+
 // A staging copy: the matrix `m` of 8- or 16-bit elements, seen as [batch] rows x cols (any
 // strides), copied into `dst` densely: rows `ld` elements apart, batches rows * ld apart.
 // Where m's cols are contiguous, copy b < 8 may be shifted (StageCopy in kernels/sm90/params.h):
