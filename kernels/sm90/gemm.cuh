@@ -104,11 +104,12 @@ static_assert(!kRowClasses || (kClusterM == 1 && kConsumers == 1 && !k8Bit && !k
 // not 128x1 B blocks): in a single consumer warpgroup (half-height tiles, 240 registers), split-K
 // included, since no other warpgroup fills the tensor cores while it promotes; and in two up to
 // 128 wide (224 registers, so a scale warp for both operands' block scales fits in 56), not with
-// split-K, whose reduction needs registers too, and not wider (128 x 144 spills). (Per-tensor
+// split-K, whose reduction needs registers too, nor grouped (block scales at 128 x 128 spilled
+// 8 bytes in the main loop), and not wider (128 x 144 spills). (Per-tensor
 // 128 x 128 on fp8-large: 0.88x cuBLASLt with two partials, 0.85x with one; H100.)
 constexpr int kLaunchRegisters = (65536 / kThreads < 255 ? 65536 / kThreads : 255) / 8 * 8;
 constexpr bool kTwoPartials = !kPromoteReadsStage && kGranules == 1 && kTileN <= 128 &&
-                              (kConsumers == 1 || (kConsumers == 2 && !kSplitK));
+                              (kConsumers == 1 || (kConsumers == 2 && !kSplitK && !kGrouped));
 constexpr int kProducerRegisters = kRealign ? 128 : kInnerScales && !(kTwoPartials && kInnerB) ? 72 : 56;
 constexpr int kConsumerShare = (kLaunchRegisters * (kConsumers + 1) - kProducerRegisters) / kConsumers / 8 * 8;
 constexpr int kConsumerRegisters = kConsumerShare < 240 ? kConsumerShare : 240;
@@ -248,7 +249,7 @@ template <class Fill>
 __device__ __forceinline__ RingSlot for_each_stage(const Scheduler& tiles, int rank, u64* ready, u32 flip, Fill fill) {
   RingSlot slot;
   bool first = true;
-  for (i64 unit = tiles.first(); !tiles.done(unit); unit = tiles.next(unit)) {
+  for (u32 unit = tiles.first(); !tiles.done(unit); unit = tiles.next(unit)) {
     const Work w = tiles.work(unit, rank);
     for (int kb = w.k_begin; kb < w.k_end; ++kb, slot = slot.next()) {
       mbarrier_wait(&ready[slot.stage], slot.phase ^ flip);
@@ -518,7 +519,7 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
   bool have_deferred = false;
   const StageDescriptors stages(stages_a, stages_b, slice, kAKMajor, kBKMajor);
   RingSlot slot;
-  for (i64 unit = tiles.first(); !tiles.done(unit); unit = tiles.next(unit)) {
+  for (u32 unit = tiles.first(); !tiles.done(unit); unit = tiles.next(unit)) {
     mbarrier_wait(&full[slot.stage], slot.phase);
     const Work w = slots[slot.stage];  // the stage holds the unit's first K block
     // Unsplit, the count is a kernel parameter, not a value loaded from shared memory, which
@@ -581,10 +582,7 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
     at.first_stored = first_stored_row(p, int(at.row) - slice * 64);
     if (at.row >= at.row_end || at.row + 64 <= at.first_stored) continue;  // below D, or the tile above's
     if (kSplitK && p.splits > 1 && !combine_splits(acc, p, i64(w.tile) * kConsumers + slice, w.split, at.row, t, 1 + slice)) continue;
-    if (kRowEnds && kTmaStore && at.row + 64 > at.row_end) {
-      // The slice reaches past its group's rows, into the next group's, which TMA would overwrite.
-      store_tile_direct(acc, p, at, t);
-    } else if (kDeferGroups) {
+    if (kDeferGroups) {
       store_tile_tma<0, kDeferFrom>(acc, nullptr, p, at, t, buffers, &map_d);
 #pragma unroll
       for (int g = kDeferFrom; g < kGroups; ++g) pack_group(acc, p, at, t, g, deferred + (g - kDeferFrom) * kPackedPerGroup);

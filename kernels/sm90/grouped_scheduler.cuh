@@ -31,8 +31,6 @@ namespace gemmkit::sm90 {
 constexpr bool kGroupedRows = kGrouped && !kGroupsMasked && !kGroupedK;
 // The sizes are cumulative ends (contiguous groups, rows or K), not counts (masked).
 constexpr bool kGroupEnds = kGrouped && !kGroupsMasked;
-// Work units carry their group's row end (groups of rows; groups along K store all of D's rows).
-constexpr bool kRowEnds = kGrouped && !kGroupedK;
 // Rows of a cluster's tile row.
 constexpr int kClusterRows = kTileM * kClusterM;
 static_assert(!kGrouped || (kGroupCapacity >= 32 && (kGroupCapacity & (kGroupCapacity - 1)) == 0),
@@ -142,16 +140,15 @@ struct GroupedScheduler : PersistentUnits {
         col_shift_to(p.order.col_shift_to),
         k_blocks(int((p.k + kTileK - 1) / kTileK)) {}
 
-  __device__ Work work(i64 unit, int rank) const {
+  __device__ Work work(u32 unit, int rank) const {
     // The unit's group: the last whose first unit is at most `unit` (an empty group's first unit
     // is the next group's).
-    const u32 u = u32(unit);
     int g = 0;
 #pragma unroll
     for (int step = kGroupCapacity / 2; step > 0; step /= 2) {
-      if (g + step < groups && units[g + step] <= u) g += step;
+      if (g + step < groups && units[g + step] <= unit) g += step;
     }
-    const u32 in_group = u - units[g];
+    const u32 in_group = unit - units[g];
     const u32 rows = (units[g + 1] - units[g]) / tiles_n;  // the group's cluster rows of tiles
     const u32 first = in_group / (kGroup * tiles_n) * kGroup;
     const u32 band_rows = min(kGroup, rows - first);
@@ -181,7 +178,7 @@ struct GroupedKScheduler : TileScheduler {
   __device__ GroupedKScheduler(const GemmParams& p, u8* group_table)
       : TileScheduler(p, group_table), ends(GroupTable(group_table).ends) {}
 
-  __device__ Work work(i64 unit, int rank) const {
+  __device__ Work work(u32 unit, int rank) const {
     Work w = TileScheduler::work(unit, rank);
     w.k_first = w.batch > 0 ? int(ends[w.batch - 1]) : 0;
     w.k_size = int(ends[w.batch]) - w.k_first;

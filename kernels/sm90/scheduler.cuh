@@ -2,7 +2,7 @@
 // where each lies. The producer, the consumers and the epilogue use only this interface, not
 // the order itself:
 //   const TileScheduler tiles(p, group_table);  // from the kernel parameters, once per CTA
-//   for (i64 unit = tiles.first(); !tiles.done(unit); unit = tiles.next(unit)) {
+//   for (u32 unit = tiles.first(); !tiles.done(unit); unit = tiles.next(unit)) {
 //     const Work w = tiles.work(unit, rank);  // rank: the CTA's in its cluster
 //     // w.batch, w.row, w.col: the tile; K blocks [w.k_begin, w.k_end) of it, part w.split
 //   }
@@ -19,6 +19,9 @@
 #include "utility.cuh"
 
 namespace gemmkit::sm90 {
+
+// Work units carry their group's row end (groups of rows; groups along K store all of D's rows).
+constexpr bool kRowEnds = kGrouped && !kGroupedK;
 
 // One work unit of a CTA: a tile (its batch, or group, and first row and column) and the K
 // blocks of it to multiply; `tile` numbers the CTA's tile among all tiles, `split` its part of
@@ -76,17 +79,18 @@ __device__ __forceinline__ int first_stored_col(const GemmParams& p, int col) {
 __device__ __forceinline__ u32 quotient(u32 n, FastDivisor d) { return u32((u64(n) * d.mul) >> d.shift); }
 
 // The persistent walk every scheduler shares: of `total` work units, this CTA's cluster takes
-// units first_unit, + unit_step, ... (one cluster per unit at a time).
+// units first_unit, + unit_step, ... (one cluster per unit at a time). 32 bits, one register a
+// count: the total is below 2^31 (the host's kMaxWorkUnits), so no step passes 2^32.
 struct PersistentUnits {
-  i64 total;
-  i64 first_unit, unit_step;
+  u32 total;
+  u32 first_unit, unit_step;
 
-  __device__ explicit PersistentUnits(i64 units)
+  __device__ explicit PersistentUnits(u32 units)
       : total(units), first_unit(blockIdx.x / kClusterM), unit_step(gridDim.x / kClusterM) {}
 
-  __device__ __forceinline__ i64 first() const { return first_unit; }
-  __device__ __forceinline__ bool done(i64 unit) const { return unit >= total; }
-  __device__ __forceinline__ i64 next(i64 unit) const { return unit + unit_step; }
+  __device__ __forceinline__ u32 first() const { return first_unit; }
+  __device__ __forceinline__ bool done(u32 unit) const { return unit >= total; }
+  __device__ __forceinline__ u32 next(u32 unit) const { return unit + unit_step; }
 };
 
 struct TileScheduler : PersistentUnits {
@@ -95,17 +99,17 @@ struct TileScheduler : PersistentUnits {
   int splits, k_blocks;  // splits: 1 unless kSplitK (then p.splits, at most k_blocks)
 
   __device__ TileScheduler(const GemmParams& p, const u8* /*group_table: the grouped scheduler's*/)
-      : PersistentUnits(p.order.rows * p.order.tiles_n * p.batch * (kSplitK ? p.splits : 1)),
+      : PersistentUnits(u32(p.order.rows * p.order.tiles_n * p.batch * (kSplitK ? p.splits : 1))),
         order(p.order),
         splits(kSplitK ? p.splits : 1),
         k_blocks(kRowClasses ? row_class_k_blocks(p.k) : int((p.k + kTileK - 1) / kTileK)) {}
 
   // Where unit `unit` lies, for CTA `rank` of the cluster.
-  __device__ Work work(i64 unit, int rank) const {
+  __device__ Work work(u32 unit, int rank) const {
     Work w;
     const u32 rows = u32(order.rows);
-    const u32 cluster_tile = kSplitK ? quotient(u32(unit), order.splits) : u32(unit);
-    w.split = kSplitK ? int(u32(unit) - cluster_tile * u32(splits)) : 0;
+    const u32 cluster_tile = kSplitK ? quotient(unit, order.splits) : unit;
+    w.split = kSplitK ? int(unit - cluster_tile * u32(splits)) : 0;
     w.k_begin = kSplitK ? int(quotient(u32(w.split) * u32(k_blocks), order.splits)) : 0;
     w.k_end = kSplitK ? int(quotient(u32(w.split + 1) * u32(k_blocks), order.splits)) : k_blocks;
     w.tile = cluster_tile * kClusterM + rank;

@@ -222,6 +222,10 @@ const std::vector<TileShape>& tile_shapes(bool eight_bit) {
 
 bool tile_takes_c(TileShape tile) { return tile.m <= 128; }
 
+bool tile_takes_groups(TileShape tile, bool along_k_with_c) {
+  return tile.m <= 128 && !(along_k_with_c && tile.n > 240);
+}
+
 bool tile_takes_scales(TileShape tile, ScaleMode a, ScaleMode b) {
   const bool block_or_mx = a == ScaleMode::block || a == ScaleMode::mx || b == ScaleMode::block || b == ScaleMode::mx;
   if (tile.m > 128 && block_or_mx) return false;
@@ -375,7 +379,10 @@ KernelConfig choose_grouped_config(const Problem& p, const DeviceLimits& limits)
   }
   KernelConfig config = grouped_problem_config(p);
   for (const Candidate& candidate : rank_candidates(dense, limits)) {
-    if (candidate.config.splits != 1) continue;
+    if (candidate.config.splits != 1 ||
+        !tile_takes_groups({candidate.config.tile_m, candidate.config.tile_n}, p.groups.along_k && p.has_c())) {
+      continue;
+    }
     static_cast<KernelKnobs&>(config) = candidate.config;
     break;
   }
@@ -389,6 +396,7 @@ bool fits(const KernelConfig& c, const DeviceLimits& limits) {
   const std::vector<TileShape>& shapes = tile_shapes(is_fp8(c.in));
   const bool known_tile = std::find(shapes.begin(), shapes.end(), TileShape{c.tile_m, c.tile_n}) != shapes.end();
   return known_tile && (!c.has_c || tile_takes_c({c.tile_m, c.tile_n})) &&
+         (!c.grouped() || tile_takes_groups({c.tile_m, c.tile_n}, c.group_along_k && c.has_c)) &&
          tile_takes_scales({c.tile_m, c.tile_n}, c.scale_a, c.scale_b) && (c.cluster_m == 1 || c.cluster_m == 2) &&
          c.group_m >= c.cluster_m && c.group_m <= 64 &&
          c.splits >= 1 && c.splits <= kMaxSplits && (c.splits == 1 || c.tile_n <= kMaxSplitTileN) &&

@@ -56,12 +56,12 @@ TEST(TmaKernelVariants, EightBitTilesCompileWithoutSpillsInEveryMode) {
   expect_clean_compiles(testing::eight_bit_cases());
 }
 
-// The grouped kernel (grouped_scheduler.cuh) on every 16-bit tile shape, contiguous and masked
-// in turn, clustered where the tile is not narrow, B N-major (the input gradient) on every other
-// tile, f32 and direct stores once; groups along K (the weight gradient: A and B MN-major) on
-// every tile that takes C, accumulating into an f32 D with C on every other; and FP8 in the
-// tensor, rowwise and block modes of MoE (tokens 1x128, weights 128x128) on the widest and
-// narrowest 8-bit tiles.
+// The grouped kernel (grouped_scheduler.cuh) on every tile shape tile_takes_groups allows:
+// 16-bit contiguous and masked in turn, clustered where the tile is not narrow, B N-major (the
+// input gradient) on every other tile, f32 and direct stores once; groups along K (the weight
+// gradient: A and B MN-major) on every tile that takes C, accumulating into an f32 D, with C on
+// every other where the tile takes it; and FP8 in the tensor, rowwise and block modes of MoE
+// (tokens 1x128, weights 128x128) on every 8-bit tile.
 std::vector<CompileCase> grouped_cases() {
   std::vector<CompileCase> cases;
   auto add = [&](KernelConfig config, const std::string& what) {
@@ -73,6 +73,7 @@ std::vector<CompileCase> grouped_cases() {
   };
   int i = 0;
   for (TileShape tile : tile_shapes()) {
+    if (!tile_takes_groups(tile, false)) continue;
     KernelConfig config = with_tile(KernelConfig{}, tile);
     config.group_layout = i % 2 ? GroupLayout::masked : GroupLayout::contiguous;
     config.cluster_m = is_narrow(tile) ? 1 : 2;
@@ -87,16 +88,18 @@ std::vector<CompileCase> grouped_cases() {
     if (!tile_takes_c(tile) || is_narrow(tile)) continue;
     KernelConfig config = with_tile(KernelConfig{}, tile);
     config.group_along_k = true;
+    config.has_c = i % 2 == 0;
+    if (!tile_takes_groups(tile, config.has_c)) config.has_c = false;
     config.a_k_major = config.b_k_major = false;
     config.cluster_m = 2;
     config.out = config.c = DType::f32;
-    config.has_c = i++ % 2 == 0;
+    ++i;
     add(config, config.has_c ? " with C" : "");
   }
   const std::vector<TileShape>& shapes = tile_shapes(true);
-  for (TileShape tile : {shapes.front(), shapes.back()}) {
+  for (TileShape tile : shapes) {
     for (ScaleMode mode : {ScaleMode::tensor, ScaleMode::rowwise, ScaleMode::block}) {
-      if (!tile_takes_scales(tile, mode, mode)) continue;
+      if (!tile_takes_scales(tile, mode, mode) || !tile_takes_groups(tile, false)) continue;
       KernelConfig config = with_tile(KernelConfig{}, tile);
       config.in = config.in_b = DType::e4m3;
       config.scale_a = config.scale_b = mode;

@@ -387,7 +387,7 @@ TEST_F(GroupedGemm, EveryTileShape) {
     GroupedProblem problem(c);
     const Problem p = problem.problem();
     for (TileShape tile : tile_shapes(eight_bit)) {
-      if (!tile_takes_scales(tile, c.scales, c.scales)) continue;
+      if (!tile_takes_scales(tile, c.scales, c.scales) || !tile_takes_groups(tile, false)) continue;
       for (int cluster : {1, 2}) {
         if (cluster > 1 && is_narrow(tile)) continue;
         KernelConfig config = with_tile(choose_grouped_config(p, DeviceLimits{}), tile);
