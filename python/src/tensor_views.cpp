@@ -39,12 +39,22 @@ DType dtype_of(nb::handle tensor, const char* name) {
                            .c_str());
 }
 
+// The int32 and int64 dtype objects (register_size_dtypes), kept alive for the process.
+std::pair<nb::object, nb::object>& size_dtypes() {
+  static auto* pair = new std::pair<nb::object, nb::object>();
+  return *pair;
+}
+
 void* data_of(nb::handle tensor) { return reinterpret_cast<void*>(nb::cast<uintptr_t>(tensor.attr(names().data_ptr)())); }
 
 }  // namespace
 
 void register_dtype(nb::handle framework_dtype, DType dtype) {
   dtypes().emplace_back(nb::borrow(framework_dtype), dtype);
+}
+
+void register_size_dtypes(nb::handle int32, nb::handle int64) {
+  size_dtypes() = {nb::borrow(int32), nb::borrow(int64)};
 }
 
 TensorView view_of(nb::handle tensor, const char* name) {
@@ -69,6 +79,34 @@ TensorView scale_view_of(nb::handle scales, const char* name, bool of_a) {
   if (n == 1) return TensorView::matrix(data_of(scales), dtype, 1, 1, 1, 1);
   return of_a ? TensorView::matrix(data_of(scales), dtype, n, 1, stride, 1)
               : TensorView::matrix(data_of(scales), dtype, 1, n, n * stride, stride);
+}
+
+GroupSizes group_sizes_of(nb::handle sizes, const char* name, GroupLayout layout, bool check) {
+  const nb::object dtype = sizes.attr(names().dtype);
+  const auto& [int32, int64] = size_dtypes();
+  const std::string prefix = std::string(name) + ": ";
+  if (!dtype.is(int32) && !dtype.is(int64)) {
+    const std::string text = prefix + "dtype " + nb::str(dtype).c_str() + " is not supported; expected int32 or int64";
+    throw nb::type_error(text.c_str());
+  }
+  const nb::tuple shape = nb::tuple(sizes.attr(names().shape));
+  if (shape.size() != 1) {
+    const std::string text = prefix + std::to_string(shape.size()) + " dimensions; expected 1 (one value a group)";
+    throw nb::value_error(text.c_str());
+  }
+  const int64_t count = nb::cast<int64_t>(shape[0]);
+  const int64_t stride = nb::cast<int64_t>(nb::tuple(sizes.attr(names().stride)())[0]);
+  if (count > 1 && stride != 1) {
+    const std::string text = prefix + "stride " + std::to_string(stride) + "; expected 1 (values one after another)";
+    throw nb::value_error(text.c_str());
+  }
+  GroupSizes result;
+  result.layout = layout;
+  result.data = data_of(sizes);
+  result.int64 = dtype.is(int64);
+  result.count = count;
+  result.check = check;
+  return result;
 }
 
 }  // namespace gemmkit::python
