@@ -26,7 +26,8 @@ for _framework_dtype, _dtype in DTYPES.items():
 MODES = {mode.name: mode for mode in (_C.ScaleMode.none, _C.ScaleMode.tensor, _C.ScaleMode.rowwise,
                                       _C.ScaleMode.block, _C.ScaleMode.mx)}
 SIZE_DTYPES = (torch.int32, torch.int64)  # group sizes (offs, counts)
-_C.register_size_dtypes(*SIZE_DTYPES)
+for _framework_dtype in SIZE_DTYPES:
+    _C.register_size_dtype(_framework_dtype, _framework_dtype == torch.int64)
 LAYOUTS = {"contiguous": _C.GroupLayout.contiguous, "masked": _C.GroupLayout.masked}
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)

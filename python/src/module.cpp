@@ -147,8 +147,9 @@ NB_MODULE(_gemmkit, m) {
 
   m.def("register_dtype", &gemmkit::python::register_dtype, nb::arg("framework_dtype"), nb::arg("dtype"),
         "tells the *_tensors functions which DType a framework's dtype object stands for");
-  m.def("register_size_dtypes", &gemmkit::python::register_size_dtypes, nb::arg("int32"), nb::arg("int64"),
-        "tells the grouped *_tensors functions which framework dtypes hold 32-bit and 64-bit group sizes");
+  m.def("register_size_dtype", &gemmkit::python::register_size_dtype, nb::arg("framework_dtype"), nb::arg("int64"),
+        "tells the grouped *_tensors functions that a framework's dtype object holds 32-bit or (int64) 64-bit "
+        "group sizes");
   m.def(
       "view_of", [](nb::handle tensor, const char* name) { return gemmkit::python::view_of(tensor, name); },
       nb::arg("tensor"), nb::arg("name"), "the view of a 2-D or 3-D framework tensor");

@@ -1,5 +1,6 @@
 #include "tensor_views.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -39,10 +40,10 @@ DType dtype_of(nb::handle tensor, const char* name) {
                            .c_str());
 }
 
-// The int32 and int64 dtype objects (register_size_dtypes), kept alive for the process.
-std::pair<nb::object, nb::object>& size_dtypes() {
-  static auto* pair = new std::pair<nb::object, nb::object>();
-  return *pair;
+// Integer dtype objects, each with whether it is 64-bit (register_size_dtype); as dtypes().
+std::vector<std::pair<nb::object, bool>>& size_dtypes() {
+  static auto* table = new std::vector<std::pair<nb::object, bool>>();
+  return *table;
 }
 
 void* data_of(nb::handle tensor) { return reinterpret_cast<void*>(nb::cast<uintptr_t>(tensor.attr(names().data_ptr)())); }
@@ -53,8 +54,8 @@ void register_dtype(nb::handle framework_dtype, DType dtype) {
   dtypes().emplace_back(nb::borrow(framework_dtype), dtype);
 }
 
-void register_size_dtypes(nb::handle int32, nb::handle int64) {
-  size_dtypes() = {nb::borrow(int32), nb::borrow(int64)};
+void register_size_dtype(nb::handle framework_dtype, bool int64) {
+  size_dtypes().emplace_back(nb::borrow(framework_dtype), int64);
 }
 
 TensorView view_of(nb::handle tensor, const char* name) {
@@ -83,9 +84,10 @@ TensorView scale_view_of(nb::handle scales, const char* name, bool of_a) {
 
 GroupSizes group_sizes_of(nb::handle sizes, const char* name, GroupLayout layout, bool check) {
   const nb::object dtype = sizes.attr(names().dtype);
-  const auto& [int32, int64] = size_dtypes();
   const std::string prefix = std::string(name) + ": ";
-  if (!dtype.is(int32) && !dtype.is(int64)) {
+  const auto known = std::find_if(size_dtypes().begin(), size_dtypes().end(),
+                                  [&](const auto& entry) { return entry.first.is(dtype); });
+  if (known == size_dtypes().end()) {
     const std::string text = prefix + "dtype " + nb::str(dtype).c_str() + " is not supported; expected int32 or int64";
     throw nb::type_error(text.c_str());
   }
@@ -103,7 +105,7 @@ GroupSizes group_sizes_of(nb::handle sizes, const char* name, GroupLayout layout
   GroupSizes result;
   result.layout = layout;
   result.data = data_of(sizes);
-  result.int64 = dtype.is(int64);
+  result.int64 = known->second;
   result.count = count;
   result.check = check;
   return result;

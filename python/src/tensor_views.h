@@ -13,9 +13,9 @@ namespace gemmkit::python {
 // Tells view_of which gemmkit type a framework dtype object (e.g. torch.bfloat16) stands for.
 void register_dtype(nanobind::handle framework_dtype, DType dtype);
 
-// Tells group_sizes_of which framework dtype objects (e.g. torch.int32 and torch.int64) hold
-// 32-bit and 64-bit group sizes.
-void register_size_dtypes(nanobind::handle int32, nanobind::handle int64);
+// Tells group_sizes_of that a framework dtype object (e.g. torch.int32) holds group sizes of 32
+// bits, or of 64 bits where `int64`.
+void register_size_dtype(nanobind::handle framework_dtype, bool int64);
 
 // The view of a 2-D or 3-D tensor: data_ptr(), dtype, shape and stride(). Raises TypeError for a
 // dtype never registered and ValueError for another number of dimensions, naming `name`.
