@@ -1,7 +1,8 @@
 """gemmkit: matrix-multiply kernels for NVIDIA Hopper GPUs (sm_90a), from Python.
 
-`mm`, `bmm`, `addmm`, `scaled_mm` and `quantize` take torch tensors (or any CUDA array with
-__dlpack__) on the GPU with any strides, and run on the tensors' device and its current stream.
+`mm`, `bmm`, `addmm`, `scaled_mm`, `quantize` and the grouped (mixture-of-experts) products
+`grouped_mm` and `scaled_grouped_mm` take torch tensors (or any CUDA array with __dlpack__) on
+the GPU with any strides, and run on the tensors' device and its current stream.
 They are also torch custom operators, torch.ops.gemmkit.*, which torch.compile traces, CUDA graphs
 capture and autograd differentiates. torch is the caller's: `import gemmkit` does not import it.
 The first use of one of those functions does (looking one up is enough, also while torch.compile
@@ -20,7 +21,7 @@ from ._gemmkit import quantize as quantize_views
 __version__ = _gemmkit.version()
 __git_commit__ = _gemmkit.git_commit()  # "" where the library was not built from a git checkout
 
-_TORCH_FUNCTIONS = ("addmm", "bmm", "mm", "quantize", "scaled_mm")
+_TORCH_FUNCTIONS = ("addmm", "bmm", "grouped_mm", "mm", "quantize", "scaled_grouped_mm", "scaled_mm")
 __all__ = ["DType", "ScaleMode", "TensorView", "TuningMode", "gemm", "quantize_views", "set_tuning_mode",
            "tuning_mode", *_TORCH_FUNCTIONS]
 

@@ -2,7 +2,8 @@
 implementations give output shapes without running anything), CUDA graphs capture it and
 autograd differentiates it. Their CUDA kernels are _torch's launches. Imported by _torch, whose
 functions (gemmkit.mm and the others) call these operators only where torch has something to
-record."""
+record. grouped_mm and grouped_wgrad (and their _out forms) are the grouped products: the
+forward and input gradient, and the weight gradient."""
 
 import torch
 
@@ -13,6 +14,13 @@ _lib.define("gemm(Tensor a, Tensor b, Tensor? scale_a, Tensor? scale_b, str mode
             "ScalarType? out_dtype, float alpha, float beta, Tensor? c) -> Tensor")
 _lib.define("gemm_out(Tensor a, Tensor b, Tensor(a!) out, Tensor? scale_a, Tensor? scale_b, str mode_a, "
             "str mode_b, float alpha, float beta, Tensor? c) -> ()")
+# zero_unowned: the output starts as zeros, so that rows no group owns read 0 (gradients).
+_lib.define("grouped_mm(Tensor a, Tensor b, Tensor sizes, str layout, Tensor? scale_a, Tensor? scale_b, str mode_a, "
+            "str mode_b, ScalarType? out_dtype, int max_sms, bool zero_unowned) -> Tensor")
+_lib.define("grouped_mm_out(Tensor a, Tensor b, Tensor sizes, Tensor(a!) out, str layout, Tensor? scale_a, "
+            "Tensor? scale_b, str mode_a, str mode_b, int max_sms) -> ()")
+_lib.define("grouped_wgrad(Tensor x, Tensor y, Tensor offs, ScalarType? out_dtype, int max_sms) -> Tensor")
+_lib.define("grouped_wgrad_out(Tensor x, Tensor y, Tensor offs, Tensor(a!) out, int max_sms) -> ()")
 _lib.define("quantize(Tensor x, ScalarType dtype, int block_rows, int block_cols, ScalarType scale_dtype, "
             "bool power_of_two) -> (Tensor, Tensor)")
 
@@ -27,6 +35,26 @@ def _gemm_out(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c):
     t.launch_gemm(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c)
 
 
+def _grouped_mm(a, b, sizes, layout, scale_a, scale_b, mode_a, mode_b, out_dtype, max_sms, zero_unowned):
+    out = t.new_grouped_output(a, b, out_dtype, zero_unowned)
+    t.launch_grouped(a, b, sizes, layout, out, scale_a, scale_b, mode_a, mode_b, max_sms)
+    return out
+
+
+def _grouped_mm_out(a, b, sizes, out, layout, scale_a, scale_b, mode_a, mode_b, max_sms):
+    t.launch_grouped(a, b, sizes, layout, out, scale_a, scale_b, mode_a, mode_b, max_sms)
+
+
+def _grouped_wgrad(x, y, offs, out_dtype, max_sms):
+    out = x.new_empty(t.wgrad_output_shape(x, y, offs), dtype=t.output_dtype(x, out_dtype))
+    t.launch_grouped_wgrad(x, y, offs, out, max_sms)
+    return out
+
+
+def _grouped_wgrad_out(x, y, offs, out, max_sms):
+    t.launch_grouped_wgrad(x, y, offs, out, max_sms)
+
+
 def _quantize(x, dtype, block_rows, block_cols, scale_dtype, power_of_two):
     q_shape, s_shape = t.quantized_shapes(x, block_rows, block_cols)
     q, scales = x.new_empty(q_shape, dtype=dtype), x.new_empty(s_shape, dtype=scale_dtype)
@@ -36,6 +64,10 @@ def _quantize(x, dtype, block_rows, block_cols, scale_dtype, power_of_two):
 
 _lib.impl("gemm", _gemm, "CUDA")
 _lib.impl("gemm_out", _gemm_out, "CUDA")
+_lib.impl("grouped_mm", _grouped_mm, "CUDA")
+_lib.impl("grouped_mm_out", _grouped_mm_out, "CUDA")
+_lib.impl("grouped_wgrad", _grouped_wgrad, "CUDA")
+_lib.impl("grouped_wgrad_out", _grouped_wgrad_out, "CUDA")
 _lib.impl("quantize", _quantize, "CUDA")
 
 
@@ -46,6 +78,26 @@ def _gemm_fake(a, b, scale_a, scale_b, mode_a, mode_b, out_dtype, alpha, beta, c
 
 @torch.library.register_fake("gemmkit::gemm_out")
 def _gemm_out_fake(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c):
+    return None
+
+
+@torch.library.register_fake("gemmkit::grouped_mm")
+def _grouped_mm_fake(a, b, sizes, layout, scale_a, scale_b, mode_a, mode_b, out_dtype, max_sms, zero_unowned):
+    return a.new_empty(t.grouped_output_shape(a, b), dtype=t.output_dtype(a, out_dtype))
+
+
+@torch.library.register_fake("gemmkit::grouped_mm_out")
+def _grouped_mm_out_fake(a, b, sizes, out, layout, scale_a, scale_b, mode_a, mode_b, max_sms):
+    return None
+
+
+@torch.library.register_fake("gemmkit::grouped_wgrad")
+def _grouped_wgrad_fake(x, y, offs, out_dtype, max_sms):
+    return x.new_empty(t.wgrad_output_shape(x, y, offs), dtype=t.output_dtype(x, out_dtype))
+
+
+@torch.library.register_fake("gemmkit::grouped_wgrad_out")
+def _grouped_wgrad_out_fake(x, y, offs, out, max_sms):
     return None
 
 
@@ -107,3 +159,67 @@ def _backward(ctx, grad):
 
 
 torch.library.register_autograd("gemmkit::gemm", _backward, setup_context=_setup_context)
+
+
+# Grouped products, out_g = a_g b_g per group g: da_g = dout_g b_g^T, a grouped product over the
+# same groups (b^T [G, N, K] as B), and db_g = a_g^T dout_g, the weight gradient: grouped_wgrad
+# for contiguous groups, each contracting over its own rows. Masked groups have no such kernel:
+# their db is one batched product over every group's max_m rows, the rows past each count zeroed
+# in a and dout first (they may hold anything, NaN included, which a zero factor would not
+# cancel). Rows of da that no group owns are 0 (zero_unowned). The weight gradient out_g =
+# x_g^T y_g gives dx_g = y_g dout_g^T and dy_g = x_g dout_g: grouped products over its groups'
+# rows.
+
+def _grouped_mm_setup_context(ctx, inputs, output):
+    a, b, sizes, layout, scale_a, scale_b, mode_a, mode_b, out_dtype, max_sms, zero_unowned = inputs
+    ctx.fp8 = a.element_size() == 1
+    ctx.layout, ctx.max_sms = layout, max_sms
+    ctx.save_for_backward(a, b, sizes)
+
+
+def _grouped_product(a, b, sizes, layout, out_dtype, max_sms):
+    """a @ b group by group, rows no group owns 0: the gradients' grouped products."""
+    return torch.ops.gemmkit.grouped_mm(a, b, sizes, layout, None, None, "none", "none", out_dtype, max_sms, True)
+
+
+def _masked_weight_grad(a, grad, counts, out_dtype):
+    valid = (torch.arange(a.size(1), device=a.device) < counts.unsqueeze(1)).unsqueeze(-1)  # [G, max_m, 1]
+    return _product(a.masked_fill(~valid, 0).transpose(1, 2), grad.masked_fill(~valid, 0), out_dtype, 1.0)
+
+
+def _grouped_mm_backward(ctx, grad):
+    if ctx.fp8 and any(ctx.needs_input_grad):
+        raise RuntimeError("gemmkit: FP8 products (scaled_grouped_mm) are not differentiable")
+    a, b, sizes = ctx.saved_tensors
+    grad_a = grad_b = None
+    g = grad.to(a.dtype)
+    if ctx.needs_input_grad[0]:
+        grad_a = _grouped_product(g, b.transpose(-1, -2), sizes, ctx.layout, a.dtype, ctx.max_sms)
+    if ctx.needs_input_grad[1]:
+        if ctx.layout == "contiguous":
+            grad_b = torch.ops.gemmkit.grouped_wgrad(a, g, sizes, b.dtype, ctx.max_sms)
+        else:
+            grad_b = _masked_weight_grad(a, g, sizes, b.dtype)
+    return grad_a, grad_b, None, None, None, None, None, None, None, None, None
+
+
+def _grouped_wgrad_setup_context(ctx, inputs, output):
+    x, y, offs, out_dtype, max_sms = inputs
+    ctx.max_sms = max_sms
+    ctx.save_for_backward(x, y, offs)
+
+
+def _grouped_wgrad_backward(ctx, grad):
+    x, y, offs = ctx.saved_tensors
+    grad_x = grad_y = None
+    g = grad.to(x.dtype)
+    if ctx.needs_input_grad[0]:
+        grad_x = _grouped_product(y, g.transpose(-1, -2), offs, "contiguous", x.dtype, ctx.max_sms)
+    if ctx.needs_input_grad[1]:
+        grad_y = _grouped_product(x, g, offs, "contiguous", y.dtype, ctx.max_sms)
+    return grad_x, grad_y, None, None, None
+
+
+torch.library.register_autograd("gemmkit::grouped_mm", _grouped_mm_backward, setup_context=_grouped_mm_setup_context)
+torch.library.register_autograd("gemmkit::grouped_wgrad", _grouped_wgrad_backward,
+                                setup_context=_grouped_wgrad_setup_context)

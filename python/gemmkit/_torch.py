@@ -2,10 +2,11 @@
 data pointer, dtype, sizes and strides, so any strided view runs as it is, on the tensors'
 device and that device's current stream.
 
-A call reaches the launch (`launch_gemm`, `launch_quantize`) by one of two roads. Where torch has
-something to record (torch.compile tracing, fake or other subclass tensors, a dispatch mode,
-inputs that autograd tracks) it goes through the custom operators torch.ops.gemmkit.* (`_ops`),
-whose CUDA kernels are these same launches. Otherwise it launches directly: torch's dispatcher
+A call reaches the launch (`launch_gemm`, `launch_grouped`, `launch_grouped_wgrad`,
+`launch_quantize`) by one of two roads. Where torch has something to record (torch.compile
+tracing, fake or other subclass tensors, a dispatch mode, inputs that autograd tracks) it goes
+through the custom operators torch.ops.gemmkit.* (`_ops`), whose CUDA kernels are these same
+launches. Otherwise it launches directly: torch's dispatcher
 would only add host time. Arrays of other libraries come in through DLPack (`_arrays`).
 
 Importing this module imports torch and registers the operators; gemmkit imports it on the first
@@ -24,6 +25,12 @@ for _framework_dtype, _dtype in DTYPES.items():
     _C.register_dtype(_framework_dtype, _dtype)
 MODES = {mode.name: mode for mode in (_C.ScaleMode.none, _C.ScaleMode.tensor, _C.ScaleMode.rowwise,
                                       _C.ScaleMode.block, _C.ScaleMode.mx)}
+SIZE_DTYPES = (torch.int32, torch.int64)  # group sizes (offs, counts)
+for _framework_dtype in SIZE_DTYPES:
+    _C.register_size_dtype(_framework_dtype, _framework_dtype == torch.int64)
+LAYOUTS = {"contiguous": _C.GroupLayout.contiguous, "masked": _C.GroupLayout.masked}
+OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)  # tensor types that carry nothing for torch to record
 
 
@@ -58,6 +65,68 @@ def launch_gemm(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c):
                     MODES[mode_a], scale_a, MODES[mode_b], scale_b)
 
 
+def grouped_output_shape(a, b):
+    """[M_total, N] for contiguous groups (a [M_total, K]), [G, max_m, N] for masked ones (a [G,
+    max_m, K]); b is [G, K, N]."""
+    return (*a.shape[:-1], b.size(-1))
+
+
+def new_grouped_output(a, b, out_dtype, zero_unowned):
+    """An output for grouped a @ b: empty (rows no group owns stay undefined, as torch's do), or
+    zeros where `zero_unowned` (gradients, where those rows must read 0)."""
+    shape, dtype = grouped_output_shape(a, b), output_dtype(a, out_dtype)
+    return a.new_zeros(shape, dtype=dtype) if zero_unowned else a.new_empty(shape, dtype=dtype)
+
+
+def wgrad_output_shape(x, y, offs):
+    """[G, P, Q] for x [M_total, P], y [M_total, Q] and G group ends."""
+    return (offs.size(0), x.size(1), y.size(1))
+
+
+def launch_grouped(a, b, sizes, layout, out, scale_a, scale_b, mode_a, mode_b, max_sms):
+    """out = a @ b per group (`layout` "contiguous" or "masked", `sizes` the ends or counts, read
+    by the kernel) on out's device and current stream. a and b are first copied where the
+    kernel's TMA cannot read them as they lie; FP8 ones must be K-major (a's K and b's K
+    contiguous), 16-bit ones may be either way."""
+    fp8 = a.element_size() == 1
+    a = tma_readable(a, (-1,) if fp8 else (-1, -2))
+    b = tma_readable(b, (-2,) if fp8 else (-2, -1))
+    _C.grouped_gemm_tensors(a, b, out, sizes.contiguous(), LAYOUTS[layout], False, 1.0,
+                            torch._C._cuda_getCurrentRawStream(out.get_device()), MODES[mode_a], scale_a,
+                            MODES[mode_b], scale_b, max_sms)
+
+
+def launch_grouped_wgrad(x, y, offs, out, max_sms):
+    """out[g] = x_g^T y_g, x_g and y_g group g's rows by the ends in `offs`, on out's device and
+    current stream. The kernel reads x's and y's rows (P and Q contiguous): copied first where
+    they are not, or TMA cannot read them as they lie."""
+    _C.grouped_gemm_wgrad_tensors(tma_readable(x, (-1,)), tma_readable(y, (-1,)), out, offs.contiguous(), False,
+                                  1.0, 0.0, None, torch._C._cuda_getCurrentRawStream(out.get_device()), max_sms)
+
+
+def tma_readable(t, inner_dims):
+    """t itself where TMA can read it: 16-byte-aligned data, and for one of `inner_dims` (-1 or
+    -2) that dimension contiguous and every other one's stride a multiple of 16 bytes (rows not
+    overlapping); else a copy with inner_dims[0] contiguous and rows padded to 16 bytes. The
+    grouped kernels, unlike gemm(), have no path of their own for other operands."""
+    if t.data_ptr() % 16 == 0 and any(_tma_strides(t, inner) for inner in inner_dims):
+        return t
+    rows = t if inner_dims[0] == -1 else t.transpose(-1, -2)
+    unit = 16 // t.element_size()
+    cols = rows.size(-1)
+    copy = rows.new_empty((*rows.shape[:-1], -(-cols // unit) * unit))[..., :cols].copy_(rows)
+    return copy if inner_dims[0] == -1 else copy.transpose(-1, -2)
+
+
+def _tma_strides(t, inner):
+    unit, outer = 16 // t.element_size(), -1 if inner == -2 else -2
+    if t.size(inner) > 1 and t.stride(inner) != 1:
+        return False
+    if t.size(outer) > 1 and (t.stride(outer) % unit or t.stride(outer) < t.size(inner)):
+        return False
+    return t.dim() == 2 or t.size(0) == 1 or t.stride(0) % unit == 0
+
+
 def launch_quantize(x, q, scales, block_rows, block_cols, power_of_two):
     _C.quantize_tensors(x, q, scales, block_rows, block_cols, power_of_two,
                         torch._C._cuda_getCurrentRawStream(x.get_device()))
@@ -71,17 +140,49 @@ def quantized_shapes(x, block_rows, block_cols):
 
 # --- checks that also hold while torch.compile traces -----------------------------------------
 
-def check(tensor, name, dims):
+def _check_cuda_tensor(tensor, name):
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor or an array with __dlpack__, got "
                         f"{type(tensor).__name__}")
     if not tensor.is_cuda:
         raise ValueError(f"{name}: on {tensor.device}; expected a CUDA tensor")
+
+
+def check(tensor, name, dims):
+    _check_cuda_tensor(tensor, name)
     if tensor.dim() not in dims:
         raise ValueError(f"{name}: {tensor.dim()} dimensions; expected " + " or ".join(map(str, dims)))
     if tensor.dtype not in DTYPES:
         raise TypeError(f"{name}: dtype {tensor.dtype} is not supported; expected bfloat16, float16, "
                         f"float8_e4m3fn or float8_e5m2 (float32 for outputs, c and scales)")
+
+
+def check_sizes(sizes, name, groups):
+    """Group sizes (offs or counts): a 1-D int32 or int64 CUDA tensor of `groups` values (None:
+    any number)."""
+    _check_cuda_tensor(sizes, name)
+    if sizes.dim() != 1:
+        raise ValueError(f"{name}: {sizes.dim()} dimensions; expected 1 (one value a group)")
+    if sizes.dtype not in SIZE_DTYPES:
+        raise TypeError(f"{name}: dtype {sizes.dtype} is not supported; expected int32 or int64")
+    if groups is not None and sizes.size(0) != groups:
+        raise ValueError(f"{name}: {sizes.size(0)} values; expected one a group, G = {groups} (b's first dimension)")
+
+
+def check_output(out, out_dtype, dims):
+    """out (None: one is made) and out_dtype (None: the default), which must agree."""
+    if out_dtype is not None and out_dtype not in OUT_DTYPES:
+        raise TypeError(f"out_dtype: {out_dtype} is not supported; expected bfloat16, float16 or float32")
+    if out is not None:
+        check(out, "out", dims)
+        if out_dtype is not None and out.dtype != out_dtype:
+            raise ValueError(f"out: dtype {out.dtype} differs from out_dtype {out_dtype}")
+
+
+def refuse_autograd_with_out(*tensors):
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        raise RuntimeError("out: gemmkit functions with out= do not support automatic differentiation, as "
+                           "torch's; call them without out= or under torch.no_grad()")
 
 
 def direct(*tensors, autograd=True):
@@ -112,10 +213,7 @@ def _gemm(a, b, dims, scale_a=None, scale_b=None, modes=("none", "none"), out=No
     check(b, "b", dims)
     if c is not None:
         check(c, "c", (2, 3))
-    if out is not None:
-        check(out, "out", (2, 3))
-        if out_dtype is not None and out.dtype != out_dtype:
-            raise ValueError(f"out: dtype {out.dtype} differs from out_dtype {out_dtype}")
+    check_output(out, out_dtype, (2, 3))
     alpha, beta = float(alpha), float(beta)
     if direct(a, b, c, scale_a, scale_b, out):
         if out is None:
@@ -124,11 +222,99 @@ def _gemm(a, b, dims, scale_a=None, scale_b=None, modes=("none", "none"), out=No
         return out
     if out is None:
         return torch.ops.gemmkit.gemm(a, b, scale_a, scale_b, *modes, out_dtype, alpha, beta, c)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a, b, c, out)):
-        raise RuntimeError("out: gemmkit functions with out= do not support automatic differentiation, as "
-                           "torch's; call them without out= or under torch.no_grad()")
+    refuse_autograd_with_out(a, b, c, out)
     torch.ops.gemmkit.gemm_out(a, b, out, scale_a, scale_b, *modes, alpha, beta, c)
     return out
+
+
+def _grouped(a, b, sizes, layout, scale_a=None, scale_b=None, modes=("none", "none"), out=None, out_dtype=None,
+             max_sms=0):
+    """The product of grouped_mm's and scaled_grouped_mm's [G, K, N] cases (checked by them)."""
+    check_output(out, out_dtype, (a.dim(),))
+    max_sms = int(max_sms)
+    if direct(a, b, sizes, scale_a, scale_b, out):
+        if out is None:
+            out = new_grouped_output(a, b, out_dtype, False)
+        launch_grouped(a, b, sizes, layout, out, scale_a, scale_b, *modes, max_sms)
+        return out
+    if out is None:
+        return torch.ops.gemmkit.grouped_mm(a, b, sizes, layout, scale_a, scale_b, *modes, out_dtype, max_sms, False)
+    refuse_autograd_with_out(a, b, out)
+    torch.ops.gemmkit.grouped_mm_out(a, b, sizes, out, layout, scale_a, scale_b, *modes, max_sms)
+    return out
+
+
+def _grouped_wgrad(x, y, offs, out=None, out_dtype=None, max_sms=0):
+    """grouped_mm's weight gradient, x [M_total, P] and y [M_total, Q] (checked by it)."""
+    check_output(out, out_dtype, (3,))
+    max_sms = int(max_sms)
+    if direct(x, y, offs, out):
+        if out is None:
+            out = x.new_empty(wgrad_output_shape(x, y, offs), dtype=output_dtype(x, out_dtype))
+        launch_grouped_wgrad(x, y, offs, out, max_sms)
+        return out
+    if out is None:
+        return torch.ops.gemmkit.grouped_wgrad(x, y, offs, out_dtype, max_sms)
+    refuse_autograd_with_out(x, y, out)
+    torch.ops.gemmkit.grouped_wgrad_out(x, y, offs, out, max_sms)
+    return out
+
+
+def _group_sizes(a, b, offs, counts):
+    """("contiguous" or "masked", the sizes) of grouped operands, checked: offs go with a 2-D a
+    (cumulative row ends), counts with a 3-D one (rows of each group); one value a group of b;
+    the contracted dimensions equal."""
+    if a.dim() == 2:
+        if counts is not None:
+            raise ValueError("counts: given with a 2-D a; expected offs (counts go with a 3-D a, masked groups)")
+        if offs is None:
+            raise ValueError("offs: None; expected the groups' cumulative row ends (int32 or int64 [G]) for a 2-D a")
+        layout, name, sizes = "contiguous", "offs", offs
+    else:
+        if offs is not None:
+            raise ValueError("offs: given with a 3-D a; expected counts (offs go with a 2-D a, contiguous groups)")
+        if counts is None:
+            raise ValueError("counts: None; expected each group's valid rows (int32 or int64 [G]) for a 3-D a "
+                             "(gemmkit.bmm multiplies whole batches)")
+        layout, name, sizes = "masked", "counts", counts
+    if b.dim() == 2:  # the weight gradient: a [P, M_total], b [M_total, Q], any number of groups
+        check_sizes(sizes, name, None)
+        if a.size(1) != b.size(0):
+            raise ValueError(f"b: shape {list(b.shape)} has {b.size(0)} rows but a {list(a.shape)} has "
+                             f"M_total = {a.size(1)} columns; expected a [P, M_total] and b [M_total, Q]")
+        return layout, sizes
+    check_sizes(sizes, name, b.size(0))
+    if a.dim() == 3 and a.size(0) != b.size(0):
+        raise ValueError(f"b: shape {list(b.shape)} has G = {b.size(0)} but a {list(a.shape)} has G = {a.size(0)}")
+    if a.size(-1) != b.size(1):
+        raise ValueError(f"b: shape {list(b.shape)} has K = {b.size(1)} but a {list(a.shape)} has K = {a.size(-1)}; "
+                         f"expected b [G, K, N]")
+    return layout, sizes
+
+
+def _check_types(a, b, fp8):
+    if fp8:
+        if a.dtype not in FP8_DTYPES or b.dtype not in FP8_DTYPES:
+            raise TypeError(f"a, b: dtypes {a.dtype} and {b.dtype}; expected float8_e4m3fn or float8_e5m2 each "
+                            f"(16-bit inputs: grouped_mm)")
+    elif a.dtype not in (torch.bfloat16, torch.float16) or b.dtype != a.dtype:
+        raise TypeError(f"a, b: dtypes {a.dtype} and {b.dtype}; expected both bfloat16 or both float16 (FP8 inputs: "
+                        f"scaled_grouped_mm)")
+
+
+def _grouped_scales(a, b, scale_a, scale_b, modes):
+    """Scales as torch._scaled_grouped_mm lays them out, as gemm.h's views: a rowwise scale_a of
+    one dimension less than a ([G, max_m] for masked groups) gets its K column back, a rowwise
+    scale_b [G, N] becomes [G, 1, N] and a tensor-wise one of G values [G, 1, 1]. Others pass as
+    they are (a 1-D rowwise scale_a [M_total] is read as a column)."""
+    groups = b.size(0)
+    if modes[0] == "rowwise" and a.dim() == 3 and scale_a.dim() == 2:
+        scale_a = scale_a.unsqueeze(-1)
+    if modes[1] == "rowwise" and scale_b.dim() == 2 and scale_b.size(0) == groups:
+        scale_b = scale_b.unsqueeze(-2)
+    elif modes[1] == "tensor" and scale_b.dim() == 1 and scale_b.size(0) == groups:
+        scale_b = scale_b.view(groups, 1, 1)
+    return scale_a, scale_b
 
 
 # --- the public functions ---------------------------------------------------------------------
@@ -180,6 +366,75 @@ def scaled_mm(a, b, scale_a, scale_b, *, mode="tensor", out=None, out_dtype=None
     for t, name in ((scale_a, "scale_a"), (scale_b, "scale_b")):
         check(t, name, (0, 1, 2, 3))
     result = _gemm(a, b, (2, 3), scale_a, scale_b, _mode_pair(mode), out_t, out_dtype, alpha, beta, c)
+    return _arrays.to_caller(result, kind, out)
+
+
+def grouped_mm(a, b, offs=None, *, counts=None, out=None, out_dtype=None, max_sms=0):
+    """One product per group (mixture-of-experts expert) in one launch, as torch._grouped_mm
+    (torch.nn.functional.grouped_mm) has them, with bfloat16 or float16 inputs:
+    - a [M_total, K], b [G, K, N], offs [G]: the groups' cumulative row ends in a (group g is
+      rows offs[g-1] to offs[g], offs[-1] read as 0) -> out [M_total, N], each group's rows of a
+      times b[g]. An MoE layer's weights w [G, N, K] pass as b = w.transpose(-2, -1), not copied.
+      Rows past offs[-1] are not written: undefined in a new out, as torch's are.
+    - a [P, M_total], b [M_total, Q], offs over M_total -> out [G, P, Q], out[g] = a[:, rows of
+      g] @ b[rows of g]: the weight gradient (a = x.t() for x [M_total, P]). An empty group gives
+      zeros.
+    - a [G, max_m, K], b [G, K, N], counts [G] (gemmkit's masked groups, not torch's): out [G,
+      max_m, N], out[g, :counts[g]] = a[g, :counts[g]] @ b[g]; rows past each count are not
+      written.
+    offs and counts are int32 or int64 CUDA tensors that the kernel reads: nothing waits for the
+    host, and a CUDA graph replays with whatever they hold then. Sizes out of range (ends
+    decreasing or past M_total, counts past max_m) are clamped. out is made if None, of out_dtype
+    (by default the inputs' type; bfloat16, float16 or float32). The kernels read operands with
+    TMA: those it cannot read as they lie (a base or stride not a multiple of 16 bytes, no
+    contiguous dimension) are copied first, rows padded; so is, for the weight gradient, an a
+    that is not the transpose of a row-major [M_total, P] tensor or a b that is not row-major.
+    max_sms caps the SMs the kernel runs on (0: all of them). Differentiable in a and b (without
+    out=), by gemmkit's grouped kernels; gradient rows that no group owns are 0. The weight
+    gradient of masked groups is one batched product over all max_m rows of each group, the
+    rows past each count zeroed first."""
+    names = ("a", "b", "offs", "counts", "out")
+    (a, b, offs, counts, out_t), kind = _arrays.to_torch(torch, (a, b, offs, counts, out), names)
+    check(a, "a", (2, 3))
+    check(b, "b", (2, 3) if a.dim() == 2 else (3,))
+    _check_types(a, b, fp8=False)
+    layout, sizes = _group_sizes(a, b, offs, counts)
+    if b.dim() == 2:
+        result = _grouped_wgrad(a.t(), b, sizes, out_t, out_dtype, max_sms)
+    else:
+        result = _grouped(a, b, sizes, layout, out=out_t, out_dtype=out_dtype, max_sms=max_sms)
+    return _arrays.to_caller(result, kind, out)
+
+
+def scaled_grouped_mm(a, b, scale_a, scale_b, offs=None, *, counts=None, mode="rowwise", out=None, out_dtype=None,
+                      max_sms=0):
+    """grouped_mm's forward cases for FP8 inputs (float8_e4m3fn or float8_e5m2), in
+    torch._scaled_grouped_mm's argument order: (a * its scales) @ (b * its scales) per group,
+    a [M_total, K] with offs or [G, max_m, K] with counts, b [G, K, N], both K-major (a's K and
+    b's K contiguous; copied where not). `mode` is 'tensor', 'rowwise' or 'block', or a pair (A's
+    and B's). A's scales cover a's rows, B's are one set a group:
+    - rowwise: scale_a [M_total] ([G, max_m] masked) and scale_b [G, N], as torch's;
+    - tensor: scale_a a single value, scale_b one a group [G] (or a single one for all);
+    - block: scale_a [M_total, ceil(K/128)] (1x128 blocks), scale_b [G, ceil(K/128), ceil(N/128)]
+      (128x128) or [G, ceil(K/128), N] (128x1), laid out like b, as scaled_mm's are.
+    Float32 scales, any strides (gemm.h's layouts, B's with a group dimension, are taken too).
+    Weights w [G, N, K] quantised by quantize() pass as b = q.transpose(-2, -1) and scale_b =
+    scales.transpose(-2, -1). Output bfloat16 unless out_dtype or out says float16 or float32.
+    No weight gradient (2-D b) and not differentiable."""
+    names = ("a", "b", "scale_a", "scale_b", "offs", "counts", "out")
+    (a, b, scale_a, scale_b, offs, counts, out_t), kind = _arrays.to_torch(
+        torch, (a, b, scale_a, scale_b, offs, counts, out), names)
+    check(a, "a", (2, 3))
+    check(b, "b", (3,))
+    for t, name in ((scale_a, "scale_a"), (scale_b, "scale_b")):
+        check(t, name, (0, 1, 2, 3))
+    _check_types(a, b, fp8=True)
+    layout, sizes = _group_sizes(a, b, offs, counts)
+    modes = _mode_pair(mode)
+    if "mx" in modes:
+        raise ValueError("mode: 'mx'; expected 'tensor', 'rowwise' or 'block' (grouped products take no MXFP8 scales)")
+    scale_a, scale_b = _grouped_scales(a, b, scale_a, scale_b, modes)
+    result = _grouped(a, b, sizes, layout, scale_a, scale_b, modes, out_t, out_dtype, max_sms)
     return _arrays.to_caller(result, kind, out)
 
 

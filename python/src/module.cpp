@@ -1,7 +1,8 @@
 // gemmkit._gemmkit: the C++ API as the Python package sees it. Views are built from a device
 // pointer, a dtype, sizes and strides in elements; gemm(), quantize() and the tuning mode are the
-// C++ functions. gemm_tensors() and quantize_tensors() take framework tensors (python/gemmkit's
-// torch tensors) and read their views here (tensor_views.h). gemmkit::Error becomes ValueError
+// C++ functions. gemm_tensors(), grouped_gemm_tensors(), grouped_gemm_wgrad_tensors() and
+// quantize_tensors() take framework tensors (python/gemmkit's torch tensors) and read their views
+// and group sizes here (tensor_views.h). gemmkit::Error becomes ValueError
 // where the caller passed something gemmkit cannot accept, RuntimeError otherwise (no device, CUDA
 // or compile errors).
 #include <nanobind/nanobind.h>
@@ -21,6 +22,8 @@ namespace nb = nanobind;
 namespace {
 
 using gemmkit::DType;
+using gemmkit::GroupLayout;
+using gemmkit::GroupSizes;
 using gemmkit::ScaleMode;
 using gemmkit::TensorView;
 
@@ -44,6 +47,16 @@ gemmkit::GemmOptions gemm_options(float alpha, float beta, std::optional<TensorV
 std::optional<TensorView> optional_view(nb::handle tensor, const char* name) {
   if (tensor.is_none()) return std::nullopt;
   return gemmkit::python::view_of(tensor, name);
+}
+
+// gemm_options() with C and the scales given as framework tensors (None: none).
+gemmkit::GemmOptions tensor_options(float alpha, float beta, nb::handle c, uintptr_t stream, ScaleMode mode_a,
+                                    nb::handle scale_a, ScaleMode mode_b, nb::handle scale_b) {
+  using gemmkit::python::scale_view_of;
+  return gemm_options(
+      alpha, beta, optional_view(c, "c"), stream, mode_a,
+      scale_a.is_none() ? std::nullopt : std::optional(scale_view_of(scale_a, "scale_a", true)), mode_b,
+      scale_b.is_none() ? std::nullopt : std::optional(scale_view_of(scale_b, "scale_b", false)));
 }
 
 }  // namespace
@@ -76,6 +89,10 @@ NB_MODULE(_gemmkit, m) {
       .value("rowwise", ScaleMode::rowwise)
       .value("block", ScaleMode::block)
       .value("mx", ScaleMode::mx);
+
+  nb::enum_<GroupLayout>(m, "GroupLayout", "how the groups' rows lie in A and D (gemmkit/grouped.h)")
+      .value("contiguous", GroupLayout::contiguous)
+      .value("masked", GroupLayout::masked);
 
   nb::enum_<gemmkit::TuningMode>(m, "TuningMode", "where gemm() takes its kernel configuration (gemmkit/tuning.h)")
       .value("off", gemmkit::TuningMode::off)
@@ -130,6 +147,9 @@ NB_MODULE(_gemmkit, m) {
 
   m.def("register_dtype", &gemmkit::python::register_dtype, nb::arg("framework_dtype"), nb::arg("dtype"),
         "tells the *_tensors functions which DType a framework's dtype object stands for");
+  m.def("register_size_dtype", &gemmkit::python::register_size_dtype, nb::arg("framework_dtype"), nb::arg("int64"),
+        "tells the grouped *_tensors functions that a framework's dtype object holds 32-bit or (int64) 64-bit "
+        "group sizes");
   m.def(
       "view_of", [](nb::handle tensor, const char* name) { return gemmkit::python::view_of(tensor, name); },
       nb::arg("tensor"), nb::arg("name"), "the view of a 2-D or 3-D framework tensor");
@@ -141,19 +161,49 @@ NB_MODULE(_gemmkit, m) {
       "gemm_tensors",
       [](nb::handle a, nb::handle b, nb::handle d, float alpha, float beta, nb::handle c, uintptr_t stream,
          ScaleMode mode_a, nb::handle scale_a, ScaleMode mode_b, nb::handle scale_b) {
-        using gemmkit::python::scale_view_of;
         const TensorView va = gemmkit::python::view_of(a, "a"), vb = gemmkit::python::view_of(b, "b");
         const TensorView vd = gemmkit::python::view_of(d, "out");
-        const gemmkit::GemmOptions options = gemm_options(
-            alpha, beta, optional_view(c, "c"), stream, mode_a,
-            scale_a.is_none() ? std::nullopt : std::optional(scale_view_of(scale_a, "scale_a", true)), mode_b,
-            scale_b.is_none() ? std::nullopt : std::optional(scale_view_of(scale_b, "scale_b", false)));
+        const gemmkit::GemmOptions options = tensor_options(alpha, beta, c, stream, mode_a, scale_a, mode_b, scale_b);
         nb::gil_scoped_release unlocked;
         gemmkit::gemm(va, vb, vd, options);
       },
       nb::arg("a"), nb::arg("b"), nb::arg("d"), nb::arg("alpha"), nb::arg("beta"), nb::arg("c").none(),
       nb::arg("stream"), nb::arg("mode_a"), nb::arg("scale_a").none(), nb::arg("mode_b"), nb::arg("scale_b").none(),
       "gemm() on framework tensors (see register_dtype)");
+  m.def(
+      "grouped_gemm_tensors",
+      [](nb::handle a, nb::handle b, nb::handle d, nb::handle sizes, GroupLayout layout, bool check, float alpha,
+         uintptr_t stream, ScaleMode mode_a, nb::handle scale_a, ScaleMode mode_b, nb::handle scale_b, int max_sms) {
+        const TensorView va = gemmkit::python::view_of(a, "a"), vb = gemmkit::python::view_of(b, "b");
+        const TensorView vd = gemmkit::python::view_of(d, "out");
+        const GroupSizes vs = gemmkit::python::group_sizes_of(
+            sizes, layout == GroupLayout::masked ? "counts" : "offs", layout, check);
+        gemmkit::GemmOptions options =
+            tensor_options(alpha, 0.0f, nb::none(), stream, mode_a, scale_a, mode_b, scale_b);
+        options.max_sms = max_sms;
+        nb::gil_scoped_release unlocked;
+        gemmkit::grouped_gemm(va, vb, vd, vs, options);
+      },
+      nb::arg("a"), nb::arg("b"), nb::arg("d"), nb::arg("sizes"), nb::arg("layout"), nb::arg("check"),
+      nb::arg("alpha"), nb::arg("stream"), nb::arg("mode_a"), nb::arg("scale_a").none(), nb::arg("mode_b"),
+      nb::arg("scale_b").none(), nb::arg("max_sms"),
+      "grouped_gemm() on framework tensors, the group sizes a 1-D int32 or int64 tensor (gemmkit/grouped.h)");
+  m.def(
+      "grouped_gemm_wgrad_tensors",
+      [](nb::handle x, nb::handle y, nb::handle d, nb::handle sizes, bool check, float alpha, float beta,
+         nb::handle c, uintptr_t stream, int max_sms) {
+        const TensorView vx = gemmkit::python::view_of(x, "x"), vy = gemmkit::python::view_of(y, "y");
+        const TensorView vd = gemmkit::python::view_of(d, "out");
+        const GroupSizes vs = gemmkit::python::group_sizes_of(sizes, "offs", GroupLayout::contiguous, check);
+        gemmkit::GemmOptions options =
+            tensor_options(alpha, beta, c, stream, ScaleMode::none, nb::none(), ScaleMode::none, nb::none());
+        options.max_sms = max_sms;
+        nb::gil_scoped_release unlocked;
+        gemmkit::grouped_gemm_wgrad(vx, vy, vd, vs, options);
+      },
+      nb::arg("x"), nb::arg("y"), nb::arg("d"), nb::arg("sizes"), nb::arg("check"), nb::arg("alpha"),
+      nb::arg("beta"), nb::arg("c").none(), nb::arg("stream"), nb::arg("max_sms"),
+      "grouped_gemm_wgrad() on framework tensors, the group ends a 1-D int32 or int64 tensor");
   m.def(
       "quantize_tensors",
       [](nb::handle x, nb::handle q, nb::handle scales, int64_t block_rows, int64_t block_cols,

@@ -1,5 +1,6 @@
 #include "tensor_views.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -39,12 +40,22 @@ DType dtype_of(nb::handle tensor, const char* name) {
                            .c_str());
 }
 
+// Integer dtype objects, each with whether it is 64-bit (register_size_dtype); as dtypes().
+std::vector<std::pair<nb::object, bool>>& size_dtypes() {
+  static auto* table = new std::vector<std::pair<nb::object, bool>>();
+  return *table;
+}
+
 void* data_of(nb::handle tensor) { return reinterpret_cast<void*>(nb::cast<uintptr_t>(tensor.attr(names().data_ptr)())); }
 
 }  // namespace
 
 void register_dtype(nb::handle framework_dtype, DType dtype) {
   dtypes().emplace_back(nb::borrow(framework_dtype), dtype);
+}
+
+void register_size_dtype(nb::handle framework_dtype, bool int64) {
+  size_dtypes().emplace_back(nb::borrow(framework_dtype), int64);
 }
 
 TensorView view_of(nb::handle tensor, const char* name) {
@@ -69,6 +80,35 @@ TensorView scale_view_of(nb::handle scales, const char* name, bool of_a) {
   if (n == 1) return TensorView::matrix(data_of(scales), dtype, 1, 1, 1, 1);
   return of_a ? TensorView::matrix(data_of(scales), dtype, n, 1, stride, 1)
               : TensorView::matrix(data_of(scales), dtype, 1, n, n * stride, stride);
+}
+
+GroupSizes group_sizes_of(nb::handle sizes, const char* name, GroupLayout layout, bool check) {
+  const nb::object dtype = sizes.attr(names().dtype);
+  const std::string prefix = std::string(name) + ": ";
+  const auto known = std::find_if(size_dtypes().begin(), size_dtypes().end(),
+                                  [&](const auto& entry) { return entry.first.is(dtype); });
+  if (known == size_dtypes().end()) {
+    const std::string text = prefix + "dtype " + nb::str(dtype).c_str() + " is not supported; expected int32 or int64";
+    throw nb::type_error(text.c_str());
+  }
+  const nb::tuple shape = nb::tuple(sizes.attr(names().shape));
+  if (shape.size() != 1) {
+    const std::string text = prefix + std::to_string(shape.size()) + " dimensions; expected 1 (one value a group)";
+    throw nb::value_error(text.c_str());
+  }
+  const int64_t count = nb::cast<int64_t>(shape[0]);
+  const int64_t stride = nb::cast<int64_t>(nb::tuple(sizes.attr(names().stride)())[0]);
+  if (count > 1 && stride != 1) {
+    const std::string text = prefix + "stride " + std::to_string(stride) + "; expected 1 (values one after another)";
+    throw nb::value_error(text.c_str());
+  }
+  GroupSizes result;
+  result.layout = layout;
+  result.data = data_of(sizes);
+  result.int64 = known->second;
+  result.count = count;
+  result.check = check;
+  return result;
 }
 
 }  // namespace gemmkit::python

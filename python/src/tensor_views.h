@@ -5,12 +5,17 @@
 
 #include <nanobind/nanobind.h>
 
+#include "gemmkit/grouped.h"
 #include "gemmkit/tensor.h"
 
 namespace gemmkit::python {
 
 // Tells view_of which gemmkit type a framework dtype object (e.g. torch.bfloat16) stands for.
 void register_dtype(nanobind::handle framework_dtype, DType dtype);
+
+// Tells group_sizes_of that a framework dtype object (e.g. torch.int32) holds group sizes of 32
+// bits, or of 64 bits where `int64`.
+void register_size_dtype(nanobind::handle framework_dtype, bool int64);
 
 // The view of a 2-D or 3-D tensor: data_ptr(), dtype, shape and stride(). Raises TypeError for a
 // dtype never registered and ValueError for another number of dimensions, naming `name`.
@@ -19,5 +24,11 @@ TensorView view_of(nanobind::handle tensor, const char* name);
 // The view of an operand's scales: as view_of, except that a single scale may have any shape (a
 // 0-d tensor, say) and a 1-D tensor is a column for A (M x 1) and a row for B (1 x N).
 TensorView scale_view_of(nanobind::handle scales, const char* name, bool of_a);
+
+// The GroupSizes of a 1-D tensor of G int32 or int64 values, laid out as `layout` says: its
+// data_ptr(), dtype and length. Raises TypeError for another dtype and ValueError for another
+// number of dimensions or values that are not consecutive (the kernel reads G in a row), naming
+// `name`.
+GroupSizes group_sizes_of(nanobind::handle sizes, const char* name, GroupLayout layout, bool check);
 
 }  // namespace gemmkit::python

@@ -40,6 +40,63 @@ def test_pointers_that_are_not_device_memory_are_refused():
         assert str(error.value) == "D: pointer 0x3000 is not device memory; expected device memory"
 
 
+class FrameworkDType:
+    """A framework's dtype object, as the *_tensors bindings compare them: by identity."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __str__(self):
+        return self.name
+
+
+class Tensor:
+    """What the *_tensors bindings read of a framework tensor: dtype, shape, stride(), data_ptr()."""
+
+    def __init__(self, dtype, shape, strides, data=0x1000):
+        self.dtype, self.shape, self.strides, self.data = dtype, shape, strides, data
+
+    def stride(self):
+        return self.strides
+
+    def data_ptr(self):
+        return self.data
+
+
+def test_grouped_bindings_read_group_sizes_and_check_shapes():
+    from gemmkit import _gemmkit
+
+    bf16, int32, int64, int16 = (FrameworkDType(name) for name in ("bf16", "int32", "int64", "int16"))
+    _gemmkit.register_dtype(bf16, DType.bf16)
+    _gemmkit.register_size_dtype(int32, False)
+    _gemmkit.register_size_dtype(int64, True)
+    a, d = Tensor(bf16, (8, 16), (16, 1)), Tensor(bf16, (8, 8), (8, 1))
+    b = Tensor(bf16, (2, 16, 8), (128, 8, 1))
+    none, contiguous, masked = ScaleMode.none, _gemmkit.GroupLayout.contiguous, _gemmkit.GroupLayout.masked
+
+    def grouped(b, sizes, layout=contiguous):
+        _gemmkit.grouped_gemm_tensors(a, b, d, sizes, layout, False, 1.0, 0, none, None, none, None, 0)
+
+    # The checks on the host come before any look at the device: these raise without a GPU.
+    with pytest.raises(TypeError, match="^offs: dtype int16 is not supported; expected int32 or int64$"):
+        grouped(b, Tensor(int16, (2,), (1,)))
+    with pytest.raises(TypeError, match="^counts: dtype int16 is not supported"):
+        grouped(b, Tensor(int16, (2,), (1,)), masked)
+    with pytest.raises(ValueError, match=r"^offs: 2 dimensions; expected 1 \(one value a group\)$"):
+        grouped(b, Tensor(int32, (1, 2), (2, 1)))
+    with pytest.raises(ValueError, match=r"^offs: stride 2; expected 1 \(values one after another\)$"):
+        grouped(b, Tensor(int64, (2,), (2,)))
+    with pytest.raises(ValueError, match=r"^B: shape \[15, 8\] has 15 rows but A \[8, 16\] has K = 16"):
+        grouped(Tensor(bf16, (2, 15, 8), (120, 8, 1)), Tensor(int64, (2,), (1,)))
+    with pytest.raises(ValueError, match=r"^B: shape \[3, 16, 8\]; expected \[G, K, N\] with G = sizes.count = 2"):
+        grouped(Tensor(bf16, (3, 16, 8), (128, 8, 1)), Tensor(int32, (2,), (1,)))
+    with pytest.raises(ValueError, match=r"^A: shape \[8, 16\]; expected \[G, max_m, K\] with G = 2"):
+        grouped(b, Tensor(int32, (2,), (1,)), masked)
+    with pytest.raises(ValueError, match=r"^d: shape \[3, 16, 16\]; expected \[G, P, Q\] = \[2, 16, 16\]$"):
+        _gemmkit.grouped_gemm_wgrad_tensors(a, a, Tensor(bf16, (3, 16, 16), (256, 16, 1)), Tensor(int32, (2,), (1,)),
+                                            False, 1.0, 0.0, None, 0, 0)
+
+
 def test_the_cli_ships_with_the_package():
     shown = subprocess.run([sys.executable, "-m", "gemmkit", "--help"], capture_output=True, text=True)
     assert shown.returncode == 0, shown.stderr

@@ -29,7 +29,8 @@ def cuda(*shape, dtype=BF16):
 
 def test_operators_are_registered_on_import_when_torch_is_loaded():
     code = ("import torch, gemmkit\n"
-            "for op in ('gemm', 'gemm_out', 'quantize'):\n"
+            "for op in ('gemm', 'gemm_out', 'quantize', 'grouped_mm', 'grouped_mm_out', 'grouped_wgrad', "
+            "'grouped_wgrad_out'):\n"
             "    assert hasattr(torch.ops.gemmkit, op), op\n")
     subprocess.run([sys.executable, "-c", code], check=True)
 

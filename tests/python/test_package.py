@@ -33,7 +33,7 @@ def run_python(code, *args):
     return subprocess.run([sys.executable, "-c", HIDE_TORCH + code, *args], capture_output=True, text=True)
 
 
-@pytest.mark.parametrize("name", ["mm", "bmm", "addmm", "scaled_mm", "quantize"])
+@pytest.mark.parametrize("name", ["mm", "bmm", "addmm", "scaled_mm", "quantize", "grouped_mm", "scaled_grouped_mm"])
 def test_torch_functions_without_torch_say_how_to_get_it(name):
     # The attribute and `from gemmkit import` both raise ModuleNotFoundError with the message.
     code = (f"import gemmkit\n"

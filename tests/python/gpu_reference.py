@@ -1,0 +1,71 @@
+"""What the torch tests on an sm_90 GPU share: their skip, random inputs, NaN-filled outputs,
+dequantised FP8 operands, and the checks of products and gradients against double precision
+(the bounds are test_torch.py's docstring's). Imported after pytest.importorskip("torch"), which
+each test file makes itself (scripts/python_test.sh picks the torch tests by it)."""
+
+import pytest
+import torch
+
+
+def skip_without_sm90():
+    """Skips the importing test module, saying so, where there is no sm_90 GPU."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("no sm_90 GPU", allow_module_level=True)
+
+
+HALF_ULP = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11, torch.float32: 2.0 ** -24}
+E4M3, E5M2, E8M0 = torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e8m0fnu
+
+
+def rand(*shape, dtype=torch.bfloat16, requires_grad=False):
+    return torch.randn(*shape, device="cuda", dtype=torch.float32).to(dtype).requires_grad_(requires_grad)
+
+
+def nan_like(shape, dtype):
+    return torch.full(shape, float("nan"), device="cuda", dtype=dtype)
+
+
+def expect_close(d, a, b, alpha=1.0, beta=0.0, c=None, accumulation=None):
+    """d against alpha * a @ b + beta * c in double, a and b as real numbers (FP8 dequantised)."""
+    a, b = a.detach().double(), b.detach().double()
+    ref = alpha * torch.matmul(a, b)
+    if accumulation is None:
+        accumulation = a.shape[-1] * 2.0 ** -24
+    bound = torch.matmul(a.abs(), b.abs()) * abs(alpha) * accumulation
+    if c is not None and beta != 0:
+        ref = ref + beta * c.detach().double()
+    bound = bound + ref.abs() * HALF_ULP[d.dtype]
+    assert torch.isfinite(d).all(), "non-finite outputs"
+    error = (d.detach().double() - ref).abs()
+    assert (error <= bound + 1e-30).all(), f"max error {error.max().item()} over bound {bound.max().item()}"
+
+
+def block_of(mode, block, rows, cols):
+    """The block (rows, cols) that quantize() takes for `mode` on a rows x cols matrix."""
+    return block or {"tensor": (rows, cols), "rowwise": (1, cols), "block": (1, 128), "mx": (1, 32)}[mode]
+
+
+def dequantized(q, scales, mode, block=None):
+    """q times its block's scale, in double."""
+    rows, cols = q.shape[-2:]
+    br, bc = block_of(mode, block, rows, cols)
+    s = torch.exp2(scales.view(torch.uint8).double() - 127) if scales.dtype == E8M0 else scales.double()
+    s = s.reshape(1, 1) if s.dim() < 2 else s
+    return q.double() * s.repeat_interleave(br, -2)[..., :rows, :].repeat_interleave(bc, -1)[..., :cols]
+
+
+def expect_grads(out, inputs, reference):
+    """The gradients of sum(out * up) for a random `up`, against those of `reference`, the same
+    expression evaluated in double. Each may be off by one rounding of its own type, plus 2^-8 of
+    the sum of the magnitudes it adds up (the gradient of `reference` on |inputs| and |up|): an
+    f32 `up` is taken in the inputs' 16-bit type first."""
+    up = rand(*out.shape, dtype=out.dtype)
+    got = torch.autograd.grad(out, inputs, up)
+    doubled = [t.detach().double().requires_grad_() for t in inputs]
+    want = torch.autograd.grad(reference(*doubled), doubled, up.double())
+    magnitudes = [t.detach().double().abs().requires_grad_() for t in inputs]
+    sums = torch.autograd.grad(reference(*magnitudes), magnitudes, up.double().abs())
+    for g, w, total, t in zip(got, want, sums, inputs):
+        assert g.shape == t.shape and g.dtype == t.dtype
+        bound = w.abs() * HALF_ULP[g.dtype] + total.abs() * 2.0 ** -8
+        assert ((g.double() - w).abs() <= bound).all(), f"gradient off by {(g.double() - w).abs().max().item()}"

@@ -1,0 +1,266 @@
+"""gemmkit's grouped products (grouped_mm, scaled_grouped_mm) without a GPU: output shapes and
+dtypes on fake CUDA tensors, tracing into one graph, the argument errors (also while tracing),
+the copies made for operands TMA cannot read, and the autograd formulas and opcheck, run with
+double-precision CPU stand-ins for the kernels. Needs torch, not a GPU; skips, saying so,
+without torch."""
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode  # noqa: E402
+
+import gemmkit  # noqa: E402
+from gemmkit._torch import output_dtype  # noqa: E402
+
+BF16, F32, F64, E4M3 = torch.bfloat16, torch.float32, torch.float64, torch.float8_e4m3fn
+I32, I64 = torch.int32, torch.int64
+
+
+@pytest.fixture
+def fake():
+    with FakeTensorMode() as mode:
+        yield mode
+
+
+def cuda(*shape, dtype=BF16):
+    return torch.empty(*shape, device="cuda", dtype=dtype)
+
+
+def test_fake_shapes_and_dtypes(fake):
+    x, w, offs = cuda(100, 64), cuda(4, 32, 64), cuda(4, dtype=I32)
+    q, qw = cuda(100, 64, dtype=E4M3), cuda(4, 32, 64, dtype=E4M3)
+    cases = [
+        (gemmkit.grouped_mm(x, w.transpose(-2, -1), offs), (100, 32), BF16),
+        (gemmkit.grouped_mm(x, cuda(4, 64, 32), offs.long(), out_dtype=F32), (100, 32), F32),
+        (gemmkit.grouped_mm(x.t(), cuda(100, 40), offs), (4, 64, 40), BF16),  # the weight gradient
+        (gemmkit.grouped_mm(cuda(4, 20, 64), w.transpose(-2, -1), counts=offs), (4, 20, 32), BF16),
+        (gemmkit.scaled_grouped_mm(q, qw.transpose(-2, -1), cuda(100, dtype=F32), cuda(4, 32, dtype=F32), offs),
+         (100, 32), BF16),
+        (gemmkit.scaled_grouped_mm(cuda(4, 20, 64, dtype=E4M3), qw.transpose(-2, -1), cuda(4, 20, dtype=F32),
+                                   cuda(4, dtype=F32), counts=offs, mode=("rowwise", "tensor"), out_dtype=F32),
+         (4, 20, 32), F32),
+    ]
+    for d, shape, dtype in cases:
+        assert isinstance(d, FakeTensor)
+        assert tuple(d.shape) == shape and d.dtype == dtype and d.device.type == "cuda"
+    out = cuda(100, 32, dtype=F32)
+    assert gemmkit.grouped_mm(x, w.transpose(-2, -1), offs, out=out) is out
+    out = cuda(4, 64, 40)
+    assert gemmkit.grouped_mm(x.t(), cuda(100, 40), offs, out=out) is out
+
+
+def test_a_traced_function_is_one_graph_of_gemmkit_operators(fake):
+    def moe(x, w, offs):
+        h = gemmkit.grouped_mm(x, w.transpose(-2, -1), offs)
+        q, s = gemmkit.quantize(x, mode="rowwise")
+        qw, sw = gemmkit.quantize(w, mode="rowwise")
+        y = gemmkit.scaled_grouped_mm(q, qw.transpose(-2, -1), s.squeeze(-1), sw.squeeze(-1), offs)
+        return gemmkit.grouped_mm(h.t(), x, offs), y
+
+    x, w, offs = cuda(100, 64), cuda(4, 32, 64), cuda(4, dtype=I64)
+    graph, _ = torch._dynamo.export(moe)(x, w, offs)  # raises where dynamo would break the graph
+    targets = [node.target for node in graph.graph.nodes if node.op == "call_function"]
+    assert targets.count(torch.ops.gemmkit.grouped_mm) == 2 and torch.ops.gemmkit.grouped_wgrad in targets
+    assert [tuple(t.shape) for t in graph(x, w, offs)] == [(4, 32, 64), (100, 32)]
+
+
+def test_errors_name_the_argument_while_tracing(fake):
+    x, b, offs, q = cuda(100, 64), cuda(4, 64, 32), cuda(4, dtype=I32), cuda(100, 64, dtype=E4M3)
+    one = cuda(1, dtype=F32)
+    for match, error, call in [
+        ("^offs: None; expected the groups' cumulative row ends", ValueError, lambda: gemmkit.grouped_mm(x, b)),
+        ("^counts: given with a 2-D a", ValueError, lambda: gemmkit.grouped_mm(x, b, offs, counts=offs)),
+        ("^offs: given with a 3-D a", ValueError, lambda: gemmkit.grouped_mm(cuda(4, 10, 64), b, offs)),
+        ("^counts: None; expected each group's valid rows", ValueError,
+         lambda: gemmkit.grouped_mm(cuda(4, 10, 64), b)),
+        (r"^offs: 3 values; expected one a group, G = 4 \(b's first dimension\)$", ValueError,
+         lambda: gemmkit.grouped_mm(x, b, offs[:3])),
+        ("^offs: dtype torch.float32 is not supported; expected int32 or int64$", TypeError,
+         lambda: gemmkit.grouped_mm(x, b, offs.float())),
+        (r"^offs: 2 dimensions; expected 1 \(one value a group\)$", ValueError,
+         lambda: gemmkit.grouped_mm(x, b, offs.view(2, 2))),
+        (r"^b: shape \[4, 63, 32\] has K = 63 but a \[100, 64\] has K = 64", ValueError,
+         lambda: gemmkit.grouped_mm(x, cuda(4, 63, 32), offs)),
+        (r"^b: shape \[4, 64, 32\] has G = 4 but a \[3, 10, 64\] has G = 3$", ValueError,
+         lambda: gemmkit.grouped_mm(cuda(3, 10, 64), b, counts=offs)),
+        (r"^b: shape \[99, 40\] has 99 rows but a \[48, 100\] has M_total = 100 columns", ValueError,
+         lambda: gemmkit.grouped_mm(cuda(48, 100), cuda(99, 40), offs)),
+        ("^b: 2 dimensions; expected 3$", ValueError, lambda: gemmkit.grouped_mm(cuda(4, 10, 64), cuda(64, 32))),
+        ("^a, b: dtypes torch.bfloat16 and torch.float16; expected both bfloat16 or both float16", TypeError,
+         lambda: gemmkit.grouped_mm(x, b.half(), offs)),
+        ("^out_dtype: torch.float64 is not supported", TypeError,
+         lambda: gemmkit.grouped_mm(x, b, offs, out_dtype=torch.float64)),
+        ("^out: dtype torch.bfloat16 differs from out_dtype torch.float32$", ValueError,
+         lambda: gemmkit.grouped_mm(x, b, offs, out=cuda(100, 32), out_dtype=F32)),
+        ("^out: 3 dimensions; expected 2$", ValueError, lambda: gemmkit.grouped_mm(x, b, offs, out=cuda(1, 100, 32))),
+        ("^a, b: dtypes torch.bfloat16 and torch.bfloat16; expected float8_e4m3fn or float8_e5m2", TypeError,
+         lambda: gemmkit.scaled_grouped_mm(x, b, one, one, offs)),
+        ("^mode: 'mx'; expected 'tensor', 'rowwise' or 'block'", ValueError,
+         lambda: gemmkit.scaled_grouped_mm(q, b.to(E4M3), one, one, offs, mode="mx")),
+        ("^b: 2 dimensions; expected 3$", ValueError,
+         lambda: gemmkit.scaled_grouped_mm(q.t(), cuda(100, 40, dtype=E4M3), one, one, offs)),
+        ("^offs: expected a torch.Tensor or an array with __dlpack__, got list$", TypeError,
+         lambda: gemmkit.grouped_mm(x, b, [4, 8])),
+        ("^offs: on cpu; expected a CUDA tensor$", ValueError,
+         lambda: gemmkit.grouped_mm(x, b, torch.zeros(4, dtype=I32, device="cpu"))),
+        ("^scale_b: expected a torch.Tensor", TypeError, lambda: gemmkit.scaled_grouped_mm(q, b, one, 1.0, offs)),
+    ]:
+        with pytest.raises(error, match=match):
+            call()
+
+
+def test_errors_without_fake_tensors():
+    a, b, offs = torch.ones(8, 16, dtype=BF16), torch.ones(2, 16, 8, dtype=BF16), torch.tensor([4, 8])
+    with pytest.raises(ValueError, match="^a: on cpu; expected a CUDA tensor$"):
+        gemmkit.grouped_mm(a, b, offs)
+    with pytest.raises(ValueError, match="^a: on cpu; expected a CUDA tensor$"):
+        gemmkit.scaled_grouped_mm(a.to(E4M3), b.to(E4M3), torch.ones(1), torch.ones(1), offs)
+
+
+def test_operands_tma_cannot_read_are_copied_with_padded_rows():
+    from gemmkit._torch import tma_readable
+
+    a = torch.randn(40, 64).to(BF16)  # 16-bit: 8 elements to 16 bytes
+    kept = [(a, (-1, -2)), (a.t(), (-1, -2)), (a[:, 8:40], (-1,)), (a[:, :60], (-1,)), (a.view(5, 8, 64), (-1,)),
+            (a.view(5, 8, 64).transpose(-2, -1), (-2,)), (a.expand(3, 40, 64), (-1,))]
+    for t, inner_dims in kept:
+        assert tma_readable(t, inner_dims) is t
+    copied = [
+        (a.t(), (-1,), (40, 1)),  # K-major wanted
+        (a[:, 1:33], (-1,), (32, 1)),  # data 2 bytes past a 16-byte boundary
+        (a[0].expand(40, 64), (-1, -2), (64, 1)),  # rows overlapping (stride 0)
+        (torch.randn(3, 20, 36).to(BF16), (-1,), (800, 40, 1)),  # rows of 36 padded to 40
+        (torch.randn(3, 36, 20).to(BF16).transpose(-2, -1), (-2,), (864, 1, 24)),  # columns of 20 padded to 24
+        (torch.randn(2, 64, 32).to(E4M3), (-2,), (2048, 1, 64)),  # FP8 B made K-major
+    ]
+    for t, inner_dims, strides in copied:
+        copy = tma_readable(t, inner_dims)
+        assert copy.stride() == strides and copy.data_ptr() % 16 == 0
+        bits = (lambda x: x.view(torch.uint8)) if t.dtype == E4M3 else (lambda x: x)  # no FP8 arithmetic on CPU
+        assert torch.equal(bits(copy), bits(t))
+
+
+# --- autograd, with CPU stand-ins for the kernels ------------------------------------------------
+# The operators' backward formulas, checked against torch's autograd through the same products
+# written group by group. The stand-ins compute in double on the CPU (float64 operands, float64
+# out_dtype) and fill the rows no group owns with NaN unless asked for zeros (zero_unowned), as an
+# empty output may hold anything.
+
+def group_rows(sizes, layout, rows):
+    """(group, first row, end row) of each group, as the kernel reads `sizes` (clamped)."""
+    if layout == "masked":
+        return [(g, 0, min(count, rows)) for g, count in enumerate(sizes.tolist())]
+    spans, start = [], 0
+    for g, end in enumerate(sizes.tolist()):
+        end = min(max(end, start), rows)
+        spans.append((g, start, end))
+        start = end
+    return spans
+
+
+def grouped_mm_stand_in(a, b, sizes, layout, scale_a, scale_b, mode_a, mode_b, out_dtype, max_sms, zero_unowned):
+    fill = 0.0 if zero_unowned else float("nan")
+    out = a.new_full((*a.shape[:-1], b.size(-1)), fill, dtype=output_dtype(a, out_dtype))
+    for g, start, end in group_rows(sizes, layout, a.size(-2)):
+        rows = (g, slice(start, end)) if layout == "masked" else (slice(start, end),)
+        out[rows] = (a[rows].double() @ b[g].double()).to(out.dtype)
+    return out
+
+
+def grouped_wgrad_stand_in(x, y, offs, out_dtype, max_sms):
+    out = x.new_empty(offs.size(0), x.size(1), y.size(1), dtype=output_dtype(x, out_dtype))
+    for g, start, end in group_rows(offs, "contiguous", x.size(0)):
+        out[g] = (x[start:end].double().t() @ y[start:end].double()).to(out.dtype)
+    return out
+
+
+def gemm_stand_in(a, b, scale_a, scale_b, mode_a, mode_b, out_dtype, alpha, beta, c):
+    assert beta == 0
+    return (alpha * (a.double() @ b.double())).to(output_dtype(a, out_dtype))
+
+
+@pytest.fixture
+def cpu_kernels():
+    lib = torch.library.Library("gemmkit", "IMPL")  # noqa: TOR901
+    for name, kernel in (("grouped_mm", grouped_mm_stand_in), ("grouped_wgrad", grouped_wgrad_stand_in),
+                         ("gemm", gemm_stand_in)):
+        lib.impl(name, kernel, "CPU")
+    yield
+    lib._destroy()
+
+
+def expect_grads(out, inputs, reference):
+    """The gradients of sum(out * up) against those of `reference`, in double."""
+    up = torch.randn(out.shape, dtype=torch.float64)
+    got = torch.autograd.grad(out, inputs, up)
+    copies = [t.detach().clone().requires_grad_() for t in inputs]
+    want = torch.autograd.grad(reference(*copies), copies, up)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and torch.allclose(g, w, rtol=1e-12, atol=1e-12), (g - w).abs().max()
+
+
+def rand64(*shape):
+    return torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+
+
+@pytest.mark.parametrize("dtype", [I32, I64])
+def test_contiguous_gradients_and_zero_rows_past_the_last_end(cpu_kernels, dtype):
+    a, w = rand64(20, 6), rand64(4, 5, 6)  # rows 12 to 19 are no group's
+    ends = [0, 7, 7, 12]
+
+    def reference(a, w):
+        rows = [a[start:end] @ w[g].t() for g, start, end in group_rows(torch.tensor(ends), "contiguous", 20)]
+        return torch.cat(rows + [a.new_zeros(8, 5)])
+
+    out = torch.ops.gemmkit.grouped_mm(a, w.transpose(-2, -1), torch.tensor(ends, dtype=dtype), "contiguous", None,
+                                       None, "none", "none", F64, 0, False)
+    expect_grads(out, (a, w), reference)
+
+
+def test_masked_gradients_ignore_the_rows_past_each_count(cpu_kernels):
+    a, b = torch.randn(3, 5, 6, dtype=torch.float64), rand64(3, 6, 4)
+    counts = [0, 5, 2]
+    for g, count in enumerate(counts):
+        a[g, count:] = float("nan")  # rows no group owns may hold anything
+    a.requires_grad_()
+
+    def reference(a, b):
+        return torch.stack([torch.cat([a[g, :c] @ b[g], a.new_zeros(5 - c, 4)]) for g, c in enumerate(counts)])
+
+    out = torch.ops.gemmkit.grouped_mm(a, b, torch.tensor(counts), "masked", None, None, "none", "none", F64, 0, False)
+    up = torch.randn(out.shape, dtype=torch.float64)
+    grad_a, grad_b = torch.autograd.grad(out, (a, b), up)
+    copies = [t.detach().clone().requires_grad_() for t in (a, b)]
+    want_a, want_b = torch.autograd.grad(reference(*copies), copies, up)
+    assert torch.equal(grad_a == 0, want_a == 0) and torch.allclose(grad_a, want_a.nan_to_num(), rtol=1e-12)
+    assert torch.allclose(grad_b, want_b, rtol=1e-12, atol=1e-12)
+
+
+def test_weight_gradient_is_differentiable(cpu_kernels):
+    x, y = rand64(20, 3), rand64(20, 4)
+    ends = [5, 5, 16]  # rows 16 to 19 are no group's
+
+    def reference(x, y):
+        return torch.stack([x[s:e].t() @ y[s:e] for _, s, e in group_rows(torch.tensor(ends), "contiguous", 20)])
+
+    expect_grads(torch.ops.gemmkit.grouped_wgrad(x, y, torch.tensor(ends), F64, 0), (x, y), reference)
+
+
+def test_fp8_products_are_not_differentiable(cpu_kernels):
+    a, b = torch.ones(8, 4, dtype=E4M3, requires_grad=True), torch.ones(2, 4, 3, dtype=E4M3)
+    out = torch.ops.gemmkit.grouped_mm(a, b, torch.tensor([4, 8]), "contiguous", torch.ones(1), torch.ones(1),
+                                       "tensor", "tensor", F32, 0, False)
+    with pytest.raises(RuntimeError, match=r"^gemmkit: FP8 products \(scaled_grouped_mm\) are not differentiable$"):
+        out.sum().backward()
+
+
+def test_opcheck_with_the_stand_ins(cpu_kernels):
+    # Schemas, fake implementations against real outputs, autograd registration and AOT dispatch;
+    # every row owned by a group, so that outputs are defined throughout.
+    ops = torch.ops.gemmkit
+    a, b, x = rand64(12, 6), rand64(3, 6, 4), rand64(12, 5)
+    ends, counts = torch.tensor([4, 4, 12], dtype=I32), torch.tensor([2, 0, 3])
+    torch.library.opcheck(ops.grouped_mm.default, (a, b, ends, "contiguous", None, None, "none", "none", F64, 0, False))
+    masked = (rand64(3, 4, 6), b, counts, "masked", None, None, "none", "none", F64, 0, True)
+    torch.library.opcheck(ops.grouped_mm.default, masked)
+    torch.library.opcheck(ops.grouped_wgrad.default, (a, x, ends, F64, 0))
