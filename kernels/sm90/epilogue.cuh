@@ -104,7 +104,7 @@ __device__ __forceinline__ void store_tile_direct(const float* acc, const GemmPa
 // of a group holds 128 / kStoreBoxBytes boxes of 16 rows, each laid out with the swizzle of its
 // width, which keeps stmatrix free of bank conflicts. Rows and columns outside D are clipped by
 // TMA. In grouped kernels, a warp whose 16 rows reach past its group's end (into the next
-// group's) writes the rows before it itself, a word a lane (write_staged_rows). Where a tile's row is not a multiple of 128 bytes, its last group is shifted left to end
+// group's) stores the rows before it itself, from its registers (store_group_direct). Where a tile's row is not a multiple of 128 bytes, its last group is shifted left to end
 // at the tile's edge and stores again some columns the group before stored, with the same
 // values; with C, which D may alias, those values would be recomputed from C already
 // overwritten, so there boxes as narrow as the row needs (kStoreBoxBytes < 128) tile it instead.
@@ -228,19 +228,18 @@ __device__ __forceinline__ int2 group_cols_written(const GemmParams& p, const Ti
 
 // By a warp: writes the first `count` of the 16 rows it staged at `part` (group `group`'s columns
 // of rows from `first_row` on, see stage_group) to D, columns [first, end) of the group (not
-// empty: group_cols_written), kBatch rows at a time (their reads before their writes).
-template <int kBatch>
+// empty: group_cols_written).
 __device__ __forceinline__ void write_staged_rows(const GemmParams& p, const TileOrigin& at, int group, u32 part,
                                                   i64 first_row, int count, int first, int end, int lane) {
   u8* const rows = static_cast<u8*>(p.d.data) +
                    (at.batch * p.d.batch_stride + first_row * p.d.row_stride + at.col + group_col(group)) * kOutBytes;
 #pragma unroll 1
-  for (int r0 = 0; r0 < min(count, kBoxRows); r0 += kBatch) {
+  for (int r0 = 0; r0 < min(count, kBoxRows); r0 += kRowBatch) {
     // Where the lane's word of each row starts (e: its first element), and the row's values there.
-    int e[kBatch];
-    u32 word[kBatch], lone[kBatch];  // lone: a 16-bit row's first element where it starts off a word
+    int e[kRowBatch];
+    u32 word[kRowBatch], lone[kRowBatch];  // lone: a 16-bit row's first element where it starts off a word
 #pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
+    for (int i = 0; i < kRowBatch; ++i) {
       const int r = r0 + i;
       const bool odd = kOutBytes == 2 && reinterpret_cast<u64>(rows + r * p.d.row_stride * kOutBytes) / 2 % 2;
       e[i] = kOutBytes == 4 ? lane : 2 * lane + odd;
@@ -253,7 +252,7 @@ __device__ __forceinline__ void write_staged_rows(const GemmParams& p, const Til
       }
     }
 #pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
+    for (int i = 0; i < kRowBatch; ++i) {
       const int r = r0 + i;
       if (r >= count) break;
       u8* line = rows + r * p.d.row_stride * kOutBytes;
@@ -282,8 +281,43 @@ __device__ __forceinline__ void store_tile_rows(const float* acc, const GemmPara
     __syncwarp();  // every lane has read the group before
     stage_group(acc, p, at, t, group, part);
     __syncwarp();
-    write_staged_rows<kRowBatch>(p, at, group, part, first_row, int(min(i64(kBoxRows), at.row_end - first_row)), cols.x, cols.y,
+    write_staged_rows(p, at, group, part, first_row, int(min(i64(kBoxRows), at.row_end - first_row)), cols.x, cols.y,
                       lane);
+  }
+}
+
+// By a warp of a grouped kernel's slice whose rows cross its group's end: the warp's own values
+// of staging group `group`'s columns, from the accumulators or (16-bit outputs) `packed` (the
+// group's pack_group pairs), stored directly up to the row end, a column pair at a time. No
+// shared memory: staged rows read back with ld.shared while wgmma streams the stages cost ~40 us
+// a crossing (Qwen3 up, 128 groups of 255 rows: 2.5 ms against 1.5 for 256 rows; H100).
+__device__ __forceinline__ void store_group_direct(const float* acc, const u32* packed, const GemmParams& p,
+                                                   const TileOrigin& at, int t, int group) {
+#pragma unroll
+  for (int jj = 0; jj < kGroupJs; ++jj) {
+    const int j = group_col(group) / 8 + jj;
+    if (j >= kTileN / 8) break;  // a partial last group
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const i64 row = d_row(at.row, t, h), col = at.col + fragment_col(t, j);
+      // Columns before first_stored_col are the tile to the left's (an even count: whole pairs).
+      if (row >= at.row_end || col >= p.n || (kShiftLastCol && col < at.first_stored_col)) continue;
+      const i64 index = at.batch * p.d.batch_stride + row * p.d.row_stride + col;
+      if (kOutBytes == 4) {
+        store_from_float(p.d.data, kOutType, index, output_value(acc, p, at, t, j, h, 0));
+        if (col + 1 < p.n) store_from_float(p.d.data, kOutType, index + 1, output_value(acc, p, at, t, j, h, 1));
+      } else {
+        const u32 pair = packed ? packed[2 * jj + h]  // pack_group's order: pair (j, h) at 2 jj + h
+                                : pack_pair(kOutType, output_value(acc, p, at, t, j, h, 0),
+                                            output_value(acc, p, at, t, j, h, 1));
+        u16* d = static_cast<u16*>(p.d.data) + index;
+        if (col + 1 < p.n) {
+          *reinterpret_cast<u32*>(d) = pair;  // rows and the pair's column 4-byte aligned (TMA-stored D)
+        } else {
+          *d = u16(pair);
+        }
+      }
+    }
   }
 }
 
@@ -310,30 +344,28 @@ __device__ __forceinline__ void store_tile_tma(const float* acc, const u32* pack
       }
     }
     __syncwarp();
-    if (packed) {
-      stmatrix_group(packed + (group - First) * kPackedPerGroup, group, t, smem_u32(part));
-    } else {
-      stage_group(acc, p, at, t, group, smem_u32(part));
-    }
-    fence_async_shared();
-    __syncwarp();
     const int row = int(at.row) + kBoxRows * warp;
     if (kRowEnds && row + kBoxRows > at.row_end) {
       // A group's rows end among the warp's (grouped kernels): TMA would store the next group's
-      // rows too, so the warp writes the rows before the end itself, from the buffer.
-      const int2 cols = group_cols_written(p, at, group);
-      // A row at a time: the accumulators of the groups after this one are still live.
-      if (cols.x < cols.y) {
-        write_staged_rows<1>(p, at, group, smem_u32(part), row, at.row_end - row, cols.x, cols.y, t % 32);
+      // rows too.
+      store_group_direct(acc, packed ? packed + (group - First) * kPackedPerGroup : nullptr, p, at, t, group);
+    } else {
+      if (packed) {
+        stmatrix_group(packed + (group - First) * kPackedPerGroup, group, t, smem_u32(part));
+      } else {
+        stage_group(acc, p, at, t, group, smem_u32(part));
       }
-    } else if (leader) {
+      fence_async_shared();
+      __syncwarp();
+      if (leader) {
 #pragma unroll
-      for (int box = 0; box < 128 / kStoreBoxBytes; ++box) {
-        const int first = group_col(group) + box * kBoxCols;  // within the tile
-        const int col = int(at.col + first);
-        if (first < kTileN && col < p.n && (!kShiftLastRow || row >= at.first_stored) &&
-            (!kShiftLastCol || col + kBoxCols > at.first_stored_col)) {
-          tma_store_3d(map_d, part + box * kBoxBytes, kDByColumns ? row : col, kDByColumns ? col : row, at.batch);
+        for (int box = 0; box < 128 / kStoreBoxBytes; ++box) {
+          const int first = group_col(group) + box * kBoxCols;  // within the tile
+          const int col = int(at.col + first);
+          if (first < kTileN && col < p.n && (!kShiftLastRow || row >= at.first_stored) &&
+              (!kShiftLastCol || col + kBoxCols > at.first_stored_col)) {
+            tma_store_3d(map_d, part + box * kBoxBytes, kDByColumns ? row : col, kDByColumns ? col : row, at.batch);
+          }
         }
       }
     }
