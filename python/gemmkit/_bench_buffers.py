@@ -36,15 +36,16 @@ def scales_for(mode, rows, cols, of_a, batch):
 
 
 class BufferSet:
-    """One set of a problem's operands, scales and outputs (ours and torch's)."""
+    """One set of a problem's operands, scales and outputs (ours, and torch's unless
+    torch_out=False: a grouped row's dense floor has none)."""
 
-    def __init__(self, p):
+    def __init__(self, p, torch_out=True):
         lead = (p.batch,) if p.batch > 1 else ()
         self.a = uniform(lead + (p.m, p.k), TORCH_DTYPES[p.in_dtype], p.layout[0] == "T")
         self.b = uniform(lead + (p.k, p.n), TORCH_DTYPES[p.b_dtype], p.layout[1] == "T")
         out = TORCH_DTYPES[p.out_dtype]
         self.d = torch.full(lead + (p.m, p.n), float("nan"), device="cuda", dtype=out)
-        self.d_torch = torch.empty_like(self.d)
+        self.d_torch = torch.empty_like(self.d) if torch_out else None
         self.fp8 = p.mode != _C.ScaleMode.none
         if self.fp8:
             self.sa = scales_for(p.mode, p.m, p.k, True, p.batch)

@@ -4,20 +4,23 @@ The method is `gemmkit bench`'s, through the same C++ parts (gemmkit._gemmkit.be
 problem of a suite, enough buffer sets to cycle past L2 (fresh random inputs, uniform in [-1, 1);
 FP8 scales in [0.5, 2), mx ones powers of two), warm-up runs, then timed runs of both sides
 alternating behind a spin kernel, each after an empty kernel it cannot overlap and between two
-events, and their medians; a copy of the
-problem's bytes timed the same way. The table, summary line and JSON are the CLI's, with torch
-in cuBLASLt's place:
+events, and their medians; a copy of the problem's bytes timed the same way. The tables, summary
+lines and JSON are the CLI's, with torch in cuBLASLt's (and cuBLAS's) place:
 
   --baseline torch     torch.mm / torch.bmm for 16-bit inputs; torch._scaled_mm for FP8, in the
                        problem's scaling mode, or per-tensor on the same buffers (marked *) where
-                       it refuses the mode (mx on Hopper, block at M = 1, ...)
+                       it refuses the mode (mx on Hopper, block at M = 1, ...); for grouped lines
+                       torch._grouped_mm, or torch._scaled_grouped_mm (rowwise), as
+                       _bench_grouped.py says
   --baseline compiled  the same calls compiled by torch.compile(mode="max-autotune-no-cudagraphs"),
                        which autotunes Triton kernels against them (minutes per suite)
 
-Both sides run through their Python entry points (gemmkit.mm, bmm, scaled_mm with out=), so the
-GPU times include whatever those launch. Each problem's times are a line on stderr, under a
-progress bar (count, problem in hand, time left) where stderr is a terminal. --overhead times
-host microseconds per call instead, on one small problem, and splits gemmkit's into its layers.
+A suite's grouped lines (`grouped OP G M N K dtype [mode] dist`) run after its dense ones, with
+the CLI's floors and their own table (_bench_grouped.py). Both sides run through their Python
+entry points (gemmkit.mm, bmm, scaled_mm, grouped_mm, scaled_grouped_mm with out=), so the GPU
+times include whatever those launch. Each problem's times are a line on stderr, under a progress
+bar (count, problem in hand, time left) where stderr is a terminal. --overhead times host
+microseconds per call instead, on one small problem, and splits gemmkit's into its layers.
 """
 
 import argparse
@@ -41,6 +44,7 @@ except ModuleNotFoundError as error:
 import torch  # noqa: E402
 
 from ._bench_buffers import BufferSet, run_ours, set_bytes, uniform  # noqa: E402
+from ._bench_grouped import bench_grouped_row  # noqa: E402
 
 bench = _C.bench
 BASELINES = {"torch": "torch", "compiled": "torch.compile"}
@@ -168,7 +172,7 @@ def bench_problem(p, timer, info, kind, say):
     return r
 
 
-def run_suite(args, problems):
+def run_suite(args, suite):
     device = torch.cuda.current_device()
     info = bench.device_info(device)
     stream = torch.cuda.Stream()
@@ -179,18 +183,31 @@ def run_suite(args, problems):
         print(f"device {device}: {info['name']}, {info['sm_count']} SMs, L2 {info['l2_bytes'] >> 20} MB; "
               f"{bench.format_copy_bandwidth(copy_gbps)}; {args.warmup} warm-up and {args.runs} timed runs per "
               f"problem, median; against {name} {torch.__version__}", flush=True)
-        progress = Progress(len(problems), sys.stderr)  # a bar on a terminal, else the lines alone
-        records = []
-        for p in problems:
+        # A bar on a terminal, else the lines alone; the grouped lines after the dense ones, as the CLI.
+        progress = Progress(len(suite.dense) + len(suite.grouped), sys.stderr)
+        records, grouped = [], []
+        for p in suite.dense:
             progress.start(shape_of(p))
             records.append(bench_problem(p, timer, info, args.baseline, progress.print))
             progress.finish()
+        for p in suite.grouped:
+            r = bench.grouped_record(p)
+            progress.start(bench.grouped_name(r))
+            grouped.append(bench_grouped_row(p, r, timer, info, args.baseline == "compiled", name, progress.print))
+            progress.finish()
         progress.close()
+    # As the CLI prints them: each table and summary where the suite has such lines.
     summary = bench.summarize(records)
-    print(bench.format_table(records, copy_gbps, name), end="")
+    if records:
+        print(bench.format_table(records, copy_gbps, name), end="")
+    if grouped:
+        print(("\n" if records else "") + bench.format_grouped_table(grouped, copy_gbps, name), end="")
     if args.json:
-        Path(args.json).write_text(bench.to_json(records, summary, copy_gbps, name) + "\n")
-    print(bench.format_summary(summary, name))
+        Path(args.json).write_text(bench.to_json(records, summary, copy_gbps, name, grouped) + "\n")
+    if records:
+        print(bench.format_summary(summary, name))
+    if grouped:
+        print(bench.format_grouped_summary(bench.summarize_grouped(grouped, copy_gbps), name))
 
 
 # --- host overhead ----------------------------------------------------------------------------------
@@ -262,10 +279,10 @@ def main(argv=None):
     parser.add_argument("--overhead-shape", default="64,64,64", help="M,N,K of the --overhead problem")
     args = parser.parse_args(argv)
     try:  # a malformed suite or option is reported in one line, GPU or not
-        problems = None if args.overhead else bench.load_suite(suite_path(args.suite))
+        suite = None if args.overhead else bench.load_bench_suite(suite_path(args.suite))
         if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
             raise SystemExit("gemmkit.bench: needs an sm_90 GPU (H100, H200)")
-        run_overhead(args) if args.overhead else run_suite(args, problems)
+        run_overhead(args) if args.overhead else run_suite(args, suite)
     except (ValueError, RuntimeError) as error:
         raise SystemExit(f"gemmkit.bench: {error}") from None
 

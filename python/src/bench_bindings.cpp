@@ -56,7 +56,6 @@ void bind_bench(nb::module_& parent) {
       .def_ro("name", &Suite::name)
       .def_ro("dense", &Suite::dense)
       .def_ro("grouped", &Suite::grouped);
-  m.def("load_suite", &load_suite, nb::arg("path"), "the problems of a suite file; raises on a malformed line");
   m.def("load_bench_suite", &load_bench_suite, nb::arg("path"),
         "the dense and grouped lines of a suite file; raises on a malformed line");
 

@@ -133,13 +133,13 @@ def test_the_bench_reads_suites_and_reports_like_the_cli(tmp_path):
 
     suite = tmp_path / "s.txt"
     suite.write_text("# two problems\n4096 2112 7168 NT e4m3 block\n1 7168 2048 TN bf16:f32 4\n")
-    first, second = bench.load_suite(str(suite))
+    first, second = bench.load_bench_suite(str(suite)).dense
     assert (first.m, first.n, first.k, first.layout, first.mode) == (4096, 2112, 7168, "NT", ScaleMode.block)
     assert first.type_spec == "e4m3:bf16 block" and first.b_dtype == DType.e4m3
     assert (second.batch, second.out_dtype, second.type_spec) == (4, DType.f32, "bf16:f32")
     suite.write_text("4096 2112\n")
     with pytest.raises(ValueError, match=r"s.txt:1: "):
-        bench.load_suite(str(suite))
+        bench.load_bench_suite(str(suite))
 
     r = bench.BenchRecord()
     r.m, r.n, r.k, r.layout, r.dtype, r.config = 64, 32, 16, "NT", "bf16", "tma"
