@@ -5,18 +5,17 @@
 // gemmkit::gemm on the dense GEMM of every group's rows at once (the compute floor) and of cuBLAS's
 // grouped GEMM (16-bit fwd, dgrad and masked rows), each after an empty kernel it cannot overlap
 // and between two events; the medians are reported.
-#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <functional>
 #include <memory>
-#include <numeric>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "baseline/cublas_grouped.h"
+#include "bench/grouped_row.h"
 #include "bench/progress.h"
 #include "bench_buffers.h"
 #include "commands.h"
@@ -66,27 +65,9 @@ struct GroupedSet {
   }
 };
 
-// Why gemmkit does not run the row; empty where it does.
-std::string not_run_reason(const GroupedProblem& p) {
-  if (p.op == GroupedOp::wgrad && p.dense.fp8()) return "not run: grouped_gemm_wgrad takes 16-bit inputs only";
-  if (p.op == GroupedOp::dgrad && p.dense.fp8()) {
-    return "not run: grouped_gemm reads FP8 weights K-major only, and the input gradient contracts them along N";
-  }
-  if (std::accumulate(p.rows.begin(), p.rows.end(), int64_t(0)) > INT32_MAX) {
-    return "not run: more rows than the bench's int32 group sizes hold";
-  }
-  return "";
-}
-
-// The sizes grouped_gemm reads (gemmkit/grouped.h) in device memory, int32: each group's end row
-// (contiguous) or row count (masked).
+// The row's group sizes (group_size_values) in device memory.
 std::unique_ptr<void, CudaFree> device_sizes(const GroupedProblem& p) {
-  std::vector<int32_t> values;
-  int64_t end = 0;
-  for (int64_t rows : p.rows) {
-    end += rows;
-    values.push_back(int32_t(p.op == GroupedOp::masked ? rows : end));
-  }
+  const std::vector<int32_t> values = group_size_values(p);
   void* data = nullptr;
   runtime::check(cudaMalloc(&data, values.size() * sizeof(int32_t)), "cudaMalloc of the group sizes");
   std::unique_ptr<void, CudaFree> owned(data);
@@ -107,7 +88,7 @@ int time_row(const GroupedProblem& p, GroupedRecord& record, cudaStream_t stream
   groups_spec.m = masked ? p.m : wgrad ? dense_spec.m : 1;  // contiguous: only its weights are used
   if (wgrad) groups_spec.k = 1;  // only its D, the gradients [G, N, K], is used
   std::vector<std::unique_ptr<GroupedSet>> pool;
-  for (int s = buffer_set_count(set_bytes(dense_spec) + set_bytes(groups_spec), info); s > 0; --s) {
+  for (int s = buffer_set_count(grouped_set_bytes(p), info); s > 0; --s) {
     pool.push_back(std::make_unique<GroupedSet>(dense_spec, groups_spec, p.op));
   }
   const int sets = int(pool.size());
@@ -171,17 +152,7 @@ std::vector<GroupedRecord> run_grouped_rows(const std::vector<GroupedProblem>& r
   std::vector<GroupedRecord> records;
   Progress progress(rows.size());
   for (const GroupedProblem& p : rows) {
-    GroupedRecord record;
-    record.op = grouped_op_name(p.op);
-    record.groups = p.groups();
-    record.m = p.m;
-    record.n = p.n;
-    record.k = p.k;
-    record.dtype = type_spec(p.dense);
-    record.dist = dist_spec(p.dist);
-    record.rows = std::accumulate(p.rows.begin(), p.rows.end(), int64_t(0));
-    record.bytes = p.bytes();
-    record.note = not_run_reason(p);
+    GroupedRecord record = grouped_record(p);
     const std::string name = grouped_name(record);
     progress.begin(name);
     if (record.note.empty()) {

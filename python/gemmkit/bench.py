@@ -4,20 +4,23 @@ The method is `gemmkit bench`'s, through the same C++ parts (gemmkit._gemmkit.be
 problem of a suite, enough buffer sets to cycle past L2 (fresh random inputs, uniform in [-1, 1);
 FP8 scales in [0.5, 2), mx ones powers of two), warm-up runs, then timed runs of both sides
 alternating behind a spin kernel, each after an empty kernel it cannot overlap and between two
-events, and their medians; a copy of the
-problem's bytes timed the same way. The table, summary line and JSON are the CLI's, with torch
-in cuBLASLt's place:
+events, and their medians; a copy of the problem's bytes timed the same way. The tables, summary
+lines and JSON are the CLI's, with torch in cuBLASLt's (and cuBLAS's) place:
 
   --baseline torch     torch.mm / torch.bmm for 16-bit inputs; torch._scaled_mm for FP8, in the
                        problem's scaling mode, or per-tensor on the same buffers (marked *) where
-                       it refuses the mode (mx on Hopper, block at M = 1, ...)
+                       it refuses the mode (mx on Hopper, block at M = 1, ...); for grouped lines
+                       torch._grouped_mm, or torch._scaled_grouped_mm (rowwise), as
+                       _bench_grouped.py says
   --baseline compiled  the same calls compiled by torch.compile(mode="max-autotune-no-cudagraphs"),
                        which autotunes Triton kernels against them (minutes per suite)
 
-Both sides run through their Python entry points (gemmkit.mm, bmm, scaled_mm with out=), so the
-GPU times include whatever those launch. Each problem's times are a line on stderr, under a
-progress bar (count, problem in hand, time left) where stderr is a terminal. --overhead times
-host microseconds per call instead, on one small problem, and splits gemmkit's into its layers.
+A suite's grouped lines (`grouped OP G M N K dtype [mode] dist`) run after its dense ones, with
+the CLI's floors and their own table (_bench_grouped.py). Both sides run through their Python
+entry points (gemmkit.mm, bmm, scaled_mm, grouped_mm, scaled_grouped_mm with out=), so the GPU
+times include whatever those launch. Each problem's times are a line on stderr, under a progress
+bar (count, problem in hand, time left) where stderr is a terminal. --overhead times host
+microseconds per call instead, on one small problem, and splits gemmkit's into its layers.
 """
 
 import argparse
@@ -40,9 +43,10 @@ except ModuleNotFoundError as error:
     raise
 import torch  # noqa: E402
 
+from ._bench_buffers import BufferSet, run_ours, set_bytes, uniform  # noqa: E402
+from ._bench_grouped import bench_grouped_row  # noqa: E402
+
 bench = _C.bench
-TORCH_DTYPES = {_C.DType.bf16: torch.bfloat16, _C.DType.f16: torch.float16, _C.DType.f32: torch.float32,
-                _C.DType.e4m3: torch.float8_e4m3fn, _C.DType.e5m2: torch.float8_e5m2}
 BASELINES = {"torch": "torch", "compiled": "torch.compile"}
 
 
@@ -58,62 +62,7 @@ def suite_path(name):
                      ", ".join(p.stem for p in sorted(shipped.parent.glob("*.txt"))) + ")")
 
 
-# --- one problem's tensors ------------------------------------------------------------------------
-
-def uniform(shape, dtype, transposed):
-    """Uniform values in [-1, 1) of `dtype`, stored transposed (the last two dimensions swapped)
-    where asked and returned as the view of `shape`."""
-    stored = (*shape[:-2], shape[-1], shape[-2]) if transposed else shape
-    x = (torch.rand(stored, device="cuda") * 2 - 1).to(dtype)
-    return x.transpose(-1, -2) if transposed else x
-
-
-def scales_for(mode, rows, cols, of_a, batch):
-    """Random scales of an operand in `mode`, laid out as torch._scaled_mm reads them: block
-    scales column-major (A's [M, K/128], B's [K/128, N/128]), the rest row-major."""
-    lead = (batch,) if batch > 1 else ()
-    if mode == _C.ScaleMode.tensor:
-        return torch.rand(lead + (1, 1) if lead else (), device="cuda") * 1.5 + 0.5
-    if mode == _C.ScaleMode.rowwise:
-        shape = (rows, 1) if of_a else (1, cols)
-        return torch.rand(lead + shape, device="cuda") * 1.5 + 0.5
-    if mode == _C.ScaleMode.block:
-        shape = (rows, -(-cols // 128)) if of_a else (-(-rows // 128), -(-cols // 128))
-        return (torch.rand(lead + shape[::-1], device="cuda") * 1.5 + 0.5).transpose(-1, -2)
-    shape = (rows, -(-cols // 32)) if of_a else (-(-rows // 32), cols)  # mx: 2^-2 .. 2^1
-    return torch.randint(125, 129, lead + shape, device="cuda", dtype=torch.uint8).view(torch.float8_e8m0fnu)
-
-
-class BufferSet:
-    """One set of a problem's operands, scales and outputs (ours and torch's)."""
-
-    def __init__(self, p):
-        lead = (p.batch,) if p.batch > 1 else ()
-        self.a = uniform(lead + (p.m, p.k), TORCH_DTYPES[p.in_dtype], p.layout[0] == "T")
-        self.b = uniform(lead + (p.k, p.n), TORCH_DTYPES[p.b_dtype], p.layout[1] == "T")
-        out = TORCH_DTYPES[p.out_dtype]
-        self.d = torch.full(lead + (p.m, p.n), float("nan"), device="cuda", dtype=out)
-        self.d_torch = torch.empty_like(self.d)
-        self.fp8 = p.mode != _C.ScaleMode.none
-        if self.fp8:
-            self.sa = scales_for(p.mode, p.m, p.k, True, p.batch)
-            self.sb = scales_for(p.mode, p.k, p.n, False, p.batch)
-
-
-def set_bytes(p):
-    size = {_C.DType.bf16: 2, _C.DType.f16: 2, _C.DType.f32: 4, _C.DType.e4m3: 1, _C.DType.e5m2: 1}
-    return p.batch * (p.m * p.k * size[p.in_dtype] + p.k * p.n * size[p.b_dtype] + p.m * p.n * size[p.out_dtype])
-
-
-def run_ours(p, s):
-    """gemmkit's run of the problem on buffer set s."""
-    if s.fp8:
-        gemmkit.scaled_mm(s.a, s.b, s.sa, s.sb, mode=p.mode.name, out=s.d)
-    elif p.batch > 1:
-        gemmkit.bmm(s.a, s.b, out=s.d)
-    else:
-        gemmkit.mm(s.a, s.b, out=s.d)
-
+# --- dense rows -----------------------------------------------------------------------------------------
 
 def torch_function(p, per_tensor):
     """torch's call as a function of (a, b, scale_a, scale_b, out): torch._scaled_mm for FP8
@@ -223,7 +172,7 @@ def bench_problem(p, timer, info, kind, say):
     return r
 
 
-def run_suite(args, problems):
+def run_suite(args, suite):
     device = torch.cuda.current_device()
     info = bench.device_info(device)
     stream = torch.cuda.Stream()
@@ -234,18 +183,31 @@ def run_suite(args, problems):
         print(f"device {device}: {info['name']}, {info['sm_count']} SMs, L2 {info['l2_bytes'] >> 20} MB; "
               f"{bench.format_copy_bandwidth(copy_gbps)}; {args.warmup} warm-up and {args.runs} timed runs per "
               f"problem, median; against {name} {torch.__version__}", flush=True)
-        progress = Progress(len(problems), sys.stderr)  # a bar on a terminal, else the lines alone
-        records = []
-        for p in problems:
+        # A bar on a terminal, else the lines alone; the grouped lines after the dense ones, as the CLI.
+        progress = Progress(len(suite.dense) + len(suite.grouped), sys.stderr)
+        records, grouped = [], []
+        for p in suite.dense:
             progress.start(shape_of(p))
             records.append(bench_problem(p, timer, info, args.baseline, progress.print))
             progress.finish()
+        for p in suite.grouped:
+            r = bench.grouped_record(p)
+            progress.start(bench.grouped_name(r))
+            grouped.append(bench_grouped_row(p, r, timer, info, args.baseline == "compiled", name, progress.print))
+            progress.finish()
         progress.close()
+    # As the CLI prints them: each table and summary where the suite has such lines.
     summary = bench.summarize(records)
-    print(bench.format_table(records, copy_gbps, name), end="")
+    if records:
+        print(bench.format_table(records, copy_gbps, name), end="")
+    if grouped:
+        print(("\n" if records else "") + bench.format_grouped_table(grouped, copy_gbps, name), end="")
     if args.json:
-        Path(args.json).write_text(bench.to_json(records, summary, copy_gbps, name) + "\n")
-    print(bench.format_summary(summary, name))
+        Path(args.json).write_text(bench.to_json(records, summary, copy_gbps, name, grouped) + "\n")
+    if records:
+        print(bench.format_summary(summary, name))
+    if grouped:
+        print(bench.format_grouped_summary(bench.summarize_grouped(grouped, copy_gbps), name))
 
 
 # --- host overhead ----------------------------------------------------------------------------------
@@ -317,10 +279,10 @@ def main(argv=None):
     parser.add_argument("--overhead-shape", default="64,64,64", help="M,N,K of the --overhead problem")
     args = parser.parse_args(argv)
     try:  # a malformed suite or option is reported in one line, GPU or not
-        problems = None if args.overhead else bench.load_suite(suite_path(args.suite))
+        suite = None if args.overhead else bench.load_bench_suite(suite_path(args.suite))
         if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
             raise SystemExit("gemmkit.bench: needs an sm_90 GPU (H100, H200)")
-        run_overhead(args) if args.overhead else run_suite(args, problems)
+        run_overhead(args) if args.overhead else run_suite(args, suite)
     except (ValueError, RuntimeError) as error:
         raise SystemExit(f"gemmkit.bench: {error}") from None
 

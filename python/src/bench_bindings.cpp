@@ -1,8 +1,9 @@
 // gemmkit._gemmkit.bench: what `python -m gemmkit.bench` shares with `gemmkit bench`, so that both
-// read the same suite files, time by the same method and print the same table, summary line and
-// JSON: the suite parser, the GPU timer (warm-up, runs of every side alternating behind a spin
-// kernel, each isolated from the one before, medians), the records and their report, and the
-// device's properties.
+// read the same suite files, time by the same method and print the same tables, summary lines and
+// JSON: the suite parser (dense and grouped lines, the group sizes of each distribution), what
+// the CLI decides about a grouped row before timing it, the GPU timer (warm-up, runs of every
+// side alternating behind a spin kernel, each isolated from the one before, medians), the
+// records and their report, and the device's properties.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/optional.h>
@@ -14,7 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "gemmkit/error.h"
 #include "gemmkit/gemmkit.h"
+#include "bench/grouped_row.h"
 #include "bench/report.h"
 #include "runtime/device.h"
 #include "bench/suite.h"
@@ -38,7 +41,41 @@ void bind_bench(nb::module_& parent) {
       .def_ro("line", &SuiteProblem::line)
       .def_prop_ro("b_dtype", &SuiteProblem::b_dtype)
       .def_prop_ro("type_spec", [](const SuiteProblem& p) { return type_spec(p); });
-  m.def("load_suite", &load_suite, nb::arg("path"), "the problems of a suite file; raises on a malformed line");
+
+  nb::class_<GroupedProblem>(m, "GroupedProblem", "one `grouped` line of a suite file")
+      .def_prop_ro("op", [](const GroupedProblem& p) { return std::string(grouped_op_name(p.op)); })
+      .def_prop_ro("groups", &GroupedProblem::groups)
+      .def_ro("m", &GroupedProblem::m)
+      .def_ro("n", &GroupedProblem::n)
+      .def_ro("k", &GroupedProblem::k)
+      .def_prop_ro("dist", [](const GroupedProblem& p) { return dist_spec(p.dist); })
+      .def_ro("rows", &GroupedProblem::rows, "each group's rows (masked: its count)")
+      .def_ro("dense", &GroupedProblem::dense, "the dense GEMM of every group's rows: the line's types and number")
+      .def_prop_ro("bytes", &GroupedProblem::bytes);
+  nb::class_<Suite>(m, "Suite", "a suite file's lines, dense and grouped apart, each in file order")
+      .def_ro("name", &Suite::name)
+      .def_ro("dense", &Suite::dense)
+      .def_ro("grouped", &Suite::grouped);
+  m.def("load_bench_suite", &load_bench_suite, nb::arg("path"),
+        "the dense and grouped lines of a suite file; raises on a malformed line");
+
+  // Distributions by their text in a line ("skew:10"), as parse_dist reads them.
+  const auto checked_groups = [](int64_t groups) {
+    if (groups < 1) throw gemmkit::Error(gemmkit::ErrorCode::invalid_argument, "groups: expected at least 1");
+    return groups;
+  };
+  m.def(
+      "split_rows",
+      [checked_groups](int64_t groups, int64_t total, const std::string& dist) {
+        return split_rows(checked_groups(groups), total, parse_dist(dist, "dist"));
+      },
+      nb::arg("groups"), nb::arg("total"), nb::arg("dist"), "contiguous groups' rows: `total` split by `dist`");
+  m.def(
+      "masked_rows",
+      [checked_groups](int64_t groups, int64_t max_m, const std::string& dist) {
+        return masked_rows(checked_groups(groups), max_m, parse_dist(dist, "dist"));
+      },
+      nb::arg("groups"), nb::arg("max_m"), nb::arg("dist"), "masked groups' counts within max_m, by `dist`");
 
   nb::class_<BenchRecord>(m, "BenchRecord", "one problem's row of the report")
       .def(nb::init<>())
@@ -66,12 +103,54 @@ void bind_bench(nb::module_& parent) {
   m.def("summarize", &summarize, nb::arg("records"));
   m.def("format_table", &format_table, nb::arg("records"), nb::arg("copy_gbps"), nb::arg("baseline"));
   m.def("format_summary", &format_summary, nb::arg("summary"), nb::arg("baseline"));
+
+  nb::class_<GroupedRecord>(m, "GroupedRecord", "one grouped row of the report")
+      .def(nb::init<>())
+      .def_rw("op", &GroupedRecord::op)
+      .def_rw("groups", &GroupedRecord::groups)
+      .def_rw("m", &GroupedRecord::m)
+      .def_rw("n", &GroupedRecord::n)
+      .def_rw("k", &GroupedRecord::k)
+      .def_rw("dtype", &GroupedRecord::dtype)
+      .def_rw("dist", &GroupedRecord::dist)
+      .def_rw("rows", &GroupedRecord::rows)
+      .def_rw("bytes", &GroupedRecord::bytes)
+      .def_rw("ours_us", &GroupedRecord::ours_us)
+      .def_rw("dense_us", &GroupedRecord::dense_us)
+      .def_rw("baseline_us", &GroupedRecord::baseline_us)
+      .def_rw("note", &GroupedRecord::note);
+  m.def("grouped_record", &grouped_record, nb::arg("problem"),
+        "the row's record before timing; its note says \"not run: ...\" where gemmkit does not run it");
+  m.def("group_size_values", &group_size_values, nb::arg("problem"),
+        "the int32 sizes the kernels read: each group's end row (torch's offs), or its count (masked)");
+  m.def("grouped_set_bytes", &grouped_set_bytes, nb::arg("problem"), "bytes of one buffer set of the row");
+  m.def("grouped_name", &grouped_name, nb::arg("record"));
+
+  nb::class_<RatioSummary>(m, "RatioSummary")
+      .def_ro("count", &RatioSummary::count)
+      .def_ro("geomean", &RatioSummary::geomean)
+      .def_ro("worst", &RatioSummary::worst)
+      .def_ro("worst_name", &RatioSummary::worst_name);
+  nb::class_<GroupedSummary>(m, "GroupedSummary")
+      .def_ro("roofline", &GroupedSummary::roofline)
+      .def_ro("speedup", &GroupedSummary::speedup);
+  m.def("summarize_grouped", &summarize_grouped, nb::arg("records"), nb::arg("copy_gbps"));
+  m.def("format_grouped_table", &format_grouped_table, nb::arg("records"), nb::arg("copy_gbps"), nb::arg("baseline"));
+  m.def("format_grouped_summary", &format_grouped_summary, nb::arg("summary"), nb::arg("baseline"));
+
   m.def(
       "to_json",
-      [](const std::vector<BenchRecord>& records, const BenchSummary& s, double copy_gbps, const std::string& baseline) {
-        return to_json(records, s, copy_gbps, baseline).dump(2);
+      [](const std::vector<BenchRecord>& records, const BenchSummary& s, double copy_gbps, const std::string& baseline,
+         const std::vector<GroupedRecord>& grouped) {
+        nlohmann::json json = to_json(records, s, copy_gbps, baseline);
+        // As gemmkit bench writes them: the grouped rows under "grouped", where there are any.
+        if (!grouped.empty()) {
+          json["grouped"] = grouped_json(grouped, summarize_grouped(grouped, copy_gbps), copy_gbps, baseline);
+        }
+        return json.dump(2);
       },
-      nb::arg("records"), nb::arg("summary"), nb::arg("copy_gbps"), nb::arg("baseline"), "the JSON text");
+      nb::arg("records"), nb::arg("summary"), nb::arg("copy_gbps"), nb::arg("baseline"),
+      nb::arg("grouped") = std::vector<GroupedRecord>{}, "the JSON text, the grouped rows under \"grouped\"");
   m.def("format_copy_bandwidth", &format_copy_bandwidth, nb::arg("copy_gbps"));
   m.def("gemm_tflops", &gemm_tflops);
   m.def("gemm_gbps", &gemm_gbps);

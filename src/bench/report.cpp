@@ -253,9 +253,10 @@ std::string grouped_name(const GroupedRecord& r) {
   return r.op + " G=" + std::to_string(r.groups) + " " + dims_text({r.m, r.n, r.k}) + " " + r.dtype + " " + r.dist;
 }
 
-std::string format_grouped_table(const std::vector<GroupedRecord>& records, double copy_gbps) {
+std::string format_grouped_table(const std::vector<GroupedRecord>& records, double copy_gbps,
+                                 const std::string& baseline) {
   std::vector<Row> rows = {{"op", "G", "MxNxK", "dtype", "dist", "ours us", "TFLOP/s", "dense us", "memory us",
-                            "roofline", "cuBLAS us", "speedup", "note"}};
+                            "roofline", baseline + " us", "speedup", "note"}};
   std::vector<std::string> notes;  // distinct, in order of appearance
   for (const GroupedRecord& r : records) {
     std::string marker;
@@ -284,7 +285,7 @@ GroupedSummary summarize_grouped(const std::vector<GroupedRecord>& records, doub
   return {summarize_ratios(fractions), summarize_ratios(speedups)};
 }
 
-std::string format_grouped_summary(const GroupedSummary& s) {
+std::string format_grouped_summary(const GroupedSummary& s, const std::string& baseline) {
   // "N rows<which>, geomean <what> X, worst Y at <row>", or "no rows<which>".
   const auto line = [](const RatioSummary& r, const std::string& which, const std::string& what, const char* format) {
     if (r.count == 0) return "grouped summary: no rows" + which;
@@ -292,10 +293,11 @@ std::string format_grouped_summary(const GroupedSummary& s) {
            what + " " + num(format, r.geomean) + ", worst " + num(format, r.worst) + " at " + r.worst_name;
   };
   return line(s.roofline, " run", "roofline fraction", "%.2f") + "\n" +
-         line(s.speedup, " with a cuBLAS baseline", "speedup", "%.2fx");
+         line(s.speedup, " with a " + baseline + " baseline", "speedup", "%.2fx");
 }
 
-nlohmann::json grouped_json(const std::vector<GroupedRecord>& records, const GroupedSummary& s, double copy_gbps) {
+nlohmann::json grouped_json(const std::vector<GroupedRecord>& records, const GroupedSummary& s, double copy_gbps,
+                            const std::string& baseline) {
   nlohmann::json list = nlohmann::json::array();
   for (const GroupedRecord& r : records) {
     list.push_back({{"op", r.op},
@@ -323,7 +325,7 @@ nlohmann::json grouped_json(const std::vector<GroupedRecord>& records, const Gro
                           {"worst_row", r.count > 0 ? nlohmann::json(r.worst_name) : nlohmann::json(nullptr)}};
   };
   return {{"records", list},
-          {"summary", {{"roofline", summary(s.roofline)}, {"speedup", summary(s.speedup)}, {"baseline", "cuBLAS"}}}};
+          {"summary", {{"roofline", summary(s.roofline)}, {"speedup", summary(s.speedup)}, {"baseline", baseline}}}};
 }
 
 double chain_speedup(const ChainRecord& r) { return ratio(r.baseline_us, r.ours_us); }

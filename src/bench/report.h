@@ -85,7 +85,8 @@ nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSumma
 
 // One grouped row of bench (a suite's `grouped` line, bench/suite.h): gemmkit::grouped_gemm
 // against two floors, the dense GEMM of every group's rows at once and moving the row's bytes at
-// the copy bandwidth, and against cuBLAS's grouped GEMM.
+// the copy bandwidth, and against a baseline, cuBLAS's grouped GEMM (torch's in the Python
+// package's bench).
 struct GroupedRecord {
   std::string op;                           // fwd, dgrad, wgrad or masked
   int64_t groups = 0, m = 0, n = 0, k = 0;  // the line's G, M (masked: max_m), N and K
@@ -93,12 +94,14 @@ struct GroupedRecord {
   std::string dist;                         // as dist_spec(), e.g. "skew:10"
   int64_t rows = 0;   // every group's rows together: the work is 2 * rows * N * K flops
   double bytes = 0;   // what the groups' GEMMs read and write at the least (GroupedProblem::bytes)
-  // Medians in microseconds: ours, the dense floor, cuBLAS. NaN where not timed: every time of a
-  // row not run, baseline_us where cuBLAS cannot run the row.
+  // Medians in microseconds: ours, the dense floor, the baseline. NaN where not timed: every time
+  // of a row not run, baseline_us where the baseline cannot run the row.
   double ours_us = std::numeric_limits<double>::quiet_NaN();
   double dense_us = std::numeric_limits<double>::quiet_NaN();
   double baseline_us = std::numeric_limits<double>::quiet_NaN();
-  std::string note;  // why the row ("not run: ...") or its baseline is missing; empty where all ran
+  // Why the row ("not run: ...") or its baseline is missing, or what the baseline ran instead of
+  // the row's own product; empty where both ran it.
+  std::string note;
 };
 
 // Moving `bytes` at the copy bandwidth (copy_gbps counts each byte read and written), in
@@ -113,10 +116,12 @@ double grouped_speedup(const GroupedRecord& r);
 std::string grouped_name(const GroupedRecord& r);
 
 // Aligned table, one row per record: op, G, MxNxK, dtype, dist, ours us and TFLOP/s, the dense
-// and memory floors, the roofline fraction, cuBLAS us and ours / cuBLAS. A record with a note
-// has its number ([1], [2], ...) in the last column, and a line "[n] <note>" follows the table
-// for each distinct note. Missing values print as "-".
-std::string format_grouped_table(const std::vector<GroupedRecord>& records, double copy_gbps);
+// and memory floors, the roofline fraction, the baseline's us (the column named after
+// `baseline`) and the speedup over it. A record with a note has its number ([1], [2], ...) in
+// the last column, and a line "[n] <note>" follows the table for each distinct note. Missing
+// values print as "-".
+std::string format_grouped_table(const std::vector<GroupedRecord>& records, double copy_gbps,
+                                 const std::string& baseline = "cuBLAS");
 
 // The geometric mean and the smallest of some ratios, over the finite, positive ones, and what
 // the smallest names. With none: count 0 and NaN values.
@@ -127,8 +132,8 @@ struct RatioSummary {
   std::string worst_name;
 };
 
-// Over grouped records: the roofline fractions of the rows run, and the speedups over cuBLAS of
-// those it ran too. Rows not run count in neither.
+// Over grouped records: the roofline fractions of the rows run, and the speedups over the
+// baseline of those it ran too. Rows not run count in neither.
 struct GroupedSummary {
   RatioSummary roofline, speedup;
 };
@@ -136,14 +141,16 @@ GroupedSummary summarize_grouped(const std::vector<GroupedRecord>& records, doub
 
 // Two lines: "grouped summary: 21 rows run, geomean roofline fraction 0.81, worst 0.52 at <row>"
 // and "grouped summary: 14 rows with a cuBLAS baseline, geomean speedup 1.20x, worst 0.95x at
-// <row>"; "no rows run" / "no rows with a cuBLAS baseline" where there are none.
-std::string format_grouped_summary(const GroupedSummary& s);
+// <row>" (`baseline` naming it); "no rows run" / "no rows with a cuBLAS baseline" where there are
+// none.
+std::string format_grouped_summary(const GroupedSummary& s, const std::string& baseline = "cuBLAS");
 
 // {"records": [{op, groups, m, n, k, dtype, dist, rows, bytes, ours_us, tflops, dense_us,
 // memory_us, roofline_fraction, baseline_us, speedup, note}, ...], "summary": {"roofline":
 // {count, geomean, worst, worst_row}, "speedup": {the same}, baseline}}; NaN and an empty note
 // are null.
-nlohmann::json grouped_json(const std::vector<GroupedRecord>& records, const GroupedSummary& s, double copy_gbps);
+nlohmann::json grouped_json(const std::vector<GroupedRecord>& records, const GroupedSummary& s, double copy_gbps,
+                            const std::string& baseline = "cuBLAS");
 
 // One chain of bench --chain: its GEMMs replayed from one CUDA graph per side.
 struct ChainRecord {

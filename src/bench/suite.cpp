@@ -327,7 +327,8 @@ Suite parse_bench_suite(std::istream& in, const std::string& name) {
 std::vector<SuiteProblem> dense_lines(const Suite& suite) {
   if (!suite.grouped.empty())
     fail(suite.name + ":" + std::to_string(suite.grouped[0].dense.line),
-         "a grouped line, which only gemmkit bench runs; expected M N K [layout] [dtype] [mode] [batch]");
+         "a grouped line, which only gemmkit bench and python -m gemmkit.bench run; expected M N K [layout] [dtype] "
+         "[mode] [batch]");
   return suite.dense;
 }
 

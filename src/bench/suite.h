@@ -1,5 +1,6 @@
 // Benchmark suites: plain-text lists of GEMM problems, one `M N K [layout] [dtype] [mode] [batch]`
-// a line, or a grouped GEMM, `grouped OP G M N K dtype [mode] dist` (gemmkit bench only).
+// a line, or a grouped GEMM, `grouped OP G M N K dtype [mode] dist` (bench only:
+// gemmkit bench and python -m gemmkit.bench).
 #pragma once
 
 #include <cstdint>
@@ -97,7 +98,7 @@ struct Suite {
 Suite parse_bench_suite(std::istream& in, const std::string& name);
 
 // The suite's dense problems; throws gemmkit::Error(invalid_argument) naming its first grouped
-// line, which only gemmkit bench runs.
+// line, which only gemmkit bench and python -m gemmkit.bench run.
 std::vector<SuiteProblem> dense_lines(const Suite& suite);
 
 // Parses a whole suite of dense lines only: dense_lines(parse_bench_suite(in, name)).

@@ -126,6 +126,18 @@ TEST(GroupedReport, SummaryLeavesOutWhatDidNotRun) {
   EXPECT_EQ(format_grouped_summary(none), "grouped summary: no rows run\ngrouped summary: no rows with a cuBLAS baseline");
 }
 
+TEST(GroupedReport, TheBaselineIsNamedWhereverItAppears) {
+  // python -m gemmkit.bench names torch where gemmkit bench has cuBLAS.
+  const std::vector<GroupedRecord> records = {forward(4000, 3000, 5000)};
+  const GroupedSummary s = summarize_grouped(records, kCopyGbps);
+  const std::string table = format_grouped_table(records, kCopyGbps, "torch");
+  EXPECT_NE(table.find("torch us"), std::string::npos) << table;
+  EXPECT_EQ(table.find("cuBLAS"), std::string::npos) << table;
+  EXPECT_NE(format_grouped_summary(s, "torch").find("1 row with a torch baseline, geomean speedup 1.25x"),
+            std::string::npos);
+  EXPECT_EQ(grouped_json(records, s, kCopyGbps, "torch")["summary"]["baseline"], "torch");
+}
+
 TEST(GroupedReport, JsonHasEveryFieldAndNullForWhatIsMissing) {
   const std::vector<GroupedRecord> records = {forward(4000, 3000, 5000), not_run("wgrad", "not run: no kernel")};
   const nlohmann::json j = grouped_json(records, summarize_grouped(records, kCopyGbps), kCopyGbps);

@@ -162,7 +162,8 @@ TEST(GroupedSuite, DenseOnlyReadersRejectGroupedLines) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
     EXPECT_EQ(std::string(e.what()),
-              "moe.txt:3: a grouped line, which only gemmkit bench runs; expected M N K [layout] [dtype] [mode] [batch]");
+              "moe.txt:3: a grouped line, which only gemmkit bench and python -m gemmkit.bench run; expected M N K "
+              "[layout] [dtype] [mode] [batch]");
   }
   EXPECT_EQ(dense_lines(parse("1 1 1\n2 2 2\n")).size(), 2u);
 }

@@ -1,6 +1,9 @@
 """The package without torch or a GPU: import, the C++ API's views, and errors as Python
 exceptions carrying the C++ message."""
 
+import itertools
+import json
+import math
 import subprocess
 import sys
 
@@ -130,13 +133,13 @@ def test_the_bench_reads_suites_and_reports_like_the_cli(tmp_path):
 
     suite = tmp_path / "s.txt"
     suite.write_text("# two problems\n4096 2112 7168 NT e4m3 block\n1 7168 2048 TN bf16:f32 4\n")
-    first, second = bench.load_suite(str(suite))
+    first, second = bench.load_bench_suite(str(suite)).dense
     assert (first.m, first.n, first.k, first.layout, first.mode) == (4096, 2112, 7168, "NT", ScaleMode.block)
     assert first.type_spec == "e4m3:bf16 block" and first.b_dtype == DType.e4m3
     assert (second.batch, second.out_dtype, second.type_spec) == (4, DType.f32, "bf16:f32")
     suite.write_text("4096 2112\n")
     with pytest.raises(ValueError, match=r"s.txt:1: "):
-        bench.load_suite(str(suite))
+        bench.load_bench_suite(str(suite))
 
     r = bench.BenchRecord()
     r.m, r.n, r.k, r.layout, r.dtype, r.config = 64, 32, 16, "NT", "bf16", "tma"
@@ -146,3 +149,75 @@ def test_the_bench_reads_suites_and_reports_like_the_cli(tmp_path):
     assert bench.format_summary(summary, "torch") == ("summary: 1 shape, geomean speedup 1.50x over torch, worst "
                                                       "1.50x at 64x32x16 NT bf16")
     assert '"baseline": "torch"' in bench.to_json([r], summary, 3000.0, "torch")
+
+
+def test_the_bench_reads_grouped_lines_as_the_cli(tmp_path):
+    from gemmkit._gemmkit import bench
+
+    suite = tmp_path / "moe.txt"
+    suite.write_text("4096 2112 7168\n"
+                     "grouped fwd 8 1000 256 512 bf16 skew:10\n"
+                     "grouped masked 4 64 256 512 e4m3 rowwise random:3\n"
+                     "grouped wgrad 4 1000 256 512 e4m3 balanced\n")
+    lines = bench.load_bench_suite(str(suite))
+    assert len(lines.dense) == 1 and len(lines.grouped) == 3
+    fwd, masked, wgrad = lines.grouped
+    assert (fwd.op, fwd.groups, fwd.m, fwd.n, fwd.k, fwd.dist) == ("fwd", 8, 1000, 256, 512, "skew:10")
+    assert fwd.rows == bench.split_rows(8, 1000, "skew:10") and sum(fwd.rows) == 1000
+    # The dense GEMM of every group's rows: M_total x N x K NT, the line's types and number.
+    assert (fwd.dense.m, fwd.dense.n, fwd.dense.k, fwd.dense.layout, fwd.dense.line) == (1000, 256, 512, "NT", 2)
+    assert bench.group_size_values(fwd) == list(itertools.accumulate(fwd.rows))  # int32 ends, torch's offs
+    assert masked.dense.type_spec == "e4m3:bf16 rowwise" and masked.dense.mode == ScaleMode.rowwise
+    assert masked.rows == bench.masked_rows(4, 64, "random:3") == bench.group_size_values(masked)
+    assert (wgrad.dense.m, wgrad.dense.n, wgrad.dense.k, wgrad.dense.layout) == (256, 512, 1000, "TN")
+    assert bench.grouped_record(wgrad).note == "not run: grouped_gemm_wgrad takes 16-bit inputs only"
+
+    r = bench.grouped_record(fwd)
+    assert bench.grouped_name(r) == "fwd G=8 1000x256x512 bf16 skew:10" and r.note == ""
+    assert (r.rows, r.bytes) == (1000, fwd.bytes) and math.isnan(r.ours_us)
+    assert bench.grouped_set_bytes(fwd) > fwd.bytes  # the dense floor's own weights too
+    suite.write_text("grouped fwd 8 1000 256 512 bf16 zipf\n")
+    with pytest.raises(ValueError, match=r"moe.txt:1: unknown distribution 'zipf'"):
+        bench.load_bench_suite(str(suite))
+
+
+@pytest.mark.parametrize("groups,total,dist", [(1, 7, "balanced"), (8, 32768, "skew:10"), (128, 16384, "zipf:1.2"),
+                                               (5, 3, "random:1"), (1024, 1000, "zipf:0")])
+def test_group_sizes_come_from_the_clis_distributions(groups, total, dist):
+    from gemmkit._gemmkit import bench
+
+    rows = bench.split_rows(groups, total, dist)
+    assert len(rows) == groups and sum(rows) == total and min(rows) >= 0
+    if dist.startswith("zipf"):
+        assert rows == sorted(rows, reverse=True)
+    counts = bench.masked_rows(groups, 64, dist)
+    assert len(counts) == groups and max(counts) == 64 and min(counts) >= 0
+    assert bench.split_rows(groups, total, dist) == rows  # the same line, the same sizes
+
+
+def test_group_sizes_refuse_what_the_cli_refuses():
+    from gemmkit._gemmkit import bench
+
+    assert bench.split_rows(4, 8, "skew:3") == [4, 2, 1, 1]  # 4 and 4/3 each; the row left to group 1
+    with pytest.raises(ValueError, match="^dist: skew ratio '0' is too small"):
+        bench.split_rows(4, 100, "skew:0")
+    with pytest.raises(ValueError, match="^groups: expected at least 1"):
+        bench.masked_rows(0, 64, "balanced")
+
+
+def test_the_grouped_report_names_torch():
+    from gemmkit._gemmkit import bench
+
+    r = bench.GroupedRecord()
+    r.op, r.groups, r.m, r.n, r.k, r.dtype, r.dist = "fwd", 8, 32768, 4096, 7168, "bf16", "balanced"
+    r.rows, r.bytes, r.ours_us, r.dense_us, r.baseline_us = 32768, 1.2e9, 4000.0, 3000.0, 5000.0
+    r.note = "torch: rowwise scales of 1 on the same FP8 buffers"
+    table = bench.format_grouped_table([r], 3000.0, "torch").splitlines()
+    assert "torch us" in table[0] and table[1].endswith("[1]") and table[2] == f"[1] {r.note}"
+    summary = bench.summarize_grouped([r], 3000.0)
+    assert (summary.roofline.count, summary.roofline.geomean, summary.speedup.geomean) == (1, 0.75, 1.25)
+    assert "1 row with a torch baseline, geomean speedup 1.25x" in bench.format_grouped_summary(summary, "torch")
+    written = json.loads(bench.to_json([], bench.summarize([]), 3000.0, "torch", [r]))
+    assert written["grouped"]["summary"]["baseline"] == "torch"
+    assert written["grouped"]["records"][0]["roofline_fraction"] == 0.75 and written["records"] == []
+    assert "grouped" not in json.loads(bench.to_json([], bench.summarize([]), 3000.0, "torch"))

@@ -132,6 +132,12 @@ def test_the_python_bench_reports_bad_suites_in_one_line(tmp_path):
     malformed = run_bench("--suite", str(bad))
     assert malformed.returncode != 0
     assert malformed.stderr.strip().startswith(f"gemmkit.bench: {bad}:1: ")
+    # Grouped lines are the bench's too, with the CLI's errors.
+    bad.write_text("64 64 64\ngrouped fwd 4 1000 64 64 bf16 zipf\n")
+    malformed = run_bench("--suite", str(bad))
+    assert malformed.returncode != 0
+    assert malformed.stderr.strip() == (f"gemmkit.bench: {bad}:2: unknown distribution 'zipf'; expected balanced, "
+                                        "skew:R, zipf:S or random:SEED")
 
 
 def test_views_are_read_from_the_tensors():

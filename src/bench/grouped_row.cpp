@@ -1,0 +1,66 @@
+#include "bench/grouped_row.h"
+
+#include <climits>
+#include <numeric>
+
+namespace gemmkit::tools {
+namespace {
+
+int64_t total_rows(const GroupedProblem& p) { return std::accumulate(p.rows.begin(), p.rows.end(), int64_t(0)); }
+
+// Why gemmkit does not run the row; empty where it does.
+std::string not_run_reason(const GroupedProblem& p) {
+  if (p.op == GroupedOp::wgrad && p.dense.fp8()) return "not run: grouped_gemm_wgrad takes 16-bit inputs only";
+  if (p.op == GroupedOp::dgrad && p.dense.fp8()) {
+    return "not run: grouped_gemm reads FP8 weights K-major only, and the input gradient contracts them along N";
+  }
+  if (total_rows(p) > INT32_MAX) return "not run: more rows than the bench's int32 group sizes hold";
+  return "";
+}
+
+// A, B and D of `batch` M x N x K products in the row's types.
+double operand_bytes(const GroupedProblem& p, int64_t batch, int64_t m, int64_t n, int64_t k) {
+  const SuiteProblem& t = p.dense;
+  return double(batch) * (double(m) * double(k) * dtype_size(t.in_dtype) + double(k) * double(n) * dtype_size(t.b_dtype()) +
+                          double(m) * double(n) * dtype_size(t.out_dtype));
+}
+
+}  // namespace
+
+GroupedRecord grouped_record(const GroupedProblem& p) {
+  GroupedRecord record;
+  record.op = grouped_op_name(p.op);
+  record.groups = p.groups();
+  record.m = p.m;
+  record.n = p.n;
+  record.k = p.k;
+  record.dtype = type_spec(p.dense);
+  record.dist = dist_spec(p.dist);
+  record.rows = total_rows(p);
+  record.bytes = p.bytes();
+  record.note = not_run_reason(p);
+  return record;
+}
+
+std::vector<int32_t> group_size_values(const GroupedProblem& p) {
+  std::vector<int32_t> values;
+  int64_t end = 0;
+  for (int64_t rows : p.rows) {
+    end += rows;
+    values.push_back(int32_t(p.op == GroupedOp::masked ? rows : end));
+  }
+  return values;
+}
+
+double grouped_set_bytes(const GroupedProblem& p) {
+  const SuiteProblem& dense = p.dense;
+  // The groups' buffers as batched problems: contiguous groups use only their B (the weights),
+  // with one row of A and D each; wgrad only its D (the gradients), with one column of A and row
+  // of B each.
+  const bool masked = p.op == GroupedOp::masked, wgrad = p.op == GroupedOp::wgrad;
+  const int64_t group_m = masked ? p.m : wgrad ? dense.m : 1;
+  return operand_bytes(p, 1, dense.m, dense.n, dense.k) +
+         operand_bytes(p, p.groups(), group_m, dense.n, wgrad ? 1 : dense.k);
+}
+
+}  // namespace gemmkit::tools
