@@ -69,3 +69,17 @@ def expect_grads(out, inputs, reference):
         assert g.shape == t.shape and g.dtype == t.dtype
         bound = w.abs() * HALF_ULP[g.dtype] + total.abs() * 2.0 ** -8
         assert ((g.double() - w).abs() <= bound).all(), f"gradient off by {(g.double() - w).abs().max().item()}"
+
+
+def capture(step):
+    """A CUDA graph of step() and the outputs it captured: step runs once on a side stream first,
+    so that its kernels are compiled and loaded outside the capture."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = step()
+    return graph, outputs

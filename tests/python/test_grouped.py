@@ -10,7 +10,8 @@ sm_90 GPU."""
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (the torch tests run on the GPU machine)")
-from gpu_reference import E4M3, dequantized, expect_close, expect_grads, nan_like, rand, skip_without_sm90  # noqa: E402
+from gpu_reference import (E4M3, capture, dequantized, expect_close, expect_grads, nan_like, rand,  # noqa: E402
+                           skip_without_sm90)
 
 skip_without_sm90()
 
@@ -232,14 +233,7 @@ def test_cuda_graph_replays_with_new_offs():
     def step():
         return gemmkit.grouped_mm(x, w.transpose(-2, -1), offs), gemmkit.grouped_mm(x.t(), dy, offs, out_dtype=F32)
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # first calls compile and load the kernels, outside the capture
-        step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        y, wg = step()
+    graph, (y, wg) = capture(step)
     for sizes in ([0, 300, 150, 0], [7, 1, 1, 1], [128] * 4):
         offs.copy_(offs_of(sizes, I64))  # new values in the tensor the graph reads
         y.fill_(float("nan"))

@@ -7,23 +7,15 @@ without torch."""
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode  # noqa: E402
+from torch._subclasses.fake_tensor import FakeTensor  # noqa: E402
+
+from fake_cuda import cuda  # noqa: E402
 
 import gemmkit  # noqa: E402
 from gemmkit._torch import output_dtype  # noqa: E402
 
 BF16, F32, F64, E4M3 = torch.bfloat16, torch.float32, torch.float64, torch.float8_e4m3fn
 I32, I64 = torch.int32, torch.int64
-
-
-@pytest.fixture
-def fake():
-    with FakeTensorMode() as mode:
-        yield mode
-
-
-def cuda(*shape, dtype=BF16):
-    return torch.empty(*shape, device="cuda", dtype=dtype)
 
 
 def test_fake_shapes_and_dtypes(fake):

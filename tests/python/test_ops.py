@@ -9,22 +9,12 @@ import sys
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
-from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+from fake_cuda import cuda  # noqa: E402
 
 import gemmkit  # noqa: E402
 from dlpack_array import Array  # noqa: E402
 
 BF16, F32, E4M3 = torch.bfloat16, torch.float32, torch.float8_e4m3fn
-
-
-@pytest.fixture
-def fake():
-    with FakeTensorMode() as mode:
-        yield mode
-
-
-def cuda(*shape, dtype=BF16):
-    return torch.empty(*shape, device="cuda", dtype=dtype)
 
 
 def test_operators_are_registered_on_import_when_torch_is_loaded():

@@ -13,8 +13,8 @@ import threading
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (the torch tests run on the GPU machine)")
-from gpu_reference import (E4M3, E5M2, E8M0, dequantized, expect_close, expect_grads, nan_like, rand,  # noqa: E402
-                           skip_without_sm90)
+from gpu_reference import (E4M3, E5M2, E8M0, capture, dequantized, expect_close, expect_grads,  # noqa: E402
+                           nan_like, rand, skip_without_sm90)
 
 skip_without_sm90()
 
@@ -189,14 +189,7 @@ def test_cuda_graph_replays_with_new_inputs():
         q, s = gemmkit.quantize(a, mode="block")
         return d, q, s, gemmkit.scaled_mm(q, qw.t(), s, sw.t(), mode="block", out_dtype=torch.float32)
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # first calls compile and load the kernels, outside the capture
-        layer()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        d, q, s, e = layer()
+    graph, (d, q, s, e) = capture(layer)
     for _ in range(2):
         a.copy_(rand(384, 256))
         c.copy_(rand(384, 320, dtype=torch.float32))

@@ -1,0 +1,12 @@
+"""Fixtures the test files share. torch is imported inside them, so that the files that need no
+torch still run where it is not installed."""
+
+import pytest
+
+
+@pytest.fixture
+def fake():
+    """A fake tensor mode (no memory, no kernels), as torch.compile traces in."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode() as mode:
+        yield mode
