@@ -222,8 +222,11 @@ const std::vector<TileShape>& tile_shapes(bool eight_bit) {
 
 bool tile_takes_c(TileShape tile) { return tile.m <= 128; }
 
-bool tile_takes_groups(TileShape tile, bool along_k_with_c) {
-  return tile.m <= 128 && !(along_k_with_c && tile.n > 240);
+bool tile_takes_groups(TileShape tile, const KernelConfig& facts) {
+  if (tile.m > 128) return false;
+  if (tile.m < 128 || tile.n <= 240) return true;
+  return facts.group_along_k ? !facts.has_c
+                             : facts.group_layout == GroupLayout::contiguous && facts.out != DType::f32;
 }
 
 bool tile_takes_scales(TileShape tile, ScaleMode a, ScaleMode b) {
@@ -388,7 +391,7 @@ KernelConfig choose_grouped_config(const Problem& p, const DeviceLimits& limits)
   double pick_cost = std::numeric_limits<double>::infinity();
   for (const Candidate& candidate : rank_candidates(dense, limits)) {
     const KernelConfig& c = candidate.config;
-    if (c.splits != 1 || !tile_takes_groups({c.tile_m, c.tile_n}, p.groups.along_k && p.has_c())) continue;
+    if (c.splits != 1 || !tile_takes_groups({c.tile_m, c.tile_n}, config)) continue;
     const double cluster_rows = double(c.tile_m * c.cluster_m);
     const double cost = candidate.cost * (rows_vary ? (mean_rows / cluster_rows + 0.5) /
                                                           std::ceil(mean_rows / cluster_rows) : 1.0);
@@ -407,7 +410,7 @@ bool fits(const KernelConfig& c, const DeviceLimits& limits) {
   const std::vector<TileShape>& shapes = tile_shapes(is_fp8(c.in));
   const bool known_tile = std::find(shapes.begin(), shapes.end(), TileShape{c.tile_m, c.tile_n}) != shapes.end();
   return known_tile && (!c.has_c || tile_takes_c({c.tile_m, c.tile_n})) &&
-         (!c.grouped() || tile_takes_groups({c.tile_m, c.tile_n}, c.group_along_k && c.has_c)) &&
+         (!c.grouped() || tile_takes_groups({c.tile_m, c.tile_n}, c)) &&
          tile_takes_scales({c.tile_m, c.tile_n}, c.scale_a, c.scale_b) && (c.cluster_m == 1 || c.cluster_m == 2) &&
          c.group_m >= c.cluster_m && c.group_m <= 64 &&
          c.splits >= 1 && c.splits <= kMaxSplits && (c.splits == 1 || c.tile_n <= kMaxSplitTileN) &&

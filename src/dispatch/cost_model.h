@@ -20,11 +20,12 @@ const std::vector<TileShape>& tile_shapes(bool eight_bit = false);
 // 152 registers each, too few for C's addressing beside the accumulators.
 bool tile_takes_c(TileShape tile);
 
-// Whether a grouped kernel (groups of rows, or along K with C or not) runs on the tile: not on
-// 192-row tiles, whose three consumer warpgroups (152 registers each) spill with the groups' row
-// ends, nor the weight gradient with C on 128 x 256, whose K ranges and C spill beside 128
-// accumulators.
-bool tile_takes_groups(TileShape tile, bool along_k_with_c);
+// Whether a grouped kernel with `facts`' groups (layout, along K), C and output type runs on the
+// tile: not on 192-row tiles, whose three consumer warpgroups (152 registers each) spill with the
+// groups' row ends; on 128 x 256 only contiguous groups of rows with a 16-bit D, or groups along
+// K without C (masked groups' batched A, an f32 D's pairs, C's loads spilled 4-8 bytes beside the
+// 128 accumulators).
+bool tile_takes_groups(TileShape tile, const KernelConfig& facts);
 
 // Whether the tile's kernel can take these scale modes: mx scales (promoted every 32 of K, with
 // a scale per column, staged by loads rather than cp.async) spill registers on tiles wider

@@ -56,12 +56,12 @@ TEST(TmaKernelVariants, EightBitTilesCompileWithoutSpillsInEveryMode) {
   expect_clean_compiles(testing::eight_bit_cases());
 }
 
-// The grouped kernel (grouped_scheduler.cuh) on every tile shape tile_takes_groups allows:
-// 16-bit contiguous and masked in turn, clustered where the tile is not narrow, B N-major (the
-// input gradient) on every other tile, f32 and direct stores once; groups along K (the weight
-// gradient: A and B MN-major) on every tile that takes C, accumulating into an f32 D, with C on
-// every other where the tile takes it; and FP8 in the tensor, rowwise and block modes of MoE
-// (tokens 1x128, weights 128x128) on every 8-bit tile.
+// The grouped kernel (grouped_scheduler.cuh) on every tile shape tile_takes_groups allows: 16-bit
+// groups of rows contiguous and masked, each with a bf16 and an f32 D, clustered where the tile is
+// not narrow, B N-major (the input gradient) on every other, direct stores once; groups along K
+// (the weight gradient: A and B MN-major) on every tile that takes C, accumulating into an f32 D,
+// with C on every other where the tile takes it; and FP8 in the tensor, rowwise and block modes of
+// MoE (tokens 1x128, weights 128x128) on every 8-bit tile.
 std::vector<CompileCase> grouped_cases() {
   std::vector<CompileCase> cases;
   auto add = [&](KernelConfig config, const std::string& what) {
@@ -69,37 +69,38 @@ std::vector<CompileCase> grouped_cases() {
     config.b_batched = !config.group_along_k;
     config.a_batched = config.group_layout == GroupLayout::masked;
     config.stages = max_stages(config, DeviceLimits{}.smem_per_block);
-    cases.push_back({config, config.name() + what});
+    if (tile_takes_groups({config.tile_m, config.tile_n}, config)) cases.push_back({config, config.name() + what});
   };
   int i = 0;
   for (TileShape tile : tile_shapes()) {
-    if (!tile_takes_groups(tile, false)) continue;
-    KernelConfig config = with_tile(KernelConfig{}, tile);
-    config.group_layout = i % 2 ? GroupLayout::masked : GroupLayout::contiguous;
-    config.cluster_m = is_narrow(tile) ? 1 : 2;
-    config.b_k_major = is_narrow(tile) || i % 2 == 0;
-    if (i == 1) config.out = DType::f32;
-    if (i == 2) config.tma_store = false;
-    add(config, "");
-    ++i;
+    for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked}) {
+      for (DType out : {DType::bf16, DType::f32}) {
+        KernelConfig config = with_tile(KernelConfig{}, tile);
+        config.group_layout = layout;
+        config.out = out;
+        config.cluster_m = is_narrow(tile) ? 1 : 2;
+        config.b_k_major = is_narrow(tile) || i % 2 == 0;
+        if (i == 2) config.tma_store = false;
+        add(config, " " + std::string(dtype_name(out)));
+        ++i;
+      }
+    }
   }
   i = 0;
   for (TileShape tile : tile_shapes()) {
     if (!tile_takes_c(tile) || is_narrow(tile)) continue;
     KernelConfig config = with_tile(KernelConfig{}, tile);
     config.group_along_k = true;
-    config.has_c = i % 2 == 0;
-    if (!tile_takes_groups(tile, config.has_c)) config.has_c = false;
     config.a_k_major = config.b_k_major = false;
     config.cluster_m = 2;
     config.out = config.c = DType::f32;
-    ++i;
+    config.has_c = i++ % 2 == 0;
+    if (!tile_takes_groups(tile, config)) config.has_c = false;
     add(config, config.has_c ? " with C" : "");
   }
-  const std::vector<TileShape>& shapes = tile_shapes(true);
-  for (TileShape tile : shapes) {
+  for (TileShape tile : tile_shapes(true)) {
     for (ScaleMode mode : {ScaleMode::tensor, ScaleMode::rowwise, ScaleMode::block}) {
-      if (!tile_takes_scales(tile, mode, mode) || !tile_takes_groups(tile, false)) continue;
+      if (!tile_takes_scales(tile, mode, mode)) continue;
       KernelConfig config = with_tile(KernelConfig{}, tile);
       config.in = config.in_b = DType::e4m3;
       config.scale_a = config.scale_b = mode;

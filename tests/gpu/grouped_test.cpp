@@ -386,11 +386,12 @@ TEST_F(GroupedGemm, EveryTileShape) {
     }
     GroupedProblem problem(c);
     const Problem p = problem.problem();
+    const KernelConfig picked = choose_grouped_config(p, DeviceLimits{});
     for (TileShape tile : tile_shapes(eight_bit)) {
-      if (!tile_takes_scales(tile, c.scales, c.scales) || !tile_takes_groups(tile, false)) continue;
+      if (!tile_takes_scales(tile, c.scales, c.scales) || !tile_takes_groups(tile, picked)) continue;
       for (int cluster : {1, 2}) {
         if (cluster > 1 && is_narrow(tile)) continue;
-        KernelConfig config = with_tile(choose_grouped_config(p, DeviceLimits{}), tile);
+        KernelConfig config = with_tile(picked, tile);
         config.cluster_m = cluster;
         config.stages = max_stages(config, DeviceLimits{}.smem_per_block);
         problem.poison();
