@@ -185,6 +185,18 @@ class GroupedProblem {
     EXPECT_EQ(written, 0) << what << " " << case_.describe() << ": bytes written outside every group's rows";
   }
 
+  // Rows [start, start + count) of group g's matrix of D against the reference of that part of its
+  // GEMM: for problems too large to check whole (contiguous groups; start counts from D's row 0).
+  void expect_rows_correct(int64_t g, int64_t start, int64_t count, const std::string& what) const {
+    const Problem p = group_problem(g, start, count);
+    std::vector<char> host(size_t(count * p.d.row_stride) * dtype_size(case_.out));
+    runtime::check(cudaMemcpy(host.data(), p.d.data, host.size(), cudaMemcpyDeviceToHost), "copy rows");
+    const reference::Comparison result =
+        compare_with(reference_of(p), p, host, static_cast<const char*>(p.d.data));
+    EXPECT_TRUE(result.passed()) << what << " " << case_.describe() << ", group " << g << " rows " << start
+                                 << " + " << count << ": " << result.summary();
+  }
+
  private:
   static ProblemSpec spec(const GroupedCase& c) {
     ProblemSpec s;
@@ -401,6 +413,21 @@ TEST_F(GroupedGemm, EveryTileShape) {
       }
     }
   }
+}
+
+// M_total x K past 2^31 elements, A and D past 4 GB each (int64 addressing): group 0's first and
+// last rows and the last group's, whose elements lie past 2^31 in A and D, against the reference.
+TEST_F(GroupedGemm, RowsPast2To31ElementsAndTensorsPast4GB) {
+  const int64_t k = 128, n = 128, tail = 333;
+  const int64_t total = (int64_t(1) << 31) / k + 4096;  // A and D: 2^31 + 2^19 elements, 4.3 GB each
+  const GroupedCase c{.rows = {total - tail, tail}, .n = n, .k = k, .int64 = true, .extra_rows = 0};
+  GroupedProblem problem(c);
+  problem.poison();
+  problem.run();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << c.describe();
+  problem.expect_rows_correct(0, 0, 256, "first rows");
+  problem.expect_rows_correct(0, total - tail - 256, 256, "group 0's last rows");
+  problem.expect_rows_correct(1, total - tail, tail, "the last group");
 }
 
 // Captured once, replayed with other sizes written to the device array.
