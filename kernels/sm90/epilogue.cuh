@@ -104,10 +104,11 @@ __device__ __forceinline__ void store_tile_direct(const float* acc, const GemmPa
 // of a group holds 128 / kStoreBoxBytes boxes of 16 rows, each laid out with the swizzle of its
 // width, which keeps stmatrix free of bank conflicts. Rows and columns outside D are clipped by
 // TMA. In grouped kernels, a warp whose 16 rows reach past its group's end (into the next
-// group's) stores the rows before it itself, from its registers (store_group_direct). Where a tile's row is not a multiple of 128 bytes, its last group is shifted left to end
-// at the tile's edge and stores again some columns the group before stored, with the same
-// values; with C, which D may alias, those values would be recomputed from C already
-// overwritten, so there boxes as narrow as the row needs (kStoreBoxBytes < 128) tile it instead.
+// group's) stores the rows before it itself, from its registers (store_group_direct). Where a
+// tile's row is not a multiple of 128 bytes, its last group is shifted left to end at the tile's
+// edge and stores again some columns the group before stored, with the same values; with C,
+// which D may alias, those values would be recomputed from C already overwritten, so there boxes
+// as narrow as the row needs (kStoreBoxBytes < 128) tile it instead.
 // (The shifted group: 128 x 176 8-bit tiles at fp8-large's K = 512 run 0.99x cuBLASLt, 0.80x
 // with 32-byte boxes; H100.)
 // With kDByColumns, D's rows are contiguous rather than its columns (a problem the plan
@@ -215,74 +216,58 @@ __device__ __forceinline__ void stage_group(const float* acc, const GemmParams& 
 // bytes per instruction count for more than wide stores: against store_tile_direct's 8-byte
 // pieces of 8 rows, 4097^3 NT runs 268 us instead of 314 (H100).
 constexpr int kRowBatch = 4;
-
-// The columns of group `group` that its stores write, [first, end) within the group: past those a
-// shifted last group shares with the one before and those a moved last tile column shares with
-// the one to its left (even counts), and within the tile and D. Empty where the group has none.
-__device__ __forceinline__ int2 group_cols_written(const GemmParams& p, const TileOrigin& at, int group) {
-  const i64 col = at.col + group_col(group);
-  const int first = max(group * kGroupCols, kShiftLastCol ? at.first_stored_col - int(at.col) : 0) - group_col(group);
-  const int end = int(min(i64(min(kGroupCols, kTileN - group_col(group))), p.n - col));
-  return make_int2(first, end);
-}
-
-// By a warp: writes the first `count` of the 16 rows it staged at `part` (group `group`'s columns
-// of rows from `first_row` on, see stage_group) to D, columns [first, end) of the group (not
-// empty: group_cols_written).
-__device__ __forceinline__ void write_staged_rows(const GemmParams& p, const TileOrigin& at, int group, u32 part,
-                                                  i64 first_row, int count, int first, int end, int lane) {
-  u8* const rows = static_cast<u8*>(p.d.data) +
-                   (at.batch * p.d.batch_stride + first_row * p.d.row_stride + at.col + group_col(group)) * kOutBytes;
-#pragma unroll 1
-  for (int r0 = 0; r0 < min(count, kBoxRows); r0 += kRowBatch) {
-    // Where the lane's word of each row starts (e: its first element), and the row's values there.
-    int e[kRowBatch];
-    u32 word[kRowBatch], lone[kRowBatch];  // lone: a 16-bit row's first element where it starts off a word
-#pragma unroll
-    for (int i = 0; i < kRowBatch; ++i) {
-      const int r = r0 + i;
-      const bool odd = kOutBytes == 2 && reinterpret_cast<u64>(rows + r * p.d.row_stride * kOutBytes) / 2 % 2;
-      e[i] = kOutBytes == 4 ? lane : 2 * lane + odd;
-      if (kOutBytes == 4) {
-        word[i] = ld_shared_u32(part + staged_offset(r, 4 * lane));
-      } else {
-        word[i] = ld_shared_u16(part + staged_offset(r, 2 * e[i])) |
-                  (e[i] + 1 < kGroupCols ? ld_shared_u16(part + staged_offset(r, 2 * e[i] + 2)) << 16 : 0u);
-        lone[i] = odd && lane == 0 ? ld_shared_u16(part + staged_offset(r, 2 * first)) : 0u;
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kRowBatch; ++i) {
-      const int r = r0 + i;
-      if (r >= count) break;
-      u8* line = rows + r * p.d.row_stride * kOutBytes;
-      const int x = e[i];
-      if (kOutBytes == 4 || x + 1 < end) {
-        if (x >= first && x < end) *reinterpret_cast<u32*>(line + kOutBytes * x) = word[i];
-      } else if (x >= first && x < end) {
-        *reinterpret_cast<u16*>(line + 2 * x) = u16(word[i]);
-      }
-      if (kOutBytes == 2 && x % 2 == 1 && lane == 0) *reinterpret_cast<u16*>(line + 2 * first) = u16(lone[i]);
-    }
-  }
-}
-
 __device__ __forceinline__ void store_tile_rows(const float* acc, const GemmParams& p, TileOrigin at, int t,
                                                 u8* buffer) {
   const int warp = t / 32, lane = t % 32;
   const u32 part = smem_u32(buffer + warp * (kEpilogueBufferBytes / 4));
   if (kShiftLastRow && at.row + kBoxRows * warp < at.first_stored) return;  // the tile above's rows
-  const i64 first_row = at.row + kBoxRows * warp;
 #pragma unroll
   for (int group = 0; group < kGroups; ++group) {
-    if (at.col + group_col(group) >= p.n) break;  // uniform across the warpgroup
-    const int2 cols = group_cols_written(p, at, group);
-    if (cols.x >= cols.y) continue;
+    const i64 col = at.col + group_col(group);
+    if (col >= p.n) break;  // uniform across the warpgroup
+    // The group's columns to write: past those a shifted last group shares with the one before
+    // and those a moved last tile column shares with the one to its left (even counts), and
+    // within the tile and D.
+    const int first = max(group * kGroupCols, kShiftLastCol ? at.first_stored_col - int(at.col) : 0) - group_col(group);
+    const int end = int(min(i64(min(kGroupCols, kTileN - group_col(group))), p.n - col));
+    if (first >= end) continue;
     __syncwarp();  // every lane has read the group before
     stage_group(acc, p, at, t, group, part);
     __syncwarp();
-    write_staged_rows(p, at, group, part, first_row, int(min(i64(kBoxRows), at.row_end - first_row)), cols.x, cols.y,
-                      lane);
+    const i64 first_row = at.row + kBoxRows * warp;
+    u8* const rows = static_cast<u8*>(p.d.data) + (at.batch * p.d.batch_stride + first_row * p.d.row_stride + col) * kOutBytes;
+#pragma unroll 1
+    for (int r0 = 0; r0 < kBoxRows; r0 += kRowBatch) {
+      // Where the lane's word of each row starts (e: its first element), and the row's values there.
+      int e[kRowBatch];
+      u32 word[kRowBatch], lone[kRowBatch];  // lone: a 16-bit row's first element where it starts off a word
+#pragma unroll
+      for (int i = 0; i < kRowBatch; ++i) {
+        const int r = r0 + i;
+        const bool odd = kOutBytes == 2 && reinterpret_cast<u64>(rows + r * p.d.row_stride * kOutBytes) / 2 % 2;
+        e[i] = kOutBytes == 4 ? lane : 2 * lane + odd;
+        if (kOutBytes == 4) {
+          word[i] = ld_shared_u32(part + staged_offset(r, 4 * lane));
+        } else {
+          word[i] = ld_shared_u16(part + staged_offset(r, 2 * e[i])) |
+                    (e[i] + 1 < kGroupCols ? ld_shared_u16(part + staged_offset(r, 2 * e[i] + 2)) << 16 : 0u);
+          lone[i] = odd && lane == 0 ? ld_shared_u16(part + staged_offset(r, 2 * first)) : 0u;
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kRowBatch; ++i) {
+        const int r = r0 + i;
+        if (first_row + r >= at.row_end) break;
+        u8* line = rows + r * p.d.row_stride * kOutBytes;
+        const int x = e[i];
+        if (kOutBytes == 4 || x + 1 < end) {
+          if (x >= first && x < end) *reinterpret_cast<u32*>(line + kOutBytes * x) = word[i];
+        } else if (x >= first && x < end) {
+          *reinterpret_cast<u16*>(line + 2 * x) = u16(word[i]);
+        }
+        if (kOutBytes == 2 && x % 2 == 1 && lane == 0 && first < end) *reinterpret_cast<u16*>(line + 2 * first) = u16(lone[i]);
+      }
+    }
   }
 }
 
