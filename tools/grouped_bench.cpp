@@ -36,7 +36,8 @@ TensorView as_batch(const TensorView& t) {
 // of every group's rows at once (the compute floor), and `groups`, batched one matrix per group,
 // whose B holds the weights [G, K, N]. Contiguous groups have their rows in dense's A and D;
 // masked ones in groups' ([G, max_m, ...]), with A's scales alike and B's from `groups`. wgrad
-// rows read x = dD and y = X from dense's A (stored [M, N]) and B ([M, K]) and write groups' D.
+// rows read x = dD and y = X from dense's A (stored [M, N]) and B ([M, K]) and write groups' D,
+// with groups' scales (FP8: one set a group).
 struct GroupedSet {
   reference::DeviceProblem dense, groups;
   TensorView a, b, d;
@@ -49,6 +50,11 @@ struct GroupedSet {
       a = TensorView::matrix(x_t.data, x_t.dtype, x_t.cols(), x_t.rows(), x_t.col_stride(), x_t.row_stride());
       b = dense.b();
       d = as_batch(groups.d());
+      if (is_fp8(dense_spec.in)) {
+        const GemmOptions scales = groups.options(nullptr);
+        options.scale_a = {scales.scale_a.mode, as_batch(scales.scale_a.scales)};
+        options.scale_b = {scales.scale_b.mode, as_batch(scales.scale_b.scales)};
+      }
       return;
     }
     const bool masked = op == GroupedOp::masked;

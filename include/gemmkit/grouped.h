@@ -40,7 +40,9 @@ inline constexpr int64_t kMaxGroups = 1024;
 // stored [G, K, N], the input gradient dA_g = dD_g * W_g). Types and scales as gemm() takes them
 // (gemm.h), with per-group B scales: scale_b's batch is G, A's scales cover A's rows (M_total or
 // [G, max_m]). options.beta must be 0. A and B must be TMA-addressable: 16-byte-aligned bases and
-// strides, and FP8 operands K-major. options.max_sms caps the SMs the kernel runs on. Throws
+// strides, FP8 A K-major; FP8 B that is not K-major (an input gradient's weights as they lie) is
+// first copied K-major, each group's, into the stream's workspace (a capture cannot grow it: make
+// one call of the size before). options.max_sms caps the SMs the kernel runs on. Throws
 // gemmkit::Error naming the argument at fault.
 void grouped_gemm(const TensorView& a, const TensorView& b, const TensorView& d, const GroupSizes& sizes,
                   const GemmOptions& options = {});
@@ -50,8 +52,13 @@ void grouped_gemm(const TensorView& a, const TensorView& b, const TensorView& d,
 // groups' rows one after another as `sizes` (contiguous: G cumulative ends) says; d is [G, P, Q]
 // (for weights stored [G, N, K]: x = dD [M_total, N], y = A [M_total, K]; for weights stored
 // [G, K, N], x = A and y = dD). options.c (beta != 0) may be d itself, to accumulate. An empty group
-// gives alpha * 0 + beta * C_g (zeros, or C_g as it was). 16-bit x and y, P and Q contiguous
-// (x's and y's rows aligned for TMA); d bf16, f16 or f32. Throws gemmkit::Error naming the argument.
+// gives alpha * 0 + beta * C_g (zeros, or C_g as it was). d bf16, f16 or f32. 16-bit x and y with P
+// and Q contiguous (x's and y's rows aligned for TMA); or FP8 (e4m3, e5m2, any mix, any strides),
+// which is first copied, each group's tokens from a multiple of 128 on, into the stream's workspace
+// (as grouped_gemm's FP8 B), with tensor or rowwise scales as gemm() takes them for A = x^T
+// (P x M_total) and B = y: options.scale_a [1, 1] or [P, 1], scale_b [1, 1] or [1, Q], or one set a
+// group, [G, 1, 1], [G, P, 1] and [G, 1, Q] (block scales along the tokens would straddle groups).
+// Throws gemmkit::Error naming the argument.
 void grouped_gemm_wgrad(const TensorView& x, const TensorView& y, const TensorView& d, const GroupSizes& sizes,
                         const GemmOptions& options = {});
 

@@ -15,10 +15,13 @@
 //
 // Groups along K (kGroupedK, the weight gradient: D_g = A_g B_g, each group's K range its own
 // rows of tokens) take the dense order over the batch of groups instead (GroupedKScheduler), each
-// unit with its group's K range from the table; the consumers zero the K rows of the last K block
-// past the group's end (clear_rows_past), which belong to the next group.
+// unit with its group's K range from the table. 16-bit operands are read MN-major as they lie, and
+// the consumers zero the K rows of the last K block past the group's end (clear_rows_past), which
+// belong to the next group. 8-bit ones (K-major only) come staged (stage.cuh), each group's K
+// range starting at a whole K block and zero-filled to a whole number of blocks, at least one.
 #pragma once
 
+#include "group_ends.cuh"
 #include "kernel_config.cuh"
 #include "params.h"
 #include "scheduler.cuh"
@@ -37,8 +40,8 @@ static_assert(!kGrouped || (kGroupCapacity >= 32 && (kGroupCapacity & (kGroupCap
               "the table of groups holds a power of two, at least one per lane of a warp");
 static_assert(!kGrouped || (!kSplitK && !kRowClasses && !kRealignA && !kRealignB && !kDByColumns),
               "grouped kernels multiply whole tiles of TMA-read operands and store D by rows");
-static_assert(!kGroupedK || (kGrouped && !kGroupsMasked && (kAType == GEMMKIT_BF16 || kAType == GEMMKIT_F16) && !kAKMajor),
-              "groups along K are contiguous, 16-bit, with A's K rows (MN-major) to clear");
+static_assert(!kGroupedK || (kGrouped && !kGroupsMasked && ((kAType == GEMMKIT_BF16 || kAType == GEMMKIT_F16) ? !kAKMajor : kAKMajor && kBKMajor)),
+              "groups along K are contiguous: 16-bit with A's K rows (MN-major) to clear, or 8-bit staged K-major");
 
 // Where the table lies in shared memory (smem_layout.h, group_table_bytes): kGroupCapacity + 1
 // first units (the last one past the groups: the units' total), then the groups' row ends.
@@ -49,47 +52,20 @@ struct GroupTable {
       : units(reinterpret_cast<u32*>(at)), ends(reinterpret_cast<u32*>(at) + kGroupCapacity + 1) {}
 };
 
-// Group g's size as given: its end (contiguous) or row count (masked).
-__device__ __forceinline__ i64 given_size(const GemmParams& p, int g) {
-  return p.group_sizes_64 ? static_cast<const i64*>(p.group_sizes)[g] : i64(static_cast<const int*>(p.group_sizes)[g]);
-}
-
 // By the 32 lanes of one warp: fills `table` from p.group_sizes, once the grids before this one
-// (which may write the sizes) are done. Out-of-range sizes are clamped, so that no tile reaches
-// outside D (or K): contiguous ends to at least the end before and at most M (K for groups along
-// K), counts to [0, M]. (The caller's opt-in check that traps on them instead is a kernel of its
-// own, group_check.cuh.)
-// Groups along K take only the ends: their units are the dense order's.
-// Lane l takes groups [l * kPerLane, (l + 1) * kPerLane), so that both prefixes (the running
-// maximum of ends, the units' running sum) are a sequential pass per lane and one warp scan.
+// (which may write the sizes) are done, clamped (group_ends.cuh) so that no tile reaches outside
+// D (or K): contiguous ends to at least the end before and at most M (K for groups along K),
+// counts to [0, M]. (The caller's opt-in check that traps on them instead is a kernel of its own,
+// group_check.cuh.) Groups along K take only the ends: their units are the dense order's.
+// Lane l takes groups [l * kPerLane, (l + 1) * kPerLane), so that the units' running sum is a
+// sequential pass per lane and one warp scan.
 __device__ __forceinline__ void build_group_table(const GemmParams& p, GroupTable table, int lane) {
   constexpr int kPerLane = kGroupCapacity > 32 ? kGroupCapacity / 32 : 1;  // dense kernels: 0 groups
-  const int groups = int(p.batch);
-  const i64 bound = kGroupedK ? p.k : p.m;
   const u32 tiles_n = u32(p.order.tiles_n);
   wait_for_prerequisite_grids();
   i64 end[kPerLane];
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const int g = lane * kPerLane + i;
-    end[i] = g < groups ? given_size(p, g) : 0;
-  }
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) end[i] = min(max(end[i], i64(0)), bound);
-  i64 end_before = 0;  // contiguous: the end of the group before the lane's first
-  if (kGroupEnds) {
-#pragma unroll
-    for (int i = 1; i < kPerLane; ++i) end[i] = max(end[i], end[i - 1]);
-    i64 running = end[kPerLane - 1];
-    for (int d = 1; d < 32; d *= 2) {
-      const i64 before = __shfl_up_sync(0xffffffffu, running, d);
-      if (lane >= d) running = max(running, before);
-    }
-    end_before = __shfl_up_sync(0xffffffffu, running, 1);
-    if (lane == 0) end_before = 0;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) end[i] = max(end[i], end_before);
-  }
+  const i64 end_before = clamped_group_sizes<kPerLane>(p.group_sizes, p.group_sizes_64, int(p.batch),
+                                                       kGroupedK ? p.k : p.m, kGroupEnds, lane, end);
   if (kGroupedK) {
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) table.ends[lane * kPerLane + i] = u32(end[i]);

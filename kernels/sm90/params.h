@@ -68,6 +68,12 @@ struct GemmParams {
 // where s_b < 16 is bits 4b to 4b + 3 of `shifts` (B's copies for row classes, row_classes.cuh;
 // packed, as indexing an array among the parameters put them in local memory); else width =
 // cols and shifts = 0.
+// Where group_count > 0 (an FP8 weight gradient's operands, whose cols are tokens in contiguous
+// groups), the source's cols are the groups' tokens, group_ends their G cumulative ends (int64
+// where group_ends_64, else int32), and group g's tokens go to dst's cols from a multiple of 128
+// on, zero-filled to a whole number of 128 (one 128 at least, for an empty group); dst's cols are
+// at least the source's plus 128 a group. The copy with padded_ends writes there the groups' ends
+// in dst (G int32).
 struct StageCopy {
   const void* src;
   long long batch_stride;
@@ -81,4 +87,8 @@ struct StageCopy {
   long long blocks;
   long long width;
   unsigned long long shifts;
+  const void* group_ends;
+  long long group_count;
+  int group_ends_64;
+  int* padded_ends;
 };

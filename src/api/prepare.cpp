@@ -106,7 +106,7 @@ Problem validate_grouped(const TensorView& a, const TensorView& b, const TensorV
   if (p.m > 0 && p.n > 0 && !grouped_operands_readable(p)) {
     fail(std::string("A, B: not readable by TMA as they lie; expected 16-byte-aligned data and strides, a contiguous "
                      "dimension in each") +
-         (is_fp8(p.a.dtype) ? ", and FP8 A and B both K-major (A's K and B's K contiguous)" : ""));
+         (is_fp8(p.a.dtype) ? ", and FP8 A K-major (A's K contiguous)" : ""));
   }
   return p;
 }
@@ -130,9 +130,17 @@ Problem validate_grouped_wgrad(const TensorView& x, const TensorView& y, const T
     fail("d: shape " + shape_text(d) + "; expected [G, P, Q] = [" + std::to_string(sizes.count) + ", " +
          std::to_string(x.cols()) + ", " + std::to_string(y.cols()) + "]");
   }
-  if ((x.dtype != DType::bf16 && x.dtype != DType::f16) || y.dtype != x.dtype) {
+  const bool fp8 = is_fp8(x.dtype) && is_fp8(y.dtype);
+  if (!fp8 && ((x.dtype != DType::bf16 && x.dtype != DType::f16) || y.dtype != x.dtype)) {
     fail("x, y: dtypes " + std::string(dtype_name(x.dtype)) + " and " + std::string(dtype_name(y.dtype)) +
-         "; expected both bf16 or both f16 (FP8 weight gradients are not supported yet)");
+         "; expected both bf16, both f16, or each e4m3 or e5m2");
+  }
+  // Tokens are the contraction here: block scales along them would straddle the unpadded groups.
+  for (auto [scale, name] : {std::pair{&options.scale_a, "scale_a"}, std::pair{&options.scale_b, "scale_b"}}) {
+    if (scale->mode == ScaleMode::block || scale->mode == ScaleMode::mx) {
+      fail(std::string(name) + ": mode " + std::string(scale_mode_name(scale->mode)) +
+           "; expected tensor or rowwise scales (or none) for grouped_gemm_wgrad");
+    }
   }
   if (x.rows() == 0 && x.cols() > 0 && y.cols() > 0) fail("x: M_total = 0 rows; expected at least one");
   GemmOptions dense = options;
@@ -141,8 +149,9 @@ Problem validate_grouped_wgrad(const TensorView& x, const TensorView& y, const T
   p.groups = {GroupLayout::contiguous, sizes.data, sizes.int64, sizes.check, /*along_k=*/true};
   p.max_sms = options.max_sms;
   if (p.m > 0 && p.n > 0 && !grouped_operands_readable(p)) {
-    fail("x, y: not readable by TMA as they lie; expected 16-byte-aligned data and row strides, with P and Q "
-         "contiguous");
+    fail(fp8 ? "x: M_total + 128 G = " + std::to_string(p.k + 128 * p.batch) + " tokens; expected fewer than 2^31"
+             : "x, y: not readable by TMA as they lie; expected 16-byte-aligned data and row strides, with P and Q "
+               "contiguous");
   }
   return p;
 }

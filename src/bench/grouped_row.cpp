@@ -10,9 +10,9 @@ int64_t total_rows(const GroupedProblem& p) { return std::accumulate(p.rows.begi
 
 // Why gemmkit does not run the row; empty where it does.
 std::string not_run_reason(const GroupedProblem& p) {
-  if (p.op == GroupedOp::wgrad && p.dense.fp8()) return "not run: grouped_gemm_wgrad takes 16-bit inputs only";
-  if (p.op == GroupedOp::dgrad && p.dense.fp8()) {
-    return "not run: grouped_gemm reads FP8 weights K-major only, and the input gradient contracts them along N";
+  if (p.op == GroupedOp::wgrad && (p.dense.mode == ScaleMode::block || p.dense.mode == ScaleMode::mx)) {
+    return "not run: grouped_gemm_wgrad takes tensor or rowwise scales (blocks along the tokens would straddle "
+           "groups)";
   }
   if (total_rows(p) > INT32_MAX) return "not run: more rows than the bench's int32 group sizes hold";
   return "";

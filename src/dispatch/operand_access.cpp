@@ -127,17 +127,27 @@ KernelConfig typed_config(const Problem& p) {
 }  // namespace
 
 bool grouped_operands_readable(const Problem& p) {
+  // FP8 along K: both operands staged, K grown by a block a group (launch.cpp).
+  if (p.groups.along_k && is_fp8(p.a.dtype)) return p.k + 128 * p.batch < kCoordinateLimit;
   const TmaAccess a = tma_access(p.a, p.rows_batch(), p.m, p.k), b = tma_access(p.b, p.batch, p.k, p.n);
-  if (!a.ok || !b.ok || p.k >= kCoordinateLimit) return false;
-  if (p.groups.along_k) return !is_fp8(p.a.dtype) && !a.cols_contiguous;  // the kernel clears A's K rows
-  return !is_fp8(p.a.dtype) || (a.cols_contiguous && !b.cols_contiguous);
+  if (!a.ok || p.k >= kCoordinateLimit) return false;
+  if (p.groups.along_k) return b.ok && !a.cols_contiguous;  // the kernel clears A's K rows
+  return is_fp8(p.a.dtype) ? a.cols_contiguous : b.ok;      // FP8 B staged where it must be
 }
 
 KernelConfig grouped_problem_config(const Problem& p) {
   KernelConfig config = typed_config(p);
   const int64_t rows_batch = p.rows_batch();
+  const TmaAccess b = tma_access(p.b, p.batch, p.k, p.n);
   config.a_k_major = tma_access(p.a, rows_batch, p.m, p.k).cols_contiguous;
-  config.b_k_major = !tma_access(p.b, p.batch, p.k, p.n).cols_contiguous;
+  config.b_k_major = !b.cols_contiguous;
+  if (is_fp8(p.a.dtype)) {
+    // wgmma reads 8-bit operands K-major only: B is staged where TMA cannot read it so (the input
+    // gradient's weights as they lie), and along K both are, their groups padded to whole K blocks.
+    config.stage_a = p.groups.along_k;
+    config.stage_b = p.groups.along_k || !(b.ok && !b.cols_contiguous);
+    config.a_k_major = config.b_k_major = true;
+  }
   config.a_batched = rows_batch > 1 && p.a.batch_stride != 0;
   config.b_batched = p.batch > 1 && p.b.batch_stride != 0;
   Problem rows = p;  // D as the kernel stores it: one matrix for contiguous groups

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "codegen/kernel_source.h"
+#include "gemmkit/error.h"
 #include "runtime/device.h"
 #include "runtime/launch.h"
 #include "runtime/words_hash.h"
@@ -144,6 +145,12 @@ void run_plan(const Plan& plan, const Problem& normalized, cudaStream_t stream) 
   if (plan.transposed) transposed = transposed_problem(normalized);
   const Problem& p = transposed ? *transposed : normalized;
   if (runtime::launch_gemm(*plan.kernel, plan.config, p, plan.sm_count, stream)) return;
+  if (p.grouped()) {  // no other kernel takes groups
+    throw Error(ErrorCode::invalid_argument,
+                "grouped GEMM: no kernel can run it: its FP8 operands' staged copies need more workspace, which "
+                "cannot grow while the stream is captured (make one call of this size before capturing it), or it "
+                "has 2^31 tiles or more");
+  }
   // A staged operand's scratch cannot grow while the stream is captured: the realigning kernel
   // (for row classes) or the fallback kernel reads the operands as they are (correct, and
   // slower; an uncaptured call first avoids it). The fallback kernel also takes problems of more

@@ -70,8 +70,19 @@ StagedOperand staged_operand(const MatrixRef& m, int64_t batch, int64_t rows, in
   return s;
 }
 
-// The copy of the operand into `scratch`.
-StageJob stage_job(const StagedOperand& s, void* scratch) { return {s.source, s.copies, s.rows, s.cols, scratch, s.ld}; }
+// The copy of the operand into `scratch`; with `padded_groups`, of p's groups along K (the copy's
+// cols), which take p.k of the source's cols, and their ends in the copy to `padded_ends` where
+// given.
+StageJob stage_job(const StagedOperand& s, void* scratch, const Problem& p, bool padded_groups, int* padded_ends) {
+  StageJob job{s.source, s.copies, s.rows, s.cols, scratch, s.ld};
+  if (padded_groups) {
+    job.cols = p.k;
+    job.groups = p.groups;
+    job.group_count = p.batch;
+    job.padded_ends = padded_ends;
+  }
+  return job;
+}
 
 // The view of the operand's copy in `scratch`, as the kernel takes the operand.
 MatrixRef staged_view(const StagedOperand& s, void* scratch) {
@@ -248,11 +259,16 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
     needs.partial_bytes = size_t(tiles * splits * config.tile_m * config.tile_n * 4);
     needs.counters = size_t(tiles * (config.tile_m / 64));
   }
-  const StagedOperand staged_a = staged_operand(p.a, p.batch, p.m, p.k, !config.a_k_major, config.stage_a);
-  const StagedOperand staged_b = staged_operand(p.b, p.batch, p.k, p.n, config.b_k_major, config.stage_b);
+  // An FP8 weight gradient's operands are staged K-major, each group's tokens (K) from a whole
+  // K block on (stage.cuh): K grows by a block a group, and the kernel takes the groups' ends in
+  // the copies, which the staging writes after B's copy.
+  const bool padded_groups = p.groups.along_k && is_fp8(p.a.dtype);
+  const int64_t staged_k = padded_groups ? p.k + 128 * p.batch : p.k;
+  const StagedOperand staged_a = staged_operand(p.a, p.batch, p.m, staged_k, !config.a_k_major, config.stage_a);
+  const StagedOperand staged_b = staged_operand(p.b, p.batch, staged_k, p.n, config.b_k_major, config.stage_b);
   needs.staged_a_bytes = staged_a.bytes;
   needs.staged_b_bytes = config.row_classes ? size_t(8 * p.n * row_class_width(p.k) * dtype_size(p.b.dtype))
-                                            : staged_b.bytes;
+                                            : staged_b.bytes + (padded_groups ? size_t(4 * p.batch) : 0);
   // Where no workspace can be had (growing it during a graph capture), the kernel runs unsplit;
   // operands that must be staged cannot run here at all (the caller runs another kernel).
   const bool stages = config.stage_a || config.stage_b || config.row_classes;
@@ -290,8 +306,18 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   Problem q = p;
   std::array<StageJob, 2> jobs;
   size_t staged = 0;
+  int* padded_ends = padded_groups ? reinterpret_cast<int*>(static_cast<char*>(workspace->staged_b) + staged_b.bytes)
+                                    : nullptr;
+  if (padded_groups) {
+    q.k = staged_k;
+    q.groups.sizes = padded_ends;
+    q.groups.int64 = false;
+    args.k = q.k;
+    args.group_sizes = padded_ends;
+    args.group_sizes_64 = 0;
+  }
   if (config.stage_a) {
-    jobs[staged++] = stage_job(staged_a, workspace->staged_a);
+    jobs[staged++] = stage_job(staged_a, workspace->staged_a, p, padded_groups, padded_ends);
     q.a = staged_view(staged_a, workspace->staged_a);
   }
   if (config.row_classes) {  // B's scratch holds its shifted copies (needs.staged_b_bytes)
@@ -302,7 +328,7 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
     q.b.row_stride = 1;
     q.b.col_stride = width;
   } else if (config.stage_b) {
-    jobs[staged++] = stage_job(staged_b, workspace->staged_b);
+    jobs[staged++] = stage_job(staged_b, workspace->staged_b, p, padded_groups, nullptr);
     q.b = staged_view(staged_b, workspace->staged_b);
   }
   stage_copies(std::span(jobs.data(), staged), stream);
@@ -321,11 +347,11 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
                               config.tile_m);
     map_b = cached_tensor_map(q.b, 8, row_class_width(p.k), p.n, false, k_box, config.tile_n);
   } else if (!config.realign_a) {
-    map_a = cached_tensor_map(q.a, p.rows_batch(), p.m, p.k, config.a_k_major, config.a_k_major ? k_box : 64,
+    map_a = cached_tensor_map(q.a, p.rows_batch(), p.m, q.k, config.a_k_major, config.a_k_major ? k_box : 64,
                               config.a_k_major ? config.tile_m : 64);
   }
   if (!config.realign_b && !config.row_classes) {
-    map_b = cached_tensor_map(q.b, p.batch, p.k, p.n, !config.b_k_major, config.b_k_major ? k_box : 64,
+    map_b = cached_tensor_map(q.b, p.batch, q.k, p.n, !config.b_k_major, config.b_k_major ? k_box : 64,
                               config.b_k_major ? config.tile_n / config.cluster_m : 64);
   }
   if (config.tma_store) {

@@ -31,16 +31,18 @@ const LoadedKernel& utility_kernel(const char* entry) {
 }
 
 // A job's kernel parameters. Rows are copied a warp's 512 bytes at a time, 8 warps a block;
-// tiles 64 x 64 a block.
+// tiles 64 x 64 a block (always with groups, whose copy holds 128 more cols a group).
 StageCopy stage_copy_params(const StageJob& job) {
   const MatrixRef& m = job.m;
   const int64_t width = job.width > 0 ? job.width : job.cols;
-  const int64_t units = m.col_stride == 1
+  const int64_t copy_cols = job.cols + 128 * job.group_count;
+  const int64_t units = m.col_stride == 1 && job.group_count == 0
                             ? (job.batch * job.rows * ((width * dtype_size(m.dtype) + 511) / 512) + 7) / 8
-                            : job.batch * ((job.rows + 63) / 64) * ((job.cols + 63) / 64);
+                            : job.batch * ((job.rows + 63) / 64) * ((copy_cols + 63) / 64);
   StageCopy copy{m.data,  m.batch_stride, m.row_stride, m.col_stride, job.batch,
                  job.rows, job.cols,      job.dst,      job.ld,       std::min<int64_t>(units, 1 << 16),
-                 width,    0};
+                 width,    0,             job.groups.sizes, job.group_count, job.groups.int64 ? 1 : 0,
+                 job.padded_ends};
   for (int b = 0; b < 8; ++b) copy.shifts |= uint64_t(job.shift[b] & 15) << (4 * b);
   return copy;
 }

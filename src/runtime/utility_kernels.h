@@ -26,6 +26,9 @@ void check_group_sizes(const GroupRef& groups, int64_t count, int64_t bound, cud
 // Where m's cols are contiguous, copy b < 8 may be shifted (StageCopy in kernels/sm90/params.h):
 // `width` elements of each of its rows written (0: cols), holding the source's columns
 // shift[b] (below 16) to their left, zeros where there are none.
+// With `groups` (an FP8 weight gradient's operands: cols are tokens in contiguous groups), group
+// g's cols are copied from a multiple of 128 on, zero-filled to whole 128s (at least one): dst's
+// rows need ld >= cols + 128 G. `padded_ends`, where given, receives the copy's G group ends.
 struct StageJob {
   MatrixRef m;
   int64_t batch, rows, cols;
@@ -33,6 +36,9 @@ struct StageJob {
   int64_t ld;
   int64_t width = 0;
   std::array<int, 8> shift{};
+  GroupRef groups{};
+  int64_t group_count = 0;
+  int* padded_ends = nullptr;
 };
 
 // Runs the copies (kernels/sm90/stage.cuh), those of one element size in one launch. The launch

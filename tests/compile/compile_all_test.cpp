@@ -60,8 +60,8 @@ TEST(TmaKernelVariants, EightBitTilesCompileWithoutSpillsInEveryMode) {
 // groups of rows contiguous and masked, each with a bf16 and an f32 D, clustered where the tile is
 // not narrow, B N-major (the input gradient) on every other, direct stores once; groups along K
 // (the weight gradient: A and B MN-major) on every tile that takes C, accumulating into an f32 D,
-// with C on every other where the tile takes it; and FP8 in the tensor, rowwise and block modes of
-// MoE (tokens 1x128, weights 128x128) on every 8-bit tile.
+// with C on every other where the tile takes it; FP8 in the tensor, rowwise and block modes of
+// MoE (tokens 1x128, weights 128x128) on every 8-bit tile; and FP8 along K.
 std::vector<CompileCase> grouped_cases() {
   std::vector<CompileCase> cases;
   auto add = [&](KernelConfig config, const std::string& what) {
@@ -107,6 +107,23 @@ std::vector<CompileCase> grouped_cases() {
       config.scale_b_mn = mode == ScaleMode::block ? 128 : 1;
       config.cluster_m = is_narrow(tile) ? 1 : 2;
       add(config, " e4m3 scales " + std::string(scale_mode_name(mode)));
+    }
+  }
+  // FP8 along K (the weight gradient, staged K-major): e5m2 x e4m3 with tensor and rowwise scales,
+  // an f32 D, with C on every other tile.
+  i = 0;
+  for (TileShape tile : tile_shapes(true)) {
+    if (!tile_takes_c(tile) || is_narrow(tile)) continue;
+    for (ScaleMode mode : {ScaleMode::tensor, ScaleMode::rowwise}) {
+      KernelConfig config = with_tile(KernelConfig{}, tile);
+      config.group_along_k = true;
+      config.in = DType::e5m2;
+      config.in_b = DType::e4m3;
+      config.scale_a = config.scale_b = mode;
+      config.cluster_m = 2;
+      config.out = config.c = DType::f32;
+      config.has_c = i++ % 2 == 0 && tile_takes_groups(tile, config);
+      add(config, std::string(" along K scales ") + std::string(scale_mode_name(mode)) + (config.has_c ? " with C" : ""));
     }
   }
   return cases;

@@ -34,12 +34,10 @@ TEST(GroupedRow, TheRecordCarriesTheLine) {
   EXPECT_EQ(grouped_record(grouped("grouped masked 8 64 256 512 bf16 balanced")).rows, 8 * 64);
 }
 
-TEST(GroupedRow, FP8GradientsAreNotRun) {
-  EXPECT_EQ(grouped_record(grouped("grouped wgrad 4 1000 256 512 e4m3 balanced")).note,
-            "not run: grouped_gemm_wgrad takes 16-bit inputs only");
-  EXPECT_EQ(grouped_record(grouped("grouped dgrad 4 1000 256 512 e4m3 rowwise balanced")).note.rfind("not run: ", 0),
-            0u);
-  EXPECT_EQ(grouped_record(grouped("grouped dgrad 4 1000 256 512 bf16 balanced")).note, "");
+TEST(GroupedRow, Fp8WeightGradientsRunWithTensorOrRowwiseScalesOnly) {
+  EXPECT_EQ(grouped_record(grouped("grouped wgrad 4 1000 256 512 e4m3 block balanced")).note.rfind("not run: ", 0), 0u);
+  EXPECT_EQ(grouped_record(grouped("grouped wgrad 4 1000 256 512 e4m3 rowwise balanced")).note, "");
+  EXPECT_EQ(grouped_record(grouped("grouped dgrad 4 1000 256 512 e4m3 block balanced")).note, "");
 }
 
 TEST(GroupedRow, SizesAreEndsOrCounts) {

@@ -204,16 +204,20 @@ TEST(GroupedSuite, ShippedMoeHoldsEveryShapePassAndDistribution) {
       for (const char* dist : {"balanced", "skew:10", "zipf:1.2"}) all.insert({s, dist});
     return all;
   };
-  EXPECT_EQ(passes.size(), 7u);
+  EXPECT_EQ(passes.size(), 9u);
   for (const char* pass : {"fwd bf16", "dgrad bf16", "wgrad bf16", "fwd e4m3:bf16 block"}) {
     EXPECT_EQ(passes[pass], grid(shapes)) << pass;
   }
   EXPECT_EQ(passes["fwd e4m3:bf16 tensor"], grid({shapes.begin(), shapes.begin() + 3}));
+  // FP8 gradients of every shape, balanced.
+  std::set<std::tuple<Shape, std::string>> balanced;
+  for (const Shape& shape : shapes) balanced.insert({shape, "balanced"});
+  for (const char* pass : {"dgrad e4m3:bf16 block", "wgrad e4m3:bf16 rowwise"}) EXPECT_EQ(passes[pass], balanced) << pass;
   // Masked forward of every shape, balanced: each group a batch of M / G rows.
   std::set<std::tuple<Shape, std::string>> masked;
   for (const auto& [g, m, n, k] : shapes) masked.insert({{g, m / g, n, k}, "balanced"});
   for (const char* pass : {"masked bf16", "masked e4m3:bf16 block"}) EXPECT_EQ(passes[pass], masked) << pass;
-  EXPECT_EQ(suite.grouped.size(), 4 * 21u + 9u + 2 * 7u);
+  EXPECT_EQ(suite.grouped.size(), 4 * 21u + 9u + 4 * 7u);
 }
 
 TEST(GroupedSuite, ShippedMoeDecodeIsMaskedUpTo64TokensAnExpert) {

@@ -113,11 +113,16 @@ TEST(GroupedValidate, RejectsOperandsTmaCannotRead) {
   x.a = TensorView::matrix(address(0), DType::bf16, M, K - 1, K - 1, 1);  // rows 510 bytes apart
   x.b = TensorView::batched(address(1), DType::bf16, G, K - 1, N, N * K, 1, K);
   expect_rejected(x, "A, B", {"16-byte-aligned"});
-  // FP8 weights stored [G, K, N] (N contiguous) are not K-major.
+  // FP8 A must be K-major; FP8 weights stored [G, K, N] (N contiguous: the input gradient's) are
+  // staged K-major, one copy a group.
   Args y;
-  y.a.dtype = DType::e4m3;
+  y.a = TensorView::matrix(address(0), DType::e4m3, M, K, 1, M);
+  y.b.dtype = DType::e4m3;
+  expect_rejected(y, "A, B", {"FP8 A K-major"});
+  y.a = TensorView::row_major(address(0), DType::e4m3, M, K);
   y.b = TensorView::batched(address(1), DType::e4m3, G, K, N, N * K, N, 1);
-  expect_rejected(y, "A, B", {"K-major"});
+  const KernelConfig c = problem_config(prepare(y));
+  EXPECT_TRUE(c.stage_b && c.b_k_major && c.a_k_major && !c.stage_a) << c.name();
 }
 
 TEST(GroupedValidate, SmBudgetIsGroupedOnly) {
@@ -197,8 +202,11 @@ TEST(GroupedWgradValidate, RejectsWhatTheKernelCannotTake) {
   w.d = TensorView::batched(address(2), DType::f32, G, K, N, N * K, N, 1);
   expect_rejected(w, "d", {"[8, 512, 256]"});
   w = WgradArgs{};
-  w.x.dtype = w.y.dtype = DType::e4m3;
-  expect_rejected(w, "x, y", {"e4m3", "not supported yet"});
+  w.x.dtype = DType::e4m3;
+  expect_rejected(w, "x, y", {"e4m3", "bf16", "each e4m3 or e5m2"});
+  w.y.dtype = DType::e5m2;
+  w.options.scale_a = {ScaleMode::block, TensorView::row_major(address(4), DType::f32, N, 8)};
+  expect_rejected(w, "scale_a", {"block", "tensor or rowwise"});
   w = WgradArgs{};
   w.x = TensorView::matrix(address(0), DType::bf16, M, N, 1, M);  // tokens contiguous: A = x^T K-major
   expect_rejected(w, "x, y", {"P and Q contiguous"});
@@ -206,6 +214,25 @@ TEST(GroupedWgradValidate, RejectsWhatTheKernelCannotTake) {
   w.x = TensorView::row_major(address(0), DType::bf16, 0, N);
   w.y = TensorView::row_major(address(1), DType::bf16, 0, K);
   expect_rejected(w, "x", {"M_total = 0"});
+}
+
+// FP8: x and y staged K-major (both), with per-group tensor or rowwise scales, whatever their layout.
+TEST(GroupedWgradValidate, Fp8StagesBothOperandsWithPerGroupScales) {
+  WgradArgs w;
+  w.x.dtype = DType::e5m2;
+  w.y.dtype = DType::e4m3;
+  w.options.scale_a = {ScaleMode::rowwise, TensorView::batched(address(4), DType::f32, G, N, 1, N, 1, 1)};
+  w.options.scale_b = {ScaleMode::tensor, TensorView::batched(address(5), DType::f32, G, 1, 1, 1, 1, 1)};
+  Problem p = prepare(w);
+  EXPECT_EQ(p.scale_a.m.batch_stride, N);
+  EXPECT_EQ(p.scale_b.m.batch_stride, 1);
+  KernelConfig c = choose_grouped_config(p, DeviceLimits{});
+  EXPECT_TRUE(c.group_along_k && c.stage_a && c.stage_b && c.a_k_major && c.b_k_major) << c.name();
+  w.x = TensorView::matrix(address(0), DType::e5m2, M, N, 1, M);  // tokens contiguous
+  c = choose_grouped_config(prepare(w), DeviceLimits{});
+  EXPECT_TRUE(c.stage_a && c.stage_b && c.a_k_major && c.b_k_major) << c.name();
+  w.options.scale_a.scales = TensorView::batched(address(4), DType::f32, G - 1, N, 1, N, 1, 1);
+  expect_rejected(w, "scale_a", {"batch 7"});
 }
 
 // The grouped config: the kernel's facts (unsplit, TMA loads, the table sized for G), with the

@@ -252,8 +252,9 @@ class GroupedGemm : public testing::GpuTest {
 };
 
 // The weight gradient, d_g = x_g^T y_g + beta * C_g, on the buffers of a dense batched problem
-// of P x Q x M_total laid out TN: batch 0 of its A (stored M_total x P) is x, of its B y; its D
-// (and C) are d's groups. x's and y's rows past the groups hold NaN.
+// of P x Q x M_total laid out TN (or NN: x's tokens contiguous): batch 0 of its A (stored
+// M_total x P) is x, of its B y; its D (and C) are d's groups, its scales (FP8) the groups' (one
+// set a group). x's and y's rows past the groups hold NaN (where their rows are contiguous).
 struct WgradCase {
   std::vector<int64_t> rows;
   int64_t p = 256, q = 384;
@@ -261,6 +262,10 @@ struct WgradCase {
   float beta = 0.0f;
   bool c_is_d = false;
   int64_t extra_rows = 5;  // rows of x and y past the last group's end
+  DType in = DType::bf16;
+  std::optional<DType> in_y;  // y's type where it differs from x's (FP8)
+  ScaleMode scales = ScaleMode::none;
+  std::string layout = "TN";
 };
 
 class WgradProblem {
@@ -272,10 +277,15 @@ class WgradProblem {
     d_ = batched(dense_.d());
     options_ = dense_.options(nullptr);
     if (options_.c) options_.c = batched(*options_.c);
+    if (c.scales != ScaleMode::none) {
+      options_.scale_a.scales = batched(options_.scale_a.scales);
+      options_.scale_b.scales = batched(options_.scale_b.scales);
+    }
     std::vector<int64_t> ends(c.rows);
     std::partial_sum(ends.begin(), ends.end(), ends.begin());
     // NaN in the rows past the last group's end: the last K block reads them, and must zero them.
     for (const TensorView& t : {x_, y_}) {
+      if (t.col_stride() != 1) continue;
       const size_t row_bytes = size_t(t.row_stride() * dtype_size(t.dtype));
       runtime::check(cudaMemset(static_cast<char*>(t.data) + size_t(ends.back()) * row_bytes, 0xff,
                                 size_t(c.extra_rows) * row_bytes),
@@ -301,6 +311,11 @@ class WgradProblem {
       const int64_t count = case_.rows[g];
       GemmOptions o = options_;
       if (o.c) o.c = matrix_of(*o.c, int64_t(g));
+      if (case_.scales != ScaleMode::none) {
+        o.scale_a.scales = matrix_of(o.scale_a.scales, int64_t(g));
+        o.scale_b.scales = matrix_of(o.scale_b.scales, int64_t(g));
+      }
+      if (count == 0) o.scale_a.mode = o.scale_b.mode = ScaleMode::none;  // no K for the scales to fit
       const TensorView a = rows_of(x_, first, count), y = rows_of(y_, first, count);
       problems.push_back(validate_gemm(TensorView::matrix(a.data, a.dtype, a.cols(), a.rows(), a.col_stride(), a.row_stride()),
                                        y, matrix_of(d_, int64_t(g)), o));
@@ -324,7 +339,10 @@ class WgradProblem {
     s.n = c.q;
     s.k = std::accumulate(c.rows.begin(), c.rows.end(), int64_t(0)) + c.extra_rows;
     s.batch = int64_t(c.rows.size());
-    s.layout = "TN";
+    s.layout = c.layout;
+    s.in = c.in;
+    s.in_b = c.in_y;
+    s.scale_a = s.scale_b = c.scales;
     s.out = c.out;
     s.beta = c.beta;
     s.c_is_d = c.c_is_d;
@@ -479,6 +497,32 @@ TEST_F(GroupedGemm, WeightGradientWithEmptyAndOddGroups) {
 TEST_F(GroupedGemm, WeightGradientAccumulatesInPlace) {
   WgradProblem({.rows = kEdgeRows, .p = 256, .q = 256, .beta = 1.0f, .c_is_d = true}).expect_correct("in place");
   WgradProblem({.rows = {0, 700, 3, 0}, .p = 384, .q = 128, .beta = 0.5f}).expect_correct("separate C");
+}
+
+// FP8: x and y staged K-major, each group's tokens padded to whole K blocks; tensor and rowwise
+// scales one set a group; e5m2 gradients; x with its tokens contiguous (NN) too.
+TEST_F(GroupedGemm, Fp8WeightGradient) {
+  for (ScaleMode mode : {ScaleMode::tensor, ScaleMode::rowwise}) {
+    WgradProblem({.rows = kEdgeRows, .p = 136, .q = 200, .in = DType::e4m3, .scales = mode})
+        .expect_correct("e4m3 " + std::string(scale_mode_name(mode)));
+  }
+  WgradProblem({.rows = {0, 3, 1000, 128, 0}, .p = 256, .q = 384, .out = DType::bf16, .in = DType::e5m2,
+                .in_y = DType::e4m3, .scales = ScaleMode::rowwise})
+      .expect_correct("e5m2 x e4m3, bf16 out");
+  WgradProblem({.rows = kEdgeRows, .p = 200, .q = 256, .in = DType::e4m3, .scales = ScaleMode::tensor, .layout = "NN"})
+      .expect_correct("x's tokens contiguous");
+  WgradProblem({.rows = kEdgeRows, .p = 256, .q = 256, .beta = 1.0f, .c_is_d = true, .in = DType::e4m3,
+                .scales = ScaleMode::tensor})
+      .expect_correct("e4m3, accumulated in place");
+}
+
+// FP8 input gradient with the weights as they lie (N-major for it): B is staged K-major per group.
+TEST_F(GroupedGemm, Fp8InputGradientWithNMajorWeights) {
+  for (ScaleMode mode : {ScaleMode::tensor, ScaleMode::rowwise, ScaleMode::block}) {
+    expect_correct({.rows = kEdgeRows, .n = 384, .k = 256, .layout_ab = "NN", .in = DType::e4m3, .scales = mode});
+  }
+  expect_correct({.layout = GroupLayout::masked, .rows = {3, 130, 0, 64}, .n = 256, .k = 384, .layout_ab = "NN",
+                  .in = DType::e4m3, .scales = ScaleMode::block});
 }
 
 // An SM budget: the plan runs on that many SMs, and the results are the same (a budget of one
