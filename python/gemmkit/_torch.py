@@ -96,12 +96,16 @@ def launch_grouped(a, b, sizes, layout, out, scale_a, scale_b, mode_a, mode_b, m
                             MODES[mode_b], scale_b, max_sms)
 
 
-def launch_grouped_wgrad(x, y, offs, out, max_sms):
+def launch_grouped_wgrad(x, y, offs, out, scale_a, scale_b, mode_a, mode_b, max_sms):
     """out[g] = x_g^T y_g, x_g and y_g group g's rows by the ends in `offs`, on out's device and
-    current stream. The kernel reads x's and y's rows (P and Q contiguous): copied first where
-    they are not, or TMA cannot read them as they lie."""
-    _C.grouped_gemm_wgrad_tensors(tma_readable(x, (-1,)), tma_readable(y, (-1,)), out, offs.contiguous(), False,
-                                  1.0, 0.0, None, torch._C._cuda_getCurrentRawStream(out.get_device()), max_sms)
+    current stream (scales for FP8: x's as A's, y's as B's). The 16-bit kernel reads x's and y's
+    rows (P and Q contiguous): copied first where they are not, or TMA cannot read them as they
+    lie. FP8 x and y pass as they are: the library copies them into the layout its kernel reads."""
+    if x.element_size() != 1:
+        x, y = tma_readable(x, (-1,)), tma_readable(y, (-1,))
+    _C.grouped_gemm_wgrad_tensors(x, y, out, offs.contiguous(), False, 1.0, 0.0, None,
+                                  torch._C._cuda_getCurrentRawStream(out.get_device()), MODES[mode_a], scale_a,
+                                  MODES[mode_b], scale_b, max_sms)
 
 
 def tma_readable(t, inner_dims):
@@ -244,19 +248,21 @@ def _grouped(a, b, sizes, layout, scale_a=None, scale_b=None, modes=("none", "no
     return out
 
 
-def _grouped_wgrad(x, y, offs, out=None, out_dtype=None, max_sms=0):
-    """grouped_mm's weight gradient, x [M_total, P] and y [M_total, Q] (checked by it)."""
+def _grouped_wgrad(x, y, offs, scale_a=None, scale_b=None, modes=("none", "none"), out=None, out_dtype=None,
+                   max_sms=0):
+    """The weight gradient of grouped_mm and scaled_grouped_mm, x [M_total, P] and y [M_total, Q]
+    (checked by them)."""
     check_output(out, out_dtype, (3,))
     max_sms = int(max_sms)
-    if direct(x, y, offs, out):
+    if direct(x, y, offs, scale_a, scale_b, out):
         if out is None:
             out = x.new_empty(wgrad_output_shape(x, y, offs), dtype=output_dtype(x, out_dtype))
-        launch_grouped_wgrad(x, y, offs, out, max_sms)
+        launch_grouped_wgrad(x, y, offs, out, scale_a, scale_b, *modes, max_sms)
         return out
     if out is None:
-        return torch.ops.gemmkit.grouped_wgrad(x, y, offs, out_dtype, max_sms)
+        return torch.ops.gemmkit.grouped_wgrad(x, y, offs, scale_a, scale_b, *modes, out_dtype, max_sms)
     refuse_autograd_with_out(x, y, out)
-    torch.ops.gemmkit.grouped_wgrad_out(x, y, offs, out, max_sms)
+    torch.ops.gemmkit.grouped_wgrad_out(x, y, offs, out, scale_a, scale_b, *modes, max_sms)
     return out
 
 
@@ -400,7 +406,7 @@ def grouped_mm(a, b, offs=None, *, counts=None, out=None, out_dtype=None, max_sm
     _check_types(a, b, fp8=False)
     layout, sizes = _group_sizes(a, b, offs, counts)
     if b.dim() == 2:
-        result = _grouped_wgrad(a.t(), b, sizes, out_t, out_dtype, max_sms)
+        result = _grouped_wgrad(a.t(), b, sizes, out=out_t, out_dtype=out_dtype, max_sms=max_sms)
     else:
         result = _grouped(a, b, sizes, layout, out=out_t, out_dtype=out_dtype, max_sms=max_sms)
     return _arrays.to_caller(result, kind, out)

@@ -193,12 +193,13 @@ def test_opcheck():
     counts = torch.tensor([8, 0, 3], device="cuda")
     masked = (rand(3, 8, 64, requires_grad=True), b, counts, "masked", None, None, "none", "none", F32, 0, True)
     torch.library.opcheck(ops.grouped_mm.default, masked)
-    torch.library.opcheck(ops.grouped_wgrad.default, (x, y, offs, None, 0))
+    torch.library.opcheck(ops.grouped_wgrad.default, (x, y, offs, None, None, "none", "none", None, 0))
     out = torch.empty(16, 32, device="cuda")
     torch.library.opcheck(ops.grouped_mm_out.default,
                           (a.detach(), b.detach(), offs, out, "contiguous", None, None, "none", "none", 0))
     wgrad_out = torch.empty(3, 48, 40, device="cuda")
-    torch.library.opcheck(ops.grouped_wgrad_out.default, (x.detach(), y.detach(), offs, wgrad_out, 0))
+    torch.library.opcheck(ops.grouped_wgrad_out.default,
+                          (x.detach(), y.detach(), offs, wgrad_out, None, None, "none", "none", 0))
     # torch has no arithmetic on FP8 tensors, which opcheck's other tests do on the inputs.
     (qa, qb, sa, sb), _ = quantized(a.detach(), b.detach().transpose(-2, -1), "rowwise")
     torch.library.opcheck(ops.grouped_mm.default, (qa, qb, offs, "contiguous", sa, sb.unsqueeze(-2), "rowwise",

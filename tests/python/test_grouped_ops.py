@@ -159,10 +159,13 @@ def grouped_mm_stand_in(a, b, sizes, layout, scale_a, scale_b, mode_a, mode_b, o
     return out
 
 
-def grouped_wgrad_stand_in(x, y, offs, out_dtype, max_sms):
+def grouped_wgrad_stand_in(x, y, offs, scale_a, scale_b, mode_a, mode_b, out_dtype, max_sms):
     out = x.new_empty(offs.size(0), x.size(1), y.size(1), dtype=output_dtype(x, out_dtype))
     for g, start, end in group_rows(offs, "contiguous", x.size(0)):
-        out[g] = (x[start:end].double().t() @ y[start:end].double()).to(out.dtype)
+        # gemm.h's views: x's scales [P, 1] or [1, 1], y's [1, Q] or [1, 1], with or without G first.
+        sx = 1.0 if scale_a is None else scale_a[g] if scale_a.dim() == 3 else scale_a
+        sy = 1.0 if scale_b is None else scale_b[g] if scale_b.dim() == 3 else scale_b
+        out[g] = ((x[start:end].double().t() * sx) @ (y[start:end].double() * sy)).to(out.dtype)
     return out
 
 
@@ -235,7 +238,8 @@ def test_weight_gradient_is_differentiable(cpu_kernels):
     def reference(x, y):
         return torch.stack([x[s:e].t() @ y[s:e] for _, s, e in group_rows(torch.tensor(ends), "contiguous", 20)])
 
-    expect_grads(torch.ops.gemmkit.grouped_wgrad(x, y, torch.tensor(ends), F64, 0), (x, y), reference)
+    out = torch.ops.gemmkit.grouped_wgrad(x, y, torch.tensor(ends), None, None, "none", "none", F64, 0)
+    expect_grads(out, (x, y), reference)
 
 
 def test_fp8_products_are_not_differentiable(cpu_kernels):
@@ -255,4 +259,4 @@ def test_opcheck_with_the_stand_ins(cpu_kernels):
     torch.library.opcheck(ops.grouped_mm.default, (a, b, ends, "contiguous", None, None, "none", "none", F64, 0, False))
     masked = (rand64(3, 4, 6), b, counts, "masked", None, None, "none", "none", F64, 0, True)
     torch.library.opcheck(ops.grouped_mm.default, masked)
-    torch.library.opcheck(ops.grouped_wgrad.default, (a, x, ends, F64, 0))
+    torch.library.opcheck(ops.grouped_wgrad.default, (a, x, ends, None, None, "none", "none", F64, 0))
