@@ -323,6 +323,24 @@ def _grouped_scales(a, b, scale_a, scale_b, modes):
     return scale_a, scale_b
 
 
+def _wgrad_scales(a, b, sizes, scale_a, scale_b, modes):
+    """The weight gradient's scales as torch._scaled_grouped_mm takes them with 2-D a [P, M_total]
+    and b [M_total, Q], as gemm.h's views of A = a [P, M_total] and B = b with a group dimension:
+    a rowwise scale_a [G*P] (torch's, group after group) or [G, P] becomes [G, P, 1], a rowwise
+    scale_b [G*Q] or [G, Q] becomes [G, 1, Q], and tensor-wise ones of G values [G, 1, 1]. Others
+    pass as they are (a single scale; rowwise [P] and [Q], shared by every group)."""
+    groups, p, q = sizes.size(0), a.size(0), b.size(1)
+    if modes[0] == "rowwise" and scale_a.shape in ((groups * p,), (groups, p)):
+        scale_a = scale_a.view(groups, p, 1)
+    elif modes[0] == "tensor" and scale_a.shape == (groups,):
+        scale_a = scale_a.view(groups, 1, 1)
+    if modes[1] == "rowwise" and scale_b.shape in ((groups * q,), (groups, q)):
+        scale_b = scale_b.view(groups, 1, q)
+    elif modes[1] == "tensor" and scale_b.shape == (groups,):
+        scale_b = scale_b.view(groups, 1, 1)
+    return scale_a, scale_b
+
+
 # --- the public functions ---------------------------------------------------------------------
 
 def mm(a, b, *, out=None, out_dtype=None, alpha=1.0, beta=0.0, c=None):
@@ -414,33 +432,47 @@ def grouped_mm(a, b, offs=None, *, counts=None, out=None, out_dtype=None, max_sm
 
 def scaled_grouped_mm(a, b, scale_a, scale_b, offs=None, *, counts=None, mode="rowwise", out=None, out_dtype=None,
                       max_sms=0):
-    """grouped_mm's forward cases for FP8 inputs (float8_e4m3fn or float8_e5m2), in
-    torch._scaled_grouped_mm's argument order: (a * its scales) @ (b * its scales) per group,
-    a [M_total, K] with offs or [G, max_m, K] with counts, b [G, K, N], both K-major (a's K and
-    b's K contiguous; copied where not). `mode` is 'tensor', 'rowwise' or 'block', or a pair (A's
-    and B's). A's scales cover a's rows, B's are one set a group:
+    """grouped_mm's cases for FP8 inputs (float8_e4m3fn or float8_e5m2, either in a and b), in
+    torch._scaled_grouped_mm's argument order: (a * its scales) @ (b * its scales) per group.
+    `mode` is 'tensor', 'rowwise' or 'block', or a pair (A's and B's). The forward: a [M_total, K]
+    with offs or [G, max_m, K] with counts, b [G, K, N], both K-major (a's K and b's K
+    contiguous; copied where not). A's scales cover a's rows, B's are one set a group:
     - rowwise: scale_a [M_total] ([G, max_m] masked) and scale_b [G, N], as torch's;
     - tensor: scale_a a single value, scale_b one a group [G] (or a single one for all);
     - block: scale_a [M_total, ceil(K/128)] (1x128 blocks), scale_b [G, ceil(K/128), ceil(N/128)]
       (128x128) or [G, ceil(K/128), N] (128x1), laid out like b, as scaled_mm's are.
-    Float32 scales, any strides (gemm.h's layouts, B's with a group dimension, are taken too).
     Weights w [G, N, K] quantised by quantize() pass as b = q.transpose(-2, -1) and scale_b =
-    scales.transpose(-2, -1). Output bfloat16 unless out_dtype or out says float16 or float32.
-    No weight gradient (2-D b) and not differentiable."""
+    scales.transpose(-2, -1). The weight gradient: a [P, M_total] and b [M_total, Q] with offs
+    over M_total -> out [G, P, Q], out[g] = (a_g * its scales) @ (b_g * its scales), a_g and b_g
+    the group's columns of a and rows of b (an empty group gives zeros); any strides (the
+    library copies them where its kernel needs). Its scales, one set a group: rowwise scale_a
+    [G*P] (as torch's, group after group) or [G, P] and scale_b [G*Q] or [G, Q]; tensor a single
+    value or [G] each. 'block' is the forward's only.
+    Float32 scales, any strides (gemm.h's layouts, B's with a group dimension, are taken too).
+    Output bfloat16 unless out_dtype or out says float16 or float32. Not differentiable."""
     names = ("a", "b", "scale_a", "scale_b", "offs", "counts", "out")
     (a, b, scale_a, scale_b, offs, counts, out_t), kind = _arrays.to_torch(
         torch, (a, b, scale_a, scale_b, offs, counts, out), names)
     check(a, "a", (2, 3))
-    check(b, "b", (3,))
+    check(b, "b", (2, 3) if a.dim() == 2 else (3,))
     for t, name in ((scale_a, "scale_a"), (scale_b, "scale_b")):
         check(t, name, (0, 1, 2, 3))
     _check_types(a, b, fp8=True)
     layout, sizes = _group_sizes(a, b, offs, counts)
     modes = _mode_pair(mode)
-    if "mx" in modes:
-        raise ValueError("mode: 'mx'; expected 'tensor', 'rowwise' or 'block' (grouped products take no MXFP8 scales)")
-    scale_a, scale_b = _grouped_scales(a, b, scale_a, scale_b, modes)
-    result = _grouped(a, b, sizes, layout, scale_a, scale_b, modes, out_t, out_dtype, max_sms)
+    if b.dim() == 2:
+        wrong = [m for m in modes if m in ("block", "mx")]
+        if wrong:
+            raise ValueError(f"mode: {wrong[0]!r}; expected 'tensor' or 'rowwise' for the weight gradient "
+                             "(2-D a and b)")
+        scale_a, scale_b = _wgrad_scales(a, b, sizes, scale_a, scale_b, modes)
+        result = _grouped_wgrad(a.t(), b, sizes, scale_a, scale_b, modes, out_t, out_dtype, max_sms)
+    else:
+        if "mx" in modes:
+            raise ValueError("mode: 'mx'; expected 'tensor', 'rowwise' or 'block' (grouped products take no MXFP8 "
+                             "scales)")
+        scale_a, scale_b = _grouped_scales(a, b, scale_a, scale_b, modes)
+        result = _grouped(a, b, sizes, layout, scale_a, scale_b, modes, out_t, out_dtype, max_sms)
     return _arrays.to_caller(result, kind, out)
 
 
