@@ -10,31 +10,17 @@ sm_90 GPU."""
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (the torch tests run on the GPU machine)")
-from gpu_reference import (E4M3, capture, dequantized, expect_close, expect_grads, nan_like, rand,  # noqa: E402
-                           skip_without_sm90)
+from gpu_reference import (E4M3, FP8_SUMS, capture, dequantized, expect_close, expect_grads, nan_like,  # noqa: E402
+                           offs_of, rand, skip_without_sm90, spans)
 
 skip_without_sm90()
 
 import gemmkit  # noqa: E402
 
 BF16, F16, F32, I32, I64 = torch.bfloat16, torch.float16, torch.float32, torch.int32, torch.int64
-FP8_SUMS = 2.0 ** -10  # expect_close's accumulation bound for FP8 products
 # Each group's rows: empty groups first, in the middle and last, one row, sizes off every
 # multiple of 8; one group; equal groups.
 SIZES = [[0, 37, 0, 1, 130, 5, 0], [200], [64] * 8]
-
-
-def offs_of(sizes, dtype=I32):
-    """The groups' cumulative row ends, on the GPU."""
-    return torch.tensor(sizes, device="cuda", dtype=I64).cumsum(0).to(dtype)
-
-
-def spans(sizes):
-    """(group, first row, end row) of each group."""
-    start = 0
-    for g, rows in enumerate(sizes):
-        yield g, start, start + rows
-        start += rows
 
 
 @pytest.mark.parametrize("sizes", SIZES)
