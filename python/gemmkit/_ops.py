@@ -3,7 +3,8 @@ implementations give output shapes without running anything), CUDA graphs captur
 autograd differentiates it. Their CUDA kernels are _torch's launches. Imported by _torch, whose
 functions (gemmkit.mm and the others) call these operators only where torch has something to
 record. grouped_mm and grouped_wgrad (and their _out forms) are the grouped products: the
-forward and input gradient, and the weight gradient."""
+forward and input gradient, and the weight gradient, each with FP8 scales for
+scaled_grouped_mm."""
 
 import torch
 
@@ -19,8 +20,11 @@ _lib.define("grouped_mm(Tensor a, Tensor b, Tensor sizes, str layout, Tensor? sc
             "str mode_b, ScalarType? out_dtype, int max_sms, bool zero_unowned) -> Tensor")
 _lib.define("grouped_mm_out(Tensor a, Tensor b, Tensor sizes, Tensor(a!) out, str layout, Tensor? scale_a, "
             "Tensor? scale_b, str mode_a, str mode_b, int max_sms) -> ()")
-_lib.define("grouped_wgrad(Tensor x, Tensor y, Tensor offs, ScalarType? out_dtype, int max_sms) -> Tensor")
-_lib.define("grouped_wgrad_out(Tensor x, Tensor y, Tensor offs, Tensor(a!) out, int max_sms) -> ()")
+# The weight gradient x_g^T y_g: scale_a is x's scales (A = x^T), scale_b y's.
+_lib.define("grouped_wgrad(Tensor x, Tensor y, Tensor offs, Tensor? scale_a, Tensor? scale_b, str mode_a, "
+            "str mode_b, ScalarType? out_dtype, int max_sms) -> Tensor")
+_lib.define("grouped_wgrad_out(Tensor x, Tensor y, Tensor offs, Tensor(a!) out, Tensor? scale_a, Tensor? scale_b, "
+            "str mode_a, str mode_b, int max_sms) -> ()")
 _lib.define("quantize(Tensor x, ScalarType dtype, int block_rows, int block_cols, ScalarType scale_dtype, "
             "bool power_of_two) -> (Tensor, Tensor)")
 
@@ -45,14 +49,14 @@ def _grouped_mm_out(a, b, sizes, out, layout, scale_a, scale_b, mode_a, mode_b, 
     t.launch_grouped(a, b, sizes, layout, out, scale_a, scale_b, mode_a, mode_b, max_sms)
 
 
-def _grouped_wgrad(x, y, offs, out_dtype, max_sms):
+def _grouped_wgrad(x, y, offs, scale_a, scale_b, mode_a, mode_b, out_dtype, max_sms):
     out = x.new_empty(t.wgrad_output_shape(x, y, offs), dtype=t.output_dtype(x, out_dtype))
-    t.launch_grouped_wgrad(x, y, offs, out, max_sms)
+    t.launch_grouped_wgrad(x, y, offs, out, scale_a, scale_b, mode_a, mode_b, max_sms)
     return out
 
 
-def _grouped_wgrad_out(x, y, offs, out, max_sms):
-    t.launch_grouped_wgrad(x, y, offs, out, max_sms)
+def _grouped_wgrad_out(x, y, offs, out, scale_a, scale_b, mode_a, mode_b, max_sms):
+    t.launch_grouped_wgrad(x, y, offs, out, scale_a, scale_b, mode_a, mode_b, max_sms)
 
 
 def _quantize(x, dtype, block_rows, block_cols, scale_dtype, power_of_two):
@@ -92,12 +96,12 @@ def _grouped_mm_out_fake(a, b, sizes, out, layout, scale_a, scale_b, mode_a, mod
 
 
 @torch.library.register_fake("gemmkit::grouped_wgrad")
-def _grouped_wgrad_fake(x, y, offs, out_dtype, max_sms):
+def _grouped_wgrad_fake(x, y, offs, scale_a, scale_b, mode_a, mode_b, out_dtype, max_sms):
     return x.new_empty(t.wgrad_output_shape(x, y, offs), dtype=t.output_dtype(x, out_dtype))
 
 
 @torch.library.register_fake("gemmkit::grouped_wgrad_out")
-def _grouped_wgrad_out_fake(x, y, offs, out, max_sms):
+def _grouped_wgrad_out_fake(x, y, offs, out, scale_a, scale_b, mode_a, mode_b, max_sms):
     return None
 
 
@@ -197,19 +201,22 @@ def _grouped_mm_backward(ctx, grad):
         grad_a = _grouped_product(g, b.transpose(-1, -2), sizes, ctx.layout, a.dtype, ctx.max_sms)
     if ctx.needs_input_grad[1]:
         if ctx.layout == "contiguous":
-            grad_b = torch.ops.gemmkit.grouped_wgrad(a, g, sizes, b.dtype, ctx.max_sms)
+            grad_b = torch.ops.gemmkit.grouped_wgrad(a, g, sizes, None, None, "none", "none", b.dtype, ctx.max_sms)
         else:
             grad_b = _masked_weight_grad(a, g, sizes, b.dtype)
     return grad_a, grad_b, None, None, None, None, None, None, None, None, None
 
 
 def _grouped_wgrad_setup_context(ctx, inputs, output):
-    x, y, offs, out_dtype, max_sms = inputs
+    x, y, offs, scale_a, scale_b, mode_a, mode_b, out_dtype, max_sms = inputs
+    ctx.fp8 = x.element_size() == 1
     ctx.max_sms = max_sms
     ctx.save_for_backward(x, y, offs)
 
 
 def _grouped_wgrad_backward(ctx, grad):
+    if ctx.fp8 and any(ctx.needs_input_grad):
+        raise RuntimeError("gemmkit: FP8 products (scaled_grouped_mm) are not differentiable")
     x, y, offs = ctx.saved_tensors
     grad_x = grad_y = None
     g = grad.to(x.dtype)
@@ -217,7 +224,7 @@ def _grouped_wgrad_backward(ctx, grad):
         grad_x = _grouped_product(y, g.transpose(-1, -2), offs, "contiguous", x.dtype, ctx.max_sms)
     if ctx.needs_input_grad[1]:
         grad_y = _grouped_product(x, g, offs, "contiguous", y.dtype, ctx.max_sms)
-    return grad_x, grad_y, None, None, None
+    return grad_x, grad_y, None, None, None, None, None, None, None
 
 
 torch.library.register_autograd("gemmkit::grouped_mm", _grouped_mm_backward, setup_context=_grouped_mm_setup_context)

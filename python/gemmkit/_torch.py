@@ -96,12 +96,16 @@ def launch_grouped(a, b, sizes, layout, out, scale_a, scale_b, mode_a, mode_b, m
                             MODES[mode_b], scale_b, max_sms)
 
 
-def launch_grouped_wgrad(x, y, offs, out, max_sms):
+def launch_grouped_wgrad(x, y, offs, out, scale_a, scale_b, mode_a, mode_b, max_sms):
     """out[g] = x_g^T y_g, x_g and y_g group g's rows by the ends in `offs`, on out's device and
-    current stream. The kernel reads x's and y's rows (P and Q contiguous): copied first where
-    they are not, or TMA cannot read them as they lie."""
-    _C.grouped_gemm_wgrad_tensors(tma_readable(x, (-1,)), tma_readable(y, (-1,)), out, offs.contiguous(), False,
-                                  1.0, 0.0, None, torch._C._cuda_getCurrentRawStream(out.get_device()), max_sms)
+    current stream (scales for FP8: x's as A's, y's as B's). The 16-bit kernel reads x's and y's
+    rows (P and Q contiguous): copied first where they are not, or TMA cannot read them as they
+    lie. FP8 x and y pass as they are: the library copies them into the layout its kernel reads."""
+    if x.element_size() != 1:
+        x, y = tma_readable(x, (-1,)), tma_readable(y, (-1,))
+    _C.grouped_gemm_wgrad_tensors(x, y, out, offs.contiguous(), False, 1.0, 0.0, None,
+                                  torch._C._cuda_getCurrentRawStream(out.get_device()), MODES[mode_a], scale_a,
+                                  MODES[mode_b], scale_b, max_sms)
 
 
 def tma_readable(t, inner_dims):
@@ -244,19 +248,21 @@ def _grouped(a, b, sizes, layout, scale_a=None, scale_b=None, modes=("none", "no
     return out
 
 
-def _grouped_wgrad(x, y, offs, out=None, out_dtype=None, max_sms=0):
-    """grouped_mm's weight gradient, x [M_total, P] and y [M_total, Q] (checked by it)."""
+def _grouped_wgrad(x, y, offs, scale_a=None, scale_b=None, modes=("none", "none"), out=None, out_dtype=None,
+                   max_sms=0):
+    """The weight gradient of grouped_mm and scaled_grouped_mm, x [M_total, P] and y [M_total, Q]
+    (checked by them)."""
     check_output(out, out_dtype, (3,))
     max_sms = int(max_sms)
-    if direct(x, y, offs, out):
+    if direct(x, y, offs, scale_a, scale_b, out):
         if out is None:
             out = x.new_empty(wgrad_output_shape(x, y, offs), dtype=output_dtype(x, out_dtype))
-        launch_grouped_wgrad(x, y, offs, out, max_sms)
+        launch_grouped_wgrad(x, y, offs, out, scale_a, scale_b, *modes, max_sms)
         return out
     if out is None:
-        return torch.ops.gemmkit.grouped_wgrad(x, y, offs, out_dtype, max_sms)
+        return torch.ops.gemmkit.grouped_wgrad(x, y, offs, scale_a, scale_b, *modes, out_dtype, max_sms)
     refuse_autograd_with_out(x, y, out)
-    torch.ops.gemmkit.grouped_wgrad_out(x, y, offs, out, max_sms)
+    torch.ops.gemmkit.grouped_wgrad_out(x, y, offs, out, scale_a, scale_b, *modes, max_sms)
     return out
 
 
@@ -313,6 +319,24 @@ def _grouped_scales(a, b, scale_a, scale_b, modes):
     if modes[1] == "rowwise" and scale_b.dim() == 2 and scale_b.size(0) == groups:
         scale_b = scale_b.unsqueeze(-2)
     elif modes[1] == "tensor" and scale_b.dim() == 1 and scale_b.size(0) == groups:
+        scale_b = scale_b.view(groups, 1, 1)
+    return scale_a, scale_b
+
+
+def _wgrad_scales(a, b, sizes, scale_a, scale_b, modes):
+    """The weight gradient's scales as torch._scaled_grouped_mm takes them with 2-D a [P, M_total]
+    and b [M_total, Q], as gemm.h's views of A = a [P, M_total] and B = b with a group dimension:
+    a rowwise scale_a [G*P] (torch's, group after group) or [G, P] becomes [G, P, 1], a rowwise
+    scale_b [G*Q] or [G, Q] becomes [G, 1, Q], and tensor-wise ones of G values [G, 1, 1]. Others
+    pass as they are (a single scale; rowwise [P] and [Q], shared by every group)."""
+    groups, p, q = sizes.size(0), a.size(0), b.size(1)
+    if modes[0] == "rowwise" and scale_a.shape in ((groups * p,), (groups, p)):
+        scale_a = scale_a.view(groups, p, 1)
+    elif modes[0] == "tensor" and scale_a.shape == (groups,):
+        scale_a = scale_a.view(groups, 1, 1)
+    if modes[1] == "rowwise" and scale_b.shape in ((groups * q,), (groups, q)):
+        scale_b = scale_b.view(groups, 1, q)
+    elif modes[1] == "tensor" and scale_b.shape == (groups,):
         scale_b = scale_b.view(groups, 1, 1)
     return scale_a, scale_b
 
@@ -400,7 +424,7 @@ def grouped_mm(a, b, offs=None, *, counts=None, out=None, out_dtype=None, max_sm
     _check_types(a, b, fp8=False)
     layout, sizes = _group_sizes(a, b, offs, counts)
     if b.dim() == 2:
-        result = _grouped_wgrad(a.t(), b, sizes, out_t, out_dtype, max_sms)
+        result = _grouped_wgrad(a.t(), b, sizes, out=out_t, out_dtype=out_dtype, max_sms=max_sms)
     else:
         result = _grouped(a, b, sizes, layout, out=out_t, out_dtype=out_dtype, max_sms=max_sms)
     return _arrays.to_caller(result, kind, out)
@@ -408,33 +432,47 @@ def grouped_mm(a, b, offs=None, *, counts=None, out=None, out_dtype=None, max_sm
 
 def scaled_grouped_mm(a, b, scale_a, scale_b, offs=None, *, counts=None, mode="rowwise", out=None, out_dtype=None,
                       max_sms=0):
-    """grouped_mm's forward cases for FP8 inputs (float8_e4m3fn or float8_e5m2), in
-    torch._scaled_grouped_mm's argument order: (a * its scales) @ (b * its scales) per group,
-    a [M_total, K] with offs or [G, max_m, K] with counts, b [G, K, N], both K-major (a's K and
-    b's K contiguous; copied where not). `mode` is 'tensor', 'rowwise' or 'block', or a pair (A's
-    and B's). A's scales cover a's rows, B's are one set a group:
+    """grouped_mm's cases for FP8 inputs (float8_e4m3fn or float8_e5m2, either in a and b), in
+    torch._scaled_grouped_mm's argument order: (a * its scales) @ (b * its scales) per group.
+    `mode` is 'tensor', 'rowwise' or 'block', or a pair (A's and B's). The forward: a [M_total, K]
+    with offs or [G, max_m, K] with counts, b [G, K, N], both K-major (a's K and b's K
+    contiguous; copied where not). A's scales cover a's rows, B's are one set a group:
     - rowwise: scale_a [M_total] ([G, max_m] masked) and scale_b [G, N], as torch's;
     - tensor: scale_a a single value, scale_b one a group [G] (or a single one for all);
     - block: scale_a [M_total, ceil(K/128)] (1x128 blocks), scale_b [G, ceil(K/128), ceil(N/128)]
       (128x128) or [G, ceil(K/128), N] (128x1), laid out like b, as scaled_mm's are.
-    Float32 scales, any strides (gemm.h's layouts, B's with a group dimension, are taken too).
     Weights w [G, N, K] quantised by quantize() pass as b = q.transpose(-2, -1) and scale_b =
-    scales.transpose(-2, -1). Output bfloat16 unless out_dtype or out says float16 or float32.
-    No weight gradient (2-D b) and not differentiable."""
+    scales.transpose(-2, -1). The weight gradient: a [P, M_total] and b [M_total, Q] with offs
+    over M_total -> out [G, P, Q], out[g] = (a_g * its scales) @ (b_g * its scales), a_g and b_g
+    the group's columns of a and rows of b (an empty group gives zeros); any strides (the
+    library copies them where its kernel needs). Its scales, one set a group: rowwise scale_a
+    [G*P] (as torch's, group after group) or [G, P] and scale_b [G*Q] or [G, Q]; tensor a single
+    value or [G] each. 'block' is the forward's only.
+    Float32 scales, any strides (gemm.h's layouts, B's with a group dimension, are taken too).
+    Output bfloat16 unless out_dtype or out says float16 or float32. Not differentiable."""
     names = ("a", "b", "scale_a", "scale_b", "offs", "counts", "out")
     (a, b, scale_a, scale_b, offs, counts, out_t), kind = _arrays.to_torch(
         torch, (a, b, scale_a, scale_b, offs, counts, out), names)
     check(a, "a", (2, 3))
-    check(b, "b", (3,))
+    check(b, "b", (2, 3) if a.dim() == 2 else (3,))
     for t, name in ((scale_a, "scale_a"), (scale_b, "scale_b")):
         check(t, name, (0, 1, 2, 3))
     _check_types(a, b, fp8=True)
     layout, sizes = _group_sizes(a, b, offs, counts)
     modes = _mode_pair(mode)
-    if "mx" in modes:
-        raise ValueError("mode: 'mx'; expected 'tensor', 'rowwise' or 'block' (grouped products take no MXFP8 scales)")
-    scale_a, scale_b = _grouped_scales(a, b, scale_a, scale_b, modes)
-    result = _grouped(a, b, sizes, layout, scale_a, scale_b, modes, out_t, out_dtype, max_sms)
+    if b.dim() == 2:
+        wrong = [m for m in modes if m in ("block", "mx")]
+        if wrong:
+            raise ValueError(f"mode: {wrong[0]!r}; expected 'tensor' or 'rowwise' for the weight gradient "
+                             "(2-D a and b)")
+        scale_a, scale_b = _wgrad_scales(a, b, sizes, scale_a, scale_b, modes)
+        result = _grouped_wgrad(a.t(), b, sizes, scale_a, scale_b, modes, out_t, out_dtype, max_sms)
+    else:
+        if "mx" in modes:
+            raise ValueError("mode: 'mx'; expected 'tensor', 'rowwise' or 'block' (grouped products take no MXFP8 "
+                             "scales)")
+        scale_a, scale_b = _grouped_scales(a, b, scale_a, scale_b, modes)
+        result = _grouped(a, b, sizes, layout, scale_a, scale_b, modes, out_t, out_dtype, max_sms)
     return _arrays.to_caller(result, kind, out)
 
 

@@ -1,7 +1,8 @@
 """What the torch tests on an sm_90 GPU share: their skip, random inputs, NaN-filled outputs,
-dequantised FP8 operands, and the checks of products and gradients against double precision
-(the bounds are test_torch.py's docstring's). Imported after pytest.importorskip("torch"), which
-each test file makes itself (scripts/python_test.sh picks the torch tests by it)."""
+group ends, dequantised FP8 operands, and the checks of products and gradients against double
+precision (the bounds are test_torch.py's docstring's). Imported after
+pytest.importorskip("torch"), which each test file makes itself (scripts/python_test.sh picks the
+torch tests by it)."""
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ def skip_without_sm90():
 
 
 HALF_ULP = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11, torch.float32: 2.0 ** -24}
+FP8_SUMS = 2.0 ** -10  # expect_close's accumulation bound for FP8 products
 E4M3, E5M2, E8M0 = torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e8m0fnu
 
 
@@ -38,6 +40,19 @@ def expect_close(d, a, b, alpha=1.0, beta=0.0, c=None, accumulation=None):
     assert torch.isfinite(d).all(), "non-finite outputs"
     error = (d.detach().double() - ref).abs()
     assert (error <= bound + 1e-30).all(), f"max error {error.max().item()} over bound {bound.max().item()}"
+
+
+def offs_of(sizes, dtype=torch.int32):
+    """The groups' cumulative row ends, on the GPU."""
+    return torch.tensor(sizes, device="cuda", dtype=torch.int64).cumsum(0).to(dtype)
+
+
+def spans(sizes):
+    """(group, first row, end row) of each group."""
+    start = 0
+    for g, rows in enumerate(sizes):
+        yield g, start, start + rows
+        start += rows
 
 
 def block_of(mode, block, rows, cols):

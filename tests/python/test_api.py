@@ -97,7 +97,7 @@ def test_grouped_bindings_read_group_sizes_and_check_shapes():
         grouped(b, Tensor(int32, (2,), (1,)), masked)
     with pytest.raises(ValueError, match=r"^d: shape \[3, 16, 16\]; expected \[G, P, Q\] = \[2, 16, 16\]$"):
         _gemmkit.grouped_gemm_wgrad_tensors(a, a, Tensor(bf16, (3, 16, 16), (256, 16, 1)), Tensor(int32, (2,), (1,)),
-                                            False, 1.0, 0.0, None, 0, 0)
+                                            False, 1.0, 0.0, None, 0, none, None, none, None, 0)
 
 
 def test_the_cli_ships_with_the_package():

@@ -10,31 +10,17 @@ sm_90 GPU."""
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (the torch tests run on the GPU machine)")
-from gpu_reference import (E4M3, capture, dequantized, expect_close, expect_grads, nan_like, rand,  # noqa: E402
-                           skip_without_sm90)
+from gpu_reference import (E4M3, FP8_SUMS, capture, dequantized, expect_close, expect_grads, nan_like,  # noqa: E402
+                           offs_of, rand, skip_without_sm90, spans)
 
 skip_without_sm90()
 
 import gemmkit  # noqa: E402
 
 BF16, F16, F32, I32, I64 = torch.bfloat16, torch.float16, torch.float32, torch.int32, torch.int64
-FP8_SUMS = 2.0 ** -10  # expect_close's accumulation bound for FP8 products
 # Each group's rows: empty groups first, in the middle and last, one row, sizes off every
 # multiple of 8; one group; equal groups.
 SIZES = [[0, 37, 0, 1, 130, 5, 0], [200], [64] * 8]
-
-
-def offs_of(sizes, dtype=I32):
-    """The groups' cumulative row ends, on the GPU."""
-    return torch.tensor(sizes, device="cuda", dtype=I64).cumsum(0).to(dtype)
-
-
-def spans(sizes):
-    """(group, first row, end row) of each group."""
-    start = 0
-    for g, rows in enumerate(sizes):
-        yield g, start, start + rows
-        start += rows
 
 
 @pytest.mark.parametrize("sizes", SIZES)
@@ -193,12 +179,13 @@ def test_opcheck():
     counts = torch.tensor([8, 0, 3], device="cuda")
     masked = (rand(3, 8, 64, requires_grad=True), b, counts, "masked", None, None, "none", "none", F32, 0, True)
     torch.library.opcheck(ops.grouped_mm.default, masked)
-    torch.library.opcheck(ops.grouped_wgrad.default, (x, y, offs, None, 0))
+    torch.library.opcheck(ops.grouped_wgrad.default, (x, y, offs, None, None, "none", "none", None, 0))
     out = torch.empty(16, 32, device="cuda")
     torch.library.opcheck(ops.grouped_mm_out.default,
                           (a.detach(), b.detach(), offs, out, "contiguous", None, None, "none", "none", 0))
     wgrad_out = torch.empty(3, 48, 40, device="cuda")
-    torch.library.opcheck(ops.grouped_wgrad_out.default, (x.detach(), y.detach(), offs, wgrad_out, 0))
+    torch.library.opcheck(ops.grouped_wgrad_out.default,
+                          (x.detach(), y.detach(), offs, wgrad_out, None, None, "none", "none", 0))
     # torch has no arithmetic on FP8 tensors, which opcheck's other tests do on the inputs.
     (qa, qb, sa, sb), _ = quantized(a.detach(), b.detach().transpose(-2, -1), "rowwise")
     torch.library.opcheck(ops.grouped_mm.default, (qa, qb, offs, "contiguous", sa, sb.unsqueeze(-2), "rowwise",

@@ -8,13 +8,14 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 from torch._subclasses.fake_tensor import FakeTensor  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from fake_cuda import cuda  # noqa: E402
 
 import gemmkit  # noqa: E402
 from gemmkit._torch import output_dtype  # noqa: E402
 
-BF16, F32, F64, E4M3 = torch.bfloat16, torch.float32, torch.float64, torch.float8_e4m3fn
+BF16, F32, F64, E4M3, E5M2 = torch.bfloat16, torch.float32, torch.float64, torch.float8_e4m3fn, torch.float8_e5m2
 I32, I64 = torch.int32, torch.int64
 
 
@@ -90,7 +91,8 @@ def test_errors_name_the_argument_while_tracing(fake):
         ("^mode: 'mx'; expected 'tensor', 'rowwise' or 'block'", ValueError,
          lambda: gemmkit.scaled_grouped_mm(q, b.to(E4M3), one, one, offs, mode="mx")),
         ("^b: 2 dimensions; expected 3$", ValueError,
-         lambda: gemmkit.scaled_grouped_mm(q.t(), cuda(100, 40, dtype=E4M3), one, one, offs)),
+         lambda: gemmkit.scaled_grouped_mm(cuda(4, 10, 64, dtype=E4M3), cuda(64, 32, dtype=E4M3), one, one,
+                                           counts=offs)),
         ("^offs: expected a torch.Tensor or an array with __dlpack__, got list$", TypeError,
          lambda: gemmkit.grouped_mm(x, b, [4, 8])),
         ("^offs: on cpu; expected a CUDA tensor$", ValueError,
@@ -132,6 +134,96 @@ def test_operands_tma_cannot_read_are_copied_with_padded_rows():
         assert torch.equal(bits(copy), bits(t))
 
 
+# --- the FP8 weight gradient: scaled_grouped_mm with 2-D a [P, M_total] and b [M_total, Q] --------
+
+class OpCalls(TorchDispatchMode):
+    """Records the gemmkit operators called under it, with their arguments."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == "gemmkit":
+            self.calls.append((func, args))
+        return func(*args, **(kwargs or {}))
+
+
+def test_fp8_weight_gradient_fake_shapes_and_dtypes(fake):
+    p, m, q, offs = 40, 100, 24, cuda(4, dtype=I32)
+    a, b = cuda(p, m, dtype=E4M3), cuda(m, q, dtype=E5M2)  # e4m3 and e5m2 mixed
+    rowwise = (cuda(4 * p, dtype=F32), cuda(4 * q, dtype=F32))
+    per_group = (cuda(4, dtype=F32), cuda(4, dtype=F32))
+    for d, shape, dtype in [
+            (gemmkit.scaled_grouped_mm(a, b, *rowwise, offs), (4, p, q), BF16),
+            (gemmkit.scaled_grouped_mm(a, b, *per_group, offs.long(), mode="tensor", out_dtype=F32), (4, p, q), F32),
+            (gemmkit.scaled_grouped_mm(b.t(), a.t(), rowwise[1], rowwise[0], offs), (4, q, p), BF16)]:
+        assert isinstance(d, FakeTensor) and d.device.type == "cuda"
+        assert tuple(d.shape) == shape and d.dtype == dtype
+    out = cuda(4, p, q, dtype=F32)
+    assert gemmkit.scaled_grouped_mm(a, b, *rowwise, offs, out=out) is out
+
+
+@pytest.mark.parametrize("mode,scale_a,scale_b,want_a,want_b", [
+    ("rowwise", (3 * 40,), (3 * 24,), (3, 40, 1), (3, 1, 24)),  # torch's, group after group
+    ("rowwise", (3, 40), (3, 24), (3, 40, 1), (3, 1, 24)),
+    ("rowwise", (40,), (24,), (40,), (24,)),  # shared by every group: a column and a row in C++
+    ("tensor", (), (1,), (), (1,)),  # a single value each
+    ("tensor", (3,), (3,), (3, 1, 1), (3, 1, 1)),  # one a group
+    (("tensor", "rowwise"), (3,), (3, 24), (3, 1, 1), (3, 1, 24)),
+])
+def test_fp8_weight_gradient_passes_scales_as_gemm_h_views(fake, mode, scale_a, scale_b, want_a, want_b):
+    a, b, offs = cuda(40, 100, dtype=E4M3), cuda(100, 24, dtype=E4M3), cuda(3, dtype=I64)
+    scales = (torch.empty(scale_a, device="cuda"), torch.empty(scale_b, device="cuda"))
+    with OpCalls() as ops:
+        gemmkit.scaled_grouped_mm(a, b, *scales, offs, mode=mode)
+        gemmkit.scaled_grouped_mm(a, b, *scales, offs, mode=mode, out=cuda(3, 40, 24))
+    modes = (mode, mode) if isinstance(mode, str) else mode
+    (op, args), (op_out, args_out) = ops.calls
+    assert op is torch.ops.gemmkit.grouped_wgrad.default and op_out is torch.ops.gemmkit.grouped_wgrad_out.default
+    x, y, _, sa, sb, mode_a, mode_b = args[:7]
+    assert tuple(x.shape) == (100, 40) and x.stride() == (1, 100) and y is b  # a.t(), not copied
+    assert (tuple(sa.shape), tuple(sb.shape), (mode_a, mode_b)) == (want_a, want_b, modes)
+    assert [tuple(t.shape) for t in args_out[4:6]] == [want_a, want_b] and tuple(args_out[6:8]) == modes
+
+
+def test_fp8_weight_gradient_traces_into_one_graph(fake):
+    def wgrad(a, b, scale_a, scale_b, offs):
+        return gemmkit.scaled_grouped_mm(a, b, scale_a, scale_b, offs)
+
+    args = (cuda(40, 100, dtype=E4M3), cuda(100, 24, dtype=E4M3), cuda(120, dtype=F32), cuda(72, dtype=F32),
+            cuda(3, dtype=I32))
+    graph, _ = torch._dynamo.export(wgrad)(*args)  # raises where dynamo would break the graph
+    targets = [node.target for node in graph.graph.nodes if node.op == "call_function"]
+    assert targets.count(torch.ops.gemmkit.grouped_wgrad) == 1
+    assert tuple(graph(*args).shape) == (3, 40, 24)
+
+
+def test_fp8_weight_gradient_errors_name_the_argument(fake):
+    a, b, offs, one = cuda(40, 100, dtype=E4M3), cuda(100, 24, dtype=E4M3), cuda(3, dtype=I32), cuda(1, dtype=F32)
+    for match, error, call in [
+        (r"^mode: 'block'; expected 'tensor' or 'rowwise' for the weight gradient \(2-D a and b\)$", ValueError,
+         lambda: gemmkit.scaled_grouped_mm(a, b, one, one, offs, mode="block")),
+        (r"^mode: 'mx'; expected 'tensor' or 'rowwise' for the weight gradient", ValueError,
+         lambda: gemmkit.scaled_grouped_mm(a, b, one, one, offs, mode=("rowwise", "mx"))),
+        (r"^b: shape \[99, 24\] has 99 rows but a \[40, 100\] has M_total = 100 columns", ValueError,
+         lambda: gemmkit.scaled_grouped_mm(a, cuda(99, 24, dtype=E4M3), one, one, offs)),
+        ("^offs: None; expected the groups' cumulative row ends", ValueError,
+         lambda: gemmkit.scaled_grouped_mm(a, b, one, one)),
+        ("^counts: given with a 2-D a", ValueError, lambda: gemmkit.scaled_grouped_mm(a, b, one, one, counts=offs)),
+        ("^a, b: dtypes torch.float8_e4m3fn and torch.bfloat16; expected float8_e4m3fn or float8_e5m2", TypeError,
+         lambda: gemmkit.scaled_grouped_mm(a, cuda(100, 24), one, one, offs)),
+        ("^out: 2 dimensions; expected 3$", ValueError,
+         lambda: gemmkit.scaled_grouped_mm(a, b, one, one, offs, out=cuda(40, 24))),
+        ("^out: dtype torch.bfloat16 differs from out_dtype torch.float32$", ValueError,
+         lambda: gemmkit.scaled_grouped_mm(a, b, one, one, offs, out=cuda(3, 40, 24), out_dtype=F32)),
+        ("^scale_a: 4 dimensions; expected 0 or 1 or 2 or 3$", ValueError,
+         lambda: gemmkit.scaled_grouped_mm(a, b, cuda(3, 40, 1, 1, dtype=F32), one, offs)),
+    ]:
+        with pytest.raises(error, match=match):
+            call()
+
+
 # --- autograd, with CPU stand-ins for the kernels ------------------------------------------------
 # The operators' backward formulas, checked against torch's autograd through the same products
 # written group by group. The stand-ins compute in double on the CPU (float64 operands, float64
@@ -159,10 +251,13 @@ def grouped_mm_stand_in(a, b, sizes, layout, scale_a, scale_b, mode_a, mode_b, o
     return out
 
 
-def grouped_wgrad_stand_in(x, y, offs, out_dtype, max_sms):
+def grouped_wgrad_stand_in(x, y, offs, scale_a, scale_b, mode_a, mode_b, out_dtype, max_sms):
     out = x.new_empty(offs.size(0), x.size(1), y.size(1), dtype=output_dtype(x, out_dtype))
     for g, start, end in group_rows(offs, "contiguous", x.size(0)):
-        out[g] = (x[start:end].double().t() @ y[start:end].double()).to(out.dtype)
+        # gemm.h's views: x's scales [P, 1] or [1, 1], y's [1, Q] or [1, 1], with or without G first.
+        sx = 1.0 if scale_a is None else scale_a[g] if scale_a.dim() == 3 else scale_a
+        sy = 1.0 if scale_b is None else scale_b[g] if scale_b.dim() == 3 else scale_b
+        out[g] = ((x[start:end].double().t() * sx) @ (y[start:end].double() * sy)).to(out.dtype)
     return out
 
 
@@ -235,15 +330,38 @@ def test_weight_gradient_is_differentiable(cpu_kernels):
     def reference(x, y):
         return torch.stack([x[s:e].t() @ y[s:e] for _, s, e in group_rows(torch.tensor(ends), "contiguous", 20)])
 
-    expect_grads(torch.ops.gemmkit.grouped_wgrad(x, y, torch.tensor(ends), F64, 0), (x, y), reference)
+    out = torch.ops.gemmkit.grouped_wgrad(x, y, torch.tensor(ends), None, None, "none", "none", F64, 0)
+    expect_grads(out, (x, y), reference)
 
 
 def test_fp8_products_are_not_differentiable(cpu_kernels):
     a, b = torch.ones(8, 4, dtype=E4M3, requires_grad=True), torch.ones(2, 4, 3, dtype=E4M3)
-    out = torch.ops.gemmkit.grouped_mm(a, b, torch.tensor([4, 8]), "contiguous", torch.ones(1), torch.ones(1),
-                                       "tensor", "tensor", F32, 0, False)
-    with pytest.raises(RuntimeError, match=r"^gemmkit: FP8 products \(scaled_grouped_mm\) are not differentiable$"):
-        out.sum().backward()
+    ends, one = torch.tensor([4, 8]), torch.ones(1)
+    out = torch.ops.gemmkit.grouped_mm(a, b, ends, "contiguous", one, one, "tensor", "tensor", F32, 0, False)
+    wgrad = torch.ops.gemmkit.grouped_wgrad(a, a.detach(), ends, one, one, "tensor", "tensor", F32, 0)
+    for d in (out, wgrad):
+        with pytest.raises(RuntimeError, match=r"^gemmkit: FP8 products \(scaled_grouped_mm\) are not differentiable$"):
+            d.sum().backward()
+
+
+@pytest.mark.parametrize("mode", ["rowwise", "tensor"])
+def test_fp8_weight_gradient_scales_are_read_as_torch_lays_them_out(cpu_kernels, mode):
+    # torch._scaled_grouped_mm's 2-D x 2-D scales (rowwise [G*P] and [G*Q], group after group;
+    # here also [G] a group for tensor), through scaled_grouped_mm's views and the stand-in's
+    # reading of gemm.h's, against each group's product of its scaled columns of a and rows of b.
+    from gemmkit._torch import _wgrad_scales
+
+    groups, p, q, ends = 3, 5, 4, torch.tensor([4, 4, 11])  # rows 11 and 12 are no group's
+    a, b = torch.randn(p, 13, dtype=F64), torch.randn(13, q, dtype=F64)
+    per_group = {"rowwise": (p, q), "tensor": (1, 1)}[mode]
+    scale_a, scale_b = torch.rand(groups * per_group[0], dtype=F64), torch.rand(groups * per_group[1], dtype=F64)
+    sa, sb = _wgrad_scales(a, b, ends, scale_a, scale_b, (mode, mode))
+    assert sa.data_ptr() == scale_a.data_ptr() and sb.data_ptr() == scale_b.data_ptr()  # views, not copies
+    out = torch.ops.gemmkit.grouped_wgrad(a.t(), b, ends, sa, sb, mode, mode, F64, 0)
+    sa_rows, sb_cols = scale_a.view(groups, -1, 1), scale_b.view(groups, 1, -1)  # [G, P or 1, 1], [G, 1, Q or 1]
+    for g, start, end in group_rows(ends, "contiguous", 13):
+        want = (a[:, start:end] * sa_rows[g]) @ (b[start:end] * sb_cols[g])
+        assert torch.allclose(out[g], want, rtol=1e-12, atol=1e-12)
 
 
 def test_opcheck_with_the_stand_ins(cpu_kernels):
@@ -255,4 +373,8 @@ def test_opcheck_with_the_stand_ins(cpu_kernels):
     torch.library.opcheck(ops.grouped_mm.default, (a, b, ends, "contiguous", None, None, "none", "none", F64, 0, False))
     masked = (rand64(3, 4, 6), b, counts, "masked", None, None, "none", "none", F64, 0, True)
     torch.library.opcheck(ops.grouped_mm.default, masked)
-    torch.library.opcheck(ops.grouped_wgrad.default, (a, x, ends, F64, 0))
+    torch.library.opcheck(ops.grouped_wgrad.default, (a, x, ends, None, None, "none", "none", F64, 0))
+    # torch has no arithmetic on FP8 tensors, which opcheck's other tests do on the inputs.
+    fp8 = (a.detach().to(E4M3), x.detach().to(E5M2), ends, torch.rand(3, 6, 1), torch.rand(3, 1, 5), "rowwise",
+           "rowwise", None, 0)
+    torch.library.opcheck(ops.grouped_wgrad.default, fp8, test_utils="test_faketensor")
