@@ -234,6 +234,8 @@ def check(p, s, outputs):
 def bench_grouped_row(p, r, timer, info, compiled, name, say):
     """Times grouped line p into r, its record from bench.grouped_record(); lines go to say()."""
     row = bench.grouped_name(r)
+    if not r.note and fp8_mode(p) and p.op in ("dgrad", "wgrad"):
+        r.note = "not run: FP8 gradient rows are timed by gemmkit bench only"
     if r.note:  # gemmkit does not run the row
         say(f"{row}: {r.note}")
         return r

@@ -299,7 +299,9 @@ GroupedProblem parse_grouped(const std::vector<std::string>& fields, const std::
   switch (p.op) {
     case GroupedOp::fwd:
     case GroupedOp::masked: dense_shape(total, p.n, p.k, "NT"); break;
-    case GroupedOp::dgrad: dense_shape(total, p.k, p.n, "NN"); break;
+    // FP8 weights for the input gradient are a second copy, quantized K-major for it, as FP8
+    // training keeps them (wgmma reads 8-bit operands K-major only; weights as they lie are staged).
+    case GroupedOp::dgrad: dense_shape(total, p.k, p.n, p.dense.fp8() ? "NT" : "NN"); break;
     case GroupedOp::wgrad: dense_shape(p.n, p.k, total, "TN"); break;
   }
   return p;

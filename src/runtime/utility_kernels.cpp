@@ -31,7 +31,10 @@ const LoadedKernel& utility_kernel(const char* entry) {
 }
 
 // A job's kernel parameters. Rows are copied a warp's 512 bytes at a time, 8 warps a block;
-// tiles 64 x 64 a block (always with groups, whose copy holds 128 more cols a group).
+// tiles 64 x 64 a block (always with groups, whose copy holds 128 more cols a group). With groups,
+// every block first builds the table of them (stage.cuh, pad_groups), so there are few blocks,
+// about one wave of them, each copying many tiles: a block a tile took 4.8x as long (DeepSeek-V3
+// up's weight gradient, H100).
 StageCopy stage_copy_params(const StageJob& job) {
   const MatrixRef& m = job.m;
   const int64_t width = job.width > 0 ? job.width : job.cols;
@@ -40,7 +43,7 @@ StageCopy stage_copy_params(const StageJob& job) {
                             ? (job.batch * job.rows * ((width * dtype_size(m.dtype) + 511) / 512) + 7) / 8
                             : job.batch * ((job.rows + 63) / 64) * ((copy_cols + 63) / 64);
   StageCopy copy{m.data,  m.batch_stride, m.row_stride, m.col_stride, job.batch,
-                 job.rows, job.cols,      job.dst,      job.ld,       std::min<int64_t>(units, 1 << 16),
+                 job.rows, job.cols,      job.dst,      job.ld,       std::min<int64_t>(units, job.group_count > 0 ? 1024 : 1 << 16),
                  width,    0,             job.groups.sizes, job.group_count, job.groups.int64 ? 1 : 0,
                  job.padded_ends};
   for (int b = 0; b < 8; ++b) copy.shifts |= uint64_t(job.shift[b] & 15) << (4 * b);
