@@ -60,18 +60,6 @@ int compile_only(const std::vector<SuiteProblem>& problems) {
   return 0;
 }
 
-// The plan gemm() makes for a problem (oriented as gemm() runs it), with what --tile, --cluster,
-// --store-buffers and --splits force.
-Plan forced_plan(const Problem& normalized, const ConfigOverrides& overrides, const runtime::DeviceInfo& info) {
-  const KernelConfig chosen = make_plan(normalized).config;
-  if (chosen.kind != KernelKind::tma) {
-    throw Error(ErrorCode::invalid_argument,
-                "bench: --tile, --cluster, --store-buffers and --splits need problems the TMA kernel can run (aligned operands, K > 0)");
-  }
-  const KernelConfig config = apply_overrides(chosen, overrides, info.smem_per_block_optin);
-  return make_plan(normalized, &config);
-}
-
 // Device-to-device copy bandwidth (read + write) in GB/s, the most a memory-bound GEMM can
 // approach: the median of 10 copies of up to 1 GiB after 3 warm-ups. NaN when too little memory
 // is free to copy far past L2.
@@ -137,6 +125,20 @@ std::string format_peaks(const std::map<std::string, double>& peaks) {
 
 }  // namespace
 
+Plan forced_plan(const Problem& normalized, const ConfigOverrides& overrides, const runtime::DeviceInfo& info) {
+  const KernelConfig chosen = make_plan(normalized).config;
+  if (chosen.kind != KernelKind::tma) {
+    throw Error(ErrorCode::invalid_argument,
+                "bench: --tile, --cluster, --store-buffers and --splits need problems the TMA kernel can run (aligned operands, K > 0)");
+  }
+  const KernelConfig config = apply_overrides(chosen, overrides, info.smem_per_block_optin);
+  if (config.grouped() && !tile_takes_groups({config.tile_m, config.tile_n}, config)) {
+    throw Error(ErrorCode::invalid_argument, "bench: --tile " + std::to_string(config.tile_m) + "x" +
+                                                 std::to_string(config.tile_n) + " takes no groups of this kind");
+  }
+  return make_plan(normalized, &config);
+}
+
 int buffer_set_count(double bytes, const runtime::DeviceInfo& info) {
   size_t free_bytes = 0, total_bytes = 0;
   runtime::check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
@@ -177,7 +179,7 @@ int run_bench(const BenchOptions& options) {
   std::vector<SuiteProblem> dense_gemms = problems;
   for (const GroupedProblem& g : suite.grouped) dense_gemms.push_back(g.dense);
   if (!options.overrides.tile.empty()) parse_tile(options.overrides.tile);
-  const bool force = options.overrides.any();  // dense lines only
+  const bool force = options.overrides.any();
   if (hint_matrix) runtime::require_device();  // it tunes: nothing to do without a GPU
   if (runtime::device_count() == 0) return compile_only(dense_gemms);
 
@@ -289,7 +291,7 @@ int run_bench(const BenchOptions& options) {
   }
   progress.finish();
   const std::vector<GroupedRecord> grouped =
-      suite.grouped.empty() ? std::vector<GroupedRecord>{} : run_grouped_rows(suite.grouped, stream, timer, info);
+      suite.grouped.empty() ? std::vector<GroupedRecord>{} : run_grouped_rows(suite.grouped, stream, timer, info, options.overrides, options.max_sms);
   cudaStreamDestroy(stream);
 
   const BenchSummary summary = summarize(records);

@@ -9,6 +9,7 @@
 #include "bench/chain.h"
 #include "bench/report.h"
 #include "core/problem.h"
+#include "dispatch/plan.h"
 #include "reference/device_problem.h"
 #include "runtime/device.h"
 #include "bench/suite.h"
@@ -55,6 +56,7 @@ struct BenchOptions {
   std::string overhead_shape = "64,64,64";  // M,N,K of that problem, as parse_overhead_shape takes
   std::vector<int64_t> hint_matrix;  // N and K: run the hint matrix instead of the suite (empty: no)
   std::vector<std::string> chains;   // chain files (bench/chain.h) to time instead of the suite (empty: none)
+  int max_sms = 0;                   // grouped rows' SM budget (grouped_gemm's options.max_sms; 0: every SM)
 };
 int run_bench(const BenchOptions& options);
 
@@ -73,8 +75,16 @@ std::vector<std::unique_ptr<reference::DeviceProblem>> buffer_sets(const referen
 // bench's grouped rows (suite lines `grouped ...`, bench/suite.h; grouped_bench.cpp), timed on
 // `stream` with `timer` on the current device (`info`, already checked to be sm_90); progress on
 // stderr.
+// `overrides` force our side's config as on dense lines; `max_sms` is grouped_gemm's SM budget
+// (0: every SM).
 std::vector<GroupedRecord> run_grouped_rows(const std::vector<GroupedProblem>& rows, cudaStream_t stream,
-                                            const tuning::GpuTimer& timer, const runtime::DeviceInfo& info);
+                                            const tuning::GpuTimer& timer, const runtime::DeviceInfo& info,
+                                            const ConfigOverrides& overrides, int max_sms);
+
+// The plan gemm() (or grouped_gemm) makes for a problem (oriented as gemm() runs it), with what
+// --tile, --cluster, --store-buffers and --splits force. Throws Error(invalid_argument) where the
+// TMA kernel cannot run the problem, or, grouped, not with the forced tile.
+Plan forced_plan(const Problem& normalized, const ConfigOverrides& overrides, const runtime::DeviceInfo& info);
 
 // bench --hint-matrix N K: tunes M = 64, 256 and 4096 of an N x K NT bf16 problem, then times
 // each tuned kernel pinned at each of those M, and gemm() dispatching by M's bucket.

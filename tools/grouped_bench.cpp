@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "api/prepare.h"
 #include "baseline/cublas_grouped.h"
 #include "bench/grouped_row.h"
 #include "bench/progress.h"
@@ -85,7 +86,8 @@ std::unique_ptr<void, CudaFree> device_sizes(const GroupedProblem& p) {
 // Times one row that gemmkit runs: fills the record's times and, where cuBLAS cannot run the
 // row, its note. Returns how many buffer sets it cycled through.
 int time_row(const GroupedProblem& p, GroupedRecord& record, cudaStream_t stream, baseline::CublasGrouped& cublas,
-             const tuning::GpuTimer& timer, const runtime::DeviceInfo& info) {
+             const tuning::GpuTimer& timer, const runtime::DeviceInfo& info, const ConfigOverrides& overrides,
+             int max_sms) {
   const bool masked = p.op == GroupedOp::masked, wgrad = p.op == GroupedOp::wgrad;
   // Scales row-major, as grouped_gemm's own tests lay them out.
   const reference::ProblemSpec dense_spec = to_spec(p.dense);
@@ -101,14 +103,30 @@ int time_row(const GroupedProblem& p, GroupedRecord& record, cudaStream_t stream
   const std::unique_ptr<void, CudaFree> sizes_data = device_sizes(p);
   const GroupSizes sizes{masked ? GroupLayout::masked : GroupLayout::contiguous, sizes_data.get(), false, p.groups()};
 
-  const auto ours = [&](int s) {
-    const GroupedSet& set = *pool[size_t(s)];
+  const auto options_of = [&](const GroupedSet& set) {
     GemmOptions options = set.options;
     options.stream = stream;
+    options.max_sms = max_sms;
+    return options;
+  };
+  // With --tile and the like, each set's problem as grouped_gemm prepares it, run on the forced plan.
+  std::vector<Problem> problems;
+  std::optional<Plan> forced;
+  if (overrides.any()) {
+    for (const auto& set : pool) {
+      const GemmOptions options = options_of(*set);
+      problems.push_back(wgrad ? api::prepare_grouped_wgrad(set->a, set->b, set->d, sizes, options).problem
+                               : api::prepare_grouped(set->a, set->b, set->d, sizes, options).problem);
+    }
+    forced = forced_plan(problems[0], overrides, info);
+  }
+  const auto ours = [&](int s) {
+    const GroupedSet& set = *pool[size_t(s)];
+    if (forced) return run_plan(*forced, problems[size_t(s)], stream);
     if (wgrad) {
-      grouped_gemm_wgrad(set.a, set.b, set.d, sizes, options);
+      grouped_gemm_wgrad(set.a, set.b, set.d, sizes, options_of(set));
     } else {
-      grouped_gemm(set.a, set.b, set.d, sizes, options);
+      grouped_gemm(set.a, set.b, set.d, sizes, options_of(set));
     }
   };
   const auto dense_floor = [&](int s) {
@@ -153,7 +171,8 @@ int time_row(const GroupedProblem& p, GroupedRecord& record, cudaStream_t stream
 }  // namespace
 
 std::vector<GroupedRecord> run_grouped_rows(const std::vector<GroupedProblem>& rows, cudaStream_t stream,
-                                            const tuning::GpuTimer& timer, const runtime::DeviceInfo& info) {
+                                            const tuning::GpuTimer& timer, const runtime::DeviceInfo& info,
+                                            const ConfigOverrides& overrides, int max_sms) {
   baseline::CublasGrouped cublas;
   std::vector<GroupedRecord> records;
   Progress progress(rows.size());
@@ -163,7 +182,7 @@ std::vector<GroupedRecord> run_grouped_rows(const std::vector<GroupedProblem>& r
     progress.begin(name);
     if (record.note.empty()) {
       try {
-        const int sets = time_row(p, record, stream, cublas, timer, info);
+        const int sets = time_row(p, record, stream, cublas, timer, info, overrides, max_sms);
         char line[512];
         std::snprintf(line, sizeof line, "  %s: ours %.1f us, dense floor %.1f us, cuBLAS %.1f us (%d buffer sets)",
                       name.c_str(), record.ours_us, record.dense_us, record.baseline_us, sets);

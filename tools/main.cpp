@@ -44,6 +44,9 @@ int main(int argc, char** argv) {
       bench.option("--splits", overrides.splits, "force split-K parts on our side (1 for none; tiles up to 128 wide)")
           .range(1, gemmkit::kMaxSplits);
   args::Option* const forcing[] = {&tile, &cluster, &store_buffers, &splits};
+  bench.option("--max-sms", bench_options.max_sms, "run grouped rows on at most N SMs (grouped_gemm's SM budget)")
+      .at_least(1)
+      .metavar("N");
   // Forcing a plan skips gemm()'s own path, which is what --overhead times.
   args::Option& overhead = bench.flag("--overhead", bench_options.overhead,
                                       "time host microseconds per call of ours, cuBLASLt and a bare launch of an empty kernel "
