@@ -61,9 +61,9 @@ std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& lim
 KernelConfig choose_config(const Problem& p, const DeviceLimits& limits);
 
 // The cold-start choice for a grouped problem (core/problem.h, GroupRef), whose group sizes the
-// host does not know: the knobs of the cheapest unsplit candidate for the groups as a dense batch
-// of their mean size (masked: of max_m rows; along K: of the mean K), its cost counting half a
-// cluster row past each contiguous group's rows, on the grouped problem's facts.
+// host does not know: the knobs of the cheapest unsplit candidate that takes groups for them as a
+// dense batch of their mean size (masked: of max_m rows; along K: of the mean K), on the grouped
+// problem's facts.
 KernelConfig choose_grouped_config(const Problem& p, const DeviceLimits& limits);
 
 // Whether a normalised 16-bit problem runs as D^T = B^T A^T instead (the plan's choice, plan.h),
