@@ -17,7 +17,7 @@ constexpr int kStageTile = 64;
 // Groups along cols (StageCopy's group_ends): where each group's columns end in the source and
 // in the copy.
 constexpr int kMaxStagedGroups = 1024;  // gemmkit::kMaxGroups
-constexpr int kGroupColBlock = 128;      // each group's copy starts at a multiple: the GEMM's K block
+constexpr int kGroupColBlock = 128;  // each group's copy starts at a multiple: the GEMM's K block (Problem::kGroupKBlock)
 struct PaddedGroups {
   u32 source_end[kMaxStagedGroups];
   u32 copy_end[kMaxStagedGroups];

@@ -149,7 +149,7 @@ Problem validate_grouped_wgrad(const TensorView& x, const TensorView& y, const T
   p.groups = {GroupLayout::contiguous, sizes.data, sizes.int64, sizes.check, /*along_k=*/true};
   p.max_sms = options.max_sms;
   if (p.m > 0 && p.n > 0 && !grouped_operands_readable(p)) {
-    fail(fp8 ? "x: M_total + 128 G = " + std::to_string(p.k + 128 * p.batch) + " tokens; expected fewer than 2^31"
+    fail(fp8 ? "x: M_total + 128 G = " + std::to_string(p.padded_group_k()) + " tokens; expected fewer than 2^31"
              : "x, y: not readable by TMA as they lie; expected 16-byte-aligned data and row strides, with P and Q "
                "contiguous");
   }

@@ -54,6 +54,8 @@ void check_addressable(int64_t m, int64_t n, int64_t k, int64_t batch, int eleme
   }
 }
 
+bool Problem::pads_groups_along_k() const { return groups.along_k && is_fp8(a.dtype); }
+
 ProblemWords problem_words(const Problem& p) {
   ProblemWords w{};
   size_t i = 0;

@@ -61,6 +61,12 @@ struct Problem {  // every field goes into problem_words
   int64_t rows_batch() const {
     return grouped() && groups.layout == GroupLayout::contiguous && !groups.along_k ? 1 : batch;
   }
+  // Groups along K with FP8 operands (the FP8 weight gradient) are staged K-major, each group's K
+  // from a whole block of kGroupKBlock on (kernels/sm90/stage.cuh); the copies' K, at most one
+  // block a group more than K.
+  bool pads_groups_along_k() const;
+  int64_t padded_group_k() const { return pads_groups_along_k() ? k + kGroupKBlock * batch : k; }
+  static constexpr int64_t kGroupKBlock = 128;
 };
 
 // Throws Error(invalid_argument) where 64-bit addressing cannot reach an operand of the

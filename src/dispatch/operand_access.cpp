@@ -128,7 +128,7 @@ KernelConfig typed_config(const Problem& p) {
 
 bool grouped_operands_readable(const Problem& p) {
   // FP8 along K: both operands staged, K grown by a block a group (launch.cpp).
-  if (p.groups.along_k && is_fp8(p.a.dtype)) return p.k + 128 * p.batch < kCoordinateLimit;
+  if (p.pads_groups_along_k()) return p.padded_group_k() < kCoordinateLimit;
   const TmaAccess a = tma_access(p.a, p.rows_batch(), p.m, p.k), b = tma_access(p.b, p.batch, p.k, p.n);
   if (!a.ok || p.k >= kCoordinateLimit) return false;
   if (p.groups.along_k) return b.ok && !a.cols_contiguous;  // the kernel clears A's K rows

@@ -262,8 +262,8 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   // An FP8 weight gradient's operands are staged K-major, each group's tokens (K) from a whole
   // K block on (stage.cuh): K grows by a block a group, and the kernel takes the groups' ends in
   // the copies, which the staging writes after B's copy.
-  const bool padded_groups = p.groups.along_k && is_fp8(p.a.dtype);
-  const int64_t staged_k = padded_groups ? p.k + 128 * p.batch : p.k;
+  const bool padded_groups = p.pads_groups_along_k();
+  const int64_t staged_k = p.padded_group_k();
   const StagedOperand staged_a = staged_operand(p.a, p.batch, p.m, staged_k, !config.a_k_major, config.stage_a);
   const StagedOperand staged_b = staged_operand(p.b, p.batch, staged_k, p.n, config.b_k_major, config.stage_b);
   needs.staged_a_bytes = staged_a.bytes;

@@ -38,7 +38,7 @@ const LoadedKernel& utility_kernel(const char* entry) {
 StageCopy stage_copy_params(const StageJob& job) {
   const MatrixRef& m = job.m;
   const int64_t width = job.width > 0 ? job.width : job.cols;
-  const int64_t copy_cols = job.cols + 128 * job.group_count;
+  const int64_t copy_cols = job.cols + Problem::kGroupKBlock * job.group_count;
   const int64_t units = m.col_stride == 1 && job.group_count == 0
                             ? (job.batch * job.rows * ((width * dtype_size(m.dtype) + 511) / 512) + 7) / 8
                             : job.batch * ((job.rows + 63) / 64) * ((copy_cols + 63) / 64);
