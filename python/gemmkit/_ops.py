@@ -116,19 +116,35 @@ def _quantize_fake(x, dtype, block_rows, block_cols, scale_dtype, power_of_two):
 # each computed by gemmkit (so a compiled backward runs gemmkit too). dD is taken in the inputs'
 # type first, as torch's bfloat16 and float16 gradients are, since gemmkit multiplies 16-bit
 # inputs. A 2-D operand shared by a batch gets the sum over the batch, as one product over the
-# batch's rows.
+# batch's rows. Each gradient comes out in the layout of its input (torch's layout contract for
+# gradients: torch copies a leaf's gradient of other strides into the leaf's own, every step):
+# a weight w passed as w.t() is column-major, so its gradient is computed transposed, at the
+# same cost, and comes back to w row-major.
 
-def _setup_context(ctx, inputs, output):
-    a, b, scale_a, scale_b, mode_a, mode_b, out_dtype, alpha, beta, c = inputs
-    ctx.fp8 = scale_a is not None or scale_b is not None or a.dtype not in (torch.bfloat16, torch.float16)
-    ctx.alpha, ctx.beta = alpha, beta
-    ctx.c_dtype = None if c is None else c.dtype
-    ctx.c_shared = c is not None and c.dim() == 2 and output.dim() == 3
-    ctx.save_for_backward(a, b)
+def _column_major(t):
+    """True where t's last two dimensions hold its rows contiguous (t is the transpose of a
+    row-major matrix, as a weight passed as w.t() is)."""
+    return t.size(-2) > 1 and t.stride(-2) == 1 and (t.size(-1) == 1 or t.stride(-1) != 1)
 
 
 def _product(x, y, out_dtype, alpha):
     return torch.ops.gemmkit.gemm(x, y, None, None, "none", "none", out_dtype, alpha, 0.0, None)
+
+
+def _product_like(x, y, like, alpha):
+    """alpha * x @ y in the dtype and layout of `like`, the input whose gradient it is: for a
+    column-major `like`, the transpose of (y^T x^T), whose output gemmkit writes row-major."""
+    if _column_major(like):
+        return _product(y.transpose(-1, -2), x.transpose(-1, -2), like.dtype, alpha).transpose(-1, -2)
+    return _product(x, y, like.dtype, alpha)
+
+def _setup_context(ctx, inputs, output):
+    a, b, scale_a, scale_b, mode_a, mode_b, out_dtype, alpha, beta, c = inputs
+    ctx.fp8 = scale_a is not None or scale_b is not None or a.element_size() == 1
+    ctx.alpha, ctx.beta = alpha, beta
+    ctx.c_dtype = None if c is None else c.dtype
+    ctx.c_shared = c is not None and c.dim() == 2 and output.dim() == 3
+    ctx.save_for_backward(a, b)
 
 
 def _grad_of_shared(grad, other, shared_is_a):
@@ -147,18 +163,14 @@ def _backward(ctx, grad):
     grad_a = grad_b = grad_c = None
     g = grad.to(a.dtype)
     if ctx.needs_input_grad[0]:
-        if a.dim() == 2 and g.dim() == 3:
-            grad_a = _product(*_grad_of_shared(g, b, True), a.dtype, ctx.alpha)
-        else:
-            grad_a = _product(g, b.transpose(-1, -2), a.dtype, ctx.alpha)
+        shared = a.dim() == 2 and g.dim() == 3
+        grad_a = _product_like(*(_grad_of_shared(g, b, True) if shared else (g, b.transpose(-1, -2))), a, ctx.alpha)
     if ctx.needs_input_grad[1]:
-        if b.dim() == 2 and g.dim() == 3:
-            grad_b = _product(*_grad_of_shared(g, a, False), b.dtype, ctx.alpha)
-        else:
-            grad_b = _product(a.transpose(-1, -2), g, b.dtype, ctx.alpha)
+        shared = b.dim() == 2 and g.dim() == 3
+        grad_b = _product_like(*(_grad_of_shared(g, a, False) if shared else (a.transpose(-1, -2), g)), b, ctx.alpha)
     if ctx.needs_input_grad[9] and ctx.beta != 0:
-        grad_c = (grad.sum(0) if ctx.c_shared else grad) * ctx.beta
-        grad_c = grad_c.to(ctx.c_dtype)
+        grad_c = grad.sum(0) if ctx.c_shared else grad
+        grad_c = (grad_c if ctx.beta == 1 else grad_c * ctx.beta).to(ctx.c_dtype)
     return grad_a, grad_b, None, None, None, None, None, None, None, grad_c
 
 
@@ -170,9 +182,12 @@ torch.library.register_autograd("gemmkit::gemm", _backward, setup_context=_setup
 # for contiguous groups, each contracting over its own rows. Masked groups have no such kernel:
 # their db is one batched product over every group's max_m rows, the rows past each count zeroed
 # in a and dout first (they may hold anything, NaN included, which a zero factor would not
-# cancel). Rows of da that no group owns are 0 (zero_unowned). The weight gradient out_g =
-# x_g^T y_g gives dx_g = y_g dout_g^T and dy_g = x_g dout_g: grouped products over its groups'
-# rows.
+# cancel). Rows of da that no group owns are 0 (zero_unowned). db takes b's layout as dense
+# gradients do: for weights w [G, N, K] passed as w.transpose(-2, -1) it is computed as dout_g^T
+# a_g, [G, N, K] row-major, and comes back transposed. The weight gradient out_g = x_g^T y_g
+# gives dx_g = y_g dout_g^T and dy_g = x_g dout_g: grouped products over its groups' rows,
+# row-major (a grouped product split along its columns, which dx of a column-major x would
+# need, has no kernel).
 
 def _grouped_mm_setup_context(ctx, inputs, output):
     a, b, sizes, layout, scale_a, scale_b, mode_a, mode_b, out_dtype, max_sms, zero_unowned = inputs
@@ -186,9 +201,17 @@ def _grouped_product(a, b, sizes, layout, out_dtype, max_sms):
     return torch.ops.gemmkit.grouped_mm(a, b, sizes, layout, None, None, "none", "none", out_dtype, max_sms, True)
 
 
-def _masked_weight_grad(a, grad, counts, out_dtype):
+def _weight_grad(a, grad, sizes, b, max_sms):
+    """db_g = a_g^T dout_g over contiguous groups' own rows, in b's layout."""
+    if _column_major(b):
+        return torch.ops.gemmkit.grouped_wgrad(grad, a, sizes, None, None, "none", "none", b.dtype,
+                                               max_sms).transpose(-1, -2)
+    return torch.ops.gemmkit.grouped_wgrad(a, grad, sizes, None, None, "none", "none", b.dtype, max_sms)
+
+
+def _masked_weight_grad(a, grad, counts, b):
     valid = (torch.arange(a.size(1), device=a.device) < counts.unsqueeze(1)).unsqueeze(-1)  # [G, max_m, 1]
-    return _product(a.masked_fill(~valid, 0).transpose(1, 2), grad.masked_fill(~valid, 0), out_dtype, 1.0)
+    return _product_like(a.masked_fill(~valid, 0).transpose(1, 2), grad.masked_fill(~valid, 0), b, 1.0)
 
 
 def _grouped_mm_backward(ctx, grad):
@@ -201,9 +224,9 @@ def _grouped_mm_backward(ctx, grad):
         grad_a = _grouped_product(g, b.transpose(-1, -2), sizes, ctx.layout, a.dtype, ctx.max_sms)
     if ctx.needs_input_grad[1]:
         if ctx.layout == "contiguous":
-            grad_b = torch.ops.gemmkit.grouped_wgrad(a, g, sizes, None, None, "none", "none", b.dtype, ctx.max_sms)
+            grad_b = _weight_grad(a, g, sizes, b, ctx.max_sms)
         else:
-            grad_b = _masked_weight_grad(a, g, sizes, b.dtype)
+            grad_b = _masked_weight_grad(a, g, sizes, b)
     return grad_a, grad_b, None, None, None, None, None, None, None, None, None
 
 

@@ -13,7 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from fake_cuda import cuda  # noqa: E402
 
 import gemmkit  # noqa: E402
-from gemmkit._torch import output_dtype  # noqa: E402
+from cpu_stand_ins import group_rows  # noqa: E402
 
 BF16, F32, F64, E4M3, E5M2 = torch.bfloat16, torch.float32, torch.float64, torch.float8_e4m3fn, torch.float8_e5m2
 I32, I64 = torch.int32, torch.int64
@@ -224,57 +224,9 @@ def test_fp8_weight_gradient_errors_name_the_argument(fake):
             call()
 
 
-# --- autograd, with CPU stand-ins for the kernels ------------------------------------------------
+# --- autograd, with CPU stand-ins for the kernels (cpu_stand_ins.py) ----------------------------
 # The operators' backward formulas, checked against torch's autograd through the same products
-# written group by group. The stand-ins compute in double on the CPU (float64 operands, float64
-# out_dtype) and fill the rows no group owns with NaN unless asked for zeros (zero_unowned), as an
-# empty output may hold anything.
-
-def group_rows(sizes, layout, rows):
-    """(group, first row, end row) of each group, as the kernel reads `sizes` (clamped)."""
-    if layout == "masked":
-        return [(g, 0, min(count, rows)) for g, count in enumerate(sizes.tolist())]
-    spans, start = [], 0
-    for g, end in enumerate(sizes.tolist()):
-        end = min(max(end, start), rows)
-        spans.append((g, start, end))
-        start = end
-    return spans
-
-
-def grouped_mm_stand_in(a, b, sizes, layout, scale_a, scale_b, mode_a, mode_b, out_dtype, max_sms, zero_unowned):
-    fill = 0.0 if zero_unowned else float("nan")
-    out = a.new_full((*a.shape[:-1], b.size(-1)), fill, dtype=output_dtype(a, out_dtype))
-    for g, start, end in group_rows(sizes, layout, a.size(-2)):
-        rows = (g, slice(start, end)) if layout == "masked" else (slice(start, end),)
-        out[rows] = (a[rows].double() @ b[g].double()).to(out.dtype)
-    return out
-
-
-def grouped_wgrad_stand_in(x, y, offs, scale_a, scale_b, mode_a, mode_b, out_dtype, max_sms):
-    out = x.new_empty(offs.size(0), x.size(1), y.size(1), dtype=output_dtype(x, out_dtype))
-    for g, start, end in group_rows(offs, "contiguous", x.size(0)):
-        # gemm.h's views: x's scales [P, 1] or [1, 1], y's [1, Q] or [1, 1], with or without G first.
-        sx = 1.0 if scale_a is None else scale_a[g] if scale_a.dim() == 3 else scale_a
-        sy = 1.0 if scale_b is None else scale_b[g] if scale_b.dim() == 3 else scale_b
-        out[g] = ((x[start:end].double().t() * sx) @ (y[start:end].double() * sy)).to(out.dtype)
-    return out
-
-
-def gemm_stand_in(a, b, scale_a, scale_b, mode_a, mode_b, out_dtype, alpha, beta, c):
-    assert beta == 0
-    return (alpha * (a.double() @ b.double())).to(output_dtype(a, out_dtype))
-
-
-@pytest.fixture
-def cpu_kernels():
-    lib = torch.library.Library("gemmkit", "IMPL")  # noqa: TOR901
-    for name, kernel in (("grouped_mm", grouped_mm_stand_in), ("grouped_wgrad", grouped_wgrad_stand_in),
-                         ("gemm", gemm_stand_in)):
-        lib.impl(name, kernel, "CPU")
-    yield
-    lib._destroy()
-
+# written group by group.
 
 def expect_grads(out, inputs, reference):
     """The gradients of sum(out * up) against those of `reference`, in double."""

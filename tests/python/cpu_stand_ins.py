@@ -1,0 +1,51 @@
+"""CPU stand-ins for gemmkit's kernels, so that the operators' autograd formulas run without a
+GPU: registered as the operators' CPU kernels by conftest.py's `cpu_kernels` fixture. They compute
+in double (float64 operands, float64 out_dtype) and write fresh row-major outputs, as gemmkit's
+kernels do; a grouped output's rows that no group owns hold NaN unless asked for zeros
+(zero_unowned), as an empty output may hold anything. Imported after
+pytest.importorskip("torch"), which each test file makes itself."""
+
+import torch
+
+from gemmkit._torch import output_dtype
+
+
+def group_rows(sizes, layout, rows):
+    """(group, first row, end row) of each group, as the kernel reads `sizes` (clamped)."""
+    if layout == "masked":
+        return [(g, 0, min(count, rows)) for g, count in enumerate(sizes.tolist())]
+    spans, start = [], 0
+    for g, end in enumerate(sizes.tolist()):
+        end = min(max(end, start), rows)
+        spans.append((g, start, end))
+        start = end
+    return spans
+
+
+def grouped_mm_stand_in(a, b, sizes, layout, scale_a, scale_b, mode_a, mode_b, out_dtype, max_sms, zero_unowned):
+    fill = 0.0 if zero_unowned else float("nan")
+    out = a.new_full((*a.shape[:-1], b.size(-1)), fill, dtype=output_dtype(a, out_dtype))
+    for g, start, end in group_rows(sizes, layout, a.size(-2)):
+        rows = (g, slice(start, end)) if layout == "masked" else (slice(start, end),)
+        out[rows] = (a[rows].double() @ b[g].double()).to(out.dtype)
+    return out
+
+
+def grouped_wgrad_stand_in(x, y, offs, scale_a, scale_b, mode_a, mode_b, out_dtype, max_sms):
+    out = x.new_empty(offs.size(0), x.size(1), y.size(1), dtype=output_dtype(x, out_dtype))
+    for g, start, end in group_rows(offs, "contiguous", x.size(0)):
+        # gemm.h's views: x's scales [P, 1] or [1, 1], y's [1, Q] or [1, 1], with or without G first.
+        sx = 1.0 if scale_a is None else scale_a[g] if scale_a.dim() == 3 else scale_a
+        sy = 1.0 if scale_b is None else scale_b[g] if scale_b.dim() == 3 else scale_b
+        out[g] = ((x[start:end].double().t() * sx) @ (y[start:end].double() * sy)).to(out.dtype)
+    return out
+
+
+def gemm_stand_in(a, b, scale_a, scale_b, mode_a, mode_b, out_dtype, alpha, beta, c):
+    out = alpha * (a.double() @ b.double())
+    if beta != 0:
+        out = out + beta * c.double()
+    return out.contiguous().to(output_dtype(a, out_dtype))
+
+
+STAND_INS = {"grouped_mm": grouped_mm_stand_in, "grouped_wgrad": grouped_wgrad_stand_in, "gemm": gemm_stand_in}
