@@ -1,15 +1,17 @@
 """gemmkit: matrix-multiply kernels for NVIDIA Hopper GPUs (sm_90a), from Python.
 
-`mm`, `bmm`, `addmm`, `scaled_mm`, `quantize` and the grouped (mixture-of-experts) products
-`grouped_mm` and `scaled_grouped_mm` take torch tensors (or any CUDA array with __dlpack__) on
-the GPU with any strides, and run on the tensors' device and its current stream.
-They are also torch custom operators, torch.ops.gemmkit.*, which torch.compile traces, CUDA graphs
-capture and autograd differentiates. torch is the caller's: `import gemmkit` does not import it.
-The first use of one of those functions does (looking one up is enough, also while torch.compile
-traces), and registers the operators; so does `import gemmkit` where torch is already loaded.
+The functions listed below under "Functions on torch tensors" take torch tensors (or any CUDA
+array with __dlpack__) on the GPU with any strides, and run on the tensors' device and its current
+stream. They are also torch custom operators, torch.ops.gemmkit.*, which torch.compile traces, CUDA
+graphs capture and autograd differentiates. torch is the caller's: `import gemmkit` does not import
+it. The first use of one of those functions does (looking one up is enough, also while
+torch.compile traces), and registers the operators; so does `import gemmkit` where torch is already
+loaded. Where torch is not installed they are still there, and calling one raises
+ModuleNotFoundError saying how to get it (`pip install 'gemmkit[torch]'`). gemmkit.nn holds
+torch.nn modules on these kernels (gemmkit.nn.Linear; importing it needs torch).
 `gemm`, `quantize_views`, `TensorView`, `DType`, `ScaleMode` and the tuning mode are the C++ API
-itself, with device pointers as integers, and need no torch (`pip install 'gemmkit[torch]'` brings
-it). `__version__` and `__git_commit__` are the C++ library's.
+itself, with device pointers as integers, and need no torch. `__version__` and `__git_commit__`
+are the C++ library's.
 """
 
 import sys
@@ -21,7 +23,19 @@ from ._gemmkit import quantize as quantize_views
 __version__ = _gemmkit.version()
 __git_commit__ = _gemmkit.git_commit()  # "" where the library was not built from a git checkout
 
-_TORCH_FUNCTIONS = ("addmm", "bmm", "grouped_mm", "mm", "quantize", "scaled_grouped_mm", "scaled_mm")
+# The torch functions (gemmkit._torch) and what each computes, for help() with or without torch.
+_TORCH_FUNCTIONS = {
+    "addmm": "beta * input + alpha * mat1 @ mat2, as torch.addmm",
+    "bmm": "a batch of products, [B, M, K] @ [B, K, N]; a 2-D operand is shared",
+    "grouped_mm": "one product per group (MoE expert) in one launch, as torch._grouped_mm",
+    "linear": "input @ weight.T + bias, as torch.nn.functional.linear",
+    "mm": "alpha * a @ b + beta * c, a [M, K] and b [K, N] of bfloat16 or float16",
+    "quantize": "x in FP8, a scale per block (tensor, row, 1x128, 128x128, mx): (q, scales)",
+    "scaled_grouped_mm": "grouped_mm of FP8 inputs with their scales, as torch._scaled_grouped_mm",
+    "scaled_mm": "the FP8 product (a * scales) @ (b * scales); scales per tensor, row, block, mx",
+}
+__doc__ = (__doc__ or "") + "\nFunctions on torch tensors (help(gemmkit.NAME) for the details):\n" + "".join(
+    f"  {name:<18} {summary}\n" for name, summary in _TORCH_FUNCTIONS.items())
 __all__ = ["DType", "ScaleMode", "TensorView", "TuningMode", "gemm", "quantize_views", "set_tuning_mode",
            "tuning_mode", *_TORCH_FUNCTIONS]
 
@@ -39,11 +53,27 @@ def _load_torch(user):
     return _torch
 
 
+def _without_torch(name):
+    """What gemmkit.`name` is where torch is not installed: found by hasattr, dir and help, and
+    raising _load_torch's error when called."""
+    def function(*args, **kwargs):
+        return getattr(_load_torch(f"gemmkit.{name}"), name)(*args, **kwargs)
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = (f"{_TORCH_FUNCTIONS[name]}.\n\n"
+                        "Needs torch, which is not installed: pip install 'gemmkit[torch]'.")
+    return function
+
+
 def __getattr__(name):
     """The torch functions, from gemmkit._torch, imported (with torch) on first use."""
     if name not in _TORCH_FUNCTIONS:
         raise AttributeError(f"module 'gemmkit' has no attribute {name!r}")
-    _torch = _load_torch(f"gemmkit.{name}")
+    try:
+        _torch = _load_torch(f"gemmkit.{name}")
+    except ModuleNotFoundError as error:
+        if error.name != "torch":
+            raise
+        return _without_torch(name)  # not kept: a later look-up tries torch again
     for function in _TORCH_FUNCTIONS:  # from now on plain attributes, found without this call
         globals()[function] = getattr(_torch, function)
     return globals()[name]

@@ -33,17 +33,35 @@ def run_python(code, *args):
     return subprocess.run([sys.executable, "-c", HIDE_TORCH + code, *args], capture_output=True, text=True)
 
 
-@pytest.mark.parametrize("name", ["mm", "bmm", "addmm", "scaled_mm", "quantize", "grouped_mm", "scaled_grouped_mm"])
-def test_torch_functions_without_torch_say_how_to_get_it(name):
-    # The attribute and `from gemmkit import` both raise ModuleNotFoundError with the message.
+@pytest.mark.parametrize("name", ["mm", "bmm", "addmm", "linear", "scaled_mm", "quantize", "grouped_mm",
+                                  "scaled_grouped_mm"])
+def test_torch_functions_without_torch_are_there_and_say_how_to_get_torch_when_called(name):
+    # Found as attributes, by `from gemmkit import` and `import *`; each call raises
+    # ModuleNotFoundError with the message.
     code = (f"import gemmkit\n"
-            f"try:\n    gemmkit.{name}\nexcept ModuleNotFoundError as e:\n    print(e.name, e)\n"
-            f"try:\n    from gemmkit import {name}\nexcept ModuleNotFoundError as e:\n    print(e.name, e)\n"
+            f"print(hasattr(gemmkit, {name!r}), {name!r} in dir(gemmkit), {name!r} in gemmkit.__all__)\n"
+            f"from gemmkit import {name}\n"
+            f"from gemmkit import *\n"
+            f"for function in (gemmkit.{name}, {name}):\n"
+            f"    try:\n        function(1, 2)\n    except ModuleNotFoundError as e:\n        print(e.name, e)\n"
             f"print(gemmkit.__version__, gemmkit.TensorView.__name__, gemmkit.gemm.__name__)")
     shown = run_python(code)
     assert shown.returncode == 0, shown.stderr
     expected = f"torch gemmkit.{name} {NEEDS_TORCH}"
-    assert shown.stdout.splitlines() == [expected, expected, f"{gemmkit.__version__} TensorView gemm"]
+    assert shown.stdout.splitlines() == ["True True True", expected, expected,
+                                         f"{gemmkit.__version__} TensorView gemm"]
+
+
+def test_help_lists_the_torch_functions_with_what_they_compute_without_torch():
+    shown = run_python("import gemmkit, pydoc; print(pydoc.render_doc(gemmkit, renderer=pydoc.plaintext))")
+    assert shown.returncode == 0, shown.stderr
+    assert gemmkit._TORCH_FUNCTIONS["mm"].startswith("alpha * a @ b + beta * c")
+    assert gemmkit._TORCH_FUNCTIONS["linear"].startswith("input @ weight.T + bias")
+    for name, summary in gemmkit._TORCH_FUNCTIONS.items():
+        # The module's description lists it; the FUNCTIONS section shows it with its summary.
+        assert re.search(rf"^ +{name} +{re.escape(summary)}$", shown.stdout, re.M), (name, shown.stdout)
+        assert re.search(rf"^ +{name}\(\*args, \*\*kwargs\)\n +{re.escape(summary)}\.$", shown.stdout, re.M), name
+    assert "gemmkit.nn" in shown.stdout
 
 
 def test_bench_without_torch_is_one_line_and_a_failure():
