@@ -116,6 +116,18 @@ NB_MODULE(_gemmkit, m) {
           },
           nb::arg("data"), nb::arg("dtype"), nb::arg("batch"), nb::arg("rows"), nb::arg("cols"),
           nb::arg("batch_stride"), nb::arg("row_stride"), nb::arg("col_stride"))
+      .def_static(
+          "row_major",
+          [](uintptr_t data, DType dtype, int64_t rows, int64_t cols) {
+            return TensorView::row_major(pointer(data), dtype, rows, cols);
+          },
+          nb::arg("data"), nb::arg("dtype"), nb::arg("rows"), nb::arg("cols"), "rows x cols, strides (cols, 1)")
+      .def_static(
+          "col_major",
+          [](uintptr_t data, DType dtype, int64_t rows, int64_t cols) {
+            return TensorView::col_major(pointer(data), dtype, rows, cols);
+          },
+          nb::arg("data"), nb::arg("dtype"), nb::arg("rows"), nb::arg("cols"), "rows x cols, strides (1, rows)")
       .def_prop_ro("data", [](const TensorView& v) { return reinterpret_cast<uintptr_t>(v.data); })
       .def_ro("dtype", &TensorView::dtype)
       .def_prop_ro("shape", [](const TensorView& v) { return std::vector<int64_t>(v.sizes, v.sizes + v.rank); })
@@ -226,6 +238,18 @@ NB_MODULE(_gemmkit, m) {
   m.def("tuning_mode", &gemmkit::tuning_mode, "the mode gemm() picks kernels by");
   m.def("set_tuning_mode", &gemmkit::set_tuning_mode, nb::arg("mode"),
         "sets the mode for the whole process (see gemmkit/tuning.h)");
+  // The mode by name too, as GEMMKIT_TUNING and the README spell it.
+  m.def(
+      "set_tuning_mode",
+      [](nb::str name) {
+        gemmkit::TuningMode mode;
+        if (!nb::try_cast(nb::getattr(nb::type<gemmkit::TuningMode>(), name, nb::none()), mode)) {
+          const std::string message = "mode: '" + std::string(name.c_str()) + "'; expected 'off', 'database' or 'online'";
+          throw nb::value_error(message.c_str());
+        }
+        gemmkit::set_tuning_mode(mode);
+      },
+      nb::arg("mode"), "the same, the mode given by its name: 'off', 'database' or 'online'");
 
   bind_bench(m);
 }

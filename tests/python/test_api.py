@@ -116,8 +116,24 @@ def test_tuning_mode_round_trips():
         for mode in (gemmkit.TuningMode.off, gemmkit.TuningMode.online, gemmkit.TuningMode.database):
             gemmkit.set_tuning_mode(mode)
             assert gemmkit.tuning_mode() == mode
+        for name in ("off", "online", "database"):  # by name, as GEMMKIT_TUNING and the README spell them
+            gemmkit.set_tuning_mode(name)
+            assert gemmkit.tuning_mode() == gemmkit.TuningMode[name]
+        for wrong in ("fast", "Online", "__doc__", ""):
+            with pytest.raises(ValueError, match=f"^mode: '{wrong}'; expected 'off', 'database' or 'online'$"):
+                gemmkit.set_tuning_mode(wrong)
+        assert gemmkit.tuning_mode() == gemmkit.TuningMode.database
+        with pytest.raises(TypeError):
+            gemmkit.set_tuning_mode(None)
     finally:
         gemmkit.set_tuning_mode(before)
+
+
+def test_views_of_the_cpp_quick_start():
+    row = TensorView.row_major(0x1000, DType.bf16, 4, 3)
+    col = TensorView.col_major(0x2000, DType.f16, 4, 3)
+    assert (row.data, row.dtype, row.shape, row.strides) == (0x1000, DType.bf16, [4, 3], [3, 1])
+    assert (col.data, col.dtype, col.shape, col.strides) == (0x2000, DType.f16, [4, 3], [1, 4])
 
 
 def test_quantize_views_checks_its_arguments():
