@@ -25,6 +25,13 @@ def test_version_is_the_libraries_pyprojects_and_cmakes():
     assert importlib.metadata.version("gemmkit") == gemmkit.__version__
 
 
+def test_the_wheel_declares_and_ships_the_license():
+    assert importlib.metadata.metadata("gemmkit")["License-Expression"] == "MIT"
+    shipped = [f for f in importlib.metadata.files("gemmkit") if f.name == "LICENSE" and "licenses" in f.parts]
+    assert len(shipped) == 1, importlib.metadata.files("gemmkit")
+    assert shipped[0].read_text() == (ROOT / "LICENSE").read_text()
+
+
 def test_git_commit_names_a_commit_or_nothing():
     assert re.fullmatch(r"([0-9a-f]{7,40}(\+dirty)?)?", gemmkit.__git_commit__), gemmkit.__git_commit__
 
