@@ -377,6 +377,34 @@ def addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0, out=None):
     return _arrays.to_caller(_gemm(mat1, mat2, (2,), out=out_t, alpha=alpha, beta=beta, c=c), kind, out)
 
 
+def linear(input, weight, bias=None):
+    """torch.nn.functional.linear on gemmkit: input @ weight.T + bias, with input [..., in_features]
+    (any leading dimensions, 1-D too), weight [out_features, in_features] (nn.Linear's layout,
+    read as it lies), bias [out_features] or None; input and weight both bfloat16 or both float16
+    (bias of their type or float32) -> [..., out_features]. The leading dimensions are flattened into the rows of one product:
+    a view where they can be, a copy (as torch's linear makes) where they cannot. Differentiable
+    in all three; the weight's gradient comes out row-major, as the weight is stored, so torch
+    accumulates it without a copy."""
+    (input, weight, bias), kind = _arrays.to_torch(torch, (input, weight, bias), ("input", "weight", "bias"))
+    _check_cuda_tensor(input, "input")
+    if input.dim() == 0:
+        raise ValueError("input: 0 dimensions; expected at least 1 ([..., in_features])")
+    check(input, "input", (input.dim(),))
+    check(weight, "weight", (2,))
+    if input.size(-1) != weight.size(1):
+        raise ValueError(f"weight: shape {list(weight.shape)} has in_features = {weight.size(1)} but input "
+                         f"{list(input.shape)} has {input.size(-1)}; expected weight [out_features, in_features]")
+    x = input.reshape(-1, input.size(-1))
+    c = None
+    if bias is not None:
+        check(bias, "bias", (1,))
+        if bias.size(0) != weight.size(0):
+            raise ValueError(f"bias: shape {list(bias.shape)}; expected [out_features] = [{weight.size(0)}]")
+        c = bias.expand(x.size(0), weight.size(0))
+    out = _gemm(x, weight.t(), (2,), beta=0.0 if c is None else 1.0, c=c)
+    return _arrays.to_caller(out.view(*input.shape[:-1], weight.size(0)), kind)
+
+
 def scaled_mm(a, b, scale_a, scale_b, *, mode="tensor", out=None, out_dtype=None, alpha=1.0, beta=0.0,
               c=None):
     """The FP8 product (a * its scales) @ (b * its scales): a [batch,] M x K and b [batch,] K x N
