@@ -329,11 +329,16 @@ Command& Parser::command(const std::string& name, const std::string& help) {
   return commands_.emplace_back(program_, name, help);
 }
 
+void Parser::exit_status(int code, const std::string& meaning) { exit_statuses_.emplace_back(code, meaning); }
+
 std::string Parser::help_text() const {
   std::string text = wrap(description_, 0, kHelpWidth) + "\n\nusage: " + program_ + " COMMAND [OPTIONS]\n" +
                      "       " + program_ + " --version | --help\n\ncommands:\n";
   for (const Command& c : commands_) text += entry(c.name(), c.summary());
-  return text + "\n'" + program_ + " COMMAND --help' lists a command's options.\n";
+  text += "\n'" + program_ + " COMMAND --help' lists a command's options.\n";
+  if (!exit_statuses_.empty()) text += "\nexit status:\n";
+  for (const auto& [code, meaning] : exit_statuses_) text += entry(std::to_string(code), meaning);
+  return text;
 }
 
 Parser::Result Parser::parse(const std::vector<std::string>& args) {

@@ -9,6 +9,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gemmkit::tools::args {
@@ -107,6 +108,8 @@ class Parser {
   Parser(std::string program, std::string description);
 
   Command& command(const std::string& name, const std::string& help);
+  // A line of the help's "exit status" section: what `code` means.
+  void exit_status(int code, const std::string& meaning);
 
   enum class Action {
     run,      // run command()
@@ -127,6 +130,7 @@ class Parser {
  private:
   std::string program_, description_;
   std::deque<Command> commands_;
+  std::vector<std::pair<int, std::string>> exit_statuses_;
 };
 
 }  // namespace gemmkit::tools::args

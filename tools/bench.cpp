@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -178,7 +177,6 @@ int run_bench(const BenchOptions& options) {
   // grouped kernels compile when they first run.)
   std::vector<SuiteProblem> dense_gemms = problems;
   for (const GroupedProblem& g : suite.grouped) dense_gemms.push_back(g.dense);
-  if (!options.overrides.tile.empty()) parse_tile(options.overrides.tile);
   const bool force = options.overrides.any();
   if (hint_matrix) runtime::require_device();  // it tunes: nothing to do without a GPU
   if (runtime::device_count() == 0) return compile_only(dense_gemms);
@@ -309,9 +307,7 @@ int run_bench(const BenchOptions& options) {
     for (const auto& [type, tflops] : peaks) {
       about["peak_tflops"][type] = std::isfinite(tflops) ? nlohmann::json(tflops) : nlohmann::json(nullptr);
     }
-    std::ofstream out(options.json);
-    out << json.dump(2) << "\n";
-    if (!out) throw Error(ErrorCode::io_error, "bench: cannot write " + options.json);
+    write_json(options.json, json, "bench");
   }
   if (!records.empty()) std::printf("%s\n", format_summary(summary).c_str());
   if (!grouped.empty()) std::printf("%s\n", format_grouped_summary(grouped_summary).c_str());

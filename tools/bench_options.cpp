@@ -1,11 +1,25 @@
 #include "bench_options.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 
 #include "gemmkit/error.h"
 
 namespace gemmkit::tools {
+namespace {
+
+// "bench: cannot write --json out/x.json (No such file or directory)", the reason where the
+// failed open left one in errno.
+Error cannot_write(const std::string& path, const std::string& command, int error) {
+  return Error(ErrorCode::io_error, command + ": cannot write --json " + path +
+                                        (error != 0 ? " (" + std::string(std::strerror(error)) + ")" : ""));
+}
+
+}  // namespace
 
 TileShape parse_tile(const std::string& text) {
   std::vector<TileShape> all = tile_shapes(false);
@@ -75,6 +89,22 @@ SuiteProblem parse_overhead_shape(const std::string& text) {
   p.n = dims[1];
   p.k = dims[2];
   return p;
+}
+
+void check_writable(const std::string& path, const std::string& command) {
+  std::error_code ignored;
+  // symlink_status: a dangling link is a file that exists, not to be removed.
+  const bool existed = std::filesystem::exists(std::filesystem::symlink_status(path, ignored));
+  errno = 0;
+  if (!std::ofstream(path, std::ios::app)) throw cannot_write(path, command, errno);
+  if (!existed) std::filesystem::remove(path, ignored);
+}
+
+void write_json(const std::string& path, const nlohmann::json& json, const std::string& command) {
+  errno = 0;
+  std::ofstream out(path);
+  out << json.dump(2) << "\n";
+  if (!out) throw cannot_write(path, command, errno);
 }
 
 }  // namespace gemmkit::tools

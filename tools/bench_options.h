@@ -1,7 +1,8 @@
-// Values of bench's options that need more checking than the argument parser gives; kept apart so the CPU
-// tests can reach them.
+// Values of bench's options (and tune's --json) that need more checking than the argument parser
+// gives; kept apart so the CPU tests can reach them.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "bench/suite.h"
@@ -36,5 +37,13 @@ std::string compile_summary(int compiled, size_t kernels, size_t configs);
 // The problem named by --overhead-shape: "M,N,K", three positive integers; NT, bf16, batch 1.
 // Throws Error(invalid_argument) naming --overhead-shape and the text given.
 SuiteProblem parse_overhead_shape(const std::string& text);
+
+// Checks that --json's `path` can be written, before `command` runs for minutes and then cannot
+// keep its results. Leaves the file as it was: an existing one is opened for appending and not
+// written, a new one is created and removed. Throws Error(io_error) naming --json, the path and why.
+void check_writable(const std::string& path, const std::string& command);
+
+// Writes `json` to `path`, replacing what it held. Throws Error(io_error) where it cannot.
+void write_json(const std::string& path, const nlohmann::json& json, const std::string& command);
 
 }  // namespace gemmkit::tools

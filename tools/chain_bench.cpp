@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <random>
@@ -127,11 +126,7 @@ int run_chains(const std::vector<Chain>& chains, const BenchOptions& options, co
 
   const BenchSummary summary = summarize_chains(records);
   std::printf("%s", format_chain_table(records).c_str());
-  if (!options.json.empty()) {
-    std::ofstream out(options.json);
-    out << chain_json(records, summary).dump(2) << "\n";
-    if (!out) throw Error(ErrorCode::io_error, "bench: cannot write " + options.json);
-  }
+  if (!options.json.empty()) write_json(options.json, chain_json(records, summary), "bench");
   std::printf("%s\n", format_chain_summary(summary).c_str());
   return 0;
 }

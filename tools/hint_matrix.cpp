@@ -2,7 +2,6 @@
 // for one M (the "hint") is timed at other M, pinned, next to gemm() choosing by the runtime M's
 // bucket; with dispatch, each runtime M runs its own bucket's winner whatever the hint was.
 #include <cstdio>
-#include <fstream>
 #include <functional>
 
 #include "api/prepare.h"
@@ -71,11 +70,7 @@ int run_hint_matrix(int64_t n, int64_t k, const BenchOptions& options, const run
 
   std::printf("hint matrix, N = %lld, K = %lld, NT bf16, microseconds: pinned to the hint's kernel / gemm() dispatching by M\n%s",
               static_cast<long long>(n), static_cast<long long>(k), format_hint_matrix(cells).c_str());
-  if (!options.json.empty()) {
-    std::ofstream out(options.json);
-    out << hint_matrix_json(cells).dump(2) << "\n";
-    if (!out) throw Error(ErrorCode::io_error, "bench: cannot write " + options.json);
-  }
+  if (!options.json.empty()) write_json(options.json, hint_matrix_json(cells), "bench");
   return 0;
 }
 

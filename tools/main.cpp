@@ -87,12 +87,38 @@ int main(int argc, char** argv) {
     c->option("--device", device, "the GPU to use (cudaSetDevice); default the current one, 0").at_least(0);
   }
 
+  parser.exit_status(0, "success (and --help, --version)");
+  parser.exit_status(1, "the command could not do what it was asked: a suite or chain file missing, empty or wrong, a "
+                        "--json path that cannot be written (checked before the run), no usable GPU, a CUDA error, a "
+                        "problem the kernels cannot run as forced, a failed verify or quantize check");
+  parser.exit_status(2, "a usage error, found before anything runs: an unknown command or option; a value missing, "
+                        "malformed or out of range (a number, a shape, a layout, a dtype, a tile name); options that "
+                        "cannot be combined");
+
+  // Usage errors, and --json paths that cannot be written, are found before anything runs.
   args::Parser::Result parsed;
+  std::vector<SuiteProblem> problems;  // verify's problem from the command line
   try {
     parsed = parser.parse(std::vector<std::string>(argv + 1, argv + argc));
+    // Values the parser takes as text: a mistake in them is a usage error too.
+    const auto usage_checked = [](const auto& check) {
+      try {
+        check();
+      } catch (const gemmkit::Error& e) {
+        throw args::UsageError(e.what());
+      }
+    };
     if (parsed.command == &verify && parsed.action == args::Parser::Action::run) {
       if (!verify_suite.empty() && !shape.empty()) throw args::UsageError("verify: give M N K or --suite, not both");
       if (verify_suite.empty() && shape.size() != 3) throw args::UsageError("verify: expected M N K or --suite FILE");
+      if (verify_suite.empty()) {
+        shape.insert(shape.end(), {layout, dtype, std::to_string(batch)});
+        usage_checked([&] { problems.push_back(parse_problem(shape, "verify")); });
+      }
+    }
+    if (parsed.command == &bench && parsed.action == args::Parser::Action::run) {
+      if (!overrides.tile.empty()) usage_checked([&] { parse_tile(overrides.tile); });
+      usage_checked([&] { parse_overhead_shape(bench_options.overhead_shape); });
     }
   } catch (const args::UsageError& e) {
     std::fprintf(stderr, "gemmkit: error: %s\n", e.what());
@@ -106,18 +132,15 @@ int main(int argc, char** argv) {
   }
   const std::string command = parsed.command->name();
   try {
+    for (const std::string* json : {&bench_options.json, &tune_json}) {
+      if (!json->empty()) check_writable(*json, command);
+    }
     if (device >= 0) gemmkit::runtime::select_device(device);
     if (command == "info") return run_info(device);
     if (command == "bench") return run_bench(bench_options);
     if (command == "tune") return run_tune(tune_suite, tune_json);
     if (command == "quantize") return run_quantize(load_named_suite(quantize_suite));
-    std::vector<SuiteProblem> problems;
-    if (!verify_suite.empty()) {
-      problems = load_named_suite(verify_suite);
-    } else {
-      shape.insert(shape.end(), {layout, dtype, std::to_string(batch)});
-      problems.push_back(parse_problem(shape, "command line"));
-    }
+    if (!verify_suite.empty()) problems = load_named_suite(verify_suite);
     return run_verify(problems, beta);
   } catch (const EmptySuite& e) {
     std::fprintf(stderr, "gemmkit: warning: %s\n", e.what());

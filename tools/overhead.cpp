@@ -7,7 +7,6 @@
 // spread remains (H100: a bare launch's median 2.6-3.5 us from run to run).
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <random>
 
 #include "api/validate.h"
@@ -90,11 +89,7 @@ int run_overhead(const SuiteProblem& sp, const std::string& json, const runtime:
   cudaStreamDestroy(stream);
 
   std::printf("%s", format_overhead_table(result).c_str());
-  if (!json.empty()) {
-    std::ofstream out(json);
-    out << overhead_json(result).dump(2) << "\n";
-    if (!out) throw Error(ErrorCode::io_error, "bench: cannot write " + json);
-  }
+  if (!json.empty()) write_json(json, overhead_json(result), "bench");
   std::printf("%s\n", format_overhead_summary(result).c_str());
   return 0;
 }

@@ -2,7 +2,6 @@
 // stores the fastest in the tuning database, with progress (bench/progress.h) per problem; then a table of
 // each winner against the cost model's untuned pick, and how far that pick is from the best.
 #include <cstdio>
-#include <fstream>
 #include <string>
 
 #include "commands.h"
@@ -67,11 +66,7 @@ int run_tune(const std::string& suite, const std::string& json) {
 
   const PickSummary summary = summarize_picks(records);
   std::printf("%s", format_tune_table(records).c_str());
-  if (!json.empty()) {
-    std::ofstream out(json);
-    out << tune_json(records, summary).dump(2) << "\n";
-    if (!out) throw Error(ErrorCode::io_error, "tune: cannot write " + json);
-  }
+  if (!json.empty()) write_json(json, tune_json(records, summary), "tune");
   std::printf("%s\n", format_pick_summary(summary).c_str());
   return 0;
 }

@@ -128,4 +128,17 @@ TEST(Args, HelpForTheProgramAndEachCommand) {
   EXPECT_EQ(p.parse({"--version"}).action, Parser::Action::version);
 }
 
+TEST(Args, TheProgramsHelpEndsWithItsExitStatuses) {
+  Program p;
+  EXPECT_EQ(p.parse({"--help"}).help_text.find("exit status"), std::string::npos);
+  p.parser.exit_status(0, "success");
+  p.parser.exit_status(2, "a usage error");
+  const std::string help = p.parse({"--help"}).help_text;
+  const std::string statuses = "\nexit status:\n  0" + std::string(23, ' ') + "success\n  2" + std::string(23, ' ') +
+                               "a usage error\n";
+  ASSERT_GE(help.size(), statuses.size());
+  EXPECT_EQ(help.substr(help.size() - statuses.size()), statuses) << help;
+  EXPECT_EQ(p.parse({"bench", "--help"}).help_text.find("exit status"), std::string::npos);
+}
+
 }  // namespace

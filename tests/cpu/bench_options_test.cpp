@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "gemmkit/error.h"
+#include "test_support.h"
 
 using gemmkit::DType;
 using gemmkit::Error;
@@ -163,6 +164,51 @@ TEST(BenchOptions, CompileSummaryCountsKernelsAndConfigurations) {
   EXPECT_EQ(compile_summary(2, 3, 5), "compiled 2 kernels for 5 configurations (1 was cached)");
   EXPECT_EQ(compile_summary(1, 1, 1), "compiled 1 kernel for 1 configuration (0 were cached)");
   EXPECT_EQ(compile_summary(0, 4, 4), "compiled 0 kernels for 4 configurations (4 were cached)");
+}
+
+}  // namespace
+
+namespace {
+
+class JsonPath : public gemmkit::testing::TempDirTest {
+ protected:
+  JsonPath() : TempDirTest("gemmkit-json-path") {}
+
+  // The message check_writable throws for `path`; fails the test where it passes.
+  std::string refused(const std::filesystem::path& path) {
+    try {
+      check_writable(path.string(), "bench");
+      ADD_FAILURE() << "accepted " << path;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::io_error);
+      return e.what();
+    }
+    return "";
+  }
+};
+
+TEST_F(JsonPath, CheckingLeavesTheFileAsItWas) {
+  const std::filesystem::path old = dir_ / "old.json", fresh = dir_ / "new.json";
+  gemmkit::testing::write_file(old, "{\"earlier\": 1}\n");
+  check_writable(old.string(), "bench");
+  check_writable(fresh.string(), "tune");
+  EXPECT_EQ(gemmkit::testing::read_file(old), "{\"earlier\": 1}\n");
+  EXPECT_FALSE(std::filesystem::exists(fresh));
+  write_json(old.string(), {{"later", 2}}, "bench");
+  EXPECT_EQ(gemmkit::testing::read_file(old), "{\n  \"later\": 2\n}\n");
+}
+
+TEST_F(JsonPath, PathsThatCannotBeWrittenAreNamedWithWhy) {
+  EXPECT_EQ(refused(dir_ / "no-such-dir" / "x.json"),
+            "bench: cannot write --json " + (dir_ / "no-such-dir" / "x.json").string() + " (No such file or directory)");
+  EXPECT_EQ(refused(dir_), "bench: cannot write --json " + dir_.string() + " (Is a directory)");
+  try {
+    write_json((dir_ / "no-such-dir" / "x.json").string(), {}, "tune");
+    ADD_FAILURE() << "wrote into a directory that does not exist";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::io_error);
+    EXPECT_EQ(std::string(e.what()).rfind("tune: cannot write --json ", 0), 0u) << e.what();
+  }
 }
 
 }  // namespace
