@@ -26,6 +26,7 @@ microseconds per call instead, on one small problem, and splits gemmkit's into i
 import argparse
 import json
 import math
+import re
 import statistics
 import sys
 import time
@@ -268,16 +269,44 @@ def run_overhead(args):
           f"{medians['torch.mm(a, b)']:.2f} us per call ({shape}, {CALLS} calls x {REPEATS}, median)")
 
 
+def overhead_shape(text):
+    """--overhead-shape's M,N,K, three positive integers; malformed, a usage error (exit 2)."""
+    if not re.fullmatch(r"[0-9]+,[0-9]+,[0-9]+", text) or 0 in map(int, text.split(",")):
+        raise argparse.ArgumentTypeError(f"expected M,N,K as three positive integers, got {text!r}")
+    return text
+
+
+def check_writable(path):
+    """Exits (status 1) where --json's `path` cannot be written, before a run that would then lose
+    its results. Leaves the file as it was: an existing one is opened for appending and not
+    written, a new one is created and removed."""
+    path = Path(path)
+    existed = path.is_symlink() or path.exists()
+    try:
+        path.open("a").close()
+    except OSError as error:
+        raise SystemExit(f"gemmkit.bench: cannot write --json {path} ({error.strerror})") from None
+    if not existed:
+        path.unlink()
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m gemmkit.bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m gemmkit.bench", description=__doc__.split("\n\n")[0],
+        epilog="exit status: 0 success; 1 the run could not be done (a suite file missing or wrong, a --json path "
+               "that cannot be written, checked before the run, no sm_90 GPU, no torch, a CUDA error); 2 a usage "
+               "error (an unknown option, a value missing or malformed)")
     parser.add_argument("--suite", default="dense-large", help="a suite file, or a shipped suite's name")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--baseline", choices=sorted(BASELINES), default="torch")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--overhead", action="store_true", help="host microseconds per call instead")
-    parser.add_argument("--overhead-shape", default="64,64,64", help="M,N,K of the --overhead problem")
+    parser.add_argument("--overhead-shape", type=overhead_shape, default="64,64,64",
+                        help="M,N,K of the --overhead problem")
     args = parser.parse_args(argv)
+    if args.json:
+        check_writable(args.json)
     try:  # a malformed suite or option is reported in one line, GPU or not
         suite = None if args.overhead else bench.load_bench_suite(suite_path(args.suite))
         if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):

@@ -1,5 +1,6 @@
-"""The package without torch or a GPU: import, the C++ API's views, and errors as Python
-exceptions carrying the C++ message."""
+"""The package without torch or a GPU: import, the C++ API's views, errors as Python exceptions
+carrying the C++ message, and the command lines' checks (the Python bench's where torch is
+installed)."""
 
 import itertools
 import json
@@ -107,7 +108,35 @@ def test_the_cli_ships_with_the_package():
         assert command in shown.stdout
     wrong = subprocess.run([sys.executable, "-m", "gemmkit", "bench", "--suite", "/no/such/suite.txt"],
                            capture_output=True, text=True)
-    assert wrong.returncode != 0 and "/no/such/suite.txt" in wrong.stderr
+    assert wrong.returncode == 1 and "/no/such/suite.txt" in wrong.stderr
+
+
+def bench(*args):
+    """python -m gemmkit.bench with `args`, its output captured."""
+    return subprocess.run([sys.executable, "-m", "gemmkit.bench", *args], capture_output=True, text=True)
+
+
+def test_the_python_bench_checks_its_arguments_before_it_runs(tmp_path):
+    pytest.importorskip("torch")  # the bench imports it; no GPU needed
+    # A --json path that cannot be written: exit 1 and one line, before the suite is read or a GPU
+    # looked for; an existing file is left as it was, a new one not made.
+    shown = bench("--suite", "/no/such/suite.txt", "--json", str(tmp_path / "no-such-dir" / "x.json"))
+    assert (shown.returncode, shown.stderr) == (1, f"gemmkit.bench: cannot write --json {tmp_path}/no-such-dir/x.json "
+                                                   "(No such file or directory)\n")
+    (tmp_path / "old.json").write_text("old\n")
+    for name in ("old.json", "new.json"):
+        shown = bench("--suite", "/no/such/suite.txt", "--json", str(tmp_path / name))
+        assert shown.returncode == 1 and "/no/such/suite.txt" in shown.stderr, shown.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["old.json"]
+    assert (tmp_path / "old.json").read_text() == "old\n"
+    # Usage errors: exit 2, as the help says.
+    for wrong in (["--frob"], ["--runs", "x"], ["--overhead", "--overhead-shape", "64,64"],
+                  ["--overhead", "--overhead-shape", "64,0,64"]):
+        shown = bench(*wrong)
+        assert shown.returncode == 2 and "usage: python -m gemmkit.bench" in shown.stderr, (wrong, shown.stderr)
+    shown = bench("--help")
+    words = " ".join(shown.stdout.split())  # as argparse wrapped them
+    assert shown.returncode == 0 and "exit status: 0 success; 1 the run" in words and "; 2 a usage error" in words
 
 
 def test_tuning_mode_round_trips():
