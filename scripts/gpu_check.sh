@@ -3,8 +3,10 @@
 # see scripts/python_test.sh), benchmark suites against cuBLASLt, check the kernels' SASS, and
 # print a short summary last.
 # Logs go to $OUT (or build-gpu/logs). GEMMKIT_SUITES lists the suites to bench (default
-# dense-large; e.g. "dense-large fp8-large fp8-decode fp8-mx fp8-odd"), each into
-# bench-SUITE.{txt,json}; GEMMKIT_COMMIT names the commit where the tree travels without .git.
+# dense-large; empty for none; e.g. "dense-large fp8-large fp8-decode fp8-mx fp8-odd"), each into
+# bench-SUITE.{txt,json}; GEMMKIT_BLOCKS the training blocks to time (python -m gemmkit.bench
+# --block; none by default), into blocks.{txt,json}; GEMMKIT_COMMIT names the commit where the
+# tree travels without .git.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${GEMMKIT_BUILD_DIR:-build-gpu}
@@ -24,10 +26,18 @@ scripts/python_test.sh > "$out/python-tests.log" 2>&1
 python_rc=$?
 
 bench_rc=0
-for suite in ${GEMMKIT_SUITES:-dense-large}; do
+for suite in ${GEMMKIT_SUITES-dense-large}; do
   "$build/gemmkit" bench --suite "bench/suites/$suite.txt" --json "$out/bench-$suite.json" \
     > "$out/bench-$suite.txt" 2> "$out/bench-$suite.err" || bench_rc=1
 done
+
+# Training steps of LLM blocks through torch's products and gemmkit's (GEMMKIT_BLOCKS, e.g.
+# "mlp moe"), with the wheel the Python tests installed.
+blocks_rc=0
+if [ -n "${GEMMKIT_BLOCKS:-}" ]; then
+  PYTHONPATH=build/python/site python3 -m gemmkit.bench --block $GEMMKIT_BLOCKS --top 12 \
+    --json "$out/blocks.json" > "$out/blocks.txt" 2>&1 || blocks_rc=1
+fi
 
 # Every cached kernel: HGMMA (16-bit) or QGMMA (8-bit) present in the TMA kernels, no local-memory
 # traffic anywhere. One cuobjdump per kernel, on every core (one at a time took minutes).
@@ -50,8 +60,11 @@ echo "== sass:"; cat "$out/sass.txt"
 echo "== failed tests:"; grep -E '^\s+[0-9]+ - ' "$out/tests.log" | head -20
 echo "== tests: $(grep -E 'tests passed|tests failed' "$out/tests.log" | tail -1) (exit $tests_rc)"
 echo "== python tests: $(tail -1 "$out/python-tests.log") (exit $python_rc)"
+if [ -n "${GEMMKIT_BLOCKS:-}" ]; then
+  echo "== blocks (exit $blocks_rc):"; sed -n '/^block /,/^$/p' "$out/blocks.txt"; tail -3 "$out/blocks.txt"
+fi
 echo "== bench (exit $bench_rc):"
-for suite in ${GEMMKIT_SUITES:-dense-large}; do
+for suite in ${GEMMKIT_SUITES-dense-large}; do
   echo "-- $suite"; grep -E '^summary' "$out/bench-$suite.txt"; tail -2 "$out/bench-$suite.err"
 done
-[ $tests_rc -eq 0 ] && [ $python_rc -eq 0 ] && [ $bench_rc -eq 0 ]
+[ $tests_rc -eq 0 ] && [ $python_rc -eq 0 ] && [ $bench_rc -eq 0 ] && [ $blocks_rc -eq 0 ]

@@ -21,6 +21,8 @@ entry points (gemmkit.mm, bmm, scaled_mm, grouped_mm, scaled_grouped_mm with out
 times include whatever those launch. Each problem's times are a line on stderr, under a progress
 bar (count, problem in hand, time left) where stderr is a terminal. --overhead times host
 microseconds per call instead, on one small problem, and splits gemmkit's into its layers.
+--block times a training step of LLM blocks through torch's products and gemmkit's
+(_bench_block.py).
 """
 
 import argparse
@@ -45,6 +47,7 @@ except ModuleNotFoundError as error:
 import torch  # noqa: E402
 
 from ._bench_buffers import BufferSet, run_ours, set_bytes, uniform  # noqa: E402
+from ._bench_block import SIZES, run_blocks  # noqa: E402
 from ._bench_grouped import bench_grouped_row  # noqa: E402
 
 bench = _C.bench
@@ -276,6 +279,13 @@ def overhead_shape(text):
     return text
 
 
+def positive(text):
+    """A count of at least 1; else a usage error (exit 2)."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
+
+
 def check_writable(path):
     """Exits (status 1) where --json's `path` cannot be written, before a run that would then lose
     its results. Leaves the file as it was: an existing one is opened for appending and not
@@ -304,14 +314,31 @@ def main(argv=None):
     parser.add_argument("--overhead", action="store_true", help="host microseconds per call instead")
     parser.add_argument("--overhead-shape", type=overhead_shape, default="64,64,64",
                         help="M,N,K of the --overhead problem")
+    block = parser.add_argument_group("training blocks", "--block times a training step (forward and backward) of "
+                                      "LLM blocks through torch's products and through gemmkit's instead of a suite; "
+                                      "--warmup counts warm-up steps there")
+    block.add_argument("--block", nargs="+", choices=sorted(SIZES), help="the blocks: mlp (Llama-3-8B), moe (Qwen3-30B-A3B-like)")
+    block.add_argument("--modes", nargs="+", choices=["eager", "compiled"], default=["eager", "compiled"],
+                       help="eager, under torch.compile, or both (default)")
+    block.add_argument("--steps", type=positive, default=20, help="timed steps (median reported)")
+    block.add_argument("--top", type=int, default=0, metavar="N", help="also list each step's N most costly kernels")
+    for name, help_text in (("tokens", "rows of the input"), ("hidden", "model width"),
+                            ("intermediate", "the MLP's or each expert's inner width"),
+                            ("experts", "moe: experts"), ("top-k", "moe: experts per token")):
+        block.add_argument(f"--{name}", type=positive, help=f"{help_text} (default: the block's own)")
     args = parser.parse_args(argv)
     if args.json:
         check_writable(args.json)
     try:  # a malformed suite or option is reported in one line, GPU or not
-        suite = None if args.overhead else bench.load_bench_suite(suite_path(args.suite))
+        suite = None if args.overhead or args.block else bench.load_bench_suite(suite_path(args.suite))
         if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
             raise SystemExit("gemmkit.bench: needs an sm_90 GPU (H100, H200)")
-        run_overhead(args) if args.overhead else run_suite(args, suite)
+        if args.block:
+            rows = run_blocks(args)
+            if args.json:
+                Path(args.json).write_text(json.dumps({"blocks": rows}, indent=2) + "\n")
+        else:
+            run_overhead(args) if args.overhead else run_suite(args, suite)
     except (ValueError, RuntimeError) as error:
         raise SystemExit(f"gemmkit.bench: {error}") from None
 

@@ -131,7 +131,8 @@ def test_the_python_bench_checks_its_arguments_before_it_runs(tmp_path):
     assert (tmp_path / "old.json").read_text() == "old\n"
     # Usage errors: exit 2, as the help says.
     for wrong in (["--frob"], ["--runs", "x"], ["--overhead", "--overhead-shape", "64,64"],
-                  ["--overhead", "--overhead-shape", "64,0,64"]):
+                  ["--overhead", "--overhead-shape", "64,0,64"], ["--block", "attention"],
+                  ["--block", "moe", "--steps", "0"], ["--block", "moe", "--modes", "lazy"]):
         shown = bench(*wrong)
         assert shown.returncode == 2 and "usage: python -m gemmkit.bench" in shown.stderr, (wrong, shown.stderr)
     shown = bench("--help")
