@@ -5,6 +5,7 @@
 #include "gemmkit/gemm.h"
 #include "gemmkit/grouped.h"
 #include "gemmkit/quantize.h"
+#include "gemmkit/scratch.h"
 #include "gemmkit/tensor.h"
 #include "gemmkit/tuning.h"
 #include "gemmkit/version.h"

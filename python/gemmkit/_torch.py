@@ -28,6 +28,12 @@ MODES = {mode.name: mode for mode in (_C.ScaleMode.none, _C.ScaleMode.tensor, _C
 SIZE_DTYPES = (torch.int32, torch.int64)  # group sizes (offs, counts)
 for _framework_dtype in SIZE_DTYPES:
     _C.register_size_dtype(_framework_dtype, _framework_dtype == torch.int64)
+# gemmkit's scratch (split-K partials, operand copies) from torch's caching allocator, on the
+# call's device and stream: torch counts it (torch.cuda.memory_allocated) and a capture keeps it
+# in the graph's pool, where the kernels then run as uncaptured (gemmkit/scratch.h). Installed once
+# torch has initialised CUDA, which makes its allocator: until then gemmkit keeps its own.
+torch.cuda._lazy_call(lambda: _C.set_scratch_allocator(torch._C._cuda_cudaCachingAllocator_raw_alloc,
+                                                       torch._C._cuda_cudaCachingAllocator_raw_delete))
 LAYOUTS = {"contiguous": _C.GroupLayout.contiguous, "masked": _C.GroupLayout.masked}
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)

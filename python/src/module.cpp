@@ -2,7 +2,9 @@
 // pointer, a dtype, sizes and strides in elements; gemm(), quantize() and the tuning mode are the
 // C++ functions. gemm_tensors(), grouped_gemm_tensors(), grouped_gemm_wgrad_tensors() and
 // quantize_tensors() take framework tensors (python/gemmkit's torch tensors) and read their views
-// and group sizes here (tensor_views.h). gemmkit::Error becomes ValueError
+// and group sizes here (tensor_views.h). set_scratch_allocator() makes two Python callables
+// (torch's caching allocator, from python/gemmkit/_torch.py) gemmkit's scratch allocator
+// (gemmkit/scratch.h). gemmkit::Error becomes ValueError
 // where the caller passed something gemmkit cannot accept, RuntimeError otherwise (no device, CUDA
 // or compile errors).
 #include <nanobind/nanobind.h>
@@ -57,6 +59,51 @@ gemmkit::GemmOptions tensor_options(float alpha, float beta, nb::handle c, uintp
       alpha, beta, optional_view(c, "c"), stream, mode_a,
       scale_a.is_none() ? std::nullopt : std::optional(scale_view_of(scale_a, "scale_a", true)), mode_b,
       scale_b.is_none() ? std::nullopt : std::optional(scale_view_of(scale_b, "scale_b", false)));
+}
+
+// The Python callables of set_scratch_allocator, called by the C++ allocator's two functions
+// below, which take the GIL (the tensor bindings release it around gemmkit calls).
+struct PythonScratch {
+  nb::object allocate, release;
+};
+
+// A Python exception leaves as nb::python_error, which the binding that called gemmkit raises
+// again as it was (torch.OutOfMemoryError, say).
+void* allocate_scratch(void* context, size_t bytes, cudaStream_t stream) {
+  nb::gil_scoped_acquire gil;
+  const nb::object pointer = static_cast<const PythonScratch*>(context)->allocate(bytes, uintptr_t(stream));
+  return reinterpret_cast<void*>(nb::cast<uintptr_t>(pointer));
+}
+
+// Must not throw (gemmkit/scratch.h): a Python exception goes to sys.unraisablehook.
+void release_scratch(void* context, void* data, size_t, cudaStream_t) {
+  nb::gil_scoped_acquire gil;
+  try {
+    static_cast<const PythonScratch*>(context)->release(reinterpret_cast<uintptr_t>(data));
+  } catch (nb::python_error& e) {
+    e.discard_as_unraisable("gemmkit's scratch release");
+  }
+}
+
+void set_scratch_allocator(nb::object allocate, nb::object release) {
+  if (allocate.is_none() != release.is_none()) {
+    throw nb::type_error("set_scratch_allocator: give both allocate and release, or neither");
+  }
+  if (allocate.is_none()) {
+    gemmkit::set_scratch_allocator(nullptr);
+    return;
+  }
+  // Never freed: a gemmkit call running on another thread may still be calling the callables
+  // this replaces; and their references must not be dropped once the interpreter is gone.
+  const gemmkit::ScratchAllocator allocator{allocate_scratch, release_scratch, new PythonScratch{allocate, release}};
+  gemmkit::set_scratch_allocator(&allocator);
+  // At exit, before the interpreter finalises, so that no later gemmkit call (a daemon thread's,
+  // say) reaches into it.
+  static bool reset_at_exit = false;
+  if (!reset_at_exit) {
+    nb::module_::import_("atexit").attr("register")(nb::cpp_function([] { gemmkit::set_scratch_allocator(nullptr); }));
+    reset_at_exit = true;
+  }
 }
 
 }  // namespace
@@ -234,6 +281,11 @@ NB_MODULE(_gemmkit, m) {
   m.def("git_commit", &gemmkit::git_commit,
         "the git commit the library was built from, \"+dirty\" appended for uncommitted changes; \"\" where "
         "the source was not a git checkout (gemmkit.__git_commit__)");
+
+  m.def("set_scratch_allocator", &set_scratch_allocator, nb::arg("allocate").none(), nb::arg("release").none(),
+        "takes the scratch of every later gemmkit call from allocate(nbytes, stream) -> device pointer, given "
+        "back by release(pointer) once the call's kernels are queued on that stream (gemmkit/scratch.h); "
+        "None, None: gemmkit's own per-stream buffers again");
 
   m.def("tuning_mode", &gemmkit::tuning_mode, "the mode gemm() picks kernels by");
   m.def("set_tuning_mode", &gemmkit::set_tuning_mode, nb::arg("mode"),

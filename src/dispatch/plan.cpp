@@ -148,12 +148,12 @@ void run_plan(const Plan& plan, const Problem& normalized, cudaStream_t stream) 
   if (p.grouped()) {  // no other kernel takes groups
     throw Error(ErrorCode::invalid_argument,
                 "grouped GEMM: no kernel can run it: its FP8 operands' staged copies need more workspace, which "
-                "cannot grow while the stream is captured (make one call of this size before capturing it), or it "
-                "has 2^31 tiles or more");
+                "cannot grow while the stream is captured (make one call of this size before capturing it, or set "
+                "a scratch allocator: gemmkit/scratch.h), or it has 2^31 tiles or more");
   }
-  // A staged operand's scratch cannot grow while the stream is captured: the realigning kernel
-  // (for row classes) or the fallback kernel reads the operands as they are (correct, and
-  // slower; an uncaptured call first avoids it). The fallback kernel also takes problems of more
+  // Without a scratch allocator, a staged operand's scratch cannot grow while the stream is
+  // captured: the realigning kernel (for row classes) or the fallback kernel reads the operands
+  // as they are (correct, and slower; an uncaptured call first avoids it). The fallback kernel also takes problems of more
   // work units than the TMA kernel numbers.
   if (plan.config.row_classes) {
     const KernelConfig realigned = realigned_instead(p, plan.config);

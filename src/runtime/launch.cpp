@@ -4,8 +4,6 @@
 #include <array>
 #include <bit>
 #include <cstdint>
-#include <mutex>
-#include <optional>
 #include <utility>
 #include <unordered_map>
 
@@ -204,9 +202,10 @@ void launch_tma(const LoadedKernel& kernel, const KernelConfig& config, TmaLaunc
 }
 
 // A thread's last TMA launch that neither splits K nor stages an operand (whose scratch is the
-// stream's), kept whole: a call that repeats it (the same operands, as a decode loop or a caller's
-// reused buffers make) launches it again as it was: working a launch out costs ~0.3 us per call
-// once the driver's own launch work has evicted it from the caches (H200).
+// stream's, or the call's own), kept whole: a call that repeats it (the same operands, as a
+// decode loop or a caller's reused buffers make) launches it again as it was: working a launch
+// out costs ~0.3 us per call once the driver's own launch work has evicted it from the caches
+// (H200).
 struct RepeatableLaunch {
   const LoadedKernel* kernel = nullptr;
   KernelConfig config;
@@ -269,13 +268,12 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   needs.staged_a_bytes = staged_a.bytes;
   needs.staged_b_bytes = config.row_classes ? size_t(8 * p.n * row_class_width(p.k) * dtype_size(p.b.dtype))
                                             : staged_b.bytes + (padded_groups ? size_t(4 * p.batch) : 0);
-  // Where no workspace can be had (growing it during a graph capture), the kernel runs unsplit;
-  // operands that must be staged cannot run here at all (the caller runs another kernel).
+  // Where no workspace can be had (the stream's growing during a graph capture, with no scratch
+  // allocator set), the kernel runs unsplit; operands that must be staged cannot run here at all
+  // (the caller runs another kernel). Held until the kernels are queued.
   const bool stages = config.stage_a || config.stage_b || config.row_classes;
-  std::unique_lock<std::mutex> staging;
-  if (stages) staging = lock_staged_copies(p.device, stream);
-  std::optional<Workspace> workspace;
-  if (splits > 1 || stages) workspace = stream_workspace(p.device, stream, needs);
+  const LaunchScratch scratch(p.device, stream, needs);
+  const Workspace* workspace = scratch.workspace();
   if (!workspace && stages) return false;
   if (workspace && splits > 1) {
     args.partials = workspace->partials;

@@ -17,10 +17,11 @@ namespace gemmkit::runtime {
 void launch_kernel(const LoadedKernel& kernel, unsigned gx, unsigned gy, unsigned gz, unsigned threads, unsigned smem,
                    int cluster, bool programmatic, cudaStream_t stream, void** args);
 
-// Runs the GEMM kernel that `config` describes (TMA, GEMV or fallback) for problem `p`. Returns
-// false, launching nothing, where the config stages an operand and the stream's scratch memory
-// would have to grow while the stream is being captured (runtime/workspace.h), or where the TMA
-// kernel would have kMaxWorkUnits work units or more.
+// Runs the GEMM kernel that `config` describes (TMA, GEMV or fallback) for problem `p`, its
+// scratch from the scratch allocator where one is set (runtime/workspace.h). Returns false,
+// launching nothing, where the config stages an operand and, with no allocator set, the stream's
+// scratch memory would have to grow while the stream is being captured, or where the TMA kernel
+// would have kMaxWorkUnits work units or more. Throws what the allocator throws.
 bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const Problem& p, int sm_count,
                  cudaStream_t stream);
 

@@ -1,11 +1,14 @@
 #include "runtime/workspace.h"
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <tuple>
 
+#include "gemmkit/error.h"
 #include "runtime/driver.h"
 
 namespace gemmkit::runtime {
@@ -53,9 +56,15 @@ StreamKey stream_key(int device, cudaStream_t stream) {
   return {device, stream, stream == cudaStreamPerThread ? std::this_thread::get_id() : std::thread::id()};
 }
 
-}  // namespace
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
+  return capture != cudaStreamCaptureStatusNone;
+}
 
-std::optional<Workspace> stream_workspace(int device, cudaStream_t stream, const WorkspaceNeeds& needs) {
+// Buffers at least as large as `needs` asks for, or nullopt where they would have to grow while
+// `stream` is being captured.
+std::optional<Workspace> stream_buffers(int device, cudaStream_t stream, const WorkspaceNeeds& needs) {
   const StreamKey key = stream_key(device, stream);
   // What this thread last got for the stream, looked up without the lock. Buffers that another
   // thread has since outgrown are never freed and are still big enough here; kernels on one
@@ -66,11 +75,7 @@ std::optional<Workspace> stream_workspace(int device, cudaStream_t stream, const
   static std::map<StreamKey, Buffers> buffers;
   std::lock_guard<std::mutex> lock(mutex);
   Buffers& b = buffers[key];
-  if (!b.cover(needs)) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    check(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
-    if (capture != cudaStreamCaptureStatusNone) return std::nullopt;
-  }
+  if (!b.cover(needs) && capturing(stream)) return std::nullopt;
   grow(b.partials, needs.partial_bytes, false, stream, "cudaMallocAsync(split-K partials)");
   grow(b.counters, needs.counters * sizeof(unsigned), true, stream, "cudaMallocAsync(split-K counters)");
   grow(b.staged_a, needs.staged_a_bytes, false, stream, "cudaMallocAsync(staged A)");
@@ -79,6 +84,8 @@ std::optional<Workspace> stream_workspace(int device, cudaStream_t stream, const
   return b.workspace();
 }
 
+// Held while a launch queues its copies into the stream's staging buffers and the kernel that
+// reads them (workspace.h).
 std::unique_lock<std::mutex> lock_staged_copies(int device, cudaStream_t stream) {
   // One of a few mutexes by the stream's key: streams that share one merely wait for each other.
   static std::mutex mutexes[16];
@@ -88,4 +95,80 @@ std::unique_lock<std::mutex> lock_staged_copies(int device, cudaStream_t stream)
   return std::unique_lock<std::mutex>(mutexes[slot]);
 }
 
+// The allocator set_scratch_allocator set (allocate is nullptr where none is). Launches copy it,
+// so that one that runs while it changes gives back its memory to the allocator it took it from.
+std::mutex allocator_mutex;
+ScratchAllocator allocator_set;
+
+ScratchAllocator current_allocator() {
+  std::lock_guard<std::mutex> lock(allocator_mutex);
+  return allocator_set;
+}
+
+}  // namespace
+
+LaunchScratch::LaunchScratch(int device, cudaStream_t stream, const WorkspaceNeeds& needs) {
+  const bool stages = needs.staged_a_bytes > 0 || needs.staged_b_bytes > 0;
+  if (!stages && needs.partial_bytes == 0 && needs.counters == 0) return;
+  allocations_.allocator = current_allocator();
+  if (!allocations_.allocator.allocate) {
+    if (stages) staging_ = lock_staged_copies(device, stream);
+    workspace_ = stream_buffers(device, stream, needs);
+    return;
+  }
+  allocations_.stream = stream;
+  Workspace w;
+  w.partials = static_cast<float*>(allocations_.take(needs.partial_bytes, "split-K partials"));
+  w.staged_a = allocations_.take(needs.staged_a_bytes, "staged A");
+  w.staged_b = allocations_.take(needs.staged_b_bytes, "staged B");
+  if (needs.counters > 0) {
+    // A graph captured with the stream's counters would share them with the stream's later
+    // launches, and with its own replays on other streams.
+    std::optional<Workspace> own;
+    if (!capturing(stream)) own = stream_buffers(device, stream, {.counters = needs.counters});
+    if (own) {
+      w.counters = own->counters;
+    } else {
+      const size_t bytes = needs.counters * sizeof(unsigned);
+      w.counters = static_cast<unsigned*>(allocations_.take(bytes, "split-K counters"));
+      check(cudaMemsetAsync(w.counters, 0, bytes, stream), "cudaMemsetAsync(split-K counters)");
+    }
+  }
+  workspace_ = w;
+}
+
+LaunchScratch::Allocations::~Allocations() {
+  while (count > 0) {
+    --count;
+    allocator.release(allocator.context, taken[count].first, taken[count].second, stream);
+  }
+}
+
+void* LaunchScratch::Allocations::take(size_t bytes, const char* what) {
+  if (bytes == 0) return nullptr;
+  void* data = allocator.allocate(allocator.context, bytes, stream);
+  if (!data) {
+    throw Error(ErrorCode::cuda_error, "the scratch allocator returned no memory for " + std::string(what) + " (" +
+                                           std::to_string(bytes) + " bytes)");
+  }
+  taken[count++] = {data, bytes};
+  if (reinterpret_cast<uintptr_t>(data) % 256 != 0) {
+    throw Error(ErrorCode::invalid_argument, "the scratch allocator returned memory for " + std::string(what) +
+                                                 " that is not 256-byte aligned (gemmkit/scratch.h)");
+  }
+  return data;
+}
+
 }  // namespace gemmkit::runtime
+
+namespace gemmkit {
+
+void set_scratch_allocator(const ScratchAllocator* allocator) {
+  if (allocator && (!allocator->allocate || !allocator->release)) {
+    throw Error(ErrorCode::invalid_argument, "set_scratch_allocator: the allocator needs both allocate and release");
+  }
+  std::lock_guard<std::mutex> lock(runtime::allocator_mutex);
+  runtime::allocator_set = allocator ? *allocator : ScratchAllocator{};
+}
+
+}  // namespace gemmkit

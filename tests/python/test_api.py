@@ -166,6 +166,11 @@ def test_views_of_the_cpp_quick_start():
     assert (col.data, col.dtype, col.shape, col.strides) == (0x2000, DType.f16, [4, 3], [1, 4])
 
 
+def test_scratch_allocator_takes_both_callables_or_neither():
+    with pytest.raises(TypeError, match="both allocate and release, or neither"):
+        gemmkit._gemmkit.set_scratch_allocator(lambda nbytes, stream: 0, None)
+
+
 def test_quantize_views_checks_its_arguments():
     x = TensorView.matrix(0x1000, DType.bf16, 4, 256, 256, 1)
     q = TensorView.matrix(0x2000, DType.e4m3, 4, 256, 256, 1)
