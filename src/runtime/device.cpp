@@ -185,18 +185,19 @@ bool is_device_memory(const void* pointer, int ordinal) {
 }
 
 // The current context's device, where a context is current (the usual case), is what
-// cudaGetDevice reports, for less (H200, paired in one process: 0.025 us against 0.039).
+// cudaGetDevice reports, for less (H200, paired in one process: 0.025 us against 0.039). A thread
+// that has made no CUDA call yet (torch's autograd threads, say) has no current context, while
+// cudaGetDevice already reports device 0: cudaSetDevice makes the device's primary context
+// current, which the driver calls gemmkit makes (module loads, launches) need.
 DeviceGuard::DeviceGuard(int ordinal) {
   CUdevice current_context = -1, wanted = -1;
-  if (driver().ctx_get_device(&current_context) == CUDA_SUCCESS && driver().device_get(&wanted, ordinal) == CUDA_SUCCESS &&
-      current_context == wanted) {
-    return;
-  }
+  const bool has_context = driver().ctx_get_device(&current_context) == CUDA_SUCCESS;
+  if (has_context && driver().device_get(&wanted, ordinal) == CUDA_SUCCESS && current_context == wanted) return;
   int current = -1;
   check(cudaGetDevice(&current), "cudaGetDevice");
-  if (current == ordinal) return;
+  if (current == ordinal && has_context) return;
   check(cudaSetDevice(ordinal), "cudaSetDevice");
-  previous_ = current;
+  if (current != ordinal) previous_ = current;
 }
 
 DeviceGuard::~DeviceGuard() {

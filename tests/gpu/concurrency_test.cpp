@@ -17,6 +17,7 @@
 
 #include "../thread_failures.h"
 #include "gpu_test.h"
+#include "runtime/device.h"
 #include "runtime/driver.h"
 #include "runtime/utility_kernels.h"
 
@@ -324,6 +325,35 @@ TEST_F(GemmThreads, OneSharedStream) {
   Stream shared;
   Failures failures;
   run_workers(kWorkers, 15, problems_of_worker, [&](int) { return shared.get(); }, failures);
+  EXPECT_EQ(failures.count(), 0u) << failures.all();
+}
+
+// A thread that has made no CUDA call (as torch's autograd threads are when a backward pass
+// starts with gemmkit) has no current context though its device is 0: the call must make the
+// device's context current before its driver calls (a module load failed with "invalid device
+// context" there).
+TEST_F(GemmThreads, FirstCallOnAFreshThread) {
+  DeviceProblem problem({.m = 96, .n = 136, .k = 72, .layout = "TN"}, fresh_seed());
+  Stream stream;
+  Failures failures;
+  bool had_context = false;
+  std::thread([&] {
+    CUdevice device = -1;
+    had_context = runtime::driver().ctx_get_device(&device) == CUDA_SUCCESS;
+    try {
+      {
+        runtime::DeviceGuard guard(0);
+        if (runtime::driver().ctx_get_device(&device) != CUDA_SUCCESS) failures.add("no current context under the guard");
+      }
+      problem.prepare_output(stream.get());
+      gemm(problem.a(), problem.b(), problem.d(), problem.options(stream.get()));
+      const Comparison result = problem.check(stream.get());
+      if (!result.passed()) failures.add(result.summary());
+    } catch (const std::exception& e) {
+      failures.add(e.what());
+    }
+  }).join();
+  if (had_context) GTEST_SKIP() << "a new thread had a current context already: nothing to check";
   EXPECT_EQ(failures.count(), 0u) << failures.all();
 }
 

@@ -5,6 +5,8 @@ gradients against double precision, eager and compiled, and no copy kernel in a 
 that the same block on torch's products does not launch too. Skips, saying so, without torch or
 an sm_90 GPU."""
 
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
@@ -42,6 +44,17 @@ def test_linear_rejects_mismatched_shapes():
         gemmkit.linear(x, w, rand(79))
     with pytest.raises(ValueError, match=r"^input: 0 dimensions; expected at least 1"):
         gemmkit.linear(rand(()), w)
+
+
+def test_a_backward_pass_that_starts_with_gemmkit():
+    # torch's autograd thread has made no CUDA call when its first work is gemmkit's: gemmkit must
+    # make the device's context current there (a module load failed with "invalid device context").
+    code = ("import torch, gemmkit\n"
+            "x = torch.randn(33, 96, device='cuda', dtype=torch.bfloat16, requires_grad=True)\n"
+            "w = torch.randn(80, 96, device='cuda', dtype=torch.bfloat16, requires_grad=True)\n"
+            "gemmkit.linear(x, w).backward(torch.ones(33, 80, device='cuda', dtype=torch.bfloat16))\n"
+            "assert torch.equal(x.grad, gemmkit.mm(torch.ones(33, 80, device='cuda', dtype=torch.bfloat16), w))\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_nn_linear_is_a_drop_in():
