@@ -117,8 +117,11 @@ def median_ms(step, warmup, steps):
 
 
 def is_copy(kernel):
+    """Whether a kernel only moves data: a memcpy, torch's copy (a layout or dtype change, as
+    AccumulateGrad's into a parameter's layout) or cat, inductor's clone."""
     name = kernel.lower()
-    return "copy" in name or "memcpy" in name
+    return (name.startswith("memcpy") or "direct_copy" in name or "copy_kernel" in name
+            or "catarraybatchedcopy" in name or (name.startswith("triton_") and "clone" in name))
 
 
 def kernels(step):
