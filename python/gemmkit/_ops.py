@@ -128,6 +128,11 @@ def _column_major(t):
 
 
 def _product(x, y, out_dtype, alpha):
+    """The gradients' products: launched at once where torch has nothing to record (an eager
+    backward pass), else through the operator (a traced or double backward; other devices' stand-in
+    kernels in the tests)."""
+    if x.is_cuda and t.direct(x, y):
+        return _gemm(x, y, None, None, "none", "none", out_dtype, alpha, 0.0, None)
     return torch.ops.gemmkit.gemm(x, y, None, None, "none", "none", out_dtype, alpha, 0.0, None)
 
 
@@ -197,16 +202,25 @@ def _grouped_mm_setup_context(ctx, inputs, output):
 
 
 def _grouped_product(a, b, sizes, layout, out_dtype, max_sms):
-    """a @ b group by group, rows no group owns 0: the gradients' grouped products."""
+    """a @ b group by group, rows no group owns 0: the gradients' grouped products (launched as
+    _product's)."""
+    if a.is_cuda and t.direct(a, b, sizes):
+        return _grouped_mm(a, b, sizes, layout, None, None, "none", "none", out_dtype, max_sms, True)
     return torch.ops.gemmkit.grouped_mm(a, b, sizes, layout, None, None, "none", "none", out_dtype, max_sms, True)
+
+
+def _wgrad_product(x, y, sizes, out_dtype, max_sms):
+    """x_g^T y_g over each group's rows (launched as _product's)."""
+    if x.is_cuda and t.direct(x, y, sizes):
+        return _grouped_wgrad(x, y, sizes, None, None, "none", "none", out_dtype, max_sms)
+    return torch.ops.gemmkit.grouped_wgrad(x, y, sizes, None, None, "none", "none", out_dtype, max_sms)
 
 
 def _weight_grad(a, grad, sizes, b, max_sms):
     """db_g = a_g^T dout_g over contiguous groups' own rows, in b's layout."""
     if _column_major(b):
-        return torch.ops.gemmkit.grouped_wgrad(grad, a, sizes, None, None, "none", "none", b.dtype,
-                                               max_sms).transpose(-1, -2)
-    return torch.ops.gemmkit.grouped_wgrad(a, grad, sizes, None, None, "none", "none", b.dtype, max_sms)
+        return _wgrad_product(grad, a, sizes, b.dtype, max_sms).transpose(-1, -2)
+    return _wgrad_product(a, grad, sizes, b.dtype, max_sms)
 
 
 def _masked_weight_grad(a, grad, counts, b):
@@ -253,3 +267,28 @@ def _grouped_wgrad_backward(ctx, grad):
 torch.library.register_autograd("gemmkit::grouped_mm", _grouped_mm_backward, setup_context=_grouped_mm_setup_context)
 torch.library.register_autograd("gemmkit::grouped_wgrad", _grouped_wgrad_backward,
                                 setup_context=_grouped_wgrad_setup_context)
+
+
+# --- eager autograd ------------------------------------------------------------------------------
+# Where nothing is being traced, autograd records gemmkit's products through these Functions
+# rather than through the operators: the same kernels (the operators' CUDA implementations
+# above) and the same formulas, without the dispatcher's autograd wrapper, which costs about
+# 100 us of host time a call against 20 for torch's own products (H200): enough to make an eager
+# training step of many small experts wait for the host.
+
+class EagerGemm(torch.autograd.Function):
+    forward = staticmethod(_gemm)
+    setup_context = staticmethod(_setup_context)
+    backward = staticmethod(_backward)
+
+
+class EagerGroupedMm(torch.autograd.Function):
+    forward = staticmethod(_grouped_mm)
+    setup_context = staticmethod(_grouped_mm_setup_context)
+    backward = staticmethod(_grouped_mm_backward)
+
+
+class EagerGroupedWgrad(torch.autograd.Function):
+    forward = staticmethod(_grouped_wgrad)
+    setup_context = staticmethod(_grouped_wgrad_setup_context)
+    backward = staticmethod(_grouped_wgrad_backward)

@@ -3,11 +3,12 @@ data pointer, dtype, sizes and strides, so any strided view runs as it is, on th
 device and that device's current stream.
 
 A call reaches the launch (`launch_gemm`, `launch_grouped`, `launch_grouped_wgrad`,
-`launch_quantize`) by one of two roads. Where torch has something to record (torch.compile
-tracing, fake or other subclass tensors, a dispatch mode, inputs that autograd tracks) it goes
-through the custom operators torch.ops.gemmkit.* (`_ops`), whose CUDA kernels are these same
-launches. Otherwise it launches directly: torch's dispatcher
-would only add host time. Arrays of other libraries come in through DLPack (`_arrays`).
+`launch_quantize`) by one of three roads. Where torch has something to record besides autograd
+(torch.compile tracing, fake or other subclass tensors, a dispatch mode, a functorch transform)
+it goes through the custom operators torch.ops.gemmkit.* (`_ops`), whose CUDA kernels are these
+same launches. Where only autograd has (inputs that require grad, eager) it goes through _ops'
+autograd Functions, which launch them too and record the operators' own backward formulas.
+Otherwise it launches directly: torch's dispatcher would only add host time. Arrays of other libraries come in through DLPack (`_arrays`).
 
 Importing this module imports torch and registers the operators; gemmkit imports it on the first
 use of one of its functions (or at once where torch is already loaded), not before.
@@ -207,6 +208,16 @@ def direct(*tensors, autograd=True):
     return True
 
 
+def eager(*tensors):
+    """True where torch has nothing but autograd to record for a call on `tensors` (None entries
+    skipped): not tracing, no dispatch mode or functorch transform, plain tensors. Such a call runs
+    through _ops' Eager* autograd Functions rather than the operators, for less host time."""
+    if (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack()
+            or torch._C._are_functorch_transforms_active()):
+        return False
+    return all(t is None or type(t) in _PLAIN_TYPES for t in tensors)
+
+
 def _mode_pair(mode):
     modes = (mode, mode) if isinstance(mode, str) else tuple(mode)
     for m in modes:
@@ -231,6 +242,8 @@ def _gemm(a, b, dims, scale_a=None, scale_b=None, modes=("none", "none"), out=No
         launch_gemm(a, b, out, scale_a, scale_b, *modes, alpha, beta, c)
         return out
     if out is None:
+        if eager(a, b, c, scale_a, scale_b):
+            return _ops.EagerGemm.apply(a, b, scale_a, scale_b, *modes, out_dtype, alpha, beta, c)
         return torch.ops.gemmkit.gemm(a, b, scale_a, scale_b, *modes, out_dtype, alpha, beta, c)
     refuse_autograd_with_out(a, b, c, out)
     torch.ops.gemmkit.gemm_out(a, b, out, scale_a, scale_b, *modes, alpha, beta, c)
@@ -248,6 +261,8 @@ def _grouped(a, b, sizes, layout, scale_a=None, scale_b=None, modes=("none", "no
         launch_grouped(a, b, sizes, layout, out, scale_a, scale_b, *modes, max_sms)
         return out
     if out is None:
+        if eager(a, b, sizes, scale_a, scale_b):
+            return _ops.EagerGroupedMm.apply(a, b, sizes, layout, scale_a, scale_b, *modes, out_dtype, max_sms, False)
         return torch.ops.gemmkit.grouped_mm(a, b, sizes, layout, scale_a, scale_b, *modes, out_dtype, max_sms, False)
     refuse_autograd_with_out(a, b, out)
     torch.ops.gemmkit.grouped_mm_out(a, b, sizes, out, layout, scale_a, scale_b, *modes, max_sms)
@@ -266,6 +281,8 @@ def _grouped_wgrad(x, y, offs, scale_a=None, scale_b=None, modes=("none", "none"
         launch_grouped_wgrad(x, y, offs, out, scale_a, scale_b, *modes, max_sms)
         return out
     if out is None:
+        if eager(x, y, offs, scale_a, scale_b):
+            return _ops.EagerGroupedWgrad.apply(x, y, offs, scale_a, scale_b, *modes, out_dtype, max_sms)
         return torch.ops.gemmkit.grouped_wgrad(x, y, offs, scale_a, scale_b, *modes, out_dtype, max_sms)
     refuse_autograd_with_out(x, y, out)
     torch.ops.gemmkit.grouped_wgrad_out(x, y, offs, out, scale_a, scale_b, *modes, max_sms)
