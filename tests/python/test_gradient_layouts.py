@@ -96,3 +96,32 @@ def test_grouped_weight_gradients_take_the_weights_layout(cpu_kernels, layout, t
     got = grads(grouped(a, w.transpose(-2, -1), sizes, layout), (a, w),
                 lambda x, w: per_group(x, w.transpose(-2, -1), sizes, layout))
     expect_layouts(got, (a, w))
+
+
+def test_eager_functions_record_the_operators_formulas(cpu_kernels, monkeypatch):
+    # Eager calls with inputs that require grad run through _ops' autograd Functions, whose
+    # forward launches the kernel itself: here the launches write the stand-ins' products.
+    from cpu_stand_ins import grouped_mm_stand_in, grouped_wgrad_stand_in
+    from gemmkit import _ops, _torch
+
+    def launch_gemm(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c):
+        out.copy_(alpha * (a @ b) + (beta * c if beta else 0))
+
+    monkeypatch.setattr(_torch, "launch_gemm", launch_gemm)
+    monkeypatch.setattr(_torch, "launch_grouped", lambda a, b, sizes, layout, out, *rest: out.copy_(
+        grouped_mm_stand_in(a, b, sizes, layout, None, None, "none", "none", F64, 0, False)))
+    monkeypatch.setattr(_torch, "launch_grouped_wgrad", lambda x, y, offs, out, *rest: out.copy_(
+        grouped_wgrad_stand_in(x, y, offs, None, None, "none", "none", F64, 0)))
+    x, w, bias = leaf(9, 4), leaf(3, 4), leaf(3)
+    out = _ops.EagerGemm.apply(x, w.t(), None, None, "none", "none", F64, 1.0, 1.0, bias.expand(9, 3))
+    assert type(out.grad_fn).__name__ == "EagerGemmBackward"
+    expect_layouts(grads(out, (x, w, bias), lambda x, w, b: x @ w.t() + b), (x, w, bias))
+    a, sizes, experts = leaf(12, 5), torch.tensor([4, 4, 12]), leaf(3, 6, 5)
+    out = _ops.EagerGroupedMm.apply(a, experts.transpose(-2, -1), sizes, "contiguous", None, None, "none", "none",
+                                    F64, 0, False)
+    got = grads(out, (a, experts), lambda x, w: per_group(x, w.transpose(-2, -1), sizes, "contiguous"))
+    expect_layouts(got, (a, experts))
+    y = leaf(12, 4)
+    out = _ops.EagerGroupedWgrad.apply(a, y, sizes, None, None, "none", "none", F64, 0)
+    starts = [0] + sizes.tolist()[:-1]
+    grads(out, (a, y), lambda a, y: torch.stack([a[s:e].t() @ y[s:e] for s, e in zip(starts, sizes.tolist())]))
