@@ -274,21 +274,20 @@ torch.library.register_autograd("gemmkit::grouped_wgrad", _grouped_wgrad_backwar
 # rather than through the operators: the same kernels (the operators' CUDA implementations
 # above) and the same formulas, without the dispatcher's autograd wrapper, which costs about
 # 100 us of host time a call against 20 for torch's own products (H200): enough to make an eager
-# training step of many small experts wait for the host.
+# training step of many small experts wait for the host. Their forward takes ctx and calls the
+# setup itself: a Function with a separate setup_context has every call's arguments bound to
+# forward's signature by inspect (about 30 us a call); these never run under functorch
+# transforms (_torch.eager), which would need that form.
 
-class EagerGemm(torch.autograd.Function):
-    forward = staticmethod(_gemm)
-    setup_context = staticmethod(_setup_context)
-    backward = staticmethod(_backward)
+def _eager_function(name, kernel, setup_context, backward):
+    def forward(ctx, *inputs):
+        output = kernel(*inputs)
+        setup_context(ctx, inputs, output)
+        return output
+    return type(name, (torch.autograd.Function,), {"forward": staticmethod(forward), "backward": staticmethod(backward)})
 
 
-class EagerGroupedMm(torch.autograd.Function):
-    forward = staticmethod(_grouped_mm)
-    setup_context = staticmethod(_grouped_mm_setup_context)
-    backward = staticmethod(_grouped_mm_backward)
-
-
-class EagerGroupedWgrad(torch.autograd.Function):
-    forward = staticmethod(_grouped_wgrad)
-    setup_context = staticmethod(_grouped_wgrad_setup_context)
-    backward = staticmethod(_grouped_wgrad_backward)
+EagerGemm = _eager_function("EagerGemm", _gemm, _setup_context, _backward)
+EagerGroupedMm = _eager_function("EagerGroupedMm", _grouped_mm, _grouped_mm_setup_context, _grouped_mm_backward)
+EagerGroupedWgrad = _eager_function("EagerGroupedWgrad", _grouped_wgrad, _grouped_wgrad_setup_context,
+                                    _grouped_wgrad_backward)
