@@ -13,7 +13,7 @@ namespace gemmkit {
 //   contiguous: A is [M_total, K] and D [M_total, N], the groups' rows one after another (tokens
 //               sorted by expert); `sizes` holds G cumulative ends (torch._grouped_mm's offs):
 //               group g has rows [ends[g-1], ends[g]), ends[-1] = 0. Rows past the last end are
-//               not written.
+//               not written (but see GroupSizes::zero_unowned).
 //   masked:     A is [G, max_m, K] and D [G, max_m, N]; `sizes` holds each group's valid row
 //               count (<= max_m). Rows past a group's count are not written.
 enum class GroupLayout { contiguous, masked };
@@ -30,6 +30,11 @@ struct GroupSizes {
   // it with a message on stdout (a trap: the context is lost, and the call's stream reports an
   // error) instead of being clamped.
   bool check = false;
+  // Where true, grouped_gemm sets D's rows that no group owns (past the last end; past a group's
+  // count) to zero, as a gradient's must be, by a small kernel run before the GEMM on the same
+  // stream (about a launch where every row is owned). grouped_gemm_wgrad writes every group's
+  // output and ignores it.
+  bool zero_unowned = false;
 };
 
 // The most groups one call takes (the kernel keeps their table in shared memory).

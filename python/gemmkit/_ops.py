@@ -15,7 +15,7 @@ _lib.define("gemm(Tensor a, Tensor b, Tensor? scale_a, Tensor? scale_b, str mode
             "ScalarType? out_dtype, float alpha, float beta, Tensor? c) -> Tensor")
 _lib.define("gemm_out(Tensor a, Tensor b, Tensor(a!) out, Tensor? scale_a, Tensor? scale_b, str mode_a, "
             "str mode_b, float alpha, float beta, Tensor? c) -> ()")
-# zero_unowned: the output starts as zeros, so that rows no group owns read 0 (gradients).
+# zero_unowned: rows no group owns are set to 0 (gradients), else left undefined as torch's are.
 _lib.define("grouped_mm(Tensor a, Tensor b, Tensor sizes, str layout, Tensor? scale_a, Tensor? scale_b, str mode_a, "
             "str mode_b, ScalarType? out_dtype, int max_sms, bool zero_unowned) -> Tensor")
 _lib.define("grouped_mm_out(Tensor a, Tensor b, Tensor sizes, Tensor(a!) out, str layout, Tensor? scale_a, "
@@ -40,8 +40,8 @@ def _gemm_out(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c):
 
 
 def _grouped_mm(a, b, sizes, layout, scale_a, scale_b, mode_a, mode_b, out_dtype, max_sms, zero_unowned):
-    out = t.new_grouped_output(a, b, out_dtype, zero_unowned)
-    t.launch_grouped(a, b, sizes, layout, out, scale_a, scale_b, mode_a, mode_b, max_sms)
+    out = t.new_grouped_output(a, b, out_dtype)
+    t.launch_grouped(a, b, sizes, layout, out, scale_a, scale_b, mode_a, mode_b, max_sms, zero_unowned)
     return out
 
 

@@ -78,11 +78,10 @@ def grouped_output_shape(a, b):
     return (*a.shape[:-1], b.size(-1))
 
 
-def new_grouped_output(a, b, out_dtype, zero_unowned):
-    """An output for grouped a @ b: empty (rows no group owns stay undefined, as torch's do), or
-    zeros where `zero_unowned` (gradients, where those rows must read 0)."""
-    shape, dtype = grouped_output_shape(a, b), output_dtype(a, out_dtype)
-    return a.new_zeros(shape, dtype=dtype) if zero_unowned else a.new_empty(shape, dtype=dtype)
+def new_grouped_output(a, b, out_dtype):
+    """An empty output for grouped a @ b (launch_grouped writes the rows no group owns only where
+    asked to zero them)."""
+    return a.new_empty(grouped_output_shape(a, b), dtype=output_dtype(a, out_dtype))
 
 
 def wgrad_output_shape(x, y, offs):
@@ -90,15 +89,16 @@ def wgrad_output_shape(x, y, offs):
     return (offs.size(0), x.size(1), y.size(1))
 
 
-def launch_grouped(a, b, sizes, layout, out, scale_a, scale_b, mode_a, mode_b, max_sms):
+def launch_grouped(a, b, sizes, layout, out, scale_a, scale_b, mode_a, mode_b, max_sms, zero_unowned=False):
     """out = a @ b per group (`layout` "contiguous" or "masked", `sizes` the ends or counts, read
-    by the kernel) on out's device and current stream. a and b are first copied where the
-    kernel's TMA cannot read them as they lie; FP8 ones must be K-major (a's K and b's K
-    contiguous), 16-bit ones may be either way."""
+    by the kernel) on out's device and current stream; the rows no group owns are left as they
+    are, or set to 0 where `zero_unowned` (gradients, where they must read 0). a and b are first
+    copied where the kernel's TMA cannot read them as they lie; FP8 ones must be K-major (a's K
+    and b's K contiguous), 16-bit ones may be either way."""
     fp8 = a.element_size() == 1
     a = tma_readable(a, (-1,) if fp8 else (-1, -2))
     b = tma_readable(b, (-2,) if fp8 else (-2, -1))
-    _C.grouped_gemm_tensors(a, b, out, sizes.contiguous(), LAYOUTS[layout], False, 1.0,
+    _C.grouped_gemm_tensors(a, b, out, sizes.contiguous(), LAYOUTS[layout], False, zero_unowned, 1.0,
                             torch._C._cuda_getCurrentRawStream(out.get_device()), MODES[mode_a], scale_a,
                             MODES[mode_b], scale_b, max_sms)
 
@@ -257,7 +257,7 @@ def _grouped(a, b, sizes, layout, scale_a=None, scale_b=None, modes=("none", "no
     max_sms = int(max_sms)
     if direct(a, b, sizes, scale_a, scale_b, out):
         if out is None:
-            out = new_grouped_output(a, b, out_dtype, False)
+            out = new_grouped_output(a, b, out_dtype)
         launch_grouped(a, b, sizes, layout, out, scale_a, scale_b, *modes, max_sms)
         return out
     if out is None:

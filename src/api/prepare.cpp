@@ -101,7 +101,7 @@ Problem validate_grouped(const TensorView& a, const TensorView& b, const TensorV
     if (options.scale_b.mode != ScaleMode::none) p.scale_b.m.batch_stride = options.scale_b.scales.batch_stride();
   }
   if (p.k == 0 && p.m > 0 && p.n > 0) fail("A: K = 0; expected K >= 1 for grouped_gemm");
-  p.groups = {sizes.layout, sizes.data, sizes.int64, sizes.check};
+  p.groups = {sizes.layout, sizes.data, sizes.int64, sizes.check, /*along_k=*/false, sizes.zero_unowned};
   p.max_sms = options.max_sms;
   if (p.m > 0 && p.n > 0 && !grouped_operands_readable(p)) {
     fail(std::string("A, B: not readable by TMA as they lie; expected 16-byte-aligned data and strides, a contiguous "
@@ -194,6 +194,7 @@ void run_prepared(const PreparedGemm& prepared, cudaStream_t stream) {
   runtime::DeviceGuard guard(prepared.problem.device);
   const Problem& p = prepared.problem;
   if (p.groups.check) runtime::check_group_sizes(p.groups, p.batch, p.groups.along_k ? p.k : p.m, stream);
+  if (p.groups.zero_unowned) runtime::zero_unowned_rows(p.d, p.groups, p.batch, p.m, p.n, stream);
   run_plan(make_plan(prepared.problem, nullptr, stream), prepared.problem, stream);
 }
 

@@ -191,7 +191,9 @@ std::string gemm_source(const KernelConfig& requested) {
 
 std::string reference_source(const OperandTypes& types) {
   return "// gemmkit reference kernel\n" +
-         expand_includes("#include \"reference.cuh\"\n#include \"stage.cuh\"\n#include \"group_check.cuh\"\n", config_header(types));
+         expand_includes("#include \"reference.cuh\"\n#include \"stage.cuh\"\n#include \"group_check.cuh\"\n"
+                         "#include \"unowned_rows.cuh\"\n",
+                         config_header(types));
 }
 
 }  // namespace gemmkit::codegen

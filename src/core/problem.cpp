@@ -74,7 +74,7 @@ ProblemWords problem_words(const Problem& p) {
   w[i++] = p.device;
   w[i++] = address(p.groups.sizes);
   w[i++] = int64_t(p.groups.layout) | int64_t(p.groups.int64) << 8 | int64_t(p.groups.check) << 9 |
-            int64_t(p.groups.along_k) << 10;
+            int64_t(p.groups.along_k) << 10 | int64_t(p.groups.zero_unowned) << 11;
   w[i++] = p.max_sms;
   return w;
 }

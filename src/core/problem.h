@@ -41,6 +41,7 @@ struct GroupRef {
   bool int64 = false;
   bool check = false;  // trap on sizes out of range, rather than clamp them
   bool along_k = false;
+  bool zero_unowned = false;  // zero D's rows no group owns, before the GEMM
 
   bool grouped() const { return sizes != nullptr; }
 };

@@ -93,6 +93,23 @@ void check_group_sizes(const GroupRef& groups, int64_t count, int64_t bound, cud
         "cuLaunchKernel(check_group_sizes)");
 }
 
+void zero_unowned_rows(const MatrixRef& d, const GroupRef& groups, int64_t count, int64_t rows, int64_t cols,
+                       cudaStream_t stream) {
+  const LoadedKernel& kernel = utility_kernel("gemmkit_zero_unowned_rows");
+  void* data = d.data;
+  int64_t batch_stride = d.batch_stride, row_stride = d.row_stride, col_stride = d.col_stride;
+  int element_bytes = dtype_size(d.dtype), int64 = groups.int64 ? 1 : 0, groups_count = int(count);
+  const bool masked = groups.layout == GroupLayout::masked;
+  int ends = masked ? 0 : 1;
+  const void* sizes = groups.sizes;
+  void* args[] = {&data, &batch_stride, &row_stride, &col_stride, &element_bytes, &rows, &cols, &sizes,
+                  &int64, &groups_count, &ends};
+  const int64_t row_blocks = (rows + 15) / 16;  // kUnownedRowsPerBlock, kernels/sm90/unowned_rows.cuh
+  check(driver().launch_kernel(kernel.function, unsigned(std::min<int64_t>(row_blocks, 1 << 16)), masked ? unsigned(count) : 1,
+                               1, 256, 1, 1, 0, stream, args, nullptr),
+        "cuLaunchKernel(zero_unowned_rows)");
+}
+
 const LoadedKernel& empty_kernel() { return utility_kernel("gemmkit_empty"); }
 
 void launch_empty(const LoadedKernel& kernel, unsigned blocks, unsigned threads, cudaStream_t stream) {

@@ -21,6 +21,12 @@ void fill_random(void* data, DType type, int64_t count, uint64_t seed, float lo,
 // (1 to 1024) are out of range: ends decreasing or past `bound`, counts outside [0, bound].
 void check_group_sizes(const GroupRef& groups, int64_t count, int64_t bound, cudaStream_t stream);
 
+// Zeros in the rows of `d` that no group of grouped_gemm's owns (GroupSizes::zero_unowned): `count`
+// groups over `rows` x `cols`, past the last end (contiguous: d one matrix) or past each group's
+// count (masked: d batched by group).
+void zero_unowned_rows(const MatrixRef& d, const GroupRef& groups, int64_t count, int64_t rows, int64_t cols,
+                       cudaStream_t stream);
+
 // A staging copy: the matrix `m` of 8- or 16-bit elements, seen as [batch] rows x cols (any
 // strides), copied into `dst` densely: rows `ld` elements apart, batches rows * ld apart.
 // Where m's cols are contiguous, copy b < 8 may be shifted (StageCopy in kernels/sm90/params.h):

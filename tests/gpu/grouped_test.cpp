@@ -1,5 +1,6 @@
 // grouped_gemm (gemmkit/grouped.h) on the GPU: every group's rows against the double-precision
-// reference of that group's GEMM, and every row no group owns left as it was (NaN-poisoned).
+// reference of that group's GEMM, and every row no group owns left as it was (NaN-poisoned), or
+// zero where the sizes ask for it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -134,7 +135,7 @@ class GroupedProblem {
     runtime::check(cudaStreamSynchronize(stream), "copy sizes");
   }
 
-  GroupSizes sizes() const { return {case_.layout, sizes_, case_.int64, case_.groups(), check_}; }
+  GroupSizes sizes() const { return {case_.layout, sizes_, case_.int64, case_.groups(), check_, zero_unowned_}; }
   void run(cudaStream_t stream = nullptr, int max_sms = 0) {
     GemmOptions o = options_;
     o.stream = stream;
@@ -142,6 +143,7 @@ class GroupedProblem {
     grouped_gemm(a_, b_, d_, sizes(), o);
   }
   void check_sizes() { check_ = true; }
+  void zero_unowned() { zero_unowned_ = true; }
   // cuBLAS's grouped GEMM on the same operands and the case's rows, as bench runs it.
   void run_cublas(baseline::CublasGrouped& cublas) const {
     std::string why;
@@ -156,7 +158,8 @@ class GroupedProblem {
   void poison(cudaStream_t stream = nullptr) { dense_.prepare_output(stream); }
 
   // Each group's rows (`rows`, which may differ from the case's) against the reference of its
-  // GEMM, and every other element of D's buffer still all-ones bytes.
+  // GEMM, every other element of D's view zero where the sizes zero unowned rows, and every other
+  // element of D's buffer still all-ones bytes.
   void expect_correct(const std::vector<int64_t>& rows, const std::string& what) const {
     const std::vector<char> host = dense_.copy_output();
     const char* base = static_cast<const char*>(dense_.d().data);
@@ -177,12 +180,25 @@ class GroupedProblem {
         for (int64_t j = 0; j < p.n; ++j) owned[size_t(at + r * p.d.row_stride + j)] = true;
       }
     }
-    int64_t written = 0;
+    std::vector<bool> zeroed(owned.size(), false);
+    const TensorView d = batched(d_);
+    for (int64_t b = 0; zero_unowned_ && b < d.batch(); ++b) {
+      for (int64_t r = 0; r < d.rows(); ++r) {
+        for (int64_t j = 0; j < d.cols(); ++j) {
+          const size_t i = size_t(b * d.batch_stride() + r * d.row_stride() + j * d.col_stride());
+          zeroed[i] = !owned[i];
+        }
+      }
+    }
+    int64_t written = 0, not_zeroed = 0;
     for (size_t i = 0; i < owned.size(); ++i) {
       if (owned[i]) continue;
-      for (size_t b = 0; b < bytes; ++b) written += host[i * bytes + b] != char(0xff) ? 1 : 0;
+      for (size_t b = 0; b < bytes; ++b) {
+        (zeroed[i] ? not_zeroed : written) += host[i * bytes + b] != (zeroed[i] ? char(0) : char(0xff)) ? 1 : 0;
+      }
     }
     EXPECT_EQ(written, 0) << what << " " << case_.describe() << ": bytes written outside every group's rows";
+    EXPECT_EQ(not_zeroed, 0) << what << " " << case_.describe() << ": bytes of rows no group owns not zeroed";
   }
 
   // Rows [start, start + count) of group g's matrix of D against the reference of that part of its
@@ -238,6 +254,7 @@ class GroupedProblem {
   GemmOptions options_;
   void* sizes_ = nullptr;
   bool check_ = false;
+  bool zero_unowned_ = false;
 };
 
 class GroupedGemm : public testing::GpuTest {
@@ -448,32 +465,53 @@ TEST_F(GroupedGemm, RowsPast2To31ElementsAndTensorsPast4GB) {
   problem.expect_rows_correct(1, total - tail, tail, "the last group");
 }
 
-// Captured once, replayed with other sizes written to the device array.
+// Captured once, replayed with other sizes written to the device array; with unowned rows zeroed
+// too, each replay zeroing the rows its sizes leave unowned.
 TEST_F(GroupedGemm, GraphReplaysWithNewSizes) {
-  GroupedCase c{.rows = {100, 50, 0, 200}, .n = 256, .k = 256, .extra_rows = 300};
-  GroupedProblem problem(c);
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  problem.run(stream);  // plans and compiles outside the capture
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  cudaGraph_t graph = nullptr;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  problem.run(stream);
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  for (const std::vector<int64_t>& rows : {std::vector<int64_t>{0, 300, 250, 0}, std::vector<int64_t>{7, 1, 1, 1}}) {
-    std::vector<int64_t> ends(rows);
-    std::partial_sum(ends.begin(), ends.end(), ends.begin());
-    problem.set_sizes(ends, stream);
-    problem.poison(stream);
-    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  for (bool zero_unowned : {false, true}) {
+    GroupedCase c{.rows = {100, 50, 0, 200}, .n = 256, .k = 256, .extra_rows = 300};
+    GroupedProblem problem(c);
+    if (zero_unowned) problem.zero_unowned();
+    cudaStream_t stream = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    problem.run(stream);  // plans and compiles outside the capture
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    problem.expect_correct(rows, "graph replay");
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    problem.run(stream);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (const std::vector<int64_t>& rows : {std::vector<int64_t>{0, 300, 250, 0}, std::vector<int64_t>{7, 1, 1, 1}}) {
+      std::vector<int64_t> ends(rows);
+      std::partial_sum(ends.begin(), ends.end(), ends.begin());
+      problem.set_sizes(ends, stream);
+      problem.poison(stream);
+      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      problem.expect_correct(rows, zero_unowned ? "graph replay, unowned rows zeroed" : "graph replay");
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
+}
+
+// GroupSizes::zero_unowned (gradients): the rows past the last end, or past each group's count,
+// come out zero (in a graph too: GraphReplaysWithNewSizes).
+TEST_F(GroupedGemm, ZeroedUnownedRows) {
+  for (const GroupedCase& c : {GroupedCase{.rows = kEdgeRows, .extra_rows = 40},
+                               GroupedCase{.rows = {3, 0, 70}, .n = 136, .k = 128, .out = DType::f32},
+                               GroupedCase{.rows = {100, 100}, .n = 128, .k = 128, .extra_rows = 0},
+                               GroupedCase{.layout = GroupLayout::masked, .rows = {200, 0, 1, 77}, .n = 384,
+                                           .k = 256, .int64 = true}}) {
+    GroupedProblem problem(c);
+    problem.zero_unowned();
+    problem.poison();
+    problem.run();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << c.describe();
+    problem.expect_correct(c.rows, "zeroed unowned rows");
+  }
 }
 
 // Ends that decrease or pass M_total are clamped: no write outside D, the groups as clamped right.

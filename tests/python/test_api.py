@@ -79,7 +79,7 @@ def test_grouped_bindings_read_group_sizes_and_check_shapes():
     none, contiguous, masked = ScaleMode.none, _gemmkit.GroupLayout.contiguous, _gemmkit.GroupLayout.masked
 
     def grouped(b, sizes, layout=contiguous):
-        _gemmkit.grouped_gemm_tensors(a, b, d, sizes, layout, False, 1.0, 0, none, None, none, None, 0)
+        _gemmkit.grouped_gemm_tensors(a, b, d, sizes, layout, False, False, 1.0, 0, none, None, none, None, 0)
 
     # The checks on the host come before any look at the device: these raise without a GPU.
     with pytest.raises(TypeError, match="^offs: dtype int16 is not supported; expected int32 or int64$"):

@@ -108,8 +108,8 @@ def test_eager_functions_record_the_operators_formulas(cpu_kernels, monkeypatch)
         out.copy_(alpha * (a @ b) + (beta * c if beta else 0))
 
     monkeypatch.setattr(_torch, "launch_gemm", launch_gemm)
-    monkeypatch.setattr(_torch, "launch_grouped", lambda a, b, sizes, layout, out, *rest: out.copy_(
-        grouped_mm_stand_in(a, b, sizes, layout, None, None, "none", "none", F64, 0, False)))
+    monkeypatch.setattr(_torch, "launch_grouped", lambda a, b, sizes, layout, out, *rest, zero_unowned=False: out.copy_(
+        grouped_mm_stand_in(a, b, sizes, layout, None, None, "none", "none", F64, 0, zero_unowned)))
     monkeypatch.setattr(_torch, "launch_grouped_wgrad", lambda x, y, offs, out, *rest: out.copy_(
         grouped_wgrad_stand_in(x, y, offs, None, None, "none", "none", F64, 0)))
     x, w, bias = leaf(9, 4), leaf(3, 4), leaf(3)
