@@ -246,7 +246,9 @@ GroupDist parse_dist(const std::string& field, const std::string& where) {
   if (name == "skew") return {Kind::skew, parse_number(value, "skew ratio", 0, false, where), 0};
   if (name == "zipf") return {Kind::zipf, parse_number(value, "zipf exponent", 0, true, where), 0};
   if (name == "random") return {Kind::random, 0, uint64_t(parse_int(value, "random seed", 0, where))};
-  fail(where, "unknown distribution " + quoted(field) + "; expected balanced, skew:R, zipf:S or random:SEED");
+  if (name == "routed") return {Kind::routed, 0, uint64_t(parse_int(value, "routed seed", 0, where))};
+  fail(where, "unknown distribution " + quoted(field) +
+                  "; expected balanced, skew:R, zipf:S, random:SEED or routed:SEED");
 }
 
 std::string dist_spec(const GroupDist& dist) {
@@ -255,6 +257,7 @@ std::string dist_spec(const GroupDist& dist) {
     case GroupDist::Kind::skew: return "skew:" + num_text(dist.value);
     case GroupDist::Kind::zipf: return "zipf:" + num_text(dist.value);
     case GroupDist::Kind::random: return "random:" + std::to_string(dist.seed);
+    case GroupDist::Kind::routed: return "routed:" + std::to_string(dist.seed);
   }
   return "?";
 }

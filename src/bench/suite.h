@@ -79,8 +79,8 @@ struct GroupedProblem {
 // the distribution (parse_dist). Errors as parse_problem()'s.
 GroupedProblem parse_grouped(const std::vector<std::string>& fields, const std::string& where);
 
-// A distribution as a line names it: balanced, skew:R (R > 0), zipf:S (S >= 0) or random:SEED
-// (an integer >= 0), in any case. Throws gemmkit::Error(invalid_argument) prefixed by `where`.
+// A distribution as a line names it: balanced, skew:R (R > 0), zipf:S (S >= 0), random:SEED or
+// routed:SEED (an integer >= 0), in any case. Throws gemmkit::Error(invalid_argument) prefixed by `where`.
 GroupDist parse_dist(const std::string& field, const std::string& where);
 
 // The distribution's field, canonical: "balanced", "skew:10", "zipf:1.2", "random:7".

@@ -14,7 +14,7 @@ int64_t sum(const std::vector<int64_t>& rows) { return std::accumulate(rows.begi
 
 const std::vector<GroupDist> kDists = {
     {Kind::balanced, 0, 0}, {Kind::skew, 10, 0}, {Kind::skew, 0.5, 0}, {Kind::zipf, 1.2, 0},
-    {Kind::zipf, 0, 0},     {Kind::random, 0, 1}, {Kind::random, 0, 12345},
+    {Kind::zipf, 0, 0},     {Kind::random, 0, 1}, {Kind::random, 0, 12345}, {Kind::routed, 0, 1},
 };
 
 TEST(GroupSizes, SplitsSumExactlyToTheTotal) {
@@ -88,6 +88,16 @@ TEST(GroupSizes, RandomWeightsLieInZeroToOne) {
   // Uneven, as a router's loads are: the spread is most of (0, 1].
   EXPECT_LT(*std::min_element(weights.begin(), weights.end()), 0.05);
   EXPECT_GT(*std::max_element(weights.begin(), weights.end()), 0.95);
+}
+
+TEST(GroupSizes, RoutedRowsSpreadAboutABalancedMean) {
+  // 32768 rows over 128 groups: binomial counts of mean 256 and deviation 16.
+  const std::vector<int64_t> rows = split_rows(128, 32768, {Kind::routed, 0, 5});
+  EXPECT_EQ(sum(rows), 32768);
+  EXPECT_GT(*std::min_element(rows.begin(), rows.end()), 256 - 6 * 16);
+  EXPECT_LT(*std::max_element(rows.begin(), rows.end()), 256 + 6 * 16);
+  EXPECT_GT(*std::max_element(rows.begin(), rows.end()) - *std::min_element(rows.begin(), rows.end()), 2 * 16);
+  EXPECT_NE(rows, split_rows(128, 32768, {Kind::routed, 0, 6}));
 }
 
 TEST(GroupSizes, MaskedCountsStayWithinMaxM) {

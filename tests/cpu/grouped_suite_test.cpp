@@ -95,7 +95,8 @@ TEST(GroupedSuite, TakesFp8TypesAndModes) {
 }
 
 TEST(GroupedSuite, DistributionsReadBackAsWritten) {
-  for (const std::string text : {"balanced", "skew:10", "skew:2.5", "zipf:1.2", "zipf:0", "random:7", "random:0"}) {
+  for (const std::string text : {"balanced", "skew:10", "skew:2.5", "zipf:1.2", "zipf:0", "random:7", "random:0",
+                                 "routed:3"}) {
     EXPECT_EQ(dist_spec(parse_dist(text, "here")), text);
   }
   EXPECT_EQ(dist_spec(parse_dist("SKEW:10", "here")), "skew:10");
@@ -107,9 +108,9 @@ TEST(GroupedSuite, DistributionsReadBackAsWritten) {
 
 TEST(GroupedSuite, BadDistributionsSayWhatIsExpected) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"flat", "unknown distribution 'flat'; expected balanced, skew:R, zipf:S or random:SEED"},
-      {"skew", "unknown distribution 'skew'; expected balanced, skew:R, zipf:S or random:SEED"},
-      {"balanced:2", "unknown distribution 'balanced:2'; expected balanced, skew:R, zipf:S or random:SEED"},
+      {"flat", "unknown distribution 'flat'; expected balanced, skew:R, zipf:S, random:SEED or routed:SEED"},
+      {"skew", "unknown distribution 'skew'; expected balanced, skew:R, zipf:S, random:SEED or routed:SEED"},
+      {"balanced:2", "unknown distribution 'balanced:2'; expected balanced, skew:R, zipf:S, random:SEED or routed:SEED"},
       {"skew:", "skew ratio '' is not a number; expected a number > 0"},
       {"skew:ten", "skew ratio 'ten' is not a number; expected a number > 0"},
       {"skew:0", "skew ratio '0' is too small; expected a number > 0"},

@@ -127,7 +127,7 @@ def test_the_python_bench_reports_bad_suites_in_one_line(tmp_path):
     malformed = run_bench("--suite", str(bad))
     assert malformed.returncode != 0
     assert malformed.stderr.strip() == (f"gemmkit.bench: {bad}:2: unknown distribution 'zipf'; expected balanced, "
-                                        "skew:R, zipf:S or random:SEED")
+                                        "skew:R, zipf:S, random:SEED or routed:SEED")
 
 
 def test_views_are_read_from_the_tensors():
