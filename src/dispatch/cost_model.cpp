@@ -20,6 +20,7 @@ namespace {
 constexpr int kMinSplitBlocks = 24;
 constexpr int64_t kMaxPartialBytes = int64_t(32) << 20;
 constexpr double kSplitOverheadBlocks = 10.0;
+constexpr int64_t kClusteredGroupRows = 1024;  // choose_grouped_config
 
 // The most parts K blocks may be split into: at least kMinSplitBlocks each, at most kMaxSplits.
 int64_t max_splits(int64_t k_blocks) {
@@ -390,6 +391,17 @@ KernelConfig choose_grouped_config(const Problem& p, const DeviceLimits& limits)
     if (c.splits != 1 || !tile_takes_groups({c.tile_m, c.tile_n}, config)) continue;
     static_cast<KernelKnobs&>(config) = c;
     break;
+  }
+  // Contiguous groups of fewer than kClusteredGroupRows rows on average run unclustered. A
+  // cluster's CTAs take consecutive row tiles of one group, so a group that ends in a cluster
+  // row's first tile leaves the second CTA idle, and a router's uneven counts end about half the
+  // groups so. H200, 128x256 tiles in clusters of two against unclustered (bench --cluster 1):
+  // routed:1 rows 1.06-1.11x faster unclustered at G = 128 and 32 x 512 rows (Qwen3, gpt-oss,
+  // the training suite's 1.10-1.16x), zipf:1.2 1.09-1.22x; balanced rows 0.98-1.02x at G = 128,
+  // 0.91-0.98x at 32 x 512, which a router's counts never are. 8 x 4096 rows keep their clusters
+  // (0.92-1.00x unclustered).
+  if (p.groups.layout == GroupLayout::contiguous && !p.groups.along_k && dense.m < kClusteredGroupRows) {
+    config.cluster_m = 1;
   }
   config = with_tile(config, {config.tile_m, config.tile_n});
   config.stages = std::min(config.stages, max_stages(config, limits.smem_per_block));

@@ -2,6 +2,7 @@
 // problem, without a GPU. Pointers are fake device addresses.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -256,6 +257,25 @@ TEST(GroupedConfig, IsUnsplitWithATableForEveryGroup) {
   many.sizes.count = 257;
   many.b = TensorView::batched(address(1), DType::bf16, 257, K, N, N * K, 1, K);
   EXPECT_EQ(choose_grouped_config(prepare(many), DeviceLimits{}).group_capacity, 512);
+}
+
+// Contiguous groups of a few hundred rows run unclustered (a router's uneven counts leave a
+// cluster's second CTA idle at most groups' ends); groups of thousands of rows may cluster.
+TEST(GroupedConfig, GroupsOfAFewHundredRowsRunUnclustered) {
+  auto config = [](int64_t groups, int64_t rows, int64_t n, int64_t k) {
+    Args x;
+    x.a = TensorView::row_major(address(0), DType::bf16, groups * rows, k);
+    x.b = TensorView::batched(address(1), DType::bf16, groups, k, n, n * k, 1, k);
+    x.d = TensorView::row_major(address(2), DType::bf16, groups * rows, n);
+    x.sizes.count = groups;
+    return choose_grouped_config(prepare(x), DeviceLimits{});
+  };
+  for (auto [groups, rows, n, k] : {std::array<int64_t, 4>{128, 256, 1536, 2048}, {128, 256, 3072, 4096},
+                                    {128, 128, 5760, 2880}, {32, 512, 4096, 7168}}) {
+    const KernelConfig c = config(groups, rows, n, k);
+    EXPECT_EQ(c.cluster_m, 1) << groups << " x " << rows << " rows, N " << n << ", K " << k << ": " << c.name();
+  }
+  EXPECT_EQ(config(8, 4096, 4096, 7168).cluster_m, 2) << "DeepSeek-V3 up, 8 x 4096 rows";
 }
 
 }  // namespace
