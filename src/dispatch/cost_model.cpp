@@ -395,11 +395,11 @@ KernelConfig choose_grouped_config(const Problem& p, const DeviceLimits& limits)
   // Contiguous groups of fewer than kClusteredGroupRows rows on average run unclustered. A
   // cluster's CTAs take consecutive row tiles of one group, so a group that ends in a cluster
   // row's first tile leaves the second CTA idle, and a router's uneven counts end about half the
-  // groups so. H200, 128x256 tiles in clusters of two against unclustered (bench --cluster 1):
-  // routed:1 rows 1.06-1.11x faster unclustered at G = 128 and 32 x 512 rows (Qwen3, gpt-oss,
-  // the training suite's 1.10-1.16x), zipf:1.2 1.09-1.22x; balanced rows 0.98-1.02x at G = 128,
-  // 0.91-0.98x at 32 x 512, which a router's counts never are. 8 x 4096 rows keep their clusters
-  // (0.92-1.00x unclustered).
+  // groups so. H200, moe.txt's 16-bit plans in clusters of two against the same unclustered
+  // (bench --cluster 1; bench/results/grouped-clusters-h200-575d36d.txt): routed:1 rows 1.07-1.11x
+  // faster unclustered at G = 128 (the training suite's 1.10-1.16x), 1.02-1.06x at 32 x 512;
+  // zipf:1.2 0.99-1.22x; balanced rows 0.99-1.02x at G = 128 and 0.91-1.00x at 32 x 512, which a
+  // router's counts never are. 8 x 4096 rows keep their clusters (0.92-1.01x unclustered).
   if (p.groups.layout == GroupLayout::contiguous && !p.groups.along_k && dense.m < kClusteredGroupRows) {
     config.cluster_m = 1;
   }
