@@ -1,0 +1,90 @@
+// The epilogue IR: what a kernel computes from each element of its GEMM result before storing it
+// (a fused epilogue). Its text form is a few statements separated by ';':
+//
+//   h = acc + bias[n];          a name for a value (used below, any number of times)
+//   pre[m, n] = h;              an auxiliary output: h stored to the tensor `pre`, M x N
+//   silu(h) * gate[m, n]        the last statement: the value D holds
+//
+// `acc` is the GEMM's result at (m, n), alpha * A B (+ beta * C). A tensor is read as name[n]
+// (one value a column, broadcast down the rows: a bias), name[m] (one a row: a per-token scale)
+// or name[m, n] (an M x N tensor: a residual, a gate). Numbers are constants baked into the
+// kernel. Operators + - * / and unary minus; functions of one value: identity, relu, relu2
+// (relu squared), gelu (erf), gelu_tanh, silu, sigmoid, tanh, exp, log, abs, neg, square, sqrt,
+// rsqrt, and the casts bf16, f16 and f32 (round to the type and on in f32); of two: max, min;
+// clamp(x, lo, hi) with constant bounds.
+//
+// A parsed Program is a DAG: equal subexpressions are one node, however the text spelled them,
+// and values nothing stores are dropped. canonical() serialises it for the kernel cache key:
+// equal programs give equal strings (tensor names do not count, their shapes and order of first
+// use do), different ones never do.
+#pragma once
+
+#include <array>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gemmkit/tensor.h"
+
+namespace gemmkit::epilogue {
+
+enum class Op {
+  acc,       // the GEMM's result at (m, n)
+  constant,  // Node::value
+  load,      // Node::input's tensor at (m, n), broadcast as its Shape says
+  // one operand
+  identity, relu, relu2, gelu, gelu_tanh, silu, sigmoid, tanh, exp, log, abs, neg, square, sqrt, rsqrt,
+  clamp,  // to [Node::lo, Node::hi]
+  cast,   // rounded to Node::type, as a store of that type would
+  // two operands
+  add, sub, mul, div, max, min,
+};
+
+// How a tensor the epilogue reads is indexed.
+enum class Shape {
+  row_vector,     // name[n]: one value a column of D
+  column_vector,  // name[m]: one value a row of D
+  matrix,         // name[m, n]
+};
+
+struct Input {
+  std::string name;
+  Shape shape;
+};
+
+struct Node {
+  Op op = Op::acc;
+  std::array<int, 2> operands{-1, -1};  // earlier nodes
+  double value = 0;                     // constant
+  double lo = 0, hi = 0;                // clamp
+  int input = -1;                       // load: index into Program::inputs
+  DType type = DType::f32;              // cast
+
+  bool operator==(const Node&) const = default;
+};
+
+// An auxiliary output: node `node` stored to the M x N tensor `name`.
+struct Store {
+  std::string name;
+  int node;
+};
+
+struct Program {
+  std::vector<Node> nodes;  // every operand before its users
+  std::vector<Input> inputs;  // in order of first use
+  std::vector<Store> stores;  // in the text's order
+  int result = -1;            // the node D holds
+};
+
+// Parses the text form. Throws Error(invalid_argument) saying where and what is wrong, e.g.
+//   epilogue: column 13 of "silu(acc) * slu(x[n])": unknown function 'slu'; expected one of ...
+Program parse(std::string_view text);
+
+// The program as a string that identifies it (see above).
+std::string canonical(const Program& program);
+
+// The name of an operation as the text form spells it ("add" for +, "cast" for the casts).
+std::string_view op_name(Op op);
+int arity(Op op);  // operands: 0, 1 or 2
+
+}  // namespace gemmkit::epilogue

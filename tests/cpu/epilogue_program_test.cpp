@@ -1,0 +1,159 @@
+// The epilogue IR's text form (epilogue/program.h): what it parses to, its canonical strings
+// (equal programs alike, different ones apart), its errors, and the double-precision evaluator
+// (reference/epilogue_reference.h) against each operation's formula.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numbers>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "epilogue/program.h"
+#include "gemmkit/error.h"
+#include "reference/epilogue_reference.h"
+#include "reference/host_numeric.h"
+
+namespace gemmkit::epilogue {
+namespace {
+
+// D's value and the stores' for `text` at one element.
+std::vector<double> evaluate(const std::string& text, double acc, std::vector<double> inputs = {}) {
+  const Program p = parse(text);
+  std::vector<double> values(p.nodes.size());
+  reference::evaluate_epilogue(p, acc, inputs, values);
+  std::vector<double> out{values[size_t(p.result)]};
+  for (const Store& s : p.stores) out.push_back(values[size_t(s.node)]);
+  return out;
+}
+
+TEST(EpilogueProgram, ParsesTensorsOperationsAndStores) {
+  const Program p = parse("h = acc + bias[n];\npre[m, n] = h;\nsilu(h) * gate[m,n] * scale[m]");
+  ASSERT_EQ(p.inputs.size(), 3u);
+  EXPECT_EQ(p.inputs[0].name, "bias");
+  EXPECT_EQ(p.inputs[0].shape, Shape::row_vector);
+  EXPECT_EQ(p.inputs[1].shape, Shape::matrix);
+  EXPECT_EQ(p.inputs[2].shape, Shape::column_vector);
+  ASSERT_EQ(p.stores.size(), 1u);
+  EXPECT_EQ(p.stores[0].name, "pre");
+  EXPECT_EQ(p.nodes[size_t(p.stores[0].node)].op, Op::add);
+  EXPECT_EQ(p.nodes[size_t(p.result)].op, Op::mul);
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    for (int operand : p.nodes[i].operands) EXPECT_LT(operand, int(i)) << "operands come before their users";
+  }
+}
+
+TEST(EpilogueProgram, EqualProgramsShareACanonicalStringAndOthersDoNot) {
+  const std::string fused = canonical(parse("silu(acc + bias[n]) * (acc + bias[n])"));
+  EXPECT_EQ(fused, canonical(parse("h = acc + bias[n]; silu(h) * h")));
+  EXPECT_EQ(fused, canonical(parse("  silu( acc+b[n] )*( acc+b[n] )  ")));  // names and spaces do not count
+  EXPECT_EQ(fused, canonical(parse("unused = exp(acc); h = acc + bias[n]; silu(h) * h;")));
+  const std::vector<std::string> others = {
+      "silu(acc + bias[n]) * (bias[n] + acc)", "silu(acc + bias[m]) * (acc + bias[m])",
+      "silu(acc + bias[m, n]) * (acc + bias[m, n])", "gelu(acc + bias[n]) * (acc + bias[n])",
+      "silu(acc + bias[n]) * (acc + c[n])", "silu(acc + bias[n]) * (acc + bias[n]) + 0.1",
+      "silu(acc + bias[n]) * (acc + bias[n]) + 0.10000000000000002", "h = acc + bias[n]; o[m, n] = h; silu(h) * h",
+      "bf16(silu(acc + bias[n]) * (acc + bias[n]))", "f16(silu(acc + bias[n]) * (acc + bias[n]))",
+      "clamp(silu(acc + bias[n]) * (acc + bias[n]), -7, 7)", "clamp(silu(acc + bias[n]) * (acc + bias[n]), -7, 8)"};
+  std::vector<std::string> seen = {fused};
+  for (const std::string& text : others) {
+    const std::string c = canonical(parse(text));
+    for (const std::string& s : seen) EXPECT_NE(c, s) << text;
+    seen.push_back(c);
+  }
+}
+
+TEST(EpilogueProgram, OperatorsBindAsInArithmetic) {
+  EXPECT_DOUBLE_EQ(evaluate("acc + 2 * 3 - 4 / 2", 1)[0], 5);
+  EXPECT_DOUBLE_EQ(evaluate("(acc + 2) * 3", 1)[0], 9);
+  EXPECT_DOUBLE_EQ(evaluate("-acc * 2 - -1", 3)[0], -5);
+  EXPECT_DOUBLE_EQ(evaluate("acc - 1 - 1", 3)[0], 1);  // left to right
+  EXPECT_DOUBLE_EQ(evaluate("2.5e-1 * acc + .5", 4)[0], 1.5);
+}
+
+TEST(EpilogueProgram, EachOperationMatchesItsFormula) {
+  std::mt19937_64 draws(7);
+  std::uniform_real_distribution<double> value(-4.0, 4.0);
+  for (int trial = 0; trial < 20; ++trial) {
+    const double x = value(draws), y = value(draws), z = std::fabs(value(draws)) + 0.25;
+    auto one = [&](const std::string& f, double at = 0) { return evaluate(f + "(acc)", at == 0 ? x : at)[0]; };
+    EXPECT_EQ(one("identity"), x);
+    EXPECT_EQ(one("relu"), x > 0 ? x : 0);
+    EXPECT_DOUBLE_EQ(one("relu2"), x > 0 ? x * x : 0);
+    EXPECT_NEAR(one("gelu"), x * 0.5 * std::erfc(-x / std::sqrt(2.0)), 1e-14);
+    EXPECT_NEAR(one("gelu_tanh"), 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))), 1e-14);
+    EXPECT_NEAR(one("silu"), x / (1 + std::exp(-x)), 1e-14);
+    EXPECT_NEAR(one("sigmoid"), 1 / (1 + std::exp(-x)), 1e-15);
+    EXPECT_DOUBLE_EQ(one("tanh"), std::tanh(x));
+    EXPECT_DOUBLE_EQ(one("exp"), std::exp(x));
+    EXPECT_DOUBLE_EQ(one("log", z), std::log(z));
+    EXPECT_EQ(one("abs"), std::fabs(x));
+    EXPECT_EQ(one("neg"), -x);
+    EXPECT_DOUBLE_EQ(one("square"), x * x);
+    EXPECT_DOUBLE_EQ(one("sqrt", z), std::sqrt(z));
+    EXPECT_DOUBLE_EQ(one("rsqrt", z), 1 / std::sqrt(z));
+    EXPECT_EQ(evaluate("clamp(acc, -1.5, 2)", x)[0], std::min(std::max(x, -1.5), 2.0));
+    EXPECT_EQ(evaluate("max(acc, y[n])", x, {y})[0], std::max(x, y));
+    EXPECT_EQ(evaluate("min(acc, y[m])", x, {y})[0], std::min(x, y));
+    EXPECT_DOUBLE_EQ(evaluate("acc / y[m, n] - y[m, n]", x, {y})[0], x / y - y);
+    EXPECT_EQ(evaluate("bf16(acc)", x)[0], reference::bf16_to_float(reference::float_to_bf16(float(x))));
+    EXPECT_EQ(evaluate("f16(acc)", x)[0], reference::f16_to_float(reference::float_to_f16(float(x))));
+    EXPECT_EQ(evaluate("f32(acc)", x)[0], double(float(x)));
+  }
+  EXPECT_NE(evaluate("bf16(acc)", 1.00390625 + 1e-6)[0], 1.00390625 + 1e-6) << "a cast rounds";
+}
+
+TEST(EpilogueProgram, StoresGetTheirNodesValues) {
+  const std::vector<double> out = evaluate("pre = acc + b[n]; pre_out[m, n] = pre; twice[m, n] = 2 * pre; gelu(pre)",
+                                           1.0, {0.5});
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_NEAR(out[0], 1.5 * 0.5 * std::erfc(-1.5 / std::numbers::sqrt2), 1e-14);
+  EXPECT_EQ(out[1], 1.5);
+  EXPECT_EQ(out[2], 3.0);
+}
+
+// Every error: invalid_argument, "epilogue: column C of \"TEXT\": " first, then what is wrong.
+void expect_error(const std::string& text, const std::string& says, int column) {
+  try {
+    parse(text);
+    ADD_FAILURE() << "accepted: " << text;
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    const std::string where = "epilogue: column " + std::to_string(column) + " of \"" + text + "\": ";
+    EXPECT_EQ(message.rfind(where, 0), 0u) << "does not start with '" << where << "': " << message;
+    EXPECT_NE(message.find(says, where.size()), std::string::npos) << "lacks '" << says << "': " << message;
+  }
+}
+
+TEST(EpilogueProgram, ErrorsSayWhatAndWhere) {
+  expect_error("", "no statement", 1);
+  expect_error("silu(acc) * slu(acc)", "unknown function 'slu'; expected one of identity, relu", 13);
+  expect_error("silu(acc + bias)", "unknown name 'bias'; a tensor needs its index: bias[n], bias[m] or bias[m, n]", 12);
+  expect_error("acc + bias[k]", "expected the index [n], [m] or [m, n] after 'bias'", 11);
+  expect_error("acc + bias[n] * bias[m]", "'bias' is indexed otherwise at column 7", 17);
+  expect_error("silu(acc", "expected ')' to close silu(", 9);
+  expect_error("(acc + 1", "expected ')' to close the '(' at column 1", 9);
+  expect_error("acc +", "the text ends where a value was expected", 6);
+  expect_error("acc 1", "unexpected '1'; expected an operator or ';'", 5);
+  expect_error("acc * 1e", "'1e' is not a finite number", 7);
+  expect_error("acc * 1e999", "'1e999' is not a finite number", 7);
+  expect_error("h = acc;", "no value for D", 9);
+  expect_error("h = acc; h = 2 * acc; h", "'h' is defined twice", 10);
+  expect_error("acc = 1; acc", "'acc' is reserved", 1);
+  expect_error("silu = acc; silu", "'silu' is reserved", 1);
+  expect_error("h = acc b", "expected ';' after the statement that defines 'h'", 9);
+  expect_error("acc * 2; acc", "a value nothing names or stores", 1);
+  expect_error("clamp(acc, 0)", "clamp takes 3 arguments, got 2", 1);
+  expect_error("clamp(acc, acc, 1)", "clamp's lower bound must be a number", 12);
+  expect_error("clamp(acc, 2, 1)", "clamp's bounds are out of order", 12);
+  expect_error("max(acc)", "max takes 2 arguments, got 1", 1);
+  expect_error("silu", "'silu' is a function; call it as silu(...)", 1);
+  expect_error("o[m, n] = acc; o[m, n] + 1", "'o' is an output; outputs cannot be read back", 16);
+  expect_error("x = acc; x[n]", "'x' is a value defined above, not a tensor", 10);
+  expect_error("b[m, n] = acc + b[n]; acc", "'b' is a tensor the epilogue reads", 1);
+  expect_error("acc + # 1", "unexpected '#'; expected a value", 7);
+}
+
+}  // namespace
+}  // namespace gemmkit::epilogue
