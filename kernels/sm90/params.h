@@ -42,6 +42,21 @@ struct TileOrder {
   int col_shift_from, col_shift_to;  // the first column of the tile column reaching past N, and where it moves left to
 };
 
+// The tensors a fused epilogue reads and writes (codegen/epilogue_source.h), inputs first, then
+// the auxiliary outputs: element (b, m, n) of one at data + b*batch_stride + m*row_stride +
+// n*col_stride, in elements of its type (a compile-time constant of the generated code). Vectors
+// have the stride along their dimension only; b is the batch, or a grouped kernel's group.
+struct EpilogueTensor {
+  void* data;
+  long long batch_stride;
+  long long row_stride;
+  long long col_stride;
+};
+#define GEMMKIT_MAX_EPILOGUE_TENSORS 8
+struct EpilogueParams {
+  EpilogueTensor tensors[GEMMKIT_MAX_EPILOGUE_TENSORS];
+};
+
 // D = alpha * A * B + beta * C; A is m x k, B is k x n, C and D are m x n, all [batch].
 // With split-K, each tile's K range is cut into `splits` parts whose f32 partial tiles meet in
 // `partials`; `counters` (one per tile slice, zero between launches) count the arrivals.

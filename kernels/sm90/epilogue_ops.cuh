@@ -1,0 +1,26 @@
+// The epilogue IR's operations on one f32 value (epilogue/program.h), which the generated
+// epilogue (codegen/epilogue_source.h) calls; the double-precision reference
+// (reference/epilogue_reference.cpp) holds them to the same formulas.
+#pragma once
+
+#include "utility.cuh"
+
+namespace gemmkit::sm90 {
+
+__device__ __forceinline__ float ep_relu(float x) { return fmaxf(x, 0.0f); }
+__device__ __forceinline__ float ep_relu2(float x) { return fmaxf(x, 0.0f) * fmaxf(x, 0.0f); }
+__device__ __forceinline__ float ep_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+__device__ __forceinline__ float ep_gelu_tanh(float x) {
+  return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+}
+__device__ __forceinline__ float ep_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float ep_silu(float x) { return x * ep_sigmoid(x); }
+__device__ __forceinline__ float ep_clamp(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi); }
+
+// x rounded to bf16 or f16 (nearest-even) and widened back: what a store of that type keeps.
+__device__ __forceinline__ float ep_round(float x, int type) {
+  const u32 packed = pack_pair(type, x, 0.0f) & 0xffffu;
+  return type == GEMMKIT_BF16 ? bf16_to_float(u16(packed)) : f16_to_float(u16(packed));
+}
+
+}  // namespace gemmkit::sm90

@@ -1,0 +1,197 @@
+// Generated epilogues (codegen/epilogue_source.h) on the GPU, in the test kernel
+// (epilogue_test_kernel.h): D and every auxiliary output against the IR evaluated in double
+// (reference/epilogue_reference.h), on fresh random inputs of each shape and element type, with
+// strides that are not the dense ones, and the outputs poisoned first.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../epilogue_test_kernel.h"
+#include "epilogue/program.h"
+#include "gpu_test.h"
+#include "kernels/sm90/params.h"
+#include "reference/epilogue_reference.h"
+#include "reference/host_numeric.h"
+#include "runtime/driver.h"
+
+namespace gemmkit {
+namespace {
+
+constexpr int64_t kBatch = 2, kM = 37, kN = 96;
+
+// A tensor of the epilogue's on the device, with its host values (as its type holds them).
+struct Tensor {
+  DType type;
+  epilogue::Shape shape;
+  int64_t batch_stride, row_stride, col_stride, elements;
+  std::vector<double> values;  // host copy, element (b, m, n) at offset(b, m, n)
+  void* data = nullptr;
+
+  int64_t offset(int64_t b, int64_t m, int64_t n) const {
+    int64_t at = b * batch_stride;
+    if (shape != epilogue::Shape::row_vector) at += m * row_stride;
+    if (shape != epilogue::Shape::column_vector) at += n * col_stride;
+    return at;
+  }
+};
+
+double stored(DType type, double x) {
+  const float f = float(x);
+  if (type == DType::bf16) return reference::bf16_to_float(reference::float_to_bf16(f));
+  if (type == DType::f16) return reference::f16_to_float(reference::float_to_f16(f));
+  return f;
+}
+
+// Strides past the dense ones (vectors 2 apart, matrix rows N + 3 apart), so that an offset
+// computed the wrong way reads another value.
+Tensor make_tensor(DType type, epilogue::Shape shape, std::mt19937_64& draws, bool output) {
+  Tensor t{type, shape, 0, 0, 0, 0, {}};
+  switch (shape) {
+    case epilogue::Shape::row_vector: t.col_stride = 2, t.batch_stride = 2 * kN; break;
+    case epilogue::Shape::column_vector: t.row_stride = 2, t.batch_stride = 2 * kM; break;
+    case epilogue::Shape::matrix: t.col_stride = 1, t.row_stride = kN + 3, t.batch_stride = kM * (kN + 3); break;
+  }
+  t.elements = kBatch * t.batch_stride;
+  std::uniform_real_distribution<double> value(-2.0, 2.0);
+  t.values.resize(size_t(t.elements));
+  for (double& v : t.values) v = output ? std::nan("") : stored(type, value(draws));
+  std::vector<char> bytes(size_t(t.elements * dtype_size(type)));
+  for (int64_t i = 0; i < t.elements; ++i) {
+    const float f = float(t.values[size_t(i)]);
+    if (type == DType::bf16) {
+      const uint16_t h = output ? 0xffff : reference::float_to_bf16(f);
+      std::memcpy(&bytes[size_t(2 * i)], &h, 2);
+    } else if (type == DType::f16) {
+      const uint16_t h = output ? 0xffff : reference::float_to_f16(f);
+      std::memcpy(&bytes[size_t(2 * i)], &h, 2);
+    } else {
+      std::memcpy(&bytes[size_t(4 * i)], &f, 4);
+    }
+  }
+  EXPECT_EQ(cudaMalloc(&t.data, bytes.size()), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(t.data, bytes.data(), bytes.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  return t;
+}
+
+double read_back(const std::vector<char>& bytes, DType type, int64_t i) {
+  if (type == DType::f32) {
+    float f;
+    std::memcpy(&f, &bytes[size_t(4 * i)], 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, &bytes[size_t(2 * i)], 2);
+  return type == DType::bf16 ? reference::bf16_to_float(h) : reference::f16_to_float(h);
+}
+
+class EpilogueKernel : public testing::GpuTest {
+ protected:
+  // Runs `text` with inputs and outputs of the given types; every value of D and of each output
+  // within `tolerance` (relative, plus as much absolute) of the double-precision evaluation of
+  // the inputs as stored, and each output rounded to its type.
+  void expect_correct(const std::string& text, const codegen::EpilogueTypes& types, double tolerance) {
+    SCOPED_TRACE(text);
+    const epilogue::Program program = epilogue::parse(text);
+    std::mt19937_64 draws(testing::fresh_seed());
+    std::vector<Tensor> tensors;
+    for (size_t i = 0; i < program.inputs.size(); ++i) {
+      tensors.push_back(make_tensor(types.inputs[i], program.inputs[i].shape, draws, false));
+    }
+    for (DType type : types.stores) tensors.push_back(make_tensor(type, epilogue::Shape::matrix, draws, true));
+    EpilogueParams params{};
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      params.tensors[i] = {tensors[i].data, tensors[i].batch_stride, tensors[i].row_stride, tensors[i].col_stride};
+    }
+    float* d = nullptr;
+    const int64_t ld = kN + 1;
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), size_t(kBatch * kM * ld) * 4), cudaSuccess);
+    ASSERT_EQ(cudaMemset(d, 0xff, size_t(kBatch * kM * ld) * 4), cudaSuccess);  // NaN
+    const runtime::LoadedKernel& kernel =
+        runtime::load_kernel(0, testing::epilogue_test_source(program, types), testing::kEpilogueTestEntry, 0);
+    long long ld_arg = ld;
+    void* args[] = {&params, &d, &ld_arg};
+    ASSERT_EQ(runtime::driver().launch_kernel(kernel.function, unsigned(kM), unsigned(kBatch), 1, unsigned(kN), 1, 1, 0,
+                                              nullptr, args, nullptr),
+              CUDA_SUCCESS);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+    std::vector<char> d_bytes(size_t(kBatch * kM * ld) * 4);
+    ASSERT_EQ(cudaMemcpy(d_bytes.data(), d, d_bytes.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    std::vector<std::vector<char>> store_bytes;
+    for (size_t k = 0; k < types.stores.size(); ++k) {
+      const Tensor& t = tensors[program.inputs.size() + k];
+      store_bytes.emplace_back(size_t(t.elements * dtype_size(t.type)));
+      ASSERT_EQ(cudaMemcpy(store_bytes.back().data(), t.data, store_bytes.back().size(), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+    }
+    std::vector<double> inputs(program.inputs.size()), values(program.nodes.size());
+    int64_t wrong = 0;
+    for (int64_t b = 0; b < kBatch; ++b) {
+      for (int64_t m = 0; m < kM; ++m) {
+        for (int64_t n = 0; n < kN; ++n) {
+          for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = tensors[i].values[size_t(tensors[i].offset(b, m, n))];
+          reference::evaluate_epilogue(program, double(m + n), inputs, values);
+          auto check = [&](double got, double want, const std::string& what) {
+            if (std::fabs(got - want) <= tolerance * (1 + std::fabs(want))) return;
+            if (++wrong <= 5) ADD_FAILURE() << what << " at (" << b << ", " << m << ", " << n << "): " << got << ", expected " << want;
+          };
+          check(read_back(d_bytes, DType::f32, (b * kM + m) * ld + n), values[size_t(program.result)], "D");
+          for (size_t k = 0; k < types.stores.size(); ++k) {
+            const Tensor& t = tensors[program.inputs.size() + k];
+            check(read_back(store_bytes[k], t.type, t.offset(b, m, n)),
+                  stored(t.type, values[size_t(program.stores[k].node)]), program.stores[k].name);
+          }
+        }
+      }
+    }
+    EXPECT_EQ(wrong, 0);
+    // The outputs' padding (matrix rows are N + 3 apart) is never written.
+    for (size_t k = 0; k < types.stores.size(); ++k) {
+      const Tensor& t = tensors[program.inputs.size() + k];
+      for (int64_t b = 0; b < kBatch; ++b) {
+        for (int64_t m = 0; m < kM; ++m) {
+          for (int64_t n = kN; n < kN + 3; ++n) EXPECT_TRUE(std::isnan(read_back(store_bytes[k], t.type, t.offset(b, m, n))));
+        }
+      }
+    }
+    cudaFree(d);
+    for (Tensor& t : tensors) cudaFree(t.data);
+  }
+};
+
+TEST_F(EpilogueKernel, TensorsOfEveryShapeAndType) {
+  using DType::bf16, DType::f16, DType::f32;
+  expect_correct("acc", {}, 0);
+  expect_correct("acc * scale[m] + bias[n]", {{f32, bf16}, {}}, 1e-6);
+  expect_correct("(acc + bias[n]) * gate[m, n] - residual[m, n] / 4", {{f16, bf16, f32}, {}}, 1e-6);
+}
+
+TEST_F(EpilogueKernel, EveryOperation) {
+  const double f32_math = 1e-5;  // f32 arithmetic and the library's erff, expf, tanhf, logf, rsqrtf
+  for (const char* op : {"identity", "relu", "relu2", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "abs", "neg",
+                         "square"}) {
+    expect_correct(std::string(op) + "(acc / 40 - x[m, n])", {{DType::f32}, {}}, f32_math);
+  }
+  expect_correct("exp(x[m, n]) + log(abs(x[m, n]) + 0.5) + sqrt(abs(x[m, n])) + rsqrt(abs(x[m, n]) + 0.25)",
+                 {{DType::f32}, {}}, f32_math);
+  expect_correct("clamp(acc / 20 - x[m, n], -1.5, 2) + max(acc / 64, x[m, n]) * min(x[m, n], 0.5)",
+                 {{DType::f32}, {}}, f32_math);
+}
+
+TEST_F(EpilogueKernel, CastsAndAuxiliaryOutputs) {
+  using DType::bf16, DType::f16, DType::f32;
+  // A cast rounds f32 arithmetic's result, which may lie an ulp from the double's: within one
+  // unit of the cast's type.
+  expect_correct("bf16(acc / 7 + x[n])", {{f32}, {}}, 1.0 / 128);
+  expect_correct("f16(acc / 7 + x[n]) * f32(acc)", {{f32}, {}}, 1.0 / 1024);
+  expect_correct("h = acc / 16 + bias[n]; pre[m, n] = h; sq[m, n] = square(h); gelu(h)", {{bf16}, {bf16, f32}},
+                 1.0 / 128);
+}
+
+}  // namespace
+}  // namespace gemmkit
