@@ -51,7 +51,12 @@ TEST(Layering, CoreIncludesOnlyCoreKernelsAndThePublicHeaders) {
 }
 
 TEST(Layering, KernelsIncludeNoLibraryHeader) {
-  expect_none_above("kernels", {"dispatch/", "api/", "tuning/", "codegen/", "runtime/", "core/"});
+  expect_none_above("kernels", {"dispatch/", "api/", "tuning/", "codegen/", "runtime/", "core/", "epilogue/"});
+}
+
+// The epilogue IR is read by codegen (and later the plans and the API); it reads nothing of theirs.
+TEST(Layering, EpilogueIrIncludesOnlyThePublicHeaders) {
+  expect_none_above("src/epilogue", {"dispatch/", "api/", "tuning/", "codegen/", "runtime/", "core/"});
 }
 
 }  // namespace
