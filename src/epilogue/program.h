@@ -10,8 +10,8 @@
 // or name[m, n] (an M x N tensor: a residual, a gate). Numbers are constants baked into the
 // kernel. Operators + - * / and unary minus; functions of one value: identity, relu, relu2
 // (relu squared), gelu (erf), gelu_tanh, silu, sigmoid, tanh, exp, log, abs, neg, square, sqrt,
-// rsqrt, and the casts bf16, f16 and f32 (round to the type and on in f32); of two: max, min;
-// clamp(x, lo, hi) with constant bounds.
+// rsqrt, and the casts bf16, f16 and f32 (the value rounded to the type, as a store of it would);
+// of two: max, min; clamp(x, lo, hi) with constant bounds.
 //
 // A parsed Program is a DAG: equal subexpressions are one node, however the text spelled them,
 // and values nothing stores are dropped. canonical() serialises it for the kernel cache key:
