@@ -171,8 +171,8 @@ def format_rows(rows):
     lines = [head]
     for r in rows:
         (tc, tus), (gc, gus) = r.copies["torch"], r.copies["gemmkit"]
-        lines.append(f"{r.block:<6} {r.mode:<9} {r.torch_ms:9.3f} {r.gemmkit_ms:10.3f} {r.torch_ms / r.gemmkit_ms:7.3f}x  "
-                     f"{tc:>7} ({tus:8.1f})  {gc:>8} ({gus:8.1f})")
+        lines.append(f"{r.block:<6} {r.mode:<9} {r.torch_ms:9.3f} {r.gemmkit_ms:10.3f} "
+                     f"{r.torch_ms / r.gemmkit_ms:7.3f}x  {tc:>7} ({tus:8.1f})  {gc:>8} ({gus:8.1f})")
     return "\n".join(lines) + "\n"
 
 

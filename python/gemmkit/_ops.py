@@ -284,7 +284,8 @@ def _eager_function(name, kernel, setup_context, backward):
         output = kernel(*inputs)
         setup_context(ctx, inputs, output)
         return output
-    return type(name, (torch.autograd.Function,), {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+    methods = {"forward": staticmethod(forward), "backward": staticmethod(backward)}
+    return type(name, (torch.autograd.Function,), methods)
 
 
 EagerGemm = _eager_function("EagerGemm", _gemm, _setup_context, _backward)

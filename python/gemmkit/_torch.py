@@ -8,7 +8,8 @@ A call reaches the launch (`launch_gemm`, `launch_grouped`, `launch_grouped_wgra
 it goes through the custom operators torch.ops.gemmkit.* (`_ops`), whose CUDA kernels are these
 same launches. Where only autograd has (inputs that require grad, eager) it goes through _ops'
 autograd Functions, which launch them too and record the operators' own backward formulas.
-Otherwise it launches directly: torch's dispatcher would only add host time. Arrays of other libraries come in through DLPack (`_arrays`).
+Otherwise it launches directly: torch's dispatcher would only add host time. Arrays of other
+libraries come in through DLPack (`_arrays`).
 
 Importing this module imports torch and registers the operators; gemmkit imports it on the first
 use of one of its functions (or at once where torch is already loaded), not before.
@@ -404,8 +405,9 @@ def linear(input, weight, bias=None):
     """torch.nn.functional.linear on gemmkit: input @ weight.T + bias, with input [..., in_features]
     (any leading dimensions, 1-D too), weight [out_features, in_features] (nn.Linear's layout,
     read as it lies), bias [out_features] or None; input and weight both bfloat16 or both float16
-    (bias of their type or float32) -> [..., out_features]. The leading dimensions are flattened into the rows of one product:
-    a view where they can be, a copy (as torch's linear makes) where they cannot. Differentiable
+    (bias of their type or float32) -> [..., out_features]. The leading dimensions are flattened
+    into the rows of one product: a view where they can be, a copy (as torch's linear makes) where
+    they cannot. Differentiable
     in all three; the weight's gradient comes out row-major, as the weight is stored, so torch
     accumulates it without a copy."""
     (input, weight, bias), kind = _arrays.to_torch(torch, (input, weight, bias), ("input", "weight", "bias"))

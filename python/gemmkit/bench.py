@@ -317,7 +317,8 @@ def main(argv=None):
     block = parser.add_argument_group("training blocks", "--block times a training step (forward and backward) of "
                                       "LLM blocks through torch's products and through gemmkit's instead of a suite; "
                                       "--warmup counts warm-up steps there")
-    block.add_argument("--block", nargs="+", choices=sorted(SIZES), help="the blocks: mlp (Llama-3-8B), moe (Qwen3-30B-A3B-like)")
+    block.add_argument("--block", nargs="+", choices=sorted(SIZES),
+                       help="the blocks: mlp (Llama-3-8B), moe (Qwen3-30B-A3B-like)")
     block.add_argument("--modes", nargs="+", choices=["eager", "compiled"], default=["eager", "compiled"],
                        help="eager, under torch.compile, or both (default)")
     block.add_argument("--steps", type=positive, default=20, help="timed steps (median reported)")
