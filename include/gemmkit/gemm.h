@@ -2,7 +2,9 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "gemmkit/tensor.h"
 
@@ -36,6 +38,28 @@ struct Scale {
   TensorView scales;                 // shape and dtype as the table above says
 };
 
+// A fused epilogue: D holds, instead of alpha A B + beta C, what `text` computes from it (`acc`)
+// element by element, and the auxiliary outputs the text names are written beside D, in the same
+// kernel. The text form, e.g. "h = acc + bias[n]; pre[m, n] = h; silu(h) * gate[m, n]", is
+// described in the README ("Fused epilogues"). Each tensor the text names is given once, by name,
+// in D's orientation ([batch,] M x N; a grouped GEMM's D for its groups):
+//   name[n]     one value a column of D (a bias): [1, N], or [batch, 1, N] (grouped: [G, 1, N],
+//               one per group)
+//   name[m]     one value a row of D (a per-token scale): [M, 1], or [batch, M, 1]
+//   name[m, n]  an M x N tensor (a residual, a gate): [M, N], or [batch, M, N]
+//   name[m, n] = value;   an auxiliary output, D's shape
+// A rank-2 input serves every batch; contiguous groups share one M_total x N D, so tensors along
+// its rows are rank 2. Inputs and outputs are bf16, f16 or f32 with any strides, in memory apart
+// from D and from the outputs.
+struct EpilogueTensor {
+  std::string name;
+  TensorView tensor;
+};
+struct Epilogue {
+  std::string text;  // empty: none
+  std::vector<EpilogueTensor> tensors;
+};
+
 struct GemmOptions {
   float alpha = 1.0f;
   float beta = 0.0f;
@@ -47,6 +71,8 @@ struct GemmOptions {
   // An SM budget: at most this many SMs run the call's kernel (0: all), leaving the others to
   // kernels running beside it (communication, say). grouped_gemm only, for now.
   int max_sms = 0;
+  // Computed from the result before it is stored (see Epilogue).
+  Epilogue epilogue;
 };
 
 // A is [batch,] M x K, B is [batch,] K x N, D is [batch,] M x N, each with any strides.

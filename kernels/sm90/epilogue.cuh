@@ -1,11 +1,12 @@
 // The epilogue stage: turns a consumer warpgroup's 64 x kTileN f32 accumulators into D.
 //
-// The per-element operation lives in epilogue_op(); that is the seam where generated code
-// (bias, activations, casts, quantisation) will plug in. The two store paths around it only
-// move data: through shared memory and TMA when D allows it, else direct predicated stores.
+// Every store path takes each element's value from output_value(): scales, alpha and beta C,
+// then the fused epilogue's code (fuse.cuh). The paths around it only move data: through shared
+// memory and TMA when D allows it, by rows, or direct predicated stores.
 #pragma once
 
 #include "common.cuh"
+#include "fuse.cuh"
 #include "kernel_config.cuh"
 #include "params.h"
 #include "row_classes.cuh"
@@ -33,6 +34,7 @@ struct TileOrigin {
   int first_stored_col;  // columns left of it are the tile to the left's (first_stored_col)
   float row_scale[2];
   u32 column_scales;
+  int group;  // the fused epilogue's batch: the batch, or a grouped tile's group
 };
 
 // By each thread t of a consumer warpgroup: starts copying its share of the column scales of the
@@ -72,7 +74,11 @@ __device__ __forceinline__ float output_value(const float* acc, const GemmParams
   const float row_scale = kRowOuterScales ? at.row_scale[h] : 1.0f;  // a constant 1 folds away
   const float column_scale = kColumnScales ? ld_shared_f32(at.column_scales + 4 * (fragment_col(t, j) + e)) : 1.0f;
   const float scaled = acc[4 * j + 2 * h + e] * row_scale * column_scale;
-  return epilogue_op(scaled, load_c(p, at.batch, row, col), p);
+  const float value = epilogue_op(scaled, load_c(p, at.batch, row, col), p);
+  // Elements outside D (those TMA clips, a grouped tile's rows past its group) are computed and
+  // not stored: a fused epilogue reads D's last row or column for them and writes nothing.
+  const bool inside = row < at.row_end && col < p.n;
+  return fused_value(value, p, at.group, min(row, p.m - 1), min(col, p.n - 1), inside);
 }
 
 // Direct stores, for outputs TMA cannot address (unaligned base or strides, non-unit column stride).

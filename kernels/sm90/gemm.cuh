@@ -535,7 +535,7 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
     TileOrigin at{kGroupedRows ? 0 : w.batch, slice_row, kRowEnds ? w.row_end : int(p.m), 0, w.col, first_stored_col(p, w.col),
                   {row_outer_scale(p, w.batch, d_row(slice_row, t, 0)),
                    row_outer_scale(p, w.batch, d_row(slice_row, t, 1))},
-                  column_scales};
+                  column_scales, w.batch};
     if constexpr (k8Bit) {
       if constexpr (kTwoPartials) {
         multiply_8bit_runs(acc, k_count, slot, slice, t, stages, stage_scales, full, empty);

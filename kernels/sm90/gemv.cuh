@@ -12,6 +12,7 @@
 // kScaleB and kGemvColumns (columns per warp: 1, 2 or 4).
 #pragma once
 
+#include "fuse.cuh"
 #include "kernel_config.cuh"
 #include "params.h"
 #include "scales.cuh"
@@ -140,7 +141,12 @@ __device__ __forceinline__ float lane_dot(const GemmParams& p, const u8* a, long
   return sum;
 }
 
-extern "C" __global__ void __launch_bounds__(32 * kGemvWarps) gemmkit_gemv(const GemmParams p) {
+// With a fused epilogue, ptxas left to itself kept the kernel to 40-48 registers and spilled (a
+// gelu, a log); asked for 3 blocks an SM it takes up to 85 (72 used) and spills nothing. 0: as
+// without (the same binary as no bound).
+constexpr int kGemvMinBlocks = kEpilogue ? 3 : 0;
+
+extern "C" __global__ void __launch_bounds__(32 * kGemvWarps, kGemvMinBlocks) gemmkit_gemv(const GemmParams p) {
   const int lane = threadIdx.x % kGemvLanes;
   const int group = threadIdx.x % 32 / kGemvLanes;  // the lane's column among its warp's
   const long long first = ((long long)(blockIdx.x) * kGemvWarps + threadIdx.x / 32) * kGemvColumns;
@@ -166,6 +172,7 @@ extern "C" __global__ void __launch_bounds__(32 * kGemvWarps) gemmkit_gemv(const
       if (lane == 0 && inside) {
         float value = p.alpha * (sum * outer_scale_a(p, batch, 0) * outer_scale_b(p, batch, n));
         if (kHasC) value += p.beta * load_as_float(p.c.data, kCType, batch * p.c.batch_stride + n * p.c.col_stride);
+        value = fused_value(value, p, batch, 0, n, true);
         store_from_float(p.d.data, kOutType, batch * p.d.batch_stride + n * p.d.col_stride, value);
       }
     }

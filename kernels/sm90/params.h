@@ -73,6 +73,7 @@ struct GemmParams {
   // (contiguous) or counts (masked), int64 where group_sizes_64, else int32.
   const void* group_sizes;
   int group_sizes_64;
+  EpilogueParams epilogue;  // a fused epilogue's tensors (fuse.cuh)
 };
 
 // One staging copy (stage.cuh): the matrix at `src`, element (b, r, c) at src + b*batch_stride +

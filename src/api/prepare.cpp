@@ -3,6 +3,7 @@
 #include <array>
 
 #include "api/device_checks.h"
+#include "api/epilogue_checks.h"
 #include "api/tensor_checks.h"
 #include "api/validate.h"
 #include "dispatch/operand_access.h"
@@ -16,7 +17,7 @@ namespace {
 // The device of every operand the kernel will touch, each inside the memory it points into.
 int operands_device(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options,
                     const Problem& p) {
-  std::array<Operand, 6> operands;
+  std::array<Operand, 6 + kMaxEpilogueTensors> operands;
   size_t count = 0;
   operands[count++] = {&d, p.batch, "D"};
   if (p.k > 0) {
@@ -26,6 +27,7 @@ int operands_device(const TensorView& a, const TensorView& b, const TensorView& 
     if (p.scale_b.mode != ScaleMode::none) operands[count++] = {&options.scale_b.scales, p.batch, "scale_b"};
   }
   if (p.has_c()) operands[count++] = {&*options.c, p.batch, "C"};
+  count += epilogue_operands(options.epilogue, p, std::span(operands).subspan(count));
   return check_device_memory({operands.data(), count});
 }
 
@@ -67,8 +69,9 @@ Problem validate_grouped(const TensorView& a, const TensorView& b, const TensorV
   if (options.beta != 0.0f) {
     fail("options.beta: " + std::to_string(options.beta) + "; expected 0 (grouped_gemm takes no C)");
   }
-  GemmOptions dense = options;  // as validate_gemm checks the rest
+  GemmOptions dense = options;  // as validate_gemm checks the rest; the epilogue, for the groups, after it
   dense.max_sms = 0;
+  dense.epilogue = {};
   const bool masked = sizes.layout == GroupLayout::masked;
   for (auto [t, name] : {std::pair{&a, "A"}, std::pair{&d, "D"}}) {
     check_form(*t, name);
@@ -103,6 +106,7 @@ Problem validate_grouped(const TensorView& a, const TensorView& b, const TensorV
   if (p.k == 0 && p.m > 0 && p.n > 0) fail("A: K = 0; expected K >= 1 for grouped_gemm");
   p.groups = {sizes.layout, sizes.data, sizes.int64, sizes.check, /*along_k=*/false, sizes.zero_unowned};
   p.max_sms = options.max_sms;
+  p.epilogue = epilogue_ref(options.epilogue, p);
   if (p.m > 0 && p.n > 0 && !grouped_operands_readable(p)) {
     fail(std::string("A, B: not readable by TMA as they lie; expected 16-byte-aligned data and strides, a contiguous "
                      "dimension in each") +
@@ -145,9 +149,11 @@ Problem validate_grouped_wgrad(const TensorView& x, const TensorView& y, const T
   if (x.rows() == 0 && x.cols() > 0 && y.cols() > 0) fail("x: M_total = 0 rows; expected at least one");
   GemmOptions dense = options;
   dense.max_sms = 0;
+  dense.epilogue = {};
   Problem p = validate_gemm(transposed_view(x), y, d, dense);
   p.groups = {GroupLayout::contiguous, sizes.data, sizes.int64, sizes.check, /*along_k=*/true};
   p.max_sms = options.max_sms;
+  p.epilogue = epilogue_ref(options.epilogue, p);
   if (p.m > 0 && p.n > 0 && !grouped_operands_readable(p)) {
     fail(fp8 ? "x: M_total + 128 G = " + std::to_string(p.padded_group_k()) + " tokens; expected fewer than 2^31"
              : "x, y: not readable by TMA as they lie; expected 16-byte-aligned data and row strides, with P and Q "

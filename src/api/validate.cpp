@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "api/epilogue_checks.h"
 #include "api/tensor_checks.h"
 #include "core/checked_math.h"
 #include "gemmkit/error.h"
@@ -153,6 +154,7 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
   if (use_c) p.c = matrix_ref(*options.c);
   p.scale_a = scale_a;
   p.scale_b = scale_b;
+  p.epilogue = api::epilogue_ref(options.epilogue, p);
 
   if (element_count(d) == 0) return p;  // nothing to compute or touch
 
@@ -181,6 +183,13 @@ void check_apart(const TensorView& a, const TensorView& b, const TensorView& d, 
       fail(std::string("D: memory overlaps ") + name + "; expected D apart from the inputs");
     }
   }
+  std::vector<api::Operand> inputs;
+  if (k > 0) inputs = {{&a, batch, "A"}, {&b, batch, "B"}};
+  for (auto [scale, name] : {std::pair{&options.scale_a, "scale_a"}, std::pair{&options.scale_b, "scale_b"}}) {
+    if (k > 0 && scale->mode != ScaleMode::none) inputs.push_back({&scale->scales, batch, name});
+  }
+  if (use_c) inputs.push_back({&*options.c, batch, "C"});
+  api::check_epilogue_apart(options.epilogue, p, d_range, inputs);
   if (use_c) {
     const TensorView& c = *options.c;
     const bool same_as_d = c.data == d.data && c.dtype == d.dtype && c.batch_stride() == d.batch_stride() &&

@@ -3,6 +3,9 @@
 #include "codegen/epilogue_source.h"
 
 #include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <sstream>
 
 #include "codegen/kernel_source.h"
@@ -108,6 +111,21 @@ std::string epilogue_source(const epilogue::Program& program, const EpilogueType
   }
   s << "}\n}  // namespace gemmkit::sm90\n";
   return s.str();
+}
+
+const std::string* interned_epilogue(const epilogue::Program& program, const std::string& canonical,
+                                     const EpilogueTypes& types) {
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<const std::string>> codes;
+  std::string key = canonical;
+  for (const std::vector<DType>* list : {&types.inputs, &types.stores}) {
+    key += '|';
+    for (DType t : *list) key += char('a' + int(t));
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& code = codes[key];
+  if (!code) code = std::make_unique<const std::string>(epilogue_source(program, types));
+  return code.get();
 }
 
 }  // namespace gemmkit::codegen

@@ -24,4 +24,10 @@ struct EpilogueTypes {
 
 std::string epilogue_source(const epilogue::Program& program, const EpilogueTypes& types);
 
+// epilogue_source's text, made once per program (by its canonical string, `canonical`) and
+// types and kept for the process: equal code, equal pointers (core/problem.h, EpilogueRef).
+// Thread-safe.
+const std::string* interned_epilogue(const epilogue::Program& program, const std::string& canonical,
+                                     const EpilogueTypes& types);
+
 }  // namespace gemmkit::codegen

@@ -39,6 +39,23 @@ void operand_config(std::ostringstream& s, const OperandTypes& t) {
 
 constexpr const char* kCloseNamespace = "\n}  // namespace gemmkit::sm90\n";
 
+// The epilogue functions of a GEMM kernel without a fused epilogue (fuse.cuh): D holds the value.
+constexpr const char* kNoEpilogue = R"(#include "params.h"
+namespace gemmkit::sm90 {
+constexpr int kEpilogueStores = 0;
+__device__ __forceinline__ float epilogue_value(float acc, const EpilogueParams&, i64, i64, i64, float*) { return acc; }
+__device__ __forceinline__ void epilogue_store(const EpilogueParams&, const float*, i64, i64, i64) {}
+}  // namespace gemmkit::sm90
+)";
+
+// The end of a GEMM kernel's kernel_config.cuh: whether and how it fuses an epilogue, and the
+// epilogue's functions (codegen/epilogue_source.h).
+std::string epilogue_config(const KernelConfig& config) {
+  return "constexpr bool kEpilogue = " + bool_text(config.epilogue != nullptr) + ";\n" +
+         "constexpr bool kEpilogueTransposed = " + bool_text(config.epilogue_transposed) + ";\n" + kCloseNamespace +
+         (config.epilogue ? *config.epilogue : std::string(kNoEpilogue));
+}
+
 // The embedded file `name`'s text without its include guard pragma; `config` stands for
 // kConfigHeader.
 std::string embedded_text(const std::string& name, const std::string& config) {
@@ -138,7 +155,7 @@ std::string config_header(const KernelConfig& requested) {
   std::ostringstream s;
   operand_config(s, {config.in, config.in_b, config.out, config.has_c, config.c, config.scale_a, config.scale_b});
   if (config.kind == KernelKind::gemv) s << "constexpr int kGemvColumns = " << config.tile_n / 8 << ";\n";
-  if (config.kind != KernelKind::tma) return s.str() + kCloseNamespace;
+  if (config.kind != KernelKind::tma) return s.str() + epilogue_config(config);
   s << "constexpr int kTileM = " << config.tile_m << ";\n"
     << "constexpr int kTileN = " << config.tile_n << ";\n"
     << "constexpr int kTileK = " << config.tile_k() << ";\n"
@@ -166,7 +183,7 @@ std::string config_header(const KernelConfig& requested) {
     << "constexpr bool kGroupedK = " << bool_text(config.grouped() && config.group_along_k) << ";\n"
     << "constexpr int kGroupCapacity = " << config.group_capacity << ";\n\n"
     << wgmma_function(config.tile_n, config.in, config.in_b, config.a_k_major, config.b_k_major);
-  return s.str() + kCloseNamespace;
+  return s.str() + epilogue_config(config);
 }
 
 std::string config_header(const OperandTypes& types) {

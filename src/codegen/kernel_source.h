@@ -1,7 +1,8 @@
 // Turns a kernel configuration into one self-contained CUDA source for NVRTC: the kernel's
 // kernels/sm90 file with every #include "x" of another embedded file expanded in place, each
 // file once, and one generated header among them, kConfigHeader: the configuration's constants
-// (and the wgmma wrapper for its tile), which the kernel files that need them include.
+// (and the wgmma wrapper for its tile, and the GEMM kernels' epilogue functions: the fused
+// epilogue's code, or a pass-through), which the kernel files that need them include.
 #pragma once
 
 #include <string>

@@ -1,6 +1,7 @@
 #include "core/kernel_config.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <sstream>
 #include <tuple>
 
@@ -23,10 +24,11 @@ sm90::SmemShape smem_shape(const KernelConfig& c) {
 }
 
 auto key(const KernelConfig& c) {
-  return std::tie(c.kind, c.tile_m, c.tile_n, c.stages, c.group_m, c.cluster_m, c.splits, c.a_k_major, c.b_k_major,
-                  c.a_batched, c.b_batched, c.tma_store, c.d_by_columns, c.store_buffers, c.has_c, c.in, c.out, c.c, c.in_b, c.scale_a,
-                  c.scale_b, c.scale_a_mn, c.scale_b_mn, c.stage_a, c.stage_b, c.realign_a, c.realign_b,
-                  c.row_classes, c.group_layout, c.group_along_k, c.group_capacity);
+  return std::make_tuple(reinterpret_cast<uintptr_t>(c.epilogue), c.epilogue_transposed, c.kind, c.tile_m, c.tile_n,
+                         c.stages, c.group_m, c.cluster_m, c.splits, c.a_k_major, c.b_k_major, c.a_batched,
+                         c.b_batched, c.tma_store, c.d_by_columns, c.store_buffers, c.has_c, c.in, c.out, c.c, c.in_b,
+                         c.scale_a, c.scale_b, c.scale_a_mn, c.scale_b_mn, c.stage_a, c.stage_b, c.realign_a,
+                         c.realign_b, c.row_classes, c.group_layout, c.group_along_k, c.group_capacity);
 }
 
 // key() names every knob: one added to KernelKnobs changes its size and must join it (and the
@@ -61,8 +63,9 @@ int KernelConfig::store_box_bytes() const {
 }
 
 std::string KernelConfig::name() const {
-  if (kind == KernelKind::fallback) return "fallback simt 64x64";
-  if (kind == KernelKind::gemv) return tile_n > 8 ? "gemv simt " + std::to_string(tile_n / 8) + "/warp" : "gemv simt";
+  const std::string fused = epilogue ? " fused" : "";
+  if (kind == KernelKind::fallback) return "fallback simt 64x64" + fused;
+  if (kind == KernelKind::gemv) return (tile_n > 8 ? "gemv simt " + std::to_string(tile_n / 8) + "/warp" : "gemv simt") + fused;
   std::ostringstream s;
   s << "tma " << tile_m << "x" << tile_n << " s" << stages << (group_m != KernelKnobs{}.group_m ? " g" + std::to_string(group_m) : "")
     << (cluster_m > 1 ? " c" + std::to_string(cluster_m) : "")
@@ -74,7 +77,8 @@ std::string KernelConfig::name() const {
     << (!grouped()                              ? ""
         : group_along_k                         ? " grouped-k"
         : group_layout == GroupLayout::masked ? " grouped-masked"
-                                                : " grouped");
+                                                : " grouped")
+    << fused;
   return s.str();
 }
 

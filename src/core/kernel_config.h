@@ -56,6 +56,10 @@ struct KernelFacts {
   GroupLayout group_layout = GroupLayout::contiguous;
   bool group_along_k = false;  // the groups split K (the weight gradient), not the rows
   int group_capacity = 0;
+  // A fused epilogue's device code (core/problem.h, EpilogueRef: one pointer per code), null for
+  // none; transposed: the kernel runs D^T's problem and hands the epilogue (col, row).
+  const std::string* epilogue = nullptr;
+  bool epilogue_transposed = false;
 
   bool grouped() const { return group_capacity > 0; }
 };

@@ -76,6 +76,9 @@ ProblemWords problem_words(const Problem& p) {
   w[i++] = int64_t(p.groups.layout) | int64_t(p.groups.int64) << 8 | int64_t(p.groups.check) << 9 |
             int64_t(p.groups.along_k) << 10 | int64_t(p.groups.zero_unowned) << 11;
   w[i++] = p.max_sms;
+  w[i++] = address(p.epilogue.code);
+  w[i++] = int64_t(p.epilogue.tensor_count) | int64_t(p.epilogue.transposed) << 8;
+  for (int t = 0; t < p.epilogue.tensor_count; ++t) put_matrix(p.epilogue.tensors[size_t(t)]);
   return w;
 }
 
@@ -96,6 +99,7 @@ Problem transposed_problem(const Problem& p) {
   if (p.has_c()) t.c = transposed(p.c);
   t.scale_a = transposed(p.scale_b);
   t.scale_b = transposed(p.scale_a);
+  t.epilogue.transposed = !p.epilogue.transposed;
   return t;
 }
 

@@ -46,6 +46,22 @@ struct GroupRef {
   bool grouped() const { return sizes != nullptr; }
 };
 
+// A fused epilogue (epilogue/program.h) as the kernels run it: its device code
+// (codegen/epilogue_source.h), interned so that equal code is one pointer, and its tensors, the
+// program's inputs then its auxiliary outputs, in D's orientation: element (b, m, n) of D's.
+// b is the batch, or a grouped problem's group; tensors a batch does not step have batch stride
+// 0. A problem transposed (transposed_problem) keeps them as they are and says so: the kernel
+// then hands the epilogue its column as m and its row as n.
+inline constexpr int kMaxEpilogueTensors = 8;
+struct EpilogueRef {
+  const std::string* code = nullptr;  // null: no epilogue
+  int tensor_count = 0;
+  std::array<MatrixRef, kMaxEpilogueTensors> tensors{};
+  bool transposed = false;
+
+  bool fused() const { return code != nullptr; }
+};
+
 struct Problem {  // every field goes into problem_words
   int64_t m = 0, n = 0, k = 0, batch = 1;
   MatrixRef a, b, d;
@@ -55,6 +71,7 @@ struct Problem {  // every field goes into problem_words
   int device = 0;
   GroupRef groups;
   int max_sms = 0;  // at most this many SMs run the kernel (0: all)
+  EpilogueRef epilogue;
 
   bool has_c() const { return c.data != nullptr; }
   bool grouped() const { return groups.grouped(); }
@@ -78,7 +95,7 @@ struct Problem {  // every field goes into problem_words
 void check_addressable(int64_t m, int64_t n, int64_t k, int64_t batch, int element_bytes);
 
 // Every field of a problem as 64-bit words, pointers included: equal words, equal problems.
-using ProblemWords = std::array<int64_t, 45>;
+using ProblemWords = std::array<int64_t, 47 + 5 * kMaxEpilogueTensors>;
 ProblemWords problem_words(const Problem& p);
 
 // "NT"-style layout letters, row-major convention: the first letter is A, the second B;
@@ -86,7 +103,8 @@ ProblemWords problem_words(const Problem& p);
 // it is stored transposed (A as K x M, B as N x K, row-major).
 std::string layout_name(const Problem& p);
 
-// D^T = B^T A^T: the same memory with A and B swapped and every operand transposed.
+// D^T = B^T A^T: the same memory with A and B swapped and every operand transposed (the
+// epilogue's tensors stay in D's orientation; see EpilogueRef).
 Problem transposed_problem(const Problem& p);
 
 }  // namespace gemmkit

@@ -230,6 +230,10 @@ bool tile_takes_groups(TileShape tile, const KernelConfig& facts) {
                              : facts.group_layout == GroupLayout::contiguous && facts.out != DType::f32;
 }
 
+bool tile_takes_epilogue(TileShape tile, const KernelConfig& facts) {
+  return !facts.epilogue || tile.n <= (facts.grouped() ? 208 : 224);
+}
+
 bool tile_takes_scales(TileShape tile, ScaleMode a, ScaleMode b) {
   const bool block_or_mx = a == ScaleMode::block || a == ScaleMode::mx || b == ScaleMode::block || b == ScaleMode::mx;
   if (tile.m > 128 && block_or_mx) return false;
@@ -294,6 +298,7 @@ std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& lim
     const int64_t tiles_m = ceil_div(p.m, tile.m);
     if (config.has_c && !tile_takes_c(tile)) continue;
     if (!tile_takes_scales(tile, config.scale_a, config.scale_b)) continue;
+    if (!tile_takes_epilogue(tile, config)) continue;
     if (!half_width_tile_pays(p, tile, k_blocks, limits)) continue;
     const bool one_wave = one_wave_unclustered(p, tile, k_blocks, b_rows_off_sectors, limits);
     const bool realign = realigns_on(tile) && (config.realign_a || config.realign_b);
@@ -364,12 +369,14 @@ bool transposing_pays(const Problem& p, const DeviceLimits& limits) {
   return half_height && p.n > p.m && past_last_column <= width / 8 && transposed.cost <= as_is.cost;
 }
 
-KernelConfig choose_config(const Problem& p, const DeviceLimits& limits) {
-  const std::vector<Candidate> ranked = rank_candidates(p, limits);
-  return ranked.empty() ? problem_config(p) : ranked.front().config;
+KernelConfig choose_config(const Problem& p, const DeviceLimits& limits, int widest) {
+  for (const Candidate& candidate : rank_candidates(p, limits)) {
+    if (candidate.config.tile_n <= widest) return candidate.config;
+  }
+  return problem_config(p);
 }
 
-KernelConfig choose_grouped_config(const Problem& p, const DeviceLimits& limits) {
+KernelConfig choose_grouped_config(const Problem& p, const DeviceLimits& limits, int widest) {
   // The stand-in: the groups as a dense batch of matrices of the mean size (masked: max_m; along
   // K, of the mean K).
   Problem dense = p;
@@ -388,7 +395,10 @@ KernelConfig choose_grouped_config(const Problem& p, const DeviceLimits& limits)
   KernelConfig config = grouped_problem_config(p);
   for (const Candidate& candidate : rank_candidates(dense, limits)) {
     const KernelConfig& c = candidate.config;
-    if (c.splits != 1 || !tile_takes_groups({c.tile_m, c.tile_n}, config)) continue;
+    if (c.splits != 1 || c.tile_n > widest || !tile_takes_groups({c.tile_m, c.tile_n}, config) ||
+        !tile_takes_epilogue({c.tile_m, c.tile_n}, config)) {
+      continue;
+    }
     static_cast<KernelKnobs&>(config) = c;
     break;
   }
@@ -413,7 +423,7 @@ bool fits(const KernelConfig& c, const DeviceLimits& limits) {
   const std::vector<TileShape>& shapes = tile_shapes(is_fp8(c.in));
   const bool known_tile = std::find(shapes.begin(), shapes.end(), TileShape{c.tile_m, c.tile_n}) != shapes.end();
   return known_tile && (!c.has_c || tile_takes_c({c.tile_m, c.tile_n})) &&
-         (!c.grouped() || tile_takes_groups({c.tile_m, c.tile_n}, c)) &&
+         (!c.grouped() || tile_takes_groups({c.tile_m, c.tile_n}, c)) && tile_takes_epilogue({c.tile_m, c.tile_n}, c) &&
          tile_takes_scales({c.tile_m, c.tile_n}, c.scale_a, c.scale_b) && (c.cluster_m == 1 || c.cluster_m == 2) &&
          c.group_m >= c.cluster_m && c.group_m <= 64 &&
          c.splits >= 1 && c.splits <= kMaxSplits && (c.splits == 1 || c.tile_n <= kMaxSplitTileN) &&

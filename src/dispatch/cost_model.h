@@ -11,6 +11,9 @@
 
 namespace gemmkit {
 
+// The widest tile's N.
+inline constexpr int kWidestTile = 256;
+
 // The tile shapes the TMA kernel is built for, with 16-bit or 8-bit inputs. 8-bit inputs keep a
 // partial accumulator beside the f32 one (two-level accumulation), which leaves registers for
 // tiles up to 176 wide.
@@ -26,6 +29,13 @@ bool tile_takes_c(TileShape tile);
 // K without C (masked groups' batched A, an f32 D's pairs, C's loads spilled 4-8 bytes beside the
 // 128 accumulators).
 bool tile_takes_groups(TileShape tile, const KernelConfig& facts);
+
+// Whether a fused epilogue (`facts`') is tried beside the tile's accumulators (up to 128 a
+// thread): on tiles up to 224 wide (grouped: 208). Wider, most epilogues spill (ptxas: a bias
+// and a row scale with gelu, 12-40 bytes on 240 and 256); narrower, the heaviest still may (gelu
+// with an M x N read in a grouped kernel at 208: 8 bytes), which the plan finds when it loads the
+// kernel and then narrows the tile (dispatch/plan.cpp).
+bool tile_takes_epilogue(TileShape tile, const KernelConfig& facts);
 
 // Whether the tile's kernel can take these scale modes: mx scales (promoted every 32 of K, with
 // a scale per column, staged by loads rather than cp.async) spill registers on tiles wider
@@ -57,14 +67,15 @@ struct Candidate {
 // Empty where the problem needs the fallback kernel.
 std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& limits);
 
-// The cold-start choice for a normalised problem: rank_candidates' first, else the fallback.
-KernelConfig choose_config(const Problem& p, const DeviceLimits& limits);
+// The cold-start choice for a normalised problem: rank_candidates' first, else the fallback;
+// with `widest`, the first no wider (dispatch/plan.cpp: a fused epilogue that spills on a tile).
+KernelConfig choose_config(const Problem& p, const DeviceLimits& limits, int widest = kWidestTile);
 
 // The cold-start choice for a grouped problem (core/problem.h, GroupRef), whose group sizes the
 // host does not know: the knobs of the cheapest unsplit candidate that takes groups for them as a
 // dense batch of their mean size (masked: of max_m rows; along K: of the mean K), on the grouped
 // problem's facts.
-KernelConfig choose_grouped_config(const Problem& p, const DeviceLimits& limits);
+KernelConfig choose_grouped_config(const Problem& p, const DeviceLimits& limits, int widest = kWidestTile);
 
 // Whether a normalised 16-bit problem runs as D^T = B^T A^T instead (the plan's choice, plan.h),
 // D then stored by columns: where the cost model's pick for the transposed problem costs less

@@ -80,9 +80,10 @@ KernelConfig fallback_config(const KernelFacts& facts) {
   f.tile_m = f.tile_n = 64;
   f.stages = 0;
   f.tma_store = false;
-  std::tie(f.has_c, f.in, f.in_b, f.out, f.c, f.scale_a, f.scale_b, f.scale_a_mn, f.scale_b_mn) =
-      std::tie(facts.has_c, facts.in, facts.in_b, facts.out, facts.c, facts.scale_a, facts.scale_b, facts.scale_a_mn,
-               facts.scale_b_mn);
+  std::tie(f.has_c, f.in, f.in_b, f.out, f.c, f.scale_a, f.scale_b, f.scale_a_mn, f.scale_b_mn, f.epilogue,
+           f.epilogue_transposed) = std::tie(facts.has_c, facts.in, facts.in_b, facts.out, facts.c, facts.scale_a,
+                                             facts.scale_b, facts.scale_a_mn, facts.scale_b_mn, facts.epilogue,
+                                             facts.epilogue_transposed);
   return f;
 }
 
@@ -121,6 +122,8 @@ KernelConfig typed_config(const Problem& p) {
   config.out = p.d.dtype;
   config.has_c = p.has_c();
   config.c = p.has_c() ? p.c.dtype : p.d.dtype;
+  config.epilogue = p.epilogue.code;
+  config.epilogue_transposed = p.epilogue.fused() && p.epilogue.transposed;
   return config;
 }
 

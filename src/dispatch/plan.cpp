@@ -20,8 +20,9 @@ namespace {
 
 // Everything of a normalised problem that choose_config reads: equal keys, equal plans. Of the
 // pointers only their 16-byte alignment matters.
-// Scales enter by their modes and blocks: the kernels read their strides at run time.
-using PlanKey = std::array<int64_t, 23>;
+// Scales enter by their modes and blocks: the kernels read their strides at run time; a fused
+// epilogue by its code (interned: one pointer per code), its tensors likewise.
+using PlanKey = std::array<int64_t, 24>;
 
 PlanKey plan_key(const Problem& p) {
   auto alignment = [](const void* data) { return int64_t(reinterpret_cast<uintptr_t>(data) % 16); };
@@ -32,7 +33,9 @@ PlanKey plan_key(const Problem& p) {
           p.a.batch_stride, p.a.row_stride, p.a.col_stride, alignment(p.b.data), p.b.batch_stride, p.b.row_stride,
           p.b.col_stride, alignment(p.d.data), p.d.batch_stride, p.d.row_stride, p.d.col_stride,
           p.scale_a.block_rows, p.scale_a.block_cols, p.scale_b.block_rows, p.scale_b.block_cols,
-          int64_t(p.grouped()) | int64_t(p.groups.layout) << 1 | int64_t(p.groups.along_k) << 3, p.max_sms};
+          int64_t(p.grouped()) | int64_t(p.groups.layout) << 1 | int64_t(p.groups.along_k) << 3 |
+              int64_t(p.epilogue.transposed) << 4,
+          p.max_sms, int64_t(reinterpret_cast<uintptr_t>(p.epilogue.code))};
 }
 
 // The kernel for a config on a device, generated, compiled and loaded on first use.
@@ -65,14 +68,14 @@ Plan new_plan(const Problem& normalized, const KernelConfig* forced, cudaStream_
   runtime::require_sm90(info);
   Plan plan;
   plan.sm_count = sm_budget(normalized, info);
+  DeviceLimits limits = limits_of(info);
+  if (normalized.grouped()) limits.sm_count = std::max(plan.sm_count, 2);  // the model weighs clusters of two
   if (forced) {
     plan.config = *forced;
   } else if (normalized.grouped()) {  // the cost model's pick: the group sizes are on the device
-    DeviceLimits limits = limits_of(info);
-    limits.sm_count = std::max(plan.sm_count, 2);  // the model weighs clusters of two
     plan.config = choose_grouped_config(normalized, limits);
   } else {
-    plan.transposed = transposing_pays(normalized, limits_of(info));
+    plan.transposed = transposing_pays(normalized, limits);
     const tuning::Dispatch choice =
         tuning::dispatch_config(plan.transposed ? transposed_problem(normalized) : normalized, info, stream,
                                 prepare_candidate);
@@ -81,6 +84,22 @@ Plan new_plan(const Problem& normalized, const KernelConfig* forced, cudaStream_
   }
   if (plan.config.cluster_m > plan.sm_count) plan.config.cluster_m = 1;  // a budget of one SM
   plan.kernel = &kernel_for(normalized.device, plan.config);
+  // A fused epilogue may not fit in the registers its tile leaves beside the accumulators
+  // (tile_takes_epilogue, cost_model.h): where the kernel spills, the plan sets it aside for the
+  // cost model's pick among narrower tiles, until one does not (or none is narrower).
+  while (!forced && plan.config.epilogue && plan.config.kind == KernelKind::tma && plan.kernel->local_bytes > 0) {
+    const int widest = plan.config.tile_n - 16;
+    KernelConfig narrower = normalized.grouped()
+                                ? choose_grouped_config(normalized, limits, widest)
+                                : choose_config(plan.transposed ? transposed_problem(normalized) : normalized, limits,
+                                                widest);
+    if (narrower.kind != KernelKind::tma || narrower.tile_n > widest) break;
+    if (narrower.cluster_m > plan.sm_count) narrower.cluster_m = 1;
+    runtime::set_aside_kernel(*plan.kernel);
+    plan.config = narrower;
+    plan.tuned = false;
+    plan.kernel = &kernel_for(normalized.device, plan.config);
+  }
   return plan;
 }
 

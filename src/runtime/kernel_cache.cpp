@@ -79,12 +79,18 @@ const LoadedKernel& load_kernel(int device, const std::string& source, const std
   return *slot;
 }
 
+void set_aside_kernel(const LoadedKernel& kernel) {
+  LoadedKernels& loaded = loaded_kernels();
+  std::lock_guard<std::mutex> lock(loaded.mutex);
+  const_cast<LoadedKernel&>(kernel).set_aside = true;  // every LoadedKernel is the map's own
+}
+
 std::vector<LocalMemoryUse> kernels_using_local_memory() {
   LoadedKernels& loaded = loaded_kernels();
   std::lock_guard<std::mutex> lock(loaded.mutex);
   std::vector<LocalMemoryUse> uses;
   for (const auto& [key, kernel] : loaded.kernels) {
-    if (!kernel || kernel->local_bytes == 0) continue;
+    if (!kernel || kernel->local_bytes == 0 || kernel->set_aside) continue;
     const std::string& source = std::get<2>(key);
     uses.push_back({std::get<1>(key) + " (" + source.substr(0, source.find('\n')) + ")", kernel->local_bytes});
   }

@@ -15,6 +15,7 @@ struct LoadedKernel {
   CUfunction function = nullptr;
   int registers = 0;
   int local_bytes = 0;  // per-thread local memory: spills or stack, 0 when clean
+  bool set_aside = false;  // never launched (set_aside_kernel)
 };
 
 // The kernel `entry_point` of `source` loaded on `device` (the current device must be
@@ -23,9 +24,13 @@ struct LoadedKernel {
 const LoadedKernel& load_kernel(int device, const std::string& source, const std::string& entry_point,
                                 int smem_bytes);
 
-// Kernels loaded in this process that use local memory (spills or a stack), which the kernels
-// are written never to: each one's entry point and its source's first line (a GEMM kernel's
-// config, codegen/kernel_source.cpp), with the bytes it uses per thread.
+// Marks a loaded kernel as one the caller will not launch (a fused kernel that spills, which
+// the plan replaces by a narrower tile's: dispatch/plan.cpp). Thread-safe.
+void set_aside_kernel(const LoadedKernel& kernel);
+
+// Kernels loaded in this process, and not set aside, that use local memory (spills or a stack),
+// which the kernels are written never to: each one's entry point and its source's first line (a
+// GEMM kernel's config, codegen/kernel_source.cpp), with the bytes it uses per thread.
 struct LocalMemoryUse {
   std::string kernel;
   int bytes_per_thread = 0;

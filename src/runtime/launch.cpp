@@ -28,10 +28,17 @@ GemmScale scale(const ScaleRef& s) {
   return {s.m.data, s.m.batch_stride, s.m.row_stride, s.m.col_stride, s.block_rows, s.block_cols, word_copies ? 1 : 0};
 }
 
+static_assert(kMaxEpilogueTensors == GEMMKIT_MAX_EPILOGUE_TENSORS);
+
 GemmParams params(const Problem& p) {
-  return {p.m,         p.n,         p.k,         p.batch,     p.alpha,          p.beta,           matrix(p.a),
-          matrix(p.b), matrix(p.c), matrix(p.d), scale(p.scale_a), scale(p.scale_b), nullptr,     nullptr,
-          1,           TileOrder{},  p.groups.sizes, p.groups.int64 ? 1 : 0};
+  GemmParams args{p.m,         p.n,         p.k,         p.batch,     p.alpha,          p.beta,           matrix(p.a),
+                  matrix(p.b), matrix(p.c), matrix(p.d), scale(p.scale_a), scale(p.scale_b), nullptr,     nullptr,
+                  1,           TileOrder{},  p.groups.sizes, p.groups.int64 ? 1 : 0, EpilogueParams{}};
+  for (int i = 0; i < p.epilogue.tensor_count; ++i) {
+    const MatrixRef& t = p.epilogue.tensors[size_t(i)];
+    args.epilogue.tensors[i] = {t.data, t.batch_stride, t.row_stride, t.col_stride};
+  }
+  return args;
 }
 
 

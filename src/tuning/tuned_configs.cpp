@@ -154,7 +154,9 @@ Dispatch dispatch_config(const Problem& p, const runtime::DeviceInfo& info, cuda
   }
   if (auto tuned = tuned_config(p, info)) return {*tuned, true};
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (mode != TuningMode::online || cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
+  // Online tuning times the candidates on scratch operands; a fused epilogue would write its outputs
+  // into the caller's tensors meanwhile: it takes the tuned knobs of its class, or the cost model's.
+  if (mode != TuningMode::online || p.epilogue.fused() || cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
       capture != cudaStreamCaptureStatusNone) {
     return {choose_config(p, limits), false};
   }

@@ -1,12 +1,17 @@
 // Generated epilogues (codegen/epilogue_source.h) compile with NVRTC for sm_90a without spills,
 // for programs that use every operation, every tensor shape and element type, and auxiliary
-// outputs, inside the test kernel (epilogue_test_kernel.h).
+// outputs, inside the test kernel (epilogue_test_kernel.h); and fused into the GEMM kernels, on
+// every store path and kind of kernel.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "../epilogue_test_kernel.h"
 #include "clean_compile.h"
+#include "codegen/kernel_source.h"
+#include "dispatch/cost_model.h"
 #include "epilogue/program.h"
 #include "gemmkit/error.h"
 
@@ -38,6 +43,70 @@ TEST(EpilogueSource, NeedsOneTypeATensorAndAtMostEightTensors) {
   const epilogue::Program nine =
       epilogue::parse("acc + a[n] + b[n] + c[n] + d[n] + f[n] + g[n] + h[n] + i[n] + j[n]");
   EXPECT_THROW(codegen::epilogue_source(nine, {std::vector<DType>(9, DType::f32), {}}), Error);
+}
+
+// A bias, an activation, a gate, a per-row scale and the pre-activation saved (two loads and a
+// store an element) on the TMA kernel's store paths (through shared memory with 16-bit and f32 D,
+// deferred groups, by columns, by rows, direct), with split-K, narrow and row-class tiles, FP8
+// block scales, grouped rows (contiguous, masked) and along K, each on the widest tile that tries
+// an epilogue (tile_takes_epilogue), and the GEMV and fallback kernels.
+TEST(FusedEpilogue, EveryStorePathAndKernelCompilesWithoutSpills) {
+  using DType::bf16, DType::f32;
+  const std::string text = "h = acc + bias[n]; pre[m, n] = h; silu(h) * gate[m, n] * scale[m]";
+  const epilogue::Program program = epilogue::parse(text);
+  const std::string* code =
+      codegen::interned_epilogue(program, epilogue::canonical(program), {{bf16, bf16, f32}, {bf16}});
+  std::vector<KernelConfig> configs;
+  auto add = [&](TileShape tile, int cluster, const std::function<void(KernelConfig&)>& vary) {
+    KernelConfig c = with_tile(KernelConfig{}, tile);
+    c.cluster_m = cluster;
+    vary(c);
+    configs.push_back(c);
+  };
+  add({128, 224}, 2, [](KernelConfig&) {});  // deferred groups (16-bit D through TMA)
+  add({128, 224}, 2, [](KernelConfig& c) { c.out = f32; });
+  add({128, 128}, 1, [](KernelConfig& c) { c.d_by_columns = c.epilogue_transposed = true; });
+  add({128, 192}, 1, [](KernelConfig& c) { c.tma_store = false; });  // by rows
+  add({64, 128}, 1, [](KernelConfig& c) { c.tma_store = false; });   // direct
+  add({128, 128}, 1, [](KernelConfig& c) { c.splits = 2; });
+  add({64, 16}, 1, [](KernelConfig& c) { c.epilogue_transposed = true; });
+  add({64, 64}, 1, [](KernelConfig& c) { c.row_classes = true, c.tma_store = false; });
+  add({128, 176}, 2, [](KernelConfig& c) {
+    c.in = c.in_b = DType::e4m3;
+    c.scale_a = c.scale_b = ScaleMode::block;
+    c.scale_b_mn = 128;
+  });
+  for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked}) {
+    for (TileShape tile : {TileShape{128, 208}, TileShape{64, 208}}) {
+      add(tile, 1, [&](KernelConfig& c) {
+        c.group_layout = layout;
+        c.group_capacity = 128;
+        c.b_batched = true;
+        c.a_batched = layout == GroupLayout::masked;
+      });
+    }
+  }
+  add({128, 128}, 2, [](KernelConfig& c) {
+    c.group_along_k = true;
+    c.group_capacity = 128;
+    c.a_k_major = c.b_k_major = false;
+    c.out = f32;
+  });
+  for (KernelKind kind : {KernelKind::gemv, KernelKind::fallback}) {
+    for (int columns : {1, 2, 4}) {
+      if (kind == KernelKind::fallback && columns > 1) continue;
+      KernelConfig c;
+      c.kind = kind;
+      c.tile_n = 8 * columns;
+      configs.push_back(c);
+    }
+  }
+  for (KernelConfig& k : configs) {
+    if (k.kind == KernelKind::tma) k.stages = max_stages(k, DeviceLimits{}.smem_per_block);
+    k.epilogue = code;
+    ASSERT_TRUE(tile_takes_epilogue({k.tile_m, k.tile_n}, k)) << k.name();
+    testing::expect_clean_compile(codegen::gemm_source(k), codegen::gemm_kernel_name(k), k.name() + " " + text);
+  }
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../epilogue_test_kernel.h"
+#include "epilogue_tensors.h"
 #include "epilogue/program.h"
 #include "gpu_test.h"
 #include "kernels/sm90/params.h"
@@ -24,69 +25,12 @@ namespace {
 
 constexpr int64_t kBatch = 2, kM = 37, kN = 96;
 
-// A tensor of the epilogue's on the device, with its host values (as its type holds them).
-struct Tensor {
-  DType type;
-  epilogue::Shape shape;
-  int64_t batch_stride, row_stride, col_stride, elements;
-  std::vector<double> values;  // host copy, element (b, m, n) at offset(b, m, n)
-  void* data = nullptr;
+using testing::EpilogueTestTensor;
+using testing::read_back;
+using testing::stored;
 
-  int64_t offset(int64_t b, int64_t m, int64_t n) const {
-    int64_t at = b * batch_stride;
-    if (shape != epilogue::Shape::row_vector) at += m * row_stride;
-    if (shape != epilogue::Shape::column_vector) at += n * col_stride;
-    return at;
-  }
-};
-
-double stored(DType type, double x) {
-  const float f = float(x);
-  if (type == DType::bf16) return reference::bf16_to_float(reference::float_to_bf16(f));
-  if (type == DType::f16) return reference::f16_to_float(reference::float_to_f16(f));
-  return f;
-}
-
-// Strides past the dense ones (vectors 2 apart, matrix rows N + 3 apart), so that an offset
-// computed the wrong way reads another value.
-Tensor make_tensor(DType type, epilogue::Shape shape, std::mt19937_64& draws, bool output) {
-  Tensor t{type, shape, 0, 0, 0, 0, {}};
-  switch (shape) {
-    case epilogue::Shape::row_vector: t.col_stride = 2, t.batch_stride = 2 * kN; break;
-    case epilogue::Shape::column_vector: t.row_stride = 2, t.batch_stride = 2 * kM; break;
-    case epilogue::Shape::matrix: t.col_stride = 1, t.row_stride = kN + 3, t.batch_stride = kM * (kN + 3); break;
-  }
-  t.elements = kBatch * t.batch_stride;
-  std::uniform_real_distribution<double> value(-2.0, 2.0);
-  t.values.resize(size_t(t.elements));
-  for (double& v : t.values) v = output ? std::nan("") : stored(type, value(draws));
-  std::vector<char> bytes(size_t(t.elements * dtype_size(type)));
-  for (int64_t i = 0; i < t.elements; ++i) {
-    const float f = float(t.values[size_t(i)]);
-    if (type == DType::bf16) {
-      const uint16_t h = output ? 0xffff : reference::float_to_bf16(f);
-      std::memcpy(&bytes[size_t(2 * i)], &h, 2);
-    } else if (type == DType::f16) {
-      const uint16_t h = output ? 0xffff : reference::float_to_f16(f);
-      std::memcpy(&bytes[size_t(2 * i)], &h, 2);
-    } else {
-      std::memcpy(&bytes[size_t(4 * i)], &f, 4);
-    }
-  }
-  EXPECT_EQ(cudaMalloc(&t.data, bytes.size()), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(t.data, bytes.data(), bytes.size(), cudaMemcpyHostToDevice), cudaSuccess);
-  return t;
-}
-
-double read_back(const std::vector<char>& bytes, DType type, int64_t i) {
-  if (type == DType::f32) {
-    float f;
-    std::memcpy(&f, &bytes[size_t(4 * i)], 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, &bytes[size_t(2 * i)], 2);
-  return type == DType::bf16 ? reference::bf16_to_float(h) : reference::f16_to_float(h);
+EpilogueTestTensor make_tensor(DType type, epilogue::Shape shape, std::mt19937_64& draws, bool output) {
+  return testing::make_epilogue_tensor(type, shape, kBatch, kM, kN, draws, output);
 }
 
 class EpilogueKernel : public testing::GpuTest {
@@ -98,7 +42,7 @@ class EpilogueKernel : public testing::GpuTest {
     SCOPED_TRACE(text);
     const epilogue::Program program = epilogue::parse(text);
     std::mt19937_64 draws(testing::fresh_seed());
-    std::vector<Tensor> tensors;
+    std::vector<EpilogueTestTensor> tensors;
     for (size_t i = 0; i < program.inputs.size(); ++i) {
       tensors.push_back(make_tensor(types.inputs[i], program.inputs[i].shape, draws, false));
     }
@@ -124,7 +68,7 @@ class EpilogueKernel : public testing::GpuTest {
     ASSERT_EQ(cudaMemcpy(d_bytes.data(), d, d_bytes.size(), cudaMemcpyDeviceToHost), cudaSuccess);
     std::vector<std::vector<char>> store_bytes;
     for (size_t k = 0; k < types.stores.size(); ++k) {
-      const Tensor& t = tensors[program.inputs.size() + k];
+      const EpilogueTestTensor& t = tensors[program.inputs.size() + k];
       store_bytes.emplace_back(size_t(t.elements * dtype_size(t.type)));
       ASSERT_EQ(cudaMemcpy(store_bytes.back().data(), t.data, store_bytes.back().size(), cudaMemcpyDeviceToHost),
                 cudaSuccess);
@@ -142,7 +86,7 @@ class EpilogueKernel : public testing::GpuTest {
           };
           check(read_back(d_bytes, DType::f32, (b * kM + m) * ld + n), values[size_t(program.result)], "D");
           for (size_t k = 0; k < types.stores.size(); ++k) {
-            const Tensor& t = tensors[program.inputs.size() + k];
+            const EpilogueTestTensor& t = tensors[program.inputs.size() + k];
             check(read_back(store_bytes[k], t.type, t.offset(b, m, n)),
                   stored(t.type, values[size_t(program.stores[k].node)]), program.stores[k].name);
           }
@@ -152,7 +96,7 @@ class EpilogueKernel : public testing::GpuTest {
     EXPECT_EQ(wrong, 0);
     // The outputs' padding (matrix rows are N + 3 apart) is never written.
     for (size_t k = 0; k < types.stores.size(); ++k) {
-      const Tensor& t = tensors[program.inputs.size() + k];
+      const EpilogueTestTensor& t = tensors[program.inputs.size() + k];
       for (int64_t b = 0; b < kBatch; ++b) {
         for (int64_t m = 0; m < kM; ++m) {
           for (int64_t n = kN; n < kN + 3; ++n) EXPECT_TRUE(std::isnan(read_back(store_bytes[k], t.type, t.offset(b, m, n))));
@@ -160,7 +104,7 @@ class EpilogueKernel : public testing::GpuTest {
       }
     }
     cudaFree(d);
-    for (Tensor& t : tensors) cudaFree(t.data);
+    for (EpilogueTestTensor& t : tensors) t.free();
   }
 };
 

@@ -1,0 +1,198 @@
+// The fused epilogue's argument checks (api/epilogue_checks.h) through validate_gemm and
+// prepare_grouped, and how a problem carries the epilogue (kernel config, cache keys, transposed
+// plans), without a GPU. Pointers are fake device addresses.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "api/prepare.h"
+#include "api/validate.h"
+#include "config_tests.h"
+#include "dispatch/cost_model.h"
+#include "dispatch/operand_access.h"
+#include "rejection.h"
+
+// A namespace of its own: the sanitizer build compiles the CPU tests as one unit.
+namespace gemmkit::epilogue_validate_test {
+namespace {
+
+constexpr int64_t M = 64, N = 32, K = 48, B = 3;
+
+using config_tests::address;  // fake device addresses 4 GiB apart
+
+// D = A B over a batch of B, with the epilogue `text` and its tensors.
+struct Args {
+  TensorView a = TensorView::batched(address(0), DType::bf16, B, M, K, M * K, K, 1);
+  TensorView b = TensorView::row_major(address(1), DType::bf16, K, N);
+  TensorView d = TensorView::batched(address(2), DType::bf16, B, M, N, M * N, N, 1);
+  GemmOptions options;
+};
+
+TensorView row_vector(int slot, DType type = DType::bf16) { return TensorView::row_major(address(slot), type, 1, N); }
+TensorView column_vector(int slot) { return TensorView::matrix(address(slot), DType::f32, M, 1, 1, 1); }
+TensorView outputs(int slot) { return TensorView::batched(address(slot), DType::bf16, B, M, N, M * N, N, 1); }
+
+// h = acc + bias[n]; pre[m, n] = h; silu(h) * gate[m, n] * scale[m]
+Args swish() {
+  Args x;
+  x.options.epilogue = {"h = acc + bias[n]; pre[m, n] = h; silu(h) * gate[m, n] * scale[m]",
+                        {{"gate", outputs(4)}, {"bias", row_vector(3)}, {"scale", column_vector(5)}, {"pre", outputs(6)}}};
+  return x;
+}
+
+Problem validate(const Args& x) {
+  const Problem p = validate_gemm(x.a, x.b, x.d, x.options);
+  check_apart(x.a, x.b, x.d, x.options, p);
+  return p;
+}
+
+void expect_rejected(const Args& x, const std::string& argument, std::initializer_list<std::string> given) {
+  testing::expect_invalid_argument([&] { validate(x); }, argument, given);
+}
+
+TEST(EpilogueValidate, TensorsComeInTheProgramsOrderInputsFirst) {
+  const Args x = swish();
+  const Problem p = validate(x);
+  ASSERT_TRUE(p.epilogue.fused());
+  ASSERT_EQ(p.epilogue.tensor_count, 4);
+  // bias, gate, scale (first use), then pre.
+  EXPECT_EQ(p.epilogue.tensors[0].data, address(3));
+  EXPECT_EQ(p.epilogue.tensors[0].batch_stride, 0);  // rank 2: one for every batch
+  EXPECT_EQ(p.epilogue.tensors[1].data, address(4));
+  EXPECT_EQ(p.epilogue.tensors[1].batch_stride, M * N);
+  EXPECT_EQ(p.epilogue.tensors[2].data, address(5));
+  EXPECT_EQ(p.epilogue.tensors[3].data, address(6));
+  EXPECT_FALSE(p.epilogue.transposed);
+  EXPECT_NE(p.epilogue.code->find("epilogue_value"), std::string::npos);
+}
+
+TEST(EpilogueValidate, EqualProgramsAndTypesShareCodeAndOthersDoNot) {
+  Args x = swish();
+  const Problem p = validate(x);
+  // The same program spelled otherwise, with other tensors of the same types.
+  x.options.epilogue.text = "pre[m,n] = acc+bias[n]; silu(acc + bias[n]) * gate[m, n] * scale[m]";
+  EXPECT_EQ(validate(x).epilogue.code, p.epilogue.code);
+  x.options.epilogue.tensors[1].tensor = row_vector(3, DType::f32);
+  EXPECT_NE(validate(x).epilogue.code, p.epilogue.code);
+  // The kernel config, plan and launch keys follow the code and the tensors.
+  EXPECT_EQ(problem_config(p).epilogue, p.epilogue.code);
+  Problem moved = p;
+  moved.epilogue.tensors[0].data = address(7);
+  EXPECT_NE(problem_words(moved), problem_words(p));
+  EXPECT_EQ(problem_config(Problem{}).epilogue, nullptr);
+}
+
+TEST(EpilogueValidate, TransposedProblemsKeepTheTensorsInDsOrientation) {
+  const Problem p = validate(swish());
+  const Problem t = transposed_problem(p);
+  EXPECT_TRUE(t.epilogue.transposed);
+  EXPECT_EQ(t.epilogue.tensors[1].row_stride, p.epilogue.tensors[1].row_stride);
+  EXPECT_TRUE(problem_config(t).epilogue_transposed);
+  EXPECT_FALSE(transposed_problem(t).epilogue.transposed);
+}
+
+TEST(EpilogueValidate, TextAndNamesAreChecked) {
+  Args x = swish();
+  x.options.epilogue.text = "silu(acc + bias[n]) * gate[m, n] * scale[m] +";
+  expect_rejected(x, "epilogue: column", {"silu(acc"});
+  x = swish();
+  x.options.epilogue.tensors.push_back({"extra", row_vector(8)});
+  expect_rejected(x, "options.epilogue.tensors", {"'extra'", "bias, gate, scale, pre"});
+  x = swish();
+  x.options.epilogue.tensors.erase(x.options.epilogue.tensors.begin() + 1);
+  expect_rejected(x, "options.epilogue.tensors", {"'bias'", "bias[n]"});
+  x = swish();
+  x.options.epilogue.tensors.push_back({"bias", row_vector(8)});
+  expect_rejected(x, "options.epilogue.tensors", {"'bias' given twice"});
+  x = swish();
+  x.options.epilogue.text.clear();
+  expect_rejected(x, "options.epilogue.tensors", {"4 given"});
+  x = Args{};
+  x.options.epilogue.text = "acc + a[n] + b[n] + c[n] + d[n] + e[n] + f[n] + g[n] + h[n] + i[n]";
+  expect_rejected(x, "options.epilogue.text", {"9 tensors"});
+}
+
+TEST(EpilogueValidate, ShapesTypesAndAlignmentAreChecked) {
+  Args x = swish();
+  x.options.epilogue.tensors[1].tensor = TensorView::row_major(address(3), DType::bf16, 1, N + 1);
+  expect_rejected(x, "options.epilogue.tensors[\"bias\"]", {"[1, 33]", "bias[n]", "[1, 32] or [3, 1, 32]"});
+  x = swish();
+  x.options.epilogue.tensors[1].tensor = TensorView::batched(address(3), DType::bf16, 2, 1, N, N, N, 1);
+  expect_rejected(x, "options.epilogue.tensors[\"bias\"]", {"[2, 1, 32]"});
+  x = swish();
+  x.options.epilogue.tensors[2].tensor = TensorView::matrix(address(5), DType::e4m3, M, 1, 1, 1);
+  expect_rejected(x, "options.epilogue.tensors[\"scale\"]", {"dtype e4m3", "bf16, f16 or f32"});
+  x = swish();
+  x.options.epilogue.tensors[2].tensor = TensorView::matrix(address(5) + 2, DType::f32, M, 1, 1, 1);
+  expect_rejected(x, "options.epilogue.tensors[\"scale\"]", {"not 4-byte aligned"});
+  x = swish();
+  x.options.epilogue.tensors[3].tensor = TensorView::row_major(address(6), DType::bf16, M, N);
+  expect_rejected(x, "options.epilogue.tensors[\"pre\"]", {"pre[m, n] =", "[3, 64, 32] (D's shape)"});
+  x = swish();  // an output whose batches overlap one another
+  x.options.epilogue.tensors[3].tensor = TensorView::batched(address(6), DType::bf16, B, M, N, 0, N, 1);
+  expect_rejected(x, "options.epilogue.tensors[\"pre\"]", {"overlap"});
+}
+
+TEST(EpilogueValidate, OutputsAndInputsApartFromDAndEachOther) {
+  Args x = swish();
+  x.options.epilogue.tensors[0].tensor = outputs(2);  // gate is D
+  expect_rejected(x, "options.epilogue.tensors[\"gate\"]", {"overlaps D", "as C with beta 1"});
+  x = swish();
+  x.options.epilogue.tensors[3].tensor = outputs(2);  // pre is D
+  expect_rejected(x, "options.epilogue.tensors[\"pre\"]", {"overlaps D"});
+  x = swish();
+  x.options.epilogue.tensors[3].tensor = outputs(0);  // pre is A
+  expect_rejected(x, "options.epilogue.tensors[\"pre\"]", {"overlaps A"});
+  x = swish();
+  x.options.epilogue.tensors[3].tensor = outputs(4);  // pre is gate
+  expect_rejected(x, "options.epilogue.tensors[\"pre\"]", {"overlaps options.epilogue.tensors[\"gate\"]"});
+}
+
+// Contiguous groups: vectors along N one per group ([G, 1, N]); along the rows one M_total tensor.
+TEST(EpilogueValidate, GroupedRowsTakePerGroupVectors) {
+  constexpr int64_t G = 8, T = 1000;
+  const TensorView a = TensorView::row_major(address(0), DType::bf16, T, K);
+  const TensorView b = TensorView::batched(address(1), DType::bf16, G, K, N, N * K, 1, K);
+  const TensorView d = TensorView::row_major(address(2), DType::bf16, T, N);
+  const GroupSizes sizes{GroupLayout::contiguous, address(3), false, G};
+  GemmOptions options;
+  options.epilogue = {"h = acc + bias[n]; pre[m, n] = h; h * weight[m]",
+                      {{"bias", TensorView::batched(address(4), DType::bf16, G, 1, N, N, N, 1)},
+                       {"weight", TensorView::matrix(address(5), DType::f32, T, 1, 1, 1)},
+                       {"pre", TensorView::row_major(address(6), DType::bf16, T, N)}}};
+  const Problem p = api::prepare_grouped(a, b, d, sizes, options, 0).problem;
+  ASSERT_TRUE(p.epilogue.fused());
+  EXPECT_EQ(p.epilogue.tensors[0].batch_stride, N);
+  EXPECT_EQ(p.epilogue.tensors[1].batch_stride, 0);
+  EXPECT_EQ(problem_config(p).epilogue, p.epilogue.code);
+  // No tile wider than 208 runs a grouped kernel with an epilogue (tile_takes_epilogue).
+  EXPECT_LE(choose_grouped_config(p, {}).tile_n, 208);
+  options.epilogue.tensors[1].tensor = TensorView::batched(address(5), DType::f32, G, T, 1, T, 1, 1);
+  testing::expect_invalid_argument([&] { api::prepare_grouped(a, b, d, sizes, options, 0); },
+                                   "options.epilogue.tensors[\"weight\"]", {"[8, 1000, 1]", "[1000, 1]"});
+}
+
+TEST(EpilogueValidate, FusedEpiloguesAreTriedOnTilesUpTo224Wide) {
+  KernelConfig facts;
+  facts.epilogue = validate(swish()).epilogue.code;
+  EXPECT_TRUE(tile_takes_epilogue({128, 224}, facts));
+  EXPECT_FALSE(tile_takes_epilogue({128, 240}, facts));
+  facts.group_capacity = 32;  // grouped
+  EXPECT_TRUE(tile_takes_epilogue({128, 208}, facts));
+  EXPECT_FALSE(tile_takes_epilogue({128, 224}, facts));
+  EXPECT_TRUE(tile_takes_epilogue({128, 256}, KernelConfig{}));
+  // The plan's narrower choice after a spill: the first candidate no wider.
+  Args x = swish();
+  x.a = TensorView::row_major(address(0), DType::bf16, 4096, K);
+  x.d = TensorView::row_major(address(2), DType::bf16, 4096, 4096);
+  x.b = TensorView::row_major(address(1), DType::bf16, K, 4096);
+  x.options.epilogue = {"silu(acc + bias[n])", {{"bias", TensorView::row_major(address(3), DType::bf16, 1, 4096)}}};
+  const Problem p = validate(x);
+  EXPECT_LE(choose_config(p, {}).tile_n, 224);
+  EXPECT_LE(choose_config(p, {}, 160).tile_n, 160);
+}
+
+}  // namespace
+}  // namespace gemmkit::epilogue_validate_test

@@ -1,0 +1,427 @@
+// Fused epilogues (GemmOptions::epilogue) in gemmkit's GEMM kernels on the GPU: D and every
+// auxiliary output against the double-precision reference GEMM with the epilogue evaluated in
+// double on the host (reference/epilogue_reference.h), on every store path and kind of kernel
+// (TMA through shared memory, by columns for a transposed plan, by rows, direct; split-K; narrow
+// decode tiles; the GEMV; the fallback), batched with per-batch and shared tensors, with C, with
+// FP8 inputs, and grouped (contiguous with per-group vectors, masked, along K). Outputs start as
+// NaN, and no output is written outside its view.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "api/prepare.h"
+#include "api/validate.h"
+#include "dispatch/cost_model.h"
+#include "dispatch/operand_access.h"
+#include "dispatch/plan.h"
+#include "epilogue/program.h"
+#include "epilogue_tensors.h"
+#include "gemmkit/grouped.h"
+#include "gpu_test.h"
+#include "reference/compare.h"
+#include "reference/epilogue_reference.h"
+#include "reference/gpu_reference.h"
+#include "runtime/driver.h"
+
+namespace gemmkit {
+namespace {
+
+using reference::DeviceProblem;
+using reference::ProblemSpec;
+using testing::EpilogueTestTensor;
+
+// The largest relative rounding error of a value stored as `type`.
+double unit(DType type) { return type == DType::bf16 ? 0x1p-8 : type == DType::f16 ? 0x1p-11 : 0x1p-24; }
+
+// The double-precision GEMM of p on the GPU: values and sums of |A||B| (and |C|), [batch][m][n].
+struct Reference {
+  std::vector<double> values, abs_values;
+};
+Reference reference_of(const Problem& p) {
+  const int64_t count = p.batch * p.m * p.n;
+  double* ref = nullptr;
+  runtime::check(cudaMalloc(reinterpret_cast<void**>(&ref), size_t(std::max<int64_t>(count, 1)) * 2 * sizeof(double)),
+                 "cudaMalloc");
+  Reference r{std::vector<double>(size_t(count)), std::vector<double>(size_t(count))};
+  reference::gpu_gemm(p, ref, ref + count, nullptr);
+  runtime::check(cudaMemcpy(r.values.data(), ref, size_t(count) * sizeof(double), cudaMemcpyDeviceToHost), "copy");
+  runtime::check(cudaMemcpy(r.abs_values.data(), ref + count, size_t(count) * sizeof(double), cudaMemcpyDeviceToHost),
+                 "copy");
+  cudaFree(ref);
+  return r;
+}
+
+// How many batches an epilogue's tensors hold (1: one for every batch): its row vectors, its
+// other inputs, and its outputs.
+struct Batches {
+  int64_t row_vectors = 1, inputs = 1, outputs = 1;
+};
+
+// An epilogue's tensors for a problem whose D is [batches,] M x N: inputs random, outputs NaN;
+// checked element by element after the run.
+class FusedTensors {
+ public:
+  FusedTensors(const std::string& text, const std::vector<DType>& inputs, const std::vector<DType>& stores,
+               Batches batches, int64_t m, int64_t n)
+      : text_(text), program_(epilogue::parse(text)) {
+    std::mt19937_64 draws(testing::fresh_seed());
+    for (size_t i = 0; i < program_.inputs.size(); ++i) {
+      const epilogue::Shape shape = program_.inputs[i].shape;
+      const int64_t count = shape == epilogue::Shape::row_vector ? batches.row_vectors : batches.inputs;
+      tensors_.push_back(testing::make_epilogue_tensor(inputs.at(i), shape, count, m, n, draws, false));
+    }
+    for (size_t k = 0; k < program_.stores.size(); ++k) {
+      tensors_.push_back(
+          testing::make_epilogue_tensor(stores.at(k), epilogue::Shape::matrix, batches.outputs, m, n, draws, true));
+    }
+  }
+  ~FusedTensors() {
+    for (EpilogueTestTensor& t : tensors_) t.free();
+  }
+  FusedTensors(const FusedTensors&) = delete;
+  FusedTensors& operator=(const FusedTensors&) = delete;
+
+  Epilogue epilogue() const {
+    Epilogue e{text_, {}};
+    for (size_t i = 0; i < program_.inputs.size(); ++i) e.tensors.push_back({program_.inputs[i].name, tensors_[i].view()});
+    for (size_t k = 0; k < program_.stores.size(); ++k) {
+      e.tensors.push_back({program_.stores[k].name, tensors_[program_.inputs.size() + k].view()});
+    }
+    return e;
+  }
+  // The outputs as they are now on the device, for check().
+  void copy_outputs() {
+    outputs_.clear();
+    for (size_t k = 0; k < program_.stores.size(); ++k) outputs_.push_back(tensors_[program_.inputs.size() + k].copy_back());
+  }
+  // D's value `got` (of type `out`) at the epilogue's (b, m, n), and each output's there, against
+  // the epilogue of the reference `ref`, allowed as far as the epilogue moves within ref's
+  // accumulation tolerance `tol`, plus the stored type's rounding and f32 arithmetic's.
+  void check(int64_t b, int64_t m, int64_t n, double ref, double tol, double got, DType out) {
+    std::vector<double> inputs(program_.inputs.size()), at(program_.nodes.size()), lo(at.size()), hi(at.size());
+    for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = tensors_[i].values[size_t(tensors_[i].offset(b, m, n))];
+    reference::evaluate_epilogue(program_, ref, inputs, at);
+    reference::evaluate_epilogue(program_, ref - tol, inputs, lo);
+    reference::evaluate_epilogue(program_, ref + tol, inputs, hi);
+    auto expect = [&](double value, int node, DType type, const std::string& what) {
+      const double want = at[size_t(node)];
+      const double moved = std::max(std::fabs(lo[size_t(node)] - want), std::fabs(hi[size_t(node)] - want));
+      const double allowed = moved + unit(type) * std::fabs(want) + 1e-5 * (1 + std::fabs(want));
+      if (std::fabs(value - want) <= allowed) return;  // false for NaN
+      if (++wrong_ <= 5) {
+        ADD_FAILURE() << text_ << ": " << what << " at (" << b << ", " << m << ", " << n << ") is " << value
+                      << ", expected " << want << " (within " << allowed << ")";
+      }
+    };
+    expect(got, program_.result, out, "D");
+    for (size_t k = 0; k < program_.stores.size(); ++k) {
+      const EpilogueTestTensor& t = tensors_[program_.inputs.size() + k];
+      expect(testing::read_back(outputs_[k], t.type, t.offset(b, m, n)), program_.stores[k].node, t.type,
+             program_.stores[k].name);
+    }
+  }
+  // Every output element outside the outputs' views (their rows' padding) still NaN, and
+  // (`owned` given) every element of the views that no group owns.
+  void expect_nothing_else_written(const std::vector<bool>* owned = nullptr) const {
+    for (size_t k = 0; k < program_.stores.size(); ++k) {
+      const EpilogueTestTensor& t = tensors_[program_.inputs.size() + k];
+      std::vector<bool> mine(size_t(t.elements), false);
+      for (int64_t b = 0; b < t.batches; ++b) {
+        for (int64_t i = 0; i < t.m; ++i) {
+          for (int64_t j = 0; j < t.n; ++j) {
+            const bool checked = !owned || (*owned)[size_t((b * t.m + i) * t.n + j)];
+            mine[size_t(t.offset(b, i, j))] = checked;
+          }
+        }
+      }
+      int64_t written = 0;
+      for (int64_t i = 0; i < t.elements; ++i) {
+        if (!mine[size_t(i)] && !std::isnan(testing::read_back(outputs_[k], t.type, i))) ++written;
+      }
+      EXPECT_EQ(written, 0) << text_ << ": elements of " << program_.stores[k].name << " written outside what it owns";
+    }
+  }
+  int64_t wrong() const { return wrong_; }
+
+ private:
+  std::string text_;
+  epilogue::Program program_;
+  std::vector<EpilogueTestTensor> tensors_;
+  std::vector<std::vector<char>> outputs_;
+  int64_t wrong_ = 0;
+};
+
+struct FusedCase {
+  ProblemSpec gemm;
+  std::string text;
+  std::vector<DType> inputs, stores;  // the element types of the program's tensors, in its order
+  bool shared = false;                // rank-2 inputs, one for every batch
+};
+
+// Runs gemmkit::gemm with the epilogue (or, `forced`, that config on the normalised problem, or
+// `transposed`, on that transposed) and checks every element of D and of each output. Returns the
+// plan gemm() ran.
+Plan expect_fused_correct(const FusedCase& c, const KernelConfig* forced = nullptr, bool transposed = false) {
+  SCOPED_TRACE(c.gemm.describe() + " [" + c.text + "]");
+  DeviceProblem problem(c.gemm, testing::fresh_seed());
+  problem.prepare_output(nullptr);
+  const int64_t inputs = c.shared ? 1 : c.gemm.batch;
+  FusedTensors tensors(c.text, c.inputs, c.stores, {inputs, inputs, c.gemm.batch}, c.gemm.m, c.gemm.n);
+  GemmOptions options = problem.options(nullptr);
+  options.epilogue = tensors.epilogue();
+  if (forced) {
+    const Problem p = validate_gemm(problem.a(), problem.b(), problem.d(), options);
+    const Problem run = transposed ? transposed_problem(normalize(p)) : normalize(p);
+    // The problem's facts (types, store path, epilogue) with the forced knobs.
+    KernelConfig config = problem_config(run);
+    static_cast<KernelKnobs&>(config) = *forced;
+    config = with_tile(config, {forced->tile_m, forced->tile_n});
+    run_plan(make_plan(run, &config), run, nullptr);
+  } else {
+    gemm(problem.a(), problem.b(), problem.d(), options);
+  }
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const Plan plan = make_plan(normalize(validate_gemm(problem.a(), problem.b(), problem.d(), options)));
+
+  GemmOptions plain = problem.options(nullptr);  // the GEMM alone, from the original C
+  const Problem p = validate_gemm(problem.a(), problem.b(), problem.d(), plain);
+  const Reference ref = reference_of(p);
+  const double accumulation = reference::accumulation_tolerance(p);
+  const std::vector<char> d = problem.copy_output();
+  tensors.copy_outputs();
+  const TensorView dv = problem.d();
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t m = 0; m < p.m; ++m) {
+      for (int64_t n = 0; n < p.n; ++n) {
+        const size_t i = size_t((b * p.m + m) * p.n + n);
+        const double got = testing::read_back(d, dv.dtype, b * dv.batch_stride() + m * dv.row_stride() + n * dv.col_stride());
+        const double tol = accumulation * ref.abs_values[i] + 1e-6 * std::fabs(ref.values[i]);
+        tensors.check(b, m, n, ref.values[i], tol, got, dv.dtype);
+      }
+    }
+  }
+  EXPECT_EQ(tensors.wrong(), 0);
+  tensors.expect_nothing_else_written();
+  return plan;
+}
+
+constexpr const char* kSwish = "h = acc + bias[n]; pre[m, n] = h; silu(h) * gate[m, n]";
+
+using FusedGemm = testing::GpuTest;
+
+TEST_F(FusedGemm, TmaStoresWithTheLastTileRowAndColumnShifted) {
+  using DType::bf16, DType::f16, DType::f32;
+  ProblemSpec s{.m = 333, .n = 517, .k = 256};
+  expect_fused_correct({s, kSwish, {bf16, bf16}, {bf16}});
+  s.out = f32;
+  expect_fused_correct({s, "acc * scale[m] + bias[n]", {f32, f16}, {}});
+  s = {.m = 1000, .n = 4096, .k = 192};  // unfused, 128 x 256 tiles; fused, 224 wide at most
+  expect_fused_correct({s, "gelu(acc + bias[n]) * scale[m]", {bf16, f32}, {}});
+}
+
+// gelu with a row scale, a bias and a residual spills beside 128 x 224 tiles' accumulators: the
+// plan sets that kernel aside for a narrower tile's (plan.cpp), and no kernel it runs spills.
+TEST_F(FusedGemm, APlanWhoseKernelSpillsTakesANarrowerTile) {
+  using DType::bf16, DType::f32;
+  const Plan plan = expect_fused_correct(
+      {{.m = 2048, .n = 7168, .k = 512}, "gelu(acc * scale[m] + bias[n]) + r[m, n]", {f32, bf16, bf16}, {}});
+  ASSERT_NE(plan.kernel, nullptr);
+  EXPECT_EQ(plan.kernel->local_bytes, 0) << plan.config.name();
+  EXPECT_LE(plan.config.tile_n, 224) << plan.config.name();
+  std::printf("plan: %s\n", plan.config.name().c_str());
+}
+
+TEST_F(FusedGemm, TransposedPlanHandsTheEpilogueDsRowsAndColumns) {
+  using DType::bf16, DType::f32;
+  // D column-major: the plan runs D^T = B^T A^T and stores it by columns.
+  ProblemSpec s{.m = 300, .n = 200, .k = 128, .d_col_major = true};
+  expect_fused_correct({s, kSwish, {f32, bf16}, {f32}});
+  // Decode: 8 tokens against 4096 weights runs transposed on narrow tiles.
+  s = {.m = 8, .n = 4096, .k = 1024};
+  expect_fused_correct({s, "silu(acc * scale[m]) * gate[m, n] + bias[n]", {f32, bf16, bf16}, {}});
+}
+
+TEST_F(FusedGemm, RowAndDirectStores) {
+  using DType::bf16, DType::f32;
+  // D's rows 2 bytes off 16-byte alignment: stored by rows (128-row tiles) or directly.
+  ProblemSpec s{.m = 515, .n = 301, .k = 96, .pad_d = 1};
+  expect_fused_correct({s, kSwish, {bf16, f32}, {bf16}});
+  s = {.m = 70, .n = 301, .k = 96, .pad_d = 3};
+  expect_fused_correct({s, "relu2(acc) - r[m, n]", {bf16}, {}});
+}
+
+TEST_F(FusedGemm, SplitKRunsTheEpilogueOnceAfterTheSum) {
+  using DType::bf16;
+  KernelConfig split;
+  split.tile_m = split.tile_n = 128;
+  split.splits = 4;
+  expect_fused_correct({{.m = 200, .n = 384, .k = 4096}, kSwish, {bf16, bf16}, {bf16}}, &split);
+  split.tile_m = 64;
+  split.stages = 8;
+  expect_fused_correct({{.m = 64, .n = 256, .k = 2048, .out = DType::f32}, "acc * x[m, n]", {bf16}, {}}, &split);
+}
+
+TEST_F(FusedGemm, GemvAndFallbackKernels) {
+  using DType::bf16, DType::f32;
+  expect_fused_correct({{.m = 1, .n = 3000, .k = 1024}, kSwish, {bf16, bf16}, {f32}});
+  // N = 1 with A's K contiguous: the GEMV on the transposed problem.
+  expect_fused_correct({{.m = 2000, .n = 1, .k = 512, .layout = "NN"}, "acc * scale[m] + r[m, n]", {f32, bf16}, {}});
+  // K = 0: the fallback kernel, acc = 0 (beta C included).
+  expect_fused_correct({{.m = 70, .n = 90, .k = 0}, "acc + bias[n] * scale[m]", {bf16, f32}, {}});
+  expect_fused_correct({{.m = 70, .n = 90, .k = 0, .beta = 0.5f}, "tanh(acc) * g[m, n]", {bf16}, {}});
+}
+
+TEST_F(FusedGemm, BatchesWithPerBatchAndSharedTensors) {
+  using DType::bf16, DType::f32;
+  ProblemSpec s{.m = 130, .n = 264, .k = 64, .batch = 3};
+  expect_fused_correct({s, kSwish, {bf16, bf16}, {bf16}});
+  expect_fused_correct({s, "acc * scale[m] + bias[n] + g[m, n]", {f32, bf16, bf16}, {}, /*shared=*/true});
+}
+
+TEST_F(FusedGemm, WithCAndFp8Inputs) {
+  using DType::bf16, DType::f32;
+  ProblemSpec s{.m = 257, .n = 320, .k = 512, .beta = 0.75f};
+  expect_fused_correct({s, "sigmoid(acc) * g[m, n]", {bf16}, {}});
+  s = {.m = 256, .n = 512, .k = 1024, .in = DType::e4m3, .scale_a = ScaleMode::block, .scale_b = ScaleMode::block};
+  expect_fused_correct({s, "pre[m, n] = acc; silu(acc * scale[m] + bias[n])", {f32, bf16}, {bf16}});
+}
+
+// Matrix g of a [batch] view, and rows [first, first + count) of a matrix view.
+TensorView matrix_of(const TensorView& t, int64_t g) {
+  return TensorView::matrix(static_cast<char*>(t.data) + g * t.batch_stride() * dtype_size(t.dtype), t.dtype, t.rows(),
+                            t.cols(), t.row_stride(), t.col_stride());
+}
+TensorView rows_of(const TensorView& t, int64_t first, int64_t count) {
+  return TensorView::matrix(static_cast<char*>(t.data) + first * t.row_stride() * dtype_size(t.dtype), t.dtype, count,
+                            t.cols(), t.row_stride(), t.col_stride());
+}
+
+// The sizes as the kernels read them, int32, on the device.
+struct DeviceSizes {
+  explicit DeviceSizes(const std::vector<int64_t>& values) {
+    std::vector<int32_t> words(values.begin(), values.end());
+    runtime::check(cudaMalloc(&data, words.size() * 4), "cudaMalloc sizes");
+    runtime::check(cudaMemcpy(data, words.data(), words.size() * 4, cudaMemcpyHostToDevice), "copy sizes");
+  }
+  ~DeviceSizes() { cudaFree(data); }
+  void* data = nullptr;
+};
+
+// grouped_gemm with the epilogue over groups of `rows` (K = 256, N = `n`), contiguous (A and D
+// M_total x ..., 5 rows past the groups) or masked (A and D [G, max_m + 3, ...]): each group's
+// rows against its GEMM's reference, b = the group, m = D's row (contiguous: of M_total).
+void expect_grouped_fused_correct(GroupLayout layout, const std::vector<int64_t>& rows, int64_t n, const std::string& text,
+                                  const std::vector<DType>& inputs, const std::vector<DType>& stores) {
+  SCOPED_TRACE(std::string(layout == GroupLayout::masked ? "masked" : "contiguous") + " [" + text + "]");
+  const bool masked = layout == GroupLayout::masked;
+  const int64_t groups = int64_t(rows.size());
+  const int64_t total = std::accumulate(rows.begin(), rows.end(), int64_t(0));
+  const int64_t m = masked ? *std::max_element(rows.begin(), rows.end()) + 3 : total + 5;
+  DeviceProblem dense({.m = m, .n = n, .k = 256, .batch = groups}, testing::fresh_seed());
+  dense.prepare_output(nullptr);
+  const TensorView a = masked ? dense.a() : matrix_of(dense.a(), 0), b = dense.b();
+  const TensorView d = masked ? dense.d() : matrix_of(dense.d(), 0);
+  std::vector<int64_t> sizes(rows);
+  if (!masked) std::partial_sum(sizes.begin(), sizes.end(), sizes.begin());
+  const DeviceSizes device_sizes(sizes);
+  // Contiguous groups: per-group row vectors, everything along the rows one M_total-row tensor.
+  const Batches batches = masked ? Batches{groups, groups, groups} : Batches{groups, 1, 1};
+  FusedTensors tensors(text, inputs, stores, batches, m, n);
+  GemmOptions options = dense.options(nullptr);
+  options.epilogue = tensors.epilogue();
+  grouped_gemm(a, b, d, {layout, device_sizes.data, false, groups}, options);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+  const std::vector<char> host_d = dense.copy_output();
+  tensors.copy_outputs();
+  std::vector<bool> owned(size_t(batches.outputs * m * n), false);
+  int64_t start = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t count = rows[size_t(g)], first = masked ? 0 : start;
+    start += count;
+    if (count == 0) continue;
+    const TensorView dg = rows_of(masked ? matrix_of(d, g) : d, first, count);
+    const Problem p = validate_gemm(rows_of(masked ? matrix_of(a, g) : a, first, count), matrix_of(b, g), dg,
+                                    dense.options(nullptr));
+    const Reference ref = reference_of(p);
+    const double accumulation = reference::accumulation_tolerance(p);
+    const int64_t base = (static_cast<const char*>(dg.data) - static_cast<const char*>(dense.d().data)) / dtype_size(dg.dtype);
+    for (int64_t r = 0; r < count; ++r) {
+      for (int64_t j = 0; j < n; ++j) {
+        const size_t i = size_t(r * n + j);
+        const double got = testing::read_back(host_d, dg.dtype, base + r * dg.row_stride() + j * dg.col_stride());
+        const double tol = accumulation * ref.abs_values[i] + 1e-6 * std::fabs(ref.values[i]);
+        tensors.check(g, first + r, j, ref.values[i], tol, got, dg.dtype);
+        owned[size_t(((masked ? g : 0) * m + first + r) * n + j)] = true;
+      }
+    }
+  }
+  EXPECT_EQ(tensors.wrong(), 0);
+  tensors.expect_nothing_else_written(&owned);
+}
+
+TEST_F(FusedGemm, GroupedRowsWithPerGroupVectors) {
+  using DType::bf16, DType::f32;
+  // An MoE down-projection's router weights (one a row) and a per-expert bias, with empty, odd
+  // and tile-crossing groups; the pre-activation saved for the rows groups own.
+  expect_grouped_fused_correct(GroupLayout::contiguous, {130, 0, 1, 257, 64, 200}, 320,
+                               "h = acc + bias[n]; pre[m, n] = h; h * weight[m]", {bf16, f32}, {bf16});
+  expect_grouped_fused_correct(GroupLayout::contiguous, {300, 77, 0, 500}, 4096, "silu(acc + bias[n]) * weight[m]",
+                               {bf16, f32}, {});
+  expect_grouped_fused_correct(GroupLayout::masked, {64, 0, 129, 7}, 264, "gelu(acc) * gate[m, n] + bias[n]",
+                               {bf16, bf16}, {});
+}
+
+TEST_F(FusedGemm, GroupedWeightGradient) {
+  using DType::f32;
+  // d_g [G, P, Q] = x_g^T y_g, then a per-group bias along Q and a row scale along P shared by
+  // the groups.
+  const std::vector<int64_t> rows = {100, 0, 257, 33};
+  const int64_t groups = int64_t(rows.size()), p_dim = 192, q_dim = 320;
+  const int64_t total = std::accumulate(rows.begin(), rows.end(), int64_t(0)) + 5;
+  DeviceProblem dense({.m = p_dim, .n = q_dim, .k = total, .batch = groups, .layout = "TN", .out = f32},
+                      testing::fresh_seed());
+  dense.prepare_output(nullptr);
+  const TensorView at = matrix_of(dense.a(), 0);  // x^T, P x M_total
+  const TensorView x = TensorView::matrix(at.data, at.dtype, at.cols(), at.rows(), at.col_stride(), at.row_stride());
+  const TensorView y = matrix_of(dense.b(), 0);
+  std::vector<int64_t> ends(rows);
+  std::partial_sum(ends.begin(), ends.end(), ends.begin());
+  const DeviceSizes sizes(ends);
+  const std::string text = "out[m, n] = acc; acc * scale[m] + bias[n]";
+  FusedTensors tensors(text, {f32, f32}, {f32}, {groups, 1, groups}, p_dim, q_dim);
+  GemmOptions options;
+  options.epilogue = tensors.epilogue();
+  grouped_gemm_wgrad(x, y, dense.d(), {GroupLayout::contiguous, sizes.data, false, groups}, options);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<char> host_d = dense.copy_output();
+  tensors.copy_outputs();
+  int64_t first = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    const TensorView xg = rows_of(x, first, rows[size_t(g)]), yg = rows_of(y, first, rows[size_t(g)]);
+    first += rows[size_t(g)];
+    const TensorView dg = matrix_of(dense.d(), g);
+    const Problem p = validate_gemm(
+        TensorView::matrix(xg.data, xg.dtype, xg.cols(), xg.rows(), xg.col_stride(), xg.row_stride()), yg, dg, {});
+    const Reference ref = reference_of(p);
+    const double accumulation = reference::accumulation_tolerance(p);
+    for (int64_t i = 0; i < p_dim; ++i) {
+      for (int64_t j = 0; j < q_dim; ++j) {
+        const size_t r = size_t(i * q_dim + j);
+        const double got = testing::read_back(host_d, f32, g * dense.d().batch_stride() + i * dg.row_stride() + j);
+        tensors.check(g, i, j, ref.values[r], accumulation * ref.abs_values[r] + 1e-6 * std::fabs(ref.values[r]), got, f32);
+      }
+    }
+  }
+  EXPECT_EQ(tensors.wrong(), 0);
+  tensors.expect_nothing_else_written();
+}
+
+}  // namespace
+}  // namespace gemmkit
