@@ -209,6 +209,16 @@ int run_bench(const BenchOptions& options) {
     const int in_bytes = dtype_size(spec.in), out_bytes = dtype_size(spec.out);  // e4m3 and e5m2: 1 byte
     const std::vector<std::unique_ptr<reference::DeviceProblem>> pool = buffer_sets(spec, info);
     const int sets = int(pool.size());
+    // --epilogue: our side fused, its tensors per buffer set; our GEMM without it timed too.
+    const bool fused = !options.epilogue.empty();
+    std::vector<std::unique_ptr<EpilogueBuffers>> epilogues;
+    std::vector<GemmOptions> ours;  // each set's options on our side
+    for (const auto& set : pool) {
+      ours.push_back(set->options(stream));
+      if (!fused) continue;
+      epilogues.push_back(std::make_unique<EpilogueBuffers>(options.epilogue, spec, random_seed()));
+      ours.back().epilogue = epilogues.back()->epilogue();
+    }
     std::vector<Problem> lt_problems;
     for (const auto& set : pool) {
       Problem p = validate_gemm(set->a(), set->b(), set->d(), set->options(stream));
@@ -220,7 +230,8 @@ int run_bench(const BenchOptions& options) {
     std::vector<Problem> forced_problems;
     if (force) {
       for (const auto& set : pool) {
-        const api::PreparedGemm prepared = api::prepare_gemm(set->a(), set->b(), set->d(), set->options(stream), device);
+        const size_t s = forced_problems.size();
+        const api::PreparedGemm prepared = api::prepare_gemm(set->a(), set->b(), set->d(), ours[s], device);
         forced_problems.push_back(oriented(prepared.problem));
       }
     }
@@ -233,11 +244,11 @@ int run_bench(const BenchOptions& options) {
     record.batch = spec.batch;
     record.layout = spec.layout;
     record.dtype = type_spec(sp);
-    record.config = forced ? forced->config.name() : chosen_config(*pool[0]);
+    record.config = forced ? forced->config.name() : chosen_config(pool[0]->a(), pool[0]->b(), pool[0]->d(), ours[0]);
     std::vector<std::function<void(int)>> launchers = {[&](int s) {
       if (forced) return run_plan(*forced, forced_problems[size_t(s)], stream);
       const auto& problem = *pool[size_t(s)];
-      gemm(problem.a(), problem.b(), problem.d(), problem.options(stream));
+      gemm(problem.a(), problem.b(), problem.d(), ours[size_t(s)]);
     }};
     // cuBLASLt runs the same problems where it can. Where it rejects an FP8 row's scaling (mode,
     // scale layout or shape, e.g. block scales at M = 1), it runs the row with per-tensor scales
@@ -270,9 +281,16 @@ int run_bench(const BenchOptions& options) {
       progress.note("cuBLASLt cannot run " + spec.describe() + ": " + why);
     }
     if (with_baseline) launchers.push_back([&](int s) { cublaslt.run(lt_runs[size_t(s)], stream); });
+    if (fused) {
+      launchers.push_back([&](int s) {
+        const auto& problem = *pool[size_t(s)];
+        gemm(problem.a(), problem.b(), problem.d(), problem.options(stream));
+      });
+    }
     const std::vector<double> medians = timer.median_us(sets, launchers);
     record.ours_us = medians[0];
     record.baseline_us = with_baseline ? medians[1] : NAN;
+    if (fused) record.unfused_us = medians.back();
     // Timed apart: a run right after a copy would pay for writing back the copy's dirty lines.
     const CopyBuffers copies(set_bytes(spec), sets);
     if (copies.memory) record.copy_us = timer.median_us(sets, {[&](int s) { copies.copy(s, stream); }})[0];
@@ -280,9 +298,10 @@ int run_bench(const BenchOptions& options) {
     record.tflops = gemm_tflops(spec.m, spec.n, spec.k, spec.batch, record.ours_us);
     record.gbps = gemm_gbps(spec.m, spec.n, spec.k, spec.batch, in_bytes, out_bytes, record.ours_us);
     records.push_back(record);
-    char line[512];
-    std::snprintf(line, sizeof line, "  %s %s %s: ours %.1f us, cuBLASLt %.1f us%s, copy %.1f us (%d buffer sets)",
-                  shape_name(record).c_str(), record.dtype.c_str(), record.config.c_str(), record.ours_us,
+    char line[512], unfused[64] = "";
+    if (fused) std::snprintf(unfused, sizeof unfused, " (unfused %.1f us)", record.unfused_us);
+    std::snprintf(line, sizeof line, "  %s %s %s: ours %.1f us%s, cuBLASLt %.1f us%s, copy %.1f us (%d buffer sets)",
+                  shape_name(record).c_str(), record.dtype.c_str(), record.config.c_str(), record.ours_us, unfused,
                   record.baseline_us, record.baseline_note.empty() ? "" : (" (" + record.baseline_note + ")").c_str(),
                   record.copy_us, sets);
     progress.done(line);
@@ -303,6 +322,7 @@ int run_bench(const BenchOptions& options) {
     about["device"] = info.name;
     about["driver"] = runtime::driver_description();
     about["gemmkit"] = version_text();
+    if (!options.epilogue.empty()) about["epilogue"] = options.epilogue;
     about["peak_tflops"] = nlohmann::json::object();
     for (const auto& [type, tflops] : peaks) {
       about["peak_tflops"][type] = std::isfinite(tflops) ? nlohmann::json(tflops) : nlohmann::json(nullptr);
@@ -310,6 +330,7 @@ int run_bench(const BenchOptions& options) {
     write_json(options.json, json, "bench");
   }
   if (!records.empty()) std::printf("%s\n", format_summary(summary).c_str());
+  if (!options.epilogue.empty()) std::printf("%s\n", format_fused_summary(records, options.epilogue).c_str());
   if (!grouped.empty()) std::printf("%s\n", format_grouped_summary(grouped_summary).c_str());
   return 0;
 }

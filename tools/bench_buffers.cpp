@@ -1,7 +1,9 @@
 #include "bench_buffers.h"
 
 #include "commands.h"
+#include "epilogue/program.h"
 #include "runtime/driver.h"
+#include "runtime/utility_kernels.h"
 
 namespace gemmkit::tools {
 namespace {
@@ -27,6 +29,25 @@ reference::ProblemSpec bench_spec(const SuiteProblem& p) {
 double set_bytes(const reference::ProblemSpec& spec) {
   return double(spec.batch) * (double(spec.m * spec.k) * dtype_size(spec.in) + double(spec.k * spec.n) * dtype_size(spec.b_type()) +
                                double(spec.m * spec.n) * dtype_size(spec.out));
+}
+
+EpilogueBuffers::EpilogueBuffers(const std::string& text, const reference::ProblemSpec& spec, uint64_t seed) {
+  const epilogue::Program program = epilogue::parse(text);
+  auto add = [&](const std::string& name, DType type, int64_t batch, int64_t rows, int64_t cols, bool output) {
+    void* data = nullptr;
+    runtime::check(cudaMalloc(&data, size_t(batch * rows * cols * dtype_size(type))), "cudaMalloc");
+    memory_.emplace_back(data);
+    if (!output) runtime::fill_random(data, type, rows * cols, seed++, -1.0f, 1.0f, nullptr);
+    epilogue_.tensors.push_back({name, batch > 1 ? TensorView::batched(data, type, batch, rows, cols, rows * cols, cols, 1)
+                                                 : TensorView::row_major(data, type, rows, cols)});
+  };
+  for (const epilogue::Input& in : program.inputs) {
+    add(in.name, DType::bf16, 1, in.shape == epilogue::Shape::row_vector ? 1 : spec.m,
+        in.shape == epilogue::Shape::column_vector ? 1 : spec.n, false);
+  }
+  for (const epilogue::Store& out : program.stores) add(out.name, spec.out, spec.batch, spec.m, spec.n, true);
+  runtime::check(cudaDeviceSynchronize(), "filling epilogue inputs");
+  epilogue_.text = text;
 }
 
 CopyBuffers::CopyBuffers(double bytes, int sets) : half(size_t(bytes / 2) / 16 * 16) {

@@ -6,7 +6,10 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "reference/device_problem.h"
 #include "bench/suite.h"
@@ -22,6 +25,20 @@ double set_bytes(const reference::ProblemSpec& spec);
 
 struct CudaFree {
   void operator()(void* p) const { cudaFree(p); }
+};
+
+// The tensors of bench's --epilogue for one buffer set of `spec`: each input the text reads bf16,
+// uniform in [-1, 1), as its index form shapes it ([1, N], [M, 1] or [M, N], one for every
+// batch); each output of D's type and shape. Throws Error(invalid_argument) for a text that does
+// not parse.
+class EpilogueBuffers {
+ public:
+  EpilogueBuffers(const std::string& text, const reference::ProblemSpec& spec, uint64_t seed);
+  const Epilogue& epilogue() const { return epilogue_; }
+
+ private:
+  std::vector<std::unique_ptr<void, CudaFree>> memory_;
+  Epilogue epilogue_;
 };
 
 // Source and destination halves for copies that move `bytes` each (half read, half written),

@@ -57,6 +57,7 @@ struct BenchOptions {
   std::vector<int64_t> hint_matrix;  // N and K: run the hint matrix instead of the suite (empty: no)
   std::vector<std::string> chains;   // chain files (bench/chain.h) to time instead of the suite (empty: none)
   int max_sms = 0;                   // grouped rows' SM budget (grouped_gemm's options.max_sms; 0: every SM)
+  std::string epilogue;              // dense rows: our side fused with this epilogue, also timed without it
 };
 int run_bench(const BenchOptions& options);
 

@@ -9,6 +9,7 @@
 #include "gemmkit/error.h"
 #include "runtime/device.h"
 #include "bench/suite_lookup.h"
+#include "epilogue/program.h"
 
 int main(int argc, char** argv) {
   using namespace gemmkit::tools;
@@ -44,6 +45,10 @@ int main(int argc, char** argv) {
       bench.option("--splits", overrides.splits, "force split-K parts on our side (1 for none; tiles up to 128 wide)")
           .range(1, gemmkit::kMaxSplits);
   args::Option* const forcing[] = {&tile, &cluster, &store_buffers, &splits};
+  args::Option& epilogue = bench.option("--epilogue", bench_options.epilogue,
+               "fuse this epilogue into our side of the suite's dense lines (its tensors random, bf16), and time our "
+               "GEMM without it too, e.g. 'silu(acc + bias[n])'")
+      .metavar("TEXT");
   bench.option("--max-sms", bench_options.max_sms, "run grouped rows on at most N SMs (grouped_gemm's SM budget)")
       .at_least(1)
       .metavar("N");
@@ -69,6 +74,7 @@ int main(int argc, char** argv) {
   for (args::Option* o : forcing) hint_matrix.excludes(*o);
   for (args::Option* o : forcing) chain.excludes(*o);
   hint_matrix.excludes(overhead);
+  for (args::Option* o : {&overhead, &hint_matrix, &chain}) o->excludes(epilogue);
   chain.excludes(overhead).excludes(hint_matrix);
 
   args::Command& tune = parser.command("tune", "time candidate kernels for each problem and store the winners in the tuning database");
@@ -119,6 +125,7 @@ int main(int argc, char** argv) {
     if (parsed.command == &bench && parsed.action == args::Parser::Action::run) {
       if (!overrides.tile.empty()) usage_checked([&] { parse_tile(overrides.tile); });
       usage_checked([&] { parse_overhead_shape(bench_options.overhead_shape); });
+      if (!bench_options.epilogue.empty()) usage_checked([&] { gemmkit::epilogue::parse(bench_options.epilogue); });
     }
   } catch (const args::UsageError& e) {
     std::fprintf(stderr, "gemmkit: error: %s\n", e.what());

@@ -209,6 +209,24 @@ BenchSummary summarize(const std::vector<BenchRecord>& records) {
 
 std::string format_summary(const BenchSummary& s, const std::string& baseline) { return summary_line(s, baseline, "shape"); }
 
+std::string format_fused_summary(const std::vector<BenchRecord>& records, const std::string& epilogue) {
+  double log_sum = 0, worst = 0;
+  int count = 0;
+  std::string worst_name;
+  for (const BenchRecord& r : records) {
+    const double ratio = r.ours_us / r.unfused_us;
+    if (!usable(ratio)) continue;
+    log_sum += std::log(ratio);
+    ++count;
+    if (ratio > worst) worst = ratio, worst_name = shape_name(r) + " " + r.layout + " " + r.dtype;
+  }
+  if (count == 0) return "";
+  char line[512];
+  std::snprintf(line, sizeof line, "fused epilogue '%s': %d shapes, fused over unfused %.3fx geomean, worst %.3fx at %s",
+                epilogue.c_str(), count, std::exp(log_sum / count), worst, worst_name.c_str());
+  return line;
+}
+
 nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSummary& s, double copy_gbps,
                        const std::string& baseline) {
   nlohmann::json list = nlohmann::json::array();
@@ -228,7 +246,8 @@ nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSumma
                     {"copy_fraction", json_num(copy_fraction(r.gbps, copy_gbps))},
                     {"copy_us", json_num(r.copy_us)},
                     {"sized_copy_fraction", json_num(sized_copy_fraction(r))},
-                    {"config", r.config}});
+                    {"config", r.config},
+                    {"unfused_us", json_num(r.unfused_us)}});
   nlohmann::json summary = {
       {"count", s.count},
       {"stand_ins", s.stand_ins},

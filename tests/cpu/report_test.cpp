@@ -570,3 +570,22 @@ TEST(Report, BufferSetsCoverThreeL2sWithinHalfTheFreeMemory) {
   EXPECT_EQ(buffer_set_count(10e6, l2, 100e6), 5);   // half of 100 MB free holds 5
   EXPECT_EQ(buffer_set_count(10e9, l2, 1e9), 1);     // at least one
 }
+
+namespace {
+
+// bench --epilogue: fused time over unfused, geomean and worst, over the records with both.
+TEST(Report, FusedSummaryIsFusedOverUnfused) {
+  std::vector<BenchRecord> records = {record(4096, 4096, 4096, 110.0, 100.0, "tma"),
+                                      record(8192, 2112, 7168, 202.0, 200.0, "tma"),
+                                      record(1, 4096, 4096, 10.0, 10.0, "gemv simt")};
+  records[0].unfused_us = 100.0;  // 1.10x
+  records[1].unfused_us = 200.0;  // 1.01x; the third was not timed unfused
+  const std::string line = format_fused_summary(records, "silu(acc + bias[n])");
+  EXPECT_NE(line.find("fused epilogue 'silu(acc + bias[n])': 2 shapes"), std::string::npos) << line;
+  EXPECT_NE(line.find(" 1.054x geomean"), std::string::npos) << line;  // sqrt(1.10 * 1.01)
+  EXPECT_NE(line.find("worst 1.100x at 4096x4096x4096 NT bf16"), std::string::npos) << line;
+  records[0].unfused_us = records[1].unfused_us = kNaN;
+  EXPECT_EQ(format_fused_summary(records, "acc"), "");
+}
+
+}  // namespace
