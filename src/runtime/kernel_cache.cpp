@@ -58,8 +58,13 @@ const LoadedKernel& load_kernel(int device, const std::string& source, const std
   if (auto hit = kernel_disk_cache().load(key)) {
     cubin = std::move(*hit);
   } else {
-    cubin = compile_kernel(source, entry_point).cubin;
-    kernel_disk_cache().store(key, cubin);  // best effort: a read-only cache only costs time
+    const CompiledKernel compiled = compile_kernel(source, entry_point);
+    cubin = compiled.cubin;
+    // Best effort: a read-only cache only costs time. A kernel that spills or keeps a stack is
+    // not kept: none is meant to run (a fused epilogue's plan sets one aside for a narrower tile,
+    // dispatch/plan.cpp), and the cache holds only kernels fit to.
+    const PtxasReport& r = compiled.report;
+    if (r.spill_store_bytes <= 0 && r.spill_load_bytes <= 0 && r.stack_bytes <= 0) kernel_disk_cache().store(key, cubin);
   }
 
   const Driver& d = driver();

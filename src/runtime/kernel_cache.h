@@ -25,7 +25,8 @@ const LoadedKernel& load_kernel(int device, const std::string& source, const std
                                 int smem_bytes);
 
 // Marks a loaded kernel as one the caller will not launch (a fused kernel that spills, which
-// the plan replaces by a narrower tile's: dispatch/plan.cpp). Thread-safe.
+// the plan replaces by a narrower tile's: dispatch/plan.cpp). Thread-safe. (load_kernel keeps no
+// kernel that spills in the disk cache: each process compiles such a one again.)
 void set_aside_kernel(const LoadedKernel& kernel);
 
 // Kernels loaded in this process, and not set aside, that use local memory (spills or a stack),
