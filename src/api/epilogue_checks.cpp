@@ -1,5 +1,7 @@
 #include "api/epilogue_checks.h"
 
+#include <array>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -13,25 +15,56 @@
 namespace gemmkit::api {
 namespace {
 
+// A text parsed, and its code for each set of tensor types it ran with (types packed 4 bits a
+// tensor): a call that repeats an epilogue pays two lookups, no allocation.
 struct Parsed {
   epilogue::Program program;
   std::string canonical;
+  std::map<uint64_t, const std::string*> codes;  // guarded by epilogues().mutex
 };
 
-// The text parsed, once per text for the process (a call repeats it).
-const Parsed& parsed(const std::string& text) {
-  static std::mutex mutex;
-  static std::map<std::string, std::unique_ptr<const Parsed>> programs;
+struct Epilogues {
+  std::mutex mutex;
+  std::map<std::string, std::unique_ptr<Parsed>, std::less<>> parsed;
+};
+
+Epilogues& epilogues() {
+  static Epilogues all;
+  return all;
+}
+
+// The text parsed, once per text for the process.
+Parsed& parsed(const std::string& text) {
+  Epilogues& all = epilogues();
   {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (auto it = programs.find(text); it != programs.end()) return *it->second;
+    std::lock_guard<std::mutex> lock(all.mutex);
+    if (auto it = all.parsed.find(text); it != all.parsed.end()) return *it->second;
   }
   epilogue::Program program = epilogue::parse(text);  // throws, naming the column
-  auto entry = std::make_unique<const Parsed>(Parsed{program, epilogue::canonical(program)});
-  std::lock_guard<std::mutex> lock(mutex);
-  auto& slot = programs[text];
+  auto entry = std::make_unique<Parsed>(Parsed{program, epilogue::canonical(program), {}});
+  std::lock_guard<std::mutex> lock(all.mutex);
+  auto& slot = all.parsed[text];
   if (!slot) slot = std::move(entry);
   return *slot;
+}
+
+// The program's device code for the tensors' types (the references' dtypes, in program order).
+const std::string* code_for(Parsed& text, const EpilogueRef& ref) {
+  uint64_t key = 0;
+  for (int i = 0; i < ref.tensor_count; ++i) key |= uint64_t(ref.tensors[size_t(i)].dtype) << (4 * i);
+  Epilogues& all = epilogues();
+  {
+    std::lock_guard<std::mutex> lock(all.mutex);
+    if (auto it = text.codes.find(key); it != text.codes.end()) return it->second;
+  }
+  codegen::EpilogueTypes types;
+  for (int i = 0; i < ref.tensor_count; ++i) {
+    (size_t(i) < text.program.inputs.size() ? types.inputs : types.stores).push_back(ref.tensors[size_t(i)].dtype);
+  }
+  const std::string* code = codegen::interned_epilogue(text.program, text.canonical, types);
+  std::lock_guard<std::mutex> lock(all.mutex);
+  text.codes[key] = code;
+  return code;
 }
 
 std::string tensor_name(const std::string& name) { return "options.epilogue.tensors[\"" + name + "\"]"; }
@@ -64,39 +97,41 @@ bool fits(const TensorView& t, const Problem& p, epilogue::Shape shape, bool out
   return t.batch() == p.batch;
 }
 
-// The tensor given for `name`, checked; `output`: an auxiliary output (else an input read as `shape`).
-MatrixRef checked_tensor(const Epilogue& e, const std::string& name, const Problem& p, epilogue::Shape shape,
-                         bool output) {
-  const EpilogueTensor* given = nullptr;
-  for (const EpilogueTensor& t : e.tensors) {
-    if (t.name == name) given = &t;
-  }
-  const std::string what = output ? name + "[m, n] =" : shape == epilogue::Shape::row_vector ? name + "[n]"
-                                                       : shape == epilogue::Shape::column_vector ? name + "[m]"
-                                                                                                : name + "[m, n]";
-  if (!given) fail("options.epilogue.tensors: none named '" + name + "'; expected one, as the epilogue uses " + what);
-  const TensorView& t = given->tensor;
-  const std::string label = tensor_name(name);
-  check_form(t, label.c_str());
-  if (t.dtype != DType::bf16 && t.dtype != DType::f16 && t.dtype != DType::f32) {
-    fail(label + ": dtype " + std::string(dtype_name(t.dtype)) + "; expected bf16, f16 or f32");
-  }
-  if (!fits(t, p, shape, output)) {
-    fail(label + ": shape " + shape_text(t) + " for " + what + "; expected " + expected_shapes(p, shape, output));
-  }
-  if (element_count(t) > 0 && (t.data == nullptr || reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) != 0)) {
-    fail(label + ": data is " + (t.data ? "not " + std::to_string(dtype_size(t.dtype)) + "-byte aligned" : "null") +
-         "; expected a device pointer to " + std::string(dtype_name(t.dtype)) + " elements");
-  }
-  if (output) check_no_self_overlap(t, p.rows_batch(), label.c_str());
-  return {t.data, t.dtype, t.rank == 3 ? t.batch_stride() : 0, t.row_stride(), t.col_stride()};
-}
-
 const TensorView* find(const Epilogue& e, const std::string& name) {
   for (const EpilogueTensor& t : e.tensors) {
     if (t.name == name) return &t.tensor;
   }
   return nullptr;
+}
+
+// The tensor given for `name`, checked; `output`: an auxiliary output (else an input read as
+// `shape`). Messages are made only where a check fails.
+MatrixRef checked_tensor(const Epilogue& e, const std::string& name, const Problem& p, epilogue::Shape shape,
+                         bool output) {
+  const TensorView* given = find(e, name);
+  auto what = [&] {
+    return output ? name + "[m, n] =" : shape == epilogue::Shape::row_vector ? name + "[n]"
+                                      : shape == epilogue::Shape::column_vector ? name + "[m]"
+                                                                               : name + "[m, n]";
+  };
+  if (!given) fail("options.epilogue.tensors: none named '" + name + "'; expected one, as the epilogue uses " + what());
+  const TensorView& t = *given;
+  const bool formed = (t.rank == 2 || t.rank == 3) && t.sizes[0] >= 0 && t.sizes[1] >= 0 && t.sizes[2] >= 0 &&
+                      t.strides[0] >= 0 && t.strides[1] >= 0 && t.strides[2] >= 0;
+  if (!formed) check_form(t, tensor_name(name).c_str());  // throws, saying what is wrong
+  if (t.dtype != DType::bf16 && t.dtype != DType::f16 && t.dtype != DType::f32) {
+    fail(tensor_name(name) + ": dtype " + std::string(dtype_name(t.dtype)) + "; expected bf16, f16 or f32");
+  }
+  if (!fits(t, p, shape, output)) {
+    fail(tensor_name(name) + ": shape " + shape_text(t) + " for " + what() + "; expected " +
+         expected_shapes(p, shape, output));
+  }
+  if (element_count(t) > 0 && (t.data == nullptr || reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) != 0)) {
+    fail(tensor_name(name) + ": data is " + (t.data ? "not " + std::to_string(dtype_size(t.dtype)) + "-byte aligned" : "null") +
+         "; expected a device pointer to " + std::string(dtype_name(t.dtype)) + " elements");
+  }
+  if (output) check_no_self_overlap(t, p.rows_batch(), tensor_name(name).c_str());
+  return {t.data, t.dtype, t.rank == 3 ? t.batch_stride() : 0, t.row_stride(), t.col_stride()};
 }
 
 }  // namespace
@@ -109,8 +144,8 @@ EpilogueRef epilogue_ref(const Epilogue& e, const Problem& p) {
     }
     return {};
   }
-  const Parsed& parsed_text = parsed(e.text);
-  const epilogue::Program& program = parsed_text.program;
+  Parsed& text = parsed(e.text);
+  const epilogue::Program& program = text.program;
   const size_t count = program.inputs.size() + program.stores.size();
   if (count > size_t(kMaxEpilogueTensors)) {
     fail("options.epilogue.text: " + std::to_string(count) + " tensors read and written; expected at most " +
@@ -122,10 +157,10 @@ EpilogueRef epilogue_ref(const Epilogue& e, const Problem& p) {
     bool named = false;
     for (const epilogue::Input& in : program.inputs) named = named || in.name == name;
     for (const epilogue::Store& out : program.stores) named = named || out.name == name;
-    std::string names;
-    for (const epilogue::Input& in : program.inputs) names += (names.empty() ? "" : ", ") + in.name;
-    for (const epilogue::Store& out : program.stores) names += (names.empty() ? "" : ", ") + out.name;
     if (!named) {
+      std::string names;
+      for (const epilogue::Input& in : program.inputs) names += (names.empty() ? "" : ", ") + in.name;
+      for (const epilogue::Store& out : program.stores) names += (names.empty() ? "" : ", ") + out.name;
       fail("options.epilogue.tensors: '" + name + "' is not a tensor the epilogue uses; expected " +
            (names.empty() ? "none" : "only " + names));
     }
@@ -134,16 +169,13 @@ EpilogueRef epilogue_ref(const Epilogue& e, const Problem& p) {
     }
   }
   EpilogueRef ref;
-  codegen::EpilogueTypes types;
   for (const epilogue::Input& in : program.inputs) {
     ref.tensors[size_t(ref.tensor_count++)] = checked_tensor(e, in.name, p, in.shape, false);
-    types.inputs.push_back(ref.tensors[size_t(ref.tensor_count - 1)].dtype);
   }
   for (const epilogue::Store& out : program.stores) {
     ref.tensors[size_t(ref.tensor_count++)] = checked_tensor(e, out.name, p, epilogue::Shape::matrix, true);
-    types.stores.push_back(ref.tensors[size_t(ref.tensor_count - 1)].dtype);
   }
-  ref.code = codegen::interned_epilogue(program, parsed_text.canonical, types);
+  ref.code = code_for(text, ref);
   return ref;
 }
 
@@ -157,35 +189,38 @@ size_t epilogue_operands(const Epilogue& e, const Problem& p, std::span<Operand>
 void check_epilogue_apart(const Epilogue& e, const Problem& p, const ByteRange& d, std::span<const Operand> inputs) {
   if (!p.epilogue.fused()) return;
   const epilogue::Program& program = parsed(e.text).program;
-  std::vector<std::pair<std::string, ByteRange>> reads, writes;
-  for (const epilogue::Input& in : program.inputs) {
-    reads.push_back({in.name, byte_range(*find(e, in.name), p.batch, tensor_name(in.name).c_str())});
+  // Each tensor's memory, inputs first, in the program's order (as epilogue_ref checked them).
+  struct Range {
+    const std::string* name;
+    ByteRange bytes;
+  };
+  std::array<Range, kMaxEpilogueTensors> ranges;
+  const size_t reads = program.inputs.size(), count = reads + program.stores.size();
+  for (size_t i = 0; i < count; ++i) {
+    const std::string& name = i < reads ? program.inputs[i].name : program.stores[i - reads].name;
+    ranges[i] = {&name, byte_range(*find(e, name), p.batch, name.c_str())};
   }
-  for (const epilogue::Store& out : program.stores) {
-    writes.push_back({out.name, byte_range(*find(e, out.name), p.batch, tensor_name(out.name).c_str())});
-  }
-  for (const auto& [name, range] : reads) {
-    if (range.overlaps(d)) {
-      fail(tensor_name(name) + ": memory overlaps D; expected epilogue inputs apart from D (for D + x in place, give "
-                               "x as C with beta 1)");
-    }
-  }
-  for (size_t i = 0; i < writes.size(); ++i) {
-    const auto& [name, range] = writes[i];
-    const std::string label = tensor_name(name);
-    if (range.overlaps(d)) fail(label + ": memory overlaps D; expected the epilogue's outputs apart from D");
-    for (const Operand& in : inputs) {
-      if (byte_range(*in.view, in.batch, in.name).overlaps(range)) {
-        fail(label + ": memory overlaps " + in.name + "; expected the epilogue's outputs apart from what the call reads");
+  for (size_t i = 0; i < count; ++i) {
+    const Range& r = ranges[i];
+    if (i < reads) {
+      if (r.bytes.overlaps(d)) {
+        fail(tensor_name(*r.name) + ": memory overlaps D; expected epilogue inputs apart from D (for D + x in "
+                                    "place, give x as C with beta 1)");
       }
+      continue;
     }
-    for (const auto& [other, other_range] : reads) {
-      if (other_range.overlaps(range)) {
-        fail(label + ": memory overlaps " + tensor_name(other) + "; expected the epilogue's outputs apart from its inputs");
+    if (r.bytes.overlaps(d)) fail(tensor_name(*r.name) + ": memory overlaps D; expected the epilogue's outputs apart from D");
+    for (const Operand& in : inputs) {
+      if (byte_range(*in.view, in.batch, in.name).overlaps(r.bytes)) {
+        fail(tensor_name(*r.name) + ": memory overlaps " + in.name +
+             "; expected the epilogue's outputs apart from what the call reads");
       }
     }
     for (size_t j = 0; j < i; ++j) {
-      if (writes[j].second.overlaps(range)) fail(label + ": memory overlaps " + tensor_name(writes[j].first) + "; expected the epilogue's outputs apart");
+      if (ranges[j].bytes.overlaps(r.bytes)) {
+        fail(tensor_name(*r.name) + ": memory overlaps " + tensor_name(*ranges[j].name) + "; expected the epilogue's " +
+             (j < reads ? "outputs apart from its inputs" : "outputs apart"));
+      }
     }
   }
 }
