@@ -10,17 +10,17 @@ namespace gemmkit::sm90 {
 __device__ __forceinline__ float ep_relu(float x) { return fmaxf(x, 0.0f); }
 __device__ __forceinline__ float ep_relu2(float x) { return fmaxf(x, 0.0f) * fmaxf(x, 0.0f); }
 __device__ __forceinline__ float ep_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
-// The logistic functions take the special-function unit's exponential and reciprocal (__expf,
-// __fdividef: a few ulp of f32, far inside a 16-bit output's rounding) instead of expf and an
-// IEEE division, which cost some 26 instructions an element against 6 and held the fused
-// epilogue of a 128 x 208 tile to ~3 us (docs/experiments.md, "Fused epilogues"). Where 1 + e^-x
-// overflows, the quotient is 0, the function's limit. gelu_tanh is x sigmoid(2u), the same
-// function as 0.5 x (1 + tanh(u)) without tanhf.
-__device__ __forceinline__ float ep_sigmoid(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
-__device__ __forceinline__ float ep_silu(float x) { return __fdividef(x, 1.0f + __expf(-x)); }
+// The logistic functions take the special-function unit's exponential (__expf: a few ulp of f32,
+// far inside a 16-bit output's rounding) instead of expf: silu's code per element falls from 26
+// instructions to about 10 (docs/experiments.md, "Fused epilogues"). The division stays IEEE:
+// __fdividef's shorter code let ptxas hoist loads of many elements ahead of their arithmetic, and
+// wide tiles spilled. Where 1 + e^-x overflows, the quotient is 0, the function's limit.
+// gelu_tanh is x sigmoid(2u), the same function as 0.5 x (1 + tanh(u)) without tanhf.
+__device__ __forceinline__ float ep_sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
+__device__ __forceinline__ float ep_silu(float x) { return x / (1.0f + __expf(-x)); }
 __device__ __forceinline__ float ep_gelu_tanh(float x) {
   const float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
-  return __fdividef(x, 1.0f + __expf(-2.0f * u));
+  return x / (1.0f + __expf(-2.0f * u));
 }
 __device__ __forceinline__ float ep_clamp(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi); }
 
