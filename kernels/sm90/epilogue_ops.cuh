@@ -12,7 +12,8 @@ __device__ __forceinline__ float ep_relu2(float x) { return fmaxf(x, 0.0f) * fma
 __device__ __forceinline__ float ep_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 // The logistic functions take the special-function unit's exponential (__expf: a few ulp of f32,
 // far inside a 16-bit output's rounding) instead of expf: silu's code per element falls from 26
-// instructions to about 10 (docs/experiments.md, "Fused epilogues"). The division stays IEEE:
+// instructions to 21, the division's slow path counted (docs/experiments.md, "Fused epilogues",
+// fourth session). The division stays IEEE:
 // __fdividef's shorter code let ptxas hoist loads of many elements ahead of their arithmetic, and
 // wide tiles spilled. Where 1 + e^-x overflows, the quotient is 0, the function's limit.
 // gelu_tanh is x sigmoid(2u), the same function as 0.5 x (1 + tanh(u)) without tanhf.
