@@ -60,6 +60,18 @@ struct Epilogue {
   std::vector<EpilogueTensor> tensors;
 };
 
+// How an epilogue's text uses a tensor it names: read as name[n], name[m] or name[m, n], or
+// written as name[m, n] = value (output). epilogue_tensor_uses lists them inputs first, in order
+// of first use, then the outputs in the text's order; it throws Error(invalid_argument) for a
+// text that does not parse, naming the column. The text is parsed once per process.
+enum class EpilogueIndex { n, m, mn };
+struct EpilogueTensorUse {
+  std::string name;
+  EpilogueIndex index;
+  bool output;
+};
+std::vector<EpilogueTensorUse> epilogue_tensor_uses(const std::string& text);
+
 struct GemmOptions {
   float alpha = 1.0f;
   float beta = 0.0f;

@@ -226,3 +226,20 @@ void check_epilogue_apart(const Epilogue& e, const Problem& p, const ByteRange& 
 }
 
 }  // namespace gemmkit::api
+
+namespace gemmkit {
+
+std::vector<EpilogueTensorUse> epilogue_tensor_uses(const std::string& text) {
+  const epilogue::Program& program = api::parsed(text).program;
+  std::vector<EpilogueTensorUse> uses;
+  for (const epilogue::Input& input : program.inputs) {
+    const EpilogueIndex index = input.shape == epilogue::Shape::row_vector      ? EpilogueIndex::n
+                                : input.shape == epilogue::Shape::column_vector ? EpilogueIndex::m
+                                                                                : EpilogueIndex::mn;
+    uses.push_back({input.name, index, false});
+  }
+  for (const epilogue::Store& store : program.stores) uses.push_back({store.name, EpilogueIndex::mn, true});
+  return uses;
+}
+
+}  // namespace gemmkit

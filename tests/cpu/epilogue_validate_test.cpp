@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "api/prepare.h"
 #include "api/validate.h"
@@ -66,6 +68,22 @@ TEST(EpilogueValidate, TensorsComeInTheProgramsOrderInputsFirst) {
   EXPECT_EQ(p.epilogue.tensors[3].data, address(6));
   EXPECT_FALSE(p.epilogue.transposed);
   EXPECT_NE(p.epilogue.code->find("epilogue_value"), std::string::npos);
+}
+
+TEST(EpilogueValidate, TensorUsesListInputsByFirstUseThenOutputs) {
+  const std::vector<EpilogueTensorUse> uses =
+      epilogue_tensor_uses("h = acc * scale[m] + bias[n]; pre[m, n] = h; out2[m, n] = gelu(h); h * gate[m, n] + bias[n]");
+  ASSERT_EQ(uses.size(), 5u);
+  const std::pair<const char*, EpilogueIndex> expected[] = {{"scale", EpilogueIndex::m}, {"bias", EpilogueIndex::n},
+                                                            {"gate", EpilogueIndex::mn}, {"pre", EpilogueIndex::mn},
+                                                            {"out2", EpilogueIndex::mn}};
+  for (size_t i = 0; i < uses.size(); ++i) {
+    EXPECT_EQ(uses[i].name, expected[i].first) << i;
+    EXPECT_EQ(uses[i].index, expected[i].second) << i;
+    EXPECT_EQ(uses[i].output, i >= 3) << i;
+  }
+  EXPECT_TRUE(epilogue_tensor_uses("relu(acc)").empty());
+  testing::expect_invalid_argument([] { epilogue_tensor_uses("silu(acc) + x[k]"); }, "epilogue", {"x[k]"});
 }
 
 TEST(EpilogueValidate, EqualProgramsAndTypesShareCodeAndOthersDoNot) {
