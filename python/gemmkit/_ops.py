@@ -15,6 +15,10 @@ _lib.define("gemm(Tensor a, Tensor b, Tensor? scale_a, Tensor? scale_b, str mode
             "ScalarType? out_dtype, float alpha, float beta, Tensor? c) -> Tensor")
 _lib.define("gemm_out(Tensor a, Tensor b, Tensor(a!) out, Tensor? scale_a, Tensor? scale_b, str mode_a, "
             "str mode_b, float alpha, float beta, Tensor? c) -> ()")
+# out = the product through a fused epilogue; names: the tensors the text names, inputs (in
+# order of first use) then outputs (written in place); no autograd.
+_lib.define("gemm_epilogue(Tensor a, Tensor b, Tensor(a!) out, str epilogue, str[] names, Tensor[] inputs, "
+            "Tensor(b!)[] outputs, float alpha, float beta, Tensor? c) -> ()")
 # zero_unowned: rows no group owns are set to 0 (gradients), else left undefined as torch's are.
 _lib.define("grouped_mm(Tensor a, Tensor b, Tensor sizes, str layout, Tensor? scale_a, Tensor? scale_b, str mode_a, "
             "str mode_b, ScalarType? out_dtype, int max_sms, bool zero_unowned) -> Tensor")
@@ -37,6 +41,11 @@ def _gemm(a, b, scale_a, scale_b, mode_a, mode_b, out_dtype, alpha, beta, c):
 
 def _gemm_out(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c):
     t.launch_gemm(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c)
+
+
+def _gemm_epilogue(a, b, out, epilogue, names, inputs, outputs, alpha, beta, c):
+    t.launch_gemm(a, b, out, None, None, "none", "none", alpha, beta, c, epilogue,
+                  list(zip(names, [*inputs, *outputs])))
 
 
 def _grouped_mm(a, b, sizes, layout, scale_a, scale_b, mode_a, mode_b, out_dtype, max_sms, zero_unowned):
@@ -68,6 +77,7 @@ def _quantize(x, dtype, block_rows, block_cols, scale_dtype, power_of_two):
 
 _lib.impl("gemm", _gemm, "CUDA")
 _lib.impl("gemm_out", _gemm_out, "CUDA")
+_lib.impl("gemm_epilogue", _gemm_epilogue, "CUDA")
 _lib.impl("grouped_mm", _grouped_mm, "CUDA")
 _lib.impl("grouped_mm_out", _grouped_mm_out, "CUDA")
 _lib.impl("grouped_wgrad", _grouped_wgrad, "CUDA")
@@ -82,6 +92,11 @@ def _gemm_fake(a, b, scale_a, scale_b, mode_a, mode_b, out_dtype, alpha, beta, c
 
 @torch.library.register_fake("gemmkit::gemm_out")
 def _gemm_out_fake(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c):
+    return None
+
+
+@torch.library.register_fake("gemmkit::gemm_epilogue")
+def _gemm_epilogue_fake(a, b, out, epilogue, names, inputs, outputs, alpha, beta, c):
     return None
 
 

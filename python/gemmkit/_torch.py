@@ -65,12 +65,54 @@ def new_output(a, b, out_dtype):
     return a.new_empty(*output_shape(a, b)) if dtype == a.dtype else a.new_empty(*output_shape(a, b), dtype=dtype)
 
 
-def launch_gemm(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c):
-    """out = alpha * a @ b + beta * c on out's device and current stream (scales for FP8). The
-    views are read in C++ (python/src/tensor_views.h); a single scale may have any shape, a 1-D
-    one is a column of A's or a row of B's."""
+def launch_gemm(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c, epilogue="", epilogue_pairs=None):
+    """out = alpha * a @ b + beta * c on out's device and current stream (scales for FP8), through
+    the fused epilogue's text where one is given, with its (name, tensor) pairs (epilogue_pairs).
+    The views are read in C++ (python/src/tensor_views.h); a single scale may have any shape, a
+    1-D one is a column of A's or a row of B's."""
     _C.gemm_tensors(a, b, out, alpha, beta, c, torch._C._cuda_getCurrentRawStream(out.get_device()),
-                    MODES[mode_a], scale_a, MODES[mode_b], scale_b)
+                    MODES[mode_a], scale_a, MODES[mode_b], scale_b, epilogue, epilogue_pairs)
+
+
+_EPILOGUE_USES = {}  # text -> _C.epilogue_tensor_uses(text)
+
+
+def epilogue_uses(text):
+    """(name, index, output) for each tensor the epilogue's text names, index 'n', 'm' or 'mn':
+    inputs in order of first use, then outputs. Parsed once per text; a text that does not parse
+    raises ValueError naming the column."""
+    uses = _EPILOGUE_USES.get(text)
+    if uses is None:
+        if not isinstance(text, str):
+            raise TypeError(f"epilogue: expected the text form as a str, got {type(text).__name__}")
+        uses = _EPILOGUE_USES[text] = _C.epilogue_tensor_uses(text)
+    return uses
+
+
+def epilogue_pairs(text, tensors):
+    """(name, tensor) pairs of the tensors the epilogue's text names, from the keyword arguments
+    `tensors`, in its order, shaped as the C++ API takes them: name[n] as [N] or [batch, N]
+    (also [1, N]), name[m] as [M] or [batch, M] (also [M, 1]), name[m, n] and outputs as D is.
+    Raises ValueError for a name the text does not use and for one it uses and was not given."""
+    uses = epilogue_uses(text)
+    for name in tensors:
+        if not any(name == used for used, _, _ in uses):
+            raise ValueError(f"{name}: not a tensor the epilogue names; expected "
+                             + (", ".join(f"{used}" for used, _, _ in uses) or "none (it names no tensor)"))
+    pairs = []
+    for name, index, output in uses:
+        if name not in tensors:
+            form = f"{name}[m, n] =" if output else f"{name}[{'m, n' if index == 'mn' else index}]"
+            raise ValueError(f"{name}: not given; the epilogue {'writes' if output else 'reads'} {form}, "
+                             f"expected {name}=tensor")
+        t = tensors[name]
+        _check_cuda_tensor(t, name)
+        if index == "n" and (t.dim() == 1 or (t.dim() == 2 and t.size(0) != 1)):
+            t = t.unsqueeze(-2)
+        elif index == "m" and (t.dim() == 1 or (t.dim() == 2 and t.size(1) != 1)):
+            t = t.unsqueeze(-1)
+        pairs.append((name, t))
+    return pairs
 
 
 def grouped_output_shape(a, b):
@@ -251,6 +293,31 @@ def _gemm(a, b, dims, scale_a=None, scale_b=None, modes=("none", "none"), out=No
     return out
 
 
+def _gemm_epilogue(a, b, epilogue, tensors, out, out_dtype, alpha, beta, c):
+    """mm's product through a fused epilogue: launched directly, or through the operator where
+    torch traces or dispatches (no autograd: an epilogue has no backward yet)."""
+    check(a, "a", (2,))
+    check(b, "b", (2,))
+    if c is not None:
+        check(c, "c", (2,))
+    check_output(out, out_dtype, (2,))
+    pairs = epilogue_pairs(epilogue, tensors)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a, b, c, *tensors.values())):
+        raise NotImplementedError("epilogue: no gradient flows through a fused epilogue yet; expected inputs "
+                                  "that do not require grad (or torch.no_grad())")
+    alpha, beta = float(alpha), float(beta)
+    if out is None:
+        out = new_output(a, b, out_dtype)
+    if direct(a, b, c, out, *(t for _, t in pairs)):
+        launch_gemm(a, b, out, None, None, "none", "none", alpha, beta, c, epilogue, pairs)
+        return out
+    outputs = {name for name, _, output in epilogue_uses(epilogue) if output}
+    torch.ops.gemmkit.gemm_epilogue(a, b, out, epilogue, [name for name, _ in pairs],
+                                    [t for name, t in pairs if name not in outputs],
+                                    [t for name, t in pairs if name in outputs], alpha, beta, c)
+    return out
+
+
 def _grouped(a, b, sizes, layout, scale_a=None, scale_b=None, modes=("none", "none"), out=None, out_dtype=None,
              max_sms=0):
     """The product of grouped_mm's and scaled_grouped_mm's [G, K, N] cases (checked by them)."""
@@ -367,13 +434,25 @@ def _wgrad_scales(a, b, sizes, scale_a, scale_b, modes):
 
 # --- the public functions ---------------------------------------------------------------------
 
-def mm(a, b, *, out=None, out_dtype=None, alpha=1.0, beta=0.0, c=None):
+def mm(a, b, *, out=None, out_dtype=None, alpha=1.0, beta=0.0, c=None, epilogue=None, **tensors):
     """alpha * a @ b + beta * c: a M x K, b K x N, c and out M x N, bfloat16 or float16 inputs.
     out is made if None, of out_dtype (by default the inputs' type; bfloat16, float16 or
     float32); c is read only when beta != 0 and may be out itself. Differentiable in a, b and c
-    (without out=)."""
+    (without out= or an epilogue).
+
+    epilogue: a fused epilogue's text (README, "Fused epilogues"), e.g. "silu(acc + bias[n])",
+    computed from the product before it is stored; each tensor it names is a keyword argument:
+    name[n] a vector of N (a bias), name[m] one of M (a per-row scale), name[m, n] an M x N
+    tensor, and outputs it writes (name[m, n] = ...) M x N tensors written in place; bfloat16,
+    float16 or float32, any strides. No gradient flows through an epilogue yet."""
+    if epilogue is None and tensors:
+        raise TypeError(f"mm() got unexpected keyword arguments {', '.join(tensors)}; tensors are taken "
+                        "only with epilogue=")
     (a, b, c, out_t), kind = _arrays.to_torch(torch, (a, b, c, out), ("a", "b", "c", "out"))
-    result = _gemm(a, b, (2,), out=out_t, out_dtype=out_dtype, alpha=alpha, beta=beta, c=c)
+    if epilogue is not None:
+        result = _gemm_epilogue(a, b, epilogue, tensors, out_t, out_dtype, alpha, beta, c)
+    else:
+        result = _gemm(a, b, (2,), out=out_t, out_dtype=out_dtype, alpha=alpha, beta=beta, c=c)
     return _arrays.to_caller(result, kind, out)
 
 

@@ -9,11 +9,14 @@
 // or compile errors).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gemmkit/gemmkit.h"
@@ -59,6 +62,17 @@ gemmkit::GemmOptions tensor_options(float alpha, float beta, nb::handle c, uintp
       alpha, beta, optional_view(c, "c"), stream, mode_a,
       scale_a.is_none() ? std::nullopt : std::optional(scale_view_of(scale_a, "scale_a", true)), mode_b,
       scale_b.is_none() ? std::nullopt : std::optional(scale_view_of(scale_b, "scale_b", false)));
+}
+
+// A fused epilogue's text and its tensors, given as a sequence of (name, framework tensor) pairs
+// already shaped as the C++ API takes them (python/gemmkit/_torch.py).
+gemmkit::Epilogue epilogue_of(const std::string& text, nb::handle tensors) {
+  gemmkit::Epilogue epilogue{text, {}};
+  for (nb::handle pair : tensors) {
+    const std::string name = nb::cast<std::string>(pair[0]);
+    epilogue.tensors.push_back({name, gemmkit::python::view_of(pair[1], name.c_str())});
+  }
+  return epilogue;
 }
 
 // The Python callables of set_scratch_allocator, called by the C++ allocator's two functions
@@ -219,16 +233,31 @@ NB_MODULE(_gemmkit, m) {
   m.def(
       "gemm_tensors",
       [](nb::handle a, nb::handle b, nb::handle d, float alpha, float beta, nb::handle c, uintptr_t stream,
-         ScaleMode mode_a, nb::handle scale_a, ScaleMode mode_b, nb::handle scale_b) {
+         ScaleMode mode_a, nb::handle scale_a, ScaleMode mode_b, nb::handle scale_b, const std::string& epilogue,
+         nb::handle epilogue_tensors) {
         const TensorView va = gemmkit::python::view_of(a, "a"), vb = gemmkit::python::view_of(b, "b");
         const TensorView vd = gemmkit::python::view_of(d, "out");
-        const gemmkit::GemmOptions options = tensor_options(alpha, beta, c, stream, mode_a, scale_a, mode_b, scale_b);
+        gemmkit::GemmOptions options = tensor_options(alpha, beta, c, stream, mode_a, scale_a, mode_b, scale_b);
+        if (!epilogue.empty()) options.epilogue = epilogue_of(epilogue, epilogue_tensors);
         nb::gil_scoped_release unlocked;
         gemmkit::gemm(va, vb, vd, options);
       },
       nb::arg("a"), nb::arg("b"), nb::arg("d"), nb::arg("alpha"), nb::arg("beta"), nb::arg("c").none(),
       nb::arg("stream"), nb::arg("mode_a"), nb::arg("scale_a").none(), nb::arg("mode_b"), nb::arg("scale_b").none(),
-      "gemm() on framework tensors (see register_dtype)");
+      nb::arg("epilogue") = "", nb::arg("epilogue_tensors") = nb::none(),
+      "gemm() on framework tensors (see register_dtype), with a fused epilogue's text and (name, tensor) pairs");
+  m.def(
+      "epilogue_tensor_uses",
+      [](const std::string& text) {
+        std::vector<std::tuple<std::string, const char*, bool>> uses;
+        for (const gemmkit::EpilogueTensorUse& u : gemmkit::epilogue_tensor_uses(text)) {
+          const char* index = u.index == gemmkit::EpilogueIndex::n ? "n" : u.index == gemmkit::EpilogueIndex::m ? "m" : "mn";
+          uses.emplace_back(u.name, index, u.output);
+        }
+        return uses;
+      },
+      nb::arg("text"),
+      "(name, 'n' | 'm' | 'mn', output) for each tensor an epilogue's text names: inputs by first use, then outputs");
   m.def(
       "grouped_gemm_tensors",
       [](nb::handle a, nb::handle b, nb::handle d, nb::handle sizes, GroupLayout layout, bool check, bool zero_unowned,

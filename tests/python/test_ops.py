@@ -19,8 +19,8 @@ BF16, F32, E4M3 = torch.bfloat16, torch.float32, torch.float8_e4m3fn
 
 def test_operators_are_registered_on_import_when_torch_is_loaded():
     code = ("import torch, gemmkit\n"
-            "for op in ('gemm', 'gemm_out', 'quantize', 'grouped_mm', 'grouped_mm_out', 'grouped_wgrad', "
-            "'grouped_wgrad_out'):\n"
+            "for op in ('gemm', 'gemm_out', 'gemm_epilogue', 'quantize', 'grouped_mm', 'grouped_mm_out', "
+            "'grouped_wgrad', 'grouped_wgrad_out'):\n"
             "    assert hasattr(torch.ops.gemmkit, op), op\n")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -67,6 +67,40 @@ def test_a_traced_function_is_one_graph_of_gemmkit_operators(fake):
     targets = [node.target for node in graph.graph.nodes if node.op == "call_function"]
     assert torch.ops.gemmkit.gemm in targets and torch.ops.gemmkit.quantize in targets
     assert graph(x, w, bias).shape == (64, 64)
+
+
+def test_a_traced_epilogue_is_one_operator_that_writes_out_and_the_outputs(fake):
+    text = "h = acc * scale[m] + bias[n]; pre[m, n] = h; silu(h) * gate[m, n]"
+
+    def layer(x, w, bias, scale, gate, pre):
+        return gemmkit.mm(x, w.t(), epilogue=text, bias=bias, scale=scale, gate=gate, pre=pre)
+
+    args = (cuda(64, 128), cuda(96, 128), cuda(96), cuda(64, dtype=F32), cuda(64, 96), cuda(64, 96, dtype=F32))
+    d = layer(*args)
+    assert isinstance(d, torch._subclasses.fake_tensor.FakeTensor) and tuple(d.shape) == (64, 96) and d.dtype == BF16
+    graph, _ = torch._dynamo.export(layer)(*args)
+    calls = [node for node in graph.graph.nodes if node.op == "call_function"]
+    fused = [node for node in calls if node.target == torch.ops.gemmkit.gemm_epilogue]
+    assert len(fused) == 1 and not any(node.target == torch.ops.gemmkit.gemm for node in calls)
+    assert fused[0].args[3] == text and fused[0].args[4] == ["scale", "bias", "gate", "pre"]
+
+
+def test_epilogue_errors_name_the_tensor(fake):
+    a, b = cuda(8, 16), cuda(16, 4)
+    with pytest.raises(ValueError, match="^bias: not given; the epilogue reads bias\\[n\\], expected bias=tensor$"):
+        gemmkit.mm(a, b, epilogue="relu(acc + bias[n])")
+    with pytest.raises(ValueError, match="^pre: not given; the epilogue writes pre\\[m, n\\] ="):
+        gemmkit.mm(a, b, epilogue="pre[m, n] = acc; relu(acc)")
+    with pytest.raises(ValueError, match="^gate: not a tensor the epilogue names; expected bias$"):
+        gemmkit.mm(a, b, epilogue="relu(acc + bias[n])", bias=cuda(4), gate=cuda(8, 4))
+    with pytest.raises(ValueError, match="^epilogue: column 6 .*unknown function 'slu'"):
+        gemmkit.mm(a, b, epilogue="relu(slu(acc))")
+    with pytest.raises(TypeError, match="^mm\\(\\) got unexpected keyword arguments bias; tensors are taken only with"):
+        gemmkit.mm(a, b, bias=cuda(4))
+    with pytest.raises(TypeError, match="^bias: expected a torch.Tensor"):
+        gemmkit.mm(a, b, epilogue="acc + bias[n]", bias=[1.0] * 4)
+    with pytest.raises(NotImplementedError, match="^epilogue: no gradient flows through a fused epilogue yet"):
+        gemmkit.mm(a.requires_grad_(), b, epilogue="relu(acc)")
 
 
 def test_errors_name_the_argument_while_tracing(fake):

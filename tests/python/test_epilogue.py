@@ -1,0 +1,94 @@
+"""gemmkit.mm with a fused epilogue on an sm_90 GPU: D and the auxiliary outputs against the
+double-precision product with the epilogue evaluated in double by torch, for vectors given 1-D
+or as the C++ API takes them, odd shapes, strided tensors, f32 and 16-bit outputs and C; the
+operator under opcheck and torch.compile. Each output starts as NaN. Skips, saying so, without
+torch or an sm_90 GPU."""
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (the torch tests run on the GPU machine)")
+from gpu_reference import HALF_ULP, nan_like, rand, skip_without_sm90  # noqa: E402
+
+skip_without_sm90()
+
+import gemmkit  # noqa: E402
+
+F32 = torch.float32
+
+
+def product(a, b, alpha=1.0, beta=0.0, c=None):
+    """alpha a @ b + beta c in double, and its bound: f32 accumulation over K."""
+    a, b = a.double(), b.double()
+    ref = alpha * (a @ b)
+    if c is not None and beta != 0:
+        ref = ref + beta * c.double()
+    return ref, (a.abs() @ b.abs()) * abs(alpha) * a.shape[-1] * 2.0 ** -24
+
+
+def expect_near(got, want, acc_bound, slope=1.0):
+    """got within the accumulation bound (times the epilogue's slope there) plus its type's
+    rounding and f32 arithmetic's, of want."""
+    assert torch.isfinite(got).all(), "non-finite outputs"
+    bound = acc_bound * slope + want.abs() * (HALF_ULP[got.dtype] + 1e-6) + 1e-6
+    error = (got.double() - want).abs()
+    assert (error <= bound).all(), f"max error {error.max().item()}"
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 8, 64), (67, 45, 129), (256, 384, 512), (1000, 1032, 1000)])
+def test_bias_silu_gate_and_a_saved_preactivation(m, n, k):
+    a, b = rand(m, k), rand(k, n)
+    bias, scale, gate = rand(n), rand(m, dtype=F32), rand(m, n)
+    pre = nan_like((m, n), F32)
+    d = gemmkit.mm(a, b, epilogue="h = acc * scale[m] + bias[n]; pre[m, n] = h; silu(h) * gate[m, n]",
+                   bias=bias, scale=scale, gate=gate, pre=pre)
+    ref, acc_bound = product(a, b)
+    h = ref * scale.double()[:, None] + bias.double()[None, :]
+    expect_near(pre, h, acc_bound * scale.double().abs()[:, None])
+    # silu's slope is at most 1.1 and the gate multiplies it.
+    want = torch.nn.functional.silu(h) * gate.double()
+    expect_near(d, want, acc_bound * scale.double().abs()[:, None] * 1.1 * gate.double().abs())
+
+
+def test_vectors_as_the_c_api_takes_them_strided_views_f32_out_and_c():
+    m, n, k = 96, 200, 256
+    a, b = rand(k, m).t(), rand(n, k).t()  # column-major A, K-major B
+    bias = rand(1, 2 * n)[:, ::2]  # [1, N] with a column stride of 2
+    scale = rand(m, 1, dtype=F32)
+    residual = rand(m, 2 * n)[:, :n]  # row stride 2N
+    c = rand(m, n)
+    out = nan_like((m, n), F32)
+    d = gemmkit.mm(a, b, out=out, alpha=0.5, beta=2.0, c=c, epilogue="relu(acc + bias[n]) * scale[m] + r[m, n]",
+                   bias=bias, scale=scale, r=residual)
+    assert d is out
+    ref, acc_bound = product(a, b, 0.5, 2.0, c)
+    want = torch.relu(ref + bias.double()) * scale.double() + residual.double()
+    expect_near(d, want, acc_bound * scale.double().abs())
+
+
+def test_nothing_outside_the_outputs_views_is_written():
+    m, n, k = 70, 33, 96
+    a, b = rand(m, k), rand(k, n)
+    buffer = nan_like((m, 2 * n + 1), torch.bfloat16)
+    saved = buffer[:, 1:n + 1]  # a view inside a larger buffer
+    d = gemmkit.mm(a, b, epilogue="saved[m, n] = acc; gelu(acc)", saved=saved)
+    ref, acc_bound = product(a, b)
+    expect_near(saved, ref, acc_bound)
+    expect_near(d, torch.nn.functional.gelu(ref), acc_bound * 1.2)
+    assert torch.isnan(buffer[:, 0]).all() and torch.isnan(buffer[:, n + 1:]).all()
+
+
+def test_the_operator_under_opcheck_and_torch_compile():
+    m, n, k = 128, 256, 192
+    a, w, bias = rand(m, k), rand(n, k), rand(n)
+    pre = nan_like((m, n), torch.bfloat16)
+    out = nan_like((m, n), torch.bfloat16)
+    torch.library.opcheck(torch.ops.gemmkit.gemm_epilogue,
+                          (a, w.t(), out, "p[m, n] = acc + b[n]; silu(acc + b[n])", ["b", "p"], [bias.view(1, n)],
+                           [pre], 1.0, 0.0, None))
+
+    def layer(x, weight, b):
+        return gemmkit.mm(x, weight.t(), epilogue="silu(acc + b[n])", b=b) * 2
+
+    compiled = torch.compile(layer, fullgraph=True)
+    ref, acc_bound = product(a, w.t())
+    expect_near(compiled(a, w, bias) / 2, torch.nn.functional.silu(ref + bias.double()), acc_bound * 1.1)
