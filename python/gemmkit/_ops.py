@@ -44,8 +44,9 @@ def _gemm_out(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c):
 
 
 def _gemm_epilogue(a, b, out, epilogue, names, inputs, outputs, alpha, beta, c):
+    indexes = [index for _, index, _ in t.epilogue_uses(epilogue)]
     t.launch_gemm(a, b, out, None, None, "none", "none", alpha, beta, c, epilogue,
-                  list(zip(names, [*inputs, *outputs])))
+                  list(zip(names, [*inputs, *outputs], indexes)))
 
 
 def _grouped_mm(a, b, sizes, layout, scale_a, scale_b, mode_a, mode_b, out_dtype, max_sms, zero_unowned):

@@ -67,7 +67,8 @@ def new_output(a, b, out_dtype):
 
 def launch_gemm(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c, epilogue="", epilogue_pairs=None):
     """out = alpha * a @ b + beta * c on out's device and current stream (scales for FP8), through
-    the fused epilogue's text where one is given, with its (name, tensor) pairs (epilogue_pairs).
+    the fused epilogue's text where one is given, with its (name, tensor, index) triples
+    (epilogue_pairs).
     The views are read in C++ (python/src/tensor_views.h); a single scale may have any shape, a
     1-D one is a column of A's or a row of B's."""
     _C.gemm_tensors(a, b, out, alpha, beta, c, torch._C._cuda_getCurrentRawStream(out.get_device()),
@@ -77,6 +78,7 @@ def launch_gemm(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c, epi
 _EPILOGUE_USES = {}  # text -> _C.epilogue_tensor_uses(text)
 
 
+@torch.compiler.assume_constant_result  # traced once per text, not into: it calls the C++ parser
 def epilogue_uses(text):
     """(name, index, output) for each tensor the epilogue's text names, index 'n', 'm' or 'mn':
     inputs in order of first use, then outputs. Parsed once per text; a text that does not parse
@@ -90,10 +92,11 @@ def epilogue_uses(text):
 
 
 def epilogue_pairs(text, tensors):
-    """(name, tensor) pairs of the tensors the epilogue's text names, from the keyword arguments
-    `tensors`, in its order, shaped as the C++ API takes them: name[n] as [N] or [batch, N]
-    (also [1, N]), name[m] as [M] or [batch, M] (also [M, 1]), name[m, n] and outputs as D is.
-    Raises ValueError for a name the text does not use and for one it uses and was not given."""
+    """(name, tensor, index) for each tensor the epilogue's text names, from the keyword arguments
+    `tensors`, in its order, for launch_gemm: name[n] given as [N] or [batch, N] (also [1, N]),
+    name[m] as [M] or [batch, M] (also [M, 1]), name[m, n] and outputs as D is; 1-D vectors are
+    viewed in C++ (python/src/module.cpp), batched ones here. Raises ValueError for a name the
+    text does not use and for one it uses and was not given."""
     uses = epilogue_uses(text)
     for name in tensors:
         if not any(name == used for used, _, _ in uses):
@@ -107,11 +110,9 @@ def epilogue_pairs(text, tensors):
                              f"expected {name}=tensor")
         t = tensors[name]
         _check_cuda_tensor(t, name)
-        if index == "n" and (t.dim() == 1 or (t.dim() == 2 and t.size(0) != 1)):
-            t = t.unsqueeze(-2)
-        elif index == "m" and (t.dim() == 1 or (t.dim() == 2 and t.size(1) != 1)):
-            t = t.unsqueeze(-1)
-        pairs.append((name, t))
+        if t.dim() == 2 and ((index == "n" and t.size(0) != 1) or (index == "m" and t.size(1) != 1)):
+            t = t.unsqueeze(-2 if index == "n" else -1)  # a vector a batch
+        pairs.append((name, t, index))
     return pairs
 
 
@@ -308,13 +309,13 @@ def _gemm_epilogue(a, b, epilogue, tensors, out, out_dtype, alpha, beta, c):
     alpha, beta = float(alpha), float(beta)
     if out is None:
         out = new_output(a, b, out_dtype)
-    if direct(a, b, c, out, *(t for _, t in pairs)):
+    if direct(a, b, c, out, *(t for _, t, _ in pairs)):
         launch_gemm(a, b, out, None, None, "none", "none", alpha, beta, c, epilogue, pairs)
         return out
     outputs = {name for name, _, output in epilogue_uses(epilogue) if output}
-    torch.ops.gemmkit.gemm_epilogue(a, b, out, epilogue, [name for name, _ in pairs],
-                                    [t for name, t in pairs if name not in outputs],
-                                    [t for name, t in pairs if name in outputs], alpha, beta, c)
+    torch.ops.gemmkit.gemm_epilogue(a, b, out, epilogue, [name for name, _, _ in pairs],
+                                    [t for name, t, _ in pairs if name not in outputs],
+                                    [t for name, t, _ in pairs if name in outputs], alpha, beta, c)
     return out
 
 

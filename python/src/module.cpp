@@ -64,13 +64,17 @@ gemmkit::GemmOptions tensor_options(float alpha, float beta, nb::handle c, uintp
       scale_b.is_none() ? std::nullopt : std::optional(scale_view_of(scale_b, "scale_b", false)));
 }
 
-// A fused epilogue's text and its tensors, given as a sequence of (name, framework tensor) pairs
-// already shaped as the C++ API takes them (python/gemmkit/_torch.py).
+// A fused epilogue's text and its tensors, given as (name, framework tensor, index) triples
+// (python/gemmkit/_torch.py, epilogue_pairs): a vector read as name[n] or name[m] ("n", "m") may
+// be 1-D, viewed here as [1, N] or [M, 1] without a tensor op in Python (each costs a microsecond
+// or more); others are 2-D or 3-D as the C++ API takes them.
 gemmkit::Epilogue epilogue_of(const std::string& text, nb::handle tensors) {
   gemmkit::Epilogue epilogue{text, {}};
-  for (nb::handle pair : tensors) {
-    const std::string name = nb::cast<std::string>(pair[0]);
-    epilogue.tensors.push_back({name, gemmkit::python::view_of(pair[1], name.c_str())});
+  for (nb::handle triple : tensors) {
+    const std::string name = nb::cast<std::string>(triple[0]);
+    const std::string index = nb::cast<std::string>(triple[2]);
+    epilogue.tensors.push_back({name, index == "mn" ? gemmkit::python::view_of(triple[1], name.c_str())
+                                                    : gemmkit::python::scale_view_of(triple[1], name.c_str(), index == "m")});
   }
   return epilogue;
 }
@@ -245,7 +249,8 @@ NB_MODULE(_gemmkit, m) {
       nb::arg("a"), nb::arg("b"), nb::arg("d"), nb::arg("alpha"), nb::arg("beta"), nb::arg("c").none(),
       nb::arg("stream"), nb::arg("mode_a"), nb::arg("scale_a").none(), nb::arg("mode_b"), nb::arg("scale_b").none(),
       nb::arg("epilogue") = "", nb::arg("epilogue_tensors") = nb::none(),
-      "gemm() on framework tensors (see register_dtype), with a fused epilogue's text and (name, tensor) pairs");
+      "gemm() on framework tensors (see register_dtype), with a fused epilogue's text and (name, tensor, index) "
+      "triples");
   m.def(
       "epilogue_tensor_uses",
       [](const std::string& text) {
