@@ -1,13 +1,15 @@
 """python -m gemmkit.plot RESULTS.json -o FILE.png: a bench result drawn as a picture.
 
-RESULTS.json is what `gemmkit bench --json` or `python -m gemmkit.bench --json` writes. The
-picture has two panels:
+RESULTS.json is what `gemmkit bench --json` or `python -m gemmkit.bench --json` writes, for a
+dense suite or a grouped (MoE) one. The picture has two panels:
 
   roofline  TFLOP/s against arithmetic intensity (FLOP per byte the problem moves), log-log:
             gemmkit's and the baseline's point for every shape, under the copy bandwidth's roof
-            (the summary's copy_gbps) and the compute roofs (its peak_tflops, per input type),
+            (the summary's copy_gbps: at a row's intensity, its memory floor) and the compute
+            roofs (its peak_tflops, per input type),
             or, where the result has no measured peak, a dashed line at the best TFLOP/s seen
-  speedup   gemmkit over the baseline per shape, sorted, with a line at 1.0
+  speedup   gemmkit over the baseline per shape, sorted, with a line at 1.0 (grouped rows
+            without a baseline, such as FP8 ones against cuBLAS, are in the roofline only)
 
 Needs matplotlib (`pip install 'gemmkit[plot]'`); gemmkit's other parts do not.
 """
@@ -28,44 +30,71 @@ def _number(value):
 
 
 class Shape:
-    """One record: its label, input type, intensity and both sides' TFLOP/s (None where unknown)."""
+    """One row: its label, input type, intensity, both sides' TFLOP/s and gemmkit's speedup (None
+    where unknown), from gemmkit's and the baseline's times, its TFLOP/s and the bytes it moves."""
 
-    def __init__(self, record):
-        batch = record.get("batch", 1)
-        self.dtype = str(record["dtype"])
-        self.input_type = self.dtype.split(":")[0].split()[0]
-        self.label = (f"{record['m']}x{record['n']}x{record['k']}" + (f" x{batch}" if batch > 1 else "") +
-                      f" {record['layout']} {self.dtype}" + ("*" if record.get("baseline_note") else ""))
-        ours_us, baseline_us = _number(record.get("ours_us")), _number(record.get("baseline_us"))
-        self.ours = _number(record.get("tflops"))
-        gbps = _number(record.get("gbps"))
+    def __init__(self, label, dtype, ours_us, baseline_us, tflops, bytes_moved, speedup):
+        self.dtype = dtype
+        self.input_type = dtype.split(":")[0].split()[0]
+        self.label = label
+        self.ours = tflops
         self.intensity = self.baseline = None
-        if ours_us and self.ours and gbps:
-            seconds = ours_us * 1e-6
-            flops = self.ours * 1e12 * seconds
-            self.intensity = flops / (gbps * 1e9 * seconds)
+        if ours_us and tflops and bytes_moved:
+            flops = tflops * 1e12 * ours_us * 1e-6
+            self.intensity = flops / bytes_moved
             if baseline_us:
                 self.baseline = flops / (baseline_us * 1e-6) / 1e12
-        self.speedup = _number(record.get("speedup"))
+        self.speedup = speedup
         if self.speedup is None and ours_us and baseline_us:
             self.speedup = baseline_us / ours_us
 
 
+def dense_shape(record):
+    """A record of a dense suite: bytes moved from its GB/s over gemmkit's time."""
+    batch = record.get("batch", 1)
+    dtype = str(record["dtype"])
+    label = (f"{record['m']}x{record['n']}x{record['k']}" + (f" x{batch}" if batch > 1 else "") +
+             f" {record['layout']} {dtype}" + ("*" if record.get("baseline_note") else ""))
+    ours_us, gbps = _number(record.get("ours_us")), _number(record.get("gbps"))
+    return Shape(label, dtype, ours_us, _number(record.get("baseline_us")), _number(record.get("tflops")),
+                 gbps * 1e9 * ours_us * 1e-6 if gbps and ours_us else None, _number(record.get("speedup")))
+
+
+def grouped_shape(record):
+    """A record of a grouped (MoE) suite: its bytes are in the record; its floor (the bytes over
+    the copy bandwidth) is the roofline's bandwidth roof."""
+    dtype = str(record["dtype"])
+    label = (f"{record['op']} G={record['groups']} {record['rows']}x{record['n']}x{record['k']} {dtype} "
+             f"{record['dist']}")
+    return Shape(label, dtype, _number(record.get("ours_us")), _number(record.get("baseline_us")),
+                 _number(record.get("tflops")), _number(record.get("bytes")), _number(record.get("speedup")))
+
+
 def load(path):
-    """(shapes, summary) of a bench result file; ValueError where it is not one."""
+    """(shapes, summary) of a bench result file, dense records or grouped ones (the summary's
+    baseline and speedup geomean then the grouped part's); ValueError where it is not one."""
     try:
         result = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as error:
         raise ValueError(f"{path}: {error}") from None
-    if not isinstance(result, dict) or not result.get("records"):
+    grouped = result.get("grouped") if isinstance(result, dict) else None
+    grouped_records = grouped.get("records") if isinstance(grouped, dict) else None
+    if not isinstance(result, dict) or not (result.get("records") or grouped_records):
         what = ", ".join(result) if isinstance(result, dict) else type(result).__name__
         raise ValueError(f"{path}: not a bench result with records (it has {what}); chain and overhead "
                          "results are not drawn")
+    summary = dict(result.get("summary") or {})
     try:
-        shapes = [Shape(record) for record in result["records"]]
+        if result.get("records"):
+            shapes = [dense_shape(record) for record in result["records"]]
+        else:
+            shapes = [grouped_shape(record) for record in grouped_records]
+            grouped_summary = grouped.get("summary") or {}
+            summary["baseline"] = grouped_summary.get("baseline") or summary.get("baseline")
+            summary["geomean_speedup"] = (grouped_summary.get("speedup") or {}).get("geomean")
     except (KeyError, TypeError) as error:
         raise ValueError(f"{path}: not a bench result: a record lacks {error}") from None
-    return shapes, result.get("summary", {})
+    return shapes, summary
 
 
 def title_of(path, summary):

@@ -1,6 +1,6 @@
-"""python -m gemmkit.plot on committed bench results: the PNG is written and is a picture, with and
-without the optional summary keys (device, peak_tflops); what is not a bench result is refused in
-one line; without matplotlib, one line says how to get it. Needs matplotlib (skips without it),
+"""python -m gemmkit.plot on committed bench results, dense and grouped: the PNG is written and is
+a picture, with and without the optional summary keys (device, peak_tflops); what is not a bench
+result is refused in one line; without matplotlib, one line says how to get it. Needs matplotlib (skips without it),
 not torch or a GPU."""
 
 import json
@@ -66,6 +66,28 @@ def test_optional_summary_keys_add_roofs_and_the_device(tmp_path):
     shown = plot(path, "-o", tmp_path / "with-peaks.png")
     assert shown.returncode == 0, shown.stderr
     assert png_size(tmp_path / "with-peaks.png")[0] >= 1000
+
+
+def test_a_grouped_result_is_drawn_against_its_own_baseline(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install 'gemmkit[plot]')")
+    from gemmkit import plot as gp
+
+    path = RESULTS / "moe-h200-1a6d597.json"
+    grouped = json.loads(path.read_text())["grouped"]
+    shapes, summary = gp.load(path)
+    assert len(shapes) == len(grouped["records"]) and summary["baseline"] == "cuBLAS"
+    assert summary["geomean_speedup"] == grouped["summary"]["speedup"]["geomean"]
+    # intensity = FLOP (the record's TFLOP/s over gemmkit's time) / the record's bytes
+    first, record = shapes[0], grouped["records"][0]
+    assert first.label == "fwd G=8 32768x4096x7168 bf16 balanced"
+    assert first.intensity == pytest.approx(record["tflops"] * 1e6 * record["ours_us"] / record["bytes"])
+    assert first.speedup == pytest.approx(record["speedup"])
+    timed = sum(1 for s in shapes if s.speedup)
+    assert timed == grouped["summary"]["speedup"]["count"] < len(shapes)  # FP8 rows have no cuBLAS time
+    output = tmp_path / "moe.png"
+    shown = plot(path, "-o", output)
+    assert shown.returncode == 0, shown.stderr
+    assert png_size(output)[1] >= 700 + 15 * timed and output.stat().st_size > 40_000
 
 
 def test_what_is_not_a_bench_result_is_refused_in_one_line(tmp_path):
