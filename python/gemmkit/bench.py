@@ -332,6 +332,10 @@ def main(argv=None):
         check_writable(args.json)
     try:  # a malformed suite or option is reported in one line, GPU or not
         suite = None if args.overhead or args.block else bench.load_bench_suite(suite_path(args.suite))
+        fused = next((p for p in suite.dense if p.epilogue), None) if suite else None
+        if fused:
+            raise ValueError(f"{suite.name}:{fused.line}: a line under `epilogue {fused.epilogue}`, which only "
+                             "gemmkit bench times so far; expected a suite without epilogue lines")
         if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
             raise SystemExit("gemmkit.bench: needs an sm_90 GPU (H100, H200)")
         if args.block:

@@ -39,6 +39,7 @@ void bind_bench(nb::module_& parent) {
       .def_ro("out_dtype", &SuiteProblem::out_dtype)
       .def_ro("mode", &SuiteProblem::mode)
       .def_ro("line", &SuiteProblem::line)
+      .def_ro("epilogue", &SuiteProblem::epilogue, "the fused epilogue's text of an `epilogue` line above (empty: none)")
       .def_prop_ro("b_dtype", &SuiteProblem::b_dtype)
       .def_prop_ro("type_spec", [](const SuiteProblem& p) { return type_spec(p); });
 

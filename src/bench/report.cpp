@@ -209,22 +209,30 @@ BenchSummary summarize(const std::vector<BenchRecord>& records) {
 
 std::string format_summary(const BenchSummary& s, const std::string& baseline) { return summary_line(s, baseline, "shape"); }
 
-std::string format_fused_summary(const std::vector<BenchRecord>& records, const std::string& epilogue) {
-  double log_sum = 0, worst = 0;
-  int count = 0;
-  std::string worst_name;
+std::string format_fused_summary(const std::vector<BenchRecord>& records) {
+  std::vector<std::string> texts;  // in order of first appearance
   for (const BenchRecord& r : records) {
-    const double ratio = r.ours_us / r.unfused_us;
-    if (!usable(ratio)) continue;
-    log_sum += std::log(ratio);
-    ++count;
-    if (ratio > worst) worst = ratio, worst_name = shape_name(r) + " " + r.layout + " " + r.dtype;
+    if (!r.epilogue.empty() && std::find(texts.begin(), texts.end(), r.epilogue) == texts.end()) texts.push_back(r.epilogue);
   }
-  if (count == 0) return "";
-  char line[512];
-  std::snprintf(line, sizeof line, "fused epilogue '%s': %d shapes, fused over unfused %.3fx geomean, worst %.3fx at %s",
-                epilogue.c_str(), count, std::exp(log_sum / count), worst, worst_name.c_str());
-  return line;
+  std::string lines;
+  for (const std::string& text : texts) {
+    double log_sum = 0, worst = 0;
+    int count = 0;
+    std::string worst_name;
+    for (const BenchRecord& r : records) {
+      const double ratio = r.ours_us / r.unfused_us;
+      if (r.epilogue != text || !usable(ratio)) continue;
+      log_sum += std::log(ratio);
+      ++count;
+      if (ratio > worst) worst = ratio, worst_name = shape_name(r) + " " + r.layout + " " + r.dtype;
+    }
+    if (count == 0) continue;
+    char line[768];
+    std::snprintf(line, sizeof line, "fused epilogue '%s': %d shapes, fused over unfused %.3fx geomean, worst %.3fx at %s\n",
+                  text.c_str(), count, std::exp(log_sum / count), worst, worst_name.c_str());
+    lines += line;
+  }
+  return lines;
 }
 
 nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSummary& s, double copy_gbps,
@@ -247,7 +255,8 @@ nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSumma
                     {"copy_us", json_num(r.copy_us)},
                     {"sized_copy_fraction", json_num(sized_copy_fraction(r))},
                     {"config", r.config},
-                    {"unfused_us", json_num(r.unfused_us)}});
+                    {"unfused_us", json_num(r.unfused_us)},
+                    {"epilogue", r.epilogue.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.epilogue)}});
   nlohmann::json summary = {
       {"count", s.count},
       {"stand_ins", s.stand_ins},

@@ -26,8 +26,10 @@ struct BenchRecord {
   // moving this problem's bytes costs at its size, launch and ramp-up included. NaN: not timed.
   double copy_us = std::numeric_limits<double>::quiet_NaN();
   std::string config;           // our kernel configuration, e.g. "tma 128x256x64 s4"
-  // bench --epilogue: ours_us is our GEMM with the epilogue fused, this our GEMM without it on the
-  // same buffers (NaN: not timed).
+  // bench --epilogue or a suite's `epilogue` line: the text fused into our side (empty: none);
+  // ours_us is then our GEMM with it, unfused_us our GEMM without it on the same buffers (NaN:
+  // not timed).
+  std::string epilogue;
   double unfused_us = std::numeric_limits<double>::quiet_NaN();
 };
 
@@ -79,10 +81,11 @@ BenchSummary summarize(const std::vector<BenchRecord>& records);
 // with stand-ins, "over cuBLASLt (6 of them against a stand-in), worst ...".
 std::string format_summary(const BenchSummary& s, const std::string& baseline = "cuBLASLt");
 
-// bench --epilogue's line over the records timed both ways: "fused epilogue 'TEXT': 18 shapes,
-// fused over unfused 1.021x geomean, worst 1.068x at 4096x28672x4096 NT bf16" (our time with
-// the epilogue over our time without; above 1 it costs). Empty where no record has both.
-std::string format_fused_summary(const std::vector<BenchRecord>& records, const std::string& epilogue);
+// A line per epilogue text, in order of first appearance, over the records timed both ways:
+// "fused epilogue 'TEXT': 18 shapes, fused over unfused 1.021x geomean, worst 1.068x at
+// 4096x28672x4096 NT bf16" (our time with the epilogue over our time without; above 1 it costs),
+// each ending in a newline. Empty where no record has both.
+std::string format_fused_summary(const std::vector<BenchRecord>& records);
 
 // {"records": [{m, n, k, batch, layout, dtype, ours_us, baseline_us, baseline_note, speedup,
 // tflops, gbps, copy_fraction, copy_us, sized_copy_fraction, config}, ...], "summary": {count,

@@ -310,19 +310,41 @@ GroupedProblem parse_grouped(const std::vector<std::string>& fields, const std::
   return p;
 }
 
+std::string epilogue_directive(const std::string& text, const std::string& where) {
+  std::string rest = text.substr(0, text.find('#'));
+  rest = rest.substr(rest.find_first_not_of(" \t") + std::string_view("epilogue").size());
+  const size_t first = rest.find_first_not_of(" \t\r"), last = rest.find_last_not_of(" \t\r");
+  rest = first == std::string::npos ? "" : rest.substr(first, last - first + 1);
+  if (rest.empty()) fail(where, "an epilogue line without a text; expected `epilogue TEXT` or `epilogue none`");
+  if (lower(rest) == "none") return "";
+  try {
+    epilogue_tensor_uses(rest);  // parses it: a malformed text is reported at its line
+  } catch (const Error& e) {
+    fail(where, e.what());
+  }
+  return rest;
+}
+
 Suite parse_bench_suite(std::istream& in, const std::string& name) {
   Suite suite{name, {}, {}};
-  std::string text;
+  std::string text, epilogue;
   for (int line = 1; std::getline(in, text); ++line) {
     const std::vector<std::string> fields = line_fields(text);
     if (fields.empty()) continue;
     const std::string where = name + ":" + std::to_string(line);
-    if (lower(fields[0]) == "grouped") {
+    if (lower(fields[0]) == "epilogue") {
+      epilogue = epilogue_directive(text, where);
+    } else if (lower(fields[0]) == "grouped") {
+      if (!epilogue.empty()) {
+        fail(where, "a grouped line under `epilogue " + epilogue +
+                        "`, which dense lines take only so far; expected `epilogue none` before it");
+      }
       suite.grouped.push_back(parse_grouped(fields, where));
       suite.grouped.back().dense.line = line;
     } else {
       suite.dense.push_back(parse_problem(fields, where));
       suite.dense.back().line = line;
+      suite.dense.back().epilogue = epilogue;
     }
   }
   if (in.bad()) throw Error(ErrorCode::io_error, "cannot read suite file '" + name + "'");
@@ -334,6 +356,12 @@ std::vector<SuiteProblem> dense_lines(const Suite& suite) {
     fail(suite.name + ":" + std::to_string(suite.grouped[0].dense.line),
          "a grouped line, which only gemmkit bench and python -m gemmkit.bench run; expected M N K [layout] [dtype] "
          "[mode] [batch]");
+  for (const SuiteProblem& p : suite.dense) {
+    if (!p.epilogue.empty()) {
+      fail(suite.name + ":" + std::to_string(p.line),
+           "a line under `epilogue " + p.epilogue + "`, which only gemmkit bench times; expected no epilogue lines");
+    }
+  }
   return suite.dense;
 }
 

@@ -1,6 +1,7 @@
 // Benchmark suites: plain-text lists of GEMM problems, one `M N K [layout] [dtype] [mode] [batch]`
 // a line, or a grouped GEMM, `grouped OP G M N K dtype [mode] dist` (bench only:
-// gemmkit bench and python -m gemmkit.bench).
+// gemmkit bench and python -m gemmkit.bench); `epilogue TEXT` lines fuse an epilogue into the
+// dense lines below them (gemmkit bench only).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,9 @@ struct SuiteProblem {
   // mode; none for 16-bit inputs.
   ScaleMode mode = ScaleMode::none;
   int line = 0;  // 1-based line in the file; 0 for a problem given on the command line
+  // The fused epilogue's text the line is timed with (gemmkit bench), from the `epilogue TEXT`
+  // line above it; empty: none.
+  std::string epilogue;
 
   DType b_dtype() const { return in_b.value_or(in_dtype); }
   bool fp8() const;  // A is e4m3 or e5m2 (and then so is B)
@@ -94,11 +98,14 @@ struct Suite {
 };
 
 // Parses a whole suite, dense and grouped lines; `name` is used in error messages
-// ("<name>:<line>: ...").
+// ("<name>:<line>: ..."). A line `epilogue TEXT` (the fused epilogue's text form, gemmkit/gemm.h)
+// applies to the dense lines below it, up to the next such line; `epilogue none` ends it. A
+// grouped line under an epilogue is an error (none of its kernels is benched fused yet).
 Suite parse_bench_suite(std::istream& in, const std::string& name);
 
 // The suite's dense problems; throws gemmkit::Error(invalid_argument) naming its first grouped
-// line, which only gemmkit bench and python -m gemmkit.bench run.
+// line, which only gemmkit bench and python -m gemmkit.bench run, or its first line under an
+// epilogue, which only gemmkit bench times.
 std::vector<SuiteProblem> dense_lines(const Suite& suite);
 
 // Parses a whole suite of dense lines only: dense_lines(parse_bench_suite(in, name)).

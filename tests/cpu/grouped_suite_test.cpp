@@ -169,6 +169,68 @@ TEST(GroupedSuite, DenseOnlyReadersRejectGroupedLines) {
   EXPECT_EQ(dense_lines(parse("1 1 1\n2 2 2\n")).size(), 2u);
 }
 
+// The shipped suites, loaded as gemmkit bench loads them.
+Suite shipped(const std::string& file) {
+  return load_bench_suite(std::string(GEMMKIT_SOURCE_DIR) + "/bench/suites/" + file);
+}
+
+TEST(Suite, EpilogueLinesApplyToTheDenseLinesBelowThem) {
+  std::istringstream in("1 1 1\n"
+                        "  Epilogue   silu(acc + bias[n])   # a comment\n"
+                        "2 2 2\n3 3 3\n"
+                        "epilogue none\n"
+                        "4 4 4\n"
+                        "epilogue h = acc; out[m, n] = h; h * g[m, n]\n"
+                        "5 5 5\n");
+  const Suite suite = parse_bench_suite(in, "fused.txt");
+  ASSERT_EQ(suite.dense.size(), 5u);
+  const char* expected[] = {"", "silu(acc + bias[n])", "silu(acc + bias[n])", "", "h = acc; out[m, n] = h; h * g[m, n]"};
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(suite.dense[i].epilogue, expected[i]) << i;
+  EXPECT_EQ(suite.dense[4].line, 8);
+}
+
+TEST(Suite, EpilogueLinesAreCheckedAndKeptFromOtherReaders) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"epilogue silu(acc + bias[k])\n1 1 1\n", "fused.txt:1: epilogue: column"},
+      {"epilogue\n1 1 1\n", "fused.txt:1: an epilogue line without a text; expected `epilogue TEXT` or `epilogue none`"},
+      {"epilogue relu(acc)\ngrouped fwd 8 64 64 64 bf16 balanced\n",
+       "fused.txt:2: a grouped line under `epilogue relu(acc)`, which dense lines take only so far; expected "
+       "`epilogue none` before it"}};
+  for (const auto& [text, message] : cases) {
+    SCOPED_TRACE(text);
+    std::istringstream in(text);
+    try {
+      parse_bench_suite(in, "fused.txt");
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+      EXPECT_EQ(std::string(e.what()).rfind(message, 0), 0u) << e.what();
+    }
+  }
+  std::istringstream in("1 1 1\nepilogue relu(acc)\n2 2 2\n");
+  try {
+    parse_suite(in, "fused.txt");  // tune and verify read dense lines only, without epilogues
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "fused.txt:3: a line under `epilogue relu(acc)`, which only gemmkit bench times; expected no epilogue "
+              "lines");
+  }
+}
+
+TEST(Suite, ShippedEpilogueHoldsDenseLargeUnderEachEpilogue) {
+  const Suite suite = shipped("epilogue.txt");
+  const Suite large = shipped("dense-large.txt");
+  ASSERT_EQ(suite.dense.size(), 2 * large.dense.size());
+  EXPECT_TRUE(suite.grouped.empty());
+  for (size_t i = 0; i < suite.dense.size(); ++i) {
+    const SuiteProblem& p = suite.dense[i];
+    const SuiteProblem& q = large.dense[i % large.dense.size()];
+    EXPECT_EQ(std::make_tuple(p.m, p.n, p.k, p.layout, p.in_dtype), std::make_tuple(q.m, q.n, q.k, q.layout, q.in_dtype));
+    EXPECT_EQ(p.epilogue, i < large.dense.size() ? "silu(acc + bias[n])" : "gelu(acc + bias[n]) + r[m, n]") << i;
+  }
+}
+
 TEST(GroupedSuite, BytesCountTheRowsAndTheWeightsOfBusyGroups) {
   // 2 groups of 64 rows, K = 128, N = 256, bf16: A 128 x 128, weights 2 x 128 x 256, D 128 x 256.
   EXPECT_EQ(grouped("grouped fwd 2 128 256 128 bf16 balanced").bytes(), 2.0 * (128 * 128 + 2 * 128 * 256 + 128 * 256));
@@ -181,10 +243,6 @@ TEST(GroupedSuite, BytesCountTheRowsAndTheWeightsOfBusyGroups) {
   EXPECT_EQ(grouped("grouped wgrad 2 128 256 128 bf16 balanced").bytes(), 2.0 * (128 * 256 + 128 * 128 + 2 * 256 * 128));
 }
 
-// The shipped suites, loaded as gemmkit bench loads them.
-Suite shipped(const std::string& file) {
-  return load_bench_suite(std::string(GEMMKIT_SOURCE_DIR) + "/bench/suites/" + file);
-}
 
 TEST(GroupedSuite, ShippedMoeHoldsEveryShapePassAndDistribution) {
   const Suite suite = shipped("moe.txt");

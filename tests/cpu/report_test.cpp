@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -171,7 +173,8 @@ TEST(Report, JsonHasEveryFieldAndNullForNaN) {
   EXPECT_EQ(r0["config"], "tma 128x256x64 s4");
   EXPECT_TRUE(r0["baseline_note"].is_null());  // cuBLASLt ran the same problem
   EXPECT_TRUE(r0["unfused_us"].is_null());     // no --epilogue
-  EXPECT_EQ(r0.size(), 17u);  // the fields above, nothing else
+  EXPECT_TRUE(r0["epilogue"].is_null());
+  EXPECT_EQ(r0.size(), 18u);  // the fields above, nothing else
 
   const auto& r1 = j["records"][1];
   EXPECT_TRUE(r1["baseline_us"].is_null());
@@ -575,18 +578,27 @@ TEST(Report, BufferSetsCoverThreeL2sWithinHalfTheFreeMemory) {
 namespace {
 
 // bench --epilogue: fused time over unfused, geomean and worst, over the records with both.
-TEST(Report, FusedSummaryIsFusedOverUnfused) {
+TEST(Report, FusedSummaryIsFusedOverUnfusedPerEpilogue) {
   std::vector<BenchRecord> records = {record(4096, 4096, 4096, 110.0, 100.0, "tma"),
                                       record(8192, 2112, 7168, 202.0, 200.0, "tma"),
-                                      record(1, 4096, 4096, 10.0, 10.0, "gemv simt")};
+                                      record(1, 4096, 4096, 10.0, 10.0, "gemv simt"),
+                                      record(2048, 2048, 512, 150.0, 50.0, "tma")};
   records[0].unfused_us = 100.0;  // 1.10x
   records[1].unfused_us = 200.0;  // 1.01x; the third was not timed unfused
-  const std::string line = format_fused_summary(records, "silu(acc + bias[n])");
-  EXPECT_NE(line.find("fused epilogue 'silu(acc + bias[n])': 2 shapes"), std::string::npos) << line;
-  EXPECT_NE(line.find(" 1.054x geomean"), std::string::npos) << line;  // sqrt(1.10 * 1.01)
-  EXPECT_NE(line.find("worst 1.100x at 4096x4096x4096 NT bf16"), std::string::npos) << line;
-  records[0].unfused_us = records[1].unfused_us = kNaN;
-  EXPECT_EQ(format_fused_summary(records, "acc"), "");
+  records[3].unfused_us = 50.0;   // 3.00x, under another epilogue
+  records[0].epilogue = records[1].epilogue = records[2].epilogue = "silu(acc + bias[n])";
+  records[3].epilogue = "gelu(acc) + r[m, n]";
+  const std::string lines = format_fused_summary(records);
+  const size_t second = lines.find('\n') + 1;
+  ASSERT_EQ(std::count(lines.begin(), lines.end(), '\n'), 2) << lines;
+  const std::string first_line = lines.substr(0, second), second_line = lines.substr(second);
+  EXPECT_NE(first_line.find("fused epilogue 'silu(acc + bias[n])': 2 shapes"), std::string::npos) << lines;
+  EXPECT_NE(first_line.find(" 1.054x geomean"), std::string::npos) << lines;  // sqrt(1.10 * 1.01)
+  EXPECT_NE(first_line.find("worst 1.100x at 4096x4096x4096 NT bf16"), std::string::npos) << lines;
+  EXPECT_NE(second_line.find("fused epilogue 'gelu(acc) + r[m, n]': 1 shapes, fused over unfused 3.000x"),
+            std::string::npos) << lines;
+  records[0].unfused_us = records[1].unfused_us = records[3].unfused_us = kNaN;
+  EXPECT_EQ(format_fused_summary(records), "");
 }
 
 }  // namespace

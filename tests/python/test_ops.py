@@ -162,6 +162,12 @@ def test_the_python_bench_reports_bad_suites_in_one_line(tmp_path):
     assert malformed.returncode != 0
     assert malformed.stderr.strip() == (f"gemmkit.bench: {bad}:2: unknown distribution 'zipf'; expected balanced, "
                                         "skew:R, zipf:S, random:SEED or routed:SEED")
+    # Epilogue lines are the CLI's alone so far: refused, not run unfused.
+    bad.write_text("64 64 64\nepilogue relu(acc)\n128 64 64\n")
+    fused = run_bench("--suite", str(bad))
+    assert fused.returncode != 0
+    assert fused.stderr.strip() == (f"gemmkit.bench: {bad}:3: a line under `epilogue relu(acc)`, which only gemmkit "
+                                    "bench times so far; expected a suite without epilogue lines")
 
 
 def test_views_are_read_from_the_tensors():
