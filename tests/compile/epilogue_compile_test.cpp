@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "../epilogue_random.h"
 #include "../epilogue_test_kernel.h"
 #include "clean_compile.h"
 #include "codegen/kernel_source.h"
@@ -35,6 +36,20 @@ TEST(EpilogueSource, EveryOperationCompiles) {
                   {});
   expect_compiles("f16(clamp(max(acc, x[m, n]) - min(acc, 0.5), -7, 7)) * f32(acc)", {{f32}, {}});
   expect_compiles("clamp(acc, -7, 7) * 1.702", {});
+}
+
+// Random trees of depth 4 (epilogue_random.h), their tensors of each type in turn.
+TEST(EpilogueSource, RandomProgramsCompile) {
+  testing::RandomPrograms programs(54, [](const std::string&, double) { return 0.0; });  // values unused here
+  const DType types[] = {DType::bf16, DType::f16, DType::f32};
+  for (int i = 0; i < 24; ++i) {
+    const std::string text = programs.next(4, 0, 0, 0, 0).text;
+    const epilogue::Program program = epilogue::parse(text);
+    codegen::EpilogueTypes t;
+    for (size_t k = 0; k < program.inputs.size(); ++k) t.inputs.push_back(types[(size_t(i) + k) % 3]);
+    for (size_t k = 0; k < program.stores.size(); ++k) t.stores.push_back(types[(size_t(i) + k + 1) % 3]);
+    expect_compiles(text, t);
+  }
 }
 
 TEST(EpilogueSource, NeedsOneTypeATensorAndAtMostEightTensors) {

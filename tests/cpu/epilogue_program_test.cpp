@@ -7,8 +7,10 @@
 #include <numbers>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "../epilogue_random.h"
 #include "epilogue/program.h"
 #include "gemmkit/error.h"
 #include "reference/epilogue_reference.h"
@@ -110,6 +112,40 @@ TEST(EpilogueProgram, StoresGetTheirNodesValues) {
   EXPECT_NEAR(out[0], 1.5 * 0.5 * std::erfc(-1.5 / std::numbers::sqrt2), 1e-14);
   EXPECT_EQ(out[1], 1.5);
   EXPECT_EQ(out[2], 3.0);
+}
+
+// Random trees up to depth 4 (epilogue_random.h): each text parses to the program its writer
+// meant, value by value, stores included; renaming its tensors and spacing it out keeps its
+// canonical string, and one more operation changes it.
+TEST(EpilogueProgram, RandomProgramsMeanWhatTheirTextSays) {
+  testing::RandomPrograms programs(2026, [](const std::string& name, double x) { return evaluate(name + "(acc)", x)[0]; });
+  std::mt19937_64 draws(11);
+  std::uniform_real_distribution<double> value(-4.0, 4.0);
+  for (int trial = 0; trial < 400; ++trial) {
+    const double acc = value(draws), x = value(draws), y = value(draws), z = value(draws);
+    const testing::RandomEpilogue want = programs.next(1 + trial % 4, acc, x, y, z);
+    SCOPED_TRACE(want.text);
+    Program p;
+    ASSERT_NO_THROW(p = parse(want.text));
+    std::vector<double> inputs;
+    for (const Input& input : p.inputs) inputs.push_back(input.name == "x" ? x : input.name == "y" ? y : z);
+    std::vector<double> values(p.nodes.size());
+    reference::evaluate_epilogue(p, acc, inputs, values);
+    EXPECT_EQ(values[size_t(p.result)], want.value);
+    ASSERT_EQ(p.stores.size(), want.store_values.size());
+    for (size_t k = 0; k < p.stores.size(); ++k) EXPECT_EQ(values[size_t(p.stores[k].node)], want.store_values[k]);
+
+    std::string renamed;
+    for (char c : want.text) renamed += c == '(' ? std::string("( ") : std::string(1, c);
+    for (const auto& [from, to] : {std::pair<std::string, std::string>{"x[n]", "bias[n]"}, {"y[m]", "scale[m]"},
+                                   {"z[m, n]", "gate[m,n]"}}) {
+      for (size_t at = renamed.find(from); at != std::string::npos; at = renamed.find(from, at + to.size())) {
+        renamed.replace(at, from.size(), to);
+      }
+    }
+    EXPECT_EQ(canonical(parse(renamed)), canonical(p)) << renamed;
+    EXPECT_NE(canonical(parse(want.text + " * 2")), canonical(p));
+  }
 }
 
 // Every error: invalid_argument, "epilogue: column C of \"TEXT\": " first, then what is wrong.
