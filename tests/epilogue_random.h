@@ -79,7 +79,7 @@ class RandomPrograms {
   Expr expr(int depth) {
     if (depth <= 0 || chance(0.25)) return leaf();
     static const char* const kUnary[] = {"identity", "relu", "relu2", "gelu", "gelu_tanh", "silu", "sigmoid",
-                                         "tanh", "abs", "neg", "square", "bf16", "f16", "f32"};
+                                         "tanh", "erf", "abs", "neg", "square", "bf16", "f16", "f32"};
     const Expr a = expr(depth - 1);
     switch (pick(5)) {
       case 0: return apply(kUnary[pick(int(std::size(kUnary)))], a);

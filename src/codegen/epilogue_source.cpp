@@ -55,6 +55,7 @@ std::string expression(const epilogue::Node& node, const EpilogueTypes& types, c
     case Op::silu: return "ep_silu(" + x + ")";
     case Op::sigmoid: return "ep_sigmoid(" + x + ")";
     case Op::tanh: return "tanhf(" + x + ")";
+    case Op::erf: return "erff(" + x + ")";
     case Op::exp: return "expf(" + x + ")";
     case Op::log: return "logf(" + x + ")";
     case Op::abs: return "fabsf(" + x + ")";

@@ -25,7 +25,7 @@ struct Function {
 constexpr Function kFunctions[] = {
     {"identity", Op::identity, 1}, {"relu", Op::relu, 1},     {"relu2", Op::relu2, 1},
     {"gelu", Op::gelu, 1},         {"gelu_tanh", Op::gelu_tanh, 1}, {"silu", Op::silu, 1},
-    {"sigmoid", Op::sigmoid, 1},   {"tanh", Op::tanh, 1},     {"exp", Op::exp, 1},
+    {"sigmoid", Op::sigmoid, 1},   {"tanh", Op::tanh, 1},     {"erf", Op::erf, 1},       {"exp", Op::exp, 1},
     {"log", Op::log, 1},           {"abs", Op::abs, 1},       {"neg", Op::neg, 1},
     {"square", Op::square, 1},     {"sqrt", Op::sqrt, 1},     {"rsqrt", Op::rsqrt, 1},
     {"clamp", Op::clamp, 3},       {"max", Op::max, 2},       {"min", Op::min, 2},

@@ -9,7 +9,7 @@
 // (one value a column, broadcast down the rows: a bias), name[m] (one a row: a per-token scale)
 // or name[m, n] (an M x N tensor: a residual, a gate). Numbers are constants baked into the
 // kernel. Operators + - * / and unary minus; functions of one value: identity, relu, relu2
-// (relu squared), gelu (erf), gelu_tanh, silu, sigmoid, tanh, exp, log, abs, neg, square, sqrt,
+// (relu squared), gelu (erf), gelu_tanh, silu, sigmoid, tanh, erf, exp, log, abs, neg, square, sqrt,
 // rsqrt, and the casts bf16, f16 and f32 (the value rounded to the type, as a store of it would);
 // of two: max, min; clamp(x, lo, hi) with constant bounds.
 //
@@ -33,7 +33,7 @@ enum class Op {
   constant,  // Node::value
   load,      // Node::input's tensor at (m, n), broadcast as its Shape says
   // one operand
-  identity, relu, relu2, gelu, gelu_tanh, silu, sigmoid, tanh, exp, log, abs, neg, square, sqrt, rsqrt,
+  identity, relu, relu2, gelu, gelu_tanh, silu, sigmoid, tanh, erf, exp, log, abs, neg, square, sqrt, rsqrt,
   clamp,  // to [Node::lo, Node::hi]
   cast,   // rounded to Node::type, as a store of that type would
   // two operands

@@ -32,6 +32,7 @@ double unary(const epilogue::Node& node, double x) {
     case Op::silu: return x * sigmoid(x);
     case Op::sigmoid: return sigmoid(x);
     case Op::tanh: return std::tanh(x);
+    case Op::erf: return std::erf(x);
     case Op::exp: return std::exp(x);
     case Op::log: return std::log(x);
     case Op::abs: return std::fabs(x);

@@ -30,7 +30,7 @@ TEST(EpilogueSource, EveryOperationCompiles) {
   expect_compiles("silu(acc + bias[n]) * gate[m, n]", {{bf16, f16}, {}});
   expect_compiles("h = acc * scale[m] + bias[n]; pre[m, n] = h; out2[m, n] = bf16(h); gelu(h)",
                   {{f32, bf16}, {bf16, f32}});
-  expect_compiles("relu(acc) + relu2(acc) + gelu_tanh(acc) + sigmoid(acc) + tanh(acc) + exp(-acc) + "
+  expect_compiles("relu(acc) + relu2(acc) + gelu_tanh(acc) + sigmoid(acc) + tanh(acc) + erf(acc) + exp(-acc) + "
                   "log(abs(acc) + 1) + neg(acc) + square(acc) + sqrt(abs(acc)) + rsqrt(abs(acc) + 1e-6) + "
                   "identity(acc) - acc / 3",
                   {});

@@ -87,6 +87,7 @@ TEST(EpilogueProgram, EachOperationMatchesItsFormula) {
     EXPECT_NEAR(one("silu"), x / (1 + std::exp(-x)), 1e-14);
     EXPECT_NEAR(one("sigmoid"), 1 / (1 + std::exp(-x)), 1e-15);
     EXPECT_DOUBLE_EQ(one("tanh"), std::tanh(x));
+    EXPECT_DOUBLE_EQ(one("erf"), std::erf(x));
     EXPECT_DOUBLE_EQ(one("exp"), std::exp(x));
     EXPECT_DOUBLE_EQ(one("log", z), std::log(z));
     EXPECT_EQ(one("abs"), std::fabs(x));

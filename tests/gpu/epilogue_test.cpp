@@ -117,8 +117,8 @@ TEST_F(EpilogueKernel, TensorsOfEveryShapeAndType) {
 
 TEST_F(EpilogueKernel, EveryOperation) {
   const double f32_math = 1e-5;  // f32 arithmetic, the library's erff, expf, tanhf, logf, rsqrtf, and __expf
-  for (const char* op : {"identity", "relu", "relu2", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "abs", "neg",
-                         "square"}) {
+  for (const char* op : {"identity", "relu", "relu2", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "erf", "abs",
+                         "neg", "square"}) {
     expect_correct(std::string(op) + "(acc / 40 - x[m, n])", {{DType::f32}, {}}, f32_math);
   }
   expect_correct("exp(x[m, n]) + log(abs(x[m, n]) + 0.5) + sqrt(abs(x[m, n])) + rsqrt(abs(x[m, n]) + 0.25)",
