@@ -27,6 +27,7 @@ __git_commit__ = _gemmkit.git_commit()  # "" where the library was not built fro
 _TORCH_FUNCTIONS = {
     "addmm": "beta * input + alpha * mat1 @ mat2, as torch.addmm",
     "bmm": "a batch of products, [B, M, K] @ [B, K, N]; a 2-D operand is shared",
+    "enable_compile_fusion": "torch.compile runs products and the elementwise work after them as one gemmkit call",
     "grouped_mm": "one product per group (MoE expert) in one launch, as torch._grouped_mm",
     "linear": "input @ weight.T + bias, as torch.nn.functional.linear",
     "mm": "alpha * a @ b + beta * c, a [M, K] and b [K, N] of bfloat16 or float16",

@@ -19,6 +19,10 @@ _lib.define("gemm_out(Tensor a, Tensor b, Tensor(a!) out, Tensor? scale_a, Tenso
 # order of first use) then outputs (written in place); no autograd.
 _lib.define("gemm_epilogue(Tensor a, Tensor b, Tensor(a!) out, str epilogue, str[] names, Tensor[] inputs, "
             "Tensor(b!)[] outputs, float alpha, float beta, Tensor? c) -> ()")
+# The same as a function of its inputs (no outputs of its own), for the torch.compile pass
+# (_fusion): D [M, N] of out_dtype.
+_lib.define("mm_epilogue(Tensor a, Tensor b, str epilogue, str[] names, Tensor[] inputs, ScalarType out_dtype) "
+            "-> Tensor")
 # zero_unowned: rows no group owns are set to 0 (gradients), else left undefined as torch's are.
 _lib.define("grouped_mm(Tensor a, Tensor b, Tensor sizes, str layout, Tensor? scale_a, Tensor? scale_b, str mode_a, "
             "str mode_b, ScalarType? out_dtype, int max_sms, bool zero_unowned) -> Tensor")
@@ -47,6 +51,12 @@ def _gemm_epilogue(a, b, out, epilogue, names, inputs, outputs, alpha, beta, c):
     indexes = [index for _, index, _ in t.epilogue_uses(epilogue)]
     t.launch_gemm(a, b, out, None, None, "none", "none", alpha, beta, c, epilogue,
                   list(zip(names, [*inputs, *outputs], indexes)))
+
+
+def _mm_epilogue(a, b, epilogue, names, inputs, out_dtype):
+    out = t.new_output(a, b, out_dtype)
+    _gemm_epilogue(a, b, out, epilogue, names, inputs, [], 1.0, 0.0, None)
+    return out
 
 
 def _grouped_mm(a, b, sizes, layout, scale_a, scale_b, mode_a, mode_b, out_dtype, max_sms, zero_unowned):
@@ -79,6 +89,7 @@ def _quantize(x, dtype, block_rows, block_cols, scale_dtype, power_of_two):
 _lib.impl("gemm", _gemm, "CUDA")
 _lib.impl("gemm_out", _gemm_out, "CUDA")
 _lib.impl("gemm_epilogue", _gemm_epilogue, "CUDA")
+_lib.impl("mm_epilogue", _mm_epilogue, "CUDA")
 _lib.impl("grouped_mm", _grouped_mm, "CUDA")
 _lib.impl("grouped_mm_out", _grouped_mm_out, "CUDA")
 _lib.impl("grouped_wgrad", _grouped_wgrad, "CUDA")
@@ -99,6 +110,11 @@ def _gemm_out_fake(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c):
 @torch.library.register_fake("gemmkit::gemm_epilogue")
 def _gemm_epilogue_fake(a, b, out, epilogue, names, inputs, outputs, alpha, beta, c):
     return None
+
+
+@torch.library.register_fake("gemmkit::mm_epilogue")
+def _mm_epilogue_fake(a, b, epilogue, names, inputs, out_dtype):
+    return a.new_empty(t.output_shape(a, b), dtype=out_dtype)
 
 
 @torch.library.register_fake("gemmkit::grouped_mm")

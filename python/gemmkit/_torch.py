@@ -19,6 +19,7 @@ import torch
 
 from . import _arrays
 from . import _gemmkit as _C
+from ._fusion import enable_compile_fusion  # noqa: F401  (gemmkit.enable_compile_fusion)
 
 DTYPES = {torch.bfloat16: _C.DType.bf16, torch.float16: _C.DType.f16, torch.float32: _C.DType.f32,
           torch.float8_e4m3fn: _C.DType.e4m3, torch.float8_e5m2: _C.DType.e5m2,

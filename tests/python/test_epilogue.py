@@ -77,6 +77,25 @@ def test_nothing_outside_the_outputs_views_is_written():
     assert torch.isnan(buffer[:, 0]).all() and torch.isnan(buffer[:, n + 1:]).all()
 
 
+def test_compile_fusion_runs_bias_silu_and_a_gate_in_the_product():
+    from gemmkit import _fusion
+
+    m, n, k = 200, 328, 256
+    x, w, bias, gate = rand(m, k), rand(n, k), rand(n), rand(m, n)
+    gemmkit.enable_compile_fusion()
+    try:
+        before = _fusion.fusions
+        layer = torch.compile(lambda x, w, b, g: torch.nn.functional.silu(x @ w.t() + b) * g, fullgraph=True)
+        d = layer(x, w, bias, gate)
+        assert _fusion.fusions == before + 1  # the product and its epilogue became one gemmkit call
+    finally:
+        gemmkit.enable_compile_fusion(False)
+    ref, acc_bound = product(x, w.t())
+    want = torch.nn.functional.silu(ref + bias.double()) * gate.double()
+    # torch's graph rounds silu's result to bf16 before the gate, which the fused text keeps
+    expect_near(d, want, acc_bound * 1.1 * gate.double().abs() + want.abs() * HALF_ULP[torch.bfloat16])
+
+
 def test_the_operator_under_opcheck_and_torch_compile():
     m, n, k = 128, 256, 192
     a, w, bias = rand(m, k), rand(n, k), rand(n)
