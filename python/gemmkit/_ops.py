@@ -23,6 +23,9 @@ _lib.define("gemm_epilogue(Tensor a, Tensor b, Tensor(a!) out, str epilogue, str
 # (_fusion): D [M, N] of out_dtype.
 _lib.define("mm_epilogue(Tensor a, Tensor b, str epilogue, str[] names, Tensor[] inputs, ScalarType out_dtype) "
             "-> Tensor")
+# The grouped forward through a fused epilogue, as gemm_epilogue.
+_lib.define("grouped_mm_epilogue(Tensor a, Tensor b, Tensor sizes, Tensor(a!) out, str layout, str epilogue, "
+            "str[] names, Tensor[] inputs, Tensor(b!)[] outputs, int max_sms) -> ()")
 # zero_unowned: rows no group owns are set to 0 (gradients), else left undefined as torch's are.
 _lib.define("grouped_mm(Tensor a, Tensor b, Tensor sizes, str layout, Tensor? scale_a, Tensor? scale_b, str mode_a, "
             "str mode_b, ScalarType? out_dtype, int max_sms, bool zero_unowned) -> Tensor")
@@ -48,15 +51,19 @@ def _gemm_out(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c):
 
 
 def _gemm_epilogue(a, b, out, epilogue, names, inputs, outputs, alpha, beta, c):
-    indexes = [index for _, index, _ in t.epilogue_uses(epilogue)]
     t.launch_gemm(a, b, out, None, None, "none", "none", alpha, beta, c, epilogue,
-                  list(zip(names, [*inputs, *outputs], indexes)))
+                  t.epilogue_triples(epilogue, names, [*inputs, *outputs]))
 
 
 def _mm_epilogue(a, b, epilogue, names, inputs, out_dtype):
     out = t.new_output(a, b, out_dtype)
     _gemm_epilogue(a, b, out, epilogue, names, inputs, [], 1.0, 0.0, None)
     return out
+
+
+def _grouped_mm_epilogue(a, b, sizes, out, layout, epilogue, names, inputs, outputs, max_sms):
+    t.launch_grouped(a, b, sizes, layout, out, None, None, "none", "none", max_sms, False, epilogue,
+                     t.epilogue_triples(epilogue, names, [*inputs, *outputs]))
 
 
 def _grouped_mm(a, b, sizes, layout, scale_a, scale_b, mode_a, mode_b, out_dtype, max_sms, zero_unowned):
@@ -90,6 +97,7 @@ _lib.impl("gemm", _gemm, "CUDA")
 _lib.impl("gemm_out", _gemm_out, "CUDA")
 _lib.impl("gemm_epilogue", _gemm_epilogue, "CUDA")
 _lib.impl("mm_epilogue", _mm_epilogue, "CUDA")
+_lib.impl("grouped_mm_epilogue", _grouped_mm_epilogue, "CUDA")
 _lib.impl("grouped_mm", _grouped_mm, "CUDA")
 _lib.impl("grouped_mm_out", _grouped_mm_out, "CUDA")
 _lib.impl("grouped_wgrad", _grouped_wgrad, "CUDA")
@@ -115,6 +123,11 @@ def _gemm_epilogue_fake(a, b, out, epilogue, names, inputs, outputs, alpha, beta
 @torch.library.register_fake("gemmkit::mm_epilogue")
 def _mm_epilogue_fake(a, b, epilogue, names, inputs, out_dtype):
     return a.new_empty(t.output_shape(a, b), dtype=out_dtype)
+
+
+@torch.library.register_fake("gemmkit::grouped_mm_epilogue")
+def _grouped_mm_epilogue_fake(a, b, sizes, out, layout, epilogue, names, inputs, outputs, max_sms):
+    return None
 
 
 @torch.library.register_fake("gemmkit::grouped_mm")

@@ -92,6 +92,12 @@ def epilogue_uses(text):
     return uses
 
 
+def epilogue_triples(text, names, tensors):
+    """epilogue_pairs' triples from an operator's arguments: the text's tensor names and tensors,
+    inputs then outputs, in its order."""
+    return list(zip(names, tensors, [index for _, index, _ in epilogue_uses(text)]))
+
+
 def epilogue_pairs(text, tensors):
     """(name, tensor, index) for each tensor the epilogue's text names, from the keyword arguments
     `tensors`, in its order, for launch_gemm: name[n] given as [N] or [batch, N] (also [1, N]),
@@ -134,18 +140,20 @@ def wgrad_output_shape(x, y, offs):
     return (offs.size(0), x.size(1), y.size(1))
 
 
-def launch_grouped(a, b, sizes, layout, out, scale_a, scale_b, mode_a, mode_b, max_sms, zero_unowned=False):
+def launch_grouped(a, b, sizes, layout, out, scale_a, scale_b, mode_a, mode_b, max_sms, zero_unowned=False,
+                   epilogue="", epilogue_pairs=None):
     """out = a @ b per group (`layout` "contiguous" or "masked", `sizes` the ends or counts, read
-    by the kernel) on out's device and current stream; the rows no group owns are left as they
-    are, or set to 0 where `zero_unowned` (gradients, where they must read 0). a and b are first
-    copied where the kernel's TMA cannot read them as they lie; FP8 ones must be K-major (a's K
-    and b's K contiguous), 16-bit ones may be either way."""
+    by the kernel) on out's device and current stream, through a fused epilogue where one is
+    given (as launch_gemm); the rows no group owns are left as they are, or set to 0 where
+    `zero_unowned` (gradients, where they must read 0). a and b are first copied where the
+    kernel's TMA cannot read them as they lie; FP8 ones must be K-major (a's K and b's K
+    contiguous), 16-bit ones may be either way."""
     fp8 = a.element_size() == 1
     a = tma_readable(a, (-1,) if fp8 else (-1, -2))
     b = tma_readable(b, (-2,) if fp8 else (-2, -1))
     _C.grouped_gemm_tensors(a, b, out, sizes.contiguous(), LAYOUTS[layout], False, zero_unowned, 1.0,
                             torch._C._cuda_getCurrentRawStream(out.get_device()), MODES[mode_a], scale_a,
-                            MODES[mode_b], scale_b, max_sms)
+                            MODES[mode_b], scale_b, max_sms, epilogue, epilogue_pairs)
 
 
 def launch_grouped_wgrad(x, y, offs, out, scale_a, scale_b, mode_a, mode_b, max_sms):
@@ -339,6 +347,27 @@ def _grouped(a, b, sizes, layout, scale_a=None, scale_b=None, modes=("none", "no
     return out
 
 
+def _grouped_epilogue(a, b, sizes, layout, epilogue, tensors, out, out_dtype, max_sms):
+    """grouped_mm's forward through a fused epilogue: launched directly, or through the operator
+    where torch traces or dispatches (no autograd, as _gemm_epilogue)."""
+    check_output(out, out_dtype, (a.dim(),))
+    pairs = epilogue_pairs(epilogue, tensors)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (a, b, *tensors.values())):
+        raise NotImplementedError("epilogue: no gradient flows through a fused epilogue yet; expected inputs "
+                                  "that do not require grad (or torch.no_grad())")
+    max_sms = int(max_sms)
+    if out is None:
+        out = new_grouped_output(a, b, out_dtype)
+    if direct(a, b, sizes, out, *(t for _, t, _ in pairs)):
+        launch_grouped(a, b, sizes, layout, out, None, None, "none", "none", max_sms, False, epilogue, pairs)
+        return out
+    outputs = {name for name, _, output in epilogue_uses(epilogue) if output}
+    torch.ops.gemmkit.grouped_mm_epilogue(a, b, sizes, out, layout, epilogue, [name for name, _, _ in pairs],
+                                          [t for name, t, _ in pairs if name not in outputs],
+                                          [t for name, t, _ in pairs if name in outputs], max_sms)
+    return out
+
+
 def _grouped_wgrad(x, y, offs, scale_a=None, scale_b=None, modes=("none", "none"), out=None, out_dtype=None,
                    max_sms=0):
     """The weight gradient of grouped_mm and scaled_grouped_mm, x [M_total, P] and y [M_total, Q]
@@ -527,7 +556,7 @@ def scaled_mm(a, b, scale_a, scale_b, *, mode="tensor", out=None, out_dtype=None
     return _arrays.to_caller(result, kind, out)
 
 
-def grouped_mm(a, b, offs=None, *, counts=None, out=None, out_dtype=None, max_sms=0):
+def grouped_mm(a, b, offs=None, *, counts=None, out=None, out_dtype=None, max_sms=0, epilogue=None, **tensors):
     """One product per group (mixture-of-experts expert) in one launch, as torch._grouped_mm
     (torch.nn.functional.grouped_mm) has them, with bfloat16 or float16 inputs:
     - a [M_total, K], b [G, K, N], offs [G]: the groups' cumulative row ends in a (group g is
@@ -548,15 +577,28 @@ def grouped_mm(a, b, offs=None, *, counts=None, out=None, out_dtype=None, max_sm
     contiguous dimension) are copied first, rows padded; so is, for the weight gradient, an a
     that is not the transpose of a row-major [M_total, P] tensor or a b that is not row-major.
     max_sms caps the SMs the kernel runs on (0: all of them). Differentiable in a and b (without
-    out=), by gemmkit's grouped kernels; gradient rows that no group owns are 0. The weight
-    gradient of masked groups is one batched product over all max_m rows of each group, the
-    rows past each count zeroed first."""
+    out= or an epilogue), by gemmkit's grouped kernels; gradient rows that no group owns are 0.
+    The weight gradient of masked groups is one batched product over all max_m rows of each
+    group, the rows past each count zeroed first.
+
+    epilogue (the forward's, b [G, K, N]): a fused epilogue's text as mm takes it, its tensors
+    keyword arguments in D's orientation: name[n] one a group, [G, N] (or [N] for all groups),
+    such as each expert's bias; name[m] one a row of a, [M_total] ([G, max_m] masked), such as
+    each token's router weight; name[m, n] and outputs as out is. No gradient flows through it."""
+    if epilogue is None and tensors:
+        raise TypeError(f"grouped_mm() got unexpected keyword arguments {', '.join(tensors)}; tensors are taken "
+                        "only with epilogue=")
     names = ("a", "b", "offs", "counts", "out")
     (a, b, offs, counts, out_t), kind = _arrays.to_torch(torch, (a, b, offs, counts, out), names)
     check(a, "a", (2, 3))
     check(b, "b", (2, 3) if a.dim() == 2 else (3,))
     _check_types(a, b, fp8=False)
     layout, sizes = _group_sizes(a, b, offs, counts)
+    if epilogue is not None:
+        if b.dim() == 2:
+            raise ValueError("epilogue: given for the weight gradient (2-D a and b); expected the forward, b [G, K, N]")
+        result = _grouped_epilogue(a, b, sizes, layout, epilogue, tensors, out_t, out_dtype, max_sms)
+        return _arrays.to_caller(result, kind, out)
     if b.dim() == 2:
         result = _grouped_wgrad(a.t(), b, sizes, out=out_t, out_dtype=out_dtype, max_sms=max_sms)
     else:

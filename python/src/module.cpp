@@ -267,7 +267,7 @@ NB_MODULE(_gemmkit, m) {
       "grouped_gemm_tensors",
       [](nb::handle a, nb::handle b, nb::handle d, nb::handle sizes, GroupLayout layout, bool check, bool zero_unowned,
          float alpha, uintptr_t stream, ScaleMode mode_a, nb::handle scale_a, ScaleMode mode_b, nb::handle scale_b,
-         int max_sms) {
+         int max_sms, const std::string& epilogue, nb::handle epilogue_tensors) {
         const TensorView va = gemmkit::python::view_of(a, "a"), vb = gemmkit::python::view_of(b, "b");
         const TensorView vd = gemmkit::python::view_of(d, "out");
         GroupSizes vs = gemmkit::python::group_sizes_of(sizes, layout == GroupLayout::masked ? "counts" : "offs",
@@ -276,13 +276,15 @@ NB_MODULE(_gemmkit, m) {
         gemmkit::GemmOptions options =
             tensor_options(alpha, 0.0f, nb::none(), stream, mode_a, scale_a, mode_b, scale_b);
         options.max_sms = max_sms;
+        if (!epilogue.empty()) options.epilogue = epilogue_of(epilogue, epilogue_tensors);
         nb::gil_scoped_release unlocked;
         gemmkit::grouped_gemm(va, vb, vd, vs, options);
       },
       nb::arg("a"), nb::arg("b"), nb::arg("d"), nb::arg("sizes"), nb::arg("layout"), nb::arg("check"),
       nb::arg("zero_unowned"), nb::arg("alpha"), nb::arg("stream"), nb::arg("mode_a"), nb::arg("scale_a").none(), nb::arg("mode_b"),
-      nb::arg("scale_b").none(), nb::arg("max_sms"),
-      "grouped_gemm() on framework tensors, the group sizes a 1-D int32 or int64 tensor (gemmkit/grouped.h)");
+      nb::arg("scale_b").none(), nb::arg("max_sms"), nb::arg("epilogue") = "", nb::arg("epilogue_tensors") = nb::none(),
+      "grouped_gemm() on framework tensors, the group sizes a 1-D int32 or int64 tensor (gemmkit/grouped.h), with a "
+      "fused epilogue's text and (name, tensor, index) triples");
   m.def(
       "grouped_gemm_wgrad_tensors",
       [](nb::handle x, nb::handle y, nb::handle d, nb::handle sizes, bool check, float alpha, float beta,

@@ -1,7 +1,8 @@
-"""gemmkit.mm with a fused epilogue on an sm_90 GPU: D and the auxiliary outputs against the
-double-precision product with the epilogue evaluated in double by torch, for vectors given 1-D
-or as the C++ API takes them, odd shapes, strided tensors, f32 and 16-bit outputs and C; the
-operator under opcheck and torch.compile. Each output starts as NaN. Skips, saying so, without
+"""gemmkit.mm and grouped_mm with a fused epilogue on an sm_90 GPU: D and the auxiliary outputs
+against the double-precision product with the epilogue evaluated in double by torch, for vectors
+given 1-D or as the C++ API takes them, odd shapes, strided tensors, f32 and 16-bit outputs and
+C, per-expert and per-token vectors; the operator under opcheck and torch.compile, and
+enable_compile_fusion's pass on a compiled layer. Each output starts as NaN. Skips, saying so, without
 torch or an sm_90 GPU."""
 
 import pytest
@@ -75,6 +76,22 @@ def test_nothing_outside_the_outputs_views_is_written():
     expect_near(saved, ref, acc_bound)
     expect_near(d, torch.nn.functional.gelu(ref), acc_bound * 1.2)
     assert torch.isnan(buffer[:, 0]).all() and torch.isnan(buffer[:, n + 1:]).all()
+
+
+def test_grouped_down_projection_with_expert_biases_and_router_weights():
+    groups, k, n, rows = 4, 256, 192, [37, 0, 100, 63]  # an empty expert among them
+    total = sum(rows)
+    offs = torch.tensor(rows, device="cuda").cumsum(0).to(torch.int32)
+    h, w = rand(total, k), rand(groups, n, k)
+    bias, route = rand(groups, n), rand(total, dtype=F32)
+    d = gemmkit.grouped_mm(h, w.transpose(-2, -1), offs, epilogue="(acc + bias[n]) * route[m]", bias=bias,
+                           route=route)
+    start = 0
+    for g, count in enumerate(rows):
+        ref, acc_bound = product(h[start:start + count], w[g].t())
+        r = route[start:start + count].double()[:, None]
+        expect_near(d[start:start + count], (ref + bias[g].double()) * r, acc_bound * r.abs())
+        start += count
 
 
 def test_compile_fusion_runs_bias_silu_and_a_gate_in_the_product():

@@ -19,8 +19,8 @@ BF16, F32, E4M3 = torch.bfloat16, torch.float32, torch.float8_e4m3fn
 
 def test_operators_are_registered_on_import_when_torch_is_loaded():
     code = ("import torch, gemmkit\n"
-            "for op in ('gemm', 'gemm_out', 'gemm_epilogue', 'quantize', 'grouped_mm', 'grouped_mm_out', "
-            "'grouped_wgrad', 'grouped_wgrad_out'):\n"
+            "for op in ('gemm', 'gemm_out', 'gemm_epilogue', 'mm_epilogue', 'quantize', 'grouped_mm', "
+            "'grouped_mm_out', 'grouped_mm_epilogue', 'grouped_wgrad', 'grouped_wgrad_out'):\n"
             "    assert hasattr(torch.ops.gemmkit, op), op\n")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -83,6 +83,27 @@ def test_a_traced_epilogue_is_one_operator_that_writes_out_and_the_outputs(fake)
     fused = [node for node in calls if node.target == torch.ops.gemmkit.gemm_epilogue]
     assert len(fused) == 1 and not any(node.target == torch.ops.gemmkit.gemm for node in calls)
     assert fused[0].args[3] == text and fused[0].args[4] == ["scale", "bias", "gate", "pre"]
+
+
+def test_a_traced_grouped_epilogue_takes_per_expert_and_per_token_vectors(fake):
+    text = "(acc + bias[n]) * route[m]"
+
+    def down(h, w, offs, bias, route):
+        return gemmkit.grouped_mm(h, w.transpose(-2, -1), offs, epilogue=text, bias=bias, route=route)
+
+    args = (cuda(256, 64), cuda(4, 32, 64), cuda(4, dtype=torch.int32), cuda(4, 32), cuda(256, dtype=F32))
+    graph, _ = torch._dynamo.export(down)(*args)
+    fused = [node for node in graph.graph.nodes if node.target == torch.ops.gemmkit.grouped_mm_epilogue]
+    assert len(fused) == 1 and fused[0].args[5] == text and fused[0].args[6] == ["bias", "route"]
+    d = down(*args)
+    assert tuple(d.shape) == (256, 32) and d.dtype == BF16
+    masked = gemmkit.grouped_mm(cuda(4, 16, 64), cuda(4, 64, 32), counts=cuda(4, dtype=torch.int32),
+                                epilogue="silu(acc) * route[m]", route=cuda(4, 16, dtype=F32))
+    assert tuple(masked.shape) == (4, 16, 32)
+    with pytest.raises(ValueError, match="^epilogue: given for the weight gradient"):
+        gemmkit.grouped_mm(cuda(32, 256), cuda(256, 48), cuda(4, dtype=torch.int32), epilogue="acc")
+    with pytest.raises(TypeError, match="^grouped_mm\\(\\) got unexpected keyword arguments route"):
+        gemmkit.grouped_mm(*args[:3], route=args[4])
 
 
 def test_epilogue_errors_name_the_tensor(fake):
