@@ -5,7 +5,10 @@ gemmkit.mm_epilogue, the operations its fused epilogue's text.
 From each product of 2-D bfloat16 or float16 CUDA tensors, the pass takes the elementwise nodes
 that follow it and that gemmkit's epilogue language spells (FUNCTIONS, BINARY, the casts),
 whose other operands are numbers or tensors read as name[n] ([N] or [1, N]), name[m] ([M, 1]) or
-name[m, n] ([M, N]) of bfloat16, float16 or float32. It fuses the largest such region whose
+name[m, n] ([M, N]) of bfloat16, float16 or float32. Where the product's one user views its M
+rows as more dimensions ([M, N] -> [B, S, N]: a linear layer on [B, S, K]), the region's tensors
+may have them too ([B, S, 1], [B, S, N]), reshaped to M rows for the call, whose result is viewed
+back. It fuses the largest such region whose
 values are used only inside it but for its last node, which becomes the product's output: a
 value that escapes (used by another node or a graph output, such as an activation the backward
 keeps) ends the region before it. Where no node can join, the product stays as it was.
@@ -46,12 +49,16 @@ def _number(x):
 
 
 class _Region:
-    """The epilogue grown from one product: its nodes' texts, and the tensors it reads."""
+    """The epilogue grown from one product: its nodes' texts, and the tensors it reads. `rows` is
+    the shape the region's values have before their last dimension N: (M,), or more dimensions
+    where a view after the product splits its rows (x [B, S, K] @ w.t() runs as an mm of B * S
+    rows, viewed back as [B, S, N])."""
 
-    def __init__(self, product, m, n):
-        self.product, self.m, self.n = product, m, n
+    def __init__(self, product, m, n, rows):
+        self.product, self.m, self.n, self.rows = product, m, n, rows
         self.text = {product: "acc"}  # node -> its value's expression
-        self.tensors = []  # (name, node) in order of first use
+        self.sums = {product}  # the product and its views: a float32 widening of one is acc
+        self.tensors = []  # (name, node, shape it is read as: None as it is, or (M, 1) or (M, N))
         self.names = {}  # node -> name
 
     def operand(self, x):
@@ -66,18 +73,18 @@ class _Region:
         if val is None or not isinstance(val, torch.Tensor) or val.dtype not in TENSOR_DTYPES \
                 or val.device.type != "cuda":
             return None
-        shape = tuple(val.shape)
-        if shape in ((self.n,), (1, self.n)):
-            index = "n"
-        elif shape == (self.m, 1):
-            index = "m"
-        elif shape == (self.m, self.n):
-            index = "m, n"
+        shape, lead = tuple(val.shape), len(self.rows)
+        if shape[-1:] == (self.n,) and all(size == 1 for size in shape[:-1]) and len(shape) <= lead + 1:
+            index, read_as = "n", (self.n,) if len(shape) != 1 else None
+        elif shape == (*self.rows, 1):
+            index, read_as = "m", (self.m, 1) if lead > 1 else None
+        elif shape == (*self.rows, self.n):
+            index, read_as = "m, n", (self.m, self.n) if lead > 1 else None
         else:
             return None
         if x not in self.names:
             self.names[x] = f"t{len(self.names)}"
-            self.tensors.append((self.names[x], x))
+            self.tensors.append((self.names[x], x, read_as))
         return f"{self.names[x]}[{index}]"
 
     def expression(self, node):
@@ -98,7 +105,7 @@ class _Region:
             x = self.operand(args[0])
             if x is None:
                 return None
-            if args[0] is self.product and args[1] == torch.float32:
+            if args[0] in self.sums and args[1] == torch.float32:
                 return "acc"  # torch's widening of the product to compute: the f32 sum itself
             return f"{CASTS[args[1]]}({x})"
         if node.target == aten.gelu.default and len(args) == 1:
@@ -134,18 +141,25 @@ def _fuse(graph, node):
         return False
     a, b, bias = operands
     m, n = _val(node).shape
-    region = _Region(node, m, n)
+    region = _Region(node, m, n, (m,))
     definitions = {}  # member -> its expression over the names of earlier members
-    if bias is not None:
+    if bias is not None:  # addmm's input, as the product's [M, N] reads it
         term = region.operand(bias)
         if term is None:
             return False
         definitions[node] = f"acc + {term}"
         region.text[node] = "v0"
+    members = [node]
+    view = _row_split(node, m, n)
+    if view is not None:
+        region.rows = tuple(_val(view).shape[:-1])
+        region.text[view] = region.text[node]
+        region.sums.add(view)
+        members.append(view)
     # Grow in graph order: a node joins where it reads a region value and otherwise only numbers
     # and readable tensors. Users come after what they read, so members stay in graph order.
     order = {x: i for i, x in enumerate(graph.nodes)}
-    members, frontier = [node], sorted(node.users, key=order.get)
+    frontier = sorted(members[-1].users, key=order.get)
     while frontier:
         candidate = frontier.pop(0)
         if candidate in region.text:
@@ -155,13 +169,14 @@ def _fuse(graph, node):
             continue
         if expression == "acc":  # the product widened to float32: the sum itself
             region.text[candidate] = region.text[node]
+            region.sums.add(candidate)
         else:
             definitions[candidate] = expression
             region.text[candidate] = f"v{len(members)}"
         members.append(candidate)
         frontier = sorted(set(frontier) | set(candidate.users), key=order.get)
     # The last member of the largest region whose other members are used inside it alone.
-    for last in range(len(members) - 1, 0, -1):
+    for last in range(len(members) - 1, 1 if view is not None else 0, -1):
         inside = set(members[:last + 1])
         if all(u in inside for x in members[:last] for u in x.users):
             break
@@ -169,15 +184,21 @@ def _fuse(graph, node):
         return False
     members, sink = members[:last + 1], members[last]
     sink_val = _val(sink)
-    if sink_val is None or sink_val.dtype not in TENSOR_DTYPES or tuple(sink_val.shape) != (m, n):
+    if sink_val is None or sink_val.dtype not in TENSOR_DTYPES or tuple(sink_val.shape) != (*region.rows, n):
         return False
     statements = [f"{region.text[x]} = {definitions[x]}" for x in members[:-1] if x in definitions]
     text = "; ".join([*statements, definitions.get(sink, region.text[sink])])
-    used = [(name, t) for name, t in region.tensors if f"{name}[" in text]
+    used = [(name, t, read_as) for name, t, read_as in region.tensors if f"{name}[" in text]
     with graph.inserting_before(sink):
-        fused = graph.call_function(torch.ops.gemmkit.mm_epilogue.default,
-                                    (a, b, text, [name for name, _ in used], [t for _, t in used], sink_val.dtype))
-    fused.meta["val"] = sink_val
+        inputs = []
+        for _, t, read_as in used:  # a tensor of the split rows, read as M rows
+            inputs.append(t if read_as is None else _node(graph, aten.reshape.default, (t, list(read_as)),
+                                                          _val(t).reshape(read_as)))
+        flat = sink_val.reshape(m, n) if view is not None else sink_val
+        fused = _node(graph, torch.ops.gemmkit.mm_epilogue.default,
+                      (a, b, text, [name for name, _, _ in used], inputs, sink_val.dtype), flat)
+        if view is not None:
+            fused = _node(graph, aten.view.default, (fused, list(sink_val.shape)), sink_val)
     sink.replace_all_uses_with(fused)
     for x in reversed(members):
         graph.erase_node(x)
@@ -185,6 +206,22 @@ def _fuse(graph, node):
 
 
 fusions = 0  # products fused by the pass in this process, for a caller (or a test) to see it worked
+
+
+def _row_split(product, m, n):
+    """The product's one user where it is a view of the product's M rows as more dimensions
+    ([M, N] -> [..., N]), else None."""
+    users = list(product.users)
+    if len(users) != 1 or users[0].target not in (aten.view.default, aten._unsafe_view.default, aten.reshape.default):
+        return None
+    shape = tuple(_val(users[0]).shape) if _val(users[0]) is not None else ()
+    return users[0] if len(shape) >= 2 and shape[-1] == n and math.prod(shape[:-1]) == m else None
+
+
+def _node(graph, target, args, val):
+    node = graph.call_function(target, args)
+    node.meta["val"] = val
+    return node
 
 
 def fuse_epilogues(graph):

@@ -61,6 +61,20 @@ def test_addmm_gelu_and_a_residual_and_float32_out(fake):
     assert text.startswith("v0 = acc + t0[n]; ") and "erf(" in text and dtype == F32, text
 
 
+def test_a_linear_layer_on_batched_rows_reads_its_tensors_as_rows(fake):
+    x, w, bias, gate, scale = cuda(2, 32, K), cuda(N, K), cuda(N), cuda(2, 32, N), cuda(2, 32, 1, dtype=F32)
+    gm, done = fused(lambda x, w, b, g, s: F.silu(F.linear(x, w, b)) * g * s, x, w, bias, gate, scale)
+    assert len(done) == 1 and not calls(gm, torch.ops.aten.addmm.default)
+    text, names, inputs = done[0].args[2], done[0].args[3], done[0].args[4]
+    assert text.startswith("v0 = acc + t0[n]; ") and "t1[m, n]" in text and "t2[m]" in text, text
+    # the [2, 32, ...] tensors reshaped to 64 rows for the product, and its result viewed back
+    assert [tuple(t.meta["val"].shape) for t in inputs] == [(N,), (64, N), (64, 1)]
+    views = list(done[0].users)
+    assert len(views) == 1 and views[0].target == torch.ops.aten.view.default and views[0].args[1] == [2, 32, N]
+    out = gm(x, w, bias, gate, scale)
+    assert tuple(out.shape) == (2, 32, N) and out.dtype == F32
+
+
 def test_a_per_row_scale_in_float32(fake):
     x, w, scale = cuda(M, K), cuda(N, K), cuda(M, 1, dtype=F32)
     gm, done = fused(lambda x, w, s: torch.relu((x @ w.t()).float() * s), x, w, scale)
