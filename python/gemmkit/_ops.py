@@ -17,8 +17,9 @@ _lib.define("gemm_out(Tensor a, Tensor b, Tensor(a!) out, Tensor? scale_a, Tenso
             "str mode_b, float alpha, float beta, Tensor? c) -> ()")
 # out = the product through a fused epilogue; names: the tensors the text names, inputs (in
 # order of first use) then outputs (written in place); no autograd.
-_lib.define("gemm_epilogue(Tensor a, Tensor b, Tensor(a!) out, str epilogue, str[] names, Tensor[] inputs, "
-            "Tensor(b!)[] outputs, float alpha, float beta, Tensor? c) -> ()")
+_lib.define("gemm_epilogue(Tensor a, Tensor b, Tensor(a!) out, Tensor? scale_a, Tensor? scale_b, str mode_a, "
+            "str mode_b, str epilogue, str[] names, Tensor[] inputs, Tensor(b!)[] outputs, float alpha, float beta, "
+            "Tensor? c) -> ()")
 # The same as a function of its inputs (no outputs of its own), for the torch.compile pass
 # (_fusion): D [M, N] of out_dtype.
 _lib.define("mm_epilogue(Tensor a, Tensor b, str epilogue, str[] names, Tensor[] inputs, ScalarType out_dtype) "
@@ -50,14 +51,14 @@ def _gemm_out(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c):
     t.launch_gemm(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c)
 
 
-def _gemm_epilogue(a, b, out, epilogue, names, inputs, outputs, alpha, beta, c):
-    t.launch_gemm(a, b, out, None, None, "none", "none", alpha, beta, c, epilogue,
+def _gemm_epilogue(a, b, out, scale_a, scale_b, mode_a, mode_b, epilogue, names, inputs, outputs, alpha, beta, c):
+    t.launch_gemm(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c, epilogue,
                   t.epilogue_triples(epilogue, names, [*inputs, *outputs]))
 
 
 def _mm_epilogue(a, b, epilogue, names, inputs, out_dtype):
     out = t.new_output(a, b, out_dtype)
-    _gemm_epilogue(a, b, out, epilogue, names, inputs, [], 1.0, 0.0, None)
+    _gemm_epilogue(a, b, out, None, None, "none", "none", epilogue, names, inputs, [], 1.0, 0.0, None)
     return out
 
 
@@ -116,7 +117,8 @@ def _gemm_out_fake(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c):
 
 
 @torch.library.register_fake("gemmkit::gemm_epilogue")
-def _gemm_epilogue_fake(a, b, out, epilogue, names, inputs, outputs, alpha, beta, c):
+def _gemm_epilogue_fake(a, b, out, scale_a, scale_b, mode_a, mode_b, epilogue, names, inputs, outputs, alpha, beta,
+                        c):
     return None
 
 

@@ -281,14 +281,17 @@ def _mode_pair(mode):
 
 
 def _gemm(a, b, dims, scale_a=None, scale_b=None, modes=("none", "none"), out=None, out_dtype=None,
-          alpha=1.0, beta=0.0, c=None):
-    """The product of mm, bmm, addmm and scaled_mm (which has checked the scales)."""
+          alpha=1.0, beta=0.0, c=None, epilogue=None, tensors=None):
+    """The product of mm, bmm, addmm and scaled_mm (which has checked the scales), through the
+    fused epilogue's text where one is given, its tensors from the dict `tensors`."""
     check(a, "a", dims)
     check(b, "b", dims)
     if c is not None:
         check(c, "c", (2, 3))
     check_output(out, out_dtype, (2, 3))
     alpha, beta = float(alpha), float(beta)
+    if epilogue is not None:
+        return _gemm_epilogue(a, b, scale_a, scale_b, modes, epilogue, tensors, out, out_dtype, alpha, beta, c)
     if direct(a, b, c, scale_a, scale_b, out):
         if out is None:
             out = new_output(a, b, out_dtype)
@@ -303,29 +306,31 @@ def _gemm(a, b, dims, scale_a=None, scale_b=None, modes=("none", "none"), out=No
     return out
 
 
-def _gemm_epilogue(a, b, epilogue, tensors, out, out_dtype, alpha, beta, c):
-    """mm's product through a fused epilogue: launched directly, or through the operator where
-    torch traces or dispatches (no autograd: an epilogue has no backward yet)."""
-    check(a, "a", (2,))
-    check(b, "b", (2,))
-    if c is not None:
-        check(c, "c", (2,))
-    check_output(out, out_dtype, (2,))
+def _gemm_epilogue(a, b, scale_a, scale_b, modes, epilogue, tensors, out, out_dtype, alpha, beta, c):
+    """_gemm's product through a fused epilogue (checked by _gemm): launched directly, or through
+    the operator where torch traces or dispatches (no autograd: an epilogue has no backward yet)."""
     pairs = epilogue_pairs(epilogue, tensors)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a, b, c, *tensors.values())):
         raise NotImplementedError("epilogue: no gradient flows through a fused epilogue yet; expected inputs "
                                   "that do not require grad (or torch.no_grad())")
-    alpha, beta = float(alpha), float(beta)
     if out is None:
         out = new_output(a, b, out_dtype)
-    if direct(a, b, c, out, *(t for _, t, _ in pairs)):
-        launch_gemm(a, b, out, None, None, "none", "none", alpha, beta, c, epilogue, pairs)
+    if direct(a, b, c, scale_a, scale_b, out, *(t for _, t, _ in pairs)):
+        launch_gemm(a, b, out, scale_a, scale_b, *modes, alpha, beta, c, epilogue, pairs)
         return out
     outputs = {name for name, _, output in epilogue_uses(epilogue) if output}
-    torch.ops.gemmkit.gemm_epilogue(a, b, out, epilogue, [name for name, _, _ in pairs],
+    torch.ops.gemmkit.gemm_epilogue(a, b, out, scale_a, scale_b, *modes, epilogue, [name for name, _, _ in pairs],
                                     [t for name, t, _ in pairs if name not in outputs],
                                     [t for name, t, _ in pairs if name in outputs], alpha, beta, c)
     return out
+
+
+def refuse_stray_tensors(function, epilogue, tensors):
+    """Keyword arguments beyond a function's own are an epilogue's tensors: a TypeError without
+    one, as Python gives for an unknown keyword."""
+    if epilogue is None and tensors:
+        raise TypeError(f"{function}() got unexpected keyword arguments {', '.join(tensors)}; tensors are taken "
+                        "only with epilogue=")
 
 
 def _grouped(a, b, sizes, layout, scale_a=None, scale_b=None, modes=("none", "none"), out=None, out_dtype=None,
@@ -476,39 +481,41 @@ def mm(a, b, *, out=None, out_dtype=None, alpha=1.0, beta=0.0, c=None, epilogue=
     name[n] a vector of N (a bias), name[m] one of M (a per-row scale), name[m, n] an M x N
     tensor, and outputs it writes (name[m, n] = ...) M x N tensors written in place; bfloat16,
     float16 or float32, any strides. No gradient flows through an epilogue yet."""
-    if epilogue is None and tensors:
-        raise TypeError(f"mm() got unexpected keyword arguments {', '.join(tensors)}; tensors are taken "
-                        "only with epilogue=")
+    refuse_stray_tensors("mm", epilogue, tensors)
     (a, b, c, out_t), kind = _arrays.to_torch(torch, (a, b, c, out), ("a", "b", "c", "out"))
-    if epilogue is not None:
-        result = _gemm_epilogue(a, b, epilogue, tensors, out_t, out_dtype, alpha, beta, c)
-    else:
-        result = _gemm(a, b, (2,), out=out_t, out_dtype=out_dtype, alpha=alpha, beta=beta, c=c)
+    result = _gemm(a, b, (2,), out=out_t, out_dtype=out_dtype, alpha=alpha, beta=beta, c=c, epilogue=epilogue,
+                   tensors=tensors)
     return _arrays.to_caller(result, kind, out)
 
 
-def bmm(a, b, *, out=None, out_dtype=None, alpha=1.0, beta=0.0, c=None):
+def bmm(a, b, *, out=None, out_dtype=None, alpha=1.0, beta=0.0, c=None, epilogue=None, **tensors):
     """mm over a batch: a B x M x K, b B x K x N, out B x M x N; a or b may be 2-D, shared by
-    every batch."""
+    every batch. An epilogue's tensors (see mm) may have the batch too: name[n] [B, N], name[m]
+    [B, M], name[m, n] [B, M, N]; without it they serve every batch."""
+    refuse_stray_tensors("bmm", epilogue, tensors)
     (a, b, c, out_t), kind = _arrays.to_torch(torch, (a, b, c, out), ("a", "b", "c", "out"))
     check(a, "a", (2, 3))
     check(b, "b", (2, 3))
     if a.dim() == 2 and b.dim() == 2:
         raise ValueError("a, b: both 2-D; expected at least one batch x rows x cols (or use mm)")
-    result = _gemm(a, b, (2, 3), out=out_t, out_dtype=out_dtype, alpha=alpha, beta=beta, c=c)
+    result = _gemm(a, b, (2, 3), out=out_t, out_dtype=out_dtype, alpha=alpha, beta=beta, c=c, epilogue=epilogue,
+                   tensors=tensors)
     return _arrays.to_caller(result, kind, out)
 
 
-def addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0, out=None):
+def addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0, out=None, epilogue=None, **tensors):
     """beta * input + alpha * mat1 @ mat2, as torch.addmm: input broadcasts to M x N (a bias
-    row of N is read with a row stride of 0, not copied)."""
+    row of N is read with a row stride of 0, not copied). With an epilogue (see mm), acc is that
+    sum."""
+    refuse_stray_tensors("addmm", epilogue, tensors)
     (input, mat1, mat2, out_t), kind = _arrays.to_torch(torch, (input, mat1, mat2, out),
                                                         ("input", "mat1", "mat2", "out"))
     check(input, "input", (0, 1, 2))
     check(mat1, "mat1", (2,))
     check(mat2, "mat2", (2,))
     c = input.expand(mat1.shape[0], mat2.shape[1]) if beta != 0 else None
-    return _arrays.to_caller(_gemm(mat1, mat2, (2,), out=out_t, alpha=alpha, beta=beta, c=c), kind, out)
+    result = _gemm(mat1, mat2, (2,), out=out_t, alpha=alpha, beta=beta, c=c, epilogue=epilogue, tensors=tensors)
+    return _arrays.to_caller(result, kind, out)
 
 
 def linear(input, weight, bias=None):
@@ -541,18 +548,21 @@ def linear(input, weight, bias=None):
 
 
 def scaled_mm(a, b, scale_a, scale_b, *, mode="tensor", out=None, out_dtype=None, alpha=1.0, beta=0.0,
-              c=None):
+              c=None, epilogue=None, **tensors):
     """The FP8 product (a * its scales) @ (b * its scales): a [batch,] M x K and b [batch,] K x N
     of float8_e4m3fn or float8_e5m2, scaled in `mode` (one of 'tensor', 'rowwise', 'block', 'mx',
     or a pair, A's and B's), scales laid out as gemmkit/gemm.h says ([m block][k block] for A,
     [k block][n block] for B; a single scale may be 0-d, a rowwise one 1-D). Output bfloat16
     unless out_dtype or out says float16 or float32. Weights stored N x K and quantised by
-    quantize() pass as b = q.t(), scale_b = scales.t(). Not differentiable."""
+    quantize() pass as b = q.t(), scale_b = scales.t(). Not differentiable. With an epilogue (see
+    mm), acc is the scaled product (and beta * c)."""
+    refuse_stray_tensors("scaled_mm", epilogue, tensors)
     names = ("a", "b", "scale_a", "scale_b", "c", "out")
     (a, b, scale_a, scale_b, c, out_t), kind = _arrays.to_torch(torch, (a, b, scale_a, scale_b, c, out), names)
     for t, name in ((scale_a, "scale_a"), (scale_b, "scale_b")):
         check(t, name, (0, 1, 2, 3))
-    result = _gemm(a, b, (2, 3), scale_a, scale_b, _mode_pair(mode), out_t, out_dtype, alpha, beta, c)
+    result = _gemm(a, b, (2, 3), scale_a, scale_b, _mode_pair(mode), out_t, out_dtype, alpha, beta, c, epilogue,
+                   tensors)
     return _arrays.to_caller(result, kind, out)
 
 
@@ -585,9 +595,7 @@ def grouped_mm(a, b, offs=None, *, counts=None, out=None, out_dtype=None, max_sm
     keyword arguments in D's orientation: name[n] one a group, [G, N] (or [N] for all groups),
     such as each expert's bias; name[m] one a row of a, [M_total] ([G, max_m] masked), such as
     each token's router weight; name[m, n] and outputs as out is. No gradient flows through it."""
-    if epilogue is None and tensors:
-        raise TypeError(f"grouped_mm() got unexpected keyword arguments {', '.join(tensors)}; tensors are taken "
-                        "only with epilogue=")
+    refuse_stray_tensors("grouped_mm", epilogue, tensors)
     names = ("a", "b", "offs", "counts", "out")
     (a, b, offs, counts, out_t), kind = _arrays.to_torch(torch, (a, b, offs, counts, out), names)
     check(a, "a", (2, 3))

@@ -78,6 +78,25 @@ def test_nothing_outside_the_outputs_views_is_written():
     assert torch.isnan(buffer[:, 0]).all() and torch.isnan(buffer[:, n + 1:]).all()
 
 
+def test_bmm_with_per_batch_vectors_and_scaled_mm():
+    batch, m, n, k = 3, 70, 136, 96
+    a, b = rand(batch, m, k), rand(k, n)  # b shared by the batch
+    bias, scale = rand(batch, n), rand(batch, m, dtype=F32)
+    d = gemmkit.bmm(a, b, epilogue="relu(acc + bias[n]) * s[m]", bias=bias, s=scale)
+    for i in range(batch):
+        ref, acc_bound = product(a[i], b)
+        s = scale[i].double()[:, None]
+        expect_near(d[i], torch.relu(ref + bias[i].double()) * s, acc_bound * s.abs())
+    qa, qb = rand(m, k).to(torch.float8_e4m3fn), rand(n, k).to(torch.float8_e4m3fn)
+    one = torch.ones((), device="cuda")
+    gate = rand(m, n)
+    d = gemmkit.scaled_mm(qa, qb.t(), one, one, out_dtype=F32, epilogue="silu(acc) * g[m, n]", g=gate)
+    ref, acc_bound = product(qa.float(), qb.float().t())
+    # FP8 sums accumulate in the tensor cores' narrower form: 2^-10 of |a| |b| (gpu_reference)
+    fp8_bound = (qa.double().abs() @ qb.double().abs().t()) * 2.0 ** -10
+    expect_near(d, torch.nn.functional.silu(ref) * gate.double(), (acc_bound + fp8_bound) * 1.1 * gate.double().abs())
+
+
 def test_grouped_down_projection_with_expert_biases_and_router_weights():
     groups, k, n, rows = 4, 256, 192, [37, 0, 100, 63]  # an empty expert among them
     total = sum(rows)
@@ -119,8 +138,8 @@ def test_the_operator_under_opcheck_and_torch_compile():
     pre = nan_like((m, n), torch.bfloat16)
     out = nan_like((m, n), torch.bfloat16)
     torch.library.opcheck(torch.ops.gemmkit.gemm_epilogue,
-                          (a, w.t(), out, "p[m, n] = acc + b[n]; silu(acc + b[n])", ["b", "p"], [bias.view(1, n)],
-                           [pre], 1.0, 0.0, None))
+                          (a, w.t(), out, None, None, "none", "none", "p[m, n] = acc + b[n]; silu(acc + b[n])",
+                           ["b", "p"], [bias.view(1, n)], [pre], 1.0, 0.0, None))
 
     def layer(x, weight, b):
         return gemmkit.mm(x, weight.t(), epilogue="silu(acc + b[n])", b=b) * 2

@@ -82,7 +82,7 @@ def test_a_traced_epilogue_is_one_operator_that_writes_out_and_the_outputs(fake)
     calls = [node for node in graph.graph.nodes if node.op == "call_function"]
     fused = [node for node in calls if node.target == torch.ops.gemmkit.gemm_epilogue]
     assert len(fused) == 1 and not any(node.target == torch.ops.gemmkit.gemm for node in calls)
-    assert fused[0].args[3] == text and fused[0].args[4] == ["scale", "bias", "gate", "pre"]
+    assert fused[0].args[7] == text and fused[0].args[8] == ["scale", "bias", "gate", "pre"]
 
 
 def test_a_traced_grouped_epilogue_takes_per_expert_and_per_token_vectors(fake):
@@ -104,6 +104,29 @@ def test_a_traced_grouped_epilogue_takes_per_expert_and_per_token_vectors(fake):
         gemmkit.grouped_mm(cuda(32, 256), cuda(256, 48), cuda(4, dtype=torch.int32), epilogue="acc")
     with pytest.raises(TypeError, match="^grouped_mm\\(\\) got unexpected keyword arguments route"):
         gemmkit.grouped_mm(*args[:3], route=args[4])
+
+
+def test_bmm_addmm_and_scaled_mm_take_an_epilogue(fake):
+    d = gemmkit.bmm(cuda(3, 64, 32), cuda(32, 48), epilogue="relu(acc + bias[n]) * s[m]", bias=cuda(3, 48),
+                    s=cuda(3, 64, dtype=F32))
+    assert tuple(d.shape) == (3, 64, 48) and d.dtype == BF16
+    d = gemmkit.addmm(cuda(48), cuda(64, 32), cuda(32, 48), epilogue="gelu(acc)")
+    assert tuple(d.shape) == (64, 48)
+    d = gemmkit.scaled_mm(cuda(64, 128, dtype=E4M3), cuda(128, 48, dtype=E4M3), cuda((), dtype=F32),
+                          cuda((), dtype=F32), out_dtype=F32, epilogue="silu(acc) * g[m, n]", g=cuda(64, 48))
+    assert tuple(d.shape) == (64, 48) and d.dtype == F32
+
+    def traced(a, b, sa, sb, g):
+        return gemmkit.scaled_mm(a, b, sa, sb, mode="rowwise", epilogue="silu(acc) * g[m, n]", g=g)
+
+    args = (cuda(64, 128, dtype=E4M3), cuda(128, 48, dtype=E4M3), cuda(64, 1, dtype=F32), cuda(1, 48, dtype=F32),
+            cuda(64, 48))
+    graph, _ = torch._dynamo.export(traced)(*args)
+    fused = [node for node in graph.graph.nodes if node.target == torch.ops.gemmkit.gemm_epilogue]
+    assert len(fused) == 1 and fused[0].args[5:7] == ("rowwise", "rowwise") and fused[0].args[8] == ["g"]
+    for function in (gemmkit.bmm, gemmkit.scaled_mm):
+        with pytest.raises(TypeError, match=f"^{function.__name__}\\(\\) got unexpected keyword arguments g;"):
+            function(*args[:4] if function is gemmkit.scaled_mm else (cuda(2, 8, 16), cuda(16, 4)), g=args[4])
 
 
 def test_epilogue_errors_name_the_tensor(fake):
