@@ -105,22 +105,29 @@ def epilogue_pairs(text, tensors):
     viewed in C++ (python/src/module.cpp), batched ones here. Raises ValueError for a name the
     text does not use and for one it uses and was not given."""
     uses = epilogue_uses(text)
+    if len(tensors) != len(uses) or not all(name in tensors for name, _, _ in uses):
+        _refuse_epilogue_tensors(uses, tensors)
+    pairs = []
+    for name, index, _ in uses:
+        t = tensors[name]
+        _check_cuda_tensor(t, name)
+        if index != "mn" and t.dim() == 2 and t.size(0 if index == "n" else 1) != 1:
+            t = t.unsqueeze(-2 if index == "n" else -1)  # a vector a batch
+        pairs.append((name, t, index))
+    return pairs
+
+
+def _refuse_epilogue_tensors(uses, tensors):
+    """The ValueError for keyword tensors that are not those the epilogue names."""
     for name in tensors:
         if not any(name == used for used, _, _ in uses):
             raise ValueError(f"{name}: not a tensor the epilogue names; expected "
                              + (", ".join(f"{used}" for used, _, _ in uses) or "none (it names no tensor)"))
-    pairs = []
     for name, index, output in uses:
         if name not in tensors:
             form = f"{name}[m, n] =" if output else f"{name}[{'m, n' if index == 'mn' else index}]"
             raise ValueError(f"{name}: not given; the epilogue {'writes' if output else 'reads'} {form}, "
                              f"expected {name}=tensor")
-        t = tensors[name]
-        _check_cuda_tensor(t, name)
-        if t.dim() == 2 and ((index == "n" and t.size(0) != 1) or (index == "m" and t.size(1) != 1)):
-            t = t.unsqueeze(-2 if index == "n" else -1)  # a vector a batch
-        pairs.append((name, t, index))
-    return pairs
 
 
 def grouped_output_shape(a, b):
@@ -243,6 +250,14 @@ def check_output(out, out_dtype, dims):
             raise ValueError(f"out: dtype {out.dtype} differs from out_dtype {out_dtype}")
 
 
+def refuse_autograd_through_epilogue(*tensors):
+    """Where a call with an epilogue is not direct: NotImplementedError if autograd would track
+    it (no gradient flows through an epilogue yet)."""
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        raise NotImplementedError("epilogue: no gradient flows through a fused epilogue yet; expected inputs "
+                                  "that do not require grad (or torch.no_grad())")
+
+
 def refuse_autograd_with_out(*tensors):
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
         raise RuntimeError("out: gemmkit functions with out= do not support automatic differentiation, as "
@@ -310,14 +325,12 @@ def _gemm_epilogue(a, b, scale_a, scale_b, modes, epilogue, tensors, out, out_dt
     """_gemm's product through a fused epilogue (checked by _gemm): launched directly, or through
     the operator where torch traces or dispatches (no autograd: an epilogue has no backward yet)."""
     pairs = epilogue_pairs(epilogue, tensors)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a, b, c, *tensors.values())):
-        raise NotImplementedError("epilogue: no gradient flows through a fused epilogue yet; expected inputs "
-                                  "that do not require grad (or torch.no_grad())")
     if out is None:
         out = new_output(a, b, out_dtype)
     if direct(a, b, c, scale_a, scale_b, out, *(t for _, t, _ in pairs)):
         launch_gemm(a, b, out, scale_a, scale_b, *modes, alpha, beta, c, epilogue, pairs)
         return out
+    refuse_autograd_through_epilogue(a, b, c, *tensors.values())
     outputs = {name for name, _, output in epilogue_uses(epilogue) if output}
     torch.ops.gemmkit.gemm_epilogue(a, b, out, scale_a, scale_b, *modes, epilogue, [name for name, _, _ in pairs],
                                     [t for name, t, _ in pairs if name not in outputs],
@@ -357,15 +370,13 @@ def _grouped_epilogue(a, b, sizes, layout, epilogue, tensors, out, out_dtype, ma
     where torch traces or dispatches (no autograd, as _gemm_epilogue)."""
     check_output(out, out_dtype, (a.dim(),))
     pairs = epilogue_pairs(epilogue, tensors)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (a, b, *tensors.values())):
-        raise NotImplementedError("epilogue: no gradient flows through a fused epilogue yet; expected inputs "
-                                  "that do not require grad (or torch.no_grad())")
     max_sms = int(max_sms)
     if out is None:
         out = new_grouped_output(a, b, out_dtype)
     if direct(a, b, sizes, out, *(t for _, t, _ in pairs)):
         launch_grouped(a, b, sizes, layout, out, None, None, "none", "none", max_sms, False, epilogue, pairs)
         return out
+    refuse_autograd_through_epilogue(a, b, *tensors.values())
     outputs = {name for name, _, output in epilogue_uses(epilogue) if output}
     torch.ops.gemmkit.grouped_mm_epilogue(a, b, sizes, out, layout, epilogue, [name for name, _, _ in pairs],
                                           [t for name, t, _ in pairs if name not in outputs],
