@@ -590,6 +590,9 @@ def grouped_mm(a, b, offs=None, *, counts=None, out=None, out_dtype=None, max_sm
     - a [G, max_m, K], b [G, K, N], counts [G] (gemmkit's masked groups, not torch's): out [G,
       max_m, N], out[g, :counts[g]] = a[g, :counts[g]] @ b[g]; rows past each count are not
       written.
+    - a [G, M, K], b [G, K, N], neither offs nor counts: out [G, M, N], every row of every group
+      (torch's 3-D x 3-D case), run as bmm (no SM budget: max_sms must be 0).
+    torch's fourth case, a 3-D a with a 2-D b and offs along N, is not taken yet.
     offs and counts are int32 or int64 CUDA tensors that the kernel reads: nothing waits for the
     host, and a CUDA graph replays with whatever they hold then. Sizes out of range (ends
     decreasing or past M_total, counts past max_m) are clamped. out is made if None, of out_dtype
@@ -610,8 +613,17 @@ def grouped_mm(a, b, offs=None, *, counts=None, out=None, out_dtype=None, max_sm
     names = ("a", "b", "offs", "counts", "out")
     (a, b, offs, counts, out_t), kind = _arrays.to_torch(torch, (a, b, offs, counts, out), names)
     check(a, "a", (2, 3))
+    if a.dim() == 3 and isinstance(b, torch.Tensor) and b.dim() == 2:
+        raise ValueError("b: 2-D with a 3-D a (torch's groups along N, offs over b's columns); expected b [G, K, N]: "
+                         "that case is not taken yet")
     check(b, "b", (2, 3) if a.dim() == 2 else (3,))
     _check_types(a, b, fp8=False)
+    if a.dim() == 3 and offs is None and counts is None:  # torch's 3-D x 3-D: whole batches
+        if int(max_sms) != 0:
+            raise ValueError(f"max_sms: {max_sms} for 3-D a and b without offs or counts, which run as bmm; "
+                             "expected 0 (no SM budget there)")
+        result = _gemm(a, b, (3,), out=out_t, out_dtype=out_dtype, epilogue=epilogue, tensors=tensors)
+        return _arrays.to_caller(result, kind, out)
     layout, sizes = _group_sizes(a, b, offs, counts)
     if epilogue is not None:
         if b.dim() == 2:

@@ -142,6 +142,13 @@ def test_autograd_of_contiguous_groups_against_double():
     expect_grads(gemmkit.grouped_mm(x, w.transpose(-2, -1), offs_of(sizes)), (x, w), reference)
 
 
+def test_three_d_by_three_d_is_torchs_batched_case_with_gradients():
+    a, b = rand(4, 70, 64, requires_grad=True), rand(4, 64, 40, requires_grad=True)
+    d = gemmkit.grouped_mm(a, b)
+    expect_close(d, a, b)
+    expect_grads(gemmkit.grouped_mm(a, b), (a, b), torch.matmul)
+
+
 def test_autograd_of_masked_groups_against_double():
     counts = [0, 1, 37, 64, 5]
     max_m, k, n = 64, 128, 96

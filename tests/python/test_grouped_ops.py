@@ -57,6 +57,19 @@ def test_a_traced_function_is_one_graph_of_gemmkit_operators(fake):
     assert [tuple(t.shape) for t in graph(x, w, offs)] == [(4, 32, 64), (100, 32)]
 
 
+def test_three_d_by_three_d_without_sizes_is_a_batched_product(fake):
+    a, b = cuda(4, 10, 64), cuda(4, 64, 32)
+    d = gemmkit.grouped_mm(a, b)
+    assert tuple(d.shape) == (4, 10, 32) and d.dtype == BF16
+
+    def traced(a, b):
+        return gemmkit.grouped_mm(a, b, out_dtype=F32)
+
+    graph, _ = torch._dynamo.export(traced)(a, b)
+    targets = [node.target for node in graph.graph.nodes if node.op == "call_function"]
+    assert torch.ops.gemmkit.gemm in targets and torch.ops.gemmkit.grouped_mm not in targets
+
+
 def test_errors_name_the_argument_while_tracing(fake):
     x, b, offs, q = cuda(100, 64), cuda(4, 64, 32), cuda(4, dtype=I32), cuda(100, 64, dtype=E4M3)
     one = cuda(1, dtype=F32)
@@ -64,8 +77,9 @@ def test_errors_name_the_argument_while_tracing(fake):
         ("^offs: None; expected the groups' cumulative row ends", ValueError, lambda: gemmkit.grouped_mm(x, b)),
         ("^counts: given with a 2-D a", ValueError, lambda: gemmkit.grouped_mm(x, b, offs, counts=offs)),
         ("^offs: given with a 3-D a", ValueError, lambda: gemmkit.grouped_mm(cuda(4, 10, 64), b, offs)),
-        ("^counts: None; expected each group's valid rows", ValueError,
-         lambda: gemmkit.grouped_mm(cuda(4, 10, 64), b)),
+        ("^b: 2-D with a 3-D a", ValueError, lambda: gemmkit.grouped_mm(cuda(4, 10, 64), cuda(64, 32), offs)),
+        ("^max_sms: 8 for 3-D a and b without offs or counts", ValueError,
+         lambda: gemmkit.grouped_mm(cuda(4, 10, 64), b, max_sms=8)),
         (r"^offs: 3 values; expected one a group, G = 4 \(b's first dimension\)$", ValueError,
          lambda: gemmkit.grouped_mm(x, b, offs[:3])),
         ("^offs: dtype torch.float32 is not supported; expected int32 or int64$", TypeError,
@@ -78,7 +92,6 @@ def test_errors_name_the_argument_while_tracing(fake):
          lambda: gemmkit.grouped_mm(cuda(3, 10, 64), b, counts=offs)),
         (r"^b: shape \[99, 40\] has 99 rows but a \[48, 100\] has M_total = 100 columns", ValueError,
          lambda: gemmkit.grouped_mm(cuda(48, 100), cuda(99, 40), offs)),
-        ("^b: 2 dimensions; expected 3$", ValueError, lambda: gemmkit.grouped_mm(cuda(4, 10, 64), cuda(64, 32))),
         ("^a, b: dtypes torch.bfloat16 and torch.float16; expected both bfloat16 or both float16", TypeError,
          lambda: gemmkit.grouped_mm(x, b.half(), offs)),
         ("^out_dtype: torch.float64 is not supported", TypeError,
