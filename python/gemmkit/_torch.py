@@ -592,7 +592,11 @@ def grouped_mm(a, b, offs=None, *, counts=None, out=None, out_dtype=None, max_sm
       written.
     - a [G, M, K], b [G, K, N], neither offs nor counts: out [G, M, N], every row of every group
       (torch's 3-D x 3-D case), run as bmm (no SM budget: max_sms must be 0).
-    torch's fourth case, a 3-D a with a 2-D b and offs along N, is not taken yet.
+    - a [G, M, K], b [K, N_total], offs over N_total (torch's 3-D x 2-D case): out [M, N_total],
+      out[:, columns of g] = a[g] @ b[:, columns of g], run as the transposed contiguous case
+      (b.t()'s rows grouped, a[g].t() each group's weight) and returned as that result's
+      transpose (a column-major view; an out= given is filled by a copy). Columns past offs[-1]
+      are not written. Differentiable as the contiguous case is; no epilogue.
     offs and counts are int32 or int64 CUDA tensors that the kernel reads: nothing waits for the
     host, and a CUDA graph replays with whatever they hold then. Sizes out of range (ends
     decreasing or past M_total, counts past max_m) are clamped. out is made if None, of out_dtype
@@ -613,10 +617,23 @@ def grouped_mm(a, b, offs=None, *, counts=None, out=None, out_dtype=None, max_sm
     names = ("a", "b", "offs", "counts", "out")
     (a, b, offs, counts, out_t), kind = _arrays.to_torch(torch, (a, b, offs, counts, out), names)
     check(a, "a", (2, 3))
-    if a.dim() == 3 and isinstance(b, torch.Tensor) and b.dim() == 2:
-        raise ValueError("b: 2-D with a 3-D a (torch's groups along N, offs over b's columns); expected b [G, K, N]: "
-                         "that case is not taken yet")
-    check(b, "b", (2, 3) if a.dim() == 2 else (3,))
+    check(b, "b", (2, 3))
+    if a.dim() == 3 and b.dim() == 2:  # torch's groups along N: the transposed contiguous case
+        if epilogue is not None:
+            raise ValueError("epilogue: given with a 3-D a and a 2-D b (groups along N); expected the forward of "
+                             "a 2-D a, or 3-D a and b")
+        if counts is not None:
+            raise ValueError("counts: given with a 3-D a and a 2-D b; expected offs over b's columns")
+        if offs is None:
+            raise ValueError("offs: None; expected the groups' cumulative column ends in b (int32 or int64 [G]) for "
+                             "a 3-D a and a 2-D b")
+        if out_t is not None:
+            check_output(out_t, out_dtype, (2,))
+            refuse_autograd_with_out(a, b, out_t)
+        result = grouped_mm(b.t(), a.transpose(-2, -1), offs, out_dtype=out_dtype, max_sms=max_sms).t()
+        if out_t is not None:
+            result = out_t.copy_(result)
+        return _arrays.to_caller(result, kind, out)
     _check_types(a, b, fp8=False)
     if a.dim() == 3 and offs is None and counts is None:  # torch's 3-D x 3-D: whole batches
         if int(max_sms) != 0:

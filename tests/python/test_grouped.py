@@ -149,6 +149,20 @@ def test_three_d_by_three_d_is_torchs_batched_case_with_gradients():
     expect_grads(gemmkit.grouped_mm(a, b), (a, b), torch.matmul)
 
 
+def test_three_d_by_two_d_groups_columns_with_gradients():
+    sizes = [30, 0, 66, 1]  # columns of b a group, one empty
+    m, k, n = 50, 64, sum(sizes)
+    a, b = rand(len(sizes), m, k, requires_grad=True), rand(k, n, requires_grad=True)
+
+    def reference(a, b):
+        return torch.cat([a[g] @ b[:, start:end] for g, start, end in spans(sizes)], dim=1)
+
+    d = gemmkit.grouped_mm(a, b, offs_of(sizes))
+    for g, start, end in spans(sizes):
+        expect_close(d[:, start:end], a[g], b[:, start:end])
+    expect_grads(d, (a, b), reference)
+
+
 def test_autograd_of_masked_groups_against_double():
     counts = [0, 1, 37, 64, 5]
     max_m, k, n = 64, 128, 96

@@ -70,6 +70,22 @@ def test_three_d_by_three_d_without_sizes_is_a_batched_product(fake):
     assert torch.ops.gemmkit.gemm in targets and torch.ops.gemmkit.grouped_mm not in targets
 
 
+def test_three_d_by_two_d_groups_columns_through_the_transposed_case(fake):
+    a, b, offs = cuda(4, 10, 64), cuda(64, 96), cuda(4, dtype=I32)
+    d = gemmkit.grouped_mm(a, b, offs)
+    assert tuple(d.shape) == (10, 96) and d.dtype == BF16 and d.stride() == (1, 10)  # the transposed result
+
+    def traced(a, b, offs):
+        return gemmkit.grouped_mm(a, b, offs)
+
+    graph, _ = torch._dynamo.export(traced)(a, b, offs)
+    assert torch.ops.gemmkit.grouped_mm in [node.target for node in graph.graph.nodes if node.op == "call_function"]
+    out = cuda(10, 96)
+    assert gemmkit.grouped_mm(a, b, offs, out=out) is out
+    with pytest.raises(ValueError, match="^epilogue: given with a 3-D a and a 2-D b"):
+        gemmkit.grouped_mm(a, b, offs, epilogue="acc")
+
+
 def test_errors_name_the_argument_while_tracing(fake):
     x, b, offs, q = cuda(100, 64), cuda(4, 64, 32), cuda(4, dtype=I32), cuda(100, 64, dtype=E4M3)
     one = cuda(1, dtype=F32)
@@ -77,7 +93,8 @@ def test_errors_name_the_argument_while_tracing(fake):
         ("^offs: None; expected the groups' cumulative row ends", ValueError, lambda: gemmkit.grouped_mm(x, b)),
         ("^counts: given with a 2-D a", ValueError, lambda: gemmkit.grouped_mm(x, b, offs, counts=offs)),
         ("^offs: given with a 3-D a", ValueError, lambda: gemmkit.grouped_mm(cuda(4, 10, 64), b, offs)),
-        ("^b: 2-D with a 3-D a", ValueError, lambda: gemmkit.grouped_mm(cuda(4, 10, 64), cuda(64, 32), offs)),
+        ("^offs: None; expected the groups' cumulative column ends in b", ValueError,
+         lambda: gemmkit.grouped_mm(cuda(4, 10, 64), cuda(64, 32))),
         ("^max_sms: 8 for 3-D a and b without offs or counts", ValueError,
          lambda: gemmkit.grouped_mm(cuda(4, 10, 64), b, max_sms=8)),
         (r"^offs: 3 values; expected one a group, G = 4 \(b's first dimension\)$", ValueError,
