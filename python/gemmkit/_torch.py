@@ -93,9 +93,10 @@ def epilogue_uses(text):
 
 
 def epilogue_triples(text, names, tensors):
-    """epilogue_pairs' triples from an operator's arguments: the text's tensor names and tensors,
-    inputs then outputs, in its order."""
-    return list(zip(names, tensors, [index for _, index, _ in epilogue_uses(text)]))
+    """epilogue_pairs' triples from an operator's arguments: tensor names and tensors, each name's
+    index taken from the text by name (the C++ API, too, finds tensors by name, in any order)."""
+    index = {name: i for name, i, _ in epilogue_uses(text)}
+    return [(name, t, index[name]) for name, t in zip(names, tensors)]
 
 
 def epilogue_pairs(text, tensors):

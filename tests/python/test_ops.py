@@ -129,6 +129,13 @@ def test_bmm_addmm_and_scaled_mm_take_an_epilogue(fake):
             function(*args[:4] if function is gemmkit.scaled_mm else (cuda(2, 8, 16), cuda(16, 4)), g=args[4])
 
 
+def test_operator_tensors_take_their_index_by_name():
+    from gemmkit import _torch
+
+    x, y = object(), object()
+    assert _torch.epilogue_triples("acc * s[m] + b[n]", ["b", "s"], [x, y]) == [("b", x, "n"), ("s", y, "m")]
+
+
 def test_epilogue_errors_name_the_tensor(fake):
     a, b = cuda(8, 16), cuda(16, 4)
     with pytest.raises(ValueError, match="^bias: not given; the epilogue reads bias\\[n\\], expected bias=tensor$"):
