@@ -7,15 +7,16 @@ that follow it and that gemmkit's epilogue language spells (FUNCTIONS, BINARY, t
 whose other operands are numbers or tensors read as name[n] ([N] or [1, N]), name[m] ([M, 1]) or
 name[m, n] ([M, N]) of bfloat16, float16 or float32. Where the product's one user views its M
 rows as more dimensions ([M, N] -> [B, S, N]: a linear layer on [B, S, K]), the region's tensors
-may have them too ([B, S, 1], [B, S, N]), reshaped to M rows for the call, whose result is viewed
-back. It fuses the largest such region whose
-values are used only inside it but for its last node, which becomes the product's output: a
-value that escapes (used by another node or a graph output, such as an activation the backward
-keeps) ends the region before it. Where no node can join, the product stays as it was.
+may have them too ([B, S, 1], [B, S, N]), reshaped to M rows for the call, whose result is
+viewed back. It fuses the largest such region whose values are used only inside it but for its
+last node, which becomes the call's output: a value that escapes (used by another node or a
+graph output, such as an activation the backward keeps) ends the region before it. Where no
+node can join, the product stays as it was.
 
 The epilogue computes in float32 from the product's float32 sum: casts inside the region round
 as their type's store would (bf16(x), f16(x)); the first cast after the product, which torch
-makes to compute in float32, is the sum itself.
+makes to compute in float32, is the sum itself. Operations torch ran in 16 bits run in float32
+here, so the result rounds less than the graph it replaces.
 """
 
 import math
