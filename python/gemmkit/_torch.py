@@ -118,6 +118,15 @@ def epilogue_pairs(text, tensors):
     return pairs
 
 
+def operator_tensors(text, pairs):
+    """(names, inputs, outputs) of epilogue_pairs' triples, as the epilogue operators take them:
+    the names in the text's order, the tensors it reads, then those it writes (which the
+    operators declare mutated); epilogue_triples gives the triples back."""
+    outputs = {name for name, _, output in epilogue_uses(text) if output}
+    return ([name for name, _, _ in pairs], [t for name, t, _ in pairs if name not in outputs],
+            [t for name, t, _ in pairs if name in outputs])
+
+
 def _refuse_epilogue_tensors(uses, tensors):
     """The ValueError for keyword tensors that are not those the epilogue names."""
     for name in tensors:
@@ -332,10 +341,8 @@ def _gemm_epilogue(a, b, scale_a, scale_b, modes, epilogue, tensors, out, out_dt
         launch_gemm(a, b, out, scale_a, scale_b, *modes, alpha, beta, c, epilogue, pairs)
         return out
     refuse_autograd_through_epilogue(a, b, c, *tensors.values())
-    outputs = {name for name, _, output in epilogue_uses(epilogue) if output}
-    torch.ops.gemmkit.gemm_epilogue(a, b, out, scale_a, scale_b, *modes, epilogue, [name for name, _, _ in pairs],
-                                    [t for name, t, _ in pairs if name not in outputs],
-                                    [t for name, t, _ in pairs if name in outputs], alpha, beta, c)
+    torch.ops.gemmkit.gemm_epilogue(a, b, out, scale_a, scale_b, *modes, epilogue,
+                                    *operator_tensors(epilogue, pairs), alpha, beta, c)
     return out
 
 
@@ -378,10 +385,8 @@ def _grouped_epilogue(a, b, sizes, layout, epilogue, tensors, out, out_dtype, ma
         launch_grouped(a, b, sizes, layout, out, None, None, "none", "none", max_sms, False, epilogue, pairs)
         return out
     refuse_autograd_through_epilogue(a, b, *tensors.values())
-    outputs = {name for name, _, output in epilogue_uses(epilogue) if output}
-    torch.ops.gemmkit.grouped_mm_epilogue(a, b, sizes, out, layout, epilogue, [name for name, _, _ in pairs],
-                                          [t for name, t, _ in pairs if name not in outputs],
-                                          [t for name, t, _ in pairs if name in outputs], max_sms)
+    torch.ops.gemmkit.grouped_mm_epilogue(a, b, sizes, out, layout, epilogue, *operator_tensors(epilogue, pairs),
+                                          max_sms)
     return out
 
 
