@@ -1,14 +1,15 @@
 // Random epilogue programs for the tests (issue 54: generated trees up to depth 4): the text of a
-// program over the tensors x[n], y[m] and z[m, n], with the value it means at one element worked
-// out while the text is written, by composing single operations, so that a test can hold the
-// parser's tree (precedence, named values, stores) to it. Operations whose domain is not the
-// whole line take operands that keep them finite: log(abs(e) + 1), sqrt(abs(e)),
-// rsqrt(abs(e) + 1), e / (abs(e) + 1), exp(clamp(e, -8, 8)).
+// program over the tensors x[n], y[m] and z[m, n] (and a dual GEMM's acc2, where asked), with the
+// value it means at one element worked out while the text is written, by composing single
+// operations, so that a test can hold the parser's tree (precedence, named values, stores) to it.
+// Operations whose domain is not the whole line take operands that keep them finite:
+// log(abs(e) + 1), sqrt(abs(e)), rsqrt(abs(e) + 1), e / (abs(e) + 1), exp(clamp(e, -8, 8)).
 #pragma once
 
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -30,9 +31,11 @@ class RandomPrograms {
   RandomPrograms(uint64_t seed, Unary unary) : draws_(seed), unary_(std::move(unary)) {}
 
   // A program of depth up to `depth` at acc and the tensors' values x, y, z; with a named value
-  // and an output some of the time.
-  RandomEpilogue next(int depth, double acc, double x, double y, double z) {
-    at_[0] = acc, at_[1] = x, at_[2] = y, at_[3] = z;
+  // and an output some of the time. Given acc2 (a dual GEMM's second product there), acc2 is a
+  // leaf too: one leaf in 6 or 7.
+  RandomEpilogue next(int depth, double acc, double x, double y, double z, std::optional<double> acc2 = {}) {
+    at_[0] = acc, at_[1] = x, at_[2] = y, at_[3] = z, at_[4] = acc2.value_or(0);
+    dual_ = acc2.has_value();
     RandomEpilogue p;
     named_ = false;
     if (chance(0.5)) {
@@ -60,7 +63,7 @@ class RandomPrograms {
   int pick(int n) { return std::uniform_int_distribution<int>(0, n - 1)(draws_); }
 
   Expr leaf() {
-    switch (pick(named_ ? 6 : 5)) {
+    switch (pick(5 + int(named_) + int(dual_))) {
       case 0: return {"acc", at_[0]};
       case 1: {
         char text[32];
@@ -70,7 +73,10 @@ class RandomPrograms {
       case 2: return {"x[n]", at_[1]};
       case 3: return {"y[m]", at_[2]};
       case 4: return {"z[m, n]", at_[3]};
-      default: return {"h", named_value_};
+      case 5:
+        if (named_) return {"h", named_value_};
+        [[fallthrough]];
+      default: return {"acc2", at_[4]};
     }
   }
 
@@ -115,8 +121,8 @@ class RandomPrograms {
 
   std::mt19937_64 draws_;
   Unary unary_;
-  double at_[4] = {};
-  bool named_ = false;
+  double at_[5] = {};  // acc, x, y, z, acc2
+  bool named_ = false, dual_ = false;
   double named_value_ = 0;
 };
 

@@ -78,7 +78,7 @@ __device__ __forceinline__ float output_value(const float* acc, const GemmParams
   // Elements outside D (those TMA clips, a grouped tile's rows past its group) are computed and
   // not stored: a fused epilogue reads D's last row or column for them and writes nothing.
   const bool inside = row < at.row_end && col < p.n;
-  return fused_value(value, p, at.group, min(row, p.m - 1), min(col, p.n - 1), inside);
+  return fused_value(value, 0.0f, p, at.group, min(row, p.m - 1), min(col, p.n - 1), inside);
 }
 
 // Direct stores, for outputs TMA cannot address (unaligned base or strides, non-unit column stride).

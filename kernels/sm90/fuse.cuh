@@ -9,14 +9,15 @@
 namespace gemmkit::sm90 {
 
 // D's value from the GEMM's `value` (alpha A B + beta C) at the kernel's element (b, m, n), inside
-// the kernel's problem; with `store`, the epilogue's auxiliary outputs there are written too.
-// Where the plan transposed the problem, the kernel's rows are D's columns: the epilogue, which
-// indexes D, takes them swapped.
-__device__ __forceinline__ float fused_value(float value, const GemmParams& p, i64 b, i64 m, i64 n, bool store) {
+// the kernel's problem, and a dual GEMM's second product `value2` (alpha A B2; else unused); with
+// `store`, the epilogue's auxiliary outputs there are written too. Where the plan transposed the
+// problem, the kernel's rows are D's columns: the epilogue, which indexes D, takes them swapped.
+__device__ __forceinline__ float fused_value(float value, float value2, const GemmParams& p, i64 b, i64 m, i64 n,
+                                             bool store) {
   if (!kEpilogue) return value;
   float aux[kEpilogueStores > 0 ? kEpilogueStores : 1];
   const i64 row = kEpilogueTransposed ? n : m, col = kEpilogueTransposed ? m : n;
-  const float result = epilogue_value(value, p.epilogue, b, row, col, aux);
+  const float result = epilogue_value(value, value2, p.epilogue, b, row, col, aux);
   if (kEpilogueStores > 0 && store) epilogue_store(p.epilogue, aux, b, row, col);
   return result;
 }

@@ -42,6 +42,7 @@ std::string expression(const epilogue::Node& node, const EpilogueTypes& types, c
   const std::string x = var(node.operands[0]), y = var(node.operands[1]);
   switch (node.op) {
     case Op::acc: return "acc";
+    case Op::acc2: return "acc2";
     case Op::constant: return literal(node.value);
     case Op::load:
       return "load_as_float(e.tensors[" + std::to_string(node.input) + "].data, " +
@@ -96,8 +97,8 @@ std::string epilogue_source(const epilogue::Program& program, const EpilogueType
     << "#include \"params.h\"\n"
     << "namespace gemmkit::sm90 {\n"
     << "constexpr int kEpilogueStores = " << stores << ";\n"
-    << "__device__ __forceinline__ float epilogue_value(float acc, const EpilogueParams& e, i64 b, i64 m, i64 n, "
-       "float* aux) {\n";
+    << "__device__ __forceinline__ float epilogue_value(float acc, float acc2, const EpilogueParams& e, i64 b, i64 m, "
+       "i64 n, float* aux) {\n";
   for (size_t i = 0; i < program.nodes.size(); ++i) {
     s << "  const float v" << i << " = " << expression(program.nodes[i], types, program) << ";\n";
   }

@@ -1,9 +1,10 @@
 // The epilogue IR (epilogue/program.h) as device code, for the kernels' store paths. For each
 // element of D (batch, or a grouped kernel's group, b; row m; column n; in D's own orientation,
 // whatever the plan computes) the kernel calls
-//   float epilogue_value(float acc, const EpilogueParams& e, i64 b, i64 m, i64 n, float* aux)
-// with the GEMM's result there: it returns D's value and puts the auxiliary outputs' values in
-// aux[0, kEpilogueStores); then, for elements inside D,
+//   float epilogue_value(float acc, float acc2, const EpilogueParams& e, i64 b, i64 m, i64 n, float* aux)
+// with the GEMM's result there (acc2: a dual GEMM's second product, alpha * A B2; any value where
+// the program does not read it, epilogue::reads_acc2): it returns D's value and puts the
+// auxiliary outputs' values in aux[0, kEpilogueStores); then, for elements inside D,
 //   void epilogue_store(const EpilogueParams& e, const float* aux, i64 b, i64 m, i64 n)
 // writes them. EpilogueParams (kernels/sm90/params.h) holds the program's input tensors in order,
 // then its outputs'; the element types are constants here, so the kernel cache key must hold

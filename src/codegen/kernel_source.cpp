@@ -43,7 +43,7 @@ constexpr const char* kCloseNamespace = "\n}  // namespace gemmkit::sm90\n";
 constexpr const char* kNoEpilogue = R"(#include "params.h"
 namespace gemmkit::sm90 {
 constexpr int kEpilogueStores = 0;
-__device__ __forceinline__ float epilogue_value(float acc, const EpilogueParams&, i64, i64, i64, float*) { return acc; }
+__device__ __forceinline__ float epilogue_value(float acc, float, const EpilogueParams&, i64, i64, i64, float*) { return acc; }
 __device__ __forceinline__ void epilogue_store(const EpilogueParams&, const float*, i64, i64, i64) {}
 }  // namespace gemmkit::sm90
 )";

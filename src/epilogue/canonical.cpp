@@ -1,6 +1,7 @@
 // A Program as the string that identifies it in the kernel cache key (program.h): its tensors'
-// shapes in order, then its nodes in order, each with its operands' numbers and its constants
-// exact (hexadecimal floating point), then the stores and the result.
+// shapes in order, then its nodes in order, each with its operation's name (acc and a dual GEMM's
+// acc2 apart, so programs with and without acc2 never share a string), its operands' numbers and
+// its constants exact (hexadecimal floating point), then the stores and the result.
 #include <cstdio>
 #include <string>
 

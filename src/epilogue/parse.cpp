@@ -45,6 +45,9 @@ std::string function_names() {
   return names;
 }
 
+// The GEMM results' names: values the text cannot define or index.
+bool accumulator(std::string_view name) { return name == "acc" || name == "acc2"; }
+
 bool identifier_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
 bool identifier_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 
@@ -115,7 +118,7 @@ class Parser {
   }
 
   void check_new_name(const std::string& name, size_t at) {
-    if (name == "acc" || find_function(name)) fail(at, "'" + name + "' is reserved; name values otherwise");
+    if (accumulator(name) || find_function(name)) fail(at, "'" + name + "' is reserved; name values otherwise");
     if (values_.count(name)) fail(at, "'" + name + "' is defined twice");
     if (input_index(name) >= 0) fail(at, "'" + name + "' is a tensor the epilogue reads; an output needs a name of its own");
     for (const Store& s : program_.stores) {
@@ -171,6 +174,7 @@ class Parser {
     if (peek() == '(') return call(name, start);
     if (peek() == '[') return load(name, start);
     if (name == "acc") return add({.op = Op::acc});
+    if (name == "acc2") return add({.op = Op::acc2});
     if (auto it = values_.find(name); it != values_.end()) return it->second;
     if (find_function(name)) fail(start, "'" + name + "' is a function; call it as " + name + "(...)");
     fail(start, "unknown name '" + name + "'; a tensor needs its index: " + name + "[n], " + name + "[m] or " + name +
@@ -218,7 +222,7 @@ class Parser {
   }
 
   int load(const std::string& name, size_t start) {
-    if (name == "acc" || find_function(name)) fail(start, "'" + name + "' is reserved and cannot be indexed");
+    if (accumulator(name) || find_function(name)) fail(start, "'" + name + "' is reserved and cannot be indexed");
     if (values_.count(name)) fail(start, "'" + name + "' is a value defined above, not a tensor");
     for (const Store& s : program_.stores) {
       if (s.name == name) fail(start, "'" + name + "' is an output; outputs cannot be read back");
@@ -364,6 +368,7 @@ Program parse(std::string_view text) { return Parser(text).run(); }
 std::string_view op_name(Op op) {
   switch (op) {
     case Op::acc: return "acc";
+    case Op::acc2: return "acc2";
     case Op::constant: return "constant";
     case Op::load: return "load";
     case Op::add: return "add";
@@ -382,6 +387,7 @@ std::string_view op_name(Op op) {
 int arity(Op op) {
   switch (op) {
     case Op::acc:
+    case Op::acc2:
     case Op::constant:
     case Op::load: return 0;
     case Op::add:
@@ -392,6 +398,10 @@ int arity(Op op) {
     case Op::min: return 2;
     default: return 1;
   }
+}
+
+bool reads_acc2(const Program& program) {
+  return std::any_of(program.nodes.begin(), program.nodes.end(), [](const Node& n) { return n.op == Op::acc2; });
 }
 
 }  // namespace gemmkit::epilogue

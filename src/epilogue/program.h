@@ -5,13 +5,14 @@
 //   pre[m, n] = h;              an auxiliary output: h stored to the tensor `pre`, M x N
 //   silu(h) * gate[m, n]        the last statement: the value D holds
 //
-// `acc` is the GEMM's result at (m, n), alpha * A B (+ beta * C). A tensor is read as name[n]
-// (one value a column, broadcast down the rows: a bias), name[m] (one a row: a per-token scale)
-// or name[m, n] (an M x N tensor: a residual, a gate). Numbers are constants baked into the
-// kernel. Operators + - * / and unary minus; functions of one value: identity, relu, relu2
-// (relu squared), gelu (erf), gelu_tanh, silu, sigmoid, tanh, erf, exp, log, abs, neg, square, sqrt,
-// rsqrt, and the casts bf16, f16 and f32 (the value rounded to the type, as a store of it would);
-// of two: max, min; clamp(x, lo, hi) with constant bounds.
+// `acc` is the GEMM's result at (m, n), alpha * A B (+ beta * C); in a dual GEMM, `acc2` is the
+// second product there, alpha * A B2 (GemmOptions::b2), as in SwiGLU's "silu(acc) * acc2". A
+// tensor is read as name[n] (one value a column, broadcast down the rows: a bias), name[m] (one a
+// row: a per-token scale) or name[m, n] (an M x N tensor: a residual, a gate). Numbers are
+// constants baked into the kernel. Operators + - * / and unary minus; functions of one value: identity,
+// relu, relu2 (relu squared), gelu (erf), gelu_tanh, silu, sigmoid, tanh, erf, exp, log, abs, neg,
+// square, sqrt, rsqrt, and the casts bf16, f16 and f32 (the value rounded to the type, as a store
+// of it would); of two: max, min; clamp(x, lo, hi) with constant bounds.
 //
 // A parsed Program is a DAG: equal subexpressions are one node, however the text spelled them,
 // and values nothing stores are dropped. canonical() serialises it for the kernel cache key:
@@ -30,6 +31,7 @@ namespace gemmkit::epilogue {
 
 enum class Op {
   acc,       // the GEMM's result at (m, n)
+  acc2,      // the second GEMM's result at (m, n): a dual GEMM's (GemmOptions::b2)
   constant,  // Node::value
   load,      // Node::input's tensor at (m, n), broadcast as its Shape says
   // one operand
@@ -86,5 +88,7 @@ std::string canonical(const Program& program);
 // The name of an operation as the text form spells it ("add" for +, "cast" for the casts).
 std::string_view op_name(Op op);
 int arity(Op op);  // operands: 0, 1 or 2
+
+bool reads_acc2(const Program& program);  // whether any node is acc2 (a dual GEMM's epilogue)
 
 }  // namespace gemmkit::epilogue

@@ -60,7 +60,7 @@ double binary(Op op, double x, double y) {
 
 }  // namespace
 
-void evaluate_epilogue(const epilogue::Program& program, double acc, std::span<const double> inputs,
+void evaluate_epilogue(const epilogue::Program& program, double acc, double acc2, std::span<const double> inputs,
                        std::span<double> values) {
   for (size_t i = 0; i < program.nodes.size(); ++i) {
     const epilogue::Node& node = program.nodes[i];
@@ -68,7 +68,10 @@ void evaluate_epilogue(const epilogue::Program& program, double acc, std::span<c
     const double y = node.operands[1] >= 0 ? values[size_t(node.operands[1])] : 0.0;
     switch (epilogue::arity(node.op)) {
       case 0:
-        values[i] = node.op == Op::acc ? acc : node.op == Op::constant ? node.value : inputs[size_t(node.input)];
+        values[i] = node.op == Op::acc        ? acc
+                    : node.op == Op::acc2     ? acc2
+                    : node.op == Op::constant ? node.value
+                                              : inputs[size_t(node.input)];
         break;
       case 1: values[i] = unary(node, x); break;
       default: values[i] = binary(node.op, x, y);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,14 +37,18 @@ TEST(EpilogueSource, EveryOperationCompiles) {
                   {});
   expect_compiles("f16(clamp(max(acc, x[m, n]) - min(acc, 0.5), -7, 7)) * f32(acc)", {{f32}, {}});
   expect_compiles("clamp(acc, -7, 7) * 1.702", {});
+  expect_compiles("silu(acc) * acc2", {});  // a dual GEMM's: SwiGLU
+  expect_compiles("h = min(acc, 7); up[m, n] = acc2; h * sigmoid(1.702 * h) * (clamp(acc2, -7, 7) + 1) + b[n]",
+                  {{DType::bf16}, {bf16}});
 }
 
-// Random trees of depth 4 (epilogue_random.h), their tensors of each type in turn.
+// Random trees of depth 4 (epilogue_random.h), their tensors of each type in turn; every other
+// one a dual GEMM's, acc2 among its leaves.
 TEST(EpilogueSource, RandomProgramsCompile) {
   testing::RandomPrograms programs(54, [](const std::string&, double) { return 0.0; });  // values unused here
   const DType types[] = {DType::bf16, DType::f16, DType::f32};
   for (int i = 0; i < 24; ++i) {
-    const std::string text = programs.next(4, 0, 0, 0, 0).text;
+    const std::string text = programs.next(4, 0, 0, 0, 0, i % 2 ? std::optional<double>(0.0) : std::nullopt).text;
     const epilogue::Program program = epilogue::parse(text);
     codegen::EpilogueTypes t;
     for (size_t k = 0; k < program.inputs.size(); ++k) t.inputs.push_back(types[(size_t(i) + k) % 3]);

@@ -1,16 +1,21 @@
 // The epilogue IR's text form (epilogue/program.h): what it parses to, its canonical strings
 // (equal programs alike, different ones apart), its errors, and the double-precision evaluator
-// (reference/epilogue_reference.h) against each operation's formula.
+// (reference/epilogue_reference.h) against each operation's formula; a dual GEMM's second product,
+// acc2, through each of them and into the generated code (codegen/epilogue_source.h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <numbers>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "../epilogue_random.h"
+#include "codegen/epilogue_source.h"
 #include "epilogue/program.h"
 #include "gemmkit/error.h"
 #include "reference/epilogue_reference.h"
@@ -19,11 +24,12 @@
 namespace gemmkit::epilogue {
 namespace {
 
-// D's value and the stores' for `text` at one element.
-std::vector<double> evaluate(const std::string& text, double acc, std::vector<double> inputs = {}) {
+// D's value and the stores' for `text` at one element (whose second product, in a dual GEMM, is
+// acc2).
+std::vector<double> evaluate(const std::string& text, double acc, std::vector<double> inputs = {}, double acc2 = 0) {
   const Program p = parse(text);
   std::vector<double> values(p.nodes.size());
-  reference::evaluate_epilogue(p, acc, inputs, values);
+  reference::evaluate_epilogue(p, acc, acc2, inputs, values);
   std::vector<double> out{values[size_t(p.result)]};
   for (const Store& s : p.stores) out.push_back(values[size_t(s.node)]);
   return out;
@@ -56,7 +62,8 @@ TEST(EpilogueProgram, EqualProgramsShareACanonicalStringAndOthersDoNot) {
       "silu(acc + bias[n]) * (acc + c[n])", "silu(acc + bias[n]) * (acc + bias[n]) + 0.1",
       "silu(acc + bias[n]) * (acc + bias[n]) + 0.10000000000000002", "h = acc + bias[n]; o[m, n] = h; silu(h) * h",
       "bf16(silu(acc + bias[n]) * (acc + bias[n]))", "f16(silu(acc + bias[n]) * (acc + bias[n]))",
-      "clamp(silu(acc + bias[n]) * (acc + bias[n]), -7, 7)", "clamp(silu(acc + bias[n]) * (acc + bias[n]), -7, 8)"};
+      "clamp(silu(acc + bias[n]) * (acc + bias[n]), -7, 7)", "clamp(silu(acc + bias[n]) * (acc + bias[n]), -7, 8)",
+      "silu(acc2 + bias[n]) * (acc2 + bias[n])", "silu(acc + bias[n]) * (acc2 + bias[n])"};
   std::vector<std::string> seen = {fused};
   for (const std::string& text : others) {
     const std::string c = canonical(parse(text));
@@ -115,6 +122,96 @@ TEST(EpilogueProgram, StoresGetTheirNodesValues) {
   EXPECT_EQ(out[2], 3.0);
 }
 
+// A dual GEMM's second product (SwiGLU's up projection) is one leaf, apart from acc: it parses to
+// one acc2 node however often the text reads it, reads no tensor, and keeps the program's
+// canonical string apart from the same text over acc.
+TEST(EpilogueProgram, ParsesTheSecondProduct) {
+  const Program p = parse("silu(acc) * acc2");
+  ASSERT_EQ(p.nodes.size(), 4u);
+  EXPECT_EQ(p.nodes[0].op, Op::acc);
+  EXPECT_EQ(p.nodes[1].op, Op::silu);
+  EXPECT_EQ(p.nodes[2].op, Op::acc2);
+  EXPECT_EQ(p.nodes[3].op, Op::mul);
+  EXPECT_EQ(p.nodes[3].operands, (std::array<int, 2>{1, 2}));
+  EXPECT_EQ(p.result, 3);
+  EXPECT_TRUE(p.inputs.empty());
+  EXPECT_TRUE(reads_acc2(p));
+  EXPECT_EQ(op_name(Op::acc2), "acc2");
+  EXPECT_EQ(arity(Op::acc2), 0);
+
+  const Program twice = parse("acc2 * acc2 + sigmoid(acc2)");
+  EXPECT_EQ(std::count_if(twice.nodes.begin(), twice.nodes.end(), [](const Node& n) { return n.op == Op::acc2; }), 1);
+  EXPECT_EQ(std::count_if(twice.nodes.begin(), twice.nodes.end(), [](const Node& n) { return n.op == Op::acc; }), 0);
+  EXPECT_TRUE(reads_acc2(twice));
+
+  const Program gpt_oss = parse("h = min(acc, 7); h * sigmoid(1.702 * h) * (clamp(acc2, -7, 7) + 1)");
+  EXPECT_TRUE(reads_acc2(gpt_oss));
+  EXPECT_TRUE(gpt_oss.inputs.empty());
+
+  EXPECT_FALSE(reads_acc2(parse("silu(acc) * gate[m, n]")));
+  EXPECT_FALSE(reads_acc2(parse("acc")));
+  EXPECT_FALSE(reads_acc2(parse("unused = acc2; silu(acc)"))) << "a value nothing uses is dropped";
+  EXPECT_TRUE(reads_acc2(parse("up[m, n] = acc2; silu(acc)"))) << "a stored value is kept";
+  EXPECT_FALSE(reads_acc2(Program{}));
+}
+
+TEST(EpilogueProgram, TheSecondProductHasCanonicalStringsOfItsOwn) {
+  const std::string swiglu = canonical(parse("silu(acc) * acc2"));
+  EXPECT_EQ(swiglu, canonical(parse("g = silu(acc); u = acc2; g * u")));
+  EXPECT_EQ(swiglu, canonical(parse(" silu( acc )*acc2 ;")));
+  const std::vector<std::pair<std::string, std::string>> apart = {
+      {"silu(acc) * acc2", "silu(acc2) * acc"},
+      {"silu(acc) * acc2", "silu(acc) * acc"},
+      {"silu(acc2) * acc2", "silu(acc) * acc"},
+      {"acc", "acc2"},
+      {"acc + x[n]", "acc2 + x[n]"},
+      {"h = min(acc, 7); h * sigmoid(1.702 * h) * (clamp(acc2, -7, 7) + 1)",
+       "h = min(acc2, 7); h * sigmoid(1.702 * h) * (clamp(acc, -7, 7) + 1)"},
+      {"h = min(acc, 7); h * sigmoid(1.702 * h) * (clamp(acc2, -7, 7) + 1)",
+       "h = min(acc, 7); h * sigmoid(1.702 * h) * (clamp(acc, -7, 7) + 1)"},
+      {"pre[m, n] = acc; silu(acc) * acc2", "pre[m, n] = acc2; silu(acc) * acc2"},
+  };
+  for (const auto& [a, b] : apart) EXPECT_NE(canonical(parse(a)), canonical(parse(b))) << a << " | " << b;
+}
+
+TEST(EpilogueProgram, TheSecondProductEvaluatesToItsValue) {
+  auto silu = [](double x) { return x / (1 + std::exp(-x)); };
+  auto sigmoid = [](double x) { return 1 / (1 + std::exp(-x)); };
+  for (const auto& [acc, acc2] : std::vector<std::pair<double, double>>{
+           {0.0, 1.0}, {1.5, -2.25}, {-3.0, 0.5}, {8.0, 9.0}, {-0.125, -7.5}, {12.0, 3.0}}) {
+    SCOPED_TRACE(std::to_string(acc) + ", " + std::to_string(acc2));
+    EXPECT_EQ(evaluate("acc2", acc, {}, acc2)[0], acc2);
+    EXPECT_EQ(evaluate("acc", acc, {}, acc2)[0], acc);
+    EXPECT_NEAR(evaluate("silu(acc) * acc2", acc, {}, acc2)[0], silu(acc) * acc2, 1e-14 * (1 + std::fabs(acc * acc2)));
+    EXPECT_NEAR(evaluate("silu(acc2) * acc", acc, {}, acc2)[0], silu(acc2) * acc, 1e-14 * (1 + std::fabs(acc * acc2)));
+    const double h = std::min(acc, 7.0);
+    const double gated = h * sigmoid(1.702 * h) * (std::clamp(acc2, -7.0, 7.0) + 1);
+    EXPECT_NEAR(evaluate("h = min(acc, 7); h * sigmoid(1.702 * h) * (clamp(acc2, -7, 7) + 1)", acc, {}, acc2)[0], gated,
+                1e-14 * (1 + std::fabs(gated)));
+    const std::vector<double> stored =
+        evaluate("u = acc2 + x[n]; up[m, n] = u; gate[m, n] = acc; silu(acc) * u", acc, {0.25}, acc2);
+    ASSERT_EQ(stored.size(), 3u);
+    EXPECT_NEAR(stored[0], silu(acc) * (acc2 + 0.25), 1e-14 * (1 + std::fabs(acc * acc2)));
+    EXPECT_EQ(stored[1], acc2 + 0.25);
+    EXPECT_EQ(stored[2], acc);
+  }
+}
+
+// The generated function takes the second product after the first and reads it as acc2.
+TEST(EpilogueProgram, GeneratedCodeTakesTheSecondProduct) {
+  const std::string signature =
+      "__device__ __forceinline__ float epilogue_value(float acc, float acc2, const EpilogueParams& e, i64 b, i64 m, "
+      "i64 n, float* aux)";
+  const std::string swiglu = codegen::epilogue_source(parse("silu(acc) * acc2"), {});
+  EXPECT_NE(swiglu.find(signature), std::string::npos) << swiglu;
+  EXPECT_NE(swiglu.find("const float v0 = acc;"), std::string::npos) << swiglu;
+  EXPECT_NE(swiglu.find("const float v2 = acc2;"), std::string::npos) << swiglu;
+  EXPECT_NE(swiglu.find("return v3;"), std::string::npos) << swiglu;
+  const std::string plain = codegen::epilogue_source(parse("silu(acc) * gate[m, n]"), {{DType::bf16}, {}});
+  EXPECT_NE(plain.find(signature), std::string::npos) << "one signature with or without acc2: " << plain;
+  EXPECT_EQ(plain.find("= acc2;"), std::string::npos) << plain;
+}
+
 // Random trees up to depth 4 (epilogue_random.h): each text parses to the program its writer
 // meant, value by value, stores included; renaming its tensors and spacing it out keeps its
 // canonical string, and one more operation changes it.
@@ -122,16 +219,24 @@ TEST(EpilogueProgram, RandomProgramsMeanWhatTheirTextSays) {
   testing::RandomPrograms programs(2026, [](const std::string& name, double x) { return evaluate(name + "(acc)", x)[0]; });
   std::mt19937_64 draws(11);
   std::uniform_real_distribution<double> value(-4.0, 4.0);
+  int dual_programs = 0;
   for (int trial = 0; trial < 400; ++trial) {
-    const double acc = value(draws), x = value(draws), y = value(draws), z = value(draws);
-    const testing::RandomEpilogue want = programs.next(1 + trial % 4, acc, x, y, z);
+    const double acc = value(draws), x = value(draws), y = value(draws), z = value(draws), acc2 = value(draws);
+    const bool dual = trial % 8 >= 4;  // half the trials a dual GEMM's, acc2 among the leaves
+    const testing::RandomEpilogue want =
+        programs.next(1 + trial % 4, acc, x, y, z, dual ? std::optional<double>(acc2) : std::nullopt);
     SCOPED_TRACE(want.text);
     Program p;
     ASSERT_NO_THROW(p = parse(want.text));
+    if (reads_acc2(p)) {
+      EXPECT_TRUE(dual);
+      EXPECT_NE(want.text.find("acc2"), std::string::npos);
+      ++dual_programs;
+    }
     std::vector<double> inputs;
     for (const Input& input : p.inputs) inputs.push_back(input.name == "x" ? x : input.name == "y" ? y : z);
     std::vector<double> values(p.nodes.size());
-    reference::evaluate_epilogue(p, acc, inputs, values);
+    reference::evaluate_epilogue(p, acc, acc2, inputs, values);
     EXPECT_EQ(values[size_t(p.result)], want.value);
     ASSERT_EQ(p.stores.size(), want.store_values.size());
     for (size_t k = 0; k < p.stores.size(); ++k) EXPECT_EQ(values[size_t(p.stores[k].node)], want.store_values[k]);
@@ -147,6 +252,7 @@ TEST(EpilogueProgram, RandomProgramsMeanWhatTheirTextSays) {
     EXPECT_EQ(canonical(parse(renamed)), canonical(p)) << renamed;
     EXPECT_NE(canonical(parse(want.text + " * 2")), canonical(p));
   }
+  EXPECT_GT(dual_programs, 50) << "acc2 is a leaf of the dual trials' programs";
 }
 
 // Every error: invalid_argument, "epilogue: column C of \"TEXT\": " first, then what is wrong.
@@ -178,6 +284,11 @@ TEST(EpilogueProgram, ErrorsSayWhatAndWhere) {
   expect_error("h = acc;", "no value for D", 9);
   expect_error("h = acc; h = 2 * acc; h", "'h' is defined twice", 10);
   expect_error("acc = 1; acc", "'acc' is reserved", 1);
+  expect_error("acc2 = 1; acc2", "'acc2' is reserved", 1);
+  expect_error("acc2[m, n] = acc; acc", "'acc2' is reserved", 1);
+  expect_error("acc2[n]", "'acc2' is reserved and cannot be indexed", 1);
+  expect_error("silu(acc) * acc2[m, n]", "'acc2' is reserved and cannot be indexed", 13);
+  expect_error("acc[m]", "'acc' is reserved and cannot be indexed", 1);
   expect_error("silu = acc; silu", "'silu' is reserved", 1);
   expect_error("h = acc b", "expected ';' after the statement that defines 'h'", 9);
   expect_error("acc * 2; acc", "a value nothing names or stores", 1);

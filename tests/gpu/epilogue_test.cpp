@@ -79,7 +79,7 @@ class EpilogueKernel : public testing::GpuTest {
       for (int64_t m = 0; m < kM; ++m) {
         for (int64_t n = 0; n < kN; ++n) {
           for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = tensors[i].values[size_t(tensors[i].offset(b, m, n))];
-          reference::evaluate_epilogue(program, double(m + n), inputs, values);
+          reference::evaluate_epilogue(program, double(m + n), double(m - n), inputs, values);
           auto check = [&](double got, double want, const std::string& what) {
             if (std::fabs(got - want) <= tolerance * (1 + std::fabs(want))) return;
             if (++wrong <= 5) ADD_FAILURE() << what << " at (" << b << ", " << m << ", " << n << "): " << got << ", expected " << want;
@@ -135,6 +135,16 @@ TEST_F(EpilogueKernel, CastsAndAuxiliaryOutputs) {
   expect_correct("f16(acc / 7 + x[n]) * f32(acc)", {{f32}, {}}, 1.0 / 1024);
   expect_correct("h = acc / 16 + bias[n]; pre[m, n] = h; sq[m, n] = square(h); gelu(h)", {{bf16}, {bf16, f32}},
                  1.0 / 128);
+}
+
+// A dual GEMM's epilogue: acc2 (m - n in the test kernel) apart from acc (m + n), alone and in
+// SwiGLU's forms, with a store of a value that reads both.
+TEST_F(EpilogueKernel, SecondProduct) {
+  const double f32_math = 1e-5;
+  expect_correct("acc2", {}, 0);
+  expect_correct("silu(acc / 40) * (acc2 / 40)", {}, f32_math);
+  expect_correct("h = min(acc / 40, 7); h * sigmoid(1.702 * h) * (clamp(acc2 / 40, -7, 7) + 1)", {}, f32_math);
+  expect_correct("g[m, n] = acc2 - acc; silu(acc2 / 40 + x[n]) * acc / 40", {{DType::f32}, {DType::f32}}, f32_math);
 }
 
 }  // namespace

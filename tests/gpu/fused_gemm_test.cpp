@@ -106,9 +106,9 @@ class FusedTensors {
   void check(int64_t b, int64_t m, int64_t n, double ref, double tol, double got, DType out) {
     std::vector<double> inputs(program_.inputs.size()), at(program_.nodes.size()), lo(at.size()), hi(at.size());
     for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = tensors_[i].values[size_t(tensors_[i].offset(b, m, n))];
-    reference::evaluate_epilogue(program_, ref, inputs, at);
-    reference::evaluate_epilogue(program_, ref - tol, inputs, lo);
-    reference::evaluate_epilogue(program_, ref + tol, inputs, hi);
+    reference::evaluate_epilogue(program_, ref, 0.0, inputs, at);
+    reference::evaluate_epilogue(program_, ref - tol, 0.0, inputs, lo);
+    reference::evaluate_epilogue(program_, ref + tol, 0.0, inputs, hi);
     auto expect = [&](double value, int node, DType type, const std::string& what) {
       const double want = at[size_t(node)];
       const double moved = std::max(std::fabs(lo[size_t(node)] - want), std::fabs(hi[size_t(node)] - want));
