@@ -85,6 +85,12 @@ struct GemmOptions {
   int max_sms = 0;
   // Computed from the result before it is stored (see Epilogue).
   Epilogue epilogue;
+  // A dual GEMM: a second B, multiplied by the same A in the same kernel, whose product the
+  // epilogue reads as `acc2` (SwiGLU's gate and up projections: B the gate weight, b2 the up
+  // weight, and an empty epilogue text taken as "silu(acc) * acc2"). K x N like B, of B's dtype,
+  // batch and layout (strides may differ; a concatenated [2N, K] weight is two views of it, an
+  // interleaved one two views with twice the row stride). bf16 or f16 inputs, no C, not grouped.
+  std::optional<TensorView> b2;
 };
 
 // A is [batch,] M x K, B is [batch,] K x N, D is [batch,] M x N, each with any strides.

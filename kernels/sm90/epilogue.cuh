@@ -1,4 +1,5 @@
-// The epilogue stage: turns a consumer warpgroup's 64 x kTileN f32 accumulators into D.
+// The epilogue stage: turns a consumer warpgroup's 64 x kTileN f32 accumulators into D's 64 x
+// kTileCols values (a dual GEMM pairs the accumulators' two halves: kTileCols = kTileN / 2).
 //
 // Every store path takes each element's value from output_value(): scales, alpha and beta C,
 // then the fused epilogue's code (fuse.cuh). The paths around it only move data: through shared
@@ -75,17 +76,19 @@ __device__ __forceinline__ float output_value(const float* acc, const GemmParams
   const float column_scale = kColumnScales ? ld_shared_f32(at.column_scales + 4 * (fragment_col(t, j) + e)) : 1.0f;
   const float scaled = acc[4 * j + 2 * h + e] * row_scale * column_scale;
   const float value = epilogue_op(scaled, load_c(p, at.batch, row, col), p);
+  // A dual GEMM's second product (16-bit inputs, no C) lies kTileCols columns on: B2's half of the stage.
+  const float value2 = kDual ? p.alpha * acc[4 * (j + kTileCols / 8) + 2 * h + e] : 0.0f;
   // Elements outside D (those TMA clips, a grouped tile's rows past its group) are computed and
   // not stored: a fused epilogue reads D's last row or column for them and writes nothing.
   const bool inside = row < at.row_end && col < p.n;
-  return fused_value(value, 0.0f, p, at.group, min(row, p.m - 1), min(col, p.n - 1), inside);
+  return fused_value(value, value2, p, at.group, min(row, p.m - 1), min(col, p.n - 1), inside);
 }
 
 // Direct stores, for outputs TMA cannot address (unaligned base or strides, non-unit column stride).
 __device__ __forceinline__ void store_tile_direct(const float* acc, const GemmParams& p, TileOrigin at,
                                                   int t) {
 #pragma unroll
-  for (int j = 0; j < kTileN / 8; ++j) {
+  for (int j = 0; j < kTileCols / 8; ++j) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
 #pragma unroll
@@ -128,14 +131,15 @@ constexpr int kBoxCols = kStoreBoxBytes / kOutBytes;
 constexpr int kBoxRows = 16;  // one warp's rows
 constexpr int kBoxBytes = kBoxRows * kStoreBoxBytes;
 constexpr int kColumnLineBytes = kBoxRows * kOutBytes;  // kDByColumns: one column of a warp's rows
-static_assert(!kDByColumns || (kTmaStore && kTileN % kBoxCols == 0), "columns are stored by TMA, in whole boxes");
-constexpr int kGroups = (kTileN + kGroupCols - 1) / kGroupCols;
-constexpr bool kShiftLastGroup = kTileN % kGroupCols != 0 && kStoreBoxBytes == 128;
-static_assert(kTileN >= kGroupCols || !(kTmaStore || kRowStore), "a tile stored through shared memory spans a whole group");
+static_assert(!kDByColumns || (kTmaStore && kTileCols % kBoxCols == 0), "columns are stored by TMA, in whole boxes");
+static_assert(!kDual || kTileCols % 16 == 0, "a dual tile's columns are whole stmatrix pairs of 8-column groups");
+constexpr int kGroups = (kTileCols + kGroupCols - 1) / kGroupCols;
+constexpr bool kShiftLastGroup = kTileCols % kGroupCols != 0 && kStoreBoxBytes == 128;
+static_assert(kTileCols >= kGroupCols || !(kTmaStore || kRowStore), "a tile stored through shared memory spans a whole group");
 
 // The first column of group `group` within the tile.
 __device__ __forceinline__ int group_col(int group) {
-  return kShiftLastGroup && group == kGroups - 1 ? kTileN - kGroupCols : group * kGroupCols;
+  return kShiftLastGroup && group == kGroups - 1 ? kTileCols - kGroupCols : group * kGroupCols;
 }
 
 // `offset` within a swizzled box whose lines are `width` bytes (32, 64 or 128): its 16-byte unit
@@ -161,7 +165,7 @@ __device__ __forceinline__ void pack_group(const float* acc, const GemmParams& p
 #pragma unroll
   for (int jj = 0; jj < kGroupJs; jj += 2) {
     const int j = group_col(group) / 8 + jj;
-    if (j >= kTileN / 8) break;  // a partial last group (kTileN / 8 is even)
+    if (j >= kTileCols / 8) break;  // a partial last group (kTileCols / 8 is even)
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       m[2 * jj + q] = pack_pair(kOutType, output_value(acc, p, at, t, j + q / 2, q % 2, 0),
@@ -176,7 +180,7 @@ __device__ __forceinline__ void stmatrix_group(const u32* m, int group, int t, u
   const int row = 8 * ((lane / 8) % 2) + (kDByColumns ? 0 : lane % 8);
 #pragma unroll
   for (int jj = 0; jj < kGroupJs; jj += 2) {
-    if (group_col(group) / 8 + jj >= kTileN / 8) break;
+    if (group_col(group) / 8 + jj >= kTileCols / 8) break;
     const int col = 8 * (jj + lane / 16) + (kDByColumns ? lane % 8 : 0);
     stmatrix_x4<kDByColumns>(part + staged_offset(row, col * 2), m[2 * jj], m[2 * jj + 1], m[2 * jj + 2],
                              m[2 * jj + 3]);
@@ -191,7 +195,7 @@ __device__ __forceinline__ void stage_group(const float* acc, const GemmParams& 
 #pragma unroll
     for (int jj = 0; jj < kGroupJs; ++jj) {
       const int j = group_col(group) / 8 + jj;
-      if (j >= kTileN / 8) break;  // a partial last group
+      if (j >= kTileCols / 8) break;  // a partial last group
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = fragment_row(t, h) % 16, byte = fragment_col(t, jj) * 4;
@@ -235,7 +239,7 @@ __device__ __forceinline__ void store_tile_rows(const float* acc, const GemmPara
     // and those a moved last tile column shares with the one to its left (even counts), and
     // within the tile and D.
     const int first = max(group * kGroupCols, kShiftLastCol ? at.first_stored_col - int(at.col) : 0) - group_col(group);
-    const int end = int(min(i64(min(kGroupCols, kTileN - group_col(group))), p.n - col));
+    const int end = int(min(i64(min(kGroupCols, kTileCols - group_col(group))), p.n - col));
     if (first >= end) continue;
     __syncwarp();  // every lane has read the group before
     stage_group(acc, p, at, t, group, part);
@@ -287,7 +291,7 @@ __device__ __forceinline__ void store_group_direct(const float* acc, const u32* 
 #pragma unroll
   for (int jj = 0; jj < kGroupJs; ++jj) {
     const int j = group_col(group) / 8 + jj;
-    if (j >= kTileN / 8) break;  // a partial last group
+    if (j >= kTileCols / 8) break;  // a partial last group
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const i64 row = d_row(at.row, t, h), col = at.col + fragment_col(t, j);
@@ -353,7 +357,7 @@ __device__ __forceinline__ void store_tile_tma(const float* acc, const u32* pack
         for (int box = 0; box < 128 / kStoreBoxBytes; ++box) {
           const int first = group_col(group) + box * kBoxCols;  // within the tile
           const int col = int(at.col + first);
-          if (first < kTileN && col < p.n && (!kShiftLastRow || row >= at.first_stored) &&
+          if (first < kTileCols && col < p.n && (!kShiftLastRow || row >= at.first_stored) &&
               (!kShiftLastCol || col + kBoxCols > at.first_stored_col)) {
             tma_store_3d(map_d, part + box * kBoxBytes, kDByColumns ? row : col, kDByColumns ? col : row, at.batch);
           }

@@ -3,10 +3,11 @@
 // Each 256-thread block computes a 64 x 64 tile of D, staging 16-deep K slices in shared memory.
 //
 // FP8 operands (any layout; wgmma's kernel takes only K-major ones) are dequantised as they
-// are staged: each value times its scale.
+// are staged: each value times its scale. A dual GEMM (kDual) stages B2's slice beside B's and
+// keeps a second accumulator for the epilogue's acc2.
 //
-// kernel_config.cuh (generated) defines kAType, kBType, kOutType, kCType, kHasC, kScaleA and
-// kScaleB.
+// kernel_config.cuh (generated) defines kAType, kBType, kOutType, kCType, kHasC, kScaleA,
+// kScaleB and kDual.
 #pragma once
 
 #include "fuse.cuh"
@@ -29,6 +30,7 @@ __device__ __forceinline__ float load_operand(const GemmMatrix& m, int type, con
 extern "C" __global__ void __launch_bounds__(256) gemmkit_fallback(const GemmParams p) {
   __shared__ float a_tile[kFallbackDepth][kFallbackTile + 1];
   __shared__ float b_tile[kFallbackDepth][kFallbackTile + 1];
+  __shared__ float b2_tile[kDual ? kFallbackDepth : 1][kFallbackTile + 1];
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   launch_dependent_grids();
   wait_for_prerequisite_grids();
@@ -37,14 +39,16 @@ extern "C" __global__ void __launch_bounds__(256) gemmkit_fallback(const GemmPar
   for (int batch = blockIdx.z; batch < p.batch; batch += gridDim.z) {
     for (i64 m0 = i64(blockIdx.y) * kFallbackTile; m0 < p.m; m0 += i64(gridDim.y) * kFallbackTile) {
       const i64 n0 = i64(blockIdx.x) * kFallbackTile;
-      float acc[4][4] = {};
+      float acc[4][4] = {}, acc2[4][4] = {};
       for (i64 k0 = 0; k0 < p.k; k0 += kFallbackDepth) {
         for (int i = threadIdx.x; i < kFallbackTile * kFallbackDepth; i += 256) {
           const int r = i / kFallbackDepth, kk = i % kFallbackDepth;
           const bool k_in = k0 + kk < p.k;
           a_tile[kk][r] = (k_in && m0 + r < p.m) ? load_operand(p.a, kAType, p.scale_a, kScaleA, batch, m0 + r, k0 + kk) : 0.0f;
           const int c = i % kFallbackTile, kb = i / kFallbackTile;
-          b_tile[kb][c] = (k0 + kb < p.k && n0 + c < p.n) ? load_operand(p.b, kBType, p.scale_b, kScaleB, batch, k0 + kb, n0 + c) : 0.0f;
+          const bool b_in = k0 + kb < p.k && n0 + c < p.n;
+          b_tile[kb][c] = b_in ? load_operand(p.b, kBType, p.scale_b, kScaleB, batch, k0 + kb, n0 + c) : 0.0f;
+          if (kDual) b2_tile[kb][c] = b_in ? load_operand(p.b2, kBType, p.scale_b, GEMMKIT_SCALE_NONE, batch, k0 + kb, n0 + c) : 0.0f;
         }
         __syncthreads();
 #pragma unroll
@@ -52,7 +56,10 @@ extern "C" __global__ void __launch_bounds__(256) gemmkit_fallback(const GemmPar
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
 #pragma unroll
-            for (int j = 0; j < 4; ++j) acc[i][j] += a_tile[kk][ty + 16 * i] * b_tile[kk][tx + 16 * j];
+            for (int j = 0; j < 4; ++j) {
+              acc[i][j] += a_tile[kk][ty + 16 * i] * b_tile[kk][tx + 16 * j];
+              if (kDual) acc2[i][j] += a_tile[kk][ty + 16 * i] * b2_tile[kk][tx + 16 * j];
+            }
           }
         }
         __syncthreads();
@@ -68,7 +75,7 @@ extern "C" __global__ void __launch_bounds__(256) gemmkit_fallback(const GemmPar
             value += p.beta * load_as_float(p.c.data, kCType,
                                             batch * p.c.batch_stride + row * p.c.row_stride + col * p.c.col_stride);
           }
-          value = fused_value(value, 0.0f, p, batch, row, col, true);
+          value = fused_value(value, p.alpha * acc2[i][j], p, batch, row, col, true);
           store_from_float(p.d.data, kOutType, batch * p.d.batch_stride + row * p.d.row_stride + col * p.d.col_stride,
                            value);
         }

@@ -44,6 +44,11 @@
 // carries its group's row end, past which the epilogue stores nothing. Groups along K (the weight
 // gradient: kGroupedK) walk the dense order over a batch of groups, each unit with its group's K
 // range.
+// A dual GEMM (kDual: SwiGLU's gate and up projections) multiplies A by B and by a second B, B2,
+// in one accumulator: each stage holds kTileN / 2 columns of B, then the same columns of B2 (in a
+// cluster of two, each CTA loads one operand's half for both). The epilogue pairs column c of the
+// accumulators with column c + kTileN / 2 (epilogue.cuh), and a tile stores kTileCols = kTileN / 2
+// columns of D.
 // kTileN is any multiple of 16 up to 256.
 #pragma once
 
@@ -90,6 +95,9 @@ constexpr int kCopyWarps = 2, kRealignWarps = 2;  // the producer's warps 0-1 an
 constexpr u32 kTmaStageBytes = (kRealignA ? 0 : kStageBytesA) + (kRealignB ? 0 : kStageBytesB);
 static_assert(!kRealign || (kClusterM == 1 && kConsumers == 1 && !k8Bit),
               "realigned operands run on unclustered 16-bit tiles of one consumer warpgroup");
+static_assert(!kDual || (!k8Bit && !kSplitK && !kGrouped && !kRealignB && !kRowClasses && !kDByColumns && kClusterM <= 2 &&
+                         (kBKMajor || kTileN % 128 == 0)),
+              "dual GEMMs run on unsplit dense 16-bit tiles with B read by TMA, N-major B's halves whole 64-wide blocks");
 static_assert(!kRowClasses || (kClusterM == 1 && kConsumers == 1 && !k8Bit && !kRealign && !kTmaStore && kAKMajor &&
                                kBKMajor && !kABatched && kTileK == kClassBlock),
               "row classes run on unclustered, unbatched 16-bit K-major tiles of one consumer warpgroup, stored directly");
@@ -155,9 +163,11 @@ __device__ __forceinline__ void load_b_box(u8* dst, const TensorMap* map_b, u64*
 // row holds only 64 elements), one per 64-wide block of M or N. B's boxes are shared out
 // among the cluster's CTAs (K-major: kTileN / kClusterM rows each; N-major: every
 // kClusterM-th block), and the full barrier expects the whole slice from all of them.
-__device__ __forceinline__ void load_stage(const GemmParams& p, const TensorMap* map_a, const TensorMap* map_b, u8* a,
-                                           u8* b, u64* full, int rank, int batch, i64 row, i64 col, int k_first,
-                                           int k_block) {
+// A dual GEMM's stage holds B's half of the slice, then B2's (map_b2), each kTileN / 2 columns
+// from `col`: K-major, one box each (in a cluster of two, CTA r loads half r); N-major, blocks.
+__device__ __forceinline__ void load_stage(const GemmParams& p, const TensorMap* map_a, const TensorMap* map_b,
+                                           const TensorMap* map_b2, u8* a, u8* b, u64* full, int rank, int batch,
+                                           i64 row, i64 col, int k_first, int k_block) {
   const int k = k_first + k_block * kTileK;
   const int batch_a = kABatched ? batch : 0;  // else broadcast
   int batch_b = kBBatched ? batch : 0;
@@ -171,11 +181,19 @@ __device__ __forceinline__ void load_stage(const GemmParams& p, const TensorMap*
   } else if (!kRealignA) {
     for (int i = 0; i < kTileM / 64; ++i) tma_load_3d(a + i * kMajorBlock, map_a, full, int(row) + 64 * i, k, batch_a);
   }
-  if (!kRealignB && kBKMajor) {
+  if (!kRealignB && kBKMajor && kDual) {
+    for (int half = rank; half < 2; half += kClusterM) {
+      load_b_box(b + half * (kTileN / 2) * kRowBytes, half == 0 ? map_b : map_b2, full, k, int(col), batch_b);
+    }
+  } else if (!kRealignB && kBKMajor) {
     constexpr int rows = kTileN / kClusterM;
     load_b_box(b + rank * rows * kRowBytes, map_b, full, k, int(col) + rank * rows, batch_b);
   } else if (!kRealignB) {
-    for (int i = rank; i < kBlocksN; i += kClusterM) load_b_box(b + i * kMajorBlock, map_b, full, int(col) + 64 * i, k, batch_b);
+    for (int i = rank; i < kBlocksN; i += kClusterM) {
+      const bool second = kDual && i >= kBlocksN / 2;  // B2's half
+      load_b_box(b + i * kMajorBlock, second ? map_b2 : map_b, full, int(col) + 64 * (second ? i - kBlocksN / 2 : i), k,
+                 batch_b);
+    }
   }
 }
 
@@ -605,7 +623,8 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
     gemmkit_gemm(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b,
-                 const __grid_constant__ TensorMap map_d, const GemmParams p) {
+                 const __grid_constant__ TensorMap map_b2, const __grid_constant__ TensorMap map_d,
+                 const GemmParams p) {
   extern __shared__ u8 smem_raw[];
   u8* smem = reinterpret_cast<u8*>((reinterpret_cast<u64>(smem_raw) + kSmemAlignment - 1) &
                                    ~u64(kSmemAlignment - 1));
@@ -655,13 +674,14 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     registers_decrease<kProducerRegisters>();
     if (t == 0 && !kRealignA) tma_prefetch_descriptor(&map_a);
     if (t == 0 && !kRealignB) tma_prefetch_descriptor(&map_b);
+    if (t == 0 && kDual) tma_prefetch_descriptor(&map_b2);
     if (kClusterM > 1) cluster_wait();
     if (t == 0 || (kRealign && t < 32 * kCopyWarps)) {
       const auto fill = [&](const Work& w, int kb, u32 s) {
         if (t == 0) {
           if (kb == w.k_begin) publish(slots[s], w);  // by the full barrier's arrival below
-          load_stage(p, &map_a, &map_b, stages_a + s * kStageBytesA, stages_b + s * kStageBytesB, &full[s], rank,
-                     w.batch, w.row, w.col, kGroupedK ? w.k_first : 0, kb);
+          load_stage(p, &map_a, &map_b, &map_b2, stages_a + s * kStageBytesA, stages_b + s * kStageBytesB, &full[s],
+                     rank, w.batch, w.row, w.col, kGroupedK ? w.k_first : 0, kb);
         }
         if (kRealign) copy_stage_rows(p, w, kb, landing + s * kLandingBytes, &landed[s], t);
       };

@@ -74,6 +74,7 @@ struct GemmParams {
   const void* group_sizes;
   int group_sizes_64;
   EpilogueParams epilogue;  // a fused epilogue's tensors (fuse.cuh)
+  GemmMatrix b2;  // a dual GEMM's second B, k x n (kDual; the TMA kernel reads it through its tensor map)
 };
 
 // One staging copy (stage.cuh): the matrix at `src`, element (b, r, c) at src + b*batch_stride +

@@ -127,7 +127,7 @@ struct TileScheduler : PersistentUnits {
     w.row = int(kRowClasses ? tile_row / kClasses * 64 * kClasses + tile_row % kClasses
                             : (tile_row * kClusterM + rank) * kTileM);
     if (kShiftLastRow && w.row == order.shift_from) w.row = order.shift_to;
-    w.col = int(group_col * kTileN);
+    w.col = int(group_col * kTileCols);
     if (kShiftLastCol && w.col == order.col_shift_from) w.col = order.col_shift_to;
     return w;
   }

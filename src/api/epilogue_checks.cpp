@@ -67,6 +67,12 @@ const std::string* code_for(Parsed& text, const EpilogueRef& ref) {
   return code;
 }
 
+// The text the call's epilogue runs: its own, or a dual GEMM's default.
+const std::string& text_of(const Epilogue& e, const Problem& p) {
+  static const std::string dual_default = kDualEpilogue;
+  return e.text.empty() && p.dual() ? dual_default : e.text;
+}
+
 std::string tensor_name(const std::string& name) { return "options.epilogue.tensors[\"" + name + "\"]"; }
 
 // The batch an epilogue tensor may have (rank 3): D's, or the groups'.
@@ -142,10 +148,16 @@ EpilogueRef epilogue_ref(const Epilogue& e, const Problem& p) {
       fail("options.epilogue.tensors: " + std::to_string(e.tensors.size()) +
            " given but the epilogue's text is empty; expected none without an epilogue");
     }
-    return {};
+    if (!p.dual()) return {};
   }
-  Parsed& text = parsed(e.text);
+  Parsed& text = parsed(text_of(e, p));
   const epilogue::Program& program = text.program;
+  if (epilogue::reads_acc2(program) != p.dual()) {
+    fail(p.dual() ? "options.epilogue.text: \"" + e.text + "\" does not read acc2, the product of options.b2; "
+                    "expected a dual GEMM's epilogue to use it, e.g. \"" + std::string(kDualEpilogue) + "\""
+                  : "options.epilogue.text: \"" + e.text + "\" reads acc2, a dual GEMM's second product; expected "
+                    "options.b2 with it (or acc alone)");
+  }
   const size_t count = program.inputs.size() + program.stores.size();
   if (count > size_t(kMaxEpilogueTensors)) {
     fail("options.epilogue.text: " + std::to_string(count) + " tensors read and written; expected at most " +
@@ -188,7 +200,7 @@ size_t epilogue_operands(const Epilogue& e, const Problem& p, std::span<Operand>
 
 void check_epilogue_apart(const Epilogue& e, const Problem& p, const ByteRange& d, std::span<const Operand> inputs) {
   if (!p.epilogue.fused()) return;
-  const epilogue::Program& program = parsed(e.text).program;
+  const epilogue::Program& program = parsed(text_of(e, p)).program;
   // Each tensor's memory, inputs first, in the program's order (as epilogue_ref checked them).
   struct Range {
     const std::string* name;

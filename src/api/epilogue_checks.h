@@ -12,8 +12,12 @@
 
 namespace gemmkit::api {
 
+// A dual GEMM's epilogue where the caller gives no text (gemm.h, GemmOptions::b2): SwiGLU.
+inline constexpr const char* kDualEpilogue = "silu(acc) * acc2";
+
 // The epilogue as the kernels take it, for the validated problem `p` (its batch: D's batch, or
-// the groups of a grouped problem, whose groups p.groups describes). None where the text is empty.
+// the groups of a grouped problem, whose groups p.groups describes). None where the text is empty
+// and the problem is not dual. A text reads acc2 exactly where the problem is dual.
 EpilogueRef epilogue_ref(const Epilogue& epilogue, const Problem& p);
 
 // The epilogue's tensors as operands for check_device_memory, over p's batch, into `out`

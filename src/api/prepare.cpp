@@ -17,12 +17,13 @@ namespace {
 // The device of every operand the kernel will touch, each inside the memory it points into.
 int operands_device(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options,
                     const Problem& p) {
-  std::array<Operand, 6 + kMaxEpilogueTensors> operands;
+  std::array<Operand, 7 + kMaxEpilogueTensors> operands;
   size_t count = 0;
   operands[count++] = {&d, p.batch, "D"};
   if (p.k > 0) {
     operands[count++] = {&a, p.batch, "A"};
     operands[count++] = {&b, p.batch, "B"};
+    if (options.b2) operands[count++] = {&*options.b2, p.batch, "options.b2"};
     if (p.scale_a.mode != ScaleMode::none) operands[count++] = {&options.scale_a.scales, p.batch, "scale_a"};
     if (p.scale_b.mode != ScaleMode::none) operands[count++] = {&options.scale_b.scales, p.batch, "scale_b"};
   }
@@ -41,8 +42,9 @@ TensorView first_matrix(const TensorView& t) {
   return TensorView::matrix(t.data, t.dtype, t.rows(), t.cols(), t.row_stride(), t.col_stride());
 }
 
-// The checks every grouped entry point makes: the sizes array and the SM budget.
+// The checks every grouped entry point makes: the sizes array, the SM budget, no second B.
 void check_sizes_and_budget(const GroupSizes& sizes, const GemmOptions& options) {
+  if (options.b2) fail("options.b2: given to a grouped GEMM; expected none (grouped dual GEMMs are not supported yet)");
   if (sizes.count < 1 || sizes.count > kMaxGroups) {
     fail("sizes: count " + std::to_string(sizes.count) + "; expected 1 to " + std::to_string(kMaxGroups) + " groups");
   }

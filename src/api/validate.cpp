@@ -77,6 +77,34 @@ ScaleRef scale_ref(const Scale& scale, const TensorView& x, bool is_a, int64_t r
        (is_a ? "A" : "B") + " (" + std::to_string(rows) + " x " + std::to_string(cols) + "); expected " + expected);
 }
 
+// A dual GEMM's second B (options.b2) beside B: its form, type, shape and batch, and what the
+// dual kernel does not take. check_batch: validate_gemm's, against D's batch.
+template <class CheckBatch>
+void check_dual(const GemmOptions& options, const TensorView& b, bool use_c, const CheckBatch& check_batch) {
+  const TensorView& b2 = *options.b2;
+  check_form(b2, "options.b2");
+  if (is_fp8(b.dtype)) {
+    fail("options.b2: given with " + std::string(dtype_name(b.dtype)) +
+         " inputs; expected bf16 or f16 inputs (a dual GEMM of FP8 inputs is not supported yet)");
+  }
+  if (b2.dtype != b.dtype) {
+    fail("options.b2: dtype " + std::string(dtype_name(b2.dtype)) + "; expected B's, " + std::string(dtype_name(b.dtype)));
+  }
+  if (b2.rows() != b.rows() || b2.cols() != b.cols()) {
+    fail("options.b2: shape " + shape_text(b2) + "; expected B's, K x N = " + std::to_string(b.rows()) + " x " +
+         std::to_string(b.cols()));
+  }
+  check_batch(b2, "options.b2");
+  if ((b.rank == 3 && b.batch() > 1 && b.batch_stride() != 0) != (b2.rank == 3 && b2.batch() > 1 && b2.batch_stride() != 0)) {
+    fail("options.b2: " + std::string(b2.rank == 3 ? "batched" : "shared by every batch") + " but B is " +
+         (b.rank == 3 ? "batched" : "shared") + "; expected both batched or both shared");
+  }
+  if (use_c) {
+    fail("options.beta: " + std::to_string(options.beta) +
+         " with options.b2; expected 0: a dual GEMM takes no C (read it in the epilogue instead, e.g. \"... + c[m, n]\")");
+  }
+}
+
 }  // namespace
 
 Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options) {
@@ -131,6 +159,7 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
   check_batch(a, "A");
   check_batch(b, "B");
   if (use_c) check_batch(*options.c, "C");
+  if (options.b2) check_dual(options, b, use_c, check_batch);
   // Before any arithmetic on the sizes: past 2^63 elements or bytes it would wrap (a problem
   // of 2^32 x 2^32 would count as empty).
   const int widest = std::max({dtype_size(a.dtype), dtype_size(b.dtype), dtype_size(d.dtype),
@@ -152,6 +181,7 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
   p.b = matrix_ref(b);
   p.d = matrix_ref(d);
   if (use_c) p.c = matrix_ref(*options.c);
+  if (options.b2) p.b2 = matrix_ref(*options.b2);
   p.scale_a = scale_a;
   p.scale_b = scale_b;
   p.epilogue = api::epilogue_ref(options.epilogue, p);
@@ -163,6 +193,7 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
   };
   check_data(a, "A");
   check_data(b, "B");
+  if (options.b2) check_data(*options.b2, "options.b2");
   check_data(d, "D");
   if (use_c) check_data(*options.c, "C");
   if (scale_a.mode != ScaleMode::none) check_data(options.scale_a.scales, "scale_a");
@@ -178,17 +209,21 @@ void check_apart(const TensorView& a, const TensorView& b, const TensorView& d, 
   const api::ByteRange d_range = byte_range(d, batch, "D");
   if (k > 0 && byte_range(a, batch, "A").overlaps(d_range)) fail("D: memory overlaps A; expected D apart from the inputs");
   if (k > 0 && byte_range(b, batch, "B").overlaps(d_range)) fail("D: memory overlaps B; expected D apart from the inputs");
+  if (k > 0 && options.b2 && byte_range(*options.b2, batch, "options.b2").overlaps(d_range)) {
+    fail("D: memory overlaps options.b2; expected D apart from the inputs");
+  }
   for (auto [scale, name] : {std::pair{&options.scale_a, "scale_a"}, std::pair{&options.scale_b, "scale_b"}}) {
     if (k > 0 && scale->mode != ScaleMode::none && byte_range(scale->scales, batch, name).overlaps(d_range)) {
       fail(std::string("D: memory overlaps ") + name + "; expected D apart from the inputs");
     }
   }
   if (p.epilogue.fused()) {  // its outputs apart from everything the call reads
-    std::array<api::Operand, 5> inputs;
+    std::array<api::Operand, 6> inputs;
     size_t count = 0;
     if (k > 0) {
       inputs[count++] = {&a, batch, "A"};
       inputs[count++] = {&b, batch, "B"};
+      if (options.b2) inputs[count++] = {&*options.b2, batch, "options.b2"};
     }
     for (auto [scale, name] : {std::pair{&options.scale_a, "scale_a"}, std::pair{&options.scale_b, "scale_b"}}) {
       if (k > 0 && scale->mode != ScaleMode::none) inputs[count++] = {&scale->scales, batch, name};

@@ -155,9 +155,11 @@ std::string config_header(const KernelConfig& requested) {
   std::ostringstream s;
   operand_config(s, {config.in, config.in_b, config.out, config.has_c, config.c, config.scale_a, config.scale_b});
   if (config.kind == KernelKind::gemv) s << "constexpr int kGemvColumns = " << config.tile_n / 8 << ";\n";
+  s << "constexpr bool kDual = " << bool_text(config.dual) << ";\n";
   if (config.kind != KernelKind::tma) return s.str() + epilogue_config(config);
   s << "constexpr int kTileM = " << config.tile_m << ";\n"
     << "constexpr int kTileN = " << config.tile_n << ";\n"
+    << "constexpr int kTileCols = " << config.tile_cols(config.tile_n) << ";\n"
     << "constexpr int kTileK = " << config.tile_k() << ";\n"
     << "constexpr int kStages = " << config.stages << ";\n"
     << "constexpr int kGroupM = " << config.group_m << ";\n"

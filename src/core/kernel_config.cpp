@@ -28,7 +28,7 @@ auto key(const KernelConfig& c) {
                          c.stages, c.group_m, c.cluster_m, c.splits, c.a_k_major, c.b_k_major, c.a_batched,
                          c.b_batched, c.tma_store, c.d_by_columns, c.store_buffers, c.has_c, c.in, c.out, c.c, c.in_b,
                          c.scale_a, c.scale_b, c.scale_a_mn, c.scale_b_mn, c.stage_a, c.stage_b, c.realign_a,
-                         c.realign_b, c.row_classes, c.group_layout, c.group_along_k, c.group_capacity);
+                         c.realign_b, c.row_classes, c.group_layout, c.group_along_k, c.group_capacity, c.dual);
 }
 
 // key() names every knob: one added to KernelKnobs changes its size and must join it (and the
@@ -52,7 +52,7 @@ int KernelConfig::stage_bytes() const { return int(sm90::smem_layout(smem_shape(
 // 128 bytes, unless the tile's row is not a multiple of that and C is read (epilogue.cuh: the
 // last group may not be shifted back over the one before), then the widest box that divides it.
 int KernelConfig::store_box_bytes() const {
-  const int row_bytes = tile_n * dtype_size(out);
+  const int row_bytes = tile_cols(tile_n) * dtype_size(out);
   if (d_by_columns) {
     int bytes = 128;
     while (row_bytes % bytes != 0) bytes /= 2;
@@ -78,7 +78,7 @@ std::string KernelConfig::name() const {
         : group_along_k                         ? " grouped-k"
         : group_layout == GroupLayout::masked ? " grouped-masked"
                                                 : " grouped")
-    << fused;
+    << (dual ? " dual" : "") << fused;
   return s.str();
 }
 

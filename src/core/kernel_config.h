@@ -60,8 +60,13 @@ struct KernelFacts {
   // none; transposed: the kernel runs D^T's problem and hands the epilogue (col, row).
   const std::string* epilogue = nullptr;
   bool epilogue_transposed = false;
+  // A dual GEMM (core/problem.h, Problem::dual): B's stage holds tile_n / 2 columns of B, then as
+  // many of B2, and the epilogue pairs column c of the accumulators with c + tile_n / 2 into
+  // column c of D's tile, which is tile_n / 2 wide.
+  bool dual = false;
 
   bool grouped() const { return group_capacity > 0; }
+  int tile_cols(int tile_n) const { return dual ? tile_n / 2 : tile_n; }  // D's columns a tile stores
 };
 
 // What tuning chooses for a problem (the tuning database stores these, tuned_configs.h).

@@ -66,6 +66,7 @@ struct Problem {  // every field goes into problem_words
   int64_t m = 0, n = 0, k = 0, batch = 1;
   MatrixRef a, b, d;
   MatrixRef c;  // data is null unless beta != 0
+  MatrixRef b2;  // a dual GEMM's second B (K x N, gemm.h GemmOptions::b2); data is null otherwise
   ScaleRef scale_a, scale_b;
   float alpha = 1.0f, beta = 0.0f;
   int device = 0;
@@ -74,6 +75,9 @@ struct Problem {  // every field goes into problem_words
   EpilogueRef epilogue;
 
   bool has_c() const { return c.data != nullptr; }
+  // A dual GEMM: the kernel multiplies A by B and by b2 and pairs the products column by column,
+  // so it never runs transposed (its pairs would lie along M).
+  bool dual() const { return b2.data != nullptr; }
   bool grouped() const { return groups.grouped(); }
   // The batch of A's, C's and D's rows: 1 where contiguous groups share one matrix.
   int64_t rows_batch() const {
@@ -95,7 +99,7 @@ struct Problem {  // every field goes into problem_words
 void check_addressable(int64_t m, int64_t n, int64_t k, int64_t batch, int element_bytes);
 
 // Every field of a problem as 64-bit words, pointers included: equal words, equal problems.
-using ProblemWords = std::array<int64_t, 47 + 5 * kMaxEpilogueTensors>;
+using ProblemWords = std::array<int64_t, 52 + 5 * kMaxEpilogueTensors>;
 ProblemWords problem_words(const Problem& p);
 
 // "NT"-style layout letters, row-major convention: the first letter is A, the second B;
@@ -104,7 +108,7 @@ ProblemWords problem_words(const Problem& p);
 std::string layout_name(const Problem& p);
 
 // D^T = B^T A^T: the same memory with A and B swapped and every operand transposed (the
-// epilogue's tensors stay in D's orientation; see EpilogueRef).
+// epilogue's tensors stay in D's orientation; see EpilogueRef). Not for dual problems: throws.
 Problem transposed_problem(const Problem& p);
 
 }  // namespace gemmkit

@@ -273,7 +273,50 @@ bool short_groups_pay(const Problem& p, TileShape tile, int64_t k_blocks, const 
          tiles_m * ceil_div(p.n, tile.n) * p.batch <= limits.sm_count;
 }
 
+namespace {
+
+// A dual GEMM is costed as the GEMM of its accumulators, B and B2 side by side: 2N columns (and
+// two rows at least: one would be the GEMV's). Its candidates are that problem's that the dual
+// kernel takes: unsplit, 128 to 256 wide by 32 (a tile's D columns fill a 128-byte store group,
+// in pairs of 8-column groups), N-major B's halves whole 64-wide blocks (each block comes from
+// one operand); with the dual problem's facts. Tiles as wide as 256 are tried although an
+// epilogue runs: where one spills, the plan narrows it (dispatch/plan.cpp).
+std::vector<Candidate> dual_candidates(const Problem& p, const DeviceLimits& limits) {
+  const KernelConfig facts = problem_config(p);
+  if (facts.kind != KernelKind::tma) return {};
+  Problem side_by_side = p;
+  side_by_side.b2 = {};
+  side_by_side.epilogue = {};
+  side_by_side.n = 2 * p.n;
+  side_by_side.m = std::max<int64_t>(p.m, 2);
+  // B as one K x 2N operand TMA reads as B does (B and B2 each do), D dense.
+  const int64_t n_major_stride = ceil_div(2 * p.n, 8) * 8;
+  const int64_t b_matrix = facts.b_k_major ? 2 * p.n * p.b.col_stride : p.k * n_major_stride;
+  side_by_side.b = facts.b_k_major ? MatrixRef{p.b.data, p.b.dtype, 0, 1, p.b.col_stride}
+                                   : MatrixRef{p.b.data, p.b.dtype, 0, n_major_stride, 1};
+  if (facts.b_batched) side_by_side.b.batch_stride = b_matrix;
+  side_by_side.d = {p.d.data, p.d.dtype, p.batch > 1 ? p.m * 2 * p.n : 0, 2 * p.n, 1};
+  std::vector<Candidate> candidates;
+  for (const Candidate& c : rank_candidates(side_by_side, limits)) {
+    const KernelConfig& knobs = c.config;
+    if (knobs.splits != 1 || knobs.tile_n < 128 || knobs.tile_n % 32 != 0 ||
+        (!facts.b_k_major && knobs.tile_n % 128 != 0)) {
+      continue;
+    }
+    KernelConfig config = with_tile(facts, {knobs.tile_m, knobs.tile_n});
+    config.cluster_m = knobs.cluster_m;
+    config.group_m = knobs.group_m;
+    config.store_buffers = store_buffers_for(config, limits.smem_per_block);
+    config.stages = max_stages(config, limits.smem_per_block);
+    candidates.push_back({config, c.cost});
+  }
+  return candidates;
+}
+
+}  // namespace
+
 std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& limits) {
+  if (p.dual()) return dual_candidates(p, limits);
   const KernelConfig config = problem_config(p);
   if (config.kind != KernelKind::tma) return {};
   // Cost ~ waves of work units (a cluster tile, or one K part of it) over the SMs, each wave as
@@ -357,7 +400,7 @@ bool plainly_tiled(const Problem& p, const KernelConfig& c, const DeviceLimits& 
 }  // namespace
 
 bool transposing_pays(const Problem& p, const DeviceLimits& limits) {
-  if (is_fp8(p.a.dtype)) return false;
+  if (is_fp8(p.a.dtype) || p.dual()) return false;
   const KernelConfig c = problem_config(p);
   if (c.d_by_columns || !plainly_tiled(p, c, limits)) return false;
   const Problem t = transposed_problem(p);

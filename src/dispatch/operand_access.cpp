@@ -81,9 +81,9 @@ KernelConfig fallback_config(const KernelFacts& facts) {
   f.stages = 0;
   f.tma_store = false;
   std::tie(f.has_c, f.in, f.in_b, f.out, f.c, f.scale_a, f.scale_b, f.scale_a_mn, f.scale_b_mn, f.epilogue,
-           f.epilogue_transposed) = std::tie(facts.has_c, facts.in, facts.in_b, facts.out, facts.c, facts.scale_a,
-                                             facts.scale_b, facts.scale_a_mn, facts.scale_b_mn, facts.epilogue,
-                                             facts.epilogue_transposed);
+           f.epilogue_transposed, f.dual) = std::tie(facts.has_c, facts.in, facts.in_b, facts.out, facts.c, facts.scale_a,
+                                                     facts.scale_b, facts.scale_a_mn, facts.scale_b_mn, facts.epilogue,
+                                                     facts.epilogue_transposed, facts.dual);
   return f;
 }
 
@@ -124,6 +124,7 @@ KernelConfig typed_config(const Problem& p) {
   config.c = p.has_c() ? p.c.dtype : p.d.dtype;
   config.epilogue = p.epilogue.code;
   config.epilogue_transposed = p.epilogue.fused() && p.epilogue.transposed;
+  config.dual = p.dual();
   return config;
 }
 
@@ -162,11 +163,35 @@ KernelConfig grouped_problem_config(const Problem& p) {
   return config;
 }
 
+namespace {
+
+// A dual GEMM's facts: the TMA kernel where it reads A, B and B2 as they lie (B and B2 alike
+// major) and takes their coordinates, storing D by rows (through shared memory where TMA can);
+// else the fallback kernel. Never the GEMV, row classes, staged or realigned operands.
+KernelConfig dual_problem_config(const Problem& p) {
+  KernelConfig config = typed_config(p);
+  const TmaAccess a = tma_access(p.a, p.batch, p.m, p.k), b = tma_access(p.b, p.batch, p.k, p.n),
+                  b2 = tma_access(p.b2, p.batch, p.k, p.n);
+  const bool coordinates = p.m < kCoordinateLimit && p.n < kCoordinateLimit && p.k < kCoordinateLimit;
+  if (p.k == 0 || !coordinates || !a.ok || !b.ok || !b2.ok || b.cols_contiguous != b2.cols_contiguous) {
+    return fallback_config(config);
+  }
+  config.a_k_major = a.cols_contiguous;
+  config.b_k_major = !b.cols_contiguous;
+  config.a_batched = p.batch > 1 && p.a.batch_stride != 0;
+  config.b_batched = p.batch > 1 && p.b.batch_stride != 0;
+  config.tma_store = tma_can_store(p) && tma_access(p.d, p.batch, p.m, p.n).cols_contiguous;
+  return config;
+}
+
+}  // namespace
+
 // The facts follow from the problem alone; the knobs stay at their defaults (the GEMV's and the
 // fallback kernel's are fixed here too). The kind is fallback where K is 0 or a coordinate is too
 // large for TMA.
 KernelConfig problem_config(const Problem& p) {
   if (p.grouped()) return grouped_problem_config(p);
+  if (p.dual()) return dual_problem_config(p);
   KernelConfig config = typed_config(p);
 
   // One row of A against B stored N x K: a matrix-vector product, bound by reading B once.

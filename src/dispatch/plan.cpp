@@ -22,7 +22,7 @@ namespace {
 // pointers only their 16-byte alignment matters.
 // Scales enter by their modes and blocks: the kernels read their strides at run time; a fused
 // epilogue by its code (interned: one pointer per code), its tensors likewise.
-using PlanKey = std::array<int64_t, 24>;
+using PlanKey = std::array<int64_t, 28>;
 
 PlanKey plan_key(const Problem& p) {
   auto alignment = [](const void* data) { return int64_t(reinterpret_cast<uintptr_t>(data) % 16); };
@@ -35,7 +35,8 @@ PlanKey plan_key(const Problem& p) {
           p.scale_a.block_rows, p.scale_a.block_cols, p.scale_b.block_rows, p.scale_b.block_cols,
           int64_t(p.grouped()) | int64_t(p.groups.layout) << 1 | int64_t(p.groups.along_k) << 3 |
               int64_t(p.epilogue.transposed) << 4,
-          p.max_sms, int64_t(reinterpret_cast<uintptr_t>(p.epilogue.code))};
+          p.max_sms, int64_t(reinterpret_cast<uintptr_t>(p.epilogue.code)),
+          p.dual() ? alignment(p.b2.data) : -1, p.b2.batch_stride, p.b2.row_stride, p.b2.col_stride};
 }
 
 // The kernel for a config on a device, generated, compiled and loaded on first use.
@@ -128,7 +129,8 @@ bool decode_for_narrow_tiles(const Problem& p) {
 }  // namespace
 
 Problem normalize(const Problem& p) {
-  if (p.grouped()) return p;  // the grouped kernel stores D by rows, whatever its layout
+  // The grouped kernel stores D by rows, whatever its layout; a dual GEMM's pairs lie along N.
+  if (p.grouped() || p.dual()) return p;
   const bool d_by_columns = p.d.col_stride != 1 && p.d.row_stride == 1 && p.n > 1;
   const bool column_vector = p.n == 1 && p.m > 1 && p.k > 0 && p.a.col_stride == 1;  // GEMV as one row
   if (!d_by_columns && !column_vector && !decode_for_narrow_tiles(p)) return p;
@@ -136,7 +138,7 @@ Problem normalize(const Problem& p) {
 }
 
 Problem oriented(const Problem& normalized) {
-  if (normalized.grouped()) return normalized;
+  if (normalized.grouped() || normalized.dual()) return normalized;
   const runtime::DeviceInfo& info = runtime::device_info(normalized.device);
   return transposing_pays(normalized, limits_of(info)) ? transposed_problem(normalized) : normalized;
 }

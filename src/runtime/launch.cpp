@@ -38,6 +38,7 @@ GemmParams params(const Problem& p) {
     const MatrixRef& t = p.epilogue.tensors[size_t(i)];
     args.epilogue.tensors[i] = {t.data, t.batch_stride, t.row_stride, t.col_stride};
   }
+  args.b2 = matrix(p.b2);
   return args;
 }
 
@@ -198,12 +199,12 @@ namespace {
 // A TMA kernel's launch, worked out: its parameters, tensor maps and grid.
 struct TmaLaunch {
   GemmParams args;
-  CUtensorMap map_a{}, map_b{}, map_d{};
+  CUtensorMap map_a{}, map_b{}, map_b2{}, map_d{};  // map_b2: a dual GEMM's (else unused)
   unsigned grid = 0;
 };
 
 void launch_tma(const LoadedKernel& kernel, const KernelConfig& config, TmaLaunch& launch, cudaStream_t stream) {
-  void* pointers[] = {&launch.map_a, &launch.map_b, &launch.map_d, &launch.args};
+  void* pointers[] = {&launch.map_a, &launch.map_b, &launch.map_b2, &launch.map_d, &launch.args};
   launch_kernel(kernel, launch.grid, 1, 1, config.threads(), config.smem_bytes(), config.cluster_m, true, stream,
                 pointers);
 }
@@ -253,7 +254,8 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   // than the groups' rows together make.
   TileOrder& order = args.order;
   order.rows = ceil_div(tile_rows(config, p.m), cluster);
-  order.tiles_n = ceil_div(p.n, config.tile_n);
+  const int tile_cols = config.tile_cols(config.tile_n);  // D's columns a tile stores
+  order.tiles_n = ceil_div(p.n, tile_cols);
   const bool rows_split = p.grouped() && p.groups.layout == GroupLayout::contiguous && !p.groups.along_k;
   const int64_t cluster_tiles = rows_split ? (order.rows + p.batch) * order.tiles_n : order.rows * order.tiles_n * p.batch;
   // Split-K: no part may be empty.
@@ -302,10 +304,10 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   // So does the tile column reaching past N move left (kShiftLastCol, epilogue.cuh), by whole
   // store boxes where D may alias C and TMA stores it (a box starting left of the columns the
   // moved tile stores is stored whole, from C the tile to its left may have overwritten).
-  if (p.n > config.tile_n && p.n % config.tile_n != 0) {
+  if (p.n > tile_cols && p.n % tile_cols != 0) {
     const int64_t step = config.has_c && config.tma_store ? config.store_box_bytes() / dtype_size(p.d.dtype) : 16;
-    order.col_shift_from = int(p.n / config.tile_n * config.tile_n);
-    order.col_shift_to = int(std::min<int64_t>(ceil_div(p.n - config.tile_n, step) * step, order.col_shift_from));
+    order.col_shift_from = int(p.n / tile_cols * tile_cols);
+    order.col_shift_to = int(std::min<int64_t>(ceil_div(p.n - tile_cols, step) * step, order.col_shift_from));
   }
   // The operands as the kernel reads them: staged ones replaced by their copies, made in one launch.
   Problem q = p;
@@ -356,8 +358,14 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
                               config.a_k_major ? config.tile_m : 64);
   }
   if (!config.realign_b && !config.row_classes) {
+    // A dual GEMM's B and B2 each fill half a stage: a K-major half is shared out among the
+    // cluster's CTAs whole, one each where there are two (gemm.cuh, load_stage).
+    const uint32_t b_rows = uint32_t(config.tile_n / (config.dual ? 2 : config.cluster_m));
     map_b = cached_tensor_map(q.b, p.batch, q.k, p.n, !config.b_k_major, config.b_k_major ? k_box : 64,
-                              config.b_k_major ? config.tile_n / config.cluster_m : 64);
+                              config.b_k_major ? b_rows : 64);
+    launch.map_b2 = config.dual ? cached_tensor_map(p.b2, p.batch, q.k, p.n, !config.b_k_major,
+                                                    config.b_k_major ? k_box : 64, config.b_k_major ? b_rows : 64)
+                                : map_b;
   }
   if (config.tma_store) {
     // One warp's 16 rows of a 128-byte column group (or of a narrower box), as lines of 16 rows

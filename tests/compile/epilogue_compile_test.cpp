@@ -129,5 +129,45 @@ TEST(FusedEpilogue, EveryStorePathAndKernelCompilesWithoutSpills) {
   }
 }
 
+// Dual GEMMs (SwiGLU: kDual) on every tile width the cost model gives them, clustered (each CTA
+// loading one operand's half) and not, B N-major, D by rows and directly, and the fallback kernel,
+// with the plain SwiGLU and with gpt-oss's clamped variant plus a bias and a residual.
+TEST(FusedEpilogue, DualKernelsCompileWithoutSpills) {
+  using DType::bf16, DType::f32;
+  const std::string plain = "silu(acc) * acc2";
+  const std::string heavy = "g = min(acc, 7); g * sigmoid(1.702 * g) * (clamp(acc2, -7, 7) + 1) + b[n] + r[m, n]";
+  const epilogue::Program swiglu = epilogue::parse(plain), clamped = epilogue::parse(heavy);
+  const std::string* plain_code = codegen::interned_epilogue(swiglu, epilogue::canonical(swiglu), {});
+  const std::string* heavy_code =
+      codegen::interned_epilogue(clamped, epilogue::canonical(clamped), {{f32, bf16}, {}});
+  std::vector<KernelConfig> configs;
+  auto add = [&](TileShape tile, int cluster, const std::string* code, const std::function<void(KernelConfig&)>& vary) {
+    KernelConfig c = with_tile(KernelConfig{}, tile);
+    c.dual = true;
+    c.cluster_m = cluster;
+    c.epilogue = code;
+    vary(c);
+    c.stages = max_stages(c, DeviceLimits{}.smem_per_block);
+    configs.push_back(c);
+  };
+  for (int n = 128; n <= 256; n += 32) {
+    add({128, n}, 2, plain_code, [](KernelConfig&) {});
+    add({128, n}, 1, heavy_code, [](KernelConfig&) {});
+  }
+  add({128, 256}, 2, heavy_code, [](KernelConfig& c) { c.b_k_major = false; });
+  add({64, 256}, 1, plain_code, [](KernelConfig& c) { c.b_k_major = false; });
+  add({128, 192}, 1, heavy_code, [](KernelConfig& c) { c.tma_store = false; });  // by rows
+  add({64, 128}, 1, heavy_code, [](KernelConfig& c) { c.tma_store = false; });   // direct
+  add({128, 256}, 1, plain_code, [](KernelConfig& c) { c.out = f32; });
+  KernelConfig fallback;
+  fallback.kind = KernelKind::fallback;
+  fallback.dual = true;
+  fallback.epilogue = heavy_code;
+  configs.push_back(fallback);
+  for (const KernelConfig& k : configs) {
+    testing::expect_clean_compile(codegen::gemm_source(k), codegen::gemm_kernel_name(k), k.name());
+  }
+}
+
 }  // namespace
 }  // namespace gemmkit

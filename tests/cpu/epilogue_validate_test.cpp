@@ -14,6 +14,7 @@
 #include "config_tests.h"
 #include "dispatch/cost_model.h"
 #include "dispatch/operand_access.h"
+#include "dispatch/plan.h"
 #include "rejection.h"
 
 // A namespace of its own: the sanitizer build compiles the CPU tests as one unit.
@@ -44,13 +45,16 @@ Args swish() {
   return x;
 }
 
-Problem validate(const Args& x) {
+// Args, or DualArgs below.
+template <class Call>
+Problem validate(const Call& x) {
   const Problem p = validate_gemm(x.a, x.b, x.d, x.options);
   check_apart(x.a, x.b, x.d, x.options, p);
   return p;
 }
 
-void expect_rejected(const Args& x, const std::string& argument, std::initializer_list<std::string> given) {
+template <class Call>
+void expect_rejected(const Call& x, const std::string& argument, std::initializer_list<std::string> given) {
   testing::expect_invalid_argument([&] { validate(x); }, argument, given);
 }
 
@@ -210,6 +214,120 @@ TEST(EpilogueValidate, FusedEpiloguesAreTriedOnTilesUpTo224Wide) {
   const Problem p = validate(x);
   EXPECT_LE(choose_config(p, {}).tile_n, 224);
   EXPECT_LE(choose_config(p, {}, 160).tile_n, 160);
+}
+
+// Dual GEMMs (GemmOptions::b2): the argument checks, the default epilogue, and how dispatch takes
+// the problem (never transposed, the dual kernel's tiles, the fallback kernel where TMA cannot
+// read B2).
+
+constexpr int64_t DM = 300, DN = 1000, DK = 512;
+
+// SwiGLU's up-projection: A (M x K) against a concatenated [2N, K] weight, B its first N rows and
+// B2 the next N (K-major views), D M x N.
+struct DualArgs {
+  TensorView a = TensorView::row_major(address(0), DType::bf16, DM, DK);
+  TensorView b = TensorView::matrix(address(1), DType::bf16, DK, DN, 1, DK);
+  TensorView d = TensorView::row_major(address(2), DType::bf16, DM, DN);
+  GemmOptions options;
+  DualArgs() { options.b2 = TensorView::matrix(address(1) + DN * DK * 2, DType::bf16, DK, DN, 1, DK); }
+};
+
+TEST(DualValidate, AnEmptyTextIsSwiglu) {
+  const DualArgs x;
+  const Problem p = validate(x);
+  ASSERT_TRUE(p.dual());
+  ASSERT_TRUE(p.epilogue.fused());
+  EXPECT_EQ(p.b2.data, x.options.b2->data);
+  EXPECT_EQ(p.b2.col_stride, DK);
+  EXPECT_NE(p.epilogue.code->find("ep_silu("), std::string::npos) << *p.epilogue.code;
+  EXPECT_NE(p.epilogue.code->find("acc2"), std::string::npos) << *p.epilogue.code;
+}
+
+TEST(DualValidate, BadSecondOperandsAreRefusedByName) {
+  DualArgs x;
+  x.options.b2->dtype = DType::f16;
+  expect_rejected(x, "options.b2", {"f16", "bf16"});
+  x = DualArgs{};
+  x.options.b2 = TensorView::matrix(address(3), DType::bf16, DK, DN - 1, 1, DK);
+  expect_rejected(x, "options.b2", {"[512, 999]", "512 x 1000"});
+  x = DualArgs{};
+  x.options.b2 = TensorView::batched(address(3), DType::bf16, 2, DK, DN, DK * DN, 1, DK);
+  expect_rejected(x, "options.b2", {"batch 2"});
+  x = DualArgs{};
+  x.options.beta = 0.5f;
+  x.options.c = x.d;
+  expect_rejected(x, "options.beta", {"0.5", "no C"});
+  x = DualArgs{};
+  x.options.b2->data = nullptr;
+  expect_rejected(x, "options.b2", {"null"});
+  x = DualArgs{};
+  x.options.b2 = TensorView::matrix(address(2), DType::bf16, DK, DN, 1, DK);  // D's memory
+  expect_rejected(x, "D", {"overlaps options.b2"});
+}
+
+TEST(DualValidate, Fp8InputsAreRefused) {
+  DualArgs x;
+  x.a.dtype = x.b.dtype = x.options.b2->dtype = DType::e4m3;
+  expect_rejected(x, "options.b2", {"e4m3", "bf16 or f16"});
+}
+
+TEST(DualValidate, TheEpilogueReadsAcc2ExactlyWhereTheProblemIsDual) {
+  DualArgs x;
+  x.options.epilogue.text = "silu(acc)";
+  expect_rejected(x, "options.epilogue.text", {"silu(acc)", "acc2"});
+  x = DualArgs{};
+  x.options.b2.reset();
+  x.options.epilogue.text = "silu(acc) * acc2";
+  expect_rejected(x, "options.epilogue.text", {"acc2", "options.b2"});
+  x = DualArgs{};
+  x.options.epilogue.text = "silu(acc) * acc2 * scale[m]";
+  x.options.epilogue.tensors = {{"scale", TensorView::matrix(address(4), DType::f32, DM, 1, 1, 1)}};
+  EXPECT_TRUE(validate(x).epilogue.fused());
+}
+
+TEST(DualValidate, GroupedGemmsRefuseASecondB) {
+  const DualArgs x;
+  const TensorView b = TensorView::batched(address(1), DType::bf16, 4, DK, DN, DK * DN, 1, DK);
+  GroupSizes sizes;
+  sizes.data = address(5);
+  sizes.count = 4;
+  testing::expect_invalid_argument([&] { api::prepare_grouped(x.a, b, x.d, sizes, x.options); }, "options.b2",
+                                   {"grouped"});
+}
+
+TEST(DualDispatch, NeverTransposedAndTiledByTheDualKernel) {
+  const DualArgs x;
+  const Problem p = validate(x);
+  EXPECT_EQ(normalize(p).m, DM);  // decode or a column-major D would transpose another problem
+  const std::vector<Candidate> candidates = rank_candidates(p, DeviceLimits{});
+  ASSERT_FALSE(candidates.empty());
+  for (const Candidate& c : candidates) {
+    EXPECT_TRUE(c.config.dual) << c.config.name();
+    EXPECT_EQ(c.config.splits, 1) << c.config.name();
+    EXPECT_EQ(c.config.tile_n % 32, 0) << c.config.name();
+    EXPECT_GE(c.config.tile_n, 128) << c.config.name();
+    EXPECT_TRUE(fits(c.config, DeviceLimits{}) || c.config.tile_n > 224) << c.config.name();
+  }
+  // One token: still the dual kernel's tiles, not the GEMV.
+  DualArgs one;
+  one.a = TensorView::row_major(address(0), DType::bf16, 1, DK);
+  one.d = TensorView::row_major(address(2), DType::bf16, 1, DN);
+  const KernelConfig decode = choose_config(validate(one), DeviceLimits{});
+  EXPECT_EQ(decode.kind, KernelKind::tma);
+  EXPECT_TRUE(decode.dual);
+  EXPECT_GE(decode.stages, 2);
+}
+
+TEST(DualDispatch, SecondOperandsTmaCannotReadRunOnTheFallbackKernel) {
+  DualArgs x;
+  // Interleaved rows of a [2N, K] weight whose K is odd: rows 2 bytes off 16-byte alignment.
+  constexpr int64_t odd_k = DK - 1;
+  x.a = TensorView::row_major(address(0), DType::bf16, DM, odd_k);
+  x.b = TensorView::matrix(address(1), DType::bf16, odd_k, DN, 1, 2 * odd_k);
+  x.options.b2 = TensorView::matrix(address(1) + odd_k * 2, DType::bf16, odd_k, DN, 1, 2 * odd_k);
+  const KernelConfig c = choose_config(validate(x), DeviceLimits{});
+  EXPECT_EQ(c.kind, KernelKind::fallback);
+  EXPECT_TRUE(c.dual);
 }
 
 }  // namespace

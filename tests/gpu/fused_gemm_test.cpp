@@ -101,18 +101,24 @@ class FusedTensors {
     for (size_t k = 0; k < program_.stores.size(); ++k) outputs_.push_back(tensors_[program_.inputs.size() + k].copy_back());
   }
   // D's value `got` (of type `out`) at the epilogue's (b, m, n), and each output's there, against
-  // the epilogue of the reference `ref`, allowed as far as the epilogue moves within ref's
-  // accumulation tolerance `tol`, plus the stored type's rounding and f32 arithmetic's.
-  void check(int64_t b, int64_t m, int64_t n, double ref, double tol, double got, DType out) {
-    std::vector<double> inputs(program_.inputs.size()), at(program_.nodes.size()), lo(at.size()), hi(at.size());
+  // the epilogue of the reference `ref` (and a dual GEMM's second product `ref2`), allowed as far
+  // as the epilogue moves within their accumulation tolerances `tol` and `tol2`, plus the stored
+  // type's rounding and f32 arithmetic's.
+  void check(int64_t b, int64_t m, int64_t n, double ref, double tol, double got, DType out, double ref2 = 0,
+             double tol2 = 0) {
+    std::vector<double> inputs(program_.inputs.size()), at(program_.nodes.size()), moved_to(at.size());
     for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = tensors_[i].values[size_t(tensors_[i].offset(b, m, n))];
-    reference::evaluate_epilogue(program_, ref, 0.0, inputs, at);
-    reference::evaluate_epilogue(program_, ref - tol, 0.0, inputs, lo);
-    reference::evaluate_epilogue(program_, ref + tol, 0.0, inputs, hi);
+    reference::evaluate_epilogue(program_, ref, ref2, inputs, at);
+    std::vector<double> moved(at.size(), 0.0);  // the most each node moves at the tolerances' corners
+    for (double x : {ref - tol, ref + tol}) {
+      for (double y : {ref2 - tol2, ref2 + tol2}) {
+        reference::evaluate_epilogue(program_, x, y, inputs, moved_to);
+        for (size_t i = 0; i < at.size(); ++i) moved[i] = std::max(moved[i], std::fabs(moved_to[i] - at[i]));
+      }
+    }
     auto expect = [&](double value, int node, DType type, const std::string& what) {
       const double want = at[size_t(node)];
-      const double moved = std::max(std::fabs(lo[size_t(node)] - want), std::fabs(hi[size_t(node)] - want));
-      const double allowed = moved + unit(type) * std::fabs(want) + 1e-5 * (1 + std::fabs(want));
+      const double allowed = moved[size_t(node)] + unit(type) * std::fabs(want) + 1e-5 * (1 + std::fabs(want));
       if (std::fabs(value - want) <= allowed) return;  // false for NaN
       if (++wrong_ <= 5) {
         ADD_FAILURE() << text_ << ": " << what << " at (" << b << ", " << m << ", " << n << ") is " << value
@@ -290,6 +296,130 @@ TEST_F(FusedGemm, WithCAndFp8Inputs) {
   expect_fused_correct({s, "sigmoid(acc) * g[m, n]", {bf16}, {}});
   s = {.m = 256, .n = 512, .k = 1024, .in = DType::e4m3, .scale_a = ScaleMode::block, .scale_b = ScaleMode::block};
   expect_fused_correct({s, "pre[m, n] = acc; silu(acc * scale[m] + bias[n])", {f32, bf16}, {bf16}});
+}
+
+// A view of `t` with other data, shape and strides (elements).
+TensorView view_of(const TensorView& t, int64_t offset, int64_t rows, int64_t cols, int64_t row_stride,
+                   int64_t col_stride) {
+  return TensorView::matrix(static_cast<char*>(t.data) + offset * dtype_size(t.dtype), t.dtype, rows, cols, row_stride,
+                            col_stride);
+}
+
+// How a dual GEMM's B and B2 (K x N each) lie in one K x 2N operand W: as its two halves of
+// columns (a concatenated [2N, K] weight), or its even and odd columns (interleaved).
+enum class DualForm { halves, interleaved };
+
+// A dual GEMM (GemmOptions::b2) with the epilogue `text` (empty: the default SwiGLU): D (the
+// first N = wide.n / 2 columns of the spec's M x 2N D, whose others must stay NaN) and its outputs
+// against the epilogue of the double-precision references of A B and A B2, where B and B2 are
+// views of the spec's K x 2N B as `form` says. Returns the plan gemm() ran (or `forced`).
+Plan expect_dual_correct(const ProblemSpec& wide, const std::string& text, const std::vector<DType>& inputs,
+                         DualForm form, const KernelConfig* forced = nullptr) {
+  SCOPED_TRACE(wide.describe() + (form == DualForm::halves ? " halves" : " interleaved") + " [" + text + "]");
+  const std::string program_text = text.empty() ? "silu(acc) * acc2" : text;
+  DeviceProblem problem(wide, testing::fresh_seed());
+  problem.prepare_output(nullptr);
+  const int64_t n = wide.n / 2;
+  const TensorView w = problem.b(), wide_d = problem.d();
+  const bool interleaved = form == DualForm::interleaved;
+  const int64_t col_step = interleaved ? 2 * w.col_stride() : w.col_stride();
+  const TensorView b = view_of(w, 0, w.rows(), n, w.row_stride(), col_step);
+  const TensorView b2 = view_of(w, (interleaved ? 1 : n) * w.col_stride(), w.rows(), n, w.row_stride(), col_step);
+  const TensorView d = view_of(wide_d, 0, wide_d.rows(), n, wide_d.row_stride(), wide_d.col_stride());
+  FusedTensors tensors(program_text, inputs, {}, {}, wide.m, n);
+  GemmOptions options = problem.options(nullptr);
+  options.b2 = b2;
+  options.epilogue = tensors.epilogue();
+  if (text.empty()) options.epilogue.text.clear();
+  const Problem p = validate_gemm(problem.a(), b, d, options);
+  if (forced) {
+    KernelConfig config = problem_config(p);
+    static_cast<KernelKnobs&>(config) = *forced;
+    config = with_tile(config, {forced->tile_m, forced->tile_n});
+    run_plan(make_plan(p, &config), p, nullptr);
+  } else {
+    gemm(problem.a(), b, d, options);
+  }
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const Plan plan = forced ? Plan{} : make_plan(normalize(p));
+
+  const GemmOptions plain = problem.options(nullptr);
+  const Problem first = validate_gemm(problem.a(), b, d, plain), second = validate_gemm(problem.a(), b2, d, plain);
+  const Reference ref = reference_of(first), ref2 = reference_of(second);
+  const double accumulation = reference::accumulation_tolerance(first);
+  const std::vector<char> out = problem.copy_output();
+  tensors.copy_outputs();
+  int64_t outside = 0;  // D's other N columns, which must stay NaN
+  for (int64_t m = 0; m < wide.m; ++m) {
+    for (int64_t c = 0; c < wide.n; ++c) {
+      const double got = testing::read_back(out, d.dtype, m * wide_d.row_stride() + c * wide_d.col_stride());
+      if (c >= n) {
+        outside += !std::isnan(got);
+        continue;
+      }
+      const size_t i = size_t(m * n + c);
+      const double tol = accumulation * ref.abs_values[i] + 1e-6 * std::fabs(ref.values[i]);
+      const double tol2 = accumulation * ref2.abs_values[i] + 1e-6 * std::fabs(ref2.values[i]);
+      tensors.check(0, m, c, ref.values[i], tol, got, d.dtype, ref2.values[i], tol2);
+    }
+  }
+  EXPECT_EQ(tensors.wrong(), 0);
+  EXPECT_EQ(outside, 0) << "elements of D's buffer written past its N columns";
+  return plan;
+}
+
+using DualGemm = testing::GpuTest;
+
+// SwiGLU's up-projection shapes: N a multiple of the tile's half and not (13652 = 7 x 1950 + 2,
+// Llama-2's 13824 / 2 + ...), the last tile column moved left; M prime; K not a multiple of 64.
+TEST_F(DualGemm, SwigluMatchesTheTwoProductsOnTmaStores) {
+  using DType::bf16, DType::f32;
+  const Plan plan = expect_dual_correct({.m = 257, .n = 2 * 13652, .k = 320}, "", {}, DualForm::halves);
+  EXPECT_TRUE(plan.config.dual && plan.config.kind == KernelKind::tma) << plan.config.name();
+  EXPECT_EQ(plan.kernel ? plan.kernel->local_bytes : -1, 0) << plan.config.name();
+  std::printf("plan: %s\n", plan.config.name().c_str());
+  expect_dual_correct({.m = 1, .n = 2 * 4096, .k = 1024}, "", {}, DualForm::halves);
+  expect_dual_correct({.m = 4097, .n = 2 * 257, .k = 67, .align_leading = true}, "", {}, DualForm::interleaved);
+  expect_dual_correct({.m = 129, .n = 2 * 1000, .k = 512, .out = f32}, "silu(acc + bias[n]) * (acc2 + bias2[n])",
+                      {bf16, f32}, DualForm::halves);
+}
+
+// gpt-oss's variant: the gate clamped above, the up projection on both sides, alpha 1.702.
+TEST_F(DualGemm, ClampedGptOssVariantAndResidual) {
+  using DType::bf16, DType::f16;
+  constexpr const char* kGptOss = "g = min(acc, 7); g * sigmoid(1.702 * g) * (clamp(acc2, -7, 7) + 1)";
+  ProblemSpec s{.m = 384, .n = 2 * 2880, .k = 512, .input_lo = -1.0f, .alpha = 8.0f};  // alpha: products past 7
+  expect_dual_correct(s, kGptOss, {}, DualForm::interleaved);
+  s = {.m = 200, .n = 2 * 768, .k = 256, .in = DType::f16, .out = DType::f16};
+  expect_dual_correct(s, "silu(acc) * acc2 * scale[m] + r[m, n]", {f16, f16}, DualForm::halves);
+}
+
+// Every class of dual kernel: each tile width it takes, clustered and not, one and two consumer
+// warpgroups, B N-major, D stored by rows or directly, batched, and the fallback kernel (B2 not
+// readable by TMA: an interleaved N-major B).
+TEST_F(DualGemm, EveryTileAndStorePath) {
+  using DType::bf16;
+  for (int tile_n : {128, 160, 192, 224, 256}) {
+    for (int cluster : {1, 2}) {
+      KernelConfig knobs;
+      knobs.tile_m = 128;
+      knobs.tile_n = tile_n;
+      knobs.cluster_m = cluster;
+      knobs.stages = 3;
+      expect_dual_correct({.m = 300, .n = 2 * 700, .k = 192}, "", {}, DualForm::halves, &knobs);
+    }
+  }
+  KernelConfig half_height;
+  half_height.tile_m = 64;
+  half_height.tile_n = 256;
+  half_height.stages = 4;
+  expect_dual_correct({.m = 70, .n = 2 * 600, .k = 128}, "", {}, DualForm::halves, &half_height);
+  expect_dual_correct({.m = 130, .n = 2 * 640, .k = 256, .layout = "NN"}, "", {}, DualForm::halves);  // B N-major
+  expect_dual_correct({.m = 515, .n = 2 * 301, .k = 96, .pad_d = 1}, "", {}, DualForm::halves);  // D by rows
+  expect_dual_correct({.m = 70, .n = 2 * 301, .k = 96, .pad_d = 3}, "", {}, DualForm::halves);   // D directly
+  expect_dual_correct({.m = 100, .n = 2 * 300, .k = 64, .d_col_major = true}, "", {}, DualForm::halves);
+  expect_dual_correct({.m = 96, .n = 2 * 200, .k = 64, .layout = "NN"}, "", {}, DualForm::interleaved);  // fallback
+  expect_dual_correct({.m = 50, .n = 2 * 90, .k = 0}, "acc2 - acc", {}, DualForm::halves);              // K = 0
 }
 
 // Matrix g of a [batch] view, and rows [first, first + count) of a matrix view.
