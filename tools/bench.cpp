@@ -26,6 +26,7 @@
 #include "codegen/kernel_source.h"
 #include "commands.h"
 #include "dispatch/plan.h"
+#include "epilogue/program.h"
 #include "gemmkit/error.h"
 #include "bench/progress.h"
 #include "bench/report.h"
@@ -211,16 +212,29 @@ int run_bench(const BenchOptions& options) {
     const int sets = int(pool.size());
     // --epilogue (else the suite line's): our side fused, its tensors per buffer set; our GEMM
     // without it timed too.
+    // An epilogue that reads acc2 makes the line a dual GEMM (SwiGLU): its N is the accumulators'
+    // columns, B's and B2's side by side, so that cuBLASLt and our unfused GEMM run the plain GEMM
+    // of the same flops; our side runs the dual GEMM on the halves (dual_views).
     const std::string& epilogue_text = options.epilogue.empty() ? sp.epilogue : options.epilogue;
     const bool fused = !epilogue_text.empty();
+    const bool dual = fused && epilogue::reads_acc2(epilogue::parse(epilogue_text));
+    reference::ProblemSpec fused_spec = spec;  // D as the epilogue sees it
+    if (dual) fused_spec.n = spec.n / 2;
     std::vector<std::unique_ptr<EpilogueBuffers>> epilogues;
     std::vector<GemmOptions> ours;  // each set's options on our side
+    std::vector<DualViews> halves;  // each set's dual operands
     for (const auto& set : pool) {
       ours.push_back(set->options(stream));
       if (!fused) continue;
-      epilogues.push_back(std::make_unique<EpilogueBuffers>(epilogue_text, spec, random_seed()));
+      epilogues.push_back(std::make_unique<EpilogueBuffers>(epilogue_text, fused_spec, random_seed()));
       ours.back().epilogue = epilogues.back()->epilogue();
+      if (!dual) continue;
+      halves.push_back(dual_views(*set));
+      ours.back().b2 = halves.back().b2;
     }
+    // Our side's B and D: the set's, or a dual GEMM's halves.
+    const auto our_b = [&](size_t s) { return dual ? halves[s].b : pool[s]->b(); };
+    const auto our_d = [&](size_t s) { return dual ? halves[s].d : pool[s]->d(); };
     std::vector<Problem> lt_problems;
     for (const auto& set : pool) {
       Problem p = validate_gemm(set->a(), set->b(), set->d(), set->options(stream));
@@ -233,7 +247,7 @@ int run_bench(const BenchOptions& options) {
     if (force) {
       for (const auto& set : pool) {
         const size_t s = forced_problems.size();
-        const api::PreparedGemm prepared = api::prepare_gemm(set->a(), set->b(), set->d(), ours[s], device);
+        const api::PreparedGemm prepared = api::prepare_gemm(set->a(), our_b(s), our_d(s), ours[s], device);
         forced_problems.push_back(oriented(prepared.problem));
       }
     }
@@ -247,11 +261,10 @@ int run_bench(const BenchOptions& options) {
     record.layout = spec.layout;
     record.dtype = type_spec(sp);
     record.epilogue = epilogue_text;
-    record.config = forced ? forced->config.name() : chosen_config(pool[0]->a(), pool[0]->b(), pool[0]->d(), ours[0]);
+    record.config = forced ? forced->config.name() : chosen_config(pool[0]->a(), our_b(0), our_d(0), ours[0]);
     std::vector<std::function<void(int)>> launchers = {[&](int s) {
       if (forced) return run_plan(*forced, forced_problems[size_t(s)], stream);
-      const auto& problem = *pool[size_t(s)];
-      gemm(problem.a(), problem.b(), problem.d(), ours[size_t(s)]);
+      gemm(pool[size_t(s)]->a(), our_b(size_t(s)), our_d(size_t(s)), ours[size_t(s)]);
     }};
     // cuBLASLt runs the same problems where it can. Where it rejects an FP8 row's scaling (mode,
     // scale layout or shape, e.g. block scales at M = 1), it runs the row with per-tensor scales

@@ -2,6 +2,7 @@
 
 #include "commands.h"
 #include "epilogue/program.h"
+#include "gemmkit/error.h"
 #include "runtime/driver.h"
 #include "runtime/utility_kernels.h"
 
@@ -48,6 +49,21 @@ EpilogueBuffers::EpilogueBuffers(const std::string& text, const reference::Probl
   for (const epilogue::Store& out : program.stores) add(out.name, spec.out, spec.batch, spec.m, spec.n, true);
   runtime::check(cudaDeviceSynchronize(), "filling epilogue inputs");
   epilogue_.text = text;
+}
+
+DualViews dual_views(const reference::DeviceProblem& set) {
+  const reference::ProblemSpec& spec = set.spec();
+  if (spec.batch != 1 || spec.n % 2 != 0) {
+    throw Error(ErrorCode::invalid_argument,
+                "dual epilogue on " + spec.describe() + ": expected one matrix (batch 1) and an even N, the columns of B " +
+                    "and B2 side by side");
+  }
+  const int64_t n = spec.n / 2;
+  auto columns = [n](const TensorView& t, int64_t first) {
+    return TensorView::matrix(static_cast<char*>(t.data) + first * t.col_stride() * dtype_size(t.dtype), t.dtype,
+                              t.rows(), n, t.row_stride(), t.col_stride());
+  };
+  return {columns(set.b(), 0), columns(set.b(), n), columns(set.d(), 0)};
 }
 
 CopyBuffers::CopyBuffers(double bytes, int sets) : half(size_t(bytes / 2) / 16 * 16) {

@@ -41,6 +41,14 @@ class EpilogueBuffers {
   Epilogue epilogue_;
 };
 
+// A dual GEMM's operands in one buffer set whose spec is the GEMM of its accumulators (K x 2N B,
+// M x 2N D; one matrix): B's first N columns and its last N as B2 (a concatenated [2N, K] weight
+// for NT), D's first N columns. Throws Error(invalid_argument) for a batch or an odd N.
+struct DualViews {
+  TensorView b, b2, d;
+};
+DualViews dual_views(const reference::DeviceProblem& set);
+
 // Source and destination halves for copies that move `bytes` each (half read, half written),
 // one pair per set so that copies rotate past L2 as the GEMMs do. No memory unless half of what
 // is free covers them.
