@@ -95,9 +95,10 @@ constexpr int kCopyWarps = 2, kRealignWarps = 2;  // the producer's warps 0-1 an
 constexpr u32 kTmaStageBytes = (kRealignA ? 0 : kStageBytesA) + (kRealignB ? 0 : kStageBytesB);
 static_assert(!kRealign || (kClusterM == 1 && kConsumers == 1 && !k8Bit),
               "realigned operands run on unclustered 16-bit tiles of one consumer warpgroup");
-static_assert(!kDual || (!k8Bit && !kSplitK && !kGrouped && !kRealignB && !kRowClasses && !kDByColumns && kClusterM <= 2 &&
+static_assert(!kDual || (!k8Bit && !kSplitK && !kGroupedK && !kRealignB && !kRowClasses && !kDByColumns && kClusterM <= 2 &&
                          (kBKMajor || kTileN % 128 == 0)),
-              "dual GEMMs run on unsplit dense 16-bit tiles with B read by TMA, N-major B's halves whole 64-wide blocks");
+              "dual GEMMs run on unsplit 16-bit tiles (dense or groups of rows) with B read by TMA, N-major B's halves "
+              "whole 64-wide blocks");
 static_assert(!kRowClasses || (kClusterM == 1 && kConsumers == 1 && !k8Bit && !kRealign && !kTmaStore && kAKMajor &&
                                kBKMajor && !kABatched && kTileK == kClassBlock),
               "row classes run on unclustered, unbatched 16-bit K-major tiles of one consumer warpgroup, stored directly");

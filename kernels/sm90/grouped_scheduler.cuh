@@ -135,7 +135,7 @@ struct GroupedScheduler : PersistentUnits {
     w.batch = g;
     w.row = int((kGroupedRows && g > 0 ? ends[g - 1] : 0) + (tile_row * kClusterM + rank) * kTileM);
     w.row_end = int(ends[g]);
-    w.col = int(col * kTileN);
+    w.col = int(col * kTileCols);
     if (kShiftLastCol && w.col == col_shift_from) w.col = col_shift_to;
     w.split = 0;
     w.k_begin = 0;

@@ -42,9 +42,8 @@ TensorView first_matrix(const TensorView& t) {
   return TensorView::matrix(t.data, t.dtype, t.rows(), t.cols(), t.row_stride(), t.col_stride());
 }
 
-// The checks every grouped entry point makes: the sizes array, the SM budget, no second B.
+// The checks every grouped entry point makes: the sizes array and the SM budget.
 void check_sizes_and_budget(const GroupSizes& sizes, const GemmOptions& options) {
-  if (options.b2) fail("options.b2: given to a grouped GEMM; expected none (grouped dual GEMMs are not supported yet)");
   if (sizes.count < 1 || sizes.count > kMaxGroups) {
     fail("sizes: count " + std::to_string(sizes.count) + "; expected 1 to " + std::to_string(kMaxGroups) + " groups");
   }
@@ -70,6 +69,13 @@ Problem validate_grouped(const TensorView& a, const TensorView& b, const TensorV
   }
   if (options.beta != 0.0f) {
     fail("options.beta: " + std::to_string(options.beta) + "; expected 0 (grouped_gemm takes no C)");
+  }
+  if (options.b2) {  // a dual grouped GEMM (the MoE up-projection): B2 batched by group as B is
+    check_form(*options.b2, "options.b2");
+    if (options.b2->rank != 3 || options.b2->batch() != groups) {
+      fail("options.b2: shape " + shape_text(*options.b2) + "; expected [G, K, N] like B, with G = sizes.count = " +
+           std::to_string(groups));
+    }
   }
   GemmOptions dense = options;  // as validate_gemm checks the rest; the epilogue, for the groups, after it
   dense.max_sms = 0;
@@ -100,9 +106,11 @@ Problem validate_grouped(const TensorView& a, const TensorView& b, const TensorV
       }
       first.scale_b.scales = first_matrix(s);
     }
+    if (options.b2) first.b2 = first_matrix(*options.b2);
     p = validate_gemm(a, first_matrix(b), d, first);
     p.batch = groups;
     p.b.batch_stride = b.batch_stride();
+    if (options.b2) p.b2.batch_stride = options.b2->batch_stride();
     if (options.scale_b.mode != ScaleMode::none) p.scale_b.m.batch_stride = options.scale_b.scales.batch_stride();
   }
   if (p.k == 0 && p.m > 0 && p.n > 0) fail("A: K = 0; expected K >= 1 for grouped_gemm");
@@ -110,8 +118,9 @@ Problem validate_grouped(const TensorView& a, const TensorView& b, const TensorV
   p.max_sms = options.max_sms;
   p.epilogue = epilogue_ref(options.epilogue, p);
   if (p.m > 0 && p.n > 0 && !grouped_operands_readable(p)) {
-    fail(std::string("A, B: not readable by TMA as they lie; expected 16-byte-aligned data and strides, a contiguous "
-                     "dimension in each") +
+    fail(std::string(p.dual() ? "A, B, options.b2" : "A, B") +
+         ": not readable by TMA as they lie; expected 16-byte-aligned data and strides, a contiguous dimension in "
+         "each" + (p.dual() ? std::string(", B and B2 alike") : std::string()) +
          (is_fp8(p.a.dtype) ? ", and FP8 A K-major (A's K contiguous)" : ""));
   }
   return p;
@@ -123,6 +132,7 @@ Problem validate_grouped(const TensorView& a, const TensorView& b, const TensorV
 Problem validate_grouped_wgrad(const TensorView& x, const TensorView& y, const TensorView& d, const GroupSizes& sizes,
                                const GemmOptions& options) {
   check_sizes_and_budget(sizes, options);
+  if (options.b2) fail("options.b2: given to grouped_gemm_wgrad; expected none (a dual GEMM's groups split the rows)");
   if (sizes.layout != GroupLayout::contiguous) {
     fail("sizes: layout masked; expected contiguous groups (G cumulative ends) for grouped_gemm_wgrad");
   }

@@ -231,7 +231,7 @@ bool tile_takes_groups(TileShape tile, const KernelConfig& facts) {
 }
 
 bool tile_takes_epilogue(TileShape tile, const KernelConfig& facts) {
-  return !facts.epilogue || tile.n <= (facts.grouped() ? 208 : 224);
+  return !facts.epilogue || facts.dual || tile.n <= (facts.grouped() ? 208 : 224);
 }
 
 bool tile_takes_scales(TileShape tile, ScaleMode a, ScaleMode b) {

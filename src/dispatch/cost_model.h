@@ -34,7 +34,8 @@ bool tile_takes_groups(TileShape tile, const KernelConfig& facts);
 // thread): on tiles up to 224 wide (grouped: 208). Wider, most epilogues spill (ptxas: a bias
 // and a row scale with gelu, 12-40 bytes on 240 and 256); narrower, the heaviest still may (gelu
 // with an M x N read in a grouped kernel at 208: 8 bytes), which the plan finds when it loads the
-// kernel and then narrows the tile (dispatch/plan.cpp).
+// kernel and then narrows the tile (dispatch/plan.cpp). A dual GEMM's epilogue works on half
+// the accumulators' columns: every tile is tried, and the plan narrows those that spill.
 bool tile_takes_epilogue(TileShape tile, const KernelConfig& facts);
 
 // Whether the tile's kernel can take these scale modes: mx scales (promoted every 32 of K, with

@@ -136,6 +136,10 @@ bool grouped_operands_readable(const Problem& p) {
   const TmaAccess a = tma_access(p.a, p.rows_batch(), p.m, p.k), b = tma_access(p.b, p.batch, p.k, p.n);
   if (!a.ok || p.k >= kCoordinateLimit) return false;
   if (p.groups.along_k) return b.ok && !a.cols_contiguous;  // the kernel clears A's K rows
+  if (p.dual()) {  // B2 read by TMA as B is (no grouped kernel stages it)
+    const TmaAccess b2 = tma_access(p.b2, p.batch, p.k, p.n);
+    return b.ok && b2.ok && b2.cols_contiguous == b.cols_contiguous;
+  }
   return is_fp8(p.a.dtype) ? a.cols_contiguous : b.ok;      // FP8 B staged where it must be
 }
 

@@ -29,8 +29,9 @@ KernelConfig problem_config(const Problem& p);
 
 // Grouped problems (core/problem.h, GroupRef): whether the grouped kernel can read A and B, as
 // they lie or staged (TMA-addressable; FP8 A K-major, FP8 B any, staged K-major where not; along
-// K, 16-bit with A's M contiguous, or FP8, both staged); and the facts of the config, which
-// problem_config returns for them (the grouped kernel stores D directly where TMA cannot).
+// K, 16-bit with A's M contiguous, or FP8, both staged; a dual GEMM's B2 read by TMA as B is);
+// and the facts of the config, which problem_config returns for them (the grouped kernel stores D
+// directly where TMA cannot).
 bool grouped_operands_readable(const Problem& p);
 KernelConfig grouped_problem_config(const Problem& p);
 

@@ -130,8 +130,9 @@ TEST(FusedEpilogue, EveryStorePathAndKernelCompilesWithoutSpills) {
 }
 
 // Dual GEMMs (SwiGLU: kDual) on every tile width the cost model gives them, clustered (each CTA
-// loading one operand's half) and not, B N-major, D by rows and directly, and the fallback kernel,
-// with the plain SwiGLU and with gpt-oss's clamped variant plus a bias and a residual.
+// loading one operand's half) and not, B N-major, D by rows and directly, grouped (contiguous and
+// masked), and the fallback kernel, with the plain SwiGLU and with gpt-oss's clamped variant plus
+// a bias and a residual.
 TEST(FusedEpilogue, DualKernelsCompileWithoutSpills) {
   using DType::bf16, DType::f32;
   const std::string plain = "silu(acc) * acc2";
@@ -159,6 +160,14 @@ TEST(FusedEpilogue, DualKernelsCompileWithoutSpills) {
   add({128, 192}, 1, heavy_code, [](KernelConfig& c) { c.tma_store = false; });  // by rows
   add({64, 128}, 1, heavy_code, [](KernelConfig& c) { c.tma_store = false; });   // direct
   add({128, 256}, 1, plain_code, [](KernelConfig& c) { c.out = f32; });
+  for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked}) {  // the MoE up-projection
+    add({128, layout == GroupLayout::masked ? 224 : 256}, 1, heavy_code, [&](KernelConfig& c) {
+      c.group_layout = layout;
+      c.group_capacity = 128;
+      c.b_batched = true;
+      c.a_batched = layout == GroupLayout::masked;
+    });
+  }
   KernelConfig fallback;
   fallback.kind = KernelKind::fallback;
   fallback.dual = true;

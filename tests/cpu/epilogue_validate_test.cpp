@@ -216,6 +216,11 @@ TEST(EpilogueValidate, FusedEpiloguesAreTriedOnTilesUpTo224Wide) {
   EXPECT_LE(choose_config(p, {}, 160).tile_n, 160);
 }
 
+// Matrix 0 of a [batch] view.
+TensorView first_matrix_of(const TensorView& t) {
+  return TensorView::matrix(t.data, t.dtype, t.rows(), t.cols(), t.row_stride(), t.col_stride());
+}
+
 // Dual GEMMs (GemmOptions::b2): the argument checks, the default epilogue, and how dispatch takes
 // the problem (never transposed, the dual kernel's tiles, the fallback kernel where TMA cannot
 // read B2).
@@ -285,14 +290,32 @@ TEST(DualValidate, TheEpilogueReadsAcc2ExactlyWhereTheProblemIsDual) {
   EXPECT_TRUE(validate(x).epilogue.fused());
 }
 
-TEST(DualValidate, GroupedGemmsRefuseASecondB) {
+// The MoE up-projection: B and B2 [G, K, N], one gate and one up weight an expert.
+TEST(DualValidate, GroupedGemmsTakeASecondBOfEachGroup) {
+  constexpr int64_t G = 4;
   const DualArgs x;
-  const TensorView b = TensorView::batched(address(1), DType::bf16, 4, DK, DN, DK * DN, 1, DK);
+  const TensorView b = TensorView::batched(address(1), DType::bf16, G, DK, DN, 2 * DK * DN, 1, DK);
+  GemmOptions options;
+  options.b2 = TensorView::batched(address(1) + DK * DN * 2, DType::bf16, G, DK, DN, 2 * DK * DN, 1, DK);
   GroupSizes sizes;
   sizes.data = address(5);
-  sizes.count = 4;
-  testing::expect_invalid_argument([&] { api::prepare_grouped(x.a, b, x.d, sizes, x.options); }, "options.b2",
-                                   {"grouped"});
+  sizes.count = G;
+  const Problem p = api::prepare_grouped(x.a, b, x.d, sizes, options, 0).problem;
+  EXPECT_TRUE(p.dual() && p.grouped());
+  EXPECT_EQ(p.b2.batch_stride, 2 * DK * DN);
+  EXPECT_NE(p.epilogue.code->find("acc2"), std::string::npos);
+  const KernelConfig c = choose_grouped_config(p, DeviceLimits{});
+  EXPECT_TRUE(c.dual && c.grouped()) << c.name();
+  EXPECT_EQ(c.tile_n % 32, 0) << c.name();
+  options.b2 = first_matrix_of(*options.b2);  // one weight for every group
+  testing::expect_invalid_argument([&] { api::prepare_grouped(x.a, b, x.d, sizes, options, 0); }, "options.b2",
+                                   {"[G, K, N]"});
+  // The weight gradient's groups split K: no pairs of columns there.
+  options.b2 = b;
+  const TensorView y = TensorView::row_major(address(6), DType::bf16, DM, DN);
+  const TensorView d = TensorView::batched(address(7), DType::bf16, G, DK, DN, DK * DN, DN, 1);
+  testing::expect_invalid_argument([&] { api::prepare_grouped_wgrad(x.a, y, d, sizes, options, 0); }, "options.b2",
+                                   {"grouped_gemm_wgrad"});
 }
 
 TEST(DualDispatch, NeverTransposedAndTiledByTheDualKernel) {

@@ -447,7 +447,7 @@ struct DeviceSizes {
 // M_total x ..., 5 rows past the groups) or masked (A and D [G, max_m + 3, ...]): each group's
 // rows against its GEMM's reference, b = the group, m = D's row (contiguous: of M_total).
 void expect_grouped_fused_correct(GroupLayout layout, const std::vector<int64_t>& rows, int64_t n, const std::string& text,
-                                  const std::vector<DType>& inputs, const std::vector<DType>& stores) {
+                                  const std::vector<DType>& inputs, const std::vector<DType>& stores, bool dual = false) {
   SCOPED_TRACE(std::string(layout == GroupLayout::masked ? "masked" : "contiguous") + " [" + text + "]");
   const bool masked = layout == GroupLayout::masked;
   const int64_t groups = int64_t(rows.size());
@@ -455,6 +455,8 @@ void expect_grouped_fused_correct(GroupLayout layout, const std::vector<int64_t>
   const int64_t m = masked ? *std::max_element(rows.begin(), rows.end()) + 3 : total + 5;
   DeviceProblem dense({.m = m, .n = n, .k = 256, .batch = groups}, testing::fresh_seed());
   dense.prepare_output(nullptr);
+  // A dual GEMM's B2 [G, K, N]: another problem's B.
+  const DeviceProblem second({.m = 1, .n = n, .k = 256, .batch = groups}, testing::fresh_seed());
   const TensorView a = masked ? dense.a() : matrix_of(dense.a(), 0), b = dense.b();
   const TensorView d = masked ? dense.d() : matrix_of(dense.d(), 0);
   std::vector<int64_t> sizes(rows);
@@ -465,6 +467,7 @@ void expect_grouped_fused_correct(GroupLayout layout, const std::vector<int64_t>
   FusedTensors tensors(text, inputs, stores, batches, m, n);
   GemmOptions options = dense.options(nullptr);
   options.epilogue = tensors.epilogue();
+  if (dual) options.b2 = second.b();
   grouped_gemm(a, b, d, {layout, device_sizes.data, false, groups}, options);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 
@@ -477,9 +480,11 @@ void expect_grouped_fused_correct(GroupLayout layout, const std::vector<int64_t>
     start += count;
     if (count == 0) continue;
     const TensorView dg = rows_of(masked ? matrix_of(d, g) : d, first, count);
-    const Problem p = validate_gemm(rows_of(masked ? matrix_of(a, g) : a, first, count), matrix_of(b, g), dg,
-                                    dense.options(nullptr));
+    const TensorView ag = rows_of(masked ? matrix_of(a, g) : a, first, count);
+    const Problem p = validate_gemm(ag, matrix_of(b, g), dg, dense.options(nullptr));
     const Reference ref = reference_of(p);
+    const Reference ref2 = dual ? reference_of(validate_gemm(ag, matrix_of(second.b(), g), dg, dense.options(nullptr)))
+                                : Reference{};
     const double accumulation = reference::accumulation_tolerance(p);
     const int64_t base = (static_cast<const char*>(dg.data) - static_cast<const char*>(dense.d().data)) / dtype_size(dg.dtype);
     for (int64_t r = 0; r < count; ++r) {
@@ -487,7 +492,9 @@ void expect_grouped_fused_correct(GroupLayout layout, const std::vector<int64_t>
         const size_t i = size_t(r * n + j);
         const double got = testing::read_back(host_d, dg.dtype, base + r * dg.row_stride() + j * dg.col_stride());
         const double tol = accumulation * ref.abs_values[i] + 1e-6 * std::fabs(ref.values[i]);
-        tensors.check(g, first + r, j, ref.values[i], tol, got, dg.dtype);
+        const double ref2_value = dual ? ref2.values[i] : 0.0;
+        const double tol2 = dual ? accumulation * ref2.abs_values[i] + 1e-6 * std::fabs(ref2_value) : 0.0;
+        tensors.check(g, first + r, j, ref.values[i], tol, got, dg.dtype, ref2_value, tol2);
         owned[size_t(((masked ? g : 0) * m + first + r) * n + j)] = true;
       }
     }
@@ -506,6 +513,18 @@ TEST_F(FusedGemm, GroupedRowsWithPerGroupVectors) {
                                {bf16, f32}, {});
   expect_grouped_fused_correct(GroupLayout::masked, {64, 0, 129, 7}, 264, "gelu(acc) * gate[m, n] + bias[n]",
                                {bf16, bf16}, {});
+}
+
+// The MoE up-projection as one dual grouped GEMM: each expert's gate and up weights, [G, K, N]
+// each; empty, one-row and tile-crossing groups; a per-expert bias on the up product.
+TEST_F(DualGemm, GroupedRowsContiguousAndMasked) {
+  using DType::bf16;
+  expect_grouped_fused_correct(GroupLayout::contiguous, {130, 0, 1, 257, 64, 200}, 1000, "silu(acc) * acc2", {}, {},
+                               true);
+  expect_grouped_fused_correct(GroupLayout::contiguous, {300, 77, 0, 500}, 2048, "silu(acc) * (acc2 + bias[n])",
+                               {bf16}, {}, true);
+  expect_grouped_fused_correct(GroupLayout::masked, {64, 0, 129, 7}, 768, "silu(acc) * acc2 * weight[m]", {DType::f32},
+                               {}, true);
 }
 
 TEST_F(FusedGemm, GroupedWeightGradient) {
