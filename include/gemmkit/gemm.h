@@ -89,7 +89,8 @@ struct GemmOptions {
   // epilogue reads as `acc2` (SwiGLU's gate and up projections: B the gate weight, b2 the up
   // weight, and an empty epilogue text taken as "silu(acc) * acc2"). K x N like B, of B's dtype,
   // batch and layout (strides may differ; a concatenated [2N, K] weight is two views of it, an
-  // interleaved one two views with twice the row stride). bf16 or f16 inputs, no C, not grouped.
+  // interleaved one two views with twice the row stride). bf16 or f16 inputs, no C. grouped_gemm
+  // takes it [G, K, N] like its B (the MoE up-projection); grouped_gemm_wgrad does not.
   std::optional<TensorView> b2;
 };
 
