@@ -169,17 +169,21 @@ KernelConfig grouped_problem_config(const Problem& p) {
 
 namespace {
 
-// A dual GEMM's facts: the TMA kernel where it reads A, B and B2 as they lie (B and B2 alike
-// major) and takes their coordinates, storing D by rows (through shared memory where TMA can);
-// else the fallback kernel. Never the GEMV, row classes, staged or realigned operands.
+// A dual GEMM's facts: the TMA kernel where its coordinates fit, storing D by rows (through
+// shared memory where TMA can); else the fallback kernel. An A TMA cannot read is staged, and so
+// are B and B2 together where TMA cannot read either as it lies or they differ in majorness, each
+// along its contiguous dimension (B's where neither has one). Never the GEMV, row classes or
+// realigned operands.
 KernelConfig dual_problem_config(const Problem& p) {
   KernelConfig config = typed_config(p);
-  const TmaAccess a = tma_access(p.a, p.batch, p.m, p.k), b = tma_access(p.b, p.batch, p.k, p.n),
-                  b2 = tma_access(p.b2, p.batch, p.k, p.n);
+  TmaAccess a = tma_access(p.a, p.batch, p.m, p.k), b = tma_access(p.b, p.batch, p.k, p.n);
+  const TmaAccess b2 = tma_access(p.b2, p.batch, p.k, p.n);
   const bool coordinates = p.m < kCoordinateLimit && p.n < kCoordinateLimit && p.k < kCoordinateLimit;
-  if (p.k == 0 || !coordinates || !a.ok || !b.ok || !b2.ok || b.cols_contiguous != b2.cols_contiguous) {
-    return fallback_config(config);
-  }
+  if (p.k == 0 || !coordinates) return fallback_config(config);
+  config.stage_a = !a.ok;
+  config.stage_b = !b.ok || !b2.ok || b.cols_contiguous != b2.cols_contiguous;
+  if (config.stage_a) a = {true, along_cols(p.a)};
+  if (config.stage_b) b = {true, b.ok ? b.cols_contiguous : along_cols(p.b)};
   config.a_k_major = a.cols_contiguous;
   config.b_k_major = !b.cols_contiguous;
   config.a_batched = p.batch > 1 && p.a.batch_stride != 0;

@@ -274,9 +274,12 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   const int64_t staged_k = p.padded_group_k();
   const StagedOperand staged_a = staged_operand(p.a, p.batch, p.m, staged_k, !config.a_k_major, config.stage_a);
   const StagedOperand staged_b = staged_operand(p.b, p.batch, staged_k, p.n, config.b_k_major, config.stage_b);
+  // A dual GEMM's B2 is staged with B, its copy after B's in B's scratch.
+  const StagedOperand staged_b2 =
+      staged_operand(p.b2, p.batch, staged_k, p.n, config.b_k_major, config.stage_b && config.dual);
   needs.staged_a_bytes = staged_a.bytes;
   needs.staged_b_bytes = config.row_classes ? size_t(8 * p.n * row_class_width(p.k) * dtype_size(p.b.dtype))
-                                            : staged_b.bytes + (padded_groups ? size_t(4 * p.batch) : 0);
+                                            : staged_b.bytes + staged_b2.bytes + (padded_groups ? size_t(4 * p.batch) : 0);
   // Where no workspace can be had (the stream's growing during a graph capture, with no scratch
   // allocator set), the kernel runs unsplit; operands that must be staged cannot run here at all
   // (the caller runs another kernel). Held until the kernels are queued.
@@ -311,7 +314,7 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   }
   // The operands as the kernel reads them: staged ones replaced by their copies, made in one launch.
   Problem q = p;
-  std::array<StageJob, 2> jobs;
+  std::array<StageJob, 3> jobs;
   size_t staged = 0;
   int* padded_ends = padded_groups ? reinterpret_cast<int*>(static_cast<char*>(workspace->staged_b) + staged_b.bytes)
                                     : nullptr;
@@ -337,6 +340,11 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   } else if (config.stage_b) {
     jobs[staged++] = stage_job(staged_b, workspace->staged_b, p, padded_groups, nullptr);
     q.b = staged_view(staged_b, workspace->staged_b);
+    if (config.dual) {
+      void* scratch = static_cast<char*>(workspace->staged_b) + staged_b.bytes;  // whole 128-byte rows: aligned
+      jobs[staged++] = stage_job(staged_b2, scratch, p, false, nullptr);
+      q.b2 = staged_view(staged_b2, scratch);
+    }
   }
   stage_copies(std::span(jobs.data(), staged), stream);
   args.a = matrix(q.a);
@@ -363,7 +371,7 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
     const uint32_t b_rows = uint32_t(config.tile_n / (config.dual ? 2 : config.cluster_m));
     map_b = cached_tensor_map(q.b, p.batch, q.k, p.n, !config.b_k_major, config.b_k_major ? k_box : 64,
                               config.b_k_major ? b_rows : 64);
-    launch.map_b2 = config.dual ? cached_tensor_map(p.b2, p.batch, q.k, p.n, !config.b_k_major,
+    launch.map_b2 = config.dual ? cached_tensor_map(q.b2, p.batch, q.k, p.n, !config.b_k_major,
                                                     config.b_k_major ? k_box : 64, config.b_k_major ? b_rows : 64)
                                 : map_b;
   }

@@ -341,14 +341,27 @@ TEST(DualDispatch, NeverTransposedAndTiledByTheDualKernel) {
   EXPECT_GE(decode.stages, 2);
 }
 
-TEST(DualDispatch, SecondOperandsTmaCannotReadRunOnTheFallbackKernel) {
+TEST(DualDispatch, OperandsTmaCannotReadAreStaged) {
   DualArgs x;
   // Interleaved rows of a [2N, K] weight whose K is odd: rows 2 bytes off 16-byte alignment.
   constexpr int64_t odd_k = DK - 1;
   x.a = TensorView::row_major(address(0), DType::bf16, DM, odd_k);
   x.b = TensorView::matrix(address(1), DType::bf16, odd_k, DN, 1, 2 * odd_k);
   x.options.b2 = TensorView::matrix(address(1) + odd_k * 2, DType::bf16, odd_k, DN, 1, 2 * odd_k);
-  const KernelConfig c = choose_config(validate(x), DeviceLimits{});
+  KernelConfig c = choose_config(validate(x), DeviceLimits{});
+  EXPECT_EQ(c.kind, KernelKind::tma);
+  EXPECT_TRUE(c.dual && c.stage_a && c.stage_b && c.a_k_major && c.b_k_major) << c.name();
+  // B aligned, B2 N-major: both staged alike (K-major, as B lies).
+  x = DualArgs{};
+  x.options.b2 = TensorView::row_major(address(3), DType::bf16, DK, DN);
+  c = choose_config(validate(x), DeviceLimits{});
+  EXPECT_TRUE(c.stage_b && !c.stage_a && c.b_k_major) << c.name();
+  // K = 0: the fallback kernel, which keeps a second accumulator.
+  x = DualArgs{};
+  x.a = TensorView::row_major(address(0), DType::bf16, DM, 0);
+  x.b = TensorView::matrix(address(1), DType::bf16, 0, DN, 1, 8);
+  x.options.b2 = TensorView::matrix(address(3), DType::bf16, 0, DN, 1, 8);
+  c = choose_config(validate(x), DeviceLimits{});
   EXPECT_EQ(c.kind, KernelKind::fallback);
   EXPECT_TRUE(c.dual);
 }

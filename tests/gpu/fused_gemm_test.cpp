@@ -335,7 +335,7 @@ Plan expect_dual_correct(const ProblemSpec& wide, const std::string& text, const
   if (forced) {
     KernelConfig config = problem_config(p);
     static_cast<KernelKnobs&>(config) = *forced;
-    config = with_tile(config, {forced->tile_m, forced->tile_n});
+    config = forced->kind == KernelKind::fallback ? fallback_config(config) : with_tile(config, {forced->tile_m, forced->tile_n});
     run_plan(make_plan(p, &config), p, nullptr);
   } else {
     gemm(problem.a(), b, d, options);
@@ -395,8 +395,8 @@ TEST_F(DualGemm, ClampedGptOssVariantAndResidual) {
 }
 
 // Every class of dual kernel: each tile width it takes, clustered and not, one and two consumer
-// warpgroups, B N-major, D stored by rows or directly, batched, and the fallback kernel (B2 not
-// readable by TMA: an interleaved N-major B).
+// warpgroups, B N-major, D stored by rows or directly, operands staged (B2 not readable by TMA:
+// an interleaved N-major B; A's and B's rows off 16 bytes: an odd K), and the fallback kernel.
 TEST_F(DualGemm, EveryTileAndStorePath) {
   using DType::bf16;
   for (int tile_n : {128, 160, 192, 224, 256}) {
@@ -418,8 +418,14 @@ TEST_F(DualGemm, EveryTileAndStorePath) {
   expect_dual_correct({.m = 515, .n = 2 * 301, .k = 96, .pad_d = 1}, "", {}, DualForm::halves);  // D by rows
   expect_dual_correct({.m = 70, .n = 2 * 301, .k = 96, .pad_d = 3}, "", {}, DualForm::halves);   // D directly
   expect_dual_correct({.m = 100, .n = 2 * 300, .k = 64, .d_col_major = true}, "", {}, DualForm::halves);
-  expect_dual_correct({.m = 96, .n = 2 * 200, .k = 64, .layout = "NN"}, "", {}, DualForm::interleaved);  // fallback
-  expect_dual_correct({.m = 50, .n = 2 * 90, .k = 0}, "acc2 - acc", {}, DualForm::halves);              // K = 0
+  const Plan staged = expect_dual_correct({.m = 96, .n = 2 * 200, .k = 64, .layout = "NN"}, "", {}, DualForm::interleaved);
+  EXPECT_TRUE(staged.config.stage_b && staged.config.kind == KernelKind::tma) << staged.config.name();
+  const Plan odd_k = expect_dual_correct({.m = 200, .n = 2 * 384, .k = 301}, "", {}, DualForm::halves);
+  EXPECT_TRUE(odd_k.config.stage_a && odd_k.config.stage_b) << odd_k.config.name();
+  KernelConfig fallback;
+  fallback.kind = KernelKind::fallback;
+  expect_dual_correct({.m = 77, .n = 2 * 130, .k = 96}, "silu(acc) * acc2 + acc", {}, DualForm::halves, &fallback);
+  expect_dual_correct({.m = 50, .n = 2 * 90, .k = 0}, "acc2 - acc", {}, DualForm::halves);  // K = 0: fallback
 }
 
 // Matrix g of a [batch] view, and rows [first, first + count) of a matrix view.
