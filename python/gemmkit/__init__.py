@@ -34,6 +34,7 @@ _TORCH_FUNCTIONS = {
     "quantize": "x in FP8, a scale per block (tensor, row, 1x128, 128x128, mx): (q, scales)",
     "scaled_grouped_mm": "grouped_mm of FP8 inputs with their scales, as torch._scaled_grouped_mm",
     "scaled_mm": "the FP8 product (a * scales) @ (b * scales); scales per tensor, row, block, mx",
+    "swiglu_mm": "silu(x @ gate.T) * (x @ up.T) as one dual GEMM (SwiGLU's up-projection)",
 }
 __doc__ = (__doc__ or "") + "\nFunctions on torch tensors (help(gemmkit.NAME) for the details):\n" + "".join(
     f"  {name:<18} {summary}\n" for name, summary in _TORCH_FUNCTIONS.items())

@@ -39,6 +39,16 @@ _lib.define("grouped_wgrad_out(Tensor x, Tensor y, Tensor offs, Tensor(a!) out, 
             "str mode_a, str mode_b, int max_sms) -> ()")
 _lib.define("quantize(Tensor x, ScalarType dtype, int block_rows, int block_cols, ScalarType scale_dtype, "
             "bool power_of_two) -> (Tensor, Tensor)")
+# SwiGLU's up-projection as one dual GEMM (gemmkit.swiglu_mm): [M, I] = the epilogue of acc = x
+# @ gate^T and acc2 = x @ up^T, the gate and up weights w and w_up ([I, K] each), or the halves
+# of w [2I, K] (w_up None; interleaved: its even and odd rows). The weights enter whole, so that
+# autograd's gradient of a combined w is one [2I, K] product. Differentiable with the default
+# epilogue (_torch.SWIGLU) alone; the epilogue's tensors as mm_epilogue's.
+_lib.define("swiglu_mm(Tensor x, Tensor w, Tensor? w_up, bool interleaved, str epilogue, str[] names, "
+            "Tensor[] inputs, ScalarType? out_dtype) -> Tensor")
+# The same into out, with an epilogue's outputs (written in place, as gemm_epilogue's); no autograd.
+_lib.define("swiglu_mm_out(Tensor x, Tensor w, Tensor? w_up, Tensor(a!) out, bool interleaved, str epilogue, "
+            "str[] names, Tensor[] inputs, Tensor(b!)[] outputs) -> ()")
 
 
 def _gemm(a, b, scale_a, scale_b, mode_a, mode_b, out_dtype, alpha, beta, c):
@@ -94,6 +104,16 @@ def _quantize(x, dtype, block_rows, block_cols, scale_dtype, power_of_two):
     return q, scales
 
 
+def _swiglu_mm(x, w, w_up, interleaved, epilogue, names, inputs, out_dtype):
+    out = t.new_swiglu_output(x, w, w_up, out_dtype)
+    t.launch_swiglu(x, w, w_up, interleaved, out, epilogue, t.epilogue_triples(epilogue, names, inputs))
+    return out
+
+
+def _swiglu_mm_out(x, w, w_up, out, interleaved, epilogue, names, inputs, outputs):
+    t.launch_swiglu(x, w, w_up, interleaved, out, epilogue, t.epilogue_triples(epilogue, names, [*inputs, *outputs]))
+
+
 _lib.impl("gemm", _gemm, "CUDA")
 _lib.impl("gemm_out", _gemm_out, "CUDA")
 _lib.impl("gemm_epilogue", _gemm_epilogue, "CUDA")
@@ -104,6 +124,8 @@ _lib.impl("grouped_mm_out", _grouped_mm_out, "CUDA")
 _lib.impl("grouped_wgrad", _grouped_wgrad, "CUDA")
 _lib.impl("grouped_wgrad_out", _grouped_wgrad_out, "CUDA")
 _lib.impl("quantize", _quantize, "CUDA")
+_lib.impl("swiglu_mm", _swiglu_mm, "CUDA")
+_lib.impl("swiglu_mm_out", _swiglu_mm_out, "CUDA")
 
 
 @torch.library.register_fake("gemmkit::gemm")
@@ -158,6 +180,16 @@ def _quantize_fake(x, dtype, block_rows, block_cols, scale_dtype, power_of_two):
     return x.new_empty(q_shape, dtype=dtype), x.new_empty(s_shape, dtype=scale_dtype)
 
 
+@torch.library.register_fake("gemmkit::swiglu_mm")
+def _swiglu_mm_fake(x, w, w_up, interleaved, epilogue, names, inputs, out_dtype):
+    return x.new_empty(t.swiglu_output_shape(x, w, w_up), dtype=t.output_dtype(x, out_dtype))
+
+
+@torch.library.register_fake("gemmkit::swiglu_mm_out")
+def _swiglu_mm_out_fake(x, w, w_up, out, interleaved, epilogue, names, inputs, outputs):
+    return None
+
+
 # --- autograd ----------------------------------------------------------------------------------
 # D = alpha * A B + beta * C gives dA = alpha * dD B^T, dB = alpha * A^T dD and dC = beta * dD,
 # each computed by gemmkit (so a compiled backward runs gemmkit too). dD is taken in the inputs'
@@ -174,13 +206,13 @@ def _column_major(t):
     return t.size(-2) > 1 and t.stride(-2) == 1 and (t.size(-1) == 1 or t.stride(-1) != 1)
 
 
-def _product(x, y, out_dtype, alpha):
-    """The gradients' products: launched at once where torch has nothing to record (an eager
-    backward pass), else through the operator (a traced or double backward; other devices' stand-in
-    kernels in the tests)."""
-    if x.is_cuda and t.direct(x, y):
-        return _gemm(x, y, None, None, "none", "none", out_dtype, alpha, 0.0, None)
-    return torch.ops.gemmkit.gemm(x, y, None, None, "none", "none", out_dtype, alpha, 0.0, None)
+def _product(x, y, out_dtype, alpha, beta=0.0, c=None):
+    """The gradients' products (alpha * x @ y + beta * c): launched at once where torch has
+    nothing to record (an eager backward pass), else through the operator (a traced or double
+    backward; other devices' stand-in kernels in the tests)."""
+    if x.is_cuda and t.direct(x, y, c):
+        return _gemm(x, y, None, None, "none", "none", out_dtype, alpha, beta, c)
+    return torch.ops.gemmkit.gemm(x, y, None, None, "none", "none", out_dtype, alpha, beta, c)
 
 
 def _product_like(x, y, like, alpha):
@@ -316,6 +348,86 @@ torch.library.register_autograd("gemmkit::grouped_wgrad", _grouped_wgrad_backwar
                                 setup_context=_grouped_wgrad_setup_context)
 
 
+# SwiGLU, D = silu(g) * u with g = x gate^T and u = x up^T ([M, I]; gate and up [I, K]): its
+# backward recomputes g and u (float32 sums; the forward stored neither), then, in float32,
+# du = dD silu(g) and dg = dD u silu'(g), silu'(g) = s (1 + g (1 - s)) with s = sigmoid(g), both
+# taken in x's type for the products dx = dg gate + du up, dgate = dg^T x and dup = du^T x. A
+# combined w [2I, K] is one operand throughout: g and u are the halves (or the even and odd
+# columns) of one product x w^T [M, 2I], and dg and du lie side by side (or interleaved) in one
+# dh [M, 2I], so that dx = dh w and dw = dh^T x are a product each, dw in w's row order.
+# Gradients take their inputs' layouts, as _backward's.
+
+def _swiglu_setup_context(ctx, inputs, output):
+    x, w, w_up, interleaved, epilogue, names, inputs_, out_dtype = inputs
+    ctx.default = epilogue in ("", t.SWIGLU)
+    ctx.interleaved = interleaved
+    ctx.names, ctx.inputs = len(names), len(inputs_)
+    ctx.save_for_backward(x, w, w_up)
+
+
+def _sum_of_products_like(first, second, like, acc_dtype):
+    """first[0] @ first[1] + second[0] @ second[1] in the dtype and layout of `like`, the first
+    product kept in acc_dtype as the second's C (transposed throughout for a column-major `like`,
+    as _product_like)."""
+    transposed = _column_major(like)
+    if transposed:
+        first, second = [(y.transpose(-1, -2), x.transpose(-1, -2)) for x, y in (first, second)]
+    partial = _product(*first, acc_dtype, 1.0)
+    total = _product(*second, like.dtype, 1.0, 1.0, partial)
+    return total.transpose(-1, -2) if transposed else total
+
+
+def _swiglu_grads(ctx, grad):
+    """(dx, dw, dw_up), None where not needed."""
+    x, w, w_up = ctx.saved_tensors
+    needs = ctx.needs_input_grad
+    if not any(needs[:3]):
+        return None, None, None
+    if not ctx.default:
+        raise NotImplementedError(f"epilogue: no gradient flows through a fused epilogue yet but the default, "
+                                  f"{t.SWIGLU!r}; expected inputs that do not require grad (or torch.no_grad())")
+    acc = torch.float32 if x.element_size() == 2 else x.dtype  # float32 sums (the CPU stand-ins: double)
+    combined = w_up is None
+    if combined:
+        h = _product(x, w.t(), acc, 1.0)  # [M, 2I]: g and u side by side, or interleaved
+        half = h.size(1) // 2
+        g, u = (h[:, 0::2], h[:, 1::2]) if ctx.interleaved else (h[:, :half], h[:, half:])
+    else:
+        g, u = _product(x, w.t(), acc, 1.0), _product(x, w_up.t(), acc, 1.0)
+    dy = grad.to(acc)
+    s = torch.sigmoid(g)
+    dg = (dy * u * s * (1 + g * (1 - s))).to(x.dtype)
+    du = (dy * g * s).to(x.dtype)
+    grad_x = grad_w = grad_up = None
+    if combined:
+        dh = torch.stack((dg, du), -1).flatten(-2) if ctx.interleaved else torch.cat((dg, du), -1)
+        if needs[0]:
+            grad_x = _product_like(dh, w, x, 1.0)
+        if needs[1]:
+            grad_w = _product_like(dh.t(), x, w, 1.0)
+    else:
+        if needs[0]:
+            grad_x = _sum_of_products_like((dg, w), (du, w_up), x, acc)
+        if needs[1]:
+            grad_w = _product_like(dg.t(), x, w, 1.0)
+        if needs[2]:
+            grad_up = _product_like(du.t(), x, w_up, 1.0)
+    return grad_x, grad_w, grad_up
+
+
+def _swiglu_backward(ctx, grad):
+    # The operator's lists take gradients of their structure: a list of tensors (an empty one
+    # too, as names is without tensors) one a tensor, other lists None.
+    return (*_swiglu_grads(ctx, grad), None, None, None if ctx.names else [], [None] * ctx.inputs, None)
+
+
+def _eager_swiglu_backward(ctx, grad):
+    return (*_swiglu_grads(ctx, grad), None, None, None, None, None)
+
+
+torch.library.register_autograd("gemmkit::swiglu_mm", _swiglu_backward, setup_context=_swiglu_setup_context)
+
+
 # --- eager autograd ------------------------------------------------------------------------------
 # Where nothing is being traced, autograd records gemmkit's products through these Functions
 # rather than through the operators: the same kernels (the operators' CUDA implementations
@@ -337,5 +449,6 @@ def _eager_function(name, kernel, setup_context, backward):
 
 EagerGemm = _eager_function("EagerGemm", _gemm, _setup_context, _backward)
 EagerGroupedMm = _eager_function("EagerGroupedMm", _grouped_mm, _grouped_mm_setup_context, _grouped_mm_backward)
+EagerSwiglu = _eager_function("EagerSwiglu", _swiglu_mm, _swiglu_setup_context, _eager_swiglu_backward)
 EagerGroupedWgrad = _eager_function("EagerGroupedWgrad", _grouped_wgrad, _grouped_wgrad_setup_context,
                                     _grouped_wgrad_backward)

@@ -15,6 +15,8 @@ Importing this module imports torch and registers the operators; gemmkit imports
 use of one of its functions (or at once where torch is already loaded), not before.
 """
 
+import re
+
 import torch
 
 from . import _arrays
@@ -66,14 +68,41 @@ def new_output(a, b, out_dtype):
     return a.new_empty(*output_shape(a, b)) if dtype == a.dtype else a.new_empty(*output_shape(a, b), dtype=dtype)
 
 
-def launch_gemm(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c, epilogue="", epilogue_pairs=None):
+def launch_gemm(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c, epilogue="", epilogue_pairs=None,
+                b2=None):
     """out = alpha * a @ b + beta * c on out's device and current stream (scales for FP8), through
     the fused epilogue's text where one is given, with its (name, tensor, index) triples
-    (epilogue_pairs).
+    (epilogue_pairs). With b2 (a second K x N operand of b's type) it is a dual GEMM, whose
+    epilogue reads a @ b2 as acc2 (an empty text: SWIGLU).
     The views are read in C++ (python/src/tensor_views.h); a single scale may have any shape, a
     1-D one is a column of A's or a row of B's."""
     _C.gemm_tensors(a, b, out, alpha, beta, c, torch._C._cuda_getCurrentRawStream(out.get_device()),
-                    MODES[mode_a], scale_a, MODES[mode_b], scale_b, epilogue, epilogue_pairs)
+                    MODES[mode_a], scale_a, MODES[mode_b], scale_b, epilogue, epilogue_pairs, b2)
+
+
+SWIGLU = "silu(acc) * acc2"  # a dual GEMM's epilogue where none is given (gemmkit/gemm.h, GemmOptions::b2)
+
+
+def swiglu_output_shape(x, w, w_up):
+    """[M, I] for x [M, K] and SwiGLU's weights: w and w_up [I, K] each, or w [2I, K] alone."""
+    return (x.size(0), w.size(0) if w_up is not None else w.size(0) // 2)
+
+
+def new_swiglu_output(x, w, w_up, out_dtype):
+    """An empty [M, I] output (new_empty's cheapest form where the type is x's, as new_output)."""
+    dtype = output_dtype(x, out_dtype)
+    shape = swiglu_output_shape(x, w, w_up)
+    return x.new_empty(*shape) if dtype == x.dtype else x.new_empty(*shape, dtype=dtype)
+
+
+def launch_swiglu(x, w, w_up, interleaved, out, epilogue, epilogue_pairs):
+    """out [M, I] = the epilogue of acc = x @ gate^T and acc2 = x @ up^T, one dual GEMM on out's
+    device and current stream; gate and up [I, K] are w and w_up, or the halves of w [2I, K]
+    (w_up None): its first and last I rows, or (interleaved) its even and odd rows. The weights'
+    rows are B's and B2's columns (K-major), read as they lie, their views made in C++
+    (python/src/module.cpp, swiglu_tensors)."""
+    _C.swiglu_tensors(x, w, w_up, interleaved, out, torch._C._cuda_getCurrentRawStream(out.get_device()), epilogue,
+                      epilogue_pairs)
 
 
 _EPILOGUE_USES = {}  # text -> _C.epilogue_tensor_uses(text)
@@ -562,6 +591,144 @@ def linear(input, weight, bias=None):
         c = bias.expand(x.size(0), weight.size(0))
     out = _gemm(x, weight.t(), (2,), beta=0.0 if c is None else 1.0, c=c)
     return _arrays.to_caller(out.view(*input.shape[:-1], weight.size(0)), kind)
+
+
+def swiglu_mm(x, w, w_up=None, *, interleaved=False, epilogue=None, out=None, out_dtype=None, **tensors):
+    """SwiGLU's up-projection in one dual GEMM: silu(x @ gate.T) * (x @ up.T), both products
+    from the same tiles of x in one kernel, neither stored. x [..., K] (leading dimensions
+    flattened into M rows, as linear's) of bfloat16 or float16; weights of x's type in
+    torch.nn.Linear's layout, read as they lie:
+    - w [I, K] the gate weight and w_up [I, K] the up weight;
+    - w [2I, K] alone: the gate's rows, then the up's (torch.cat((gate, up)), as fused gate-up
+      checkpoints store them);
+    - w [2I, K] with interleaved=True: rows alternating gate, up, gate, up (w[0::2] the gate).
+    -> [..., I], of out_dtype (x's type by default; bfloat16, float16 or float32), or written
+    into out ([..., I]).
+
+    epilogue: the text computing D from acc (x @ gate.T) and acc2 (x @ up.T), which it must read
+    (README, "Fused epilogues"), e.g. "silu(acc + bg[n]) * (acc2 + bu[n])"; None is SwiGLU,
+    "silu(acc) * acc2". Its tensors are keyword arguments as mm takes them: name[n] [I], name[m]
+    one a row of x (x.shape[:-1], or [M]), name[m, n] and outputs [..., I] (or [M, I]).
+
+    Differentiable in x and the weights with the default epilogue (without out=): the backward
+    recomputes both products in float32 and runs the gradients' products on gemmkit, each
+    gradient in its input's layout (a combined w gets one [2I, K] gradient, its rows as w's). No
+    gradient flows through another epilogue."""
+    refuse_stray_tensors("swiglu_mm", epilogue, tensors)
+    (x, w, w_up, out_t), kind = _arrays.to_torch(torch, (x, w, w_up, out), ("x", "w", "w_up", "out"))
+    _check_swiglu_operands(x, w, w_up, interleaved)
+    interleaved = bool(interleaved)
+    lead = x.shape[:-1]
+    x2d = x if x.dim() == 2 else x.unsqueeze(0) if x.dim() == 1 else x.flatten(0, -2)  # a view where it can be
+    rows, cols = swiglu_output_shape(x2d, w, w_up)
+    check_output(out_t, out_dtype, (x.dim(),))
+    out2d = None
+    if out_t is not None:
+        if out_t.shape != (*lead, cols):
+            raise ValueError(f"out: shape {list(out_t.shape)}; expected x's leading dimensions and I, "
+                             f"{[*lead, cols]}")
+        out2d = out_t if out_t.dim() == 2 else _rows_view(out_t, "out", rows, cols)
+    text = SWIGLU if epilogue is None else epilogue
+    pairs = epilogue_pairs(text, tensors if x.dim() == 2 else _rows_of(text, tensors, lead, rows, cols))
+    if not reads_acc2(text):
+        raise ValueError(f"epilogue: {text!r} does not read acc2, the up projection's product; expected a text of "
+                         f"acc (x @ gate.T) and acc2 (x @ up.T), e.g. {SWIGLU!r}")
+    if direct(x2d, w, w_up, out2d, *(t for _, t, _ in pairs)):
+        if out2d is None:
+            out2d = new_swiglu_output(x2d, w, w_up, out_dtype)
+        launch_swiglu(x2d, w, w_up, interleaved, out2d, text, pairs)
+    else:
+        default = text == SWIGLU
+        if not default:
+            refuse_autograd_through_epilogue(x, w, w_up, *tensors.values())
+        names, inputs, outputs = operator_tensors(text, pairs)
+        if out2d is None and not outputs:
+            if default and eager(x2d, w, w_up):
+                out2d = _ops.EagerSwiglu.apply(x2d, w, w_up, interleaved, text, names, inputs, out_dtype)
+            else:
+                out2d = torch.ops.gemmkit.swiglu_mm(x2d, w, w_up, interleaved, text, names, inputs, out_dtype)
+        else:
+            if out2d is None:
+                out2d = new_swiglu_output(x2d, w, w_up, out_dtype)
+            else:
+                refuse_autograd_with_out(x, w, w_up, out_t)
+            torch.ops.gemmkit.swiglu_mm_out(x2d, w, w_up, out2d, interleaved, text, names, inputs, outputs)
+    if out_t is not None:
+        return _arrays.to_caller(out_t, kind, out)
+    return _arrays.to_caller(out2d if x.dim() == 2 else out2d.view(*lead, cols), kind)
+
+
+def _check_swiglu_operands(x, w, w_up, interleaved):
+    """swiglu_mm's x [..., K], and w [I, K] with w_up [I, K], or w [2I, K] alone: CUDA tensors,
+    all bfloat16 or all float16, K agreeing."""
+    _check_cuda_tensor(x, "x")
+    if x.dim() == 0:
+        raise ValueError("x: 0 dimensions; expected at least 1 ([..., K])")
+    if x.dtype not in (torch.bfloat16, torch.float16):
+        raise TypeError(f"x: dtype {x.dtype} is not supported; expected bfloat16 or float16")
+    combined = w_up is None
+    shape = "[2I, K] (gate and up rows)" if combined else "[I, K]"
+    for t, name in ((w, "w"), (w_up, "w_up")):
+        if t is None:
+            continue
+        _check_cuda_tensor(t, name)
+        if t.dim() != 2:
+            raise ValueError(f"{name}: {t.dim()} dimensions; expected 2, {shape}")
+        if t.dtype != x.dtype:
+            raise TypeError(f"{name}: dtype {t.dtype} differs from x's, {x.dtype}; expected the weights of x's type "
+                            "(bfloat16 or float16)")
+    if not combined:
+        if interleaved:
+            raise ValueError("interleaved: True with w_up given; expected one [2I, K] weight w whose rows alternate "
+                             "gate, up (or interleaved=False with w and w_up each [I, K])")
+        if w_up.shape != w.shape:
+            raise ValueError(f"w_up: shape {list(w_up.shape)} differs from w's {list(w.shape)}; expected both [I, K] "
+                             "(the gate weight w, the up weight w_up)")
+    elif w.size(0) % 2:
+        raise ValueError(f"w: shape {list(w.shape)} has an odd first dimension, {w.size(0)}; expected [2I, K]: the "
+                         f"gate's rows then the up's ({'alternating' if interleaved else 'or with w_up, each [I, K]'})")
+    if w.size(1) != x.size(-1):
+        raise ValueError(f"w: shape {list(w.shape)} has K = {w.size(1)} but x {list(x.shape)} has K = {x.size(-1)}; "
+                         f"expected w {shape}")
+
+
+_READS_ACC2 = {}  # text -> whether it reads acc2
+
+
+@torch.compiler.assume_constant_result
+def reads_acc2(text):
+    """Whether an epilogue's text (parsed by epilogue_uses) names acc2, a dual GEMM's second
+    product."""
+    reads = _READS_ACC2.get(text)
+    if reads is None:
+        reads = _READS_ACC2[text] = re.search(r"\bacc2\b", text) is not None
+    return reads
+
+
+def _rows_view(t, name, rows, cols):
+    """t [..., cols] viewed as [rows, cols], not copied (an output is written through it): a
+    ValueError naming t where its strides do not allow it."""
+    try:
+        return t.view(rows, cols)
+    except RuntimeError:
+        raise ValueError(f"{name}: shape {list(t.shape)} with strides {list(t.stride())} cannot be viewed as "
+                         f"[{rows}, {cols}] rows; expected leading dimensions that flatten without a copy") from None
+
+
+def _rows_of(text, tensors, lead, rows, cols):
+    """swiglu_mm's epilogue tensors of x's leading dimensions `lead` ([..., I], or [...] for
+    name[m]) with those flattened into the product's M rows (a view for outputs, which are written
+    in place; a reshape for inputs); others as they are."""
+    flat = dict(tensors)
+    for name, index, output in epilogue_uses(text):
+        t = tensors.get(name)
+        if not isinstance(t, torch.Tensor):
+            continue
+        if index == "mn" and t.shape == (*lead, cols):
+            flat[name] = _rows_view(t, name, rows, cols) if output else t.reshape(rows, cols)
+        elif index == "m" and t.shape == lead:
+            flat[name] = t.reshape(rows)
+    return flat
 
 
 def scaled_mm(a, b, scale_a, scale_b, *, mode="tensor", out=None, out_dtype=None, alpha=1.0, beta=0.0,

@@ -2,11 +2,12 @@
 // pointer, a dtype, sizes and strides in elements; gemm(), quantize() and the tuning mode are the
 // C++ functions. gemm_tensors(), grouped_gemm_tensors(), grouped_gemm_wgrad_tensors() and
 // quantize_tensors() take framework tensors (python/gemmkit's torch tensors) and read their views
-// and group sizes here (tensor_views.h). set_scratch_allocator() makes two Python callables
-// (torch's caching allocator, from python/gemmkit/_torch.py) gemmkit's scratch allocator
-// (gemmkit/scratch.h). gemmkit::Error becomes ValueError
-// where the caller passed something gemmkit cannot accept, RuntimeError otherwise (no device, CUDA
-// or compile errors).
+// and group sizes here (tensor_views.h); gemm_tensors() and gemm() take a dual GEMM's second B
+// (GemmOptions::b2) as an optional last argument, and swiglu_tensors() makes B and B2 of SwiGLU's
+// weights itself. set_scratch_allocator() makes two Python callables (torch's caching allocator,
+// from python/gemmkit/_torch.py) gemmkit's scratch allocator (gemmkit/scratch.h). gemmkit::Error
+// becomes ValueError where the caller passed something gemmkit cannot accept, RuntimeError
+// otherwise (no device, CUDA or compile errors).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -17,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "gemmkit/gemmkit.h"
@@ -77,6 +79,28 @@ gemmkit::Epilogue epilogue_of(const std::string& text, nb::handle tensors) {
                                                     : gemmkit::python::scale_view_of(triple[1], name.c_str(), index == "m")});
   }
   return epilogue;
+}
+
+// SwiGLU's B and B2, each K x I, from its weights as torch.nn.Linear stores them ([I, K] rows): w
+// the gate's and w_up the up's, or (w_up None) the halves of one [2I, K] w, its first and last I
+// rows or (interleaved) its even and odd rows. The views are made here rather than by slicing and
+// transposing tensors in Python, each of which costs a microsecond or more.
+std::pair<TensorView, TensorView> swiglu_operands(nb::handle w, nb::handle w_up, bool interleaved) {
+  const TensorView vw = gemmkit::python::view_of(w, "w");
+  if (vw.rank != 2) throw nb::value_error(("w: " + std::to_string(vw.rank) + " dimensions; expected 2, [I, K] or [2I, K]").c_str());
+  // rows [first, first + step * count) of v, every step-th, transposed: K x count.
+  auto transposed = [](const TensorView& v, int64_t first, int64_t count, int64_t step) {
+    char* data = static_cast<char*>(v.data) + first * v.row_stride() * gemmkit::dtype_size(v.dtype);
+    return TensorView::matrix(data, v.dtype, v.cols(), count, v.col_stride(), v.row_stride() * step);
+  };
+  if (!w_up.is_none()) {
+    const TensorView vu = gemmkit::python::view_of(w_up, "w_up");
+    if (vu.rank != 2) throw nb::value_error(("w_up: " + std::to_string(vu.rank) + " dimensions; expected 2, [I, K]").c_str());
+    return {transposed(vw, 0, vw.rows(), 1), transposed(vu, 0, vu.rows(), 1)};
+  }
+  const int64_t half = vw.rows() / 2;
+  if (interleaved) return {transposed(vw, 0, half, 2), transposed(vw, 1, half, 2)};
+  return {transposed(vw, 0, half, 1), transposed(vw, half, half, 1)};
 }
 
 // The Python callables of set_scratch_allocator, called by the C++ allocator's two functions
@@ -202,15 +226,18 @@ NB_MODULE(_gemmkit, m) {
       "gemm",
       [](const TensorView& a, const TensorView& b, const TensorView& d, float alpha, float beta,
          std::optional<TensorView> c, uintptr_t stream, ScaleMode mode_a, std::optional<TensorView> scale_a,
-         ScaleMode mode_b, std::optional<TensorView> scale_b) {
-        gemmkit::gemm(a, b, d, gemm_options(alpha, beta, c, stream, mode_a, scale_a, mode_b, scale_b));
+         ScaleMode mode_b, std::optional<TensorView> scale_b, std::optional<TensorView> b2) {
+        gemmkit::GemmOptions options = gemm_options(alpha, beta, c, stream, mode_a, scale_a, mode_b, scale_b);
+        options.b2 = b2;
+        gemmkit::gemm(a, b, d, options);
       },
       nb::arg("a"), nb::arg("b"), nb::arg("d"), nb::arg("alpha") = 1.0f, nb::arg("beta") = 0.0f,
       nb::arg("c") = nb::none(), nb::arg("stream") = 0, nb::arg("mode_a") = ScaleMode::none,
       nb::arg("scale_a") = nb::none(), nb::arg("mode_b") = ScaleMode::none, nb::arg("scale_b") = nb::none(),
-      nb::call_guard<nb::gil_scoped_release>(),
+      nb::arg("b2") = nb::none(), nb::call_guard<nb::gil_scoped_release>(),
       "D = alpha * A * B + beta * C on `stream` (a cudaStream_t as an integer), FP8 operands scaled by "
-      "their modes and scale views; raises on misuse");
+      "their modes and scale views; with b2 (a second K x N B, bf16 or f16 inputs, no C), the dual GEMM "
+      "D = silu(A B) * (A B2) (SwiGLU); raises on misuse");
 
   m.def(
       "quantize",
@@ -238,19 +265,41 @@ NB_MODULE(_gemmkit, m) {
       "gemm_tensors",
       [](nb::handle a, nb::handle b, nb::handle d, float alpha, float beta, nb::handle c, uintptr_t stream,
          ScaleMode mode_a, nb::handle scale_a, ScaleMode mode_b, nb::handle scale_b, const std::string& epilogue,
-         nb::handle epilogue_tensors) {
+         nb::handle epilogue_tensors, nb::handle b2) {
         const TensorView va = gemmkit::python::view_of(a, "a"), vb = gemmkit::python::view_of(b, "b");
         const TensorView vd = gemmkit::python::view_of(d, "out");
         gemmkit::GemmOptions options = tensor_options(alpha, beta, c, stream, mode_a, scale_a, mode_b, scale_b);
+        if (!b2.is_none()) options.b2 = gemmkit::python::view_of(b2, "b2");  // viewed as b is
         if (!epilogue.empty()) options.epilogue = epilogue_of(epilogue, epilogue_tensors);
         nb::gil_scoped_release unlocked;
         gemmkit::gemm(va, vb, vd, options);
       },
       nb::arg("a"), nb::arg("b"), nb::arg("d"), nb::arg("alpha"), nb::arg("beta"), nb::arg("c").none(),
       nb::arg("stream"), nb::arg("mode_a"), nb::arg("scale_a").none(), nb::arg("mode_b"), nb::arg("scale_b").none(),
-      nb::arg("epilogue") = "", nb::arg("epilogue_tensors") = nb::none(),
+      nb::arg("epilogue") = "", nb::arg("epilogue_tensors") = nb::none(), nb::arg("b2") = nb::none(),
       "gemm() on framework tensors (see register_dtype), with a fused epilogue's text and (name, tensor, index) "
-      "triples");
+      "triples; b2, a second B of b's shape, makes it a dual GEMM (GemmOptions::b2), whose epilogue reads that "
+      "product as acc2 (an empty text: \"silu(acc) * acc2\")");
+  m.def(
+      "swiglu_tensors",
+      [](nb::handle x, nb::handle w, nb::handle w_up, bool interleaved, nb::handle d, uintptr_t stream,
+         const std::string& epilogue, nb::handle epilogue_tensors) {
+        const TensorView va = gemmkit::python::view_of(x, "x");
+        const auto [vb, vb2] = swiglu_operands(w, w_up, interleaved);
+        const TensorView vd = gemmkit::python::view_of(d, "out");
+        gemmkit::GemmOptions options;
+        options.stream = stream_of(stream);
+        options.b2 = vb2;
+        if (!epilogue.empty()) options.epilogue = epilogue_of(epilogue, epilogue_tensors);
+        nb::gil_scoped_release unlocked;
+        gemmkit::gemm(va, vb, vd, options);
+      },
+      nb::arg("x"), nb::arg("w"), nb::arg("w_up").none(), nb::arg("interleaved"), nb::arg("d"), nb::arg("stream"),
+      nb::arg("epilogue") = "", nb::arg("epilogue_tensors") = nb::none(),
+      "the dual GEMM of SwiGLU's up-projection on framework tensors: d [M, I] = the epilogue (empty: "
+      "\"silu(acc) * acc2\") of acc = x @ gate^T and acc2 = x @ up^T, gate and up [I, K] each: w and w_up, or "
+      "(w_up None) the halves of one [2I, K] w, its first and last I rows or (interleaved) its even and odd rows; "
+      "with a fused epilogue's (name, tensor, index) triples");
   m.def(
       "epilogue_tensor_uses",
       [](const std::string& text) {
