@@ -17,9 +17,31 @@ The epilogue computes in float32 from the product's float32 sum: casts inside th
 as their type's store would (bf16(x), f16(x)); the first cast after the product, which torch
 makes to compute in float32, is the sum itself. Operations torch ran in 16 bits run in float32
 here, so the result rounds less than the graph it replaces.
+
+SwiGLU's up-projection becomes one gemmkit.swiglu_mm (a dual GEMM: both products from the same
+tiles of x, neither stored) where a region grown from two products of one x ends in one value:
+its text reads the gate's sum as acc and the up's as acc2, with whatever the language spells
+around them (biases, silu or gelu as torch decomposes them, scales). The two forms:
+- two products of the same rows x [M, K] (one node, or equal views of one node, as a linear layer
+  on [B, S, K] makes one per product), g = x @ wg.t() and u = x @ wu.t() (mm, or addmm with a
+  bias), weights of one shape and dtype: swiglu_mm(x, wg, wu, False, ...); acc is the product
+  that reaches a one-operand function (silu's exp, gelu's erf) where only one does, else the
+  first in graph order;
+- one product h = x @ w.t() of 2I columns whose only users take its halves (h[..., :I] and
+  h[..., I:], as slices, split or chunk): swiglu_mm(x, w, None, False, ...); its even and odd
+  columns (h[..., 0::2], h[..., 1::2]): interleaved=True. An addmm's bias is sliced likewise.
+The weights go in as the [I, K] (or [2I, K]) tensors the graph transposed for the product (a
+permute's input), else as a transposed view of the product's operand. Each product, its views,
+slices and halves must be used inside the region alone; products that cannot fuse so are left
+to the one-product fusion above (where one may read the other's value as a tensor).
+
+`fusions` counts the gemmkit calls the pass made: one a region, a swiglu_mm included, whether it
+replaced two products or one of 2I columns.
 """
 
 import math
+import operator
+import re
 
 import torch
 
@@ -35,6 +57,7 @@ BINARY = {aten.add.Tensor: "+", aten.sub.Tensor: "-", aten.mul.Tensor: "*", aten
           aten.maximum.default: "max", aten.minimum.default: "min"}
 CASTS = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 INPUT_DTYPES = (torch.bfloat16, torch.float16)
+VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)  # of a product's rows, or of x's
 TENSOR_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -50,15 +73,16 @@ def _number(x):
 
 
 class _Region:
-    """The epilogue grown from one product: its nodes' texts, and the tensors it reads. `rows` is
-    the shape the region's values have before their last dimension N: (M,), or more dimensions
-    where a view after the product splits its rows (x [B, S, K] @ w.t() runs as an mm of B * S
-    rows, viewed back as [B, S, N])."""
+    """The epilogue grown from one product, or from a dual GEMM's two: its nodes' texts, and the
+    tensors it reads. m x n is the shape of the epilogue's values (a dual GEMM's: each product's);
+    `rows` is the shape they have before their last dimension n: (m,), or more dimensions where a
+    view after the product splits its rows (x [B, S, K] @ w.t() runs as an mm of B * S rows,
+    viewed back as [B, S, N])."""
 
-    def __init__(self, product, m, n, rows):
-        self.product, self.m, self.n, self.rows = product, m, n, rows
-        self.text = {product: "acc"}  # node -> its value's expression
-        self.sums = {product}  # the product and its views: a float32 widening of one is acc
+    def __init__(self, m, n, rows):
+        self.m, self.n, self.rows = m, n, rows
+        self.text = {}  # node -> its value's expression (acc, acc2, vK, ...)
+        self.sums = set()  # the products and their views and halves: a float32 widening of one is its sum
         self.tensors = []  # (name, node, shape it is read as: None as it is, or (M, 1) or (M, N))
         self.names = {}  # node -> name
 
@@ -89,7 +113,8 @@ class _Region:
         return f"{self.names[x]}[{index}]"
 
     def expression(self, node):
-        """node's expression over the region, or None where it cannot join."""
+        """node's expression over the region, or None where it cannot join; WIDENED where node is
+        the float32 widening of a sum (its text is then the sum's own)."""
         if node.op != "call_function" or node.kwargs.get("alpha", 1) != 1 or node.kwargs.get("rounding_mode"):
             return None
         args = node.args
@@ -107,7 +132,7 @@ class _Region:
             if x is None:
                 return None
             if args[0] in self.sums and args[1] == torch.float32:
-                return "acc"  # torch's widening of the product to compute: the f32 sum itself
+                return WIDENED  # torch's widening of the product to compute: the f32 sum itself
             return f"{CASTS[args[1]]}({x})"
         if node.target == aten.gelu.default and len(args) == 1:
             x = self.operand(args[0])
@@ -115,11 +140,37 @@ class _Region:
             return None if x is None else f"{'gelu_tanh' if approximate == 'tanh' else 'gelu'}({x})"
         return None
 
+    def seed(self, members, definitions, product, name, bias):
+        """Adds `product` (a product, or a dual GEMM's half of one) to the region as the sum `name`
+        (acc, acc2), plus `bias` where it has one (addmm's input, read as the product's [M, N]
+        reads it); False where the epilogue cannot read the bias."""
+        if bias is not None:
+            term = self.operand(bias)
+            if term is None:
+                return False
+            definitions[product] = f"{name} + {term}"
+            self.text[product] = f"v{len(members)}"
+        else:
+            self.text[product] = name
+        self.sums.add(product)
+        members.append(product)
+        return True
+
+    def alias(self, members, view, of):
+        """Adds `view`, a view of sum `of` with its values (its rows split), as `of`."""
+        self.text[view] = self.text[of]
+        self.sums.add(view)
+        members.append(view)
+
+
+WIDENED = "="  # Region.expression of a sum's widening to float32: no text of the language
+
 
 def _product(node):
     """(a, b, bias) of a 2-D product of 16-bit CUDA tensors (bias: addmm's input with beta and
     alpha 1, else None), or None."""
-    if node.op != "call_function" or node.target not in (aten.mm.default, aten.addmm.default):
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function" \
+            or node.target not in (aten.mm.default, aten.addmm.default):
         return None
     if node.target == aten.addmm.default:
         if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
@@ -135,70 +186,60 @@ def _product(node):
     return a, b, bias
 
 
-def _fuse(graph, node):
-    """Fuses the epilogue after product `node` where one can join; returns whether it did."""
-    operands = _product(node)
-    if operands is None:
-        return False
-    a, b, bias = operands
-    m, n = _val(node).shape
-    region = _Region(node, m, n, (m,))
-    definitions = {}  # member -> its expression over the names of earlier members
-    if bias is not None:  # addmm's input, as the product's [M, N] reads it
-        term = region.operand(bias)
-        if term is None:
-            return False
-        definitions[node] = f"acc + {term}"
-        region.text[node] = "v0"
-    members = [node]
-    view = _row_split(node, m, n)
-    if view is not None:
-        region.rows = tuple(_val(view).shape[:-1])
-        region.text[view] = region.text[node]
-        region.sums.add(view)
-        members.append(view)
-    # Grow in graph order: a node joins where it reads a region value and otherwise only numbers
-    # and readable tensors. Users come after what they read, so members stay in graph order.
+def _grow(graph, region, members, definitions):
+    """Grows the region from its seeds, `members` (products, their views and halves), in graph
+    order: a node joins where it reads a region value and otherwise only numbers and readable
+    tensors. Returns the members of the largest region whose members are used inside it alone but
+    for its last (the sink, after the seeds), or None where there is none."""
+    seeds, joined = len(members), set(members)
     order = {x: i for i, x in enumerate(graph.nodes)}
-    frontier = sorted(members[-1].users, key=order.get)
-    while frontier:
+    frontier = sorted({u for x in members for u in x.users if u not in joined}, key=order.get)
+    while frontier:  # users come after what they read, so members stay in graph order
         candidate = frontier.pop(0)
-        if candidate in region.text:
+        if candidate in joined:
             continue
         expression = region.expression(candidate)
         if expression is None or not any(isinstance(x, torch.fx.Node) and x in region.text for x in candidate.args):
             continue
-        if expression == "acc":  # the product widened to float32: the sum itself
-            region.text[candidate] = region.text[node]
+        if expression == WIDENED:  # a product widened to float32: the sum itself
+            region.text[candidate] = region.text[candidate.args[0]]
             region.sums.add(candidate)
         else:
             definitions[candidate] = expression
             region.text[candidate] = f"v{len(members)}"
         members.append(candidate)
+        joined.add(candidate)
         frontier = sorted(set(frontier) | set(candidate.users), key=order.get)
-    # The last member of the largest region whose other members are used inside it alone.
-    for last in range(len(members) - 1, 1 if view is not None else 0, -1):
+    for last in range(len(members) - 1, seeds - 1, -1):
         inside = set(members[:last + 1])
         if all(u in inside for x in members[:last] for u in x.users):
-            break
-    else:
-        return False
-    members, sink = members[:last + 1], members[last]
+            return members[:last + 1]
+    return None
+
+
+def _replace(graph, region, members, definitions, viewed, call, reads=()):
+    """Replaces the region's members by one call, call(text, names, inputs, out_dtype) -> (target,
+    args), made before the sink (the last member), whose value it takes (viewed back to the rows'
+    shape where `viewed`); returns whether it did: not where the sink is not an [*rows, n] tensor
+    of the epilogue's types, or the text does not read each sum named in `reads`."""
+    sink = members[-1]
     sink_val = _val(sink)
-    if sink_val is None or sink_val.dtype not in TENSOR_DTYPES or tuple(sink_val.shape) != (*region.rows, n):
+    if not isinstance(sink_val, torch.Tensor) or sink_val.dtype not in TENSOR_DTYPES \
+            or tuple(sink_val.shape) != (*region.rows, region.n):
         return False
     statements = [f"{region.text[x]} = {definitions[x]}" for x in members[:-1] if x in definitions]
     text = "; ".join([*statements, definitions.get(sink, region.text[sink])])
+    if any(re.search(rf"\b{name}\b", text) is None for name in reads):
+        return False
     used = [(name, t, read_as) for name, t, read_as in region.tensors if f"{name}[" in text]
     with graph.inserting_before(sink):
         inputs = []
         for _, t, read_as in used:  # a tensor of the split rows, read as M rows
             inputs.append(t if read_as is None else _node(graph, aten.reshape.default, (t, list(read_as)),
                                                           _val(t).reshape(read_as)))
-        flat = sink_val.reshape(m, n) if view is not None else sink_val
-        fused = _node(graph, torch.ops.gemmkit.mm_epilogue.default,
-                      (a, b, text, [name for name, _, _ in used], inputs, sink_val.dtype), flat)
-        if view is not None:
+        flat = sink_val.reshape(region.m, region.n) if viewed else sink_val
+        fused = _node(graph, *call(text, [name for name, _, _ in used], inputs, sink_val.dtype), flat)
+        if viewed:
             fused = _node(graph, aten.view.default, (fused, list(sink_val.shape)), sink_val)
     sink.replace_all_uses_with(fused)
     for x in reversed(members):
@@ -206,14 +247,210 @@ def _fuse(graph, node):
     return True
 
 
-fusions = 0  # products fused by the pass in this process, for a caller (or a test) to see it worked
+def _fuse(graph, node):
+    """Fuses the epilogue after product `node` where one can join; returns whether it did."""
+    operands = _product(node)
+    if operands is None:
+        return False
+    a, b, bias = operands
+    m, n = _val(node).shape
+    region, members, definitions = _Region(m, n, (m,)), [], {}  # definitions: member -> its expression
+    if not region.seed(members, definitions, node, "acc", bias):
+        return False
+    view = _row_split(node, m, n)
+    if view is not None:
+        region.rows = tuple(_val(view).shape[:-1])
+        region.alias(members, view, node)
+    members = _grow(graph, region, members, definitions)
+    if members is None:
+        return False
+    return _replace(graph, region, members, definitions, view is not None,
+                    lambda text, names, inputs, dtype: (torch.ops.gemmkit.mm_epilogue.default,
+                                                        (a, b, text, names, inputs, dtype)))
+
+
+def _fuse_dual(graph, node):
+    """Fuses SwiGLU's pattern with product `node` where it is one (see the module's docstring):
+    `node`'s halves, or `node` with another product of its x; returns whether it did."""
+    operands = _product(node)
+    if operands is None:
+        return False
+    if _fuse_halves(graph, node, operands):
+        return True
+    return any(_fuse_pair(graph, node, operands, other) for other in _partners(graph, node, operands[0]))
+
+
+def _fuse_pair(graph, p, p_operands, q):
+    """Fuses products p and q of the same x, each [M, I], into one swiglu_mm where the region
+    grown from both ends in one value that reads both; returns whether it did."""
+    q_operands = _product(q)
+    if q_operands is None:
+        return False
+    (x, b, bias), (x2, b2, bias2) = p_operands, q_operands
+    vb, vb2, vp, vq = _val(b), _val(b2), _val(p), _val(q)
+    if x2 not in _same_rows(x) or vb.shape != vb2.shape or vb.dtype != vb2.dtype or vp.dtype != vq.dtype:
+        return False
+    m, n = vp.shape
+    region, members, definitions = _Region(m, n, (m,)), [], {}
+    if not (region.seed(members, definitions, p, "acc", bias) and region.seed(members, definitions, q, "acc2", bias2)):
+        return False
+    views = [_row_split(p, m, n), _row_split(q, m, n)]
+    if (views[0] is None) != (views[1] is None):
+        return False
+    if views[0] is not None:
+        if _val(views[0]).shape != _val(views[1]).shape:
+            return False
+        region.rows = tuple(_val(views[0]).shape[:-1])
+        region.alias(members, views[0], p)
+        region.alias(members, views[1], q)
+    members = _grow(graph, region, members, definitions)
+    if members is None:
+        return False
+    # acc is the gate: the product a one-operand function reads (silu's exp), where only one is
+    swap = _activated(members, (p, q)) == {q}
+
+    def call(text, names, inputs, dtype):
+        w, w_up = _weight(graph, b), _weight(graph, b2)
+        if swap:
+            text = re.sub(r"\bacc2?\b", lambda s: "acc" if s.group() == "acc2" else "acc2", text)
+            w, w_up = w_up, w
+        return torch.ops.gemmkit.swiglu_mm.default, (x, w, w_up, False, text, names, inputs, dtype)
+
+    if not _replace(graph, region, members, definitions, views[0] is not None, call, reads=("acc", "acc2")):
+        return False
+    if x2 is not x and not x2.users:  # q's own view of x
+        graph.erase_node(x2)
+    return True
+
+
+def _fuse_halves(graph, h, operands):
+    """Fuses product h [M, 2I] whose only users take its halves (its first and last I columns, or
+    its even and odd ones) into one swiglu_mm of its weight; returns whether it did."""
+    x, b, bias = operands
+    m, n2 = _val(h).shape
+    if n2 % 2:
+        return False
+    n = n2 // 2
+    view = _row_split(h, m, n2)
+    halves = _halves(view if view is not None else h, n)
+    if halves is None:
+        return False
+    gate, up, interleaved, between = halves
+    parts = [None, None]  # the bias's halves, sliced as the product's columns are
+    if bias is not None:
+        if not isinstance(_val(bias), torch.Tensor) or _val(bias).dim() == 0:
+            return False
+        span = ((0, None, 2), (1, None, 2)) if interleaved else ((0, n, 1), (n, n2, 1))
+        with graph.inserting_before(h):
+            parts = [_node(graph, aten.slice.Tensor, (bias, -1, *s), _val(bias)[..., slice(*s)]) for s in span]
+    region, definitions = _Region(m, n, (m,)), {}
+    members = [h, *([view] if view is not None else []), *between]
+    if view is not None:
+        region.rows = tuple(_val(view).shape[:-1])
+    fused = region.seed(members, definitions, gate, "acc", parts[0]) \
+        and region.seed(members, definitions, up, "acc2", parts[1])
+    if fused:
+        members = _grow(graph, region, members, definitions)
+        fused = members is not None and _replace(
+            graph, region, members, definitions, view is not None,
+            lambda text, names, inputs, dtype: (torch.ops.gemmkit.swiglu_mm.default,
+                                                (x, _weight(graph, b), None, interleaved, text, names, inputs, dtype)),
+            reads=("acc", "acc2"))
+    if not fused and bias is not None:
+        for part in parts:
+            graph.erase_node(part)
+    return fused
+
+
+def _halves(h, n):
+    """(gate, up, interleaved, between) where the only users of h [..., 2n] take its last
+    dimension's halves: two slices, or one split (`between`, [split], whose two items are the
+    halves); gate the first n columns (interleaved: the even ones), up the others. Else None."""
+    users, last = list(h.users), len(_val(h).shape) - 1
+
+    def last_dim(dim):
+        return isinstance(dim, int) and dim % (last + 1) == last
+
+    if len(users) == 1 and users[0].target in (aten.split.Tensor, aten.split_with_sizes.default):
+        split = users[0]  # split(h, n, dim), split_with_sizes(h, [n, n], dim)
+        sizes, dim = split.args[1], split.args[2] if len(split.args) > 2 else split.kwargs.get("dim", 0)
+        if not last_dim(dim) or sizes not in (n, [n, n]):
+            return None
+        items = {}
+        for item in split.users:
+            if item.target is not operator.getitem or item.args[1] in items:
+                return None
+            items[item.args[1]] = item
+        return (items[0], items[1], False, [split]) if sorted(items) == [0, 1] else None
+    if len(users) != 2 or any(u.target != aten.slice.Tensor or u.kwargs for u in users):
+        return None
+    spans = []
+    for u in users:
+        dim, start, end, step = (list(u.args[1:]) + [0, None, None, 1][len(u.args) - 1:])[:4]
+        if not last_dim(dim) or any(v is not None and not isinstance(v, int) for v in (start, end, step)):
+            return None
+        spans.append(range(*slice(start, end, step).indices(2 * n)))
+    for first, second, interleaved in ((range(0, n), range(n, 2 * n), False),
+                                       (range(0, 2 * n, 2), range(1, 2 * n, 2), True)):
+        if spans == [first, second]:
+            return users[0], users[1], interleaved, []
+        if spans == [second, first]:
+            return users[1], users[0], interleaved, []
+    return None
+
+
+def _partners(graph, node, x):
+    """The other products of x (or of an equal view of x's input), in graph order."""
+    order = {y: i for i, y in enumerate(graph.nodes)}
+    found = {u for r in _same_rows(x) for u in r.users
+             if u is not node and u.target in (aten.mm.default, aten.addmm.default)
+             and u.args[1 if u.target == aten.addmm.default else 0] is r}
+    return sorted(found, key=order.get)
+
+
+def _same_rows(x):
+    """x, and the views of x's input with x's shape where x is such a view (a linear layer's
+    reshape of [B, S, K] to rows, made once a layer)."""
+    same = [x]
+    if x.op == "call_function" and x.target in VIEWS and isinstance(x.args[0], torch.fx.Node) \
+            and _val(x) is not None:
+        same += [v for v in x.args[0].users if v is not x and v.target in VIEWS and v.args[0] is x.args[0]
+                 and _val(v) is not None and _val(v).shape == _val(x).shape]
+    return same
+
+
+def _activated(members, products):
+    """The products whose values reach a one-operand function of the region (silu's exp, gelu's
+    erf)."""
+    reach, found = {p: {p} for p in products}, set()
+    for node in members:
+        if node in reach:
+            continue
+        reach[node] = set().union(*(reach.get(a, set()) for a in node.args if isinstance(a, torch.fx.Node)))
+        if node.target in FUNCTIONS or node.target == aten.gelu.default:
+            found |= reach[node]
+    return found
+
+
+def _weight(graph, b):
+    """The [I, K] tensor of a product's [K, I] operand b: the input of the transpose that made b,
+    else a transposed view of b."""
+    if b.op == "call_function" and (b.target == aten.permute.default and list(b.args[1]) in ([1, 0], [-1, -2])
+                                    or b.target == aten.t.default
+                                    or b.target == aten.transpose.int and sorted(x % 2 for x in b.args[1:3]) == [0, 1]):
+        if _val(b.args[0]) is not None and _val(b.args[0]).dim() == 2:
+            return b.args[0]
+    return _node(graph, aten.permute.default, (b, [1, 0]), _val(b).permute(1, 0))
+
+
+fusions = 0  # gemmkit calls the pass made in this process, for a caller (or a test) to see it worked
 
 
 def _row_split(product, m, n):
     """The product's one user where it is a view of the product's M rows as more dimensions
     ([M, N] -> [..., N]), else None."""
     users = list(product.users)
-    if len(users) != 1 or users[0].target not in (aten.view.default, aten._unsafe_view.default, aten.reshape.default):
+    if len(users) != 1 or users[0].target not in VIEWS:
         return None
     shape = tuple(_val(users[0]).shape) if _val(users[0]) is not None else ()
     return users[0] if len(shape) >= 2 and shape[-1] == n and math.prod(shape[:-1]) == m else None
@@ -226,11 +463,12 @@ def _node(graph, target, args, val):
 
 
 def fuse_epilogues(graph):
-    """The pass: every product's epilogue fused where one can be; returns how many."""
+    """The pass: every product's epilogue fused where one can be, SwiGLU's pairs and halves first;
+    returns how many gemmkit calls it made."""
     global fusions
     fused = 0
     for node in list(graph.nodes):
-        if not getattr(node, "_erased", False) and _fuse(graph, node):
+        if not getattr(node, "_erased", False) and (_fuse_dual(graph, node) or _fuse(graph, node)):
             fused += 1
     if fused:
         graph.lint()

@@ -1,9 +1,13 @@
-"""The torch.compile pass (gemmkit.enable_compile_fusion) without a GPU: on post-grad-like graphs
+"""The torch.compile pass (gemmkit.enable_compile_fusion). Without a GPU: on post-grad-like graphs
 (make_fx with Inductor's decompositions, fake CUDA tensors), which products with elementwise work
 after them become one gemmkit.mm_epilogue, with what text, and each refusal: a value that
-escapes, an operation or tensor shape the epilogue cannot take, other dtypes. Every positive
-test asserts that the product was replaced. Needs torch, not a GPU; skips, saying so, without
-torch."""
+escapes, an operation or tensor shape the epilogue cannot take, other dtypes; SwiGLU's patterns
+(two products of one x, or the halves of one product, plain, interleaved, with biases) becoming
+one gemmkit.swiglu_mm, and their refusals; the fused SwiGLU graphs run on CPU tensors with a
+double-precision stand-in for swiglu_mm, against the graph they replaced. Every positive test
+asserts that the products were replaced. On an sm_90 GPU (the tests marked `sm90`, which skip,
+saying so, elsewhere): compiled MLP up-projections against eager and double precision, and a
+training graph, whose products escape, left as it was. Skips, saying so, without torch."""
 
 import pytest
 
@@ -14,8 +18,11 @@ import gemmkit  # noqa: E402
 from gemmkit import _fusion  # noqa: E402
 
 F = torch.nn.functional
-BF16, F32 = torch.bfloat16, torch.float32
+BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
 M, N, K = 64, 96, 128
+I = 48  # SwiGLU's intermediate size: [M, I] from weights [I, K] (or [2I, K])
+SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+sm90 = pytest.mark.skipif(not SM90, reason="no sm_90 GPU")
 
 
 def graph_of(function, *args):
@@ -136,3 +143,424 @@ def test_enable_takes_inductors_post_grad_pass_and_refuses_anothers():
             gemmkit.enable_compile_fusion()
     finally:
         config.post_grad_custom_post_pass = None
+
+
+# --- SwiGLU: dual products -------------------------------------------------------------------
+
+def swiglu_calls(gm):
+    return calls(gm, torch.ops.gemmkit.swiglu_mm.default)
+
+
+def dual(function, *args):
+    """The graph after the pass, and its swiglu_mm calls; asserts that no mm or addmm and no
+    mm_epilogue is left beside them."""
+    before = _fusion.fusions
+    gm, single = fused(function, *args)
+    done = swiglu_calls(gm)
+    assert done and not single, gm.graph
+    assert not calls(gm, torch.ops.aten.mm.default) and not calls(gm, torch.ops.aten.addmm.default), gm.graph
+    assert _fusion.fusions == before + len(done)  # one a gemmkit call, whatever it replaced
+    for node in done:
+        gemmkit._gemmkit.epilogue_tensor_uses(node.args[4])  # the C++ parser takes the text
+    return gm, done
+
+
+def placeholder(node):
+    return node.target if node is not None and node.op == "placeholder" else None
+
+
+def test_two_linear_layers_of_one_x_become_one_dual_product(fake):
+    x, wg, wu = cuda(2, 32, K), cuda(I, K), cuda(I, K)
+    gm, done = dual(lambda x, wg, wu: F.silu(F.linear(x, wg)) * F.linear(x, wu), x, wg, wu)
+    assert len(done) == 1
+    xs, w, w_up, interleaved, text, names, inputs, dtype = done[0].args
+    # each layer views x [2, 32, K] as 64 rows, as its own node: the first's is x
+    assert xs.target == torch.ops.aten.view.default and placeholder(xs.args[0]) == "x_1"
+    assert (placeholder(w), placeholder(w_up), interleaved, names, inputs, dtype) == ("wg_1", "wu_1", False, [], [],
+                                                                                      BF16)
+    # silu decomposed by torch, on the gate's f32 sum, rounded to bf16 before it meets the up's
+    assert "exp(" in text and "= (acc / " in text and text.endswith(" * acc2)") and "bf16(" in text, text
+    views = list(done[0].users)
+    assert len(views) == 1 and views[0].target == torch.ops.aten.view.default and views[0].args[1] == [2, 32, I]
+    out = gm(x, wg, wu)
+    assert tuple(out.shape) == (2, 32, I) and out.dtype == BF16
+
+
+def test_the_gate_is_the_product_silu_reads_in_either_order(fake):
+    x, wg, wu = cuda(M, K), cuda(I, K), cuda(I, K)
+    gm, done = dual(lambda x, wu, wg: (x @ wu.t()) * F.silu(x @ wg.t()), x, wu, wg)  # up first
+    w, w_up, text = done[0].args[1], done[0].args[2], done[0].args[4]
+    assert (placeholder(w), placeholder(w_up)) == ("wg_1", "wu_1") and "(acc2 * " in text and "neg(acc)" in text, text
+
+
+def test_biases_gelu_and_a_row_scale_join_the_dual_epilogue(fake):
+    x, wg, wu, bg, bu, s = cuda(M, K), cuda(I, K), cuda(I, K), cuda(I), cuda(I), cuda(M, 1, dtype=F32)
+    gm, done = dual(lambda x, wg, wu, bg, bu, s: F.gelu(F.linear(x, wg, bg)) * F.linear(x, wu, bu) * s,
+                    x, wg, wu, bg, bu, s)
+    xs, w, w_up, interleaved, text, names, inputs, dtype = done[0].args
+    assert placeholder(xs) == "x_1" and (placeholder(w), placeholder(w_up)) == ("wg_1", "wu_1")
+    assert text.startswith("v0 = acc + t0[n]; v1 = acc2 + t1[n]; ") and "erf(" in text and "t2[m]" in text, text
+    assert [placeholder(t) for t in inputs] == ["bg_1", "bu_1", "s_1"] and names == ["t0", "t1", "t2"]
+    assert dtype == F32  # the f32 scale promotes the result
+
+
+def test_a_weight_the_graph_did_not_transpose_goes_in_as_a_transposed_view(fake):
+    x, wg_t, wu = cuda(M, K), cuda(K, I), cuda(I, K)  # the gate weight stored [K, I]
+    gm, done = dual(lambda x, wg_t, wu: F.silu(x @ wg_t) * (x @ wu.t()), x, wg_t, wu)
+    w, w_up = done[0].args[1], done[0].args[2]
+    assert w.target == torch.ops.aten.permute.default and placeholder(w.args[0]) == "wg_t_1" and w.args[1] == [1, 0]
+    assert tuple(w.meta["val"].shape) == (I, K) and placeholder(w_up) == "wu_1"
+
+
+HALVES = {  # the forms of taking a [.., 2I] product's halves, as torch writes them
+    "slices": lambda h: F.silu(h[..., :I]) * h[..., I:],
+    "chunk": lambda h: (lambda g, u: F.silu(g) * u)(*h.chunk(2, dim=-1)),
+    "split_with_sizes": lambda h: (lambda g, u: F.silu(g) * u)(*h.split([I, I], dim=-1)),
+    "up_first": lambda h: h[..., I:] * F.silu(h[..., :I]),
+}
+
+
+@pytest.mark.parametrize("form", HALVES)
+@pytest.mark.parametrize("lead", [(M,), (2, 32)])
+def test_the_halves_of_one_product_of_concatenated_weights(fake, form, lead):
+    x, w = cuda(*lead, K), cuda(2 * I, K)
+    gm, done = dual(lambda x, w: HALVES[form](F.linear(x, w)), x, w)
+    xs, w_arg, w_up, interleaved, text = done[0].args[:5]
+    assert placeholder(w_arg) == "w_1" and w_up is None and interleaved is False
+    assert (xs.args[0] if len(lead) > 1 else xs).target == "x_1"
+    assert "neg(acc)" in text and "acc2" in text, text  # the first half is the gate
+    out = gm(x, w)
+    assert tuple(out.shape) == (*lead, I) and out.dtype == BF16
+
+
+def test_interleaved_halves_with_a_bias(fake):
+    x, w, b = cuda(M, K), cuda(2 * I, K), cuda(2 * I)
+    gm, done = dual(lambda x, w, b: (lambda h: F.silu(h[:, 0::2]) * h[:, 1::2])(F.linear(x, w, b)), x, w, b)
+    xs, w_arg, w_up, interleaved, text, names, inputs = done[0].args[:7]
+    assert placeholder(xs) == "x_1" and placeholder(w_arg) == "w_1" and w_up is None and interleaved is True
+    assert text.startswith("v1 = acc + t0[n]; v2 = acc2 + t1[n]; "), text
+    # the bias's even and odd elements, as the product's columns
+    assert [(t.target, placeholder(t.args[0]), t.args[1:]) for t in inputs] == [
+        (torch.ops.aten.slice.Tensor, "b_1", (-1, 0, None, 2)), (torch.ops.aten.slice.Tensor, "b_1", (-1, 1, None, 2))]
+    assert [tuple(t.meta["val"].shape) for t in inputs] == [(I,), (I,)]
+
+
+def test_swiglu_refusals(fake):
+    x, wg, wu, w = cuda(M, K), cuda(I, K), cuda(I, K), cuda(2 * I, K)
+
+    def escapes_g(x, wg, wu):
+        g = x @ wg.t()
+        return F.silu(g) * (x @ wu.t()), g
+
+    def escapes_u(x, wg, wu):
+        u = x @ wu.t()
+        return F.silu(x @ wg.t()) * u, u
+
+    def escapes_h(x, w):
+        h = x @ w.t()
+        return F.silu(h[:, :I]) * h[:, I:], h
+
+    def escapes_a_half(x, w):
+        g, u = (x @ w.t()).chunk(2, dim=-1)
+        return F.silu(g) * u, u
+
+    swiglu = lambda x, wg, wu: F.silu(x @ wg.t()) * (x @ wu.t())  # noqa: E731
+    cpu = lambda *shape: torch.empty(*shape, dtype=BF16)  # noqa: E731
+    refused = [  # (function, its tensors, products left, mm_epilogue calls made of the others)
+        (escapes_g, (x, wg, wu), 1, 1),  # the up product fuses alone, reading the gate's silu
+        (escapes_u, (x, wg, wu), 1, 1),
+        (escapes_h, (x, w), 1, 0),
+        (escapes_a_half, (x, w), 1, 0),
+        (swiglu, (x, wg, cuda(1, K)), 1, 1),  # weights [I, K] and [1, K]: u [M, 1] broadcasts
+        (lambda x, wg, wu: F.silu(x @ wg.t()) * (x.half() @ wu.t()), (x, wg, cuda(I, K, dtype=F16)), 1, 1),  # dtypes
+        (swiglu, (cpu(M, K), cpu(I, K), cpu(I, K)), 2, 0),  # not CUDA
+        (swiglu, (cuda(M, K, dtype=F32), cuda(I, K, dtype=F32), cuda(I, K, dtype=F32)), 2, 0),  # 32-bit
+        (lambda x, y, wg, wu: F.silu(x @ wg.t()) * (y @ wu.t()), (x, cuda(M, K), wg, wu), 1, 1),  # two x
+        (lambda x, w: (lambda h: F.silu(h[:, :32]) * h[:, 32:64])(x @ w.t()), (x, cuda(96, K)), 1, 0),  # not halves
+        (lambda x, w: (lambda h: F.silu(h[:, :I]) * h[:, I + 1:])(x @ w.t()), (x, cuda(2 * I + 1, K)), 1, 0),  # odd
+        (lambda x, w: (lambda h: F.silu(h[:I]) * h[I:])(x @ w.t()), (cuda(2 * I, K), w), 1, 0),  # halves of rows
+        (lambda x, w: (lambda h: F.silu(h[:, 0::2]) * h[:, 0::2])(x @ w.t()), (x, w), 1, 0),  # one half twice
+    ]
+    for function, args, left, single in refused:
+        gm, done = fused(function, *args)
+        assert not swiglu_calls(gm), gm.graph
+        assert len(calls(gm, torch.ops.aten.mm.default)) == left and len(done) == single, gm.graph
+
+
+class Stop(Exception):
+    """Ends a CPU compile after its post-grad pass (its graph then calls CUDA-only operators)."""
+
+
+INDUCTOR_CASES = {  # name: (the layer, its tensors' shapes, swiglu_mm's interleaved, its tensors read)
+    "pair": (lambda x, wg, wu: F.silu(F.linear(x, wg)) * F.linear(x, wu), [(2, 8, K), (I, K), (I, K)], False, 0),
+    "pair_biases": (lambda x, wg, wu, bg, bu: F.silu(F.linear(x, wg, bg)) * F.linear(x, wu, bu),
+                    [(M, K), (I, K), (I, K), (I,), (I,)], False, 2),
+    "chunk": (lambda x, w: (lambda g, u: F.silu(g) * u)(*F.linear(x, w).chunk(2, dim=-1)), [(2, 8, K), (2 * I, K)],
+              False, 0),
+    "interleaved_bias": (lambda x, w, b: (lambda h: F.silu(h[..., 0::2]) * h[..., 1::2])(F.linear(x, w, b)),
+                         [(2, 8, K), (2 * I, K), (2 * I,)], True, 2),
+}
+
+
+@pytest.mark.parametrize("case", INDUCTOR_CASES)
+def test_the_graphs_inductor_hands_the_pass(case):
+    """torch.compile of CPU tensors up to the post-grad pass, whose graph's values are made CUDA
+    tensors of their shapes before the pass runs: the graphs as Inductor makes them (reshapes, a
+    view of x for each layer, no dead nodes)."""
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    layer, shapes, interleaved, read = INDUCTOR_CASES[case]
+    seen, mode = [], FakeTensorMode()
+
+    class Probe(CustomGraphPass):
+        def __call__(self, graph):
+            for node in graph.nodes:
+                val = node.meta.get("val")
+                if isinstance(val, torch.Tensor):
+                    with mode:
+                        node.meta["val"] = torch.empty_strided(val.shape, val.stride(), dtype=val.dtype, device="cuda")
+            seen.append((graph, _fusion.fuse_epilogues(graph)))
+            raise Stop
+
+        def uuid(self):
+            return None
+
+    torch._dynamo.reset()
+    args = [torch.randn(*shape).to(BF16) for shape in shapes]
+    with inductor_config.patch(post_grad_custom_post_pass=Probe(), fx_graph_cache=False), \
+            functorch_config.patch(enable_autograd_cache=False), torch.no_grad():
+        with pytest.raises(Exception) as stopped:
+            torch.compile(layer, fullgraph=True)(*args)
+    torch._dynamo.reset()
+    assert seen, stopped.value
+    graph, count = seen[0]
+    done = [node for node in graph.nodes if node.target == torch.ops.gemmkit.swiglu_mm.default]
+    assert count == 1 and len(done) == 1, graph
+    assert not [node for node in graph.nodes if node.target in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)]
+    xs, w, w_up, flag, text, names, inputs = done[0].args[:7]
+    assert w.op == "placeholder" and (w_up is None) == (shapes[1][0] == 2 * I)  # the weights as they came
+    assert flag == interleaved and len(inputs) == read and "acc2" in text and "neg(" in text, text
+
+
+# --- SwiGLU's fused graphs run on CPU tensors, swiglu_mm by a double-precision stand-in -------
+
+def evaluate(text, acc, acc2, tensors):
+    """An epilogue text of the pass, in double: its statements are Python's (`v = ...`, then D),
+    its tensors read as name[n], name[m] or name[m, n]."""
+    m, n = acc.shape
+
+    class Read:
+        def __init__(self, t):
+            self.t = t.double()
+
+        def __getitem__(self, index):
+            return self.t.reshape({"n": (1, n), "m": (m, 1), ("m", "n"): (m, n)}[index])
+
+    def round_to(dtype):
+        return lambda v: v.to(dtype).double()
+
+    scope = {"acc": acc, "acc2": acc2, "m": "m", "n": "n", "relu": torch.relu, "sigmoid": torch.sigmoid,
+             "tanh": torch.tanh, "erf": torch.erf, "exp": torch.exp, "log": torch.log, "abs": torch.abs,
+             "neg": torch.neg, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "silu": F.silu, "gelu": F.gelu,
+             "gelu_tanh": lambda v: F.gelu(v, approximate="tanh"), "max": torch.maximum, "min": torch.minimum,
+             "bf16": round_to(BF16), "f16": round_to(F16), "f32": round_to(F32)}
+    scope.update((name, Read(t)) for name, t in tensors.items())
+    *statements, last = text.split(";")
+    for statement in statements:
+        name, value = statement.split("=", 1)
+        scope[name.strip()] = eval(value, {"__builtins__": {}}, scope)
+    return eval(last, {"__builtins__": {}}, scope)
+
+
+def swiglu_stand_in(x, w, w_up, interleaved, epilogue, names, inputs, out_dtype):
+    half = w.size(0) // 2
+    gate, up = (w, w_up) if w_up is not None else (w[0::2], w[1::2]) if interleaved else (w[:half], w[half:])
+    rows = x.double()
+    d = evaluate(epilogue, rows @ gate.double().t(), rows @ up.double().t(), dict(zip(names, inputs)))
+    return d.to(out_dtype or x.dtype)
+
+
+@pytest.fixture
+def cpu_swiglu():
+    """gemmkit.swiglu_mm on CPU tensors, by swiglu_stand_in, for the duration of a test."""
+    lib = torch.library.Library("gemmkit", "IMPL")  # noqa: TOR901
+    lib.impl("swiglu_mm", swiglu_stand_in, "CPU")
+    yield
+    lib._destroy()
+
+
+def linear_pair(act, bias=False):
+    def layer(x, wg, wu, bg, bu):
+        return act(F.linear(x, wg, bg if bias else None)) * F.linear(x, wu, bu if bias else None)
+    return layer
+
+
+def halves_of(act, interleaved=False, bias=False):
+    def layer(x, w, b):
+        h = F.linear(x, w, b if bias else None)
+        return act(h[..., 0::2]) * h[..., 1::2] if interleaved else (lambda g, u: act(g) * u)(*h.chunk(2, dim=-1))
+    return layer
+
+
+CPU_CASES = {  # name: (the layer, whether it takes one [2I, K] weight and bias)
+    "pair": (linear_pair(F.silu), False),
+    "pair_gelu_biases": (linear_pair(F.gelu, bias=True), False),
+    "up_first": (lambda x, wg, wu, bg, bu: F.linear(x, wu) * F.silu(F.linear(x, wg)), False),
+    "sigmoid_written_out": (lambda x, wg, wu, bg, bu: (lambda g: g * torch.sigmoid(g))(x @ wg.t()) * (x @ wu.t()),
+                            False),
+    "chunk": (halves_of(F.silu), True),
+    "chunk_bias": (halves_of(F.silu, bias=True), True),
+    "up_half_first": (lambda x, w, b: (lambda h: h[..., I:] * F.silu(h[..., :I]))(F.linear(x, w)), True),
+    "interleaved_bias": (halves_of(F.silu, interleaved=True, bias=True), True),
+    "interleaved_tanh_gelu": (halves_of(lambda v: F.gelu(v, approximate="tanh"), interleaved=True), True),
+}
+
+
+@pytest.mark.parametrize("case", CPU_CASES)
+def test_fused_swiglu_graphs_compute_what_they_replace(cpu_swiglu, case):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    layer, combined = CPU_CASES[case]
+    torch.manual_seed(0)
+    x = torch.randn(2, 24, K).to(BF16)
+    weights = [(torch.randn(*shape) / K ** 0.5).to(BF16) for shape in
+               ([(2 * I, K), (2 * I,)] if combined else [(I, K), (I, K), (I,), (I,)])]
+    args = (x, *weights)
+    with FakeTensorMode():
+        gm, _ = dual(layer, *[torch.empty(t.shape, dtype=t.dtype, device="cuda") for t in args])
+    got, want = gm(*args), layer(*args)  # the fused graph on CPU tensors, and torch's on the same
+    assert got.shape == want.shape and got.dtype == want.dtype
+    # torch rounds each product (and its bias's sum) to bf16 before the activation, which the
+    # fused text does not: outputs of a few units differ by a few of bf16's half ulps (2^-8)
+    torch.testing.assert_close(got.double(), want.double(), rtol=2 ** -6, atol=2 ** -5)
+    # the check tells the gate from the up: not so close to the layer with their weights swapped
+    if combined:
+        w, b = weights
+        halves = (lambda t: t.unflatten(0, (-1, 2)).flip(1).flatten(0, 1)) if "interleaved" in case else \
+            (lambda t: torch.cat(t.chunk(2)[::-1]))
+        swapped = [halves(w), halves(b)]
+    else:
+        swapped = [weights[1], weights[0], weights[3], weights[2]]
+    assert (got.double() - layer(x, *swapped).double()).abs().max() > 0.25
+
+
+# --- on an sm_90 GPU ----------------------------------------------------------------------------
+
+def gpu_rand(*shape, scale=1.0):
+    return (torch.randn(*shape, device="cuda") * scale).to(BF16)
+
+
+def expect_swiglu(got, eager, x, gate, up, bg, bu, act, slope):
+    """got (the fused graph's) within the f32 accumulation bound of act(g) * u in double (test_swiglu's
+    bound, with act's slope), plus bf16's rounding of act's result and the output; and eager's within
+    that plus the two roundings of g and u to bf16 the fused text does not make."""
+    from gpu_reference import HALF_ULP
+
+    x, gate, up = x.double(), gate.double(), up.double()
+    k, half = x.shape[-1], HALF_ULP[BF16]
+    g, u = x @ gate.t(), x @ up.t()
+    bound_g, bound_u = (x.abs() @ gate.abs().t()) * k * 2.0 ** -24, (x.abs() @ up.abs().t()) * k * 2.0 ** -24
+    if bg is not None:
+        g, u = g + bg.double(), u + bu.double()
+    a = act(g)
+    want = a * u
+    # f32's roundings in the epilogue (the bias's sum among them): 1e-6 of the magnitudes
+    bound = slope * u.abs() * bound_g + a.abs() * bound_u + want.abs() * (2 * half + 1e-6) \
+        + slope * g.abs() * u.abs() * 1e-6 + 1e-6
+    eager_bound = bound + half * (slope * g.abs() * u.abs() + a.abs() * u.abs()) * 1.01
+    assert torch.isfinite(got).all(), "non-finite outputs"
+    for value, limit, name in ((got, bound, "fused"), (eager, eager_bound, "eager")):
+        error = (value.double() - want).abs()
+        assert (error <= limit).all(), f"{name}: max error {error.max().item()} over {(error - limit).max().item()}"
+    assert ((got.double() - eager.double()).abs() <= bound + eager_bound).all()
+
+
+class UpProjection(torch.nn.Module):
+    """An MLP's up-projection in one of the forms models write it."""
+
+    def __init__(self, form, k, i):
+        super().__init__()
+        self.form = form
+        rows = 2 * i if form in ("chunk", "interleaved") else i
+        self.w = torch.nn.Parameter(gpu_rand(rows, k, scale=k ** -0.5), requires_grad=False)
+        self.w_up = torch.nn.Parameter(gpu_rand(i, k, scale=k ** -0.5), requires_grad=False)
+        self.bg, self.bu = (torch.nn.Parameter(gpu_rand(i), requires_grad=False) for _ in range(2))
+
+    def forward(self, x):
+        if self.form == "pair":
+            return F.silu(F.linear(x, self.w)) * F.linear(x, self.w_up)
+        if self.form == "pair_gelu_biases":
+            return F.gelu(F.linear(x, self.w, self.bg)) * F.linear(x, self.w_up, self.bu)
+        h = F.linear(x, self.w)
+        if self.form == "chunk":
+            g, u = h.chunk(2, dim=-1)
+            return F.silu(g) * u
+        return F.silu(h[..., 0::2]) * h[..., 1::2]
+
+    def weights(self):
+        """(gate, up, gate's bias, up's bias) as [I, K] weights."""
+        half = self.w.size(0) // 2
+        if self.form == "chunk":
+            return self.w[:half], self.w[half:], None, None
+        if self.form == "interleaved":
+            return self.w[0::2], self.w[1::2], None, None
+        biased = self.form == "pair_gelu_biases"
+        return self.w, self.w_up, self.bg if biased else None, self.bu if biased else None
+
+
+def compiled(function):
+    """function compiled anew with the pass, Inductor's caches off (a cached graph skips the pass,
+    and so its count)."""
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    torch._dynamo.reset()
+
+    def run(*args):
+        with inductor_config.patch(fx_graph_cache=False), functorch_config.patch(enable_autograd_cache=False):
+            gemmkit.enable_compile_fusion()
+            try:
+                return torch.compile(function, fullgraph=True)(*args)
+            finally:
+                gemmkit.enable_compile_fusion(False)
+    return run
+
+
+@sm90
+@pytest.mark.parametrize("form", ["pair", "pair_gelu_biases", "chunk", "interleaved"])
+@pytest.mark.parametrize("lead", [(200,), (2, 100)])  # rows Inductor does not pad (pad_mm)
+def test_compiled_up_projections_run_one_dual_product(form, lead):
+    k, i = 256, 344
+    layer = UpProjection(form, k, i)
+    x = gpu_rand(*lead, k)
+    before = _fusion.fusions
+    with torch.no_grad():
+        d = compiled(layer)(x)
+        eager = layer(x)
+    assert _fusion.fusions == before + 1  # the up-projection became one gemmkit.swiglu_mm
+    assert d.shape == (*lead, i) and d.dtype == BF16
+    gelu = form == "pair_gelu_biases"
+    expect_swiglu(d, eager, x, *layer.weights(), F.gelu if gelu else F.silu, 1.13 if gelu else 1.1)
+    torch._dynamo.reset()
+
+
+@sm90
+def test_a_training_graph_whose_products_escape_is_left_to_torch():
+    k, i = 128, 96
+    x, wg, wu = gpu_rand(64, k).requires_grad_(), gpu_rand(i, k, scale=k ** -0.5), gpu_rand(i, k, scale=k ** -0.5)
+    wg.requires_grad_(), wu.requires_grad_()
+    layer = linear_pair(F.silu)
+    before = _fusion.fusions
+    d = compiled(layer)(x, wg, wu, None, None)
+    assert _fusion.fusions == before  # the forward graph saves both products for the backward
+    eager = layer(x, wg, wu, None, None)
+    torch.testing.assert_close(d, eager)  # torch's own graph: its products, Inductor's elementwise kernel
+    up = gpu_rand(*d.shape)
+    grads, want = torch.autograd.grad(d, (x, wg, wu), up), torch.autograd.grad(eager, (x, wg, wu), up)
+    for got, expected in zip(grads, want):  # bf16 sums of bf16 terms each side: 2^-5 of the largest
+        scale = expected.abs().max().item()
+        torch.testing.assert_close(got, expected, rtol=2 ** -5, atol=2 ** -5 * scale)
+    torch._dynamo.reset()
