@@ -29,6 +29,7 @@ _TORCH_FUNCTIONS = {
     "bmm": "a batch of products, [B, M, K] @ [B, K, N]; a 2-D operand is shared",
     "enable_compile_fusion": "torch.compile runs products and the elementwise work after them as one gemmkit call",
     "grouped_mm": "one product per group (MoE expert) in one launch, as torch._grouped_mm",
+    "grouped_swiglu_mm": "the MoE up-projection: swiglu_mm per expert's rows, one grouped dual GEMM",
     "linear": "input @ weight.T + bias, as torch.nn.functional.linear",
     "mm": "alpha * a @ b + beta * c, a [M, K] and b [K, N] of bfloat16 or float16",
     "quantize": "x in FP8, a scale per block (tensor, row, 1x128, 128x128, mx): (q, scales)",

@@ -49,6 +49,16 @@ _lib.define("swiglu_mm(Tensor x, Tensor w, Tensor? w_up, bool interleaved, str e
 # The same into out, with an epilogue's outputs (written in place, as gemm_epilogue's); no autograd.
 _lib.define("swiglu_mm_out(Tensor x, Tensor w, Tensor? w_up, Tensor(a!) out, bool interleaved, str epilogue, "
             "str[] names, Tensor[] inputs, Tensor(b!)[] outputs) -> ()")
+# The MoE up-projection as one grouped dual GEMM (gemmkit.grouped_swiglu_mm): each group's rows of
+# x (`layout` and `sizes` as grouped_mm's) through the epilogue of acc = x_g @ gate_g^T and acc2 =
+# x_g @ up_g^T, the experts' weights as swiglu_mm's with a group dimension first: w and w_up [G,
+# I, K], or w [G, 2I, K] (w_up None). Rows no group owns are left undefined. The epilogue's
+# tensors as grouped_mm_epilogue's. No autograd yet (its backward raises).
+_lib.define("grouped_swiglu_mm(Tensor x, Tensor w, Tensor? w_up, Tensor sizes, str layout, bool interleaved, "
+            "str epilogue, str[] names, Tensor[] inputs, ScalarType? out_dtype, int max_sms) -> Tensor")
+# The same into out, with an epilogue's outputs (written in place, as swiglu_mm_out's).
+_lib.define("grouped_swiglu_mm_out(Tensor x, Tensor w, Tensor? w_up, Tensor sizes, Tensor(a!) out, str layout, "
+            "bool interleaved, str epilogue, str[] names, Tensor[] inputs, Tensor(b!)[] outputs, int max_sms) -> ()")
 
 
 def _gemm(a, b, scale_a, scale_b, mode_a, mode_b, out_dtype, alpha, beta, c):
@@ -114,6 +124,18 @@ def _swiglu_mm_out(x, w, w_up, out, interleaved, epilogue, names, inputs, output
     t.launch_swiglu(x, w, w_up, interleaved, out, epilogue, t.epilogue_triples(epilogue, names, [*inputs, *outputs]))
 
 
+def _grouped_swiglu_mm(x, w, w_up, sizes, layout, interleaved, epilogue, names, inputs, out_dtype, max_sms):
+    out = t.new_grouped_swiglu_output(x, w, w_up, out_dtype)
+    t.launch_grouped_swiglu(x, w, w_up, interleaved, sizes, layout, out, max_sms, epilogue,
+                            t.epilogue_triples(epilogue, names, inputs))
+    return out
+
+
+def _grouped_swiglu_mm_out(x, w, w_up, sizes, out, layout, interleaved, epilogue, names, inputs, outputs, max_sms):
+    t.launch_grouped_swiglu(x, w, w_up, interleaved, sizes, layout, out, max_sms, epilogue,
+                            t.epilogue_triples(epilogue, names, [*inputs, *outputs]))
+
+
 _lib.impl("gemm", _gemm, "CUDA")
 _lib.impl("gemm_out", _gemm_out, "CUDA")
 _lib.impl("gemm_epilogue", _gemm_epilogue, "CUDA")
@@ -126,6 +148,8 @@ _lib.impl("grouped_wgrad_out", _grouped_wgrad_out, "CUDA")
 _lib.impl("quantize", _quantize, "CUDA")
 _lib.impl("swiglu_mm", _swiglu_mm, "CUDA")
 _lib.impl("swiglu_mm_out", _swiglu_mm_out, "CUDA")
+_lib.impl("grouped_swiglu_mm", _grouped_swiglu_mm, "CUDA")
+_lib.impl("grouped_swiglu_mm_out", _grouped_swiglu_mm_out, "CUDA")
 
 
 @torch.library.register_fake("gemmkit::gemm")
@@ -187,6 +211,17 @@ def _swiglu_mm_fake(x, w, w_up, interleaved, epilogue, names, inputs, out_dtype)
 
 @torch.library.register_fake("gemmkit::swiglu_mm_out")
 def _swiglu_mm_out_fake(x, w, w_up, out, interleaved, epilogue, names, inputs, outputs):
+    return None
+
+
+@torch.library.register_fake("gemmkit::grouped_swiglu_mm")
+def _grouped_swiglu_mm_fake(x, w, w_up, sizes, layout, interleaved, epilogue, names, inputs, out_dtype, max_sms):
+    return x.new_empty(t.grouped_swiglu_output_shape(x, w, w_up), dtype=t.output_dtype(x, out_dtype))
+
+
+@torch.library.register_fake("gemmkit::grouped_swiglu_mm_out")
+def _grouped_swiglu_mm_out_fake(x, w, w_up, sizes, out, layout, interleaved, epilogue, names, inputs, outputs,
+                                max_sms):
     return None
 
 
@@ -426,6 +461,21 @@ def _eager_swiglu_backward(ctx, grad):
 
 
 torch.library.register_autograd("gemmkit::swiglu_mm", _swiglu_backward, setup_context=_swiglu_setup_context)
+
+
+# The grouped SwiGLU has no backward yet: gemmkit.grouped_swiglu_mm refuses inputs that require
+# grad; the operator called with them gives an output whose backward says so.
+def _grouped_swiglu_setup_context(ctx, inputs, output):
+    pass
+
+
+def _grouped_swiglu_backward(ctx, grad):
+    raise NotImplementedError("gemmkit::grouped_swiglu_mm: no gradient flows through it yet; expected inputs that "
+                              "do not require grad (or torch.no_grad())")
+
+
+torch.library.register_autograd("gemmkit::grouped_swiglu_mm", _grouped_swiglu_backward,
+                                setup_context=_grouped_swiglu_setup_context)
 
 
 # --- eager autograd ------------------------------------------------------------------------------

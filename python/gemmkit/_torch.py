@@ -202,6 +202,40 @@ def launch_grouped(a, b, sizes, layout, out, scale_a, scale_b, mode_a, mode_b, m
                             MODES[mode_b], scale_b, max_sms, epilogue, epilogue_pairs)
 
 
+def grouped_swiglu_output_shape(x, w, w_up):
+    """[M_total, I] for contiguous groups (x [M_total, K]), [G, max_m, I] for masked ones (x [G,
+    max_m, K]); the experts' weights w and w_up [G, I, K] each, or w [G, 2I, K] alone."""
+    return (*x.shape[:-1], w.size(1) if w_up is not None else w.size(1) // 2)
+
+
+def new_grouped_swiglu_output(x, w, w_up, out_dtype):
+    """An empty output for grouped_swiglu_mm (the rows no group owns are never written)."""
+    return x.new_empty(grouped_swiglu_output_shape(x, w, w_up), dtype=output_dtype(x, out_dtype))
+
+
+def launch_grouped_swiglu(x, w, w_up, interleaved, sizes, layout, out, max_sms, epilogue, epilogue_pairs):
+    """out = the epilogue (SWIGLU for the default) of acc = x_g @ gate_g^T and acc2 = x_g @ up_g^T
+    for each group g's rows (`layout` and `sizes` as launch_grouped's), one grouped dual GEMM on
+    out's device and current stream; gate and up [G, I, K] are w and w_up, or each expert's halves
+    of w [G, 2I, K] (w_up None), as launch_swiglu's. The weights' views are made in C++
+    (python/src/module.cpp, grouped_swiglu_tensors). The grouped kernel has no path for operands
+    TMA cannot read: x is copied first as launch_grouped's a, and the weights where those views
+    are not readable (swiglu_weights_readable)."""
+    x = tma_readable(x, (-1, -2))
+    w, w_up = swiglu_weights_readable(w, w_up)
+    _C.grouped_swiglu_tensors(x, w, w_up, interleaved, out, sizes.contiguous(), LAYOUTS[layout], False,
+                              torch._C._cuda_getCurrentRawStream(out.get_device()), max_sms, epilogue,
+                              epilogue_pairs)
+
+
+def swiglu_weights_readable(w, w_up):
+    """(w, w_up) as they are where their rows (K) are contiguous and TMA can read them: then so can
+    it the B and B2 views grouped_swiglu_tensors makes (a half of each expert's rows, or every
+    other row: whole rows apart); else copies with K contiguous and rows padded to 16 bytes (an odd
+    K, a misaligned base, weights stored K x I)."""
+    return tma_readable(w, (-1,)), None if w_up is None else tma_readable(w_up, (-1,))
+
+
 def launch_grouped_wgrad(x, y, offs, out, scale_a, scale_b, mode_a, mode_b, max_sms):
     """out[g] = x_g^T y_g, x_g and y_g group g's rows by the ends in `offs`, on out's device and
     current stream (scales for FP8: x's as A's, y's as B's). The 16-bit kernel reads x's and y's
@@ -267,16 +301,17 @@ def check(tensor, name, dims):
                         f"float8_e4m3fn or float8_e5m2 (float32 for outputs, c and scales)")
 
 
-def check_sizes(sizes, name, groups):
+def check_sizes(sizes, name, groups, of="b"):
     """Group sizes (offs or counts): a 1-D int32 or int64 CUDA tensor of `groups` values (None:
-    any number)."""
+    any number), G the first dimension of the operand named `of`."""
     _check_cuda_tensor(sizes, name)
     if sizes.dim() != 1:
         raise ValueError(f"{name}: {sizes.dim()} dimensions; expected 1 (one value a group)")
     if sizes.dtype not in SIZE_DTYPES:
         raise TypeError(f"{name}: dtype {sizes.dtype} is not supported; expected int32 or int64")
     if groups is not None and sizes.size(0) != groups:
-        raise ValueError(f"{name}: {sizes.size(0)} values; expected one a group, G = {groups} (b's first dimension)")
+        raise ValueError(f"{name}: {sizes.size(0)} values; expected one a group, G = {groups} ({of}'s first "
+                         "dimension)")
 
 
 def check_output(out, out_dtype, dims):
@@ -443,19 +478,7 @@ def _group_sizes(a, b, offs, counts):
     """("contiguous" or "masked", the sizes) of grouped operands, checked: offs go with a 2-D a
     (cumulative row ends), counts with a 3-D one (rows of each group); one value a group of b;
     the contracted dimensions equal."""
-    if a.dim() == 2:
-        if counts is not None:
-            raise ValueError("counts: given with a 2-D a; expected offs (counts go with a 3-D a, masked groups)")
-        if offs is None:
-            raise ValueError("offs: None; expected the groups' cumulative row ends (int32 or int64 [G]) for a 2-D a")
-        layout, name, sizes = "contiguous", "offs", offs
-    else:
-        if offs is not None:
-            raise ValueError("offs: given with a 3-D a; expected counts (offs go with a 2-D a, contiguous groups)")
-        if counts is None:
-            raise ValueError("counts: None; expected each group's valid rows (int32 or int64 [G]) for a 3-D a "
-                             "(gemmkit.bmm multiplies whole batches)")
-        layout, name, sizes = "masked", "counts", counts
+    layout, name, sizes = _layout_of(a, offs, counts)
     if b.dim() == 2:  # the weight gradient: a [P, M_total], b [M_total, Q], any number of groups
         check_sizes(sizes, name, None)
         if a.size(1) != b.size(0):
@@ -469,6 +492,27 @@ def _group_sizes(a, b, offs, counts):
         raise ValueError(f"b: shape {list(b.shape)} has K = {b.size(1)} but a {list(a.shape)} has K = {a.size(-1)}; "
                          f"expected b [G, K, N]")
     return layout, sizes
+
+
+def _layout_of(a, offs, counts, a_name="a", note=" (gemmkit.bmm multiplies whole batches)"):
+    """(layout, the sizes' name, the sizes) of grouped rows: offs (cumulative row ends) with a 2-D
+    a, contiguous groups; counts (rows of each group) with a 3-D one, masked groups; a named
+    `a_name` in the errors, `note` closing that of missing counts."""
+    if a.dim() == 2:
+        if counts is not None:
+            raise ValueError(f"counts: given with a 2-D {a_name}; expected offs (counts go with a 3-D {a_name}, "
+                             "masked groups)")
+        if offs is None:
+            raise ValueError(f"offs: None; expected the groups' cumulative row ends (int32 or int64 [G]) for a 2-D "
+                             f"{a_name}")
+        return "contiguous", "offs", offs
+    if offs is not None:
+        raise ValueError(f"offs: given with a 3-D {a_name}; expected counts (offs go with a 2-D {a_name}, contiguous "
+                         "groups)")
+    if counts is None:
+        raise ValueError(f"counts: None; expected each group's valid rows (int32 or int64 [G]) for a 3-D {a_name}"
+                         + note)
+    return "masked", "counts", counts
 
 
 def _check_types(a, b, fp8):
@@ -664,31 +708,42 @@ def _check_swiglu_operands(x, w, w_up, interleaved):
     _check_cuda_tensor(x, "x")
     if x.dim() == 0:
         raise ValueError("x: 0 dimensions; expected at least 1 ([..., K])")
+    _check_swiglu_weights(x, w, w_up, interleaved, grouped=False)
+
+
+def _check_swiglu_weights(x, w, w_up, interleaved, grouped):
+    """x's dtype, and the weights of swiglu_mm (w [I, K] with w_up [I, K], or w [2I, K] alone) or,
+    `grouped`, grouped_swiglu_mm's (each expert's: [G, I, K], [G, 2I, K]): CUDA tensors of x's
+    dtype, bfloat16 or float16, K agreeing with x's."""
     if x.dtype not in (torch.bfloat16, torch.float16):
         raise TypeError(f"x: dtype {x.dtype} is not supported; expected bfloat16 or float16")
+    g, rank, rows = ("G, ", 3, "second") if grouped else ("", 2, "first")
     combined = w_up is None
-    shape = "[2I, K] (gate and up rows)" if combined else "[I, K]"
+    rows_of = "each expert's gate and up rows" if grouped else "gate and up rows"
+    shape = f"[{g}2I, K] ({rows_of})" if combined else f"[{g}I, K]"
     for t, name in ((w, "w"), (w_up, "w_up")):
         if t is None:
             continue
         _check_cuda_tensor(t, name)
-        if t.dim() != 2:
-            raise ValueError(f"{name}: {t.dim()} dimensions; expected 2, {shape}")
+        if t.dim() != rank:
+            raise ValueError(f"{name}: {t.dim()} dimensions; expected {rank}, {shape}")
         if t.dtype != x.dtype:
             raise TypeError(f"{name}: dtype {t.dtype} differs from x's, {x.dtype}; expected the weights of x's type "
                             "(bfloat16 or float16)")
     if not combined:
         if interleaved:
-            raise ValueError("interleaved: True with w_up given; expected one [2I, K] weight w whose rows alternate "
-                             "gate, up (or interleaved=False with w and w_up each [I, K])")
+            raise ValueError(f"interleaved: True with w_up given; expected one [{g}2I, K] weight w whose rows "
+                             f"alternate gate, up (or interleaved=False with w and w_up each [{g}I, K])")
         if w_up.shape != w.shape:
-            raise ValueError(f"w_up: shape {list(w_up.shape)} differs from w's {list(w.shape)}; expected both [I, K] "
-                             "(the gate weight w, the up weight w_up)")
-    elif w.size(0) % 2:
-        raise ValueError(f"w: shape {list(w.shape)} has an odd first dimension, {w.size(0)}; expected [2I, K]: the "
-                         f"gate's rows then the up's ({'alternating' if interleaved else 'or with w_up, each [I, K]'})")
-    if w.size(1) != x.size(-1):
-        raise ValueError(f"w: shape {list(w.shape)} has K = {w.size(1)} but x {list(x.shape)} has K = {x.size(-1)}; "
+            raise ValueError(f"w_up: shape {list(w_up.shape)} differs from w's {list(w.shape)}; expected both "
+                             f"[{g}I, K] (the gate weight{'s' if grouped else ''} w, the up weight{'s' if grouped else ''} "
+                             "w_up)")
+    elif w.size(-2) % 2:
+        raise ValueError(f"w: shape {list(w.shape)} has an odd {rows} dimension, {w.size(-2)}; expected [{g}2I, K]: "
+                         f"the gate's rows then the up's "
+                         f"({'alternating' if interleaved else f'or with w_up, each [{g}I, K]'})")
+    if w.size(-1) != x.size(-1):
+        raise ValueError(f"w: shape {list(w.shape)} has K = {w.size(-1)} but x {list(x.shape)} has K = {x.size(-1)}; "
                          f"expected w {shape}")
 
 
@@ -825,6 +880,97 @@ def grouped_mm(a, b, offs=None, *, counts=None, out=None, out_dtype=None, max_sm
     else:
         result = _grouped(a, b, sizes, layout, out=out_t, out_dtype=out_dtype, max_sms=max_sms)
     return _arrays.to_caller(result, kind, out)
+
+
+def grouped_swiglu_mm(x, w, offs=None, *, counts=None, w_up=None, interleaved=False, epilogue=None, out=None,
+                      out_dtype=None, max_sms=0, **tensors):
+    """The mixture-of-experts up-projection as one grouped dual GEMM: each expert's rows of x
+    times its gate and up weights, silu(x_g @ gate_g.T) * (x_g @ up_g.T), both products from the
+    same tiles of x in one kernel, neither stored (swiglu_mm a group). The groups' rows as
+    grouped_mm takes them:
+    - x [M_total, K] with offs [G], the groups' cumulative row ends (tokens sorted by expert;
+      group g is rows offs[g-1] to offs[g]) -> [M_total, I]. Rows past offs[-1] are not written:
+      undefined in a new output, as grouped_mm's.
+    - x [G, max_m, K] with counts [G], each group's valid rows (masked groups) -> [G, max_m, I];
+      rows past each count are not written.
+    offs and counts are int32 or int64 CUDA tensors that the kernel reads: nothing waits for the
+    host, a CUDA graph replays with whatever they hold then, and sizes out of range are clamped.
+    The experts' weights, of x's type (bfloat16 or float16), as torch.nn.Linear experts store
+    them, read as they lie:
+    - w [G, I, K] the gate weights and w_up [G, I, K] the up weights;
+    - w [G, 2I, K] alone: each expert's gate rows, then its up rows;
+    - w [G, 2I, K] with interleaved=True: each expert's rows alternating gate, up (w[:, 0::2] the
+      gates).
+    The output is of out_dtype (x's type by default; bfloat16, float16 or float32), or written
+    into out. Operands TMA cannot read as they lie (a base or row stride not a multiple of 16
+    bytes: an odd K, say) are copied first, rows padded, as grouped_mm's. max_sms caps the SMs
+    the kernel runs on (0: all of them).
+
+    epilogue: the text computing each output from acc (x_g @ gate_g.T) and acc2 (x_g @ up_g.T),
+    which it must read (README, "Fused epilogues"); None is SwiGLU, "silu(acc) * acc2". Its
+    tensors are keyword arguments as grouped_mm's epilogue takes them: name[n] one a group, [G, I]
+    (or [I] for all groups), such as each expert's biases; name[m] one a row of x, [M_total] ([G,
+    max_m] masked), such as each token's router weight; name[m, n] and outputs as out is.
+
+    Not differentiable yet: where autograd would track the call (an input that requires grad,
+    outside torch.no_grad()) it raises NotImplementedError."""
+    refuse_stray_tensors("grouped_swiglu_mm", epilogue, tensors)
+    (x, w, offs, counts, w_up, out_t), kind = _arrays.to_torch(torch, (x, w, offs, counts, w_up, out),
+                                                               ("x", "w", "offs", "counts", "w_up", "out"))
+    layout, sizes = _check_grouped_swiglu_operands(x, w, w_up, offs, counts, interleaved)
+    interleaved, max_sms = bool(interleaved), int(max_sms)
+    check_output(out_t, out_dtype, (x.dim(),))
+    if out_t is not None and out_t.shape != grouped_swiglu_output_shape(x, w, w_up):
+        raise ValueError(f"out: shape {list(out_t.shape)}; expected x's rows and I, "
+                         f"{list(grouped_swiglu_output_shape(x, w, w_up))}")
+    text = SWIGLU if epilogue is None else epilogue
+    pairs = epilogue_pairs(text, tensors)
+    if not reads_acc2(text):
+        raise ValueError(f"epilogue: {text!r} does not read acc2, the up projection's product; expected a text of "
+                         f"acc (x_g @ gate_g.T) and acc2 (x_g @ up_g.T), e.g. {SWIGLU!r}")
+    if direct(x, w, w_up, sizes, out_t, *(t for _, t, _ in pairs)):
+        if out_t is None:
+            out_t = new_grouped_swiglu_output(x, w, w_up, out_dtype)
+        launch_grouped_swiglu(x, w, w_up, interleaved, sizes, layout, out_t, max_sms, text, pairs)
+        return _arrays.to_caller(out_t, kind, out)
+    _refuse_autograd("grouped_swiglu_mm", (("x", x), ("w", w), ("w_up", w_up), ("out", out_t), *tensors.items()))
+    names, inputs, outputs = operator_tensors(text, pairs)
+    if out_t is None and not outputs:
+        result = torch.ops.gemmkit.grouped_swiglu_mm(x, w, w_up, sizes, layout, interleaved, text, names, inputs,
+                                                     out_dtype, max_sms)
+        return _arrays.to_caller(result, kind)
+    if out_t is None:
+        out_t = new_grouped_swiglu_output(x, w, w_up, out_dtype)
+    torch.ops.gemmkit.grouped_swiglu_mm_out(x, w, w_up, sizes, out_t, layout, interleaved, text, names, inputs,
+                                            outputs, max_sms)
+    return _arrays.to_caller(out_t, kind, out)
+
+
+def _check_grouped_swiglu_operands(x, w, w_up, offs, counts, interleaved):
+    """grouped_swiglu_mm's x [M_total, K] with offs or [G, max_m, K] with counts, and the experts'
+    weights w [G, I, K] with w_up [G, I, K], or w [G, 2I, K] alone: CUDA tensors, all bfloat16
+    or all float16, G and K agreeing. Returns (layout, sizes), as _group_sizes."""
+    _check_cuda_tensor(x, "x")
+    if x.dim() not in (2, 3):
+        raise ValueError(f"x: {x.dim()} dimensions; expected 2, [M_total, K] with offs, or 3, [G, max_m, K] with "
+                         "counts")
+    _check_swiglu_weights(x, w, w_up, interleaved, grouped=True)
+    layout, name, sizes = _layout_of(x, offs, counts, "x", "")
+    check_sizes(sizes, name, w.size(0), of="w")
+    if x.dim() == 3 and x.size(0) != w.size(0):
+        raise ValueError(f"w: shape {list(w.shape)} has G = {w.size(0)} but x {list(x.shape)} has G = {x.size(0)}")
+    return layout, sizes
+
+
+def _refuse_autograd(function, named):
+    """Where a call of a function without a backward is not direct: NotImplementedError naming the
+    first of the (name, tensor) pairs `named` that autograd would track."""
+    if torch.is_grad_enabled():
+        for name, t in named:
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                raise NotImplementedError(f"{function}: {name} requires grad, but no gradient flows through "
+                                          f"{function} yet; expected inputs that do not require grad (or "
+                                          "torch.no_grad())")
 
 
 def scaled_grouped_mm(a, b, scale_a, scale_b, offs=None, *, counts=None, mode="rowwise", out=None, out_dtype=None,

@@ -4,8 +4,9 @@
 // quantize_tensors() take framework tensors (python/gemmkit's torch tensors) and read their views
 // and group sizes here (tensor_views.h); gemm_tensors() and gemm() take a dual GEMM's second B
 // (GemmOptions::b2) as an optional last argument, and swiglu_tensors() makes B and B2 of SwiGLU's
-// weights itself. set_scratch_allocator() makes two Python callables (torch's caching allocator,
-// from python/gemmkit/_torch.py) gemmkit's scratch allocator (gemmkit/scratch.h). gemmkit::Error
+// weights itself (grouped_swiglu_tensors() of the experts' weights, for grouped_gemm()).
+// set_scratch_allocator() makes two Python callables (torch's caching allocator, from
+// python/gemmkit/_torch.py) gemmkit's scratch allocator (gemmkit/scratch.h). gemmkit::Error
 // becomes ValueError where the caller passed something gemmkit cannot accept, RuntimeError
 // otherwise (no device, CUDA or compile errors).
 #include <nanobind/nanobind.h>
@@ -84,18 +85,33 @@ gemmkit::Epilogue epilogue_of(const std::string& text, nb::handle tensors) {
 // SwiGLU's B and B2, each K x I, from its weights as torch.nn.Linear stores them ([I, K] rows): w
 // the gate's and w_up the up's, or (w_up None) the halves of one [2I, K] w, its first and last I
 // rows or (interleaved) its even and odd rows. The views are made here rather than by slicing and
-// transposing tensors in Python, each of which costs a microsecond or more.
-std::pair<TensorView, TensorView> swiglu_operands(nb::handle w, nb::handle w_up, bool interleaved) {
+// transposing tensors in Python, each of which costs a microsecond or more. `grouped`: the
+// experts' weights, [G, I, K] or [G, 2I, K], give B and B2 [G, K, I] (grouped_gemm's b2), each
+// expert's rows as above and the batch stride the weights'.
+std::pair<TensorView, TensorView> swiglu_operands(nb::handle w, nb::handle w_up, bool interleaved,
+                                                  bool grouped = false) {
+  const int rank = grouped ? 3 : 2;
+  const std::string group = grouped ? "G, " : "";
+  auto refuse_rank = [&](const char* name, int got, const std::string& shapes) {
+    const std::string text = std::string(name) + ": " + std::to_string(got) + " dimensions; expected " +
+                             std::to_string(rank) + ", " + shapes;
+    throw nb::value_error(text.c_str());
+  };
   const TensorView vw = gemmkit::python::view_of(w, "w");
-  if (vw.rank != 2) throw nb::value_error(("w: " + std::to_string(vw.rank) + " dimensions; expected 2, [I, K] or [2I, K]").c_str());
-  // rows [first, first + step * count) of v, every step-th, transposed: K x count.
+  if (vw.rank != rank) refuse_rank("w", vw.rank, "[" + group + "I, K] or [" + group + "2I, K]");
+  // rows [first, first + step * count) of v (of each of its matrices), every step-th, transposed:
+  // K x count.
   auto transposed = [](const TensorView& v, int64_t first, int64_t count, int64_t step) {
     char* data = static_cast<char*>(v.data) + first * v.row_stride() * gemmkit::dtype_size(v.dtype);
+    if (v.rank == 3) {
+      return TensorView::batched(data, v.dtype, v.batch(), v.cols(), count, v.batch_stride(), v.col_stride(),
+                                 v.row_stride() * step);
+    }
     return TensorView::matrix(data, v.dtype, v.cols(), count, v.col_stride(), v.row_stride() * step);
   };
   if (!w_up.is_none()) {
     const TensorView vu = gemmkit::python::view_of(w_up, "w_up");
-    if (vu.rank != 2) throw nb::value_error(("w_up: " + std::to_string(vu.rank) + " dimensions; expected 2, [I, K]").c_str());
+    if (vu.rank != rank) refuse_rank("w_up", vu.rank, "[" + group + "I, K]");
     return {transposed(vw, 0, vw.rows(), 1), transposed(vu, 0, vu.rows(), 1)};
   }
   const int64_t half = vw.rows() / 2;
@@ -300,6 +316,33 @@ NB_MODULE(_gemmkit, m) {
       "\"silu(acc) * acc2\") of acc = x @ gate^T and acc2 = x @ up^T, gate and up [I, K] each: w and w_up, or "
       "(w_up None) the halves of one [2I, K] w, its first and last I rows or (interleaved) its even and odd rows; "
       "with a fused epilogue's (name, tensor, index) triples");
+  m.def(
+      "grouped_swiglu_tensors",
+      [](nb::handle x, nb::handle w, nb::handle w_up, bool interleaved, nb::handle d, nb::handle sizes,
+         GroupLayout layout, bool check, uintptr_t stream, int max_sms, const std::string& epilogue,
+         nb::handle epilogue_tensors) {
+        const TensorView va = gemmkit::python::view_of(x, "x");
+        const auto [vb, vb2] = swiglu_operands(w, w_up, interleaved, true);
+        const TensorView vd = gemmkit::python::view_of(d, "out");
+        const GroupSizes vs = gemmkit::python::group_sizes_of(sizes, layout == GroupLayout::masked ? "counts" : "offs",
+                                                              layout, check);
+        gemmkit::GemmOptions options;
+        options.stream = stream_of(stream);
+        options.max_sms = max_sms;
+        options.b2 = vb2;
+        if (!epilogue.empty()) options.epilogue = epilogue_of(epilogue, epilogue_tensors);
+        nb::gil_scoped_release unlocked;
+        gemmkit::grouped_gemm(va, vb, vd, vs, options);
+      },
+      nb::arg("x"), nb::arg("w"), nb::arg("w_up").none(), nb::arg("interleaved"), nb::arg("d"), nb::arg("sizes"),
+      nb::arg("layout"), nb::arg("check"), nb::arg("stream"), nb::arg("max_sms"), nb::arg("epilogue") = "",
+      nb::arg("epilogue_tensors") = nb::none(),
+      "the grouped dual GEMM of the MoE up-projection on framework tensors: for each group (expert) g, its rows "
+      "of d = the epilogue (empty: \"silu(acc) * acc2\") of acc = x_g @ gate_g^T and acc2 = x_g @ up_g^T, gate and "
+      "up [G, I, K]: w and w_up, or (w_up None) the halves of each expert's rows of one [G, 2I, K] w, its first and "
+      "last I or (interleaved) its even and odd rows; x [M_total, K] and d [M_total, I] with `sizes` the groups' "
+      "cumulative row ends (contiguous), or x [G, max_m, K] and d [G, max_m, I] with each group's row count "
+      "(masked), as grouped_gemm_tensors; with a fused epilogue's (name, tensor, index) triples");
   m.def(
       "epilogue_tensor_uses",
       [](const std::string& text) {

@@ -1,6 +1,6 @@
 """What the torch tests on an sm_90 GPU share: their skip, random inputs, NaN-filled outputs,
-group ends, dequantised FP8 operands, and the checks of products and gradients against double
-precision (the bounds are test_torch.py's docstring's). Imported after
+group ends, dequantised FP8 operands, SwiGLU's reference, and the checks of products, fused
+epilogues and gradients against double precision (the bounds are test_torch.py's docstring's). Imported after
 pytest.importorskip("torch"), which each test file makes itself (scripts/python_test.sh picks the
 torch tests by it)."""
 
@@ -40,6 +40,29 @@ def expect_close(d, a, b, alpha=1.0, beta=0.0, c=None, accumulation=None):
     assert torch.isfinite(d).all(), "non-finite outputs"
     error = (d.detach().double() - ref).abs()
     assert (error <= bound + 1e-30).all(), f"max error {error.max().item()} over bound {bound.max().item()}"
+
+
+def expect_near(got, want, acc_bound, slope=1.0):
+    """got within the accumulation bound `acc_bound` of want (times the epilogue's slope there),
+    plus its type's rounding and f32 arithmetic's: the fused epilogues' check."""
+    assert torch.isfinite(got).all(), "non-finite outputs"
+    bound = acc_bound * slope + want.abs() * (HALF_ULP[got.dtype] + 1e-6) + 1e-6
+    error = (got.double() - want).abs()
+    assert (error <= bound).all(), f"max error {error.max().item()}"
+
+
+def swiglu_reference(x, gate, up, bg=None, bu=None):
+    """(silu(x gate^T + bg) * (x up^T + bu) in double, its bound): the f32 accumulation bound on
+    each product, K * 2^-24 * (|x| @ |w|^T), carried through silu (slope at most 1.1) and the
+    product."""
+    x, gate, up = x.detach().double(), gate.detach().double(), up.detach().double()
+    g, u = x @ gate.t(), x @ up.t()
+    k = x.shape[-1]
+    bound_g, bound_u = (x.abs() @ gate.abs().t()) * k * 2.0 ** -24, (x.abs() @ up.abs().t()) * k * 2.0 ** -24
+    if bg is not None:
+        g, u = g + bg.double(), u + bu.double()
+    silu = torch.nn.functional.silu(g)
+    return silu * u, 1.1 * u.abs() * bound_g + silu.abs() * bound_u
 
 
 def offs_of(sizes, dtype=torch.int32):

@@ -8,7 +8,7 @@ torch or an sm_90 GPU."""
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (the torch tests run on the GPU machine)")
-from gpu_reference import HALF_ULP, nan_like, rand, skip_without_sm90  # noqa: E402
+from gpu_reference import HALF_ULP, expect_near, nan_like, rand, skip_without_sm90  # noqa: E402
 
 skip_without_sm90()
 
@@ -24,15 +24,6 @@ def product(a, b, alpha=1.0, beta=0.0, c=None):
     if c is not None and beta != 0:
         ref = ref + beta * c.double()
     return ref, (a.abs() @ b.abs()) * abs(alpha) * a.shape[-1] * 2.0 ** -24
-
-
-def expect_near(got, want, acc_bound, slope=1.0):
-    """got within the accumulation bound (times the epilogue's slope there) plus its type's
-    rounding and f32 arithmetic's, of want."""
-    assert torch.isfinite(got).all(), "non-finite outputs"
-    bound = acc_bound * slope + want.abs() * (HALF_ULP[got.dtype] + 1e-6) + 1e-6
-    error = (got.double() - want).abs()
-    assert (error <= bound).all(), f"max error {error.max().item()}"
 
 
 @pytest.mark.parametrize("m,n,k", [(1, 8, 64), (67, 45, 129), (256, 384, 512), (1000, 1032, 1000)])

@@ -21,7 +21,7 @@ def test_operators_are_registered_on_import_when_torch_is_loaded():
     code = ("import torch, gemmkit\n"
             "for op in ('gemm', 'gemm_out', 'gemm_epilogue', 'mm_epilogue', 'quantize', 'grouped_mm', "
             "'grouped_mm_out', 'grouped_mm_epilogue', 'grouped_wgrad', 'grouped_wgrad_out', 'swiglu_mm', "
-            "'swiglu_mm_out'):\n"
+            "'swiglu_mm_out', 'grouped_swiglu_mm', 'grouped_swiglu_mm_out'):\n"
             "    assert hasattr(torch.ops.gemmkit, op), op\n")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -17,6 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 from fake_cuda import cuda  # noqa: E402
+from gpu_reference import expect_near, swiglu_reference as reference  # noqa: E402
 
 import gemmkit  # noqa: E402
 from gemmkit import _torch  # noqa: E402
@@ -252,29 +253,6 @@ def test_opcheck_with_the_stand_ins(swiglu_kernels):
 
 def gpu_rand(*shape, dtype=BF16, requires_grad=False):
     return torch.randn(*shape, device="cuda", dtype=F32).to(dtype).requires_grad_(requires_grad)
-
-
-def reference(x, gate, up, bg=None, bu=None):
-    """(silu(g) * u in double, its bound): test_epilogue.py's f32 accumulation bound on each product,
-    K * 2^-24 * (|x| @ |w|^T), carried through silu (slope at most 1.1) and the product."""
-    x, gate, up = x.detach().double(), gate.detach().double(), up.detach().double()
-    g, u = x @ gate.t(), x @ up.t()
-    k = x.shape[-1]
-    bound_g, bound_u = (x.abs() @ gate.abs().t()) * k * 2.0 ** -24, (x.abs() @ up.abs().t()) * k * 2.0 ** -24
-    if bg is not None:
-        g, u = g + bg.double(), u + bu.double()
-    silu = torch.nn.functional.silu(g)
-    return silu * u, 1.1 * u.abs() * bound_g + silu.abs() * bound_u
-
-
-def expect_near(got, want, acc_bound):
-    """test_epilogue.py's check: the accumulation bound plus the output's rounding and f32's."""
-    from gpu_reference import HALF_ULP
-
-    assert torch.isfinite(got).all(), "non-finite outputs"
-    bound = acc_bound + want.abs() * (HALF_ULP[got.dtype] + 1e-6) + 1e-6
-    error = (got.double() - want).abs()
-    assert (error <= bound).all(), f"max error {error.max().item()}"
 
 
 def gpu_weights(form, i, k, dtype=BF16, requires_grad=False):
