@@ -9,6 +9,7 @@ scaled_grouped_mm."""
 import torch
 
 from . import _torch as t
+from ._epilogue_eval import evaluate
 
 _lib = torch.library.Library("gemmkit", "DEF")  # noqa: TOR901  (kept for the process's life)
 _lib.define("gemm(Tensor a, Tensor b, Tensor? scale_a, Tensor? scale_b, str mode_a, str mode_b, "
@@ -294,6 +295,37 @@ def _backward(ctx, grad):
 
 
 torch.library.register_autograd("gemmkit::gemm", _backward, setup_context=_setup_context)
+
+
+# A product through a fused epilogue, D = e(P, tensors) with P = A B: the backward recomputes P
+# (float32; float64 for the CPU stand-ins' double inputs), differentiates e evaluated by torch at
+# P (_epilogue_eval, the kernels' formulas) for dP and the tensors' gradients, and multiplies dP
+# out as gemm's backward does dD, each operand's gradient in its layout.
+
+def _mm_epilogue_setup_context(ctx, inputs, output):
+    a, b, epilogue, names, tensors, out_dtype = inputs
+    ctx.epilogue, ctx.names = epilogue, names
+    ctx.save_for_backward(a, b, *tensors)
+
+
+def _mm_epilogue_backward(ctx, grad):
+    a, b, *tensors = ctx.saved_tensors
+    wide = torch.float64 if a.dtype == torch.float64 else torch.float32
+    with torch.enable_grad():
+        p = _product(a.detach(), b.detach(), wide, 1.0).requires_grad_()
+        reads = [t.detach().to(wide).requires_grad_() for t in tensors]
+        value, _ = evaluate(ctx.epilogue, p, dict(zip(ctx.names, reads)))
+        grads = torch.autograd.grad(value, [p, *reads], grad.to(wide), allow_unused=True)
+    g = grads[0].to(a.dtype)
+    grad_a = _product_like(g, b.transpose(-1, -2), a, 1.0) if ctx.needs_input_grad[0] else None
+    grad_b = _product_like(a.transpose(-1, -2), g, b, 1.0) if ctx.needs_input_grad[1] else None
+    tensor_grads = [None if d is None else d.to(t.dtype) for d, t in zip(grads[1:], tensors)]
+    # torch matches the gradients to the inputs' structure, in which a list of names is one value
+    # but an empty list a list.
+    return grad_a, grad_b, None, None if ctx.names else [], tensor_grads, None
+
+
+torch.library.register_autograd("gemmkit::mm_epilogue", _mm_epilogue_backward, setup_context=_mm_epilogue_setup_context)
 
 
 # Grouped products, out_g = a_g b_g per group g: da_g = dout_g b_g^T, a grouped product over the

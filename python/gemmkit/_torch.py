@@ -324,6 +324,23 @@ def check_output(out, out_dtype, dims):
             raise ValueError(f"out: dtype {out.dtype} differs from out_dtype {out_dtype}")
 
 
+def differentiable_epilogue(epilogue, a, b, tensors, out=None, alpha=1.0, beta=0.0, c=None, scaled=False):
+    """True where autograd tracks a product a @ b through an epilogue (some input requires grad),
+    which mm_epilogue's formula then differentiates: 2-D 16-bit operands, alpha 1 and no C, no
+    out=, a text without outputs. NotImplementedError, saying which, where a call it tracks is none
+    of those."""
+    if not torch.is_grad_enabled() or not any(t is not None and t.requires_grad for t in (a, b, c, *tensors.values())):
+        return False
+    why = ("outputs (name[m, n] = ...)" if any(output for _, _, output in epilogue_uses(epilogue))
+           else "FP8 inputs" if scaled else "batched operands (bmm)" if a.dim() != 2 or b.dim() != 2
+           else "alpha, beta or c (addmm)" if alpha != 1 or beta != 0 or c is not None
+           else "out=" if out is not None else None)
+    if why:
+        raise NotImplementedError(f"epilogue: no gradient flows through a fused epilogue with {why} yet; expected "
+                                  "gemmkit.mm(a, b, epilogue=...) with inputs it reads, or torch.no_grad()")
+    return True
+
+
 def refuse_autograd_through_epilogue(*tensors):
     """Where a call with an epilogue is not direct: NotImplementedError if autograd would track
     it (no gradient flows through an epilogue yet)."""
@@ -396,15 +413,19 @@ def _gemm(a, b, dims, scale_a=None, scale_b=None, modes=("none", "none"), out=No
 
 
 def _gemm_epilogue(a, b, scale_a, scale_b, modes, epilogue, tensors, out, out_dtype, alpha, beta, c):
-    """_gemm's product through a fused epilogue (checked by _gemm): launched directly, or through
-    the operator where torch traces or dispatches (no autograd: an epilogue has no backward yet)."""
+    """_gemm's product through a fused epilogue (checked by _gemm): launched directly, through
+    mm_epilogue where autograd tracks it (differentiable_epilogue), else through gemm_epilogue
+    where torch traces or dispatches."""
     pairs = epilogue_pairs(epilogue, tensors)
+    if differentiable_epilogue(epilogue, a, b, tensors, out=out, alpha=alpha, beta=beta, c=c,
+                               scaled=scale_a is not None or scale_b is not None):
+        names, inputs, _ = operator_tensors(epilogue, pairs)
+        return torch.ops.gemmkit.mm_epilogue(a, b, epilogue, names, inputs, output_dtype(a, out_dtype))
     if out is None:
         out = new_output(a, b, out_dtype)
     if direct(a, b, c, scale_a, scale_b, out, *(t for _, t, _ in pairs)):
         launch_gemm(a, b, out, scale_a, scale_b, *modes, alpha, beta, c, epilogue, pairs)
         return out
-    refuse_autograd_through_epilogue(a, b, c, *tensors.values())
     torch.ops.gemmkit.gemm_epilogue(a, b, out, scale_a, scale_b, *modes, epilogue,
                                     *operator_tensors(epilogue, pairs), alpha, beta, c)
     return out

@@ -1,0 +1,76 @@
+"""A fused epilogue's text evaluated with torch operations, element by element over whole tensors:
+the backward of a product through an epilogue (autograd differentiates this evaluation), and CPU
+stand-ins in tests. gemmkit's parser checks a text before it gets here (gemmkit.epilogue_uses);
+its grammar is a subset of Python's expressions and statements (statements split by ';', `name =
+value`, `name[m, n] = value`, reads `name[n]`, `name[m]`, `name[m, n]`, + - * / and unary minus,
+calls), so Python's ast reads it. Each function is the formula of kernels/sm90/epilogue_ops.cuh."""
+
+import ast
+import functools
+import operator
+
+import torch
+import torch.nn.functional as F
+
+
+def _round(dtype):
+    """A cast of the language: the value rounded to `dtype` as a store of it would, kept in the
+    type it computes in."""
+    return lambda x: x.to(dtype).to(x.dtype)
+
+
+FUNCTIONS = {
+    "identity": lambda x: x, "relu": torch.relu, "relu2": lambda x: torch.relu(x).square(), "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu, "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh, "erf": torch.erf, "exp": torch.exp, "log": torch.log, "abs": torch.abs, "neg": torch.neg,
+    "square": torch.square, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "max": torch.maximum, "min": torch.minimum,
+    "clamp": torch.clamp, "bf16": _round(torch.bfloat16), "f16": _round(torch.float16), "f32": lambda x: x,
+}
+_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+
+
+@functools.lru_cache(maxsize=256)
+def _statements(text):
+    return ast.parse(text, mode="exec").body
+
+
+def evaluate(text, acc, tensors, acc2=None):
+    """(D's value, {output name: value}) of the epilogue `text` over a product `acc` [M, N] (and a
+    dual GEMM's second product `acc2`), `tensors` mapping each name the text reads to its tensor:
+    name[n] of N elements (any shape), name[m] of M, name[m, n] [M, N]. Values compute in acc's
+    dtype; tensors are read in theirs and broadcast as their index says."""
+    m, n = acc.shape
+    shapes = {"n": (1, n), "m": (m, 1)}
+    values = {"acc": acc, "acc2": acc2}
+    outputs = {}
+
+    def value(node):
+        if isinstance(node, ast.Constant):
+            return float(node.value)
+        if isinstance(node, ast.Name):
+            return values[node.id]
+        if isinstance(node, ast.Subscript):
+            index = node.slice.id if isinstance(node.slice, ast.Name) else "mn"
+            t = tensors[node.value.id]
+            return t.reshape(shapes[index]) if index in shapes else t
+        if isinstance(node, ast.UnaryOp):  # unary minus
+            return -value(node.operand)
+        if isinstance(node, ast.BinOp):
+            return _OPERATORS[type(node.op)](value(node.left), value(node.right))
+        if isinstance(node, ast.Call):  # numbers as tensors of acc's dtype: max(x, 0), clamp's bounds
+            args = [a if isinstance(a, torch.Tensor) else torch.tensor(a, dtype=acc.dtype, device=acc.device)
+                    for a in map(value, node.args)]
+            return FUNCTIONS[node.func.id](*args)
+        raise ValueError(f"epilogue: {ast.dump(node)} is not of the language")
+
+    statements = _statements(text)
+    for statement in statements[:-1]:
+        target = statement.targets[0]
+        if isinstance(target, ast.Subscript):
+            outputs[target.value.id] = value(statement.value)
+        else:
+            values[target.id] = value(statement.value)
+    result = value(statements[-1].value)
+    if not isinstance(result, torch.Tensor):  # a text of numbers alone
+        result = torch.full_like(acc, result)
+    return result, outputs
