@@ -54,7 +54,8 @@ _lib.define("swiglu_mm_out(Tensor x, Tensor w, Tensor? w_up, Tensor(a!) out, boo
 # x (`layout` and `sizes` as grouped_mm's) through the epilogue of acc = x_g @ gate_g^T and acc2 =
 # x_g @ up_g^T, the experts' weights as swiglu_mm's with a group dimension first: w and w_up [G,
 # I, K], or w [G, 2I, K] (w_up None). Rows no group owns are left undefined. The epilogue's
-# tensors as grouped_mm_epilogue's. No autograd yet (its backward raises).
+# tensors as grouped_mm_epilogue's. Differentiable in x and the weights with the default epilogue
+# (_torch.SWIGLU) alone.
 _lib.define("grouped_swiglu_mm(Tensor x, Tensor w, Tensor? w_up, Tensor sizes, str layout, bool interleaved, "
             "str epilogue, str[] names, Tensor[] inputs, ScalarType? out_dtype, int max_sms) -> Tensor")
 # The same into out, with an epilogue's outputs (written in place, as swiglu_mm_out's).
@@ -444,6 +445,25 @@ def _sum_of_products_like(first, second, like, acc_dtype):
     return total.transpose(-1, -2) if transposed else total
 
 
+def _gate_and_up(h, interleaved):
+    """The gate's and the up's products from h, the product against a combined [2I, K] weight:
+    its column halves, or its even and odd columns."""
+    half = h.size(-1) // 2
+    return (h[..., 0::2], h[..., 1::2]) if interleaved else (h[..., :half], h[..., half:])
+
+
+def _as_combined_rows(dg, du, interleaved):
+    """dg and du side by side (or interleaved) as a combined weight's rows lie: _gate_and_up's inverse."""
+    return torch.stack((dg, du), -1).flatten(-2) if interleaved else torch.cat((dg, du), -1)
+
+
+def _swiglu_derivatives(g, u, dy, dtype):
+    """dg and du of D = silu(g) * u for D's gradient dy (float32 or wider), in `dtype`:
+    silu'(g) = s (1 + g (1 - s)) with s = sigmoid(g)."""
+    s = torch.sigmoid(g)
+    return (dy * u * s * (1 + g * (1 - s))).to(dtype), (dy * g * s).to(dtype)
+
+
 def _swiglu_grads(ctx, grad):
     """(dx, dw, dw_up), None where not needed."""
     x, w, w_up = ctx.saved_tensors
@@ -456,18 +476,13 @@ def _swiglu_grads(ctx, grad):
     acc = torch.float32 if x.element_size() == 2 else x.dtype  # float32 sums (the CPU stand-ins: double)
     combined = w_up is None
     if combined:
-        h = _product(x, w.t(), acc, 1.0)  # [M, 2I]: g and u side by side, or interleaved
-        half = h.size(1) // 2
-        g, u = (h[:, 0::2], h[:, 1::2]) if ctx.interleaved else (h[:, :half], h[:, half:])
+        g, u = _gate_and_up(_product(x, w.t(), acc, 1.0), ctx.interleaved)  # from [M, 2I]
     else:
         g, u = _product(x, w.t(), acc, 1.0), _product(x, w_up.t(), acc, 1.0)
-    dy = grad.to(acc)
-    s = torch.sigmoid(g)
-    dg = (dy * u * s * (1 + g * (1 - s))).to(x.dtype)
-    du = (dy * g * s).to(x.dtype)
+    dg, du = _swiglu_derivatives(g, u, grad.to(acc), x.dtype)
     grad_x = grad_w = grad_up = None
     if combined:
-        dh = torch.stack((dg, du), -1).flatten(-2) if ctx.interleaved else torch.cat((dg, du), -1)
+        dh = _as_combined_rows(dg, du, ctx.interleaved)
         if needs[0]:
             grad_x = _product_like(dh, w, x, 1.0)
         if needs[1]:
@@ -495,15 +510,90 @@ def _eager_swiglu_backward(ctx, grad):
 torch.library.register_autograd("gemmkit::swiglu_mm", _swiglu_backward, setup_context=_swiglu_setup_context)
 
 
-# The grouped SwiGLU has no backward yet: gemmkit.grouped_swiglu_mm refuses inputs that require
-# grad; the operator called with them gives an output whose backward says so.
+# The grouped SwiGLU, D_g = silu(g) * u with g = x_g gate_g^T and u = x_g up_g^T for each group g's
+# rows: _swiglu_grads' formula group by group. The backward recomputes g and u (float32) as
+# grouped products over the same groups (rows no group owns 0), takes dD as 0 in those rows (it
+# may hold anything there, NaN included, the forward's rows being undefined), and forms dg and du
+# as the dense backward does. dx_g = dg_g gate_g + du_g up_g is a grouped product (one, of dh
+# [dg du] side by side or interleaved, for a combined w [G, 2I, K]; two summed in float32 for the
+# pair), rows no group owns 0, row-major as grouped_mm's dx. The weight gradients dW_g = dh_g^T
+# x_g ([G, 2I, K] for a combined w, in its row order; [G, I, K] each for the pair) are
+# grouped_wgrad over contiguous groups' rows, and for masked groups one batched product over
+# every group's max_m rows, the rows past each count zeroed first (as grouped_mm's); each in its
+# weight's layout. Differentiable with the default epilogue alone; sizes get no gradient.
+
 def _grouped_swiglu_setup_context(ctx, inputs, output):
-    pass
+    x, w, w_up, sizes, layout, interleaved, epilogue, names, inputs_, out_dtype, max_sms = inputs
+    ctx.default = epilogue in ("", t.SWIGLU)
+    ctx.layout, ctx.interleaved, ctx.max_sms = layout, interleaved, max_sms
+    ctx.names, ctx.inputs = len(names), len(inputs_)
+    ctx.save_for_backward(x, w, w_up, sizes)
+
+
+def _owned_rows(x, sizes, layout):
+    """Whether a group owns each row of x: [G, max_m, 1] (masked) or [M_total, 1] (contiguous, the
+    rows before the last end, clamped as the kernel reads the ends)."""
+    rows = torch.arange(x.size(-2), device=x.device)
+    if layout == "masked":
+        return (rows < sizes.unsqueeze(1)).unsqueeze(-1)
+    if sizes.numel() == 0:
+        return torch.zeros(x.size(0), 1, dtype=torch.bool, device=x.device)
+    return (rows < sizes.amax()).unsqueeze(-1)
+
+
+def _grouped_swiglu_weight_grad(dh, x, sizes, w, layout, max_sms):
+    """dh_g^T x_g in w's dtype and layout."""
+    if layout == "contiguous":
+        return _weight_grad(dh, x, sizes, w, max_sms)
+    return _masked_weight_grad(dh, x, sizes, w)
+
+
+def _grouped_swiglu_grads(ctx, grad):
+    """(dx, dw, dw_up), None where not needed."""
+    x, w, w_up, sizes = ctx.saved_tensors
+    needs = ctx.needs_input_grad
+    if not any(needs[:3]):
+        return None, None, None
+    if not ctx.default:
+        raise NotImplementedError(f"epilogue: no gradient flows through grouped_swiglu_mm with an epilogue but the "
+                                  f"default, {t.SWIGLU!r}, yet; expected inputs that do not require grad (or "
+                                  "torch.no_grad())")
+    acc = torch.float32 if x.element_size() == 2 else x.dtype  # float32 sums (the CPU stand-ins: double)
+    layout, max_sms = ctx.layout, ctx.max_sms
+    combined = w_up is None
+    if combined:
+        g, u = _gate_and_up(_grouped_product(x, w.transpose(-1, -2), sizes, layout, acc, max_sms), ctx.interleaved)
+    else:
+        g = _grouped_product(x, w.transpose(-1, -2), sizes, layout, acc, max_sms)
+        u = _grouped_product(x, w_up.transpose(-1, -2), sizes, layout, acc, max_sms)
+    dy = torch.where(_owned_rows(x, sizes, layout), grad.to(acc), 0.0)
+    dg, du = _swiglu_derivatives(g, u, dy, x.dtype)
+    grad_x = grad_w = grad_up = None
+    if combined:
+        dh = _as_combined_rows(dg, du, ctx.interleaved)
+        if needs[0]:
+            grad_x = _grouped_product(dh, w, sizes, layout, x.dtype, max_sms)
+        if needs[1]:
+            grad_w = _grouped_swiglu_weight_grad(dh, x, sizes, w, layout, max_sms)
+    else:
+        if needs[0]:
+            partial = _grouped_product(dg, w, sizes, layout, acc, max_sms)
+            grad_x = (partial + _grouped_product(du, w_up, sizes, layout, acc, max_sms)).to(x.dtype)
+        if needs[1]:
+            grad_w = _grouped_swiglu_weight_grad(dg, x, sizes, w, layout, max_sms)
+        if needs[2]:
+            grad_up = _grouped_swiglu_weight_grad(du, x, sizes, w_up, layout, max_sms)
+    return grad_x, grad_w, grad_up
 
 
 def _grouped_swiglu_backward(ctx, grad):
-    raise NotImplementedError("gemmkit::grouped_swiglu_mm: no gradient flows through it yet; expected inputs that "
-                              "do not require grad (or torch.no_grad())")
+    # The lists' gradients as _swiglu_backward's.
+    return (*_grouped_swiglu_grads(ctx, grad), None, None, None, None, None if ctx.names else [],
+            [None] * ctx.inputs, None, None)
+
+
+def _eager_grouped_swiglu_backward(ctx, grad):
+    return (*_grouped_swiglu_grads(ctx, grad), None, None, None, None, None, None, None, None)
 
 
 torch.library.register_autograd("gemmkit::grouped_swiglu_mm", _grouped_swiglu_backward,
@@ -534,3 +624,5 @@ EagerGroupedMm = _eager_function("EagerGroupedMm", _grouped_mm, _grouped_mm_setu
 EagerSwiglu = _eager_function("EagerSwiglu", _swiglu_mm, _swiglu_setup_context, _eager_swiglu_backward)
 EagerGroupedWgrad = _eager_function("EagerGroupedWgrad", _grouped_wgrad, _grouped_wgrad_setup_context,
                                     _grouped_wgrad_backward)
+EagerGroupedSwiglu = _eager_function("EagerGroupedSwiglu", _grouped_swiglu_mm, _grouped_swiglu_setup_context,
+                                     _eager_grouped_swiglu_backward)

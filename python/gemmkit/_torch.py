@@ -933,8 +933,15 @@ def grouped_swiglu_mm(x, w, offs=None, *, counts=None, w_up=None, interleaved=Fa
     (or [I] for all groups), such as each expert's biases; name[m] one a row of x, [M_total] ([G,
     max_m] masked), such as each token's router weight; name[m, n] and outputs as out is.
 
-    Not differentiable yet: where autograd would track the call (an input that requires grad,
-    outside torch.no_grad()) it raises NotImplementedError."""
+    Differentiable in x and the weights with the default epilogue (without out=), as swiglu_mm:
+    the backward recomputes both products in float32 as grouped products over the same groups and
+    runs dx and the weight gradients on gemmkit's grouped kernels (grouped_wgrad for contiguous
+    groups; for masked ones one batched product over every group's max_m rows, the rows past each
+    count zeroed first, as grouped_mm's), each weight's gradient in its layout (a combined w gets
+    one [G, 2I, K] gradient, its rows as w's); dx is row-major, its rows that no group owns 0, and
+    the output's gradient is not read there. No gradient flows through another epilogue: where
+    autograd would track such a call (an input that requires grad, outside torch.no_grad()) it
+    raises NotImplementedError."""
     refuse_stray_tensors("grouped_swiglu_mm", epilogue, tensors)
     (x, w, offs, counts, w_up, out_t), kind = _arrays.to_torch(torch, (x, w, offs, counts, w_up, out),
                                                                ("x", "w", "offs", "counts", "w_up", "out"))
@@ -954,14 +961,23 @@ def grouped_swiglu_mm(x, w, offs=None, *, counts=None, w_up=None, interleaved=Fa
             out_t = new_grouped_swiglu_output(x, w, w_up, out_dtype)
         launch_grouped_swiglu(x, w, w_up, interleaved, sizes, layout, out_t, max_sms, text, pairs)
         return _arrays.to_caller(out_t, kind, out)
-    _refuse_autograd("grouped_swiglu_mm", (("x", x), ("w", w), ("w_up", w_up), ("out", out_t), *tensors.items()))
+    default = text == SWIGLU
+    if not default:
+        _refuse_autograd("grouped_swiglu_mm", (("x", x), ("w", w), ("w_up", w_up), ("out", out_t),
+                                               *tensors.items()))
     names, inputs, outputs = operator_tensors(text, pairs)
     if out_t is None and not outputs:
-        result = torch.ops.gemmkit.grouped_swiglu_mm(x, w, w_up, sizes, layout, interleaved, text, names, inputs,
-                                                     out_dtype, max_sms)
+        if default and eager(x, w, w_up, sizes):
+            result = _ops.EagerGroupedSwiglu.apply(x, w, w_up, sizes, layout, interleaved, text, names, inputs,
+                                                   out_dtype, max_sms)
+        else:
+            result = torch.ops.gemmkit.grouped_swiglu_mm(x, w, w_up, sizes, layout, interleaved, text, names, inputs,
+                                                         out_dtype, max_sms)
         return _arrays.to_caller(result, kind)
     if out_t is None:
         out_t = new_grouped_swiglu_output(x, w, w_up, out_dtype)
+    else:
+        refuse_autograd_with_out(x, w, w_up, out_t)
     torch.ops.gemmkit.grouped_swiglu_mm_out(x, w, w_up, sizes, out_t, layout, interleaved, text, names, inputs,
                                             outputs, max_sms)
     return _arrays.to_caller(out_t, kind, out)
@@ -984,14 +1000,15 @@ def _check_grouped_swiglu_operands(x, w, w_up, offs, counts, interleaved):
 
 
 def _refuse_autograd(function, named):
-    """Where a call of a function without a backward is not direct: NotImplementedError naming the
-    first of the (name, tensor) pairs `named` that autograd would track."""
+    """Where a call of a function with an epilogue other than the default (SWIGLU) is not direct:
+    NotImplementedError naming the first of the (name, tensor) pairs `named` that autograd would
+    track (its backward is the default epilogue's alone)."""
     if torch.is_grad_enabled():
         for name, t in named:
             if isinstance(t, torch.Tensor) and t.requires_grad:
                 raise NotImplementedError(f"{function}: {name} requires grad, but no gradient flows through "
-                                          f"{function} yet; expected inputs that do not require grad (or "
-                                          "torch.no_grad())")
+                                          f"{function} with an epilogue other than the default, {SWIGLU!r}, yet; "
+                                          "expected inputs that do not require grad (or torch.no_grad())")
 
 
 def scaled_grouped_mm(a, b, scale_a, scale_b, offs=None, *, counts=None, mode="rowwise", out=None, out_dtype=None,

@@ -4,16 +4,22 @@ GemmOptions::b2), and its operators torch.ops.gemmkit.grouped_swiglu_mm and grou
 Without a GPU: the operators' registration, fake shapes and dtypes for each weight form (two
 tensors, one [G, 2I, K] weight each expert's gate rows first, interleaved) with contiguous and
 masked groups, tracing into one operator, the argument errors (each naming its argument), the
-refusal of inputs that require grad, the binding's views of the experts' weights reaching the C++
-checks, the copies made of weights whose views TMA cannot read, and opcheck with a
-double-precision CPU stand-in for the kernel. On an sm_90 GPU (the tests marked `sm90`, which
+refusal of inputs that require grad with another epilogue or out=, the binding's views of the
+experts' weights reaching the C++ checks, the copies made of weights whose views TMA cannot read,
+opcheck with a double-precision CPU stand-in for the kernel, and the default epilogue's autograd
+formula with double-precision CPU stand-ins for every kernel (x and the weights of each form
+against torch's autograd of the groups one by one, contiguous and masked, rows no group owns NaN;
+the weights' gradients in their layouts; the eager Function's backward; fake tensors;
+torch.compile's aot_eager; opcheck). On an sm_90 GPU (the tests marked `sm90`, which
 skip, saying so, elsewhere): each group's rows against silu(x_g @ gate_g.T) * (x_g @ up_g.T) in
 double within test_swiglu.py's bounds, for the three weight forms, contiguous groups (empty ones
 first, in the middle and last, one-row groups, odd sizes, rows past the last end) and masked ones,
 outputs NaN-filled first so that rows no group owns are seen to stay untouched; int32 and int64
 sizes, float16, float32 outputs, out=, an odd K (copied), a custom epilogue with per-expert biases
 [G, I], per-token weights and an auxiliary output, torch.compile(fullgraph=True) against eager,
-and opcheck. Skips, saying so, without torch."""
+gradients against double autograd (gpu_reference.expect_grads) for each weight form, contiguous
+and masked, column-major weights' gradients in their layout, torch.compile(fullgraph=True)'s
+backward, and opcheck. Skips, saying so, without torch."""
 
 import pytest
 
@@ -195,22 +201,57 @@ def test_errors_name_the_argument(fake):
             call()
 
 
-def test_inputs_that_require_grad_are_refused_naming_the_function(fake):
+def test_inputs_that_require_grad_are_refused_with_another_epilogue_or_out(fake):
     x, w, offs = cuda(100, 64), cuda(4, 26, 64), cuda(4, dtype=I32)
-    message = (r"^grouped_swiglu_mm: {} requires grad, but no gradient flows through grouped_swiglu_mm yet; expected "
-               r"inputs that do not require grad \(or torch.no_grad\(\)\)$")
+    text = "silu(acc + bg[n]) * acc2"
+    message = (r"^grouped_swiglu_mm: {} requires grad, but no gradient flows through grouped_swiglu_mm with an "
+               r"epilogue other than the default, 'silu\(acc\) \* acc2', yet; expected inputs that do not require "
+               r"grad \(or torch.no_grad\(\)\)$")
     with pytest.raises(NotImplementedError, match=message.format("x")):
-        gemmkit.grouped_swiglu_mm(x.clone().requires_grad_(), w, offs)
+        gemmkit.grouped_swiglu_mm(x.clone().requires_grad_(), w, offs, epilogue=text, bg=cuda(4, 13))
     with pytest.raises(NotImplementedError, match=message.format("w")):
-        gemmkit.grouped_swiglu_mm(x, w.clone().requires_grad_(), offs)
+        gemmkit.grouped_swiglu_mm(x, w.clone().requires_grad_(), offs, epilogue=text, bg=cuda(4, 13))
     with pytest.raises(NotImplementedError, match=message.format("w_up")):
-        gemmkit.grouped_swiglu_mm(x, w[:, :13], offs, w_up=w[:, 13:].clone().requires_grad_())
+        gemmkit.grouped_swiglu_mm(x, w[:, :13], offs, w_up=w[:, 13:].clone().requires_grad_(), epilogue=text,
+                                  bg=cuda(4, 13))
     with pytest.raises(NotImplementedError, match=message.format("bg")):
-        gemmkit.grouped_swiglu_mm(x, w, offs, epilogue="silu(acc + bg[n]) * acc2",
-                                  bg=cuda(4, 13).requires_grad_())
+        gemmkit.grouped_swiglu_mm(x, w, offs, epilogue=text, bg=cuda(4, 13).requires_grad_())
+    with pytest.raises(NotImplementedError, match=message.format("x")):  # outputs: not the default either
+        gemmkit.grouped_swiglu_mm(x.clone().requires_grad_(), w, offs, epilogue="p[m, n] = acc; silu(acc) * acc2",
+                                  p=cuda(100, 13, dtype=F32))
+    with pytest.raises(RuntimeError, match="^out: gemmkit functions with out= do not support automatic"):
+        gemmkit.grouped_swiglu_mm(x.clone().requires_grad_(), w, offs, out=cuda(100, 13))
     with torch.no_grad():
-        d = gemmkit.grouped_swiglu_mm(x.clone().requires_grad_(), w, offs)
+        d = gemmkit.grouped_swiglu_mm(x.clone().requires_grad_(), w, offs, epilogue=text, bg=cuda(4, 13))
     assert tuple(d.shape) == (100, 13) and not d.requires_grad
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_fake_gradients_take_the_inputs_shapes_dtypes_and_layouts(fake, form):
+    # A traced call with inputs that require grad is the operator, with its autograd formula.
+    w, w_up, interleaved = fake_weights(form, 4, 13, 64)
+    inputs = [t.requires_grad_() for t in (cuda(100, 64), w, w_up) if t is not None]
+    d = gemmkit.grouped_swiglu_mm(inputs[0], w, cuda(4, dtype=I32), w_up=w_up, interleaved=interleaved)
+    assert d.requires_grad and "grouped_swiglu_mm" in type(d.grad_fn).__name__
+    # The operator's backward with fake tensors, as torch.compile traces it (CPU ones: autograd's
+    # engine wants a real device for CUDA's): the weights' gradients in their layouts (row-major,
+    # or the transposes of row-major [G, K, I] or [G, K, 2I] tensors), bfloat16 throughout.
+    groups, i, k = 4, 13, 64
+    for transposed in (False, True):
+        for layout, x, sizes in [("contiguous", torch.empty(100, k, dtype=BF16), torch.empty(groups, dtype=I32)),
+                                 ("masked", torch.empty(groups, 20, k, dtype=BF16), torch.empty(groups, dtype=I64))]:
+            rows_w = i if form == "pair" else 2 * i
+            w = torch.empty(groups, k, rows_w, dtype=BF16).transpose(1, 2) if transposed else \
+                torch.empty(groups, rows_w, k, dtype=BF16)
+            w_up = None if form != "pair" else torch.empty(groups, k, i, dtype=BF16).transpose(1, 2) if transposed \
+                else torch.empty(groups, i, k, dtype=BF16)
+            inputs = [t.requires_grad_() for t in (x, w, w_up) if t is not None]
+            d = ops.grouped_swiglu_mm(x, w, w_up, sizes, layout, interleaved, SWIGLU, [], [], F32, 0)
+            assert d.requires_grad and d.dtype == F32
+            grads = torch.autograd.grad(d, inputs, torch.empty_like(d))
+            for g, t in zip(grads, inputs):
+                assert g.shape == t.shape and g.dtype == t.dtype
+                assert g.stride() == t.stride(), f"gradient strides {g.stride()}, input's {t.stride()}"
 
 
 def test_errors_without_fake_tensors():
@@ -379,12 +420,171 @@ def test_opcheck_with_the_stand_in(grouped_swiglu_kernels):
     assert torch.allclose(p, reference, rtol=1e-12, atol=1e-12)
 
 
-def test_the_operator_s_backward_says_it_has_none(grouped_swiglu_kernels):
+def test_the_operator_s_backward_refuses_another_epilogue(grouped_swiglu_kernels):
     x, w = torch.randn(12, 6, dtype=F64, requires_grad=True), torch.randn(3, 10, 6, dtype=F64)
-    d = ops.grouped_swiglu_mm(x, w, None, torch.tensor([4, 4, 12]), "contiguous", False, SWIGLU, [], [], F64, 0)
+    bg, bu = torch.randn(5, dtype=F64), torch.randn(5, dtype=F64)
+    d = ops.grouped_swiglu_mm(x, w, None, torch.tensor([4, 4, 12]), "contiguous", False,
+                              "silu(acc + bg[n]) * (acc2 + bu[n])", ["bg", "bu"], [bg, bu], F64, 0)
     assert d.requires_grad
-    with pytest.raises(NotImplementedError, match="^gemmkit::grouped_swiglu_mm: no gradient flows through it yet"):
+    with pytest.raises(NotImplementedError, match="^epilogue: no gradient flows through grouped_swiglu_mm with an "
+                                                  "epilogue but the default"):
         d.sum().backward()
+
+
+# The autograd formula with double-precision CPU stand-ins for the kernels: the `cpu_kernels`
+# fixture's grouped_mm, grouped_wgrad and gemm (cpu_stand_ins.py; their grouped outputs' rows that
+# no group owns NaN unless zeroed), and the grouped SwiGLU's above. Against torch's autograd of the
+# forward written group by group in double; the output's gradient NaN in rows no group owns, and
+# so are x's rows there, which must reach no gradient.
+
+@pytest.fixture
+def grad_kernels(cpu_kernels, grouped_swiglu_kernels):
+    yield
+
+
+def leaf(*shape, transposed=False):
+    """A double tensor, row-major or (transposed) the transpose of a row-major one in its last two
+    dimensions."""
+    if not transposed:
+        return torch.randn(*shape, dtype=F64)
+    return torch.randn(*shape[:-2], shape[-1], shape[-2], dtype=F64).transpose(-1, -2)
+
+
+def grad_weights(form, groups, i, k, transposed=False):
+    """(w, w_up, interleaved) of a weight form, double leaves that require grad."""
+    if form == "pair":
+        return (leaf(groups, i, k, transposed=transposed).requires_grad_(),
+                leaf(groups, i, k, transposed=transposed).requires_grad_(), False)
+    return leaf(groups, 2 * i, k, transposed=transposed).requires_grad_(), None, form == "interleaved"
+
+
+def swiglu(x, gate, up):
+    return torch.nn.functional.silu(x @ gate.t()) * (x @ up.t())
+
+
+def grouped_reference(x, gate, up, sizes, layout):
+    """The grouped SwiGLU by torch, each group's rows in turn; rows no group owns 0 (no gradient)."""
+    i = gate.size(1)
+    if layout == "masked":
+        return torch.stack([torch.cat((swiglu(x[g, :end], gate[g], up[g]), x.new_zeros(x.size(1) - end, i)))
+                            for g, _, end in group_rows(sizes, layout, x.size(1))])
+    spans = group_rows(sizes, layout, x.size(0))
+    pieces = [swiglu(x[start:end], gate[g], up[g]) for g, start, end in spans]
+    return torch.cat((*pieces, x.new_zeros(x.size(0) - spans[-1][2], i)))
+
+
+def owned(x, sizes, layout):
+    """Whether a group owns each row of x ([G, max_m] or [M_total])."""
+    mask = torch.zeros(x.shape[:-1], dtype=torch.bool)
+    for g, start, end in group_rows(sizes, layout, x.size(-2)):
+        mask[(g, slice(start, end)) if layout == "masked" else slice(start, end)] = True
+    return mask
+
+
+GRAD_CASES = {"contiguous": ((12, 7), torch.tensor([3, 3, 9, 9], dtype=I32)),  # empty groups, 3 rows past the end
+              "masked": ((4, 5, 7), torch.tensor([2, 0, 5, 3]))}
+
+
+def grad_case(layout, form, transposed=False, i=5):
+    """(x, w, w_up, interleaved, sizes, up): x with NaN in the rows no group owns, requiring grad, and
+    the output's gradient `up`, NaN there too."""
+    shape, sizes = GRAD_CASES[layout]
+    x = leaf(*shape)
+    mask = owned(x, sizes, layout)
+    x[~mask] = float("nan")
+    w, w_up, interleaved = grad_weights(form, sizes.size(0), i, shape[-1], transposed)
+    up = torch.randn(*shape[:-1], i, dtype=F64)
+    up[~mask] = float("nan")
+    return x.requires_grad_(), w, w_up, interleaved, sizes, up
+
+
+def reference_grads(x, w, w_up, interleaved, sizes, layout, up):
+    inputs = [t for t in (x, w, w_up) if t is not None]
+    copies = [t.detach().clone().requires_grad_() for t in inputs]
+    weights = copies[1:]
+    gate, up_w = rows(weights[0], weights[1] if len(weights) == 2 else None, interleaved)
+    d = grouped_reference(copies[0], gate, up_w, sizes, layout)
+    return torch.autograd.grad(d, copies, up.nan_to_num(0.0))
+
+
+def expect_grads_match(got, want, inputs):
+    for g, wanted, t in zip(got, want, inputs):
+        assert g.shape == t.shape and g.dtype == t.dtype
+        assert torch.isfinite(g).all(), "non-finite gradient"
+        assert torch.allclose(g, wanted, rtol=1e-12, atol=1e-12), (g - wanted).abs().max()
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "masked"])
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("transposed", [False, True])
+def test_gradients_match_torch_s_and_take_the_weights_layouts(grad_kernels, layout, form, transposed):
+    x, w, w_up, interleaved, sizes, up = grad_case(layout, form, transposed)
+    inputs = [t for t in (x, w, w_up) if t is not None]
+    d = ops.grouped_swiglu_mm(x, w, w_up, sizes, layout, interleaved, SWIGLU, [], [], F64, 0)
+    got = torch.autograd.grad(d, inputs, up)
+    expect_grads_match(got, reference_grads(x, w, w_up, interleaved, sizes, layout, up), inputs)
+    for g, t in zip(got, inputs):  # x's gradient is row-major, as grouped_mm's
+        assert g.stride() == t.stride(), f"gradient strides {g.stride()}, input's {t.stride()}"
+    assert (got[0][~owned(x, sizes, layout)] == 0).all()
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "masked"])
+def test_the_eager_function_records_the_operator_s_formula(grad_kernels, layout, monkeypatch):
+    # _torch routes eager calls with inputs that require grad through _ops.EagerGroupedSwiglu,
+    # whose forward launches the kernel itself: here the launch writes the stand-in's output.
+    from gemmkit import _ops
+
+    def launch(x, w, w_up, interleaved, sizes, layout, out, max_sms, epilogue, pairs):
+        grouped_swiglu_into(x, w, w_up, sizes, out, layout, interleaved, epilogue, [], [], [])
+
+    monkeypatch.setattr(_torch, "launch_grouped_swiglu", launch)
+    for form in FORMS:
+        x, w, w_up, interleaved, sizes, up = grad_case(layout, form)
+        inputs = [t for t in (x, w, w_up) if t is not None]
+        d = _ops.EagerGroupedSwiglu.apply(x, w, w_up, sizes, layout, interleaved, SWIGLU, [], [], F64, 0)
+        assert type(d.grad_fn).__name__ == "EagerGroupedSwigluBackward"
+        got = torch.autograd.grad(d, inputs, up)
+        expect_grads_match(got, reference_grads(x, w, w_up, interleaved, sizes, layout, up), inputs)
+
+
+def test_only_the_gradients_asked_for_are_computed(grad_kernels):
+    x, w, w_up, interleaved, sizes, up = grad_case("contiguous", "pair")
+    w.requires_grad_(False)
+    d = ops.grouped_swiglu_mm(x, w, w_up, sizes, "contiguous", False, SWIGLU, [], [], F64, 0)
+    dx, dw_up = torch.autograd.grad(d, (x, w_up), up)
+    want = reference_grads(x, w, w_up, False, sizes, "contiguous", up)
+    expect_grads_match((dx, dw_up), (want[0], want[2]), (x, w_up))
+    x.requires_grad_(False)
+    d = ops.grouped_swiglu_mm(x, w, w_up, sizes, "contiguous", False, SWIGLU, [], [], F64, 0)
+    (dw_up,) = torch.autograd.grad(d, (w_up,), up)
+    assert torch.allclose(dw_up, want[2], rtol=1e-12, atol=1e-12)
+
+
+def test_torch_compile_traces_the_backward(grad_kernels):
+    # aot_eager: the operator's forward and backward traced with fake tensors (the backward's
+    # grouped products, weight gradients and masks), then run with the stand-ins.
+    def layer(x, w, sizes):
+        return ops.grouped_swiglu_mm(x, w, None, sizes, layout, True, SWIGLU, [], [], F64, 0) * 2
+
+    for layout in ("contiguous", "masked"):
+        x, w, _, _, sizes, up = grad_case(layout, "interleaved")
+        compiled = torch.compile(layer, backend="aot_eager", fullgraph=True)
+        got = torch.autograd.grad(compiled(x, w, sizes), (x, w), up)
+        expect_grads_match(got, reference_grads(x, w, None, True, sizes, layout, 2 * up), (x, w))
+        torch._dynamo.reset()
+
+
+def test_opcheck_with_gradients(grad_kernels):
+    # As test_opcheck_with_the_stand_in, with inputs that require grad: autograd's registration
+    # and the AOT-dispatched backward against eager.
+    x, masked = torch.randn(12, 6, dtype=F64, requires_grad=True), torch.randn(3, 4, 6, dtype=F64, requires_grad=True)
+    gate, up = torch.randn(3, 5, 6, dtype=F64, requires_grad=True), torch.randn(3, 5, 6, dtype=F64, requires_grad=True)
+    w = torch.randn(3, 10, 6, dtype=F64, requires_grad=True)
+    op = ops.grouped_swiglu_mm.default
+    ends, counts = torch.tensor([4, 4, 12], dtype=I32), torch.tensor([4, 4, 4])
+    torch.library.opcheck(op, (x, gate, up, ends, "contiguous", False, SWIGLU, [], [], F64, 0))
+    torch.library.opcheck(op, (x, w, None, ends.long(), "contiguous", True, SWIGLU, [], [], None, 0))
+    torch.library.opcheck(op, (masked, w, None, counts, "masked", False, SWIGLU, [], [], None, 0))
 
 
 # --- on an sm_90 GPU ----------------------------------------------------------------------------
@@ -505,12 +705,96 @@ def test_a_masked_custom_epilogue_with_per_expert_biases():
 
 
 @sm90
-def test_inputs_that_require_grad_are_refused_on_the_gpu():
+def test_inputs_that_require_grad_are_refused_with_another_epilogue_on_the_gpu():
     from gpu_reference import offs_of
 
     x, w = gpu_rand(64, 128).requires_grad_(), gpu_rand(4, 64, 128)
     with pytest.raises(NotImplementedError, match="^grouped_swiglu_mm: x requires grad"):
-        gemmkit.grouped_swiglu_mm(x, w, offs_of([16] * 4))
+        gemmkit.grouped_swiglu_mm(x, w, offs_of([16] * 4), epilogue="silu(acc + b[n]) * acc2", b=gpu_rand(4, 32))
+
+
+def gpu_grad_case(layout, form, i=200, k=128, transposed=False):
+    """(x, w, w_up, interleaved, sizes, reference) on the GPU, x and the weights requiring grad, x's
+    rows that no group owns NaN; reference(x, *weights) the grouped SwiGLU in double."""
+    from gpu_reference import offs_of
+
+    if layout == "contiguous":
+        sizes = offs_of(SIZES)
+        x = gpu_rand(sum(SIZES) + 11, k)  # 11 rows past the last end
+        x[sum(SIZES):] = float("nan")
+    else:
+        sizes = torch.tensor(COUNTS, device="cuda", dtype=I32)
+        x = gpu_rand(len(COUNTS), 64, k)
+        x[~(torch.arange(64, device="cuda") < sizes.unsqueeze(1))] = float("nan")
+    groups = sizes.size(0)
+    w, w_up, interleaved = gpu_weights(form, groups, i, k)
+    if transposed:  # the transposes of row-major [G, K, 2I] (or [G, K, I]) weights
+        w = w.transpose(1, 2).contiguous().transpose(1, 2)
+        w_up = None if w_up is None else w_up.transpose(1, 2).contiguous().transpose(1, 2)
+    for t in (x, w, w_up):
+        if t is not None:
+            t.requires_grad_()
+    cpu_sizes = sizes.cpu()
+
+    def reference(x, *weights):
+        gate, up = rows(weights[0], weights[1] if len(weights) == 2 else None, interleaved)
+        return grouped_reference(x, gate, up, cpu_sizes, layout)
+
+    return x, w, w_up, interleaved, sizes, reference
+
+
+def grouped_call(x, w, w_up, interleaved, sizes, layout, **kwargs):
+    size = {"offs": sizes} if layout == "contiguous" else {"counts": sizes}
+    return gemmkit.grouped_swiglu_mm(x, w, **size, w_up=w_up, interleaved=interleaved, **kwargs)
+
+
+@sm90
+@pytest.mark.parametrize("layout", ["contiguous", "masked"])
+@pytest.mark.parametrize("form", FORMS)
+def test_gradients_match_double_autograd(layout, form):
+    from gpu_reference import expect_grads
+
+    x, w, w_up, interleaved, sizes, reference = gpu_grad_case(layout, form)
+    inputs = [t for t in (x, w, w_up) if t is not None]
+    d = grouped_call(x, w, w_up, interleaved, sizes, layout)
+    expect_grads(d, inputs, reference)
+    d = grouped_call(x, w, w_up, interleaved, sizes, layout, out_dtype=F32)
+    expect_grads(d, inputs, reference)
+    # The output's rows that no group owns are undefined (NaN, say): their gradient is not read.
+    grads = torch.autograd.grad(d.square().sum(), inputs)
+    for g, t in zip(grads, inputs):
+        assert g.stride() == t.stride() and torch.isfinite(g).all()
+
+
+@sm90
+@pytest.mark.parametrize("layout", ["contiguous", "masked"])
+def test_gradients_of_column_major_weights_take_their_layout(layout):
+    from gpu_reference import expect_grads
+
+    for form in ("pair", "concat"):
+        x, w, w_up, interleaved, sizes, reference = gpu_grad_case(layout, form, i=96, transposed=True)
+        inputs = [t for t in (x, w, w_up) if t is not None]
+        expect_grads(grouped_call(x, w, w_up, interleaved, sizes, layout), inputs, reference)
+        grads = torch.autograd.grad(grouped_call(x, w, w_up, interleaved, sizes, layout).float().square().sum(),
+                                    inputs)
+        for g, t in zip(grads, inputs):
+            assert g.stride() == t.stride(), f"gradient strides {g.stride()}, input's {t.stride()}"
+
+
+@sm90
+def test_torch_compile_with_fullgraph_backward():
+    from gpu_reference import expect_grads
+
+    for layout, form in (("contiguous", "interleaved"), ("masked", "pair")):
+        x, w, w_up, interleaved, sizes, reference = gpu_grad_case(layout, form)
+        inputs = [t for t in (x, w, w_up) if t is not None]
+
+        def layer(x, w, w_up, sizes):
+            return grouped_call(x, w, w_up, interleaved, sizes, layout)
+
+        d = torch.compile(layer, fullgraph=True)(x, w, w_up, sizes)
+        expect_grads(d, inputs, reference)
+        torch._dynamo.reset()
 
 
 @sm90
