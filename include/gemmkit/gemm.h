@@ -47,7 +47,11 @@ struct Scale {
 //               one per group)
 //   name[m]     one value a row of D (a per-token scale): [M, 1], or [batch, M, 1]
 //   name[m, n]  an M x N tensor (a residual, a gate): [M, N], or [batch, M, N]
+//   name[]      one value (a scale computed on the device): [1, 1], or [batch, 1, 1]
 //   name[m, n] = value;   an auxiliary output, D's shape
+//   name[n] = sum(value); name[m] = amax(value); name[] = amax(value); ...  a reduction: f32,
+//               contiguous, shaped as an input of that index; a rank-2 one reduces over every
+//               batch too. gemmkit zeroes it on the call's stream before the kernel adds into it.
 // A rank-2 input serves every batch; contiguous groups share one M_total x N D, so tensors along
 // its rows are rank 2. Inputs and outputs are bf16, f16 or f32 with any strides, in memory apart
 // from D and from the outputs.
@@ -60,15 +64,18 @@ struct Epilogue {
   std::vector<EpilogueTensor> tensors;
 };
 
-// How an epilogue's text uses a tensor it names: read as name[n], name[m] or name[m, n], or
-// written as name[m, n] = value (output). epilogue_tensor_uses lists them inputs first, in order
-// of first use, then the outputs in the text's order; it throws Error(invalid_argument) for a
-// text that does not parse, naming the column. The text is parsed once per process.
-enum class EpilogueIndex { n, m, mn };
+// How an epilogue's text uses a tensor it names: read as name[n], name[m], name[m, n] or
+// name[], or written (output) element by element (name[m, n] = value) or as a reduction.
+// epilogue_tensor_uses lists them inputs first, in order of first use, then the outputs in the
+// text's order; it throws Error(invalid_argument) for a text that does not parse, naming the
+// column. The text is parsed once per process.
+enum class EpilogueIndex { n, m, mn, none };
+enum class EpilogueReduce { none, sum, amax };
 struct EpilogueTensorUse {
   std::string name;
   EpilogueIndex index;
   bool output;
+  EpilogueReduce reduce = EpilogueReduce::none;
 };
 std::vector<EpilogueTensorUse> epilogue_tensor_uses(const std::string& text);
 

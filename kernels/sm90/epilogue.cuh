@@ -2,7 +2,8 @@
 // kTileCols values (a dual GEMM pairs the accumulators' two halves: kTileCols = kTileN / 2).
 //
 // Every store path takes each element's value from output_value(): scales, alpha and beta C,
-// then the fused epilogue's code (fuse.cuh). The paths around it only move data: through shared
+// then the fused epilogue's code (fuse.cuh), or, for an epilogue with reductions, the value
+// evaluate_tile left in the accumulators. The paths around it only move data: through shared
 // memory and TMA when D allows it, by rows, or direct predicated stores.
 #pragma once
 
@@ -68,9 +69,10 @@ __device__ __forceinline__ int fragment_col(int t, int j) { return 8 * j + 2 * (
 // kRowStep rows apart).
 __device__ __forceinline__ i64 d_row(i64 first, int t, int h) { return first + kRowStep * fragment_row(t, h); }
 
-// The value of D at thread t's accumulator of column group j, half h (rows + 8h), element e.
-__device__ __forceinline__ float output_value(const float* acc, const GemmParams& p, TileOrigin at, int t, int j,
-                                              int h, int e) {
+// The value of D at thread t's accumulator of column group j, half h (rows + 8h), element e, and
+// its reductions' values in `red` (zeros where `counted` is false: an element another tile counts).
+__device__ __forceinline__ float evaluate(const float* acc, const GemmParams& p, TileOrigin at, int t, int j, int h,
+                                          int e, bool counted, float* red) {
   const i64 row = d_row(at.row, t, h), col = at.col + fragment_col(t, j) + e;
   const float row_scale = kRowOuterScales ? at.row_scale[h] : 1.0f;  // a constant 1 folds away
   const float column_scale = kColumnScales ? ld_shared_f32(at.column_scales + 4 * (fragment_col(t, j) + e)) : 1.0f;
@@ -80,8 +82,97 @@ __device__ __forceinline__ float output_value(const float* acc, const GemmParams
   const float value2 = kDual ? p.alpha * acc[4 * (j + kTileCols / 8) + 2 * h + e] : 0.0f;
   // Elements outside D (those TMA clips, a grouped tile's rows past its group) are computed and
   // not stored: a fused epilogue reads D's last row or column for them and writes nothing.
-  const bool inside = row < at.row_end && col < p.n;
-  return fused_value(value, value2, p, at.group, min(row, p.m - 1), min(col, p.n - 1), inside);
+  const bool inside = row < at.row_end && col < p.n && counted;
+  return fused_value(value, value2, p, at.group, min(row, p.m - 1), min(col, p.n - 1), inside, red);
+}
+
+// An epilogue that reduces is evaluated over the whole tile first (evaluate_tile), which leaves
+// D's values in the accumulators for the store paths.
+constexpr bool kEvaluateFirst = kEpilogueReductions > 0;
+
+__device__ __forceinline__ float output_value(const float* acc, const GemmParams& p, TileOrigin at, int t, int j,
+                                              int h, int e) {
+  if (kEvaluateFirst) return acc[4 * j + 2 * h + e];
+  float red[kReductionSlots];
+  return evaluate(acc, p, at, t, j, h, e, true, red);
+}
+
+// Which of the kernel's indices a reduction keeps: a transposed plan's rows are D's columns.
+__device__ __forceinline__ constexpr int kernel_keeps(int keeps) {
+  return !kEpilogueTransposed || keeps == kPerBatch ? keeps : keeps == kPerColumn ? kPerRow : kPerColumn;
+}
+
+// Adds reduction r's partial over the kernel's row `row` or column `col` into its output.
+__device__ __forceinline__ void reduce_tile_part(const GemmParams& p, const TileOrigin& at, int r, i64 row, i64 col,
+                                                 float value) {
+  epilogue_reduce(p.epilogue, r, at.group, kEpilogueTransposed ? col : row, kEpilogueTransposed ? row : col, value);
+}
+
+// `value` combined over the lanes whose lane bits in `masks` differ.
+__device__ __forceinline__ float combine_lanes(float value, bool sum, int first_mask, int last_mask) {
+#pragma unroll
+  for (int mask = first_mask; mask <= last_mask; mask *= 2) value = combine(value, __shfl_xor_sync(0xffffffffu, value, mask), sum);
+  return value;
+}
+
+// By every thread of a consumer warpgroup: D's values of its slice into acc[0, kTileCols / 2),
+// the auxiliary outputs stored, and the reductions' partials added into their outputs. An element
+// counts once: not where it lies outside D, nor in the rows or columns a shifted last tile shares
+// with its neighbour (kShiftLastRow, kShiftLastCol). A column's partial is combined in registers
+// over the thread's two rows, then over the 8 lanes holding the column (shuffles), and added by
+// one lane a warp; a row's over the thread's columns, then the 4 lanes holding the row.
+__device__ __forceinline__ void evaluate_tile(float* acc, const GemmParams& p, const TileOrigin& at, int t) {
+  const int lane = t % 32;
+  float row_part[kReductionSlots][2];
+#pragma unroll
+  for (int r = 0; r < kReductionSlots; ++r) row_part[r][0] = row_part[r][1] = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kTileCols / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const i64 col = at.col + fragment_col(t, j) + e;
+      float column[kReductionSlots];
+#pragma unroll
+      for (int r = 0; r < kReductionSlots; ++r) column[r] = 0.0f;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const i64 row = d_row(at.row, t, h);
+        const bool counted = (!kShiftLastRow || row >= at.first_stored) && (!kShiftLastCol || col >= at.first_stored_col);
+        float red[kReductionSlots];
+        acc[4 * j + 2 * h + e] = evaluate(acc, p, at, t, j, h, e, counted, red);
+#pragma unroll
+        for (int r = 0; r < kEpilogueReductions; ++r) {
+          const bool sum = kEpilogueReduced[r].sum;
+          if (kernel_keeps(kEpilogueReduced[r].keeps) == kPerColumn) {
+            column[r] = combine(column[r], red[r], sum);
+          } else {  // a row's, or the batch's: the rows' partials combined last
+            row_part[r][h] = combine(row_part[r][h], red[r], sum);
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kEpilogueReductions; ++r) {
+        if (kernel_keeps(kEpilogueReduced[r].keeps) != kPerColumn) continue;
+        const float part = combine_lanes(column[r], kEpilogueReduced[r].sum, 4, 16);
+        if (lane < 4 && col < p.n) reduce_tile_part(p, at, r, 0, col, part);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kEpilogueReductions; ++r) {
+    const bool sum = kEpilogueReduced[r].sum;
+    if (kernel_keeps(kEpilogueReduced[r].keeps) == kPerRow) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const i64 row = d_row(at.row, t, h);
+        const float part = combine_lanes(row_part[r][h], sum, 1, 2);
+        if (lane % 4 == 0 && row < at.row_end) reduce_tile_part(p, at, r, row, 0, part);
+      }
+    } else if (kernel_keeps(kEpilogueReduced[r].keeps) == kPerBatch) {
+      const float part = combine_lanes(combine(row_part[r][0], row_part[r][1], sum), sum, 1, 16);
+      if (lane == 0) reduce_tile_part(p, at, r, 0, 0, part);
+    }
+  }
 }
 
 // Direct stores, for outputs TMA cannot address (unaligned base or strides, non-unit column stride).

@@ -75,7 +75,7 @@ extern "C" __global__ void __launch_bounds__(256) gemmkit_fallback(const GemmPar
             value += p.beta * load_as_float(p.c.data, kCType,
                                             batch * p.c.batch_stride + row * p.c.row_stride + col * p.c.col_stride);
           }
-          value = fused_value(value, p.alpha * acc2[i][j], p, batch, row, col, true);
+          value = fused_element(value, p.alpha * acc2[i][j], p, batch, row, col);
           store_from_float(p.d.data, kOutType, batch * p.d.batch_stride + row * p.d.row_stride + col * p.d.col_stride,
                            value);
         }

@@ -172,7 +172,7 @@ extern "C" __global__ void __launch_bounds__(32 * kGemvWarps, kGemvMinBlocks) ge
       if (lane == 0 && inside) {
         float value = p.alpha * (sum * outer_scale_a(p, batch, 0) * outer_scale_b(p, batch, n));
         if (kHasC) value += p.beta * load_as_float(p.c.data, kCType, batch * p.c.batch_stride + n * p.c.col_stride);
-        value = fused_value(value, 0.0f, p, batch, 0, n, true);
+        value = fused_element(value, 0.0f, p, batch, 0, n);
         store_from_float(p.d.data, kOutType, batch * p.d.batch_stride + n * p.d.col_stride, value);
       }
     }

@@ -89,18 +89,30 @@ std::string expected_shapes(const Problem& p, epilogue::Shape shape, bool output
     case epilogue::Shape::column_vector:
       return rows_shared(p) ? "[" + m + ", 1]" : "[" + m + ", 1] or [" + b + ", " + m + ", 1]";
     case epilogue::Shape::matrix: return rows_shared(p) ? "[" + m + ", " + n + "]" : "[" + m + ", " + n + "] or [" + b + ", " + m + ", " + n + "]";
+    case epilogue::Shape::scalar: return "[1, 1] or [" + b + ", 1, 1]";
   }
   return "";
 }
 
 bool fits(const TensorView& t, const Problem& p, epilogue::Shape shape, bool output) {
-  const int64_t rows = shape == epilogue::Shape::row_vector ? 1 : p.m;
-  const int64_t cols = shape == epilogue::Shape::column_vector ? 1 : p.n;
-  if (t.rows() != rows || t.cols() != cols) return false;
+  const bool along_m = shape == epilogue::Shape::column_vector || shape == epilogue::Shape::matrix;
+  const bool along_n = shape == epilogue::Shape::row_vector || shape == epilogue::Shape::matrix;
+  if (t.rows() != (along_m ? p.m : 1) || t.cols() != (along_n ? p.n : 1)) return false;
   if (output) return p.rows_batch() > 1 ? t.rank == 3 && t.batch() == p.batch : t.rank == 2 || t.batch() == 1;
   if (t.rank == 2) return true;
-  if (shape != epilogue::Shape::row_vector && rows_shared(p)) return false;
+  if (along_m && rows_shared(p)) return false;
   return t.batch() == p.batch;
+}
+
+// The index a store writes, as the text spells it.
+std::string store_text(const epilogue::Store& s) {
+  switch (s.shape) {
+    case epilogue::Shape::row_vector: return s.name + "[n] =";
+    case epilogue::Shape::column_vector: return s.name + "[m] =";
+    case epilogue::Shape::scalar: return s.name + "[] =";
+    case epilogue::Shape::matrix: break;
+  }
+  return s.name + "[m, n] =";
 }
 
 const TensorView* find(const Epilogue& e, const std::string& name) {
@@ -110,14 +122,18 @@ const TensorView* find(const Epilogue& e, const std::string& name) {
   return nullptr;
 }
 
-// The tensor given for `name`, checked; `output`: an auxiliary output (else an input read as
-// `shape`). Messages are made only where a check fails.
+// The tensor given for `name`, checked: an input read as `shape` (store null), or the output of
+// `store`. A reduction's output is f32 and contiguous, and its bytes go to `zeroed_bytes`.
+// Messages are made only where a check fails.
 MatrixRef checked_tensor(const Epilogue& e, const std::string& name, const Problem& p, epilogue::Shape shape,
-                         bool output) {
+                         const epilogue::Store* store, int64_t& zeroed_bytes) {
+  const bool output = store != nullptr, reduced = output && store->reduce != epilogue::Reduce::none;
+  if (output) shape = store->shape;
   const TensorView* given = find(e, name);
   auto what = [&] {
-    return output ? name + "[m, n] =" : shape == epilogue::Shape::row_vector ? name + "[n]"
+    return output ? store_text(*store) : shape == epilogue::Shape::row_vector ? name + "[n]"
                                       : shape == epilogue::Shape::column_vector ? name + "[m]"
+                                      : shape == epilogue::Shape::scalar       ? name + "[]"
                                                                                : name + "[m, n]";
   };
   if (!given) fail("options.epilogue.tensors: none named '" + name + "'; expected one, as the epilogue uses " + what());
@@ -125,18 +141,32 @@ MatrixRef checked_tensor(const Epilogue& e, const std::string& name, const Probl
   const bool formed = (t.rank == 2 || t.rank == 3) && t.sizes[0] >= 0 && t.sizes[1] >= 0 && t.sizes[2] >= 0 &&
                       t.strides[0] >= 0 && t.strides[1] >= 0 && t.strides[2] >= 0;
   if (!formed) check_form(t, tensor_name(name).c_str());  // throws, saying what is wrong
-  if (t.dtype != DType::bf16 && t.dtype != DType::f16 && t.dtype != DType::f32) {
-    fail(tensor_name(name) + ": dtype " + std::string(dtype_name(t.dtype)) + "; expected bf16, f16 or f32");
+  if (reduced ? t.dtype != DType::f32 : t.dtype != DType::bf16 && t.dtype != DType::f16 && t.dtype != DType::f32) {
+    fail(tensor_name(name) + ": dtype " + std::string(dtype_name(t.dtype)) + "; expected " +
+         (reduced ? "f32 for " + what() + " " + (store->reduce == epilogue::Reduce::sum ? "sum" : "amax") + "(...)"
+                  : std::string("bf16, f16 or f32")));
   }
-  if (!fits(t, p, shape, output)) {
+  if (!fits(t, p, shape, output && !reduced)) {
     fail(tensor_name(name) + ": shape " + shape_text(t) + " for " + what() + "; expected " +
-         expected_shapes(p, shape, output));
+         expected_shapes(p, shape, output && !reduced));
   }
   if (element_count(t) > 0 && (t.data == nullptr || reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) != 0)) {
     fail(tensor_name(name) + ": data is " + (t.data ? "not " + std::to_string(dtype_size(t.dtype)) + "-byte aligned" : "null") +
          "; expected a device pointer to " + std::string(dtype_name(t.dtype)) + " elements");
   }
-  if (output) check_no_self_overlap(t, p.rows_batch(), tensor_name(name).c_str());
+  // A reduction's rank-2 output takes every batch's values: it is one matrix.
+  const int64_t batches = reduced ? (t.rank == 3 ? t.batch() : 1) : p.rows_batch();
+  if (output) check_no_self_overlap(t, batches, tensor_name(name).c_str());
+  zeroed_bytes = 0;
+  if (reduced) {
+    // Contiguous: its elements are all the bytes from its first to its last (no self-overlap).
+    const ByteRange bytes = byte_range(t, batches, tensor_name(name).c_str());
+    zeroed_bytes = int64_t(element_count(t)) * 4;
+    if (zeroed_bytes > 0 && int64_t(bytes.last - bytes.first) != zeroed_bytes) {
+      fail(tensor_name(name) + ": strides " + strides_text(t) + " leave gaps; expected a contiguous tensor for " + what() +
+           " a reduction (gemmkit zeroes it before adding into it)");
+    }
+  }
   return {t.data, t.dtype, t.rank == 3 ? t.batch_stride() : 0, t.row_stride(), t.col_stride()};
 }
 
@@ -182,10 +212,12 @@ EpilogueRef epilogue_ref(const Epilogue& e, const Problem& p) {
   }
   EpilogueRef ref;
   for (const epilogue::Input& in : program.inputs) {
-    ref.tensors[size_t(ref.tensor_count++)] = checked_tensor(e, in.name, p, in.shape, false);
+    const size_t i = size_t(ref.tensor_count++);
+    ref.tensors[i] = checked_tensor(e, in.name, p, in.shape, nullptr, ref.zeroed_bytes[i]);
   }
   for (const epilogue::Store& out : program.stores) {
-    ref.tensors[size_t(ref.tensor_count++)] = checked_tensor(e, out.name, p, epilogue::Shape::matrix, true);
+    const size_t i = size_t(ref.tensor_count++);
+    ref.tensors[i] = checked_tensor(e, out.name, p, out.shape, &out, ref.zeroed_bytes[i]);
   }
   ref.code = code_for(text, ref);
   return ref;
@@ -241,16 +273,32 @@ void check_epilogue_apart(const Epilogue& e, const Problem& p, const ByteRange& 
 
 namespace gemmkit {
 
+namespace {
+
+EpilogueIndex index_of(epilogue::Shape shape) {
+  switch (shape) {
+    case epilogue::Shape::row_vector: return EpilogueIndex::n;
+    case epilogue::Shape::column_vector: return EpilogueIndex::m;
+    case epilogue::Shape::scalar: return EpilogueIndex::none;
+    case epilogue::Shape::matrix: break;
+  }
+  return EpilogueIndex::mn;
+}
+
+}  // namespace
+
 std::vector<EpilogueTensorUse> epilogue_tensor_uses(const std::string& text) {
   const epilogue::Program& program = api::parsed(text).program;
   std::vector<EpilogueTensorUse> uses;
   for (const epilogue::Input& input : program.inputs) {
-    const EpilogueIndex index = input.shape == epilogue::Shape::row_vector      ? EpilogueIndex::n
-                                : input.shape == epilogue::Shape::column_vector ? EpilogueIndex::m
-                                                                                : EpilogueIndex::mn;
-    uses.push_back({input.name, index, false});
+    uses.push_back({input.name, index_of(input.shape), false});
   }
-  for (const epilogue::Store& store : program.stores) uses.push_back({store.name, EpilogueIndex::mn, true});
+  for (const epilogue::Store& store : program.stores) {
+    const EpilogueReduce reduce = store.reduce == epilogue::Reduce::sum    ? EpilogueReduce::sum
+                                  : store.reduce == epilogue::Reduce::amax ? EpilogueReduce::amax
+                                                                           : EpilogueReduce::none;
+    uses.push_back({store.name, index_of(store.shape), true, reduce});
+  }
   return uses;
 }
 

@@ -27,8 +27,8 @@ std::string literal(double value) {
 std::string offset(int slot, epilogue::Shape shape) {
   const std::string t = "e.tensors[" + std::to_string(slot) + "].";
   std::string s = "b * " + t + "batch_stride";
-  if (shape != epilogue::Shape::row_vector) s += " + m * " + t + "row_stride";
-  if (shape != epilogue::Shape::column_vector) s += " + n * " + t + "col_stride";
+  if (shape == epilogue::Shape::column_vector || shape == epilogue::Shape::matrix) s += " + m * " + t + "row_stride";
+  if (shape == epilogue::Shape::row_vector || shape == epilogue::Shape::matrix) s += " + n * " + t + "col_stride";
   return s;
 }
 
@@ -64,6 +64,12 @@ std::string expression(const epilogue::Node& node, const EpilogueTypes& types, c
     case Op::square: return x + " * " + x;
     case Op::sqrt: return "sqrtf(" + x + ")";
     case Op::rsqrt: return "rsqrtf(" + x + ")";
+    case Op::dgelu: return "ep_dgelu(" + x + ")";
+    case Op::dgelu_tanh: return "ep_dgelu_tanh(" + x + ")";
+    case Op::dsilu: return "ep_dsilu(" + x + ")";
+    case Op::drelu: return "ep_drelu(" + x + ")";
+    case Op::dsigmoid: return "ep_dsigmoid(" + x + ")";
+    case Op::dtanh: return "ep_dtanh(" + x + ")";
     case Op::clamp: return "ep_clamp(" + x + ", " + literal(node.lo) + ", " + literal(node.hi) + ")";
     case Op::cast: return node.type == DType::f32 ? x : "ep_round(" + x + ", " + type_code(node.type) + ")";
     case Op::add: return x + " + " + y;
@@ -91,25 +97,50 @@ std::string epilogue_source(const epilogue::Program& program, const EpilogueType
                                                  " tensors; expected at most " +
                                                  std::to_string(GEMMKIT_MAX_EPILOGUE_TENSORS) + " read and written");
   }
+  // Stores element by element go through aux, reductions through red.
+  std::vector<size_t> elementwise, reduced;
+  for (size_t k = 0; k < stores; ++k) (program.stores[k].reduce == epilogue::Reduce::none ? elementwise : reduced).push_back(k);
   std::ostringstream s;
   s << "// epilogue " << epilogue::canonical(program) << "\n"
     << "#include \"epilogue_ops.cuh\"\n"
     << "#include \"params.h\"\n"
     << "namespace gemmkit::sm90 {\n"
-    << "constexpr int kEpilogueStores = " << stores << ";\n"
+    << "constexpr int kEpilogueStores = " << elementwise.size() << ";\n"
+    << "constexpr int kEpilogueReductions = " << reduced.size() << ";\n"
+    << "constexpr EpilogueReduction kEpilogueReduced[] = {";
+  for (size_t k : reduced) {
+    const epilogue::Store& store = program.stores[k];
+    s << "{" << (store.reduce == epilogue::Reduce::sum ? "true" : "false") << ", "
+      << (store.shape == epilogue::Shape::row_vector      ? "kPerColumn"
+          : store.shape == epilogue::Shape::column_vector ? "kPerRow"
+                                                          : "kPerBatch")
+      << "}, ";
+  }
+  if (reduced.empty()) s << "{}";
+  s << "};\n"
     << "__device__ __forceinline__ float epilogue_value(float acc, float acc2, const EpilogueParams& e, i64 b, i64 m, "
-       "i64 n, float* aux) {\n";
+       "i64 n, float* aux, float* red) {\n";
   for (size_t i = 0; i < program.nodes.size(); ++i) {
     s << "  const float v" << i << " = " << expression(program.nodes[i], types, program) << ";\n";
   }
-  for (size_t k = 0; k < stores; ++k) s << "  aux[" << k << "] = v" << program.stores[k].node << ";\n";
+  for (size_t k = 0; k < elementwise.size(); ++k) s << "  aux[" << k << "] = v" << program.stores[elementwise[k]].node << ";\n";
+  for (size_t r = 0; r < reduced.size(); ++r) s << "  red[" << r << "] = v" << program.stores[reduced[r]].node << ";\n";
   s << "  return v" << program.result << ";\n}\n"
     << "__device__ __forceinline__ void epilogue_store(const EpilogueParams& e, const float* aux, i64 b, i64 m, "
        "i64 n) {\n";
-  for (size_t k = 0; k < stores; ++k) {
-    const int slot = int(inputs + k);
-    s << "  store_from_float(e.tensors[" << slot << "].data, " << type_code(types.stores[k]) << ", "
+  for (size_t k = 0; k < elementwise.size(); ++k) {
+    const int slot = int(inputs + elementwise[k]);
+    s << "  store_from_float(e.tensors[" << slot << "].data, " << type_code(types.stores[elementwise[k]]) << ", "
       << offset(slot, epilogue::Shape::matrix) << ", aux[" << k << "]);\n";
+  }
+  s << "}\n"
+    << "// Adds reduction r's partial `value` into its output at (b, m, n) (the index its shape takes).\n"
+    << "__device__ __forceinline__ void epilogue_reduce(const EpilogueParams& e, int r, i64 b, i64 m, i64 n, "
+       "float value) {\n";
+  for (size_t r = 0; r < reduced.size(); ++r) {
+    const int slot = int(inputs + reduced[r]);
+    s << "  if (r == " << r << ") reduce_into(static_cast<float*>(e.tensors[" << slot << "].data) + "
+      << offset(slot, program.stores[reduced[r]].shape) << ", value, kEpilogueReduced[" << r << "].sum);\n";
   }
   s << "}\n}  // namespace gemmkit::sm90\n";
   return s.str();

@@ -40,11 +40,17 @@ void operand_config(std::ostringstream& s, const OperandTypes& t) {
 constexpr const char* kCloseNamespace = "\n}  // namespace gemmkit::sm90\n";
 
 // The epilogue functions of a GEMM kernel without a fused epilogue (fuse.cuh): D holds the value.
-constexpr const char* kNoEpilogue = R"(#include "params.h"
+constexpr const char* kNoEpilogue = R"(#include "epilogue_ops.cuh"
+#include "params.h"
 namespace gemmkit::sm90 {
 constexpr int kEpilogueStores = 0;
-__device__ __forceinline__ float epilogue_value(float acc, float, const EpilogueParams&, i64, i64, i64, float*) { return acc; }
+constexpr int kEpilogueReductions = 0;
+constexpr EpilogueReduction kEpilogueReduced[] = {{}};
+__device__ __forceinline__ float epilogue_value(float acc, float, const EpilogueParams&, i64, i64, i64, float*, float*) {
+  return acc;
+}
 __device__ __forceinline__ void epilogue_store(const EpilogueParams&, const float*, i64, i64, i64) {}
+__device__ __forceinline__ void epilogue_reduce(const EpilogueParams&, int, i64, i64, i64, float) {}
 }  // namespace gemmkit::sm90
 )";
 

@@ -78,7 +78,10 @@ ProblemWords problem_words(const Problem& p) {
   w[i++] = p.max_sms;
   w[i++] = address(p.epilogue.code);
   w[i++] = int64_t(p.epilogue.tensor_count) | int64_t(p.epilogue.transposed) << 8;
-  for (int t = 0; t < p.epilogue.tensor_count; ++t) put_matrix(p.epilogue.tensors[size_t(t)]);
+  for (int t = 0; t < p.epilogue.tensor_count; ++t) {
+    put_matrix(p.epilogue.tensors[size_t(t)]);
+    w[i++] = p.epilogue.zeroed_bytes[size_t(t)];
+  }
   return w;
 }
 

@@ -57,6 +57,9 @@ struct EpilogueRef {
   const std::string* code = nullptr;  // null: no epilogue
   int tensor_count = 0;
   std::array<MatrixRef, kMaxEpilogueTensors> tensors{};
+  // Per tensor, the bytes zeroed before the kernel runs: a reduction's output, contiguous f32,
+  // which the kernel adds into. 0 for the others.
+  std::array<int64_t, kMaxEpilogueTensors> zeroed_bytes{};
   bool transposed = false;
 
   bool fused() const { return code != nullptr; }
@@ -99,7 +102,7 @@ struct Problem {  // every field goes into problem_words
 void check_addressable(int64_t m, int64_t n, int64_t k, int64_t batch, int element_bytes);
 
 // Every field of a problem as 64-bit words, pointers included: equal words, equal problems.
-using ProblemWords = std::array<int64_t, 52 + 5 * kMaxEpilogueTensors>;
+using ProblemWords = std::array<int64_t, 52 + 6 * kMaxEpilogueTensors>;
 ProblemWords problem_words(const Problem& p);
 
 // "NT"-style layout letters, row-major convention: the first letter is A, the second B;

@@ -165,6 +165,7 @@ void run_plan(const Plan& plan, const Problem& normalized, cudaStream_t stream) 
   std::optional<Problem> transposed;
   if (plan.transposed) transposed = transposed_problem(normalized);
   const Problem& p = transposed ? *transposed : normalized;
+  runtime::zero_reductions(p.epilogue, stream);  // once, whichever kernel runs below
   if (runtime::launch_gemm(*plan.kernel, plan.config, p, plan.sm_count, stream)) return;
   if (p.grouped()) {  // no other kernel takes groups
     throw Error(ErrorCode::invalid_argument,

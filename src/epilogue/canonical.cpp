@@ -1,7 +1,8 @@
 // A Program as the string that identifies it in the kernel cache key (program.h): its tensors'
 // shapes in order, then its nodes in order, each with its operation's name (acc and a dual GEMM's
 // acc2 apart, so programs with and without acc2 never share a string), its operands' numbers and
-// its constants exact (hexadecimal floating point), then the stores and the result.
+// its constants exact (hexadecimal floating point), then the stores (reductions with their kind
+// and index) and the result.
 #include <cstdio>
 #include <string>
 
@@ -21,6 +22,7 @@ std::string_view shape_name(Shape shape) {
     case Shape::row_vector: return "n";
     case Shape::column_vector: return "m";
     case Shape::matrix: return "mn";
+    case Shape::scalar: return "s";
   }
   return "?";
 }
@@ -41,7 +43,11 @@ std::string canonical(const Program& program) {
     if (node.op == Op::clamp) (((s += ',') += exact(node.lo)) += ',') += exact(node.hi);
     s += ')';
   }
-  for (const Store& store : program.stores) (s += ";store=") += std::to_string(store.node);
+  for (const Store& store : program.stores) {
+    s += ";store";
+    if (store.reduce != Reduce::none) ((s += store.reduce == Reduce::sum ? ".sum." : ".amax.") += shape_name(store.shape));
+    (s += '=') += std::to_string(store.node);
+  }
   return (s += ";d=") += std::to_string(program.result);
 }
 

@@ -28,6 +28,8 @@ constexpr Function kFunctions[] = {
     {"sigmoid", Op::sigmoid, 1},   {"tanh", Op::tanh, 1},     {"erf", Op::erf, 1},       {"exp", Op::exp, 1},
     {"log", Op::log, 1},           {"abs", Op::abs, 1},       {"neg", Op::neg, 1},
     {"square", Op::square, 1},     {"sqrt", Op::sqrt, 1},     {"rsqrt", Op::rsqrt, 1},
+    {"dgelu", Op::dgelu, 1},       {"dgelu_tanh", Op::dgelu_tanh, 1}, {"dsilu", Op::dsilu, 1},
+    {"drelu", Op::drelu, 1},       {"dsigmoid", Op::dsigmoid, 1}, {"dtanh", Op::dtanh, 1},
     {"clamp", Op::clamp, 3},       {"max", Op::max, 2},       {"min", Op::min, 2},
     {"bf16", Op::cast, 1, DType::bf16}, {"f16", Op::cast, 1, DType::f16}, {"f32", Op::cast, 1, DType::f32},
 };
@@ -47,6 +49,23 @@ std::string function_names() {
 
 // The GEMM results' names: values the text cannot define or index.
 bool accumulator(std::string_view name) { return name == "acc" || name == "acc2"; }
+
+// The reductions, which only a vector or scalar output's statement takes: name[n] = sum(x).
+std::optional<Reduce> reduction_named(std::string_view name) {
+  if (name == "sum") return Reduce::sum;
+  if (name == "amax") return Reduce::amax;
+  return std::nullopt;
+}
+
+std::string index_text(Shape shape) {
+  switch (shape) {
+    case Shape::row_vector: return "[n]";
+    case Shape::column_vector: return "[m]";
+    case Shape::matrix: return "[m, n]";
+    case Shape::scalar: return "[]";
+  }
+  return "";
+}
 
 bool identifier_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
 bool identifier_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
@@ -78,47 +97,62 @@ class Parser {
   }
 
  private:
-  // name = expression; or name[m, n] = expression; (false, nothing consumed, where it is neither)
+  // name = expression; name[m, n] = expression; or a reduction, name[n], name[m] or name[] =
+  // sum(expression) or amax(expression); (false, nothing consumed, where it is none of these)
   bool statement() {
     const size_t start = pos_;
     if (!identifier_start(peek())) return false;
     const std::string name = identifier();
     skip_space();
-    const bool store = peek() == '[';
-    if (store && !matrix_index()) {  // name[n] or name[m]: a load, so an expression
-      pos_ = start;
-      return false;
+    std::optional<Shape> shape;  // an output's
+    if (peek() == '[') {
+      shape = index();
+      if (!shape) {  // the expression that starts here reports the index
+        pos_ = start;
+        return false;
+      }
+      skip_space();
     }
-    skip_space();
-    if (peek() != '=' || peek(1) == '=') {
+    if (peek() != '=' || peek(1) == '=') {  // name[...] read in an expression
       pos_ = start;
       return false;
     }
     ++pos_;
-    const int node = expression();
+    Reduce reduce = Reduce::none;
+    const int node = shape && *shape != Shape::matrix ? reduced(name + index_text(*shape), reduce) : expression();
     check_new_name(name, start);  // after its value, which may read a tensor of the same name
     skip_space();
     if (peek() != ';') fail(pos_, "expected ';' after the statement that defines '" + name + "'");
     ++pos_;
-    if (store) {
-      program_.stores.push_back({name, node});
+    if (shape) {
+      program_.stores.push_back({name, node, *shape, reduce});
     } else {
       values_[name] = node;
     }
     return true;
   }
 
-  // [m, n] (true), else nothing consumed past '[' is kept (false)
-  bool matrix_index() {
+  // sum(expression) or amax(expression), the value of the output `output`; sets `reduce`.
+  int reduced(const std::string& output, Reduce& reduce) {
+    skip_space();
     const size_t start = pos_;
-    std::optional<Shape> shape = index();
-    if (shape == Shape::matrix) return true;
-    pos_ = start;
-    return false;
+    const std::string function = identifier_start(peek()) ? identifier() : "";
+    skip_space();
+    const std::optional<Reduce> found = reduction_named(function);
+    if (!found || peek() != '(') {
+      fail(start, output + " holds one value for many elements of D; expected sum(...) or amax(...) as its value");
+    }
+    reduce = *found;
+    ++pos_;
+    const int node = expression();
+    expect(')', "to close " + function + "(");
+    return node;
   }
 
   void check_new_name(const std::string& name, size_t at) {
-    if (accumulator(name) || find_function(name)) fail(at, "'" + name + "' is reserved; name values otherwise");
+    if (accumulator(name) || find_function(name) || reduction_named(name)) {
+      fail(at, "'" + name + "' is reserved; name values otherwise");
+    }
     if (values_.count(name)) fail(at, "'" + name + "' is defined twice");
     if (input_index(name) >= 0) fail(at, "'" + name + "' is a tensor the epilogue reads; an output needs a name of its own");
     for (const Store& s : program_.stores) {
@@ -177,11 +211,15 @@ class Parser {
     if (name == "acc2") return add({.op = Op::acc2});
     if (auto it = values_.find(name); it != values_.end()) return it->second;
     if (find_function(name)) fail(start, "'" + name + "' is a function; call it as " + name + "(...)");
-    fail(start, "unknown name '" + name + "'; a tensor needs its index: " + name + "[n], " + name + "[m] or " + name +
-                    "[m, n]");
+    fail(start, "unknown name '" + name + "'; a tensor needs its index: " + name + "[n], " + name + "[m], " + name +
+                    "[m, n] or " + name + "[]");
   }
 
   int call(const std::string& name, size_t start) {
+    if (reduction_named(name)) {
+      fail(start, name + "(...) reduces many elements to one value; expected it only as a vector or scalar output's "
+                         "value, e.g. db[n] = " + name + "(x);");
+    }
     const Function* f = find_function(name);
     if (!f) fail(start, "unknown function '" + name + "'; expected one of " + function_names());
     ++pos_;  // '('
@@ -222,7 +260,9 @@ class Parser {
   }
 
   int load(const std::string& name, size_t start) {
-    if (accumulator(name) || find_function(name)) fail(start, "'" + name + "' is reserved and cannot be indexed");
+    if (accumulator(name) || find_function(name) || reduction_named(name)) {
+      fail(start, "'" + name + "' is reserved and cannot be indexed");
+    }
     if (values_.count(name)) fail(start, "'" + name + "' is a value defined above, not a tensor");
     for (const Store& s : program_.stores) {
       if (s.name == name) fail(start, "'" + name + "' is an output; outputs cannot be read back");
@@ -230,7 +270,7 @@ class Parser {
     const size_t bracket = pos_;
     const std::optional<Shape> shape = index();
     if (!shape) {
-      fail(bracket, "expected the index [n], [m] or [m, n] after '" + name + "'");
+      fail(bracket, "expected the index [n], [m], [m, n] or [] after '" + name + "'");
     }
     int input = input_index(name);
     if (input < 0) {
@@ -244,14 +284,16 @@ class Parser {
     return add({.op = Op::load, .input = input});
   }
 
-  // [n], [m] or [m, n] (any spaces), or nothing where the brackets hold anything else.
+  // [n], [m], [m, n] or [] (any spaces), or nothing where the brackets hold anything else.
   std::optional<Shape> index() {
     ++pos_;  // '['
     std::string first, second;
+    bool comma = false;
     skip_space();
     if (identifier_start(peek())) first = identifier();
     skip_space();
     if (peek() == ',') {
+      comma = true;
       ++pos_;
       skip_space();
       if (identifier_start(peek())) second = identifier();
@@ -262,6 +304,7 @@ class Parser {
     if (first == "n" && second.empty()) return Shape::row_vector;
     if (first == "m" && second.empty()) return Shape::column_vector;
     if (first == "m" && second == "n") return Shape::matrix;
+    if (first.empty() && !comma) return Shape::scalar;
     return std::nullopt;
   }
 
@@ -349,7 +392,7 @@ class Parser {
       node_of[i] = int(out.nodes.size());
       out.nodes.push_back(node);
     }
-    for (const Store& s : p.stores) out.stores.push_back({s.name, node_of[size_t(s.node)]});
+    for (const Store& s : p.stores) out.stores.push_back({s.name, node_of[size_t(s.node)], s.shape, s.reduce});
     out.result = node_of[size_t(p.result)];
     return out;
   }
@@ -402,6 +445,10 @@ int arity(Op op) {
 
 bool reads_acc2(const Program& program) {
   return std::any_of(program.nodes.begin(), program.nodes.end(), [](const Node& n) { return n.op == Op::acc2; });
+}
+
+bool reduces(const Program& program) {
+  return std::any_of(program.stores.begin(), program.stores.end(), [](const Store& s) { return s.reduce != Reduce::none; });
 }
 
 }  // namespace gemmkit::epilogue

@@ -19,16 +19,21 @@ double rounded(double x, DType type) {
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
+constexpr double kTanhGeluScale = 0.7978845608028654;  // sqrt(2 / pi)
+
+// The slope of gelu_tanh, 0.5 x (1 + tanh(u)) with u = k (x + 0.044715 x^3).
+double dgelu_tanh(double x) {
+  const double th = std::tanh(kTanhGeluScale * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * kTanhGeluScale * (1.0 + 3 * 0.044715 * x * x);
+}
+
 double unary(const epilogue::Node& node, double x) {
   switch (node.op) {
     case Op::identity: return x;
     case Op::relu: return std::fmax(x, 0.0);
     case Op::relu2: return std::fmax(x, 0.0) * std::fmax(x, 0.0);
     case Op::gelu: return 0.5 * x * (1.0 + std::erf(x / std::numbers::sqrt2));
-    case Op::gelu_tanh: {
-      const double k = std::sqrt(2.0 / std::numbers::pi);
-      return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
-    }
+    case Op::gelu_tanh: return 0.5 * x * (1.0 + std::tanh(kTanhGeluScale * (x + 0.044715 * x * x * x)));
     case Op::silu: return x * sigmoid(x);
     case Op::sigmoid: return sigmoid(x);
     case Op::tanh: return std::tanh(x);
@@ -40,6 +45,12 @@ double unary(const epilogue::Node& node, double x) {
     case Op::square: return x * x;
     case Op::sqrt: return std::sqrt(x);
     case Op::rsqrt: return 1.0 / std::sqrt(x);
+    case Op::dgelu: return 0.5 * (1.0 + std::erf(x / std::numbers::sqrt2)) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * std::numbers::pi);
+    case Op::dgelu_tanh: return dgelu_tanh(x);
+    case Op::dsilu: return sigmoid(x) * (1.0 + x * (1.0 - sigmoid(x)));
+    case Op::drelu: return x > 0 ? 1.0 : 0.0;
+    case Op::dsigmoid: return sigmoid(x) * (1.0 - sigmoid(x));
+    case Op::dtanh: return 1.0 - std::tanh(x) * std::tanh(x);
     case Op::clamp: return std::fmin(std::fmax(x, node.lo), node.hi);
     case Op::cast: return rounded(x, node.type);
     default: return std::nan("");

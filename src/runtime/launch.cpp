@@ -224,6 +224,14 @@ struct RepeatableLaunch {
 
 }  // namespace
 
+void zero_reductions(const EpilogueRef& epilogue, cudaStream_t stream) {
+  for (int i = 0; i < epilogue.tensor_count; ++i) {
+    if (const int64_t bytes = epilogue.zeroed_bytes[size_t(i)]) {
+      check(cudaMemsetAsync(epilogue.tensors[size_t(i)].data, 0, size_t(bytes), stream), "cudaMemsetAsync");
+    }
+  }
+}
+
 bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const Problem& p, int sm_count,
                  cudaStream_t stream) {
   thread_local RepeatableLaunch last;

@@ -17,6 +17,10 @@ namespace gemmkit::runtime {
 void launch_kernel(const LoadedKernel& kernel, unsigned gx, unsigned gy, unsigned gz, unsigned threads, unsigned smem,
                    int cluster, bool programmatic, cudaStream_t stream, void** args);
 
+// Zeroes the outputs of a fused epilogue's reductions (EpilogueRef::zeroed_bytes) on `stream`,
+// before the kernel that adds into them.
+void zero_reductions(const EpilogueRef& epilogue, cudaStream_t stream);
+
 // Runs the GEMM kernel that `config` describes (TMA, GEMV or fallback) for problem `p`, its
 // scratch from the scratch allocator where one is set (runtime/workspace.h). Returns false,
 // launching nothing, where the config stages an operand and, with no allocator set, the stream's

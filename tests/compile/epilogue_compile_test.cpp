@@ -129,6 +129,40 @@ TEST(FusedEpilogue, EveryStorePathAndKernelCompilesWithoutSpills) {
   }
 }
 
+// Reductions (evaluate_tile) of each index: a backward epilogue's bias gradient, and the largest
+// |x| a row and over the whole. evaluate_tile holds a tile's values at once, which leaves fewer
+// registers than the store paths' group by group: ptxas spills 4-24 bytes on tiles stored by
+// columns from 128 wide, 140-248 on rows stored by rows from 192 wide, and 4-108 on 64-row
+// tiles stored directly (any width). The plan narrows those (dispatch/plan.cpp); these do not spill.
+TEST(FusedEpilogue, ReductionsCompileWithoutSpills) {
+  using DType::bf16, DType::f32;
+  const std::string text = "dh = acc * dgelu(pre[m, n]); db[n] = sum(dh); ra[m] = amax(dh); ta[] = amax(dh); dh";
+  const epilogue::Program program = epilogue::parse(text);
+  const std::string* code = codegen::interned_epilogue(program, epilogue::canonical(program), {{bf16}, {f32, f32, f32}});
+  std::vector<KernelConfig> configs;
+  for (int n = 96; n <= 224; n += 32) configs.push_back(with_tile(KernelConfig{}, {128, n}));  // TMA stores
+  configs.push_back(with_tile(KernelConfig{}, {128, 160}));
+  configs.back().tma_store = false;  // by rows
+  configs.push_back(with_tile(KernelConfig{}, {128, 96}));
+  configs.back().d_by_columns = configs.back().epilogue_transposed = true;
+  configs.push_back(with_tile(KernelConfig{}, {128, 128}));
+  configs.back().splits = 2;
+  configs.push_back(with_tile(KernelConfig{}, {128, 208}));
+  configs.back().group_layout = GroupLayout::contiguous;
+  configs.back().group_capacity = 128;
+  configs.back().b_batched = true;
+  for (KernelKind kind : {KernelKind::gemv, KernelKind::fallback}) {
+    configs.emplace_back();
+    configs.back().kind = kind;
+    configs.back().tile_n = 8;
+  }
+  for (KernelConfig& k : configs) {
+    if (k.kind == KernelKind::tma) k.stages = max_stages(k, DeviceLimits{}.smem_per_block);
+    k.epilogue = code;
+    testing::expect_clean_compile(codegen::gemm_source(k), codegen::gemm_kernel_name(k), k.name() + " " + text);
+  }
+}
+
 // Dual GEMMs (SwiGLU: kDual) on every tile width the cost model gives them, clustered (each CTA
 // loading one operand's half) and not, B N-major, D by rows and directly, grouped (contiguous and
 // masked), and the fallback kernel, with the plain SwiGLU and with gpt-oss's clamped variant plus
@@ -173,6 +207,15 @@ TEST(FusedEpilogue, DualKernelsCompileWithoutSpills) {
   fallback.dual = true;
   fallback.epilogue = heavy_code;
   configs.push_back(fallback);
+  // SwiGLU's output with its largest |x| a token and over the whole (FP8 scaling of the next GEMM).
+  const epilogue::Program maxima = epilogue::parse("y = silu(acc) * acc2; ya[m] = amax(y); ga[] = amax(y); y");
+  const std::string* maxima_code = codegen::interned_epilogue(maxima, epilogue::canonical(maxima), {{}, {f32, f32}});
+  add({128, 256}, 2, maxima_code, [](KernelConfig&) {});
+  add({128, 224}, 1, maxima_code, [](KernelConfig& c) {
+    c.group_layout = GroupLayout::contiguous;
+    c.group_capacity = 128;
+    c.b_batched = true;
+  });
   for (const KernelConfig& k : configs) {
     testing::expect_clean_compile(codegen::gemm_source(k), codegen::gemm_kernel_name(k), k.name());
   }

@@ -109,8 +109,43 @@ TEST(EpilogueProgram, EachOperationMatchesItsFormula) {
     EXPECT_EQ(evaluate("bf16(acc)", x)[0], reference::bf16_to_float(reference::float_to_bf16(float(x))));
     EXPECT_EQ(evaluate("f16(acc)", x)[0], reference::f16_to_float(reference::float_to_f16(float(x))));
     EXPECT_EQ(evaluate("f32(acc)", x)[0], double(float(x)));
+    // The derivatives against central differences of the activations (to 1e-7: h = 1e-5).
+    const double h = 1e-5;
+    for (const char* f : {"gelu", "gelu_tanh", "silu", "sigmoid", "tanh"}) {
+      const double slope = (one(f, x + h) - one(f, x - h)) / (2 * h);
+      EXPECT_NEAR(one(std::string("d") + f), slope, 1e-7) << f << " at " << x;
+    }
+    EXPECT_EQ(one("drelu"), x > 0 ? 1.0 : 0.0);
   }
   EXPECT_NE(evaluate("bf16(acc)", 1.00390625 + 1e-6)[0], 1.00390625 + 1e-6) << "a cast rounds";
+}
+
+// Reductions are stores with an index of their own and a kind; their canonical strings differ
+// by both; scalar tensors read one value a batch.
+TEST(EpilogueProgram, ParsesReductionsAndScalars) {
+  const Program p = parse("dh = acc * dgelu(pre[m, n]); db[n] = sum(dh); ra[m] = amax(dh); t[] = amax(dh * s[]); dh");
+  ASSERT_EQ(p.inputs.size(), 2u);
+  EXPECT_EQ(p.inputs[1].shape, Shape::scalar);
+  ASSERT_EQ(p.stores.size(), 3u);
+  EXPECT_EQ(p.stores[0].shape, Shape::row_vector);
+  EXPECT_EQ(p.stores[0].reduce, Reduce::sum);
+  EXPECT_EQ(p.stores[0].node, p.result);
+  EXPECT_EQ(p.stores[1].shape, Shape::column_vector);
+  EXPECT_EQ(p.stores[1].reduce, Reduce::amax);
+  EXPECT_EQ(p.stores[2].shape, Shape::scalar);
+  EXPECT_EQ(p.nodes[size_t(p.stores[2].node)].op, Op::mul);
+  EXPECT_TRUE(reduces(p));
+  EXPECT_FALSE(reduces(parse("o[m, n] = acc; acc")));
+  EXPECT_EQ(evaluate("x = acc + s[]; x", 1.0, {2.0})[0], 3.0);
+  const std::vector<std::string> texts = {"o[m, n] = acc; acc", "o[n] = sum(acc); acc", "o[m] = sum(acc); acc",
+                                          "o[] = sum(acc); acc", "o[n] = amax(acc); acc", "o[m] = amax(acc); acc",
+                                          "o[] = amax(acc); acc", "acc + s[]", "acc + s[n]"};
+  std::vector<std::string> seen;
+  for (const std::string& text : texts) {
+    const std::string c = canonical(parse(text));
+    for (const std::string& other : seen) EXPECT_NE(c, other) << text;
+    seen.push_back(c);
+  }
 }
 
 TEST(EpilogueProgram, StoresGetTheirNodesValues) {
@@ -201,7 +236,7 @@ TEST(EpilogueProgram, TheSecondProductEvaluatesToItsValue) {
 TEST(EpilogueProgram, GeneratedCodeTakesTheSecondProduct) {
   const std::string signature =
       "__device__ __forceinline__ float epilogue_value(float acc, float acc2, const EpilogueParams& e, i64 b, i64 m, "
-      "i64 n, float* aux)";
+      "i64 n, float* aux, float* red)";
   const std::string swiglu = codegen::epilogue_source(parse("silu(acc) * acc2"), {});
   EXPECT_NE(swiglu.find(signature), std::string::npos) << swiglu;
   EXPECT_NE(swiglu.find("const float v0 = acc;"), std::string::npos) << swiglu;
@@ -272,8 +307,15 @@ void expect_error(const std::string& text, const std::string& says, int column) 
 TEST(EpilogueProgram, ErrorsSayWhatAndWhere) {
   expect_error("", "no statement", 1);
   expect_error("silu(acc) * slu(acc)", "unknown function 'slu'; expected one of identity, relu", 13);
-  expect_error("silu(acc + bias)", "unknown name 'bias'; a tensor needs its index: bias[n], bias[m] or bias[m, n]", 12);
-  expect_error("acc + bias[k]", "expected the index [n], [m] or [m, n] after 'bias'", 11);
+  expect_error("silu(acc + bias)", "unknown name 'bias'; a tensor needs its index: bias[n], bias[m], bias[m, n] or bias[]", 12);
+  expect_error("acc + bias[k]", "expected the index [n], [m], [m, n] or [] after 'bias'", 11);
+  expect_error("db[n] = acc; acc", "db[n] holds one value for many elements of D; expected sum(...) or amax(...)", 9);
+  expect_error("db[] = max(acc, 1); acc", "db[] holds one value", 8);
+  expect_error("o[m, n] = sum(acc); acc", "sum(...) reduces many elements to one value", 11);
+  expect_error("sum(acc)", "sum(...) reduces many elements", 1);
+  expect_error("amax = acc; amax", "'amax' is reserved", 1);
+  expect_error("db[n] = sum(acc; acc", "expected ')' to close sum(", 16);
+  expect_error("db[n] = sum(acc); db[m] = sum(acc); acc", "'db' is stored twice", 19);
   expect_error("acc + bias[n] * bias[m]", "'bias' is indexed otherwise at column 7", 17);
   expect_error("silu(acc", "expected ')' to close silu(", 9);
   expect_error("(acc + 1", "expected ')' to close the '(' at column 1", 9);

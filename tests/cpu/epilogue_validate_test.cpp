@@ -157,6 +157,50 @@ TEST(EpilogueValidate, ShapesTypesAndAlignmentAreChecked) {
   expect_rejected(x, "options.epilogue.tensors[\"pre\"]", {"overlap"});
 }
 
+// A reduction's output: f32, contiguous, shaped as an input of its index (rank 2: over every
+// batch too), zeroed before the kernel; a scalar input one value a batch.
+TEST(EpilogueValidate, ReductionOutputsAreContiguousF32) {
+  Args x;
+  const TensorView sums = TensorView::batched(address(3), DType::f32, B, 1, N, N, N, 1);
+  const TensorView maxima = TensorView::matrix(address(4), DType::f32, M, 1, 1, 1);
+  const TensorView whole = TensorView::matrix(address(5), DType::f32, 1, 1, 1, 1);
+  const TensorView scale = TensorView::batched(address(6), DType::bf16, B, 1, 1, 2, 1, 1);
+  x.options.epilogue = {"dh = acc * dgelu(pre[m, n]) * s[]; db[n] = sum(dh); ra[m] = amax(dh); t[] = amax(dh); dh",
+                        {{"pre", outputs(7)}, {"s", scale}, {"db", sums}, {"ra", maxima}, {"t", whole}}};
+  const Problem p = validate(x);
+  ASSERT_TRUE(p.epilogue.fused());
+  EXPECT_EQ(p.epilogue.tensors[1].batch_stride, 2);
+  EXPECT_EQ(p.epilogue.zeroed_bytes[0] + p.epilogue.zeroed_bytes[1], 0);
+  EXPECT_EQ(p.epilogue.zeroed_bytes[2], B * N * 4);
+  EXPECT_EQ(p.epilogue.zeroed_bytes[3], M * 4);
+  EXPECT_EQ(p.epilogue.zeroed_bytes[4], 4);
+  Args bad = x;
+  bad.options.epilogue.tensors[2].tensor = TensorView::batched(address(3), DType::bf16, B, 1, N, N, N, 1);
+  expect_rejected(bad, "options.epilogue.tensors[\"db\"]", {"dtype bf16", "f32 for db[n] = sum(...)"});
+  bad = x;
+  bad.options.epilogue.tensors[2].tensor = TensorView::batched(address(3), DType::f32, B, 1, N, 2 * N, N, 1);
+  expect_rejected(bad, "options.epilogue.tensors[\"db\"]", {"leave gaps", "contiguous"});
+  bad = x;
+  bad.options.epilogue.tensors[3].tensor = TensorView::matrix(address(4), DType::f32, M, 1, 2, 1);
+  expect_rejected(bad, "options.epilogue.tensors[\"ra\"]", {"leave gaps"});
+  bad = x;
+  bad.options.epilogue.tensors[4].tensor = TensorView::matrix(address(5), DType::f32, 1, 2, 2, 1);
+  expect_rejected(bad, "options.epilogue.tensors[\"t\"]", {"[1, 2]", "t[] =", "[1, 1] or [3, 1, 1]"});
+  bad = x;
+  bad.options.epilogue.tensors[1].tensor = TensorView::matrix(address(6), DType::bf16, 1, N, N, 1);
+  expect_rejected(bad, "options.epilogue.tensors[\"s\"]", {"s[]", "[1, 1] or [3, 1, 1]"});
+  bad = x;  // an output apart from the others
+  bad.options.epilogue.tensors[4].tensor = TensorView::matrix(address(4), DType::f32, 1, 1, 1, 1);
+  expect_rejected(bad, "options.epilogue.tensors[\"t\"]", {"overlaps options.epilogue.tensors[\"ra\"]"});
+  const std::vector<EpilogueTensorUse> uses = epilogue_tensor_uses(x.options.epilogue.text);
+  ASSERT_EQ(uses.size(), 5u);
+  EXPECT_EQ(uses[1].index, EpilogueIndex::none);
+  EXPECT_EQ(uses[2].index, EpilogueIndex::n);
+  EXPECT_EQ(uses[2].reduce, EpilogueReduce::sum);
+  EXPECT_EQ(uses[3].reduce, EpilogueReduce::amax);
+  EXPECT_TRUE(uses[4].output);
+}
+
 TEST(EpilogueValidate, OutputsAndInputsApartFromDAndEachOther) {
   Args x = swish();
   x.options.epilogue.tensors[0].tensor = outputs(2);  // gate is D

@@ -7,9 +7,11 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "epilogue/program.h"
@@ -47,18 +49,19 @@ struct EpilogueTestTensor {
   std::vector<double> values;  // host copy, element (b, m, n) at offset(b, m, n)
   void* data = nullptr;
 
+  bool along_m() const { return shape == epilogue::Shape::column_vector || shape == epilogue::Shape::matrix; }
+  bool along_n() const { return shape == epilogue::Shape::row_vector || shape == epilogue::Shape::matrix; }
   int64_t offset(int64_t b, int64_t i, int64_t j) const {
     int64_t at = batches > 1 ? b * batch_stride : 0;
-    if (shape != epilogue::Shape::row_vector) at += i * row_stride;
-    if (shape != epilogue::Shape::column_vector) at += j * col_stride;
+    if (along_m()) at += i * row_stride;
+    if (along_n()) at += j * col_stride;
     return at;
   }
   // As gemmkit takes it: [batches, rows, cols] where batched, else [rows, cols].
   TensorView view() const {
-    const int64_t rows = shape == epilogue::Shape::row_vector ? 1 : m;
-    const int64_t cols = shape == epilogue::Shape::column_vector ? 1 : n;
-    const int64_t rs = shape == epilogue::Shape::row_vector ? 2 * n : row_stride;
-    const int64_t cs = shape == epilogue::Shape::column_vector ? 1 : col_stride;
+    const int64_t rows = along_m() ? m : 1, cols = along_n() ? n : 1;
+    const int64_t rs = along_m() ? row_stride : std::max<int64_t>(cols * col_stride, 1);
+    const int64_t cs = along_n() ? col_stride : 1;
     return batches > 1 ? TensorView::batched(data, type, batches, rows, cols, batch_stride, rs, cs)
                        : TensorView::matrix(data, type, rows, cols, rs, cs);
   }
@@ -82,9 +85,13 @@ inline EpilogueTestTensor make_epilogue_tensor(DType type, epilogue::Shape shape
   t.batches = batches;
   t.m = m;
   t.n = n;
+  // Vectors and scalars read with gaps between their elements; a reduction's output (a vector
+  // or scalar output) contiguous, as gemmkit requires.
+  const int64_t gap = output ? 1 : 2;
   switch (shape) {
-    case epilogue::Shape::row_vector: t.col_stride = 2, t.batch_stride = 2 * n; break;
-    case epilogue::Shape::column_vector: t.row_stride = 2, t.batch_stride = 2 * m; break;
+    case epilogue::Shape::row_vector: t.col_stride = gap, t.batch_stride = gap * n; break;
+    case epilogue::Shape::column_vector: t.row_stride = gap, t.batch_stride = gap * m; break;
+    case epilogue::Shape::scalar: t.batch_stride = gap; break;
     case epilogue::Shape::matrix: t.col_stride = 1, t.row_stride = n + 3, t.batch_stride = m * (n + 3); break;
   }
   t.elements = std::max<int64_t>(batches * t.batch_stride, 1);
@@ -105,5 +112,42 @@ inline EpilogueTestTensor make_epilogue_tensor(DType type, epilogue::Shape shape
   EXPECT_EQ(cudaMemcpy(t.data, bytes.data(), bytes.size(), cudaMemcpyHostToDevice), cudaSuccess);
   return t;
 }
+
+// What a reduction's output (a vector or scalar output) should hold, gathered element by
+// element: at each of its offsets, the sum of the values (or their largest |x|) and how far the
+// result may be off (the elements' allowances summed, or their largest, plus f32 rounding).
+struct ExpectedReduction {
+  bool sum = true;
+  std::vector<double> value, allowed, magnitude;
+
+  ExpectedReduction(const EpilogueTestTensor& t, bool is_sum)
+      : sum(is_sum), value(size_t(t.elements), 0.0), allowed(size_t(t.elements), 0.0), magnitude(size_t(t.elements), 0.0) {}
+  void add(int64_t at, double x, double allowance) {
+    double& v = value[size_t(at)];
+    if (sum) {
+      v += x;
+      allowed[size_t(at)] += allowance;
+    } else {
+      v = std::isnan(v) || std::isnan(x) ? std::nan("") : std::max(v, std::fabs(x));
+      allowed[size_t(at)] = std::max(allowed[size_t(at)], allowance);
+    }
+    magnitude[size_t(at)] += std::fabs(x);
+  }
+  // Each element of `bytes` (the output copied back) against the expectation; returns how many
+  // are wrong, reporting the first few.
+  int64_t check(const std::vector<char>& bytes, const std::string& name) const {
+    int64_t wrong = 0;
+    for (size_t i = 0; i < value.size(); ++i) {
+      const double got = read_back(bytes, DType::f32, int64_t(i));
+      const double limit = allowed[i] + 1e-6 * magnitude[i] + 1e-30;
+      if (std::fabs(got - value[i]) <= limit || (std::isnan(got) && std::isnan(value[i]))) continue;
+      if (++wrong <= 5) {
+        ADD_FAILURE() << name << " at offset " << i << " is " << got << ", expected " << value[i] << " (within " << limit
+                      << ")";
+      }
+    }
+    return wrong;
+  }
+};
 
 }  // namespace gemmkit::testing

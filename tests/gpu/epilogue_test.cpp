@@ -46,7 +46,14 @@ class EpilogueKernel : public testing::GpuTest {
     for (size_t i = 0; i < program.inputs.size(); ++i) {
       tensors.push_back(make_tensor(types.inputs[i], program.inputs[i].shape, draws, false));
     }
-    for (DType type : types.stores) tensors.push_back(make_tensor(type, epilogue::Shape::matrix, draws, true));
+    std::vector<testing::ExpectedReduction> expected;  // a store's, where it reduces
+    for (size_t k = 0; k < types.stores.size(); ++k) {
+      const epilogue::Store& store = program.stores[k];
+      tensors.push_back(make_tensor(types.stores[k], store.shape, draws, true));
+      expected.emplace_back(tensors.back(), store.reduce == epilogue::Reduce::sum);
+      // The test kernel adds into a reduction's output as it stands (the library zeroes it).
+      if (store.reduce != epilogue::Reduce::none) ASSERT_EQ(cudaMemset(tensors.back().data, 0, size_t(tensors.back().elements) * 4), cudaSuccess);
+    }
     EpilogueParams params{};
     for (size_t i = 0; i < tensors.size(); ++i) {
       params.tensors[i] = {tensors[i].data, tensors[i].batch_stride, tensors[i].row_stride, tensors[i].col_stride};
@@ -87,16 +94,24 @@ class EpilogueKernel : public testing::GpuTest {
           check(read_back(d_bytes, DType::f32, (b * kM + m) * ld + n), values[size_t(program.result)], "D");
           for (size_t k = 0; k < types.stores.size(); ++k) {
             const EpilogueTestTensor& t = tensors[program.inputs.size() + k];
-            check(read_back(store_bytes[k], t.type, t.offset(b, m, n)),
-                  stored(t.type, values[size_t(program.stores[k].node)]), program.stores[k].name);
+            const double value = values[size_t(program.stores[k].node)];
+            if (program.stores[k].reduce != epilogue::Reduce::none) {
+              expected[k].add(t.offset(b, m, n), value, tolerance * (1 + std::fabs(value)));
+            } else {
+              check(read_back(store_bytes[k], t.type, t.offset(b, m, n)), stored(t.type, value), program.stores[k].name);
+            }
           }
         }
       }
+    }
+    for (size_t k = 0; k < types.stores.size(); ++k) {
+      if (program.stores[k].reduce != epilogue::Reduce::none) wrong += expected[k].check(store_bytes[k], program.stores[k].name);
     }
     EXPECT_EQ(wrong, 0);
     // The outputs' padding (matrix rows are N + 3 apart) is never written.
     for (size_t k = 0; k < types.stores.size(); ++k) {
       const EpilogueTestTensor& t = tensors[program.inputs.size() + k];
+      if (program.stores[k].reduce != epilogue::Reduce::none) continue;
       for (int64_t b = 0; b < kBatch; ++b) {
         for (int64_t m = 0; m < kM; ++m) {
           for (int64_t n = kN; n < kN + 3; ++n) EXPECT_TRUE(std::isnan(read_back(store_bytes[k], t.type, t.offset(b, m, n))));
@@ -118,7 +133,7 @@ TEST_F(EpilogueKernel, TensorsOfEveryShapeAndType) {
 TEST_F(EpilogueKernel, EveryOperation) {
   const double f32_math = 1e-5;  // f32 arithmetic, the library's erff, expf, tanhf, logf, rsqrtf, and __expf
   for (const char* op : {"identity", "relu", "relu2", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "erf", "abs",
-                         "neg", "square"}) {
+                         "neg", "square", "dgelu", "dgelu_tanh", "dsilu", "drelu", "dsigmoid", "dtanh"}) {
     expect_correct(std::string(op) + "(acc / 40 - x[m, n])", {{DType::f32}, {}}, f32_math);
   }
   expect_correct("exp(x[m, n]) + log(abs(x[m, n]) + 0.5) + sqrt(abs(x[m, n])) + rsqrt(abs(x[m, n]) + 0.25)",
@@ -145,6 +160,18 @@ TEST_F(EpilogueKernel, SecondProduct) {
   expect_correct("silu(acc / 40) * (acc2 / 40)", {}, f32_math);
   expect_correct("h = min(acc / 40, 7); h * sigmoid(1.702 * h) * (clamp(acc2 / 40, -7, 7) + 1)", {}, f32_math);
   expect_correct("g[m, n] = acc2 - acc; silu(acc2 / 40 + x[n]) * acc / 40", {{DType::f32}, {DType::f32}}, f32_math);
+}
+
+// Reductions, each element's value added by the test kernel: sums and maxima of |x| along each
+// index and over a batch, of values that read a scalar tensor, and a backward epilogue's form
+// (the gradient times an activation's slope at a saved pre-activation, summed down the columns:
+// the bias gradient).
+TEST_F(EpilogueKernel, Reductions) {
+  using DType::bf16, DType::f32;
+  expect_correct("h = acc / 40 - x[m, n]; s[n] = sum(h); a[m] = amax(h); t[] = amax(h * k[]); r[m] = sum(h); "
+                 "c[n] = amax(h); w[] = sum(h); silu(h)",
+                 {{bf16, f32}, {f32, f32, f32, f32, f32, f32}}, 1e-5);
+  expect_correct("dh = acc / 40 * dgelu(pre[m, n]); db[n] = sum(dh); dh", {{bf16}, {f32}}, 1e-5);
 }
 
 }  // namespace

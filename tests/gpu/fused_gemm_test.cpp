@@ -77,8 +77,13 @@ class FusedTensors {
       tensors_.push_back(testing::make_epilogue_tensor(inputs.at(i), shape, count, m, n, draws, false));
     }
     for (size_t k = 0; k < program_.stores.size(); ++k) {
-      tensors_.push_back(
-          testing::make_epilogue_tensor(stores.at(k), epilogue::Shape::matrix, batches.outputs, m, n, draws, true));
+      // A reduction's output is batched as an input of its index is.
+      const epilogue::Shape shape = program_.stores[k].shape;
+      const int64_t count = shape == epilogue::Shape::matrix          ? batches.outputs
+                            : shape == epilogue::Shape::column_vector ? batches.inputs
+                                                                      : batches.row_vectors;
+      tensors_.push_back(testing::make_epilogue_tensor(stores.at(k), shape, count, m, n, draws, true));
+      expected_.emplace_back(tensors_.back(), program_.stores[k].reduce == epilogue::Reduce::sum);
     }
   }
   ~FusedTensors() {
@@ -128,14 +133,26 @@ class FusedTensors {
     expect(got, program_.result, out, "D");
     for (size_t k = 0; k < program_.stores.size(); ++k) {
       const EpilogueTestTensor& t = tensors_[program_.inputs.size() + k];
-      expect(testing::read_back(outputs_[k], t.type, t.offset(b, m, n)), program_.stores[k].node, t.type,
-             program_.stores[k].name);
+      const int node = program_.stores[k].node;
+      if (program_.stores[k].reduce != epilogue::Reduce::none) {
+        expected_[k].add(t.offset(b, m, n), at[size_t(node)], moved[size_t(node)] + 1e-5 * (1 + std::fabs(at[size_t(node)])));
+        continue;
+      }
+      expect(testing::read_back(outputs_[k], t.type, t.offset(b, m, n)), node, t.type, program_.stores[k].name);
+    }
+  }
+  // Each reduction's output against the elements check() was given: those of D, each once (the
+  // library zeroed the NaN the output started as).
+  void expect_reductions() {
+    for (size_t k = 0; k < program_.stores.size(); ++k) {
+      if (program_.stores[k].reduce != epilogue::Reduce::none) wrong_ += expected_[k].check(outputs_[k], program_.stores[k].name);
     }
   }
   // Every output element outside the outputs' views (their rows' padding) still NaN, and
   // (`owned` given) every element of the views that no group owns.
   void expect_nothing_else_written(const std::vector<bool>* owned = nullptr) const {
     for (size_t k = 0; k < program_.stores.size(); ++k) {
+      if (program_.stores[k].reduce != epilogue::Reduce::none) continue;  // contiguous: no padding
       const EpilogueTestTensor& t = tensors_[program_.inputs.size() + k];
       std::vector<bool> mine(size_t(t.elements), false);
       for (int64_t b = 0; b < t.batches; ++b) {
@@ -160,6 +177,7 @@ class FusedTensors {
   epilogue::Program program_;
   std::vector<EpilogueTestTensor> tensors_;
   std::vector<std::vector<char>> outputs_;
+  std::vector<testing::ExpectedReduction> expected_;  // a store's (used where it reduces)
   int64_t wrong_ = 0;
 };
 
@@ -212,6 +230,7 @@ Plan expect_fused_correct(const FusedCase& c, const KernelConfig* forced = nullp
       }
     }
   }
+  tensors.expect_reductions();
   EXPECT_EQ(tensors.wrong(), 0);
   tensors.expect_nothing_else_written();
   return plan;
@@ -298,6 +317,34 @@ TEST_F(FusedGemm, WithCAndFp8Inputs) {
   expect_fused_correct({s, "pre[m, n] = acc; silu(acc * scale[m] + bias[n])", {f32, bf16}, {bf16}});
 }
 
+// A backward epilogue: the gradient times gelu's slope at the saved pre-activation, its column
+// sums (the bias gradient), and its largest |x| a row and over the whole (FP8 scaling).
+constexpr const char* kBackward = "dh = acc * dgelu(pre[m, n]); db[n] = sum(dh); ra[m] = amax(dh); ta[] = amax(dh); dh";
+
+// Reductions on every store path and kind of kernel: each element of D counted once (the shifted
+// last tile row and column, split-K's parts, a transposed plan's rows and columns, the GEMV's
+// and the fallback's elements one at a time), per batch and over all batches. The outputs start
+// as NaN: the library zeroes them.
+TEST_F(FusedGemm, ReductionsCountEachElementOnce) {
+  using DType::bf16, DType::f32;
+  const std::vector<DType> outs{f32, f32, f32};
+  expect_fused_correct({{.m = 333, .n = 517, .k = 256}, kBackward, {bf16}, outs});
+  expect_fused_correct({{.m = 300, .n = 200, .k = 128, .d_col_major = true}, kBackward, {bf16}, outs});
+  expect_fused_correct({{.m = 8, .n = 4096, .k = 1024}, kBackward, {bf16}, outs});
+  expect_fused_correct({{.m = 515, .n = 301, .k = 96, .pad_d = 1}, kBackward, {bf16}, outs});
+  expect_fused_correct({{.m = 70, .n = 301, .k = 96, .pad_d = 3}, kBackward, {bf16}, outs});
+  expect_fused_correct({{.m = 1, .n = 3000, .k = 1024}, kBackward, {bf16}, outs});
+  expect_fused_correct({{.m = 2000, .n = 1, .k = 512, .layout = "NN"}, kBackward, {bf16}, outs});
+  expect_fused_correct({{.m = 70, .n = 90, .k = 0, .beta = 0.5f}, kBackward, {bf16}, outs});
+  KernelConfig split;
+  split.tile_m = split.tile_n = 128;
+  split.splits = 4;
+  expect_fused_correct({{.m = 200, .n = 384, .k = 4096}, kBackward, {bf16}, outs}, &split);
+  const ProblemSpec batched{.m = 130, .n = 264, .k = 64, .batch = 3};
+  expect_fused_correct({batched, kBackward, {bf16}, outs});
+  expect_fused_correct({batched, "s[n] = sum(acc); c[m] = sum(acc * k[]); t[] = amax(acc); acc", {f32}, outs, true});
+}
+
 // A view of `t` with other data, shape and strides (elements).
 TensorView view_of(const TensorView& t, int64_t offset, int64_t rows, int64_t cols, int64_t row_stride,
                    int64_t col_stride) {
@@ -363,6 +410,7 @@ Plan expect_dual_correct(const ProblemSpec& wide, const std::string& text, const
       tensors.check(0, m, c, ref.values[i], tol, got, d.dtype, ref2.values[i], tol2);
     }
   }
+  tensors.expect_reductions();
   EXPECT_EQ(tensors.wrong(), 0);
   EXPECT_EQ(outside, 0) << "elements of D's buffer written past its N columns";
   return plan;
@@ -505,6 +553,7 @@ void expect_grouped_fused_correct(GroupLayout layout, const std::vector<int64_t>
       }
     }
   }
+  tensors.expect_reductions();
   EXPECT_EQ(tensors.wrong(), 0);
   tensors.expect_nothing_else_written(&owned);
 }
@@ -519,6 +568,10 @@ TEST_F(FusedGemm, GroupedRowsWithPerGroupVectors) {
                                {bf16, f32}, {});
   expect_grouped_fused_correct(GroupLayout::masked, {64, 0, 129, 7}, 264, "gelu(acc) * gate[m, n] + bias[n]",
                                {bf16, bf16}, {});
+  // Per-expert bias gradients and maxima: only the rows each group owns count.
+  expect_grouped_fused_correct(GroupLayout::contiguous, {130, 0, 1, 257, 64, 200}, 320, kBackward, {bf16},
+                               {f32, f32, f32});
+  expect_grouped_fused_correct(GroupLayout::masked, {64, 0, 129, 7}, 264, kBackward, {bf16}, {f32, f32, f32});
 }
 
 // The MoE up-projection as one dual grouped GEMM: each expert's gate and up weights, [G, K, N]
@@ -531,6 +584,9 @@ TEST_F(DualGemm, GroupedRowsContiguousAndMasked) {
                                {bf16}, {}, true);
   expect_grouped_fused_correct(GroupLayout::masked, {64, 0, 129, 7}, 768, "silu(acc) * acc2 * weight[m]", {DType::f32},
                                {}, true);
+  // SwiGLU's output with its largest |x| a token and an expert (FP8 scaling of the next GEMM's input).
+  expect_grouped_fused_correct(GroupLayout::contiguous, {300, 77, 0, 500}, 2048,
+                               "y = silu(acc) * acc2; ya[m] = amax(y); ga[] = amax(y); y", {}, {DType::f32, DType::f32}, true);
 }
 
 TEST_F(FusedGemm, GroupedWeightGradient) {
@@ -574,6 +630,7 @@ TEST_F(FusedGemm, GroupedWeightGradient) {
       }
     }
   }
+  tensors.expect_reductions();
   EXPECT_EQ(tensors.wrong(), 0);
   tensors.expect_nothing_else_written();
 }
