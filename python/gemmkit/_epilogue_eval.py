@@ -7,6 +7,7 @@ calls), so Python's ast reads it. Each function is the formula of kernels/sm90/e
 
 import ast
 import functools
+import math
 import operator
 
 import torch
@@ -19,12 +20,54 @@ def _round(dtype):
     return lambda x: x.to(dtype).to(x.dtype)
 
 
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)  # gelu_tanh's scale of its cubic
+_GELU_TANH_CUBIC = 0.044715
+
+
+def _dgelu(x):
+    """gelu's slope, Phi(x) + x phi(x), Phi the standard normal distribution and phi its density."""
+    return 0.5 * (1.0 + torch.erf(x * math.sqrt(0.5))) + x * torch.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+
+
+def _dgelu_tanh(x):
+    """gelu_tanh's slope, 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) du/dx with u = sqrt(2/pi) (x +
+    0.044715 x^3)."""
+    t = torch.tanh(_SQRT_2_OVER_PI * (x + _GELU_TANH_CUBIC * x * x * x))
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _SQRT_2_OVER_PI * (1.0 + 3.0 * _GELU_TANH_CUBIC * x * x)
+
+
+def _dsilu(x):
+    """silu's slope, s (1 + x (1 - s)) with s = sigmoid(x)."""
+    s = torch.sigmoid(x)
+    return s * (1.0 + x * (1.0 - s))
+
+
+def _dsigmoid(x):
+    s = torch.sigmoid(x)
+    return s * (1.0 - s)
+
+
+def _dtanh(x):
+    t = torch.tanh(x)
+    return 1.0 - t * t
+
+
+def _drelu(x):
+    """relu's slope, 1 where x > 0, else 0 (0 at 0 and for NaN, as the kernels' comparison). A
+    step: a constant to autograd, whose slope of it is 0."""
+    return (x > 0).to(x.dtype)
+
+
 FUNCTIONS = {
     "identity": lambda x: x, "relu": torch.relu, "relu2": lambda x: torch.relu(x).square(), "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu, "sigmoid": torch.sigmoid,
     "tanh": torch.tanh, "erf": torch.erf, "exp": torch.exp, "log": torch.log, "abs": torch.abs, "neg": torch.neg,
     "square": torch.square, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "max": torch.maximum, "min": torch.minimum,
     "clamp": torch.clamp, "bf16": _round(torch.bfloat16), "f16": _round(torch.float16), "f32": lambda x: x,
+    # the activations' slopes, for backward epilogues (dD * dgelu(pre[m, n])): torch operations, so
+    # that autograd differentiates them in turn
+    "dgelu": _dgelu, "dgelu_tanh": _dgelu_tanh, "dsilu": _dsilu, "drelu": _drelu, "dsigmoid": _dsigmoid,
+    "dtanh": _dtanh,
 }
 _OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 
@@ -35,12 +78,17 @@ def _statements(text):
 
 
 def evaluate(text, acc, tensors, acc2=None):
-    """(D's value, {output name: value}) of the epilogue `text` over a product `acc` [M, N] (and a
-    dual GEMM's second product `acc2`), `tensors` mapping each name the text reads to its tensor:
-    name[n] of N elements (any shape), name[m] of M, name[m, n] [M, N]. Values compute in acc's
-    dtype; tensors are read in theirs and broadcast as their index says."""
-    m, n = acc.shape
-    shapes = {"n": (1, n), "m": (m, 1)}
+    """(D's value, {output name: value}) of the epilogue `text` over a product `acc` [M, N] or
+    [batch, M, N] (and a dual GEMM's second product `acc2`), `tensors` mapping each name the text
+    reads to its tensor: name[n] of N elements (any shape; batch * N elements: one a batch),
+    name[m] of M (batch * M), name[m, n] [M, N] (or [batch, M, N]). Values compute in acc's dtype;
+    tensors are read in theirs and broadcast as their index says. D has acc's shape."""
+    m, n = acc.shape[-2:]
+
+    def vector(t, size, shape):  # a vector of `size` elements, or one a batch
+        return t.reshape(shape if t.numel() == size else (-1, *shape))
+
+    shapes = {"n": lambda t: vector(t, n, (1, n)), "m": lambda t: vector(t, m, (m, 1))}
     values = {"acc": acc, "acc2": acc2}
     outputs = {}
 
@@ -52,7 +100,7 @@ def evaluate(text, acc, tensors, acc2=None):
         if isinstance(node, ast.Subscript):
             index = node.slice.id if isinstance(node.slice, ast.Name) else "mn"
             t = tensors[node.value.id]
-            return t.reshape(shapes[index]) if index in shapes else t
+            return shapes[index](t) if index in shapes else t
         if isinstance(node, ast.UnaryOp):  # unary minus
             return -value(node.operand)
         if isinstance(node, ast.BinOp):
@@ -73,4 +121,6 @@ def evaluate(text, acc, tensors, acc2=None):
     result = value(statements[-1].value)
     if not isinstance(result, torch.Tensor):  # a text of numbers alone
         result = torch.full_like(acc, result)
+    elif result.shape != acc.shape:  # a text of tensors that broadcast (bias[n], a batch's shared r[m, n])
+        result = result.expand(torch.broadcast_shapes(result.shape, acc.shape))
     return result, outputs

@@ -1,5 +1,5 @@
 """The torch.compile pass (gemmkit.enable_compile_fusion): in Inductor's post-grad graphs, a
-matrix product (aten.mm, aten.addmm) followed by elementwise operations becomes one
+matrix product (aten.mm, aten.addmm, aten.bmm) followed by elementwise operations becomes one
 gemmkit.mm_epilogue, the operations its fused epilogue's text.
 
 From each product of 2-D bfloat16 or float16 CUDA tensors, the pass takes the elementwise nodes
@@ -12,6 +12,13 @@ viewed back. It fuses the largest such region whose values are used only inside 
 last node, which becomes the call's output: a value that escapes (used by another node or a
 graph output, such as an activation the backward keeps) ends the region before it. Where no
 node can join, the product stays as it was.
+
+A batched product (aten.bmm of [B, M, K] and [B, K, N], as torch.bmm and matmul of 3-D or more
+dimensions make it) fuses the same way into one mm_epilogue of its batched operands, its values
+[B, M, N] (or viewed with the batch as more dimensions, [A, H, M, N]): the region's tensors are
+read as name[n] ([..., 1, N]), name[m] ([..., M, 1]) or name[m, n] ([..., M, N]), their
+dimensions before the last two all 1 (one tensor for every batch) or the batch's own (one a
+batch).
 
 The epilogue computes in float32 from the product's float32 sum: casts inside the region round
 as their type's store would (bf16(x), f16(x)); the first cast after the product, which torch
@@ -77,13 +84,15 @@ class _Region:
     tensors it reads. m x n is the shape of the epilogue's values (a dual GEMM's: each product's);
     `rows` is the shape they have before their last dimension n: (m,), or more dimensions where a
     view after the product splits its rows (x [B, S, K] @ w.t() runs as an mm of B * S rows,
-    viewed back as [B, S, N])."""
+    viewed back as [B, S, N]). A batched product's (bmm's, `batch` its B) values are [B, M, N],
+    its rows (B, m), or (..., m) where a view splits B into more dimensions ([A * H, M, N] ->
+    [A, H, M, N], as matmul of 4-D tensors makes)."""
 
-    def __init__(self, m, n, rows):
-        self.m, self.n, self.rows = m, n, rows
+    def __init__(self, m, n, rows, batch=None):
+        self.m, self.n, self.rows, self.batch = m, n, rows, batch
         self.text = {}  # node -> its value's expression (acc, acc2, vK, ...)
         self.sums = set()  # the products and their views and halves: a float32 widening of one is its sum
-        self.tensors = []  # (name, node, shape it is read as: None as it is, or (M, 1) or (M, N))
+        self.tensors = []  # (name, node, shape it is read as: None as it is, else reshaped: (M, 1), (B, M, N), ...)
         self.names = {}  # node -> name
 
     def operand(self, x):
@@ -99,7 +108,12 @@ class _Region:
                 or val.device.type != "cuda":
             return None
         shape, lead = tuple(val.shape), len(self.rows)
-        if shape[-1:] == (self.n,) and all(size == 1 for size in shape[:-1]) and len(shape) <= lead + 1:
+        if self.batch is not None:
+            found = self._batched_read(shape)
+            if found is None:
+                return None
+            index, read_as = found
+        elif shape[-1:] == (self.n,) and all(size == 1 for size in shape[:-1]) and len(shape) <= lead + 1:
             index, read_as = "n", (self.n,) if len(shape) != 1 else None
         elif shape == (*self.rows, 1):
             index, read_as = "m", (self.m, 1) if lead > 1 else None
@@ -111,6 +125,36 @@ class _Region:
             self.names[x] = f"t{len(self.names)}"
             self.tensors.append((self.names[x], x, read_as))
         return f"{self.names[x]}[{index}]"
+
+    def _batched_read(self, shape):
+        """(index, shape read as: None as it is) of a tensor of `shape` that broadcasts against a
+        batched product's values [*batch, M, N]: its last two dimensions [1, N], [M, 1] or [M, N];
+        those before them all 1 (read 2-D, shared by every batch) or the batch's (read [B, ., .],
+        one a batch). None for any other (a partial broadcast over the batch, a value a batch)."""
+        batch = self.rows[:-1]
+        if len(shape) > len(batch) + 2:
+            return None
+        full = (1,) * (len(batch) + 2 - len(shape)) + shape
+        outer, inner = full[:-2], full[-2:]
+        if inner == (1, self.n):
+            index = "n"
+        elif inner == (self.m, 1):
+            index = "m"
+        elif inner == (self.m, self.n):
+            index = "m, n"
+        else:
+            return None
+        if all(size == 1 for size in outer):
+            want = inner
+        elif outer == batch:
+            want = (self.batch, *inner)
+        else:
+            return None
+        return index, None if shape == want else want
+
+    def flat(self):
+        """The shape of the gemmkit call's result: [M, N], or [B, M, N] for a batched product."""
+        return (self.m, self.n) if self.batch is None else (self.batch, self.m, self.n)
 
     def expression(self, node):
         """node's expression over the region, or None where it cannot join; WIDENED where node is
@@ -237,7 +281,7 @@ def _replace(graph, region, members, definitions, viewed, call, reads=()):
         for _, t, read_as in used:  # a tensor of the split rows, read as M rows
             inputs.append(t if read_as is None else _node(graph, aten.reshape.default, (t, list(read_as)),
                                                           _val(t).reshape(read_as)))
-        flat = sink_val.reshape(region.m, region.n) if viewed else sink_val
+        flat = sink_val.reshape(region.flat()) if viewed else sink_val
         fused = _node(graph, *call(text, [name for name, _, _ in used], inputs, sink_val.dtype), flat)
         if viewed:
             fused = _node(graph, aten.view.default, (fused, list(sink_val.shape)), sink_val)
@@ -266,7 +310,50 @@ def _fuse(graph, node):
         return False
     return _replace(graph, region, members, definitions, view is not None,
                     lambda text, names, inputs, dtype: (torch.ops.gemmkit.mm_epilogue.default,
-                                                        (a, b, text, names, inputs, dtype)))
+                                                        (a, b, text, names, inputs, dtype, 1.0, 0.0, None)))
+
+
+def _batched_product(node):
+    """(a, b) of a batched product (aten.bmm) of 16-bit CUDA tensors of one dtype, or None."""
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function" or node.target != aten.bmm.default:
+        return None
+    a, b = node.args[:2]
+    vals = [_val(a), _val(b), _val(node)]
+    if any(v is None for v in vals) or any(v.dtype not in INPUT_DTYPES or v.device.type != "cuda" for v in vals):
+        return None
+    return (a, b) if vals[0].dtype == vals[1].dtype else None
+
+
+def _batch_split(product, batch, m, n):
+    """The batched product's one user where it is a view of its [B, M, N] values with the batch as
+    any dimensions ([B, M, N] itself, [A, H, M, N] for B = A * H), else None."""
+    users = list(product.users)
+    if len(users) != 1 or users[0].target not in VIEWS or _val(users[0]) is None:
+        return None
+    shape = tuple(_val(users[0]).shape)
+    return users[0] if len(shape) >= 3 and shape[-2:] == (m, n) and math.prod(shape[:-2]) == batch else None
+
+
+def _fuse_batched(graph, node):
+    """Fuses the epilogue after batched product `node` (bmm) into one mm_epilogue of its batched
+    operands where one can join; returns whether it did."""
+    operands = _batched_product(node)
+    if operands is None:
+        return False
+    a, b = operands
+    batch, m, n = _val(node).shape
+    region, members, definitions = _Region(m, n, (batch, m), batch=batch), [], {}
+    region.seed(members, definitions, node, "acc", None)
+    view = _batch_split(node, batch, m, n)
+    if view is not None:
+        region.rows = tuple(_val(view).shape[:-1])
+        region.alias(members, view, node)
+    members = _grow(graph, region, members, definitions)
+    if members is None:
+        return False
+    return _replace(graph, region, members, definitions, view is not None,
+                    lambda text, names, inputs, dtype: (torch.ops.gemmkit.mm_epilogue.default,
+                                                        (a, b, text, names, inputs, dtype, 1.0, 0.0, None)))
 
 
 def _fuse_dual(graph, node):
@@ -468,7 +555,8 @@ def fuse_epilogues(graph):
     global fusions
     fused = 0
     for node in list(graph.nodes):
-        if not getattr(node, "_erased", False) and (_fuse_dual(graph, node) or _fuse(graph, node)):
+        if not getattr(node, "_erased", False) and (_fuse_dual(graph, node) or _fuse(graph, node)
+                                                    or _fuse_batched(graph, node)):
             fused += 1
     if fused:
         graph.lint()

@@ -21,13 +21,17 @@ _lib.define("gemm_out(Tensor a, Tensor b, Tensor(a!) out, Tensor? scale_a, Tenso
 _lib.define("gemm_epilogue(Tensor a, Tensor b, Tensor(a!) out, Tensor? scale_a, Tensor? scale_b, str mode_a, "
             "str mode_b, str epilogue, str[] names, Tensor[] inputs, Tensor(b!)[] outputs, float alpha, float beta, "
             "Tensor? c) -> ()")
-# The same as a function of its inputs (no outputs of its own), for the torch.compile pass
-# (_fusion): D [M, N] of out_dtype.
-_lib.define("mm_epilogue(Tensor a, Tensor b, str epilogue, str[] names, Tensor[] inputs, ScalarType out_dtype) "
-            "-> Tensor")
-# The grouped forward through a fused epilogue, as gemm_epilogue.
+# The same as a function of its inputs (no outputs of its own): D [batch,] M x N of out_dtype, acc
+# = alpha * a @ b + beta * c (a or b may be 2-D, shared by a batch). gemmkit.mm, bmm and addmm call
+# it where autograd tracks the call (its formula below), the torch.compile pass (_fusion) where it
+# fuses.
+_lib.define("mm_epilogue(Tensor a, Tensor b, str epilogue, str[] names, Tensor[] inputs, ScalarType out_dtype, "
+            "float alpha, float beta, Tensor? c) -> Tensor")
+# The grouped forward through a fused epilogue, as gemm_epilogue; FP8 a and b (scaled_grouped_mm)
+# with their scales and modes.
 _lib.define("grouped_mm_epilogue(Tensor a, Tensor b, Tensor sizes, Tensor(a!) out, str layout, str epilogue, "
-            "str[] names, Tensor[] inputs, Tensor(b!)[] outputs, int max_sms) -> ()")
+            "str[] names, Tensor[] inputs, Tensor(b!)[] outputs, int max_sms, Tensor? scale_a=None, "
+            "Tensor? scale_b=None, str mode_a=\"none\", str mode_b=\"none\") -> ()")
 # zero_unowned: rows no group owns are set to 0 (gradients), else left undefined as torch's are.
 _lib.define("grouped_mm(Tensor a, Tensor b, Tensor sizes, str layout, Tensor? scale_a, Tensor? scale_b, str mode_a, "
             "str mode_b, ScalarType? out_dtype, int max_sms, bool zero_unowned) -> Tensor")
@@ -78,14 +82,15 @@ def _gemm_epilogue(a, b, out, scale_a, scale_b, mode_a, mode_b, epilogue, names,
                   t.epilogue_triples(epilogue, names, [*inputs, *outputs]))
 
 
-def _mm_epilogue(a, b, epilogue, names, inputs, out_dtype):
+def _mm_epilogue(a, b, epilogue, names, inputs, out_dtype, alpha, beta, c):
     out = t.new_output(a, b, out_dtype)
-    _gemm_epilogue(a, b, out, None, None, "none", "none", epilogue, names, inputs, [], 1.0, 0.0, None)
+    _gemm_epilogue(a, b, out, None, None, "none", "none", epilogue, names, inputs, [], alpha, beta, c)
     return out
 
 
-def _grouped_mm_epilogue(a, b, sizes, out, layout, epilogue, names, inputs, outputs, max_sms):
-    t.launch_grouped(a, b, sizes, layout, out, None, None, "none", "none", max_sms, False, epilogue,
+def _grouped_mm_epilogue(a, b, sizes, out, layout, epilogue, names, inputs, outputs, max_sms, scale_a=None,
+                         scale_b=None, mode_a="none", mode_b="none"):
+    t.launch_grouped(a, b, sizes, layout, out, scale_a, scale_b, mode_a, mode_b, max_sms, False, epilogue,
                      t.epilogue_triples(epilogue, names, [*inputs, *outputs]))
 
 
@@ -171,12 +176,13 @@ def _gemm_epilogue_fake(a, b, out, scale_a, scale_b, mode_a, mode_b, epilogue, n
 
 
 @torch.library.register_fake("gemmkit::mm_epilogue")
-def _mm_epilogue_fake(a, b, epilogue, names, inputs, out_dtype):
+def _mm_epilogue_fake(a, b, epilogue, names, inputs, out_dtype, alpha, beta, c):
     return a.new_empty(t.output_shape(a, b), dtype=out_dtype)
 
 
 @torch.library.register_fake("gemmkit::grouped_mm_epilogue")
-def _grouped_mm_epilogue_fake(a, b, sizes, out, layout, epilogue, names, inputs, outputs, max_sms):
+def _grouped_mm_epilogue_fake(a, b, sizes, out, layout, epilogue, names, inputs, outputs, max_sms, scale_a=None,
+                              scale_b=None, mode_a="none", mode_b="none"):
     return None
 
 
@@ -277,18 +283,25 @@ def _grad_of_shared(grad, other, shared_is_a):
     return other.reshape(batch * m, -1).t(), grad.reshape(batch * m, n)  # [K, batch*M] x [batch*M, N]
 
 
+def _operand_grads(g, a, b, alpha, needs_a, needs_b):
+    """(dA, dB) of D = alpha * A B for D's gradient g (in the inputs' type), None where not needed,
+    each in its operand's layout; a 2-D operand shared by a batch gets the sum over the batch."""
+    grad_a = grad_b = None
+    if needs_a:
+        shared = a.dim() == 2 and g.dim() == 3
+        grad_a = _product_like(*(_grad_of_shared(g, b, True) if shared else (g, b.transpose(-1, -2))), a, alpha)
+    if needs_b:
+        shared = b.dim() == 2 and g.dim() == 3
+        grad_b = _product_like(*(_grad_of_shared(g, a, False) if shared else (a.transpose(-1, -2), g)), b, alpha)
+    return grad_a, grad_b
+
+
 def _backward(ctx, grad):
     if ctx.fp8 and any(ctx.needs_input_grad):
         raise RuntimeError("gemmkit: FP8 products (scaled_mm) are not differentiable")
     a, b = ctx.saved_tensors
-    grad_a = grad_b = grad_c = None
-    g = grad.to(a.dtype)
-    if ctx.needs_input_grad[0]:
-        shared = a.dim() == 2 and g.dim() == 3
-        grad_a = _product_like(*(_grad_of_shared(g, b, True) if shared else (g, b.transpose(-1, -2))), a, ctx.alpha)
-    if ctx.needs_input_grad[1]:
-        shared = b.dim() == 2 and g.dim() == 3
-        grad_b = _product_like(*(_grad_of_shared(g, a, False) if shared else (a.transpose(-1, -2), g)), b, ctx.alpha)
+    grad_c = None
+    grad_a, grad_b = _operand_grads(grad.to(a.dtype), a, b, ctx.alpha, *ctx.needs_input_grad[:2])
     if ctx.needs_input_grad[9] and ctx.beta != 0:
         grad_c = grad.sum(0) if ctx.c_shared else grad
         grad_c = (grad_c if ctx.beta == 1 else grad_c * ctx.beta).to(ctx.c_dtype)
@@ -298,32 +311,54 @@ def _backward(ctx, grad):
 torch.library.register_autograd("gemmkit::gemm", _backward, setup_context=_setup_context)
 
 
-# A product through a fused epilogue, D = e(P, tensors) with P = A B: the backward recomputes P
-# (float32; float64 for the CPU stand-ins' double inputs), differentiates e evaluated by torch at
-# P (_epilogue_eval, the kernels' formulas) for dP and the tensors' gradients, and multiplies dP
-# out as gemm's backward does dD, each operand's gradient in its layout.
+# A product through a fused epilogue, D = e(acc, tensors) with acc = alpha * P + beta * C and P =
+# A B ([batch,] M x N; mm, bmm, addmm): the backward recomputes P (float32; float64 for the CPU
+# stand-ins' double inputs), differentiates e evaluated by torch at acc (_epilogue_eval, the
+# kernels' formulas) for dP, dC and the tensors' gradients (autograd sums those of operands shared
+# by a batch), and multiplies dP out as gemm's backward does dD, each operand's gradient in its
+# layout.
 
 def _mm_epilogue_setup_context(ctx, inputs, output):
-    a, b, epilogue, names, tensors, out_dtype = inputs
-    ctx.epilogue, ctx.names = epilogue, names
-    ctx.save_for_backward(a, b, *tensors)
+    a, b, epilogue, names, tensors, out_dtype, alpha, beta, c = inputs
+    ctx.epilogue, ctx.names, ctx.alpha, ctx.beta = epilogue, names, alpha, beta
+    ctx.save_for_backward(a, b, c, *tensors)
+
+
+def epilogue_grads(text, names, product, tensors, grad, alpha=1.0, beta=0.0, c=None):
+    """(dP, dC, [each tensor's gradient]) of D = the epilogue `text` of acc = alpha * P + beta * C,
+    P the recomputed product `product` (float32 or wider), for D's gradient `grad`, in P's dtype;
+    None for a tensor (or C) the value does not depend on, dP zero where D depends on nothing."""
+    wide = product.dtype
+    with torch.enable_grad():
+        p = product.detach().requires_grad_()
+        reads = [x.detach().to(wide).requires_grad_() for x in tensors]
+        c_wide = None if c is None or beta == 0 else c.detach().to(wide).requires_grad_()
+        acc = p if alpha == 1 else alpha * p
+        if c_wide is not None:
+            acc = acc + (c_wide if beta == 1 else beta * c_wide)
+        value, _ = evaluate(text, acc, dict(zip(names, reads)))
+        sources = [p, *([] if c_wide is None else [c_wide]), *reads]
+        if value.requires_grad:  # not a text of numbers or steps (drelu) alone
+            grads = list(torch.autograd.grad(value, sources, grad.to(wide), allow_unused=True))
+        else:
+            grads = [None] * len(sources)
+    grad_p = torch.zeros_like(p) if grads[0] is None else grads[0]
+    grad_c = grads.pop(1) if c_wide is not None else None
+    return grad_p, grad_c, grads[1:]
 
 
 def _mm_epilogue_backward(ctx, grad):
-    a, b, *tensors = ctx.saved_tensors
+    a, b, c, *tensors = ctx.saved_tensors
+    needs = ctx.needs_input_grad
     wide = torch.float64 if a.dtype == torch.float64 else torch.float32
-    with torch.enable_grad():
-        p = _product(a.detach(), b.detach(), wide, 1.0).requires_grad_()
-        reads = [t.detach().to(wide).requires_grad_() for t in tensors]
-        value, _ = evaluate(ctx.epilogue, p, dict(zip(ctx.names, reads)))
-        grads = torch.autograd.grad(value, [p, *reads], grad.to(wide), allow_unused=True)
-    g = grads[0].to(a.dtype)
-    grad_a = _product_like(g, b.transpose(-1, -2), a, 1.0) if ctx.needs_input_grad[0] else None
-    grad_b = _product_like(a.transpose(-1, -2), g, b, 1.0) if ctx.needs_input_grad[1] else None
-    tensor_grads = [None if d is None else d.to(t.dtype) for d, t in zip(grads[1:], tensors)]
+    grad_p, grad_c, grads = epilogue_grads(ctx.epilogue, ctx.names, _product(a.detach(), b.detach(), wide, 1.0),
+                                           tensors, grad, ctx.alpha, ctx.beta, c)
+    grad_a, grad_b = _operand_grads(grad_p.to(a.dtype), a, b, 1.0, needs[0], needs[1])
+    tensor_grads = [None if d is None else d.to(x.dtype) for d, x in zip(grads, tensors)]
+    grad_c = grad_c.to(c.dtype) if grad_c is not None and needs[8] else None
     # torch matches the gradients to the inputs' structure, in which a list of names is one value
     # but an empty list a list.
-    return grad_a, grad_b, None, None if ctx.names else [], tensor_grads, None
+    return grad_a, grad_b, None, None if ctx.names else [], tensor_grads, None, None, None, grad_c
 
 
 torch.library.register_autograd("gemmkit::mm_epilogue", _mm_epilogue_backward, setup_context=_mm_epilogue_setup_context)

@@ -325,19 +325,19 @@ def check_output(out, out_dtype, dims):
 
 
 def differentiable_epilogue(epilogue, a, b, tensors, out=None, alpha=1.0, beta=0.0, c=None, scaled=False):
-    """True where autograd tracks a product a @ b through an epilogue (some input requires grad),
-    which mm_epilogue's formula then differentiates: 2-D 16-bit operands, alpha 1 and no C, no
-    out=, a text without outputs. NotImplementedError, saying which, where a call it tracks is none
-    of those."""
+    """True where autograd tracks a product alpha * a @ b + beta * c through an epilogue (some
+    input requires grad), which mm_epilogue's formula then differentiates: 16-bit operands, 2-D
+    or batched (mm, bmm, addmm), no out=, a text without outputs. NotImplementedError, saying
+    which, where a call it tracks is none of those."""
     if not torch.is_grad_enabled() or not any(t is not None and t.requires_grad for t in (a, b, c, *tensors.values())):
         return False
     why = ("outputs (name[m, n] = ...)" if any(output for _, _, output in epilogue_uses(epilogue))
-           else "FP8 inputs" if scaled else "batched operands (bmm)" if a.dim() != 2 or b.dim() != 2
-           else "alpha, beta or c (addmm)" if alpha != 1 or beta != 0 or c is not None
+           else "FP8 inputs (scaled_mm)" if scaled or a.element_size() == 1 or b.element_size() == 1
            else "out=" if out is not None else None)
     if why:
         raise NotImplementedError(f"epilogue: no gradient flows through a fused epilogue with {why} yet; expected "
-                                  "gemmkit.mm(a, b, epilogue=...) with inputs it reads, or torch.no_grad()")
+                                  "gemmkit.mm, bmm or addmm(..., epilogue=...) with inputs it reads, or "
+                                  "torch.no_grad()")
     return True
 
 
@@ -420,7 +420,8 @@ def _gemm_epilogue(a, b, scale_a, scale_b, modes, epilogue, tensors, out, out_dt
     if differentiable_epilogue(epilogue, a, b, tensors, out=out, alpha=alpha, beta=beta, c=c,
                                scaled=scale_a is not None or scale_b is not None):
         names, inputs, _ = operator_tensors(epilogue, pairs)
-        return torch.ops.gemmkit.mm_epilogue(a, b, epilogue, names, inputs, output_dtype(a, out_dtype))
+        return torch.ops.gemmkit.mm_epilogue(a, b, epilogue, names, inputs, output_dtype(a, out_dtype), alpha, beta,
+                                             c)
     if out is None:
         out = new_output(a, b, out_dtype)
     if direct(a, b, c, scale_a, scale_b, out, *(t for _, t, _ in pairs)):
@@ -458,20 +459,22 @@ def _grouped(a, b, sizes, layout, scale_a=None, scale_b=None, modes=("none", "no
     return out
 
 
-def _grouped_epilogue(a, b, sizes, layout, epilogue, tensors, out, out_dtype, max_sms):
-    """grouped_mm's forward through a fused epilogue: launched directly, or through the operator
-    where torch traces or dispatches (no autograd, as _gemm_epilogue)."""
+def _grouped_epilogue(a, b, sizes, layout, epilogue, tensors, out, out_dtype, max_sms, scale_a=None, scale_b=None,
+                      modes=("none", "none")):
+    """The grouped forward of grouped_mm and scaled_grouped_mm (with its scales, checked) through a
+    fused epilogue: launched directly, or through the operator where torch traces or dispatches
+    (no autograd: inputs that require grad are refused)."""
     check_output(out, out_dtype, (a.dim(),))
     pairs = epilogue_pairs(epilogue, tensors)
     max_sms = int(max_sms)
     if out is None:
         out = new_grouped_output(a, b, out_dtype)
-    if direct(a, b, sizes, out, *(t for _, t, _ in pairs)):
-        launch_grouped(a, b, sizes, layout, out, None, None, "none", "none", max_sms, False, epilogue, pairs)
+    if direct(a, b, sizes, scale_a, scale_b, out, *(t for _, t, _ in pairs)):
+        launch_grouped(a, b, sizes, layout, out, scale_a, scale_b, *modes, max_sms, False, epilogue, pairs)
         return out
-    refuse_autograd_through_epilogue(a, b, *tensors.values())
+    refuse_autograd_through_epilogue(a, b, scale_a, scale_b, *tensors.values())
     torch.ops.gemmkit.grouped_mm_epilogue(a, b, sizes, out, layout, epilogue, *operator_tensors(epilogue, pairs),
-                                          max_sms)
+                                          max_sms, scale_a, scale_b, *modes)
     return out
 
 
@@ -585,13 +588,16 @@ def mm(a, b, *, out=None, out_dtype=None, alpha=1.0, beta=0.0, c=None, epilogue=
     """alpha * a @ b + beta * c: a M x K, b K x N, c and out M x N, bfloat16 or float16 inputs.
     out is made if None, of out_dtype (by default the inputs' type; bfloat16, float16 or
     float32); c is read only when beta != 0 and may be out itself. Differentiable in a, b and c
-    (without out= or an epilogue).
+    (without out=).
 
     epilogue: a fused epilogue's text (README, "Fused epilogues"), e.g. "silu(acc + bias[n])",
     computed from the product before it is stored; each tensor it names is a keyword argument:
     name[n] a vector of N (a bias), name[m] one of M (a per-row scale), name[m, n] an M x N
     tensor, and outputs it writes (name[m, n] = ...) M x N tensors written in place; bfloat16,
-    float16 or float32, any strides. No gradient flows through an epilogue yet."""
+    float16 or float32, any strides. Differentiable in a, b, c and the tensors the text reads
+    (torch.ops.gemmkit.mm_epilogue: the backward recomputes the product in float32 and
+    differentiates the text evaluated by torch), except for texts with outputs and with out=,
+    which refuse inputs that require grad (NotImplementedError)."""
     refuse_stray_tensors("mm", epilogue, tensors)
     (a, b, c, out_t), kind = _arrays.to_torch(torch, (a, b, c, out), ("a", "b", "c", "out"))
     result = _gemm(a, b, (2,), out=out_t, out_dtype=out_dtype, alpha=alpha, beta=beta, c=c, epilogue=epilogue,
@@ -602,7 +608,8 @@ def mm(a, b, *, out=None, out_dtype=None, alpha=1.0, beta=0.0, c=None, epilogue=
 def bmm(a, b, *, out=None, out_dtype=None, alpha=1.0, beta=0.0, c=None, epilogue=None, **tensors):
     """mm over a batch: a B x M x K, b B x K x N, out B x M x N; a or b may be 2-D, shared by
     every batch. An epilogue's tensors (see mm) may have the batch too: name[n] [B, N], name[m]
-    [B, M], name[m, n] [B, M, N]; without it they serve every batch."""
+    [B, M], name[m, n] [B, M, N]; without it they serve every batch. Differentiable as mm, through
+    an epilogue too (a shared operand's or tensor's gradient is the sum over the batch)."""
     refuse_stray_tensors("bmm", epilogue, tensors)
     (a, b, c, out_t), kind = _arrays.to_torch(torch, (a, b, c, out), ("a", "b", "c", "out"))
     check(a, "a", (2, 3))
@@ -617,7 +624,7 @@ def bmm(a, b, *, out=None, out_dtype=None, alpha=1.0, beta=0.0, c=None, epilogue
 def addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0, out=None, epilogue=None, **tensors):
     """beta * input + alpha * mat1 @ mat2, as torch.addmm: input broadcasts to M x N (a bias
     row of N is read with a row stride of 0, not copied). With an epilogue (see mm), acc is that
-    sum."""
+    sum. Differentiable as mm, through an epilogue too."""
     refuse_stray_tensors("addmm", epilogue, tensors)
     (input, mat1, mat2, out_t), kind = _arrays.to_torch(torch, (input, mat1, mat2, out),
                                                         ("input", "mat1", "mat2", "out"))
@@ -1012,7 +1019,7 @@ def _refuse_autograd(function, named):
 
 
 def scaled_grouped_mm(a, b, scale_a, scale_b, offs=None, *, counts=None, mode="rowwise", out=None, out_dtype=None,
-                      max_sms=0):
+                      max_sms=0, epilogue=None, **tensors):
     """grouped_mm's cases for FP8 inputs (float8_e4m3fn or float8_e5m2, either in a and b), in
     torch._scaled_grouped_mm's argument order: (a * its scales) @ (b * its scales) per group.
     `mode` is 'tensor', 'rowwise' or 'block', or a pair (A's and B's). The forward: a [M_total, K]
@@ -1030,7 +1037,13 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, offs=None, *, counts=None, mode="r
     [G*P] (as torch's, group after group) or [G, P] and scale_b [G*Q] or [G, Q]; tensor a single
     value or [G] each. 'block' is the forward's only.
     Float32 scales, any strides (gemm.h's layouts, B's with a group dimension, are taken too).
-    Output bfloat16 unless out_dtype or out says float16 or float32. Not differentiable."""
+    Output bfloat16 unless out_dtype or out says float16 or float32. Not differentiable.
+
+    epilogue (the forward's, b [G, K, N]): a fused epilogue's text computed from acc, the scaled
+    product, with its tensors keyword arguments as grouped_mm takes them (name[n] [G, N] one a
+    group, or [N]; name[m] [M_total], [G, max_m] masked; name[m, n] and outputs as out is), e.g.
+    the MoE down-projection's router weight, epilogue="acc * route[m]", route=weights."""
+    refuse_stray_tensors("scaled_grouped_mm", epilogue, tensors)
     names = ("a", "b", "scale_a", "scale_b", "offs", "counts", "out")
     (a, b, scale_a, scale_b, offs, counts, out_t), kind = _arrays.to_torch(
         torch, (a, b, scale_a, scale_b, offs, counts, out), names)
@@ -1042,6 +1055,9 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, offs=None, *, counts=None, mode="r
     layout, sizes = _group_sizes(a, b, offs, counts)
     modes = _mode_pair(mode)
     if b.dim() == 2:
+        if epilogue is not None:
+            raise ValueError("epilogue: given for the weight gradient (2-D a and b); expected the forward, "
+                             "b [G, K, N]")
         wrong = [m for m in modes if m in ("block", "mx")]
         if wrong:
             raise ValueError(f"mode: {wrong[0]!r}; expected 'tensor' or 'rowwise' for the weight gradient "
@@ -1053,7 +1069,11 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, offs=None, *, counts=None, mode="r
             raise ValueError("mode: 'mx'; expected 'tensor', 'rowwise' or 'block' (grouped products take no MXFP8 "
                              "scales)")
         scale_a, scale_b = _grouped_scales(a, b, scale_a, scale_b, modes)
-        result = _grouped(a, b, sizes, layout, scale_a, scale_b, modes, out_t, out_dtype, max_sms)
+        if epilogue is not None:
+            result = _grouped_epilogue(a, b, sizes, layout, epilogue, tensors, out_t, out_dtype, max_sms, scale_a,
+                                       scale_b, modes)
+        else:
+            result = _grouped(a, b, sizes, layout, scale_a, scale_b, modes, out_t, out_dtype, max_sms)
     return _arrays.to_caller(result, kind, out)
 
 

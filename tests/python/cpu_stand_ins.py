@@ -48,9 +48,12 @@ def gemm_stand_in(a, b, scale_a, scale_b, mode_a, mode_b, out_dtype, alpha, beta
     return out.contiguous().to(output_dtype(a, out_dtype))
 
 
-def mm_epilogue_stand_in(a, b, epilogue, names, inputs, out_dtype):
+def mm_epilogue_stand_in(a, b, epilogue, names, inputs, out_dtype, alpha, beta, c):
     from gemmkit._epilogue_eval import evaluate
-    value, _ = evaluate(epilogue, a.double() @ b.double(), {name: t.double() for name, t in zip(names, inputs)})
+    acc = alpha * (a.double() @ b.double())  # a batch, a 2-D operand shared by it, as torch.matmul's
+    if beta != 0:
+        acc = acc + beta * c.double()
+    value, _ = evaluate(epilogue, acc, {name: t.double() for name, t in zip(names, inputs)})
     return value.contiguous().to(out_dtype)
 
 

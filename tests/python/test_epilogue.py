@@ -1,9 +1,10 @@
 """gemmkit.mm and grouped_mm with a fused epilogue on an sm_90 GPU: D and the auxiliary outputs
 against the double-precision product with the epilogue evaluated in double by torch, for vectors
 given 1-D or as the C++ API takes them, odd shapes, strided tensors, f32 and 16-bit outputs and
-C, per-expert and per-token vectors; the operator under opcheck and torch.compile, and
-enable_compile_fusion's pass on a compiled layer. Each output starts as NaN. Skips, saying so, without
-torch or an sm_90 GPU."""
+C, per-expert and per-token vectors, scaled_grouped_mm's FP8 groups (rowwise, tensor, block;
+contiguous and masked); the operator under opcheck and torch.compile, and
+enable_compile_fusion's pass on a compiled layer and a compiled batched product. Each output
+starts as NaN. Skips, saying so, without torch or an sm_90 GPU."""
 
 import pytest
 
@@ -104,6 +105,51 @@ def test_grouped_down_projection_with_expert_biases_and_router_weights():
         start += count
 
 
+@pytest.mark.parametrize("mode", ["rowwise", "tensor", "block"])
+def test_scaled_grouped_down_projection_with_expert_biases_and_router_weights(mode):
+    from gpu_reference import FP8_SUMS, dequantized, offs_of, spans
+    e4m3, sizes, k, n = torch.float8_e4m3fn, [37, 0, 100, 63], 256, 192
+    total = sum(sizes) + 5  # rows past the last end: not written
+    h, w = rand(total, k) * 3, rand(len(sizes), n, k)
+    w_block = (128, 128) if mode == "block" else None
+    qh, sh = gemmkit.quantize(h, e4m3, mode)
+    qw, sw = gemmkit.quantize(w, e4m3, mode, block=w_block)
+    scale_w = {"rowwise": sw.squeeze(-1), "tensor": sw.view(-1), "block": sw.transpose(-2, -1)}[mode]
+    scale_h = sh.squeeze(-1) if mode == "rowwise" else sh
+    bias, route = rand(len(sizes), n), rand(total, dtype=F32)
+    out = nan_like((total, n), F32)
+    d = gemmkit.scaled_grouped_mm(qh, qw.transpose(-2, -1), scale_h, scale_w, offs_of(sizes), mode=mode, out=out,
+                                  epilogue="(acc + bias[n]) * route[m]", bias=bias, route=route)
+    assert d is out
+    x, wd = dequantized(qh, sh, mode), dequantized(qw, sw, mode, w_block)
+    for g, start, end in spans(sizes):
+        ref = x[start:end] @ wd[g].t()
+        r = route[start:end].double()[:, None]
+        bound = (x[start:end].abs() @ wd[g].abs().t()) * FP8_SUMS  # FP8 sums (gpu_reference)
+        expect_near(d[start:end], (ref + bias[g].double()) * r, bound * r.abs())
+    assert out[sum(sizes):].isnan().all(), "rows past the last end written"
+
+
+def test_scaled_grouped_masked_groups_with_a_weight_a_token():
+    from gpu_reference import FP8_SUMS, dequantized
+    e4m3, counts, max_m, k, n = torch.float8_e4m3fn, [3, 130, 0, 64], 136, 256, 128
+    groups = len(counts)
+    qx, sx = gemmkit.quantize(rand(groups, max_m, k), e4m3, "rowwise")
+    qw, sw = gemmkit.quantize(rand(groups, n, k), e4m3, "rowwise")
+    route = rand(groups, max_m, dtype=F32)
+    out = nan_like((groups, max_m, n), torch.bfloat16)
+    gemmkit.scaled_grouped_mm(qx, qw.transpose(-2, -1), sx.squeeze(-1), sw.squeeze(-1),
+                              counts=torch.tensor(counts, device="cuda"), out=out, epilogue="silu(acc) * route[m]",
+                              route=route)
+    x, wd = dequantized(qx, sx, "rowwise"), dequantized(qw, sw, "rowwise")
+    for g, count in enumerate(counts):
+        ref = x[g, :count] @ wd[g].t()
+        r = route[g, :count].double()[:, None]
+        bound = (x[g, :count].abs() @ wd[g].abs().t()) * FP8_SUMS * 1.1 * r.abs()  # silu's slope: at most 1.1
+        expect_near(out[g, :count], torch.nn.functional.silu(ref) * r, bound)
+        assert out[g, count:].isnan().all(), f"group {g}: rows past its count written"
+
+
 def test_compile_fusion_runs_bias_silu_and_a_gate_in_the_product():
     from gemmkit import _fusion
 
@@ -121,6 +167,35 @@ def test_compile_fusion_runs_bias_silu_and_a_gate_in_the_product():
     want = torch.nn.functional.silu(ref + bias.double()) * gate.double()
     # torch's graph rounds silu's result to bf16 before the gate, which the fused text keeps
     expect_near(d, want, acc_bound * 1.1 * gate.double().abs() + want.abs() * HALF_ULP[torch.bfloat16])
+
+
+def test_compile_fusion_runs_a_batched_product_and_its_epilogue_in_one_call():
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+    from gemmkit import _fusion
+
+    batch, m, n, k = 3, 100, 136, 192
+    x, w, bias, scale = rand(batch, m, k), rand(batch, k, n), rand(batch, 1, n), rand(m, 1, dtype=F32)
+    torch._dynamo.reset()
+    gemmkit.enable_compile_fusion()
+    try:
+        before = _fusion.fusions
+        with inductor_config.patch(fx_graph_cache=False), functorch_config.patch(enable_autograd_cache=False):
+            layer = torch.compile(lambda x, w, b, s: torch.nn.functional.gelu(torch.bmm(x, w) + b).float() * s,
+                                  fullgraph=True)
+            d = layer(x, w, bias, scale)
+        assert _fusion.fusions == before + 1  # the batched product and its epilogue became one gemmkit call
+    finally:
+        gemmkit.enable_compile_fusion(False)
+        torch._dynamo.reset()
+    assert d.shape == (batch, m, n) and d.dtype == F32
+    for i in range(batch):
+        ref, acc_bound = product(x[i], w[i])
+        s = scale.double()
+        want = torch.nn.functional.gelu(ref + bias[i].double()) * s
+        # gelu's slope is at most 1.13; torch's graph rounds gelu's result to bf16 before the f32
+        # scale, which the fused text keeps
+        expect_near(d[i], want, acc_bound * 1.13 * s.abs() + want.abs() * HALF_ULP[torch.bfloat16])
 
 
 def test_the_operator_under_opcheck_and_torch_compile():

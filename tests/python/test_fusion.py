@@ -1,13 +1,17 @@
 """The torch.compile pass (gemmkit.enable_compile_fusion). Without a GPU: on post-grad-like graphs
 (make_fx with Inductor's decompositions, fake CUDA tensors), which products with elementwise work
 after them become one gemmkit.mm_epilogue, with what text, and each refusal: a value that
-escapes, an operation or tensor shape the epilogue cannot take, other dtypes; SwiGLU's patterns
+escapes, an operation or tensor shape the epilogue cannot take, other dtypes; batched products
+(bmm, matmul of 3-D and 4-D tensors) likewise, their tensors shared or one a batch, and their
+fused graphs run on CPU tensors with mm_epilogue's double-precision stand-in; SwiGLU's patterns
 (two products of one x, or the halves of one product, plain, interleaved, with biases) becoming
 one gemmkit.swiglu_mm, and their refusals; the fused SwiGLU graphs run on CPU tensors with a
 double-precision stand-in for swiglu_mm, against the graph they replaced. Every positive test
 asserts that the products were replaced. On an sm_90 GPU (the tests marked `sm90`, which skip,
 saying so, elsewhere): compiled MLP up-projections against eager and double precision, and a
 training graph, whose products escape, left as it was. Skips, saying so, without torch."""
+
+import math
 
 import pytest
 
@@ -50,7 +54,8 @@ def test_bias_silu_and_a_gate_become_one_product(fake):
     before = _fusion.fusions
     gm, done = fused(lambda x, w, b, g: F.silu(x @ w.t() + b) * g, x, w, bias, gate)
     assert len(done) == 1 and not calls(gm, torch.ops.aten.mm.default) and _fusion.fusions == before + 1
-    a, b, text, names, inputs, dtype = done[0].args
+    a, b, text, names, inputs, dtype, alpha, beta, c = done[0].args
+    assert (alpha, beta, c) == (1.0, 0.0, None)  # the product alone, its bias in the text
     assert names == ["t0", "t1"] and [t.target for t in inputs] == ["b_1", "g_1"] and dtype == BF16
     # silu decomposed by torch (x / (1 + exp(-x)) in float32), then rounded to bf16 before the gate
     program = gemmkit._gemmkit.epilogue_tensor_uses(text)
@@ -123,6 +128,119 @@ def test_a_strided_m_by_n_tensor_is_read_as_it_lies(fake):
     x, w, v = cuda(M, K), cuda(N, K), cuda(M, N, 2)[..., 0]
     gm, done = fused(lambda x, w, v: torch.tanh((x @ w.t()) + v), x, w, v)
     assert len(done) == 1 and "t0[m, n]" in done[0].args[2] and "tanh(" in done[0].args[2]
+
+
+# --- batched products (bmm) ------------------------------------------------------------------------
+
+B = 3  # the batch of the bmm tests
+
+
+def placeholder_of(node):
+    return node.target if node is not None and node.op == "placeholder" else None
+
+
+def test_bmm_with_a_bias_silu_and_a_gate_becomes_one_batched_product(fake):
+    x, w, bias, gate = cuda(B, M, K), cuda(B, K, N), cuda(N), cuda(B, M, N)
+    before = _fusion.fusions
+    gm, done = fused(lambda x, w, b, g: F.silu(torch.bmm(x, w) + b) * g, x, w, bias, gate)
+    assert len(done) == 1 and not calls(gm, torch.ops.aten.bmm.default) and _fusion.fusions == before + 1
+    a, b, text, names, inputs, dtype, alpha, beta, c = done[0].args
+    assert (placeholder_of(a), placeholder_of(b), alpha, beta, c, dtype) == ("x_1", "w_1", 1.0, 0.0, None, BF16)
+    uses = gemmkit._gemmkit.epilogue_tensor_uses(text)  # the C++ parser takes the text
+    assert [(name, index) for name, index, _ in uses] == [("t0", "n"), ("t1", "mn")], text
+    assert "exp(" in text and "bf16(" in text, text
+    # the bias [N] read as a row [1, N] for every batch, the gate one a batch as it is
+    assert [tuple(t.meta["val"].shape) for t in inputs] == [(1, N), (B, M, N)]
+    assert placeholder_of(inputs[1]) == "g_1"
+    out = gm(x, w, bias, gate)
+    assert tuple(out.shape) == (B, M, N) and out.dtype == BF16
+
+
+def test_a_matmul_of_4d_tensors_reads_its_tensors_one_a_batch_or_shared(fake):
+    x, w, s, r = cuda(2, B, M, K), cuda(2, B, K, N), cuda(2, B, M, 1, dtype=F32), cuda(M, N)
+    gm, done = fused(lambda x, w, s, r: torch.relu((x @ w).float() * s + r), x, w, s, r)
+    assert len(done) == 1 and not calls(gm, torch.ops.aten.bmm.default)
+    a, b, text, names, inputs, dtype = done[0].args[:6]
+    assert tuple(a.meta["val"].shape) == (2 * B, M, K) and tuple(b.meta["val"].shape) == (2 * B, K, N)
+    assert "t0[m]" in text and "t1[m, n]" in text and "relu(" in text and dtype == F32, text
+    # the scale one a batch: [2, B, M, 1] reshaped to the product's batch of 2 * B; r as it is, shared
+    assert [tuple(t.meta["val"].shape) for t in inputs] == [(2 * B, M, 1), (M, N)]
+    assert inputs[0].target == torch.ops.aten.reshape.default and placeholder_of(inputs[1]) == "r_1"
+    views = list(done[0].users)
+    assert len(views) == 1 and views[0].target == torch.ops.aten.view.default and views[0].args[1] == [2, B, M, N]
+    out = gm(x, w, s, r)
+    assert tuple(out.shape) == (2, B, M, N) and out.dtype == F32
+
+
+def test_a_bmm_value_that_escapes_ends_the_region_before_it(fake):
+    x, w, bias = cuda(B, M, K), cuda(B, K, N), cuda(B, 1, N)
+
+    def escapes_the_product(x, w):
+        h = torch.bmm(x, w)
+        return torch.relu(h), h
+
+    gm, done = fused(escapes_the_product, x, w)
+    assert not done and len(calls(gm, torch.ops.aten.bmm.default)) == 1  # nothing can join: refused
+
+    def escapes_the_preactivation(x, w, b):  # as a forward graph saves it for the backward
+        h = torch.bmm(x, w) + b
+        return F.silu(h), h
+
+    gm, done = fused(escapes_the_preactivation, x, w, bias)
+    assert len(done) == 1 and not calls(gm, torch.ops.aten.bmm.default)
+    assert done[0].args[2] == "(acc + t0[n])", done[0].args[2]  # h alone: silu reads it outside
+    assert [tuple(t.meta["val"].shape) for t in done[0].args[4]] == [(B, 1, N)]  # a bias a batch
+    assert done[0] in list(gm.graph.nodes)[-1].args[0]
+    assert calls(gm, torch.ops.aten.exp.default)  # silu's work stays torch's
+
+
+def test_bmm_refusals_leave_the_product(fake):
+    x, w = cuda(B, M, K), cuda(B, K, N)
+    refused = [
+        (lambda x, w: torch.sin(torch.bmm(x, w)), (x, w)),  # no sin in the epilogue language
+        (lambda x, w: torch.bmm(x, w), (x, w)),  # nothing after the product
+        (lambda x, w, v: torch.bmm(x, w) * v, (x, w, cuda(B, 1, 1))),  # a value a batch: no index reads it
+        (lambda x, w, v: (x @ w) + v, (cuda(2, B, M, K), cuda(2, B, K, N), cuda(2, 1, 1, N))),  # part of the batch
+        (lambda x, w: torch.relu(torch.bmm(x, w)), (cuda(B, M, K, dtype=F32), cuda(B, K, N, dtype=F32))),  # 32-bit
+        (lambda x, w: torch.relu(torch.bmm(x, w)), (torch.empty(B, M, K, dtype=BF16), torch.empty(B, K, N,
+                                                                                                  dtype=BF16))),
+    ]
+    for function, args in refused:
+        gm, done = fused(function, *args)
+        assert not done and calls(gm, torch.ops.aten.bmm.default), gm.graph
+
+
+BMM_CPU_CASES = {  # name: (the function, its tensors' shapes and dtypes)
+    "bias_silu_gate": (lambda x, w, b, g: F.silu(torch.bmm(x, w) + b) * g,
+                       [((B, 24, K), BF16), ((B, K, N), BF16), ((N,), BF16), ((B, 24, N), BF16)]),
+    "per_batch_bias_gelu_shared_scale": (lambda x, w, b, s: F.gelu(torch.bmm(x, w) + b).float() * s,
+                                         [((B, 24, K), BF16), ((B, K, N), BF16), ((B, 1, N), BF16), ((24, 1), F32)]),
+    "matmul_4d_tanh_residual": (lambda x, w, r, s: torch.tanh(x @ w) * s + r,
+                                [((2, B, 24, K), BF16), ((2, B, K, N), BF16), ((24, N), BF16),
+                                 ((2, B, 24, 1), BF16)]),
+}
+
+
+@pytest.mark.parametrize("case", BMM_CPU_CASES)
+def test_fused_bmm_graphs_compute_what_they_replace(cpu_kernels, case):
+    """The fused graph run on CPU tensors, mm_epilogue by its double-precision stand-in
+    (cpu_stand_ins.py), against torch's graph on the same tensors."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    function, shapes = BMM_CPU_CASES[case]
+    torch.manual_seed(0)
+    args = [(torch.randn(*shape) / (K ** 0.5 if i == 1 else 1)).to(dtype)
+            for i, (shape, dtype) in enumerate(shapes)]
+    with FakeTensorMode():
+        gm, done = fused(function, *[torch.empty(t.shape, dtype=t.dtype, device="cuda") for t in args])
+    assert len(done) == 1 and not calls(gm, torch.ops.aten.bmm.default), gm.graph
+    got, want = gm(*args), function(*args)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    # torch rounds the product to bf16 before its epilogue, which the fused text does not
+    torch.testing.assert_close(got.double(), want.double(), rtol=2 ** -6, atol=2 ** -5)
+    # the check sees the batches apart: not so close with the batches of x rolled
+    rolled = function(args[0].roll(1, 0 if args[0].dim() == 3 else 1), *args[1:])
+    assert (got.double() - rolled.double()).abs().max() > 0.25
 
 
 def test_enable_takes_inductors_post_grad_pass_and_refuses_anothers():
@@ -302,17 +420,16 @@ INDUCTOR_CASES = {  # name: (the layer, its tensors' shapes, swiglu_mm's interle
 }
 
 
-@pytest.mark.parametrize("case", INDUCTOR_CASES)
-def test_the_graphs_inductor_hands_the_pass(case):
-    """torch.compile of CPU tensors up to the post-grad pass, whose graph's values are made CUDA
-    tensors of their shapes before the pass runs: the graphs as Inductor makes them (reshapes, a
-    view of x for each layer, no dead nodes)."""
+def inductor_graph(layer, args):
+    """(the post-grad graph torch.compile of `layer` on CPU tensors `args` hands the pass, with its
+    values made CUDA tensors of their shapes, and the pass's count on it): the graphs as Inductor
+    makes them (reshapes, a view of x for each layer, no dead nodes). The compile stops after the
+    pass (its graph then calls CUDA-only operators)."""
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
     from torch._inductor.custom_graph_pass import CustomGraphPass
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    layer, shapes, interleaved, read = INDUCTOR_CASES[case]
     seen, mode = [], FakeTensorMode()
 
     class Probe(CustomGraphPass):
@@ -329,20 +446,39 @@ def test_the_graphs_inductor_hands_the_pass(case):
             return None
 
     torch._dynamo.reset()
-    args = [torch.randn(*shape).to(BF16) for shape in shapes]
     with inductor_config.patch(post_grad_custom_post_pass=Probe(), fx_graph_cache=False), \
             functorch_config.patch(enable_autograd_cache=False), torch.no_grad():
         with pytest.raises(Exception) as stopped:
             torch.compile(layer, fullgraph=True)(*args)
     torch._dynamo.reset()
     assert seen, stopped.value
-    graph, count = seen[0]
+    return seen[0]
+
+
+@pytest.mark.parametrize("case", INDUCTOR_CASES)
+def test_the_graphs_inductor_hands_the_pass(case):
+    """torch.compile of CPU tensors up to the post-grad pass (inductor_graph)."""
+    layer, shapes, interleaved, read = INDUCTOR_CASES[case]
+    graph, count = inductor_graph(layer, [torch.randn(*shape).to(BF16) for shape in shapes])
     done = [node for node in graph.nodes if node.target == torch.ops.gemmkit.swiglu_mm.default]
     assert count == 1 and len(done) == 1, graph
     assert not [node for node in graph.nodes if node.target in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)]
     xs, w, w_up, flag, text, names, inputs = done[0].args[:7]
     assert w.op == "placeholder" and (w_up is None) == (shapes[1][0] == 2 * I)  # the weights as they came
     assert flag == interleaved and len(inputs) == read and "acc2" in text and "neg(" in text, text
+
+
+@pytest.mark.parametrize("lead", [(B,), (2, B)])
+def test_the_bmm_graphs_inductor_hands_the_pass(lead):
+    """A batched product with a bias a batch and gelu, as Inductor's post-grad graph has it."""
+    args = [torch.randn(*lead, 24, K).to(BF16), torch.randn(*lead, K, N).to(BF16), torch.randn(*lead, 1, N).to(BF16)]
+    graph, count = inductor_graph(lambda x, w, b: F.gelu(torch.matmul(x, w) + b), args)
+    done = [node for node in graph.nodes if node.target == torch.ops.gemmkit.mm_epilogue.default]
+    assert count == 1 and len(done) == 1 and not [node for node in graph.nodes
+                                                  if node.target == torch.ops.aten.bmm.default], graph
+    text, names, inputs = done[0].args[2:5]
+    assert "t0[n]" in text and "erf(" in text and len(inputs) == 1, text
+    assert tuple(inputs[0].meta["val"].shape) == (math.prod(lead), 1, N)
 
 
 # --- SwiGLU's fused graphs run on CPU tensors, swiglu_mm by a double-precision stand-in -------

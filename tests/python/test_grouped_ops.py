@@ -86,6 +86,64 @@ def test_three_d_by_two_d_groups_columns_through_the_transposed_case(fake):
         gemmkit.grouped_mm(a, b, offs, epilogue="acc")
 
 
+def test_scaled_grouped_mm_takes_an_epilogue_with_its_scales(fake):
+    """scaled_grouped_mm's forward through a fused epilogue: one grouped_mm_epilogue operator with
+    the scales as gemm.h's views (_grouped_scales) and the modes, the tensors as grouped_mm's
+    (per-expert [G, N], per-token [M_total] or masked [G, max_m]); output shapes and dtypes."""
+    q, qw, offs = cuda(100, 64, dtype=E4M3), cuda(4, 32, 64, dtype=E4M3), cuda(4, dtype=I32)
+    sx, sw, bias, route = cuda(100, dtype=F32), cuda(4, 32, dtype=F32), cuda(4, 32), cuda(100, dtype=F32)
+    text = "(acc + bias[n]) * route[m]"
+
+    def down(q, qw, sx, sw, offs, bias, route):
+        return gemmkit.scaled_grouped_mm(q, qw.transpose(-2, -1), sx, sw, offs, out_dtype=F32, epilogue=text,
+                                         bias=bias, route=route)
+
+    args = (q, qw, sx, sw, offs, bias, route)
+    d = down(*args)
+    assert isinstance(d, FakeTensor) and tuple(d.shape) == (100, 32) and d.dtype == F32
+    graph, _ = torch._dynamo.export(down)(*args)
+    calls = [node for node in graph.graph.nodes if node.op == "call_function"]
+    fused = [node for node in calls if node.target == torch.ops.gemmkit.grouped_mm_epilogue]
+    assert len(fused) == 1 and torch.ops.gemmkit.grouped_mm not in [node.target for node in calls]
+    a, b, sizes, out, layout, epilogue, names, inputs, outputs, max_sms, scale_a, scale_b, mode_a, mode_b = \
+        fused[0].args
+    assert (layout, epilogue, names, outputs, max_sms) == ("contiguous", text, ["bias", "route"], [], 0)
+    assert (mode_a, mode_b) == ("rowwise", "rowwise")
+    assert [tuple(t.meta["example_value"].shape) for t in inputs] == [(4, 1, 32), (100,)]  # a bias an expert
+    assert tuple(scale_a.meta["example_value"].shape) == (100,)  # read as a column of A's
+    assert tuple(scale_b.meta["example_value"].shape) == (4, 1, 32)  # [G, N] as [G, 1, N]
+    assert tuple(out.meta["example_value"].shape) == (100, 32) and out.meta["example_value"].dtype == F32
+    # masked groups with a weight a token, tensor-wise scales one a group, block scales
+    masked = gemmkit.scaled_grouped_mm(cuda(4, 20, 64, dtype=E4M3), qw.transpose(-2, -1), cuda(1, dtype=F32),
+                                       cuda(4, dtype=F32), counts=offs, mode="tensor", epilogue="silu(acc) * w[m]",
+                                       w=cuda(4, 20, dtype=F32))
+    assert tuple(masked.shape) == (4, 20, 32) and masked.dtype == BF16
+    out = cuda(100, 32)
+    blocks = gemmkit.scaled_grouped_mm(q, qw.transpose(-2, -1), cuda(100, 1, dtype=F32), cuda(4, 1, 1, dtype=F32),
+                                       offs, mode="block", out=out, epilogue="gelu(acc)")
+    assert blocks is out
+    # no autograd through it, the weight gradient takes none, and tensors go with an epilogue
+    with pytest.raises(NotImplementedError, match="^epilogue: no gradient flows through a fused epilogue yet"):
+        down(q, qw, sx, sw, offs, bias.requires_grad_(), route)
+    with pytest.raises(ValueError, match="^epilogue: given for the weight gradient"):
+        gemmkit.scaled_grouped_mm(cuda(32, 100, dtype=E4M3), cuda(100, 48, dtype=E4M3), cuda(4, 32, dtype=F32),
+                                  cuda(4, 48, dtype=F32), offs, epilogue="acc")
+    with pytest.raises(TypeError, match="^scaled_grouped_mm\\(\\) got unexpected keyword arguments route"):
+        gemmkit.scaled_grouped_mm(q, qw.transpose(-2, -1), sx, sw, offs, route=route)
+    with pytest.raises(ValueError, match="^route: not given; the epilogue reads route\\[m\\]"):
+        gemmkit.scaled_grouped_mm(q, qw.transpose(-2, -1), sx, sw, offs, epilogue="acc * route[m]")
+
+
+def test_grouped_mm_of_whole_batches_differentiates_its_epilogue(fake):
+    """grouped_mm's 3-D x 3-D case runs as bmm: through an epilogue too, recorded for autograd by
+    mm_epilogue's formula (bmm's); the grouped forward's epilogue refuses inputs that require grad."""
+    a, b, offs = cuda(4, 10, 64).requires_grad_(), cuda(4, 64, 32), cuda(4, dtype=I32)
+    d = gemmkit.grouped_mm(a, b, epilogue="relu(acc + bias[n])", bias=cuda(4, 32))
+    assert tuple(d.shape) == (4, 10, 32) and "gemmkit_mm_epilogue" in type(d.grad_fn).__name__
+    with pytest.raises(NotImplementedError, match="^epilogue: no gradient flows through a fused epilogue yet"):
+        gemmkit.grouped_mm(cuda(100, 64).requires_grad_(), b, offs, epilogue="relu(acc)")
+
+
 def test_errors_name_the_argument_while_tracing(fake):
     x, b, offs, q = cuda(100, 64), cuda(4, 64, 32), cuda(4, dtype=I32), cuda(100, 64, dtype=E4M3)
     one = cuda(1, dtype=F32)
