@@ -42,11 +42,19 @@ EpilogueBuffers::EpilogueBuffers(const std::string& text, const reference::Probl
     epilogue_.tensors.push_back({name, batch > 1 ? TensorView::batched(data, type, batch, rows, cols, rows * cols, cols, 1)
                                                  : TensorView::row_major(data, type, rows, cols)});
   };
-  for (const epilogue::Input& in : program.inputs) {
-    add(in.name, DType::bf16, 1, in.shape == epilogue::Shape::row_vector ? 1 : spec.m,
-        in.shape == epilogue::Shape::column_vector ? 1 : spec.n, false);
+  // A tensor of `shape`: its rows and columns.
+  auto rows = [&](epilogue::Shape shape) {
+    return shape == epilogue::Shape::column_vector || shape == epilogue::Shape::matrix ? spec.m : 1;
+  };
+  auto cols = [&](epilogue::Shape shape) {
+    return shape == epilogue::Shape::row_vector || shape == epilogue::Shape::matrix ? spec.n : 1;
+  };
+  for (const epilogue::Input& in : program.inputs) add(in.name, DType::bf16, 1, rows(in.shape), cols(in.shape), false);
+  // Outputs of D's type and shape; a reduction's f32, one a batch.
+  for (const epilogue::Store& out : program.stores) {
+    add(out.name, out.reduce == epilogue::Reduce::none ? spec.out : DType::f32, spec.batch, rows(out.shape),
+        cols(out.shape), true);
   }
-  for (const epilogue::Store& out : program.stores) add(out.name, spec.out, spec.batch, spec.m, spec.n, true);
   runtime::check(cudaDeviceSynchronize(), "filling epilogue inputs");
   epilogue_.text = text;
 }

@@ -28,9 +28,9 @@ struct CudaFree {
 };
 
 // The tensors of bench's --epilogue for one buffer set of `spec`: each input the text reads bf16,
-// uniform in [-1, 1), as its index form shapes it ([1, N], [M, 1] or [M, N], one for every
-// batch); each output of D's type and shape. Throws Error(invalid_argument) for a text that does
-// not parse.
+// uniform in [-1, 1), as its index form shapes it ([1, N], [M, 1], [M, N] or [1, 1], one for
+// every batch); each output of D's type and shape, a reduction's f32 and shaped by its index,
+// one a batch. Throws Error(invalid_argument) for a text that does not parse.
 class EpilogueBuffers {
  public:
   EpilogueBuffers(const std::string& text, const reference::ProblemSpec& spec, uint64_t seed);
