@@ -20,6 +20,7 @@ namespace {
 struct Parsed {
   epilogue::Program program;
   std::string canonical;
+  bool reads_acc2 = false;  // epilogue::reads_acc2(program), which every call checks
   std::map<uint64_t, const std::string*> codes;  // guarded by epilogues().mutex
 };
 
@@ -41,7 +42,7 @@ Parsed& parsed(const std::string& text) {
     if (auto it = all.parsed.find(text); it != all.parsed.end()) return *it->second;
   }
   epilogue::Program program = epilogue::parse(text);  // throws, naming the column
-  auto entry = std::make_unique<Parsed>(Parsed{program, epilogue::canonical(program), {}});
+  auto entry = std::make_unique<Parsed>(Parsed{program, epilogue::canonical(program), epilogue::reads_acc2(program), {}});
   std::lock_guard<std::mutex> lock(all.mutex);
   auto& slot = all.parsed[text];
   if (!slot) slot = std::move(entry);
@@ -182,7 +183,7 @@ EpilogueRef epilogue_ref(const Epilogue& e, const Problem& p) {
   }
   Parsed& text = parsed(text_of(e, p));
   const epilogue::Program& program = text.program;
-  if (epilogue::reads_acc2(program) != p.dual()) {
+  if (text.reads_acc2 != p.dual()) {
     fail(p.dual() ? "options.epilogue.text: \"" + e.text + "\" does not read acc2, the product of options.b2; "
                     "expected a dual GEMM's epilogue to use it, e.g. \"" + std::string(kDualEpilogue) + "\""
                   : "options.epilogue.text: \"" + e.text + "\" reads acc2, a dual GEMM's second product; expected "
