@@ -301,7 +301,13 @@ def _fuse(graph, node):
     region, members, definitions = _Region(m, n, (m,)), [], {}  # definitions: member -> its expression
     if not region.seed(members, definitions, node, "acc", bias):
         return False
-    view = _row_split(node, m, n)
+    return _fuse_chain(graph, node, a, b, region, members, definitions, _row_split(node, m, n))
+
+
+def _fuse_chain(graph, node, a, b, region, members, definitions, view):
+    """The tail of _fuse and _fuse_batched: the region seeded at product `node` (a @ b) grown
+    through its elementwise chain, where `view` (None: none) is the product's one user that splits
+    its rows, and replaced by one mm_epilogue; returns whether it was."""
     if view is not None:
         region.rows = tuple(_val(view).shape[:-1])
         region.alias(members, view, node)
@@ -344,16 +350,7 @@ def _fuse_batched(graph, node):
     batch, m, n = _val(node).shape
     region, members, definitions = _Region(m, n, (batch, m), batch=batch), [], {}
     region.seed(members, definitions, node, "acc", None)
-    view = _batch_split(node, batch, m, n)
-    if view is not None:
-        region.rows = tuple(_val(view).shape[:-1])
-        region.alias(members, view, node)
-    members = _grow(graph, region, members, definitions)
-    if members is None:
-        return False
-    return _replace(graph, region, members, definitions, view is not None,
-                    lambda text, names, inputs, dtype: (torch.ops.gemmkit.mm_epilogue.default,
-                                                        (a, b, text, names, inputs, dtype, 1.0, 0.0, None)))
+    return _fuse_chain(graph, node, a, b, region, members, definitions, _batch_split(node, batch, m, n))
 
 
 def _fuse_dual(graph, node):

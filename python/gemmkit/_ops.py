@@ -17,7 +17,8 @@ _lib.define("gemm(Tensor a, Tensor b, Tensor? scale_a, Tensor? scale_b, str mode
 _lib.define("gemm_out(Tensor a, Tensor b, Tensor(a!) out, Tensor? scale_a, Tensor? scale_b, str mode_a, "
             "str mode_b, float alpha, float beta, Tensor? c) -> ()")
 # out = the product through a fused epilogue; names: the tensors the text names, inputs (in
-# order of first use) then outputs (written in place); no autograd.
+# order of first use) then outputs (written in place: a reduction's, name[n] = sum(...), zeroed
+# and added into); no autograd.
 _lib.define("gemm_epilogue(Tensor a, Tensor b, Tensor(a!) out, Tensor? scale_a, Tensor? scale_b, str mode_a, "
             "str mode_b, str epilogue, str[] names, Tensor[] inputs, Tensor(b!)[] outputs, float alpha, float beta, "
             "Tensor? c) -> ()")
@@ -169,21 +170,26 @@ def _gemm_out_fake(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c):
     return None
 
 
+# The epilogue operators' fake implementations check the shapes of scalars (name[]) and of
+# reductions' outputs (name[n] = sum(...)), which the kernels would (check_operator_shapes); the
+# outputs, written in place, have no fake values of their own to make.
+
 @torch.library.register_fake("gemmkit::gemm_epilogue")
 def _gemm_epilogue_fake(a, b, out, scale_a, scale_b, mode_a, mode_b, epilogue, names, inputs, outputs, alpha, beta,
                         c):
-    return None
+    t.check_operator_shapes(epilogue, names, [*inputs, *outputs], t.epilogue_dims(a, b))
 
 
 @torch.library.register_fake("gemmkit::mm_epilogue")
 def _mm_epilogue_fake(a, b, epilogue, names, inputs, out_dtype, alpha, beta, c):
+    t.check_operator_shapes(epilogue, names, inputs, t.epilogue_dims(a, b))
     return a.new_empty(t.output_shape(a, b), dtype=out_dtype)
 
 
 @torch.library.register_fake("gemmkit::grouped_mm_epilogue")
 def _grouped_mm_epilogue_fake(a, b, sizes, out, layout, epilogue, names, inputs, outputs, max_sms, scale_a=None,
                               scale_b=None, mode_a="none", mode_b="none"):
-    return None
+    t.check_operator_shapes(epilogue, names, [*inputs, *outputs], t.grouped_epilogue_dims(a, b))
 
 
 @torch.library.register_fake("gemmkit::grouped_mm")
@@ -212,25 +218,31 @@ def _quantize_fake(x, dtype, block_rows, block_cols, scale_dtype, power_of_two):
     return x.new_empty(q_shape, dtype=dtype), x.new_empty(s_shape, dtype=scale_dtype)
 
 
+def _swiglu_dims(x, w, w_up):
+    return t.EpilogueDims(1, *t.swiglu_output_shape(x, w, w_up), False, "batch")
+
+
 @torch.library.register_fake("gemmkit::swiglu_mm")
 def _swiglu_mm_fake(x, w, w_up, interleaved, epilogue, names, inputs, out_dtype):
+    t.check_operator_shapes(epilogue, names, inputs, _swiglu_dims(x, w, w_up))
     return x.new_empty(t.swiglu_output_shape(x, w, w_up), dtype=t.output_dtype(x, out_dtype))
 
 
 @torch.library.register_fake("gemmkit::swiglu_mm_out")
 def _swiglu_mm_out_fake(x, w, w_up, out, interleaved, epilogue, names, inputs, outputs):
-    return None
+    t.check_operator_shapes(epilogue, names, [*inputs, *outputs], _swiglu_dims(x, w, w_up))
 
 
 @torch.library.register_fake("gemmkit::grouped_swiglu_mm")
 def _grouped_swiglu_mm_fake(x, w, w_up, sizes, layout, interleaved, epilogue, names, inputs, out_dtype, max_sms):
+    t.check_operator_shapes(epilogue, names, inputs, t.grouped_swiglu_epilogue_dims(x, w, w_up))
     return x.new_empty(t.grouped_swiglu_output_shape(x, w, w_up), dtype=t.output_dtype(x, out_dtype))
 
 
 @torch.library.register_fake("gemmkit::grouped_swiglu_mm_out")
 def _grouped_swiglu_mm_out_fake(x, w, w_up, sizes, out, layout, interleaved, epilogue, names, inputs, outputs,
                                 max_sms):
-    return None
+    t.check_operator_shapes(epilogue, names, [*inputs, *outputs], t.grouped_swiglu_epilogue_dims(x, w, w_up))
 
 
 # --- autograd ----------------------------------------------------------------------------------

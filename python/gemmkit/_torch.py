@@ -15,6 +15,7 @@ Importing this module imports torch and registers the operators; gemmkit imports
 use of one of its functions (or at once where torch is already loaded), not before.
 """
 
+import collections
 import re
 
 import torch
@@ -110,9 +111,11 @@ _EPILOGUE_USES = {}  # text -> _C.epilogue_tensor_uses(text)
 
 @torch.compiler.assume_constant_result  # traced once per text, not into: it calls the C++ parser
 def epilogue_uses(text):
-    """(name, index, output) for each tensor the epilogue's text names, index 'n', 'm' or 'mn':
-    inputs in order of first use, then outputs. Parsed once per text; a text that does not parse
-    raises ValueError naming the column."""
+    """(name, index, output, reduce) for each tensor the epilogue's text names: inputs in order of
+    first use, then outputs. index is 'n' (name[n]), 'm' (name[m]), 'mn' (name[m, n]) or ''
+    (name[], one value a batch); reduce is 'sum' or 'amax' for a reduction's output (name[n] =
+    sum(...)), else None. Parsed once per text; a text that does not parse raises ValueError
+    naming the column."""
     uses = _EPILOGUE_USES.get(text)
     if uses is None:
         if not isinstance(text, str):
@@ -124,34 +127,132 @@ def epilogue_uses(text):
 def epilogue_triples(text, names, tensors):
     """epilogue_pairs' triples from an operator's arguments: tensor names and tensors, each name's
     index taken from the text by name (the C++ API, too, finds tensors by name, in any order)."""
-    index = {name: i for name, i, _ in epilogue_uses(text)}
+    index = {use[0]: use[1] for use in epilogue_uses(text)}
     return [(name, t, index[name]) for name, t in zip(names, tensors)]
 
 
-def epilogue_pairs(text, tensors):
+class EpilogueDims(collections.namedtuple("EpilogueDims", "batch m n rows_shared unit")):
+    """D's dimensions as an epilogue's tensors see them: `batch` batches (bmm's B, a grouped
+    product's G; 1 for mm) of m x n (a contiguous grouped product: M_total rows that the groups
+    share, `rows_shared`, so that name[m] has no batch); `unit` names a batch in errors ('batch'
+    or 'group')."""
+    __slots__ = ()
+
+
+def epilogue_dims(a, b):
+    """EpilogueDims of the product a @ b (mm, bmm, addmm, scaled_mm; a or b may be 2-D)."""
+    shape = output_shape(a, b)
+    return EpilogueDims(shape[0] if len(shape) == 3 else 1, shape[-2], shape[-1], False, "batch")
+
+
+def grouped_epilogue_dims(a, b):
+    """EpilogueDims of a grouped forward: a [M_total, K] (contiguous) or [G, max_m, K] (masked)
+    with b [G, K, N]."""
+    return EpilogueDims(b.size(0), a.size(-2), b.size(-1), a.dim() == 2, "group")
+
+
+def grouped_swiglu_epilogue_dims(x, w, w_up):
+    """EpilogueDims of grouped_swiglu_mm's D: x's groups' rows (as grouped_epilogue_dims' a) and I
+    columns, the experts' weights w and w_up as grouped_swiglu_output_shape takes them."""
+    return EpilogueDims(w.size(0), x.size(-2), grouped_swiglu_output_shape(x, w, w_up)[-1], x.dim() == 2, "group")
+
+
+def epilogue_pairs(text, tensors, dims=None):
     """(name, tensor, index) for each tensor the epilogue's text names, from the keyword arguments
     `tensors`, in its order, for launch_gemm: name[n] given as [N] or [batch, N] (also [1, N]),
-    name[m] as [M] or [batch, M] (also [M, 1]), name[m, n] and outputs as D is; 1-D vectors are
-    viewed in C++ (python/src/module.cpp), batched ones here. Raises ValueError for a name the
-    text does not use and for one it uses and was not given."""
+    name[m] as [M] or [batch, M] (also [M, 1]), name[] as 0-d, [1] or [batch], name[m, n] and its
+    outputs as D is; a reduction's outputs as its index reads (name[n] = sum(...): [N] summed over
+    every batch, or [batch, N] one a batch), float32 and contiguous. 1-D vectors and scalars are
+    viewed in C++ (python/src/module.cpp), batched vectors here. Raises ValueError for a name the
+    text does not use and for one it uses and was not given, TypeError and ValueError naming a
+    reduction's output of another dtype or not contiguous, and, given `dims` (D's EpilogueDims, or
+    a function that gives them, called only for a text with scalars or reductions), ValueError
+    naming a scalar or a reduction's output of a shape other than these (check_epilogue_shape)."""
     uses = epilogue_uses(text)
-    if len(tensors) != len(uses) or not all(name in tensors for name, _, _ in uses):
+    if len(tensors) != len(uses) or not all(use[0] in tensors for use in uses):
         _refuse_epilogue_tensors(uses, tensors)
     pairs = []
-    for name, index, _ in uses:
+    for name, index, output, reduce in uses:
         t = tensors[name]
         _check_cuda_tensor(t, name)
-        if index != "mn" and t.dim() == 2 and t.size(0 if index == "n" else 1) != 1:
+        if reduce is not None or index == "":
+            _check_reduced(t, name, index, output, reduce, dims)
+        if (index == "n" or index == "m") and t.dim() == 2 and t.size(0 if index == "n" else 1) != 1:
             t = t.unsqueeze(-2 if index == "n" else -1)  # a vector a batch
         pairs.append((name, t, index))
     return pairs
 
 
+def _check_reduced(t, name, index, output, reduce, dims):
+    """A scalar (name[]) or a reduction's output: float32 and contiguous where it is an output (the
+    library zeroes it, then adds into it), and with `dims` of one of the shapes its index takes."""
+    if output:
+        if t.dtype != torch.float32:
+            raise TypeError(f"{name}: dtype {t.dtype} for {_use_text(name, index, output, reduce)}; expected float32 "
+                            "(a reduction's output)")
+        if not t.is_contiguous():
+            raise ValueError(f"{name}: strides {list(t.stride())} for shape {list(t.shape)}, not contiguous; expected "
+                             f"a contiguous tensor for {_use_text(name, index, output, reduce)} (gemmkit zeroes it, "
+                             "then adds into it)")
+    if dims is not None:
+        check_epilogue_shape(t, name, index, output, reduce, dims() if callable(dims) else dims)
+
+
+def _use_text(name, index, output, reduce):
+    """A tensor's use as the text spells it: bias[n], s[], pre[m, n] =, db[n] = sum(...)."""
+    form = f"{name}[{'m, n' if index == 'mn' else index}]"
+    if not output:
+        return form
+    return f"{form} = {reduce}(...)" if reduce else f"{form} ="
+
+
+def _epilogue_shapes(index, dims):
+    """(the shapes of a tensor used as name[n], name[m] or name[] (index 'n', 'm' or '') with
+    one set of values for every batch, those with one a batch): as a user gives them (1-D vectors,
+    0-d and 1-D scalars, [batch, N]) and as the C++ API takes them ([1, N], [batch, 1, N], ...)."""
+    batch, m, n = dims.batch, dims.m, dims.n
+    if index == "n":
+        return ((n,), (1, n)), ((batch, n), (batch, 1, n))
+    if index == "m":
+        return ((m,), (m, 1)), (() if dims.rows_shared else ((batch, m), (batch, m, 1)))
+    return ((), (1,), (1, 1)), ((batch,), (batch, 1, 1))
+
+
+def check_epilogue_shape(t, name, index, output, reduce, dims):
+    """ValueError naming a scalar (name[]) or a reduction's output whose shape is none that its
+    index takes for D's EpilogueDims `dims` (_epilogue_shapes)."""
+    shared, batched = _epilogue_shapes(index, dims)
+    if t.shape in shared or t.shape in batched:
+        return
+    expected = " or ".join(str(list(shape)) if shape else "0-d" for shape in shared[:2])
+    # (a contiguous grouped product's name[m] has no batch: its rows are every group's)
+    if batched and (dims.batch > 1 or dims.unit == "group"):
+        every = "summed" if reduce == "sum" else "the largest |x|" if reduce == "amax" else "one value"
+        letter = "G" if dims.unit == "group" else "B"
+        expected += (f" ({every} over every {dims.unit}), or {list(batched[0])} (one a {dims.unit}, "
+                     f"{letter} = {dims.batch})")
+    raise ValueError(f"{name}: shape {list(t.shape)} for {_use_text(name, index, output, reduce)}; expected "
+                     f"{expected}")
+
+
+def check_operator_shapes(text, names, tensors, dims):
+    """check_epilogue_shape for each scalar and reduction's output among an epilogue operator's
+    tensors (names and tensors as the operators take them): the fake implementations' check, so
+    that a traced call meets the error the eager one does."""
+    if not names:
+        return
+    uses = {use[0]: use for use in epilogue_uses(text)}
+    for name, t in zip(names, tensors):
+        _, index, output, reduce = uses[name]
+        if reduce is not None or index == "":
+            check_epilogue_shape(t, name, index, output, reduce, dims)
+
+
 def operator_tensors(text, pairs):
     """(names, inputs, outputs) of epilogue_pairs' triples, as the epilogue operators take them:
     the names in the text's order, the tensors it reads, then those it writes (which the
-    operators declare mutated); epilogue_triples gives the triples back."""
-    outputs = {name for name, _, output in epilogue_uses(text) if output}
+    operators declare mutated, a reduction's too); epilogue_triples gives the triples back."""
+    outputs = {use[0] for use in epilogue_uses(text) if use[2]}
     return ([name for name, _, _ in pairs], [t for name, t, _ in pairs if name not in outputs],
             [t for name, t, _ in pairs if name in outputs])
 
@@ -159,14 +260,13 @@ def operator_tensors(text, pairs):
 def _refuse_epilogue_tensors(uses, tensors):
     """The ValueError for keyword tensors that are not those the epilogue names."""
     for name in tensors:
-        if not any(name == used for used, _, _ in uses):
+        if not any(name == use[0] for use in uses):
             raise ValueError(f"{name}: not a tensor the epilogue names; expected "
-                             + (", ".join(f"{used}" for used, _, _ in uses) or "none (it names no tensor)"))
-    for name, index, output in uses:
+                             + (", ".join(use[0] for use in uses) or "none (it names no tensor)"))
+    for name, index, output, reduce in uses:
         if name not in tensors:
-            form = f"{name}[m, n] =" if output else f"{name}[{'m, n' if index == 'mn' else index}]"
-            raise ValueError(f"{name}: not given; the epilogue {'writes' if output else 'reads'} {form}, "
-                             f"expected {name}=tensor")
+            raise ValueError(f"{name}: not given; the epilogue {'writes' if output else 'reads'} "
+                             f"{_use_text(name, index, output, reduce)}, expected {name}=tensor")
 
 
 def grouped_output_shape(a, b):
@@ -331,7 +431,9 @@ def differentiable_epilogue(epilogue, a, b, tensors, out=None, alpha=1.0, beta=0
     which, where a call it tracks is none of those."""
     if not torch.is_grad_enabled() or not any(t is not None and t.requires_grad for t in (a, b, c, *tensors.values())):
         return False
-    why = ("outputs (name[m, n] = ...)" if any(output for _, _, output in epilogue_uses(epilogue))
+    uses = epilogue_uses(epilogue)
+    why = ("reductions (name[n] = sum(...))" if any(reduce for _, _, _, reduce in uses)
+           else "outputs (name[m, n] = ...)" if any(output for _, _, output, _ in uses)
            else "FP8 inputs (scaled_mm)" if scaled or a.element_size() == 1 or b.element_size() == 1
            else "out=" if out is not None else None)
     if why:
@@ -416,7 +518,7 @@ def _gemm_epilogue(a, b, scale_a, scale_b, modes, epilogue, tensors, out, out_dt
     """_gemm's product through a fused epilogue (checked by _gemm): launched directly, through
     mm_epilogue where autograd tracks it (differentiable_epilogue), else through gemm_epilogue
     where torch traces or dispatches."""
-    pairs = epilogue_pairs(epilogue, tensors)
+    pairs = epilogue_pairs(epilogue, tensors, lambda: epilogue_dims(a, b))
     if differentiable_epilogue(epilogue, a, b, tensors, out=out, alpha=alpha, beta=beta, c=c,
                                scaled=scale_a is not None or scale_b is not None):
         names, inputs, _ = operator_tensors(epilogue, pairs)
@@ -465,7 +567,7 @@ def _grouped_epilogue(a, b, sizes, layout, epilogue, tensors, out, out_dtype, ma
     fused epilogue: launched directly, or through the operator where torch traces or dispatches
     (no autograd: inputs that require grad are refused)."""
     check_output(out, out_dtype, (a.dim(),))
-    pairs = epilogue_pairs(epilogue, tensors)
+    pairs = epilogue_pairs(epilogue, tensors, lambda: grouped_epilogue_dims(a, b))
     max_sms = int(max_sms)
     if out is None:
         out = new_grouped_output(a, b, out_dtype)
@@ -593,11 +695,16 @@ def mm(a, b, *, out=None, out_dtype=None, alpha=1.0, beta=0.0, c=None, epilogue=
     epilogue: a fused epilogue's text (README, "Fused epilogues"), e.g. "silu(acc + bias[n])",
     computed from the product before it is stored; each tensor it names is a keyword argument:
     name[n] a vector of N (a bias), name[m] one of M (a per-row scale), name[m, n] an M x N
-    tensor, and outputs it writes (name[m, n] = ...) M x N tensors written in place; bfloat16,
-    float16 or float32, any strides. Differentiable in a, b, c and the tensors the text reads
-    (torch.ops.gemmkit.mm_epilogue: the backward recomputes the product in float32 and
-    differentiates the text evaluated by torch), except for texts with outputs and with out=,
-    which refuse inputs that require grad (NotImplementedError)."""
+    tensor, name[] a single value (0-d or [1]: a scale the device computed), and outputs it writes
+    (name[m, n] = ...) M x N tensors written in place; bfloat16, float16 or float32, any strides.
+    Reductions write one value a column, a row or the whole: name[n] = sum(x) (a bias gradient)
+    into an [N] tensor, name[m] = amax(x) (the largest |x|) into [M], name[] = sum(x) or amax(x)
+    into a 0-d or [1] one (name[n] = amax, name[m] = sum too); float32 and contiguous, zeroed by
+    gemmkit before the kernel adds into them (sums may differ in their last bits from run to run).
+    Differentiable in a, b, c and the tensors the text reads (torch.ops.gemmkit.mm_epilogue: the
+    backward recomputes the product in float32 and differentiates the text evaluated by torch),
+    except for texts with outputs or reductions and with out=, which refuse inputs that require
+    grad (NotImplementedError)."""
     refuse_stray_tensors("mm", epilogue, tensors)
     (a, b, c, out_t), kind = _arrays.to_torch(torch, (a, b, c, out), ("a", "b", "c", "out"))
     result = _gemm(a, b, (2,), out=out_t, out_dtype=out_dtype, alpha=alpha, beta=beta, c=c, epilogue=epilogue,
@@ -608,8 +715,10 @@ def mm(a, b, *, out=None, out_dtype=None, alpha=1.0, beta=0.0, c=None, epilogue=
 def bmm(a, b, *, out=None, out_dtype=None, alpha=1.0, beta=0.0, c=None, epilogue=None, **tensors):
     """mm over a batch: a B x M x K, b B x K x N, out B x M x N; a or b may be 2-D, shared by
     every batch. An epilogue's tensors (see mm) may have the batch too: name[n] [B, N], name[m]
-    [B, M], name[m, n] [B, M, N]; without it they serve every batch. Differentiable as mm, through
-    an epilogue too (a shared operand's or tensor's gradient is the sum over the batch)."""
+    [B, M], name[] [B], name[m, n] [B, M, N]; without it they serve every batch. So do its
+    reductions: [B, N], [B, M] or [B] one a batch; [N], [M], 0-d or [1] over every batch too.
+    Differentiable as mm, through an epilogue too (a shared operand's or tensor's gradient is the
+    sum over the batch)."""
     refuse_stray_tensors("bmm", epilogue, tensors)
     (a, b, c, out_t), kind = _arrays.to_torch(torch, (a, b, c, out), ("a", "b", "c", "out"))
     check(a, "a", (2, 3))
@@ -701,7 +810,8 @@ def swiglu_mm(x, w, w_up=None, *, interleaved=False, epilogue=None, out=None, ou
                              f"{[*lead, cols]}")
         out2d = out_t if out_t.dim() == 2 else _rows_view(out_t, "out", rows, cols)
     text = SWIGLU if epilogue is None else epilogue
-    pairs = epilogue_pairs(text, tensors if x.dim() == 2 else _rows_of(text, tensors, lead, rows, cols))
+    pairs = epilogue_pairs(text, tensors if x.dim() == 2 else _rows_of(text, tensors, lead, rows, cols),
+                           lambda: EpilogueDims(1, rows, cols, False, "batch"))
     if not reads_acc2(text):
         raise ValueError(f"epilogue: {text!r} does not read acc2, the up projection's product; expected a text of "
                          f"acc (x @ gate.T) and acc2 (x @ up.T), e.g. {SWIGLU!r}")
@@ -788,29 +898,30 @@ def reads_acc2(text):
     return reads
 
 
-def _rows_view(t, name, rows, cols):
-    """t [..., cols] viewed as [rows, cols], not copied (an output is written through it): a
-    ValueError naming t where its strides do not allow it."""
+def _rows_view(t, name, *shape):
+    """t [..., cols] viewed as `shape`, [rows, cols] (or t [...] as [rows]), not copied (an output
+    is written through it): a ValueError naming t where its strides do not allow it."""
     try:
-        return t.view(rows, cols)
-    except RuntimeError:
+        return t.view(*shape)
+    except (RuntimeError, ValueError):  # (fake tensors raise the latter)
         raise ValueError(f"{name}: shape {list(t.shape)} with strides {list(t.stride())} cannot be viewed as "
-                         f"[{rows}, {cols}] rows; expected leading dimensions that flatten without a copy") from None
+                         f"{list(shape)} rows; expected leading dimensions that flatten without a copy") from None
 
 
 def _rows_of(text, tensors, lead, rows, cols):
     """swiglu_mm's epilogue tensors of x's leading dimensions `lead` ([..., I], or [...] for
     name[m]) with those flattened into the product's M rows (a view for outputs, which are written
-    in place; a reshape for inputs); others as they are."""
+    in place, a reduction's name[m] = amax(...) among them; a reshape for inputs); others as they
+    are."""
     flat = dict(tensors)
-    for name, index, output in epilogue_uses(text):
+    for name, index, output, _ in epilogue_uses(text):
         t = tensors.get(name)
         if not isinstance(t, torch.Tensor):
             continue
         if index == "mn" and t.shape == (*lead, cols):
             flat[name] = _rows_view(t, name, rows, cols) if output else t.reshape(rows, cols)
         elif index == "m" and t.shape == lead:
-            flat[name] = t.reshape(rows)
+            flat[name] = _rows_view(t, name, rows) if output else t.reshape(rows)
     return flat
 
 
@@ -868,7 +979,10 @@ def grouped_mm(a, b, offs=None, *, counts=None, out=None, out_dtype=None, max_sm
     epilogue (the forward's, b [G, K, N]): a fused epilogue's text as mm takes it, its tensors
     keyword arguments in D's orientation: name[n] one a group, [G, N] (or [N] for all groups),
     such as each expert's bias; name[m] one a row of a, [M_total] ([G, max_m] masked), such as
-    each token's router weight; name[m, n] and outputs as out is. No gradient flows through it."""
+    each token's router weight; name[] one a group, [G] (or 0-d for all); name[m, n] and outputs as
+    out is. Reductions (see mm) count only the rows each group owns: name[n] = sum(x) into [G, N]
+    (each expert's bias gradient) or [N] (over every group), name[m] into [M_total] ([G, max_m]
+    masked; rows no group owns hold 0), name[] into [G] or 0-d. No gradient flows through it."""
     refuse_stray_tensors("grouped_mm", epilogue, tensors)
     names = ("a", "b", "offs", "counts", "out")
     (a, b, offs, counts, out_t), kind = _arrays.to_torch(torch, (a, b, offs, counts, out), names)
@@ -959,7 +1073,7 @@ def grouped_swiglu_mm(x, w, offs=None, *, counts=None, w_up=None, interleaved=Fa
         raise ValueError(f"out: shape {list(out_t.shape)}; expected x's rows and I, "
                          f"{list(grouped_swiglu_output_shape(x, w, w_up))}")
     text = SWIGLU if epilogue is None else epilogue
-    pairs = epilogue_pairs(text, tensors)
+    pairs = epilogue_pairs(text, tensors, lambda: grouped_swiglu_epilogue_dims(x, w, w_up))
     if not reads_acc2(text):
         raise ValueError(f"epilogue: {text!r} does not read acc2, the up projection's product; expected a text of "
                          f"acc (x_g @ gate_g.T) and acc2 (x_g @ up_g.T), e.g. {SWIGLU!r}")
@@ -1042,7 +1156,8 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, offs=None, *, counts=None, mode="r
     epilogue (the forward's, b [G, K, N]): a fused epilogue's text computed from acc, the scaled
     product, with its tensors keyword arguments as grouped_mm takes them (name[n] [G, N] one a
     group, or [N]; name[m] [M_total], [G, max_m] masked; name[m, n] and outputs as out is), e.g.
-    the MoE down-projection's router weight, epilogue="acc * route[m]", route=weights."""
+    the MoE down-projection's router weight, epilogue="acc * route[m]", route=weights; reductions
+    as grouped_mm's."""
     refuse_stray_tensors("scaled_grouped_mm", epilogue, tensors)
     names = ("a", "b", "scale_a", "scale_b", "offs", "counts", "out")
     (a, b, scale_a, scale_b, offs, counts, out_t), kind = _arrays.to_torch(

@@ -67,17 +67,28 @@ gemmkit::GemmOptions tensor_options(float alpha, float beta, nb::handle c, uintp
       scale_b.is_none() ? std::nullopt : std::optional(scale_view_of(scale_b, "scale_b", false)));
 }
 
+// The view of an epilogue's tensor used as `index` says ("n", "m", "mn" or "": name[]), as
+// epilogue_of takes it.
+TensorView epilogue_view(nb::handle tensor, const std::string& name, const std::string& index) {
+  if (index == "mn") return gemmkit::python::view_of(tensor, name.c_str());
+  const TensorView view = gemmkit::python::scale_view_of(tensor, name.c_str(), index == "m");
+  // name[]: a 1-D tensor of B values is one a batch, [B, 1, 1] (scale_view_of made it a row).
+  if (index.empty() && view.rank == 2 && view.cols() > 1 && nb::len(nb::tuple(tensor.attr("shape"))) == 1) {
+    return TensorView::batched(view.data, view.dtype, view.cols(), 1, 1, view.col_stride(), 1, 1);
+  }
+  return view;
+}
+
 // A fused epilogue's text and its tensors, given as (name, framework tensor, index) triples
-// (python/gemmkit/_torch.py, epilogue_pairs): a vector read as name[n] or name[m] ("n", "m") may
-// be 1-D, viewed here as [1, N] or [M, 1] without a tensor op in Python (each costs a microsecond
-// or more); others are 2-D or 3-D as the C++ API takes them.
+// (python/gemmkit/_torch.py, epilogue_pairs): a vector read or written as name[n] or name[m]
+// ("n", "m") may be 1-D, viewed here as [1, N] or [M, 1], and a scalar (name[], index "") 0-d or
+// 1-D, [1, 1] or [B, 1, 1] (one value a batch), without a tensor op in Python (each costs a
+// microsecond or more); others are 2-D or 3-D as the C++ API takes them.
 gemmkit::Epilogue epilogue_of(const std::string& text, nb::handle tensors) {
   gemmkit::Epilogue epilogue{text, {}};
   for (nb::handle triple : tensors) {
     const std::string name = nb::cast<std::string>(triple[0]);
-    const std::string index = nb::cast<std::string>(triple[2]);
-    epilogue.tensors.push_back({name, index == "mn" ? gemmkit::python::view_of(triple[1], name.c_str())
-                                                    : gemmkit::python::scale_view_of(triple[1], name.c_str(), index == "m")});
+    epilogue.tensors.push_back({name, epilogue_view(triple[1], name, nb::cast<std::string>(triple[2]))});
   }
   return epilogue;
 }
@@ -346,15 +357,22 @@ NB_MODULE(_gemmkit, m) {
   m.def(
       "epilogue_tensor_uses",
       [](const std::string& text) {
-        std::vector<std::tuple<std::string, const char*, bool>> uses;
+        using gemmkit::EpilogueIndex, gemmkit::EpilogueReduce;
+        std::vector<std::tuple<std::string, const char*, bool, std::optional<std::string>>> uses;
         for (const gemmkit::EpilogueTensorUse& u : gemmkit::epilogue_tensor_uses(text)) {
-          const char* index = u.index == gemmkit::EpilogueIndex::n ? "n" : u.index == gemmkit::EpilogueIndex::m ? "m" : "mn";
-          uses.emplace_back(u.name, index, u.output);
+          const char* index = u.index == EpilogueIndex::n ? "n" : u.index == EpilogueIndex::m ? "m"
+                              : u.index == EpilogueIndex::none                             ? ""
+                                                                                           : "mn";
+          std::optional<std::string> reduce;
+          if (u.reduce != EpilogueReduce::none) reduce = u.reduce == EpilogueReduce::sum ? "sum" : "amax";
+          uses.emplace_back(u.name, index, u.output, reduce);
         }
         return uses;
       },
       nb::arg("text"),
-      "(name, 'n' | 'm' | 'mn', output) for each tensor an epilogue's text names: inputs by first use, then outputs");
+      "(name, index, output, reduce) for each tensor an epilogue's text names, inputs by first use, then outputs: "
+      "index 'n' (name[n]), 'm' (name[m]), 'mn' (name[m, n]) or '' (name[], one value a batch); reduce 'sum' or "
+      "'amax' for a reduction's output (name[n] = sum(...)), else None");
   m.def(
       "grouped_gemm_tensors",
       [](nb::handle a, nb::handle b, nb::handle d, nb::handle sizes, GroupLayout layout, bool check, bool zero_unowned,

@@ -57,5 +57,21 @@ def mm_epilogue_stand_in(a, b, epilogue, names, inputs, out_dtype, alpha, beta, 
     return value.contiguous().to(out_dtype)
 
 
+def gemm_epilogue_stand_in(a, b, out, scale_a, scale_b, mode_a, mode_b, epilogue, names, inputs, outputs, alpha, beta,
+                           c):
+    """D into out and each output in place, as the kernel writes them: a reduction's (name[n] =
+    sum(...), ...) in its output's shape (its batch's, or summed over every batch)."""
+    from gemmkit._epilogue_eval import evaluate
+    acc = alpha * (a.double() @ b.double())
+    if beta != 0:
+        acc = acc + beta * c.double()
+    written = names[len(inputs):]
+    value, values = evaluate(epilogue, acc, {name: t.double() for name, t in zip(names, inputs)},
+                             shapes={name: t.shape for name, t in zip(written, outputs)})
+    out.copy_(value)
+    for name, t in zip(written, outputs):
+        t.copy_(values[name])
+
+
 STAND_INS = {"grouped_mm": grouped_mm_stand_in, "grouped_wgrad": grouped_wgrad_stand_in, "gemm": gemm_stand_in,
-             "mm_epilogue": mm_epilogue_stand_in}
+             "mm_epilogue": mm_epilogue_stand_in, "gemm_epilogue": gemm_epilogue_stand_in}

@@ -59,7 +59,7 @@ def test_bias_silu_and_a_gate_become_one_product(fake):
     assert names == ["t0", "t1"] and [t.target for t in inputs] == ["b_1", "g_1"] and dtype == BF16
     # silu decomposed by torch (x / (1 + exp(-x)) in float32), then rounded to bf16 before the gate
     program = gemmkit._gemmkit.epilogue_tensor_uses(text)
-    assert [(name, index) for name, index, _ in program] == [("t0", "n"), ("t1", "mn")]
+    assert [(name, index) for name, index, *_ in program] == [("t0", "n"), ("t1", "mn")]
     assert "exp(" in text and "bf16(" in text, text
     out = gm(x, w, bias, gate)
     assert out.shape == (M, N) and out.dtype == BF16
@@ -147,7 +147,7 @@ def test_bmm_with_a_bias_silu_and_a_gate_becomes_one_batched_product(fake):
     a, b, text, names, inputs, dtype, alpha, beta, c = done[0].args
     assert (placeholder_of(a), placeholder_of(b), alpha, beta, c, dtype) == ("x_1", "w_1", 1.0, 0.0, None, BF16)
     uses = gemmkit._gemmkit.epilogue_tensor_uses(text)  # the C++ parser takes the text
-    assert [(name, index) for name, index, _ in uses] == [("t0", "n"), ("t1", "mn")], text
+    assert [(name, index) for name, index, *_ in uses] == [("t0", "n"), ("t1", "mn")], text
     assert "exp(" in text and "bf16(" in text, text
     # the bias [N] read as a row [1, N] for every batch, the gate one a batch as it is
     assert [tuple(t.meta["val"].shape) for t in inputs] == [(1, N), (B, M, N)]
