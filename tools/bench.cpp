@@ -1,8 +1,10 @@
 // gemmkit bench: our kernels and cuBLASLt on the same buffers, in one process.
 //
 // For each problem: enough buffer sets that cycling through them evicts L2 between uses of a
-// set; warm-up runs; then timed runs of ours and cuBLASLt, alternating, each after an empty
-// kernel it cannot overlap and between two events (tuning/gpu_timer.h); the medians are reported. Once at the start, the device-to-device copy bandwidth, the
+// set; warm-up runs; then timed runs of ours and cuBLASLt (with a fused epilogue, also cuBLASLt's
+// own fused epilogue where one computes it, and our GEMM without it), alternating, each after an
+// empty kernel it cannot overlap and between two events (tuning/gpu_timer.h); the medians are
+// reported. Once at the start, the device-to-device copy bandwidth, the
 // yardstick for each problem's GB/s; and after each problem's runs, a copy that moves as many
 // bytes, the yardstick at its size. A suite's grouped lines run after its dense ones
 // (grouped_bench.cpp). --overhead times host calls instead (overhead.cpp), --chain chains of GEMMs
@@ -20,6 +22,7 @@
 #include "api/prepare.h"
 #include "api/validate.h"
 #include "baseline/cublaslt.h"
+#include "baseline/cublaslt_epilogue.h"
 #include "bench_buffers.h"
 #include "bench_options.h"
 #include "bench/chain.h"
@@ -272,9 +275,9 @@ int run_bench(const BenchOptions& options) {
     std::vector<Problem> lt_runs = lt_problems;
     std::string why;
     bool threw = false;
-    const auto plan_baseline = [&] {
+    const auto plan_baseline = [&](const baseline::LtEpilogue& epilogue) {
       try {
-        cublaslt.run(lt_runs[0], stream);  // plans it; throws if cuBLASLt has no algorithm
+        cublaslt.run(lt_runs[0], stream, epilogue);  // plans it; throws if cuBLASLt has no algorithm
         return true;
       } catch (const Error& e) {
         why = e.what();
@@ -282,11 +285,11 @@ int run_bench(const BenchOptions& options) {
         return false;
       }
     };
-    bool with_baseline = cublaslt.supports(lt_runs[0], &why) && plan_baseline();
+    bool with_baseline = cublaslt.supports(lt_runs[0], &why) && plan_baseline({});
     if (!with_baseline && fp8) {
       const std::string own_why = why;
       for (Problem& p : lt_runs) p = cublaslt.per_tensor_stand_in(p);
-      if (cublaslt.supports(lt_runs[0], &why) && plan_baseline()) {
+      if (cublaslt.supports(lt_runs[0], &why) && plan_baseline({})) {
         with_baseline = true;
         record.baseline_note = "per-tensor stand-in";
         progress.note("cuBLASLt cannot run " + spec.describe() + " (" + own_why + "): timing it with per-tensor scales instead");
@@ -297,6 +300,24 @@ int run_bench(const BenchOptions& options) {
       progress.note("cuBLASLt cannot run " + spec.describe() + ": " + why);
     }
     if (with_baseline) launchers.push_back([&](int s) { cublaslt.run(lt_runs[size_t(s)], stream); });
+    // cuBLASLt's own fused epilogue where one computes the text (baseline/cublaslt_epilogue.h),
+    // on the problems it runs plain, with each set's epilogue tensors: those our side reads and
+    // writes.
+    std::vector<baseline::LtEpilogue> lt_epilogues;
+    for (const auto& buffers : epilogues) {
+      if (auto lt = baseline::lt_epilogue(buffers->epilogue())) lt_epilogues.push_back(*lt);
+    }
+    const bool with_lt_fused = !lt_epilogues.empty() && with_baseline &&
+                               cublaslt.supports(lt_runs[0], lt_epilogues[0], &why) && plan_baseline(lt_epilogues[0]);
+    if (!lt_epilogues.empty()) {
+      record.baseline_epilogue = baseline::lt_epilogue_name(lt_epilogues[0].kind);
+      if (with_baseline && !with_lt_fused) {
+        progress.note("cuBLASLt's " + record.baseline_epilogue + " epilogue cannot run " + spec.describe() + ": " + why);
+      }
+    }
+    if (with_lt_fused) {
+      launchers.push_back([&](int s) { cublaslt.run(lt_runs[size_t(s)], stream, lt_epilogues[size_t(s)]); });
+    }
     if (fused) {
       launchers.push_back([&](int s) {
         const auto& problem = *pool[size_t(s)];
@@ -306,6 +327,7 @@ int run_bench(const BenchOptions& options) {
     const std::vector<double> medians = timer.median_us(sets, launchers);
     record.ours_us = medians[0];
     record.baseline_us = with_baseline ? medians[1] : NAN;
+    if (with_lt_fused) record.baseline_fused_us = medians[2];
     if (fused) record.unfused_us = medians.back();
     // Timed apart: a run right after a copy would pay for writing back the copy's dirty lines.
     const CopyBuffers copies(set_bytes(spec), sets);
@@ -314,12 +336,15 @@ int run_bench(const BenchOptions& options) {
     record.tflops = gemm_tflops(spec.m, spec.n, spec.k, spec.batch, record.ours_us);
     record.gbps = gemm_gbps(spec.m, spec.n, spec.k, spec.batch, in_bytes, out_bytes, record.ours_us);
     records.push_back(record);
-    char line[512], unfused[64] = "";
+    char line[640], unfused[64] = "", lt_fused[64] = "";
     if (fused) std::snprintf(unfused, sizeof unfused, " (unfused %.1f us)", record.unfused_us);
-    std::snprintf(line, sizeof line, "  %s %s %s: ours %.1f us%s, cuBLASLt %.1f us%s, copy %.1f us (%d buffer sets)",
+    if (with_lt_fused) {
+      std::snprintf(lt_fused, sizeof lt_fused, ", %s %.1f us", record.baseline_epilogue.c_str(), record.baseline_fused_us);
+    }
+    std::snprintf(line, sizeof line, "  %s %s %s: ours %.1f us%s, cuBLASLt %.1f us%s%s, copy %.1f us (%d buffer sets)",
                   shape_name(record).c_str(), record.dtype.c_str(), record.config.c_str(), record.ours_us, unfused,
                   record.baseline_us, record.baseline_note.empty() ? "" : (" (" + record.baseline_note + ")").c_str(),
-                  record.copy_us, sets);
+                  lt_fused, record.copy_us, sets);
     progress.done(line);
   }
   progress.finish();

@@ -1,7 +1,8 @@
 // gemmkit bench's grouped rows (suite lines `grouped ...`, bench/suite.h), run as the dense rows
 // are: for each row, enough buffer sets that cycling through them evicts L2 between uses of a
 // set, each with fresh random inputs; the group sizes in a device int32 array; warm-up runs, then
-// timed runs, alternating, of gemmkit::grouped_gemm (grouped_gemm_wgrad for wgrad rows), of
+// timed runs, alternating, of gemmkit::grouped_gemm (grouped_gemm_wgrad for wgrad rows; with
+// the line's epilogue, and then without it too), of
 // gemmkit::gemm on the dense GEMM of every group's rows at once (the compute floor) and of cuBLAS's
 // grouped GEMM (16-bit fwd, dgrad and masked rows), each after an empty kernel it cannot overlap
 // and between two events; the medians are reported.
@@ -20,6 +21,7 @@
 #include "bench/progress.h"
 #include "bench_buffers.h"
 #include "commands.h"
+#include "epilogue/program.h"
 #include "gemmkit/error.h"
 #include "gemmkit/grouped.h"
 #include "runtime/driver.h"
@@ -31,6 +33,18 @@ namespace {
 TensorView as_batch(const TensorView& t) {
   if (t.rank == 3) return t;
   return TensorView::batched(t.data, t.dtype, 1, t.rows(), t.cols(), t.rows() * t.cols(), t.row_stride(), t.col_stride());
+}
+
+// A dual GEMM's operands on a buffer set's (an epilogue that reads acc2, bench.cpp): B's [.., K, N]
+// halves of columns as B and B2, and D's first half of columns as D, batched where they are.
+DualViews column_halves(const TensorView& b, const TensorView& d) {
+  const auto half = [](const TensorView& t, int64_t first) {
+    char* data = static_cast<char*>(t.data) + first * t.col_stride() * dtype_size(t.dtype);
+    return t.rank == 3 ? TensorView::batched(data, t.dtype, t.batch(), t.rows(), t.cols() / 2, t.batch_stride(),
+                                             t.row_stride(), t.col_stride())
+                       : TensorView::matrix(data, t.dtype, t.rows(), t.cols() / 2, t.row_stride(), t.col_stride());
+  };
+  return {half(b, 0), half(b, b.cols() / 2), half(d, 0)};
 }
 
 // One buffer set of a grouped row, on the buffers of two dense problems: `dense`, the dense GEMM
@@ -103,26 +117,72 @@ int time_row(const GroupedProblem& p, GroupedRecord& record, cudaStream_t stream
   const std::unique_ptr<void, CudaFree> sizes_data = device_sizes(p);
   const GroupSizes sizes{masked ? GroupLayout::masked : GroupLayout::contiguous, sizes_data.get(), false, p.groups()};
 
+  // The line's epilogue (bench/suite.h): our side fused, its tensors per set (D's rows: the
+  // contiguous groups' one matrix, or masked [G, max_m, ...]), and our grouped GEMM without it
+  // timed too. One that reads acc2 makes the row a dual GEMM whose N is the accumulators', B's and
+  // B2's columns side by side (column_halves), as on dense lines.
+  const std::string& text = p.dense.epilogue;
+  const bool fused = !text.empty(), dual = fused && epilogue::reads_acc2(epilogue::parse(text));
+  std::vector<std::unique_ptr<EpilogueBuffers>> epilogues;
+  std::vector<DualViews> halves;
+  for (const auto& set : pool) {
+    if (!fused) break;
+    const TensorView d = as_batch(set->d);
+    reference::ProblemSpec seen = dense_spec;  // D as the epilogue sees it
+    seen.batch = masked || wgrad ? d.batch() : 1;
+    seen.m = d.rows();
+    seen.n = dual ? d.cols() / 2 : d.cols();
+    epilogues.push_back(std::make_unique<EpilogueBuffers>(text, seen, random_seed()));
+    if (dual) halves.push_back(column_halves(set->b, set->d));
+  }
   const auto options_of = [&](const GroupedSet& set) {
     GemmOptions options = set.options;
     options.stream = stream;
     options.max_sms = max_sms;
     return options;
   };
+  // Our side of set s: its operands and options, fused where the line has an epilogue.
+  struct Call {
+    TensorView b, d;
+    GemmOptions options;
+  };
+  const auto our_call = [&](int s) {
+    const GroupedSet& set = *pool[size_t(s)];
+    Call call{set.b, set.d, options_of(set)};
+    if (!fused) return call;
+    call.options.epilogue = epilogues[size_t(s)]->epilogue();
+    if (dual) {
+      call.b = halves[size_t(s)].b;
+      call.d = halves[size_t(s)].d;
+      call.options.b2 = halves[size_t(s)].b2;
+    }
+    return call;
+  };
   // With --tile and the like, each set's problem as grouped_gemm prepares it, run on the forced plan.
   std::vector<Problem> problems;
   std::optional<Plan> forced;
   if (overrides.any()) {
-    for (const auto& set : pool) {
-      const GemmOptions options = options_of(*set);
-      problems.push_back(wgrad ? api::prepare_grouped_wgrad(set->a, set->b, set->d, sizes, options).problem
-                               : api::prepare_grouped(set->a, set->b, set->d, sizes, options).problem);
+    for (int s = 0; s < sets; ++s) {
+      const Call call = our_call(s);
+      const TensorView& a = pool[size_t(s)]->a;
+      problems.push_back(wgrad ? api::prepare_grouped_wgrad(a, call.b, call.d, sizes, call.options).problem
+                               : api::prepare_grouped(a, call.b, call.d, sizes, call.options).problem);
     }
     forced = forced_plan(problems[0], overrides, info);
   }
   const auto ours = [&](int s) {
-    const GroupedSet& set = *pool[size_t(s)];
     if (forced) return run_plan(*forced, problems[size_t(s)], stream);
+    const Call call = our_call(s);
+    const TensorView& a = pool[size_t(s)]->a;
+    if (wgrad) {
+      grouped_gemm_wgrad(a, call.b, call.d, sizes, call.options);
+    } else {
+      grouped_gemm(a, call.b, call.d, sizes, call.options);
+    }
+  };
+  // Our grouped GEMM without the epilogue (the plain one of the line's N), on fused lines.
+  const auto unfused = [&](int s) {
+    const GroupedSet& set = *pool[size_t(s)];
     if (wgrad) {
       grouped_gemm_wgrad(set.a, set.b, set.d, sizes, options_of(set));
     } else {
@@ -161,10 +221,12 @@ int time_row(const GroupedProblem& p, GroupedRecord& record, cudaStream_t stream
     record.note = "no cuBLAS baseline: " + why;
   }
 
+  if (fused) launchers.push_back(unfused);
   const std::vector<double> medians = timer.median_us(sets, launchers);
   record.ours_us = medians[0];
   record.dense_us = medians[1];
   if (with_baseline) record.baseline_us = medians[2];
+  if (fused) record.unfused_us = medians.back();
   return sets;
 }
 

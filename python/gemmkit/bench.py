@@ -332,7 +332,8 @@ def main(argv=None):
         check_writable(args.json)
     try:  # a malformed suite or option is reported in one line, GPU or not
         suite = None if args.overhead or args.block else bench.load_bench_suite(suite_path(args.suite))
-        fused = next((p for p in suite.dense if p.epilogue), None) if suite else None
+        lines = [*suite.dense, *(g.dense for g in suite.grouped)] if suite else []
+        fused = next((p for p in lines if p.epilogue), None)
         if fused:
             raise ValueError(f"{suite.name}:{fused.line}: a line under `epilogue {fused.epilogue}`, which only "
                              "gemmkit bench times so far; expected a suite without epilogue lines")

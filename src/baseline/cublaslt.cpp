@@ -101,6 +101,7 @@ struct Mapping {
   bool swap = false;  // A' is our B^T, B' our A^T, D' our D^T
   uint64_t m = 0, n = 0, k = 0;
   ColumnMajor a, b, c, d;
+  ColumnMajor aux;  // a fused epilogue's auxiliary matrix, laid out like D'
   bool fp8 = false;
   // FP8: cuBLASLt's scale modes of A' and B' (cublasLtMatmulMatrixScale_t).
   int32_t scale_mode_a = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F, scale_mode_b = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
@@ -169,20 +170,79 @@ int scale_family(int32_t mode) {
   }
 }
 
+// The epilogue kinds run() takes, and which of their tensors each reads or writes.
+struct KindUse {
+  cublasLtEpilogue_t kind;
+  bool bias, aux;
+  bool bias_gradient = false;  // the bias written: the column sums of what D holds
+};
+constexpr KindUse kKindUses[] = {
+    {CUBLASLT_EPILOGUE_DEFAULT, false, false},  {CUBLASLT_EPILOGUE_BIAS, true, false},
+    {CUBLASLT_EPILOGUE_RELU, false, false},     {CUBLASLT_EPILOGUE_RELU_BIAS, true, false},
+    {CUBLASLT_EPILOGUE_GELU, false, false},     {CUBLASLT_EPILOGUE_GELU_BIAS, true, false},
+    {CUBLASLT_EPILOGUE_GELU_AUX, false, true},  {CUBLASLT_EPILOGUE_GELU_AUX_BIAS, true, true},
+    {CUBLASLT_EPILOGUE_DGELU, false, true},     {CUBLASLT_EPILOGUE_DGELU_BGRAD, true, true, true},
+};
+
+const KindUse* kind_use(cublasLtEpilogue_t kind) {
+  for (const KindUse& use : kKindUses) {
+    if (use.kind == kind) return &use;
+  }
+  return nullptr;
+}
+
+// The epilogue's checks beyond the GEMM's, on p's mapping (whose D' is our D^T wherever the
+// epilogue has a bias); fills map->aux. False, with the reason in *why, where cuBLASLt cannot
+// fuse it.
+bool map_epilogue(const Problem& p, const LtEpilogue& epilogue, const KindUse& use, Mapping* map, std::string* why) {
+  const auto fail = [&](const std::string& reason) {
+    *why = "epilogue " + reason;
+    return false;
+  };
+  if ((epilogue.bias.data != nullptr) != use.bias) return fail(use.bias ? "without its bias" : "with a bias it does not take");
+  if ((epilogue.aux.data != nullptr) != use.aux) return fail(use.aux ? "without its aux matrix" : "with an aux matrix it does not take");
+  if (use.bias) {
+    if (!map->swap) return fail("bias over D's columns with D column-major: cuBLASLt's bias is one value a row of its D");
+    // A bias gradient may be f32 too, as our column sums are: cuBLASLt is asked for that type
+    // (BIAS_DATA_TYPE), and its heuristic says whether it has a kernel for it.
+    const bool f32_gradient = use.bias_gradient && epilogue.bias.dtype == DType::f32;
+    if (epilogue.bias.dtype != p.d.dtype && !f32_gradient) {
+      return fail(std::string("bias must have D's dtype") + (use.bias_gradient ? " or be f32" : ""));
+    }
+    if (map->fp8 && p.d.dtype == DType::f32) return fail("bias of an FP8 product with an f32 D (cuBLASLt's is bf16 there)");
+    if (p.n > 1 && epilogue.bias.col_stride != 1) return fail("bias must be contiguous");
+    if (epilogue.bias.batch_stride < 0) return fail("bias with a negative batch stride");
+  }
+  if (use.aux) {
+    if (epilogue.aux.dtype != p.d.dtype) return fail("aux must have D's dtype");
+    const MatrixRef aux = map->swap ? transposed(epilogue.aux) : epilogue.aux;
+    const auto view = column_major(int64_t(map->m), int64_t(map->n), aux.row_stride, aux.col_stride);
+    if (!view || view->transposed) return fail("aux must be laid out like D (row- or column-major)");
+    if (view->ld % 8 != 0 || epilogue.aux.batch_stride < 0 || (p.batch > 1 && epilogue.aux.batch_stride % 8 != 0)) {
+      return fail("aux's leading dimension and batch stride must be multiples of 8 elements");
+    }
+    map->aux = *view;
+  }
+  return true;
+}
+
 // cuBLASLt transposes A and B but never C or D, so D fixes the orientation. If our D is
 // column-major, compute D = A B as written. If it is row-major, column-major reads it as D^T, so
 // compute D^T = B^T A^T: A' = B^T, B' = A^T, m' = N, n' = M. Transposing an operand only swaps
 // its two strides; each of A', B' is then read as is or transposed (transa/transb) by whichever
 // of its strides is 1, and C' must read like D' (no transpose). FP8 runs only as "TN": A' read
-// transposed and B' as is, i.e. both of our operands K-major. Returns nullopt, with the reason in
-// *why, where cuBLASLt cannot take the problem.
-std::optional<Mapping> map_problem(const Problem& p, std::string* why) {
+// transposed and B' as is, i.e. both of our operands K-major. With a fused epilogue, its tensors
+// are mapped too (map_epilogue). Returns nullopt, with the reason in *why, where cuBLASLt cannot
+// take the problem.
+std::optional<Mapping> map_problem(const Problem& p, const LtEpilogue& epilogue, std::string* why) {
   const auto fail = [&](const char* reason) {
     *why = reason;
     return std::nullopt;
   };
   if (p.m <= 0 || p.n <= 0 || p.k <= 0 || p.batch <= 0) return fail("empty problem");
   if (p.batch > std::numeric_limits<int32_t>::max()) return fail("batch too large");
+  const KindUse* use = kind_use(epilogue.kind);
+  if (!use) return fail("an epilogue kind the baseline does not run");
   const bool fp8 = is_fp8(p.a.dtype) || is_fp8(p.b.dtype);
   if (fp8) {
     if (!is_fp8(p.a.dtype) || !is_fp8(p.b.dtype)) return fail("A and B must both be e4m3 or e5m2");
@@ -206,6 +266,9 @@ std::optional<Mapping> map_problem(const Problem& p, std::string* why) {
   if (!d_view) return fail("D has no unit stride (or a leading dimension below its extent)");
   Mapping map;
   map.swap = d_view->transposed;
+  // cuBLASLt's bias is one value a row of its D, so a bias over our D's columns wants D read as
+  // D^T, which a D of one row (or column) allows however its strides read.
+  if (use->bias && leading_dim(p.n, p.m, p.d.col_stride, p.d.row_stride)) map.swap = true;
   map.fp8 = fp8;
   const MatrixRef a = map.swap ? transposed(p.b) : p.a;
   const MatrixRef b = map.swap ? transposed(p.a) : p.b;
@@ -259,6 +322,7 @@ std::optional<Mapping> map_problem(const Problem& p, std::string* why) {
     map.scale_mode_a = map.swap ? *mode_b : *mode_a;
     map.scale_mode_b = map.swap ? *mode_a : *mode_b;
   }
+  if (!map_epilogue(p, epilogue, *use, &map, why)) return std::nullopt;
   return map;
 }
 
@@ -278,7 +342,8 @@ cudaDataType cuda_type(DType dtype) {
 
 struct CublasLt::Plan {
   bool swap = false;
-  bool fp8 = false;  // run() sets the scale pointers
+  bool fp8 = false;    // run() sets the scale pointers
+  bool fused = false;  // and the epilogue's
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;  // c null: pass d
   cublasLtMatmulPreference_t preference = nullptr;
@@ -325,6 +390,17 @@ void set_scale_pointers(cublasLtMatmulDesc_t op, const Problem& p, bool swap) {
         "setting B's scale pointer");
 }
 
+template <typename T>
+void set_attribute(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t attribute, const T& value, const char* what) {
+  check(cublasLtMatmulDescSetAttribute(op, attribute, &value, sizeof value), what);
+}
+
+// The pointers of a fused epilogue's tensors (null: the kind has none).
+void set_epilogue_pointers(cublasLtMatmulDesc_t op, const LtEpilogue& epilogue) {
+  set_attribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(epilogue.bias.data), "setting the bias pointer");
+  set_attribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, epilogue.aux.data, "setting the aux pointer");
+}
+
 void set_preference(cublasLtMatmulPreference_t preference, cublasLtMatmulPreferenceAttributes_t attr,
                     uint32_t value) {
   check(cublasLtMatmulPreferenceSetAttribute(preference, attr, &value, sizeof value),
@@ -358,9 +434,11 @@ CublasLt::~CublasLt() {
   cublasLtDestroy(handle_);
 }
 
-bool CublasLt::supports(const Problem& p, std::string* why) const {
+bool CublasLt::supports(const Problem& p, std::string* why) { return supports(p, LtEpilogue{}, why); }
+
+bool CublasLt::supports(const Problem& p, const LtEpilogue& epilogue, std::string* why) {
   std::string reason;
-  const bool ok = map_problem(p, &reason).has_value();
+  const bool ok = map_problem(p, epilogue, &reason).has_value();
   if (why) *why = ok ? std::string() : reason;
   return ok;
 }
@@ -381,7 +459,7 @@ Problem CublasLt::per_tensor_stand_in(const Problem& p) const {
   return q;
 }
 
-const CublasLt::Plan& CublasLt::plan_for(const Problem& p) {
+const CublasLt::Plan& CublasLt::plan_for(const Problem& p, const LtEpilogue& epilogue) {
   const auto operand_key = [](const MatrixRef& m) {
     return OperandKey{m.dtype, m.batch_stride, m.row_stride, m.col_stride, alignment(m.data)};
   };
@@ -399,11 +477,14 @@ const CublasLt::Plan& CublasLt::plan_for(const Problem& p) {
                 p.has_c() ? operand_key(p.c) : OperandKey{},
                 operand_key(p.d),
                 scale_key(p.scale_a),
-                scale_key(p.scale_b)};
+                scale_key(p.scale_b),
+                int32_t(epilogue.kind),
+                epilogue.bias.data ? operand_key(epilogue.bias) : OperandKey{},
+                epilogue.aux.data ? operand_key(epilogue.aux) : OperandKey{}};
   if (auto found = plans_.find(key); found != plans_.end()) return *found->second;
 
   std::string why;
-  const std::optional<Mapping> map = map_problem(p, &why);
+  const std::optional<Mapping> map = map_problem(p, epilogue, &why);
   if (!map) throw Error(ErrorCode::invalid_argument, "cuBLASLt baseline cannot run this problem: " + why);
   const MatrixRef& a = map->swap ? p.b : p.a;  // cuBLASLt's A and B
   const MatrixRef& b = map->swap ? p.a : p.b;
@@ -432,6 +513,22 @@ const CublasLt::Plan& CublasLt::plan_for(const Problem& p) {
                                          sizeof fast_accumulation),
           "setting fast accumulation");
     set_scale_pointers(plan->op, p, map->swap);
+  }
+  plan->fused = epilogue.kind != CUBLASLT_EPILOGUE_DEFAULT;
+  if (plan->fused) {
+    set_attribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(epilogue.kind), "setting the epilogue");
+    if (epilogue.bias.data) {
+      set_attribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(cuda_type(epilogue.bias.dtype)),
+                    "setting the bias type");
+      set_attribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, epilogue.bias.batch_stride,
+                    "setting the bias batch stride");
+    }
+    if (epilogue.aux.data) {
+      set_attribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, map->aux.ld, "setting the aux leading dimension");
+      set_attribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, epilogue.aux.batch_stride,
+                    "setting the aux batch stride");
+    }
+    set_epilogue_pointers(plan->op, epilogue);  // the heuristic reads their alignment
   }
 
   make_layout(&plan->a, map->a, a.dtype, p.batch, a.batch_stride);
@@ -462,7 +559,7 @@ const CublasLt::Plan& CublasLt::plan_for(const Problem& p) {
   return *plans_.emplace(key, std::move(plan)).first->second;
 }
 
-void CublasLt::run(const Problem& p, cudaStream_t stream) {
+void CublasLt::run(const Problem& p, cudaStream_t stream, const LtEpilogue& epilogue) {
   if (p.device != device_) {
     throw Error(ErrorCode::invalid_argument, "cuBLASLt baseline: problem is on device " +
                                                  std::to_string(p.device) + ", baseline on " +
@@ -470,8 +567,10 @@ void CublasLt::run(const Problem& p, cudaStream_t stream) {
   }
   DeviceGuard guard(device_);
   check(guard.status(), "cudaSetDevice");
-  const Plan& plan = plan_for(p);
-  if (plan.fp8) set_scale_pointers(plan.op, p, plan.swap);  // the plan may have been made for other buffers
+  const Plan& plan = plan_for(p, epilogue);
+  // The plan may have been made for other buffers.
+  if (plan.fp8) set_scale_pointers(plan.op, p, plan.swap);
+  if (plan.fused) set_epilogue_pointers(plan.op, epilogue);
   const float alpha = p.alpha;
   const float beta = p.has_c() ? p.beta : 0.0f;
   check(cublasLtMatmul(handle_, plan.op, &alpha, plan.swap ? p.b.data : p.a.data, plan.a,

@@ -14,6 +14,17 @@
 
 namespace gemmkit::baseline {
 
+// One of cuBLASLt's own fused epilogues (CUBLASLT_EPILOGUE_*) with its tensors, in our terms:
+// `bias` one value a column of D (a contiguous [1, N] vector; a batch stride of 0 shares it;
+// DGELU_BGRAD writes the bias gradient there), `aux` an M x N matrix laid out like D (GELU's
+// input, which the _AUX kinds store and DGELU reads); supports() says which dtypes. Data is null
+// where the kind has none. baseline/cublaslt_epilogue.h finds the kind that computes an epilogue
+// text.
+struct LtEpilogue {
+  cublasLtEpilogue_t kind = CUBLASLT_EPILOGUE_DEFAULT;
+  MatrixRef bias, aux;
+};
+
 class CublasLt {
  public:
   // Creates a cuBLASLt handle and a 32 MiB workspace on `device`. With fast_fp8_accumulation,
@@ -29,9 +40,11 @@ class CublasLt {
   // of C, pointer alignments, scale modes and layouts) builds descriptors and takes cuBLASLt's first
   // heuristic algorithm; later calls reuse them, so data pointers (scales' included) may change
   // between calls.
-  // Throws Error(invalid_argument) if !supports(p), Error(cuda_error) if cuBLASLt fails (e.g. it
-  // has no algorithm for the problem).
-  void run(const Problem& p, cudaStream_t stream);
+  // With an epilogue other than the default, cuBLASLt fuses it (its pointers, like the data
+  // pointers, may change between calls).
+  // Throws Error(invalid_argument) if !supports(p, epilogue), Error(cuda_error) if cuBLASLt fails
+  // (e.g. it has no algorithm for the problem).
+  void run(const Problem& p, cudaStream_t stream, const LtEpilogue& epilogue = {});
 
   // False for problems cuBLASLt cannot take, with the reason in *why (when given):
   //  - every operand needs a unit stride in one of its matrix dimensions, C must be laid out like
@@ -57,7 +70,17 @@ class CublasLt {
   // still have no algorithm for a supported problem (e.g. rowwise at N = 12): run() then throws.
   // FP8 accumulation is cuBLASLt's default two-level one (FAST_ACCUM off), like ours, unless
   // the object was made with fast_fp8_accumulation.
-  bool supports(const Problem& p, std::string* why = nullptr) const;
+  static bool supports(const Problem& p, std::string* why = nullptr);
+
+  // supports(p), and cuBLASLt can fuse `epilogue` into it:
+  //  - the kinds DEFAULT, BIAS, RELU, RELU_BIAS, GELU, GELU_BIAS, GELU_AUX, GELU_AUX_BIAS, DGELU
+  //    and DGELU_BGRAD;
+  //  - a bias only with D row-major (or of one row): cuBLASLt's bias is one value a row of its
+  //    column-major D, which is our D^T; of D's type (an FP8 product's bias with an f32 D is
+  //    bf16 in cuBLASLt: declined), or f32 where it is DGELU_BGRAD's gradient (whether cuBLASLt
+  //    has a kernel for that with a 16-bit D, run() finds out); contiguous;
+  //  - aux laid out like D, of D's type, its leading dimension and batch stride multiples of 8.
+  static bool supports(const Problem& p, const LtEpilogue& epilogue, std::string* why = nullptr);
 
   // p with each FP8 operand's scales replaced by one f32 1.0 that this object owns on the device
   // (mode tensor, shared by every batch entry): what to time where cuBLASLt rejects p's scaling
@@ -82,11 +105,13 @@ class CublasLt {
     int64_t m = 0, n = 0, k = 0, batch = 0;
     OperandKey a, b, c, d;  // c is all zero when there is no C
     ScaleKey scale_a, scale_b;
+    int32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    OperandKey bias, aux;  // all zero where the epilogue has none
     auto operator<=>(const Key&) const = default;
   };
   struct Plan;  // descriptors and algorithm for one Key
 
-  const Plan& plan_for(const Problem& p);
+  const Plan& plan_for(const Problem& p, const LtEpilogue& epilogue);
 
   int device_;
   bool fast_fp8_accumulation_;

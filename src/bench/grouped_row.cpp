@@ -36,6 +36,7 @@ GroupedRecord grouped_record(const GroupedProblem& p) {
   record.k = p.k;
   record.dtype = type_spec(p.dense);
   record.dist = dist_spec(p.dist);
+  record.epilogue = p.dense.epilogue;
   record.rows = total_rows(p);
   record.bytes = p.bytes();
   record.note = not_run_reason(p);

@@ -35,6 +35,9 @@ nlohmann::json json_num(double v) {
   return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
 }
 
+// An empty text (none) as null.
+nlohmann::json json_text(const std::string& text) { return text.empty() ? nlohmann::json(nullptr) : nlohmann::json(text); }
+
 using Row = std::vector<std::string>;
 
 // Rows padded to their columns' widths; left(c) says which columns align left (text), the rest
@@ -79,14 +82,15 @@ double ratio(double num, double den) {
 // A ratio that has a place in a geomean: not missing (NaN) nor nonsensical.
 bool usable(double ratio) { return std::isfinite(ratio) && ratio > 0; }
 
-// Geomean and worst over the usable ratios, each with what it names.
-RatioSummary summarize_ratios(const std::vector<std::pair<std::string, double>>& ratios) {
+// Geomean and worst (the lowest, or the highest where higher is worse) over the usable ratios,
+// each with what it names.
+RatioSummary summarize_ratios(const std::vector<std::pair<std::string, double>>& ratios, bool higher_is_worse = false) {
   RatioSummary s;
   double log_sum = 0;
   for (const auto& [name, value] : ratios) {
     if (!usable(value)) continue;
     log_sum += std::log(value);
-    if (s.count == 0 || value < s.worst) {
+    if (s.count == 0 || (higher_is_worse ? value > s.worst : value < s.worst)) {
       s.worst = value;
       s.worst_name = name;
     }
@@ -124,6 +128,20 @@ std::string dims_text(std::initializer_list<int64_t> sizes) {
 
 // "[3]": the mark of a table's third note. Appended piece by piece, as dims_text is.
 std::string note_mark(size_t number) { return std::string("[").append(std::to_string(number)).append("]"); }
+
+// "4096x2112x7168 NT bf16": what a summary calls a record.
+std::string record_name(const BenchRecord& r) { return shape_name(r) + " " + r.layout + " " + r.dtype; }
+
+// Our fused time over another time of the same record (`of`: the unfused time, the baseline's
+// fused time) on the records of one epilogue text; above 1 ours costs more, so the highest is
+// the worst.
+RatioSummary fused_ratios(const std::vector<BenchRecord>& records, const std::string& text, double BenchRecord::*of) {
+  std::vector<std::pair<std::string, double>> ratios;
+  for (const BenchRecord& r : records) {
+    if (r.epilogue == text) ratios.emplace_back(record_name(r), ratio(r.ours_us, r.*of));
+  }
+  return summarize_ratios(ratios, /*higher_is_worse=*/true);
+}
 
 // The summary line; `noun` names what was counted ("shape", "chain").
 std::string summary_line(const BenchSummary& s, const std::string& baseline, const std::string& noun) {
@@ -178,17 +196,23 @@ std::string shape_name(const BenchRecord& r) {
 }
 
 std::string format_table(const std::vector<BenchRecord>& records, double copy_gbps, const std::string& baseline) {
-  std::vector<Row> rows = {{"shape", "layout", "dtype", "ours us", baseline + " us", "speedup",
-                            "TFLOP/s", "GB/s", "%copy", "%copy@size", "config"}};
+  // The baseline's fused epilogue has columns where some record has an epilogue.
+  const bool fused = std::any_of(records.begin(), records.end(), [](const BenchRecord& r) { return !r.epilogue.empty(); });
+  Row header = {"shape", "layout", "dtype", "ours us", baseline + " us", "speedup"};
+  if (fused) header.insert(header.end(), {baseline + "-fused us", "ours/" + baseline + "-fused"});
+  header.insert(header.end(), {"TFLOP/s", "GB/s", "%copy", "%copy@size", "config"});
+  std::vector<Row> rows = {header};
   std::vector<std::string> notes;  // distinct, in order of appearance
   for (const auto& r : records) {
     const std::string marker = r.baseline_note.empty() ? "" : "*";
     if (!marker.empty() && std::find(notes.begin(), notes.end(), r.baseline_note) == notes.end())
       notes.push_back(r.baseline_note);
-    rows.push_back({shape_name(r), r.layout, r.dtype, num("%.2f", r.ours_us),
-                    num("%.2f", r.baseline_us) + marker, num("%.2fx", r.speedup), num("%.1f", r.tflops),
-                    num("%.1f", r.gbps), num("%.1f", 100 * copy_fraction(r.gbps, copy_gbps)),
-                    num("%.1f", 100 * sized_copy_fraction(r)), r.config});
+    Row row = {shape_name(r), r.layout, r.dtype, num("%.2f", r.ours_us), num("%.2f", r.baseline_us) + marker,
+               num("%.2fx", r.speedup)};
+    if (fused) row.insert(row.end(), {num("%.2f", r.baseline_fused_us), num("%.2fx", ratio(r.ours_us, r.baseline_fused_us))});
+    row.insert(row.end(), {num("%.1f", r.tflops), num("%.1f", r.gbps), num("%.1f", 100 * copy_fraction(r.gbps, copy_gbps)),
+                           num("%.1f", 100 * sized_copy_fraction(r)), r.config});
+    rows.push_back(row);
   }
   // Text columns (the first three and config) align left, numbers right.
   const size_t config = rows[0].size() - 1;
@@ -200,7 +224,7 @@ std::string format_table(const std::vector<BenchRecord>& records, double copy_gb
 BenchSummary summarize(const std::vector<BenchRecord>& records) {
   std::vector<Speedup> speedups;
   for (const auto& r : records) {
-    std::string name = shape_name(r) + " " + r.layout + " " + r.dtype;
+    std::string name = record_name(r);
     if (!r.baseline_note.empty()) name += " (" + r.baseline_note + ")";
     speedups.push_back({name, r.speedup, !r.baseline_note.empty()});
   }
@@ -209,28 +233,26 @@ BenchSummary summarize(const std::vector<BenchRecord>& records) {
 
 std::string format_summary(const BenchSummary& s, const std::string& baseline) { return summary_line(s, baseline, "shape"); }
 
-std::string format_fused_summary(const std::vector<BenchRecord>& records) {
+std::string format_fused_summary(const std::vector<BenchRecord>& records, const std::string& baseline) {
   std::vector<std::string> texts;  // in order of first appearance
   for (const BenchRecord& r : records) {
     if (!r.epilogue.empty() && std::find(texts.begin(), texts.end(), r.epilogue) == texts.end()) texts.push_back(r.epilogue);
   }
   std::string lines;
   for (const std::string& text : texts) {
-    double log_sum = 0, worst = 0;
-    int count = 0;
-    std::string worst_name;
+    std::string parts, baseline_epilogue;
     for (const BenchRecord& r : records) {
-      const double ratio = r.ours_us / r.unfused_us;
-      if (r.epilogue != text || !usable(ratio)) continue;
-      log_sum += std::log(ratio);
-      ++count;
-      if (ratio > worst) worst = ratio, worst_name = shape_name(r) + " " + r.layout + " " + r.dtype;
+      if (r.epilogue == text && baseline_epilogue.empty()) baseline_epilogue = r.baseline_epilogue;
     }
-    if (count == 0) continue;
-    char line[768];
-    std::snprintf(line, sizeof line, "fused epilogue '%s': %d shapes, fused over unfused %.3fx geomean, worst %.3fx at %s\n",
-                  text.c_str(), count, std::exp(log_sum / count), worst, worst_name.c_str());
-    lines += line;
+    const auto part = [&](double BenchRecord::*of, const std::string& what) {
+      const RatioSummary s = fused_ratios(records, text, of);
+      if (s.count == 0) return;
+      parts += (parts.empty() ? "" : "; ") + std::to_string(s.count) + " shapes, fused over " + what + " " +
+               num("%.3fx", s.geomean) + " geomean, worst " + num("%.3fx", s.worst) + " at " + s.worst_name;
+    };
+    part(&BenchRecord::unfused_us, "unfused");
+    part(&BenchRecord::baseline_fused_us, baseline + "'s " + baseline_epilogue);
+    if (!parts.empty()) lines += "fused epilogue '" + text + "': " + parts + "\n";
   }
   return lines;
 }
@@ -247,7 +269,7 @@ nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSumma
                     {"dtype", r.dtype},
                     {"ours_us", json_num(r.ours_us)},
                     {"baseline_us", json_num(r.baseline_us)},
-                    {"baseline_note", r.baseline_note.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.baseline_note)},
+                    {"baseline_note", json_text(r.baseline_note)},
                     {"speedup", json_num(r.speedup)},
                     {"tflops", json_num(r.tflops)},
                     {"gbps", json_num(r.gbps)},
@@ -256,7 +278,10 @@ nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSumma
                     {"sized_copy_fraction", json_num(sized_copy_fraction(r))},
                     {"config", r.config},
                     {"unfused_us", json_num(r.unfused_us)},
-                    {"epilogue", r.epilogue.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.epilogue)}});
+                    {"epilogue", json_text(r.epilogue)},
+                    {"baseline_epilogue", json_text(r.baseline_epilogue)},
+                    {"baseline_fused_us", json_num(r.baseline_fused_us)},
+                    {"fused_over_baseline_fused", json_num(ratio(r.ours_us, r.baseline_fused_us))}});
   nlohmann::json summary = {
       {"count", s.count},
       {"stand_ins", s.stand_ins},
@@ -278,7 +303,8 @@ double roofline_fraction(const GroupedRecord& r, double copy_gbps) {
 double grouped_speedup(const GroupedRecord& r) { return ratio(r.baseline_us, r.ours_us); }
 
 std::string grouped_name(const GroupedRecord& r) {
-  return r.op + " G=" + std::to_string(r.groups) + " " + dims_text({r.m, r.n, r.k}) + " " + r.dtype + " " + r.dist;
+  return r.op + " G=" + std::to_string(r.groups) + " " + dims_text({r.m, r.n, r.k}) + " " + r.dtype + " " + r.dist +
+         (r.epilogue.empty() ? "" : " [" + r.epilogue + "]");
 }
 
 std::string format_grouped_table(const std::vector<GroupedRecord>& records, double copy_gbps,
@@ -310,7 +336,11 @@ GroupedSummary summarize_grouped(const std::vector<GroupedRecord>& records, doub
     fractions.emplace_back(grouped_name(r), roofline_fraction(r, copy_gbps));
     speedups.emplace_back(grouped_name(r), grouped_speedup(r));
   }
-  return {summarize_ratios(fractions), summarize_ratios(speedups)};
+  std::vector<std::pair<std::string, double>> fused;
+  for (const GroupedRecord& r : records) {
+    if (!r.epilogue.empty()) fused.emplace_back(grouped_name(r), ratio(r.ours_us, r.unfused_us));
+  }
+  return {summarize_ratios(fractions), summarize_ratios(speedups), summarize_ratios(fused, /*higher_is_worse=*/true)};
 }
 
 std::string format_grouped_summary(const GroupedSummary& s, const std::string& baseline) {
@@ -320,8 +350,10 @@ std::string format_grouped_summary(const GroupedSummary& s, const std::string& b
     return "grouped summary: " + std::to_string(r.count) + (r.count == 1 ? " row" : " rows") + which + ", geomean " +
            what + " " + num(format, r.geomean) + ", worst " + num(format, r.worst) + " at " + r.worst_name;
   };
-  return line(s.roofline, " run", "roofline fraction", "%.2f") + "\n" +
-         line(s.speedup, " with a " + baseline + " baseline", "speedup", "%.2fx");
+  std::string text = line(s.roofline, " run", "roofline fraction", "%.2f") + "\n" +
+                     line(s.speedup, " with a " + baseline + " baseline", "speedup", "%.2fx");
+  if (s.fused.count > 0) text += "\n" + line(s.fused, " with a fused epilogue", "fused over unfused", "%.3fx");
+  return text;
 }
 
 nlohmann::json grouped_json(const std::vector<GroupedRecord>& records, const GroupedSummary& s, double copy_gbps,
@@ -344,7 +376,10 @@ nlohmann::json grouped_json(const std::vector<GroupedRecord>& records, const Gro
                     {"roofline_fraction", json_num(roofline_fraction(r, copy_gbps))},
                     {"baseline_us", json_num(r.baseline_us)},
                     {"speedup", json_num(grouped_speedup(r))},
-                    {"note", r.note.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.note)}});
+                    {"epilogue", json_text(r.epilogue)},
+                    {"unfused_us", json_num(r.unfused_us)},
+                    {"fused_over_unfused", json_num(ratio(r.ours_us, r.unfused_us))},
+                    {"note", json_text(r.note)}});
   }
   const auto summary = [](const RatioSummary& r) {
     return nlohmann::json{{"count", r.count},
@@ -353,7 +388,9 @@ nlohmann::json grouped_json(const std::vector<GroupedRecord>& records, const Gro
                           {"worst_row", r.count > 0 ? nlohmann::json(r.worst_name) : nlohmann::json(nullptr)}};
   };
   return {{"records", list},
-          {"summary", {{"roofline", summary(s.roofline)}, {"speedup", summary(s.speedup)}, {"baseline", baseline}}}};
+          {"summary",
+           {{"roofline", summary(s.roofline)}, {"speedup", summary(s.speedup)}, {"fused", summary(s.fused)},
+            {"baseline", baseline}}}};
 }
 
 double chain_speedup(const ChainRecord& r) { return ratio(r.baseline_us, r.ours_us); }

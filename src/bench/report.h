@@ -31,6 +31,11 @@ struct BenchRecord {
   // not timed).
   std::string epilogue;
   double unfused_us = std::numeric_limits<double>::quiet_NaN();
+  // The baseline's own fused epilogue where one computes `epilogue` (bench: cuBLASLt's, matched
+  // by baseline/cublaslt_epilogue.h): its name, e.g. "GELU_AUX_BIAS" (empty: none matches), and
+  // its median on the same buffers (NaN: no match, or the baseline could not run it).
+  std::string baseline_epilogue;
+  double baseline_fused_us = std::numeric_limits<double>::quiet_NaN();
 };
 
 // The configuration gemmkit::gemm picks for a problem on the current device, with " tuned"
@@ -62,7 +67,8 @@ std::string shape_name(const BenchRecord& r);
 // against a copy of the record's own size (sized_copy_fraction). A record with a baseline_note
 // has "*" after its baseline time, and a line "* <baseline> us: <note>" follows the table for
 // each distinct note. `baseline` names what the records' baseline_us timed (the CLI's cuBLASLt;
-// torch in the Python package's bench).
+// torch in the Python package's bench). Where a record has an epilogue, two columns follow the
+// speedup: the baseline's fused time ("cuBLASLt-fused us") and ours (fused) over it.
 std::string format_table(const std::vector<BenchRecord>& records, double copy_gbps,
                          const std::string& baseline = "cuBLASLt");
 
@@ -84,13 +90,16 @@ std::string format_summary(const BenchSummary& s, const std::string& baseline = 
 // A line per epilogue text, in order of first appearance, over the records timed both ways:
 // "fused epilogue 'TEXT': 18 shapes, fused over unfused 1.021x geomean, worst 1.068x at
 // 4096x28672x4096 NT bf16" (our time with the epilogue over our time without; above 1 it costs),
-// each ending in a newline. Empty where no record has both.
-std::string format_fused_summary(const std::vector<BenchRecord>& records);
+// then, over the records with the baseline's fused time, "; 18 shapes, fused over cuBLASLt's
+// GELU_BIAS 0.970x geomean, worst 1.010x at ..." (below 1 ours is faster); each line ending in a
+// newline. Empty where no record has either.
+std::string format_fused_summary(const std::vector<BenchRecord>& records, const std::string& baseline = "cuBLASLt");
 
 // {"records": [{m, n, k, batch, layout, dtype, ours_us, baseline_us, baseline_note, speedup,
-// tflops, gbps, copy_fraction, copy_us, sized_copy_fraction, config}, ...], "summary": {count,
-// stand_ins, geomean_speedup, worst_shape, worst_speedup, copy_gbps, baseline}}; NaN and an
-// empty baseline_note are null.
+// tflops, gbps, copy_fraction, copy_us, sized_copy_fraction, config, unfused_us, epilogue,
+// baseline_epilogue, baseline_fused_us, fused_over_baseline_fused}, ...], "summary": {count,
+// stand_ins, geomean_speedup, worst_shape, worst_speedup, copy_gbps, baseline}}; NaN and empty
+// texts (baseline_note, epilogue, baseline_epilogue) are null.
 nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSummary& s,
                        double copy_gbps, const std::string& baseline = "cuBLASLt");
 
@@ -110,6 +119,10 @@ struct GroupedRecord {
   double ours_us = std::numeric_limits<double>::quiet_NaN();
   double dense_us = std::numeric_limits<double>::quiet_NaN();
   double baseline_us = std::numeric_limits<double>::quiet_NaN();
+  // The line's fused epilogue (bench/suite.h; empty: none), which ours_us includes, and our
+  // grouped GEMM without it (NaN without an epilogue).
+  std::string epilogue;
+  double unfused_us = std::numeric_limits<double>::quiet_NaN();
   // Why the row ("not run: ...") or its baseline is missing, or what the baseline ran instead of
   // the row's own product; empty where both ran it.
   std::string note;
@@ -147,13 +160,15 @@ struct RatioSummary {
 // baseline of those it ran too. Rows not run count in neither.
 struct GroupedSummary {
   RatioSummary roofline, speedup;
+  RatioSummary fused;  // ours over our unfused time, on rows with an epilogue (the highest worst)
 };
 GroupedSummary summarize_grouped(const std::vector<GroupedRecord>& records, double copy_gbps);
 
 // Two lines: "grouped summary: 21 rows run, geomean roofline fraction 0.81, worst 0.52 at <row>"
 // and "grouped summary: 14 rows with a cuBLAS baseline, geomean speedup 1.20x, worst 0.95x at
 // <row>" (`baseline` naming it); "no rows run" / "no rows with a cuBLAS baseline" where there are
-// none.
+// none. Where rows have an epilogue, a third: "grouped summary: 4 rows with a fused epilogue,
+// geomean fused over unfused 1.012x, worst 1.030x at <row>".
 std::string format_grouped_summary(const GroupedSummary& s, const std::string& baseline = "cuBLAS");
 
 // {"records": [{op, groups, m, n, k, dtype, dist, rows, bytes, ours_us, tflops, dense_us,

@@ -335,12 +335,9 @@ Suite parse_bench_suite(std::istream& in, const std::string& name) {
     if (lower(fields[0]) == "epilogue") {
       epilogue = epilogue_directive(text, where);
     } else if (lower(fields[0]) == "grouped") {
-      if (!epilogue.empty()) {
-        fail(where, "a grouped line under `epilogue " + epilogue +
-                        "`, which dense lines take only so far; expected `epilogue none` before it");
-      }
       suite.grouped.push_back(parse_grouped(fields, where));
       suite.grouped.back().dense.line = line;
+      suite.grouped.back().dense.epilogue = epilogue;
     } else {
       suite.dense.push_back(parse_problem(fields, where));
       suite.dense.back().line = line;

@@ -1,7 +1,7 @@
 // Benchmark suites: plain-text lists of GEMM problems, one `M N K [layout] [dtype] [mode] [batch]`
 // a line, or a grouped GEMM, `grouped OP G M N K dtype [mode] dist` (bench only:
 // gemmkit bench and python -m gemmkit.bench); `epilogue TEXT` lines fuse an epilogue into the
-// dense lines below them (gemmkit bench only).
+// lines below them (gemmkit bench only).
 #pragma once
 
 #include <cstdint>
@@ -99,8 +99,8 @@ struct Suite {
 
 // Parses a whole suite, dense and grouped lines; `name` is used in error messages
 // ("<name>:<line>: ..."). A line `epilogue TEXT` (the fused epilogue's text form, gemmkit/gemm.h)
-// applies to the dense lines below it, up to the next such line; `epilogue none` ends it. A
-// grouped line under an epilogue is an error (none of its kernels is benched fused yet).
+// applies to the lines below it, dense and grouped (GroupedProblem::dense), up to the next such
+// line; `epilogue none` ends it.
 Suite parse_bench_suite(std::istream& in, const std::string& name);
 
 // The suite's dense problems; throws gemmkit::Error(invalid_argument) naming its first grouped

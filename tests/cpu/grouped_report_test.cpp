@@ -126,6 +126,31 @@ TEST(GroupedReport, SummaryLeavesOutWhatDidNotRun) {
   EXPECT_EQ(format_grouped_summary(none), "grouped summary: no rows run\ngrouped summary: no rows with a cuBLAS baseline");
 }
 
+// Rows with an epilogue: named with it, our fused time over our unfused one summarized (the
+// highest worst) and in the JSON.
+TEST(GroupedReport, FusedRowsReportTheirEpilogueOverTheUnfusedTime) {
+  std::vector<GroupedRecord> records = {forward(4040, 3000, 5000, "balanced"), forward(3000, 3000, 2700, "skew:10"),
+                                        forward(3000, 3000, 2700, "zipf:1.2")};
+  records[0].epilogue = records[1].epilogue = "silu(acc) * acc2";
+  records[0].unfused_us = 4000;  // 1.01x
+  records[1].unfused_us = 2500;  // 1.20x
+  const GroupedSummary s = summarize_grouped(records, kCopyGbps);
+  EXPECT_EQ(s.fused.count, 2);
+  EXPECT_NEAR(s.fused.geomean, std::sqrt(1.01 * 1.2), 1e-12);
+  EXPECT_DOUBLE_EQ(s.fused.worst, 1.2);
+  EXPECT_EQ(s.fused.worst_name, "fwd G=8 32768x4096x7168 bf16 skew:10 [silu(acc) * acc2]");
+  const std::string text = format_grouped_summary(s);
+  EXPECT_NE(text.find("\ngrouped summary: 2 rows with a fused epilogue, geomean fused over unfused 1.101x, worst "
+                      "1.200x at fwd G=8 32768x4096x7168 bf16 skew:10 [silu(acc) * acc2]"),
+            std::string::npos)
+      << text;
+  const nlohmann::json j = grouped_json(records, s, kCopyGbps);
+  EXPECT_EQ(j["records"][0]["epilogue"], "silu(acc) * acc2");
+  EXPECT_DOUBLE_EQ(j["records"][0]["unfused_us"].get<double>(), 4000.0);
+  EXPECT_DOUBLE_EQ(j["records"][0]["fused_over_unfused"].get<double>(), 1.01);
+  EXPECT_EQ(j["summary"]["fused"]["count"], 2);
+}
+
 TEST(GroupedReport, TheBaselineIsNamedWhereverItAppears) {
   // python -m gemmkit.bench names torch where gemmkit bench has cuBLAS.
   const std::vector<GroupedRecord> records = {forward(4000, 3000, 5000)};
@@ -160,7 +185,8 @@ TEST(GroupedReport, JsonHasEveryFieldAndNullForWhatIsMissing) {
   EXPECT_DOUBLE_EQ(r["baseline_us"].get<double>(), 5000.0);
   EXPECT_DOUBLE_EQ(r["speedup"].get<double>(), 1.25);
   EXPECT_TRUE(r["note"].is_null());
-  EXPECT_EQ(r.size(), 17u);  // the fields above, nothing else
+  for (const char* field : {"epilogue", "unfused_us", "fused_over_unfused"}) EXPECT_TRUE(r[field].is_null()) << field;
+  EXPECT_EQ(r.size(), 20u);  // the fields above, nothing else
 
   const nlohmann::json& missing = j["records"][1];
   for (const char* field : {"ours_us", "tflops", "dense_us", "roofline_fraction", "baseline_us", "speedup"}) {
@@ -174,7 +200,8 @@ TEST(GroupedReport, JsonHasEveryFieldAndNullForWhatIsMissing) {
   EXPECT_EQ(summary["roofline"]["worst_row"], "fwd G=8 32768x4096x7168 bf16 balanced");
   EXPECT_DOUBLE_EQ(summary["speedup"]["worst"].get<double>(), 1.25);
   EXPECT_EQ(summary["baseline"], "cuBLAS");
-  EXPECT_EQ(summary.size(), 3u);
+  EXPECT_EQ(summary["fused"]["count"], 0);
+  EXPECT_EQ(summary.size(), 4u);
 
   const nlohmann::json empty = grouped_json({}, summarize_grouped({}, kNaN), kNaN);
   EXPECT_TRUE(empty["records"].is_array());

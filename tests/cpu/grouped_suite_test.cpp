@@ -189,13 +189,20 @@ TEST(Suite, EpilogueLinesApplyToTheDenseLinesBelowThem) {
   EXPECT_EQ(suite.dense[4].line, 8);
 }
 
+// Grouped lines take the epilogue above them too (gemmkit bench times them fused).
+TEST(Suite, GroupedLinesTakeTheEpilogueAboveThem) {
+  std::istringstream in("epilogue silu(acc) * acc2\ngrouped fwd 8 64 128 64 bf16 balanced\nepilogue none\n"
+                        "grouped fwd 8 64 64 64 bf16 balanced\n");
+  const Suite suite = parse_bench_suite(in, "fused.txt");
+  ASSERT_EQ(suite.grouped.size(), 2u);
+  EXPECT_EQ(suite.grouped[0].dense.epilogue, "silu(acc) * acc2");
+  EXPECT_EQ(suite.grouped[1].dense.epilogue, "");
+}
+
 TEST(Suite, EpilogueLinesAreCheckedAndKeptFromOtherReaders) {
   const std::pair<std::string, std::string> cases[] = {
       {"epilogue silu(acc + bias[k])\n1 1 1\n", "fused.txt:1: epilogue: column"},
-      {"epilogue\n1 1 1\n", "fused.txt:1: an epilogue line without a text; expected `epilogue TEXT` or `epilogue none`"},
-      {"epilogue relu(acc)\ngrouped fwd 8 64 64 64 bf16 balanced\n",
-       "fused.txt:2: a grouped line under `epilogue relu(acc)`, which dense lines take only so far; expected "
-       "`epilogue none` before it"}};
+      {"epilogue\n1 1 1\n", "fused.txt:1: an epilogue line without a text; expected `epilogue TEXT` or `epilogue none`"}};
   for (const auto& [text, message] : cases) {
     SCOPED_TRACE(text);
     std::istringstream in(text);
@@ -218,16 +225,31 @@ TEST(Suite, EpilogueLinesAreCheckedAndKeptFromOtherReaders) {
   }
 }
 
+// epilogue.txt: dense-large under each of the two dense targets' epilogues, its M = 4096 half
+// under the two gelu_tanh forms cuBLASLt fuses too, the dgelu backward lines, then moe.txt's
+// balanced up-projections with SwiGLU and down-projections with router weights.
 TEST(Suite, ShippedEpilogueHoldsDenseLargeUnderEachEpilogue) {
   const Suite suite = shipped("epilogue.txt");
   const Suite large = shipped("dense-large.txt");
-  ASSERT_EQ(suite.dense.size(), 2 * large.dense.size());
-  EXPECT_TRUE(suite.grouped.empty());
-  for (size_t i = 0; i < suite.dense.size(); ++i) {
+  const size_t n = large.dense.size(), half = n / 2;
+  ASSERT_EQ(suite.dense.size(), 2 * n + 2 * half + 5);
+  const char* texts[] = {"silu(acc + bias[n])", "gelu(acc + bias[n]) + r[m, n]", "gelu_tanh(acc + bias[n])",
+                         "h = acc + bias[n]; pre[m, n] = h; gelu_tanh(h)"};
+  for (size_t i = 0; i < 2 * n + 2 * half; ++i) {
     const SuiteProblem& p = suite.dense[i];
-    const SuiteProblem& q = large.dense[i % large.dense.size()];
+    const size_t block = i < 2 * n ? i / n : 2 + (i - 2 * n) / half;
+    const SuiteProblem& q = large.dense[i < 2 * n ? i % n : (i - 2 * n) % half];
     EXPECT_EQ(std::make_tuple(p.m, p.n, p.k, p.layout, p.in_dtype), std::make_tuple(q.m, q.n, q.k, q.layout, q.in_dtype));
-    EXPECT_EQ(p.epilogue, i < large.dense.size() ? "silu(acc + bias[n])" : "gelu(acc + bias[n]) + r[m, n]") << i;
+    EXPECT_EQ(q.m, i < 2 * n ? q.m : 4096);
+    EXPECT_EQ(p.epilogue, texts[block]) << i;
+  }
+  for (size_t i = 2 * n + 2 * half; i < suite.dense.size(); ++i) {
+    EXPECT_EQ(suite.dense[i].epilogue, "dh = acc * dgelu_tanh(pre[m, n]); db[n] = sum(dh); dh");
+  }
+  ASSERT_EQ(suite.grouped.size(), 7u);
+  for (size_t i = 0; i < 7; ++i) {
+    EXPECT_EQ(suite.grouped[i].dense.epilogue, i < 4 ? "silu(acc) * acc2" : "acc * route[m]") << i;
+    EXPECT_EQ(dist_spec(suite.grouped[i].dist), "balanced");
   }
 }
 

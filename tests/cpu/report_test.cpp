@@ -174,7 +174,10 @@ TEST(Report, JsonHasEveryFieldAndNullForNaN) {
   EXPECT_TRUE(r0["baseline_note"].is_null());  // cuBLASLt ran the same problem
   EXPECT_TRUE(r0["unfused_us"].is_null());     // no --epilogue
   EXPECT_TRUE(r0["epilogue"].is_null());
-  EXPECT_EQ(r0.size(), 18u);  // the fields above, nothing else
+  EXPECT_TRUE(r0["baseline_epilogue"].is_null());  // nor cuBLASLt's own fused epilogue
+  EXPECT_TRUE(r0["baseline_fused_us"].is_null());
+  EXPECT_TRUE(r0["fused_over_baseline_fused"].is_null());
+  EXPECT_EQ(r0.size(), 21u);  // the fields above, nothing else
 
   const auto& r1 = j["records"][1];
   EXPECT_TRUE(r1["baseline_us"].is_null());
@@ -599,6 +602,75 @@ TEST(Report, FusedSummaryIsFusedOverUnfusedPerEpilogue) {
             std::string::npos) << lines;
   records[0].unfused_us = records[1].unfused_us = records[3].unfused_us = kNaN;
   EXPECT_EQ(format_fused_summary(records), "");
+}
+
+// Fused records against cuBLASLt's own fused epilogue (GELU_BIAS here): 110 over 100, 202 over
+// 220, the third matched none.
+std::vector<BenchRecord> fused_records() {
+  std::vector<BenchRecord> records = {record(4096, 4096, 4096, 110.0, 100.0, "tma 128x224"),
+                                      record(8192, 2112, 7168, 202.0, 200.0, "tma 192x176"),
+                                      record(4096, 2112, 7168, 150.0, 140.0, "tma 128x224")};
+  records[0].epilogue = records[1].epilogue = "gelu_tanh(acc + bias[n])";
+  records[2].epilogue = "silu(acc + bias[n])";
+  records[0].baseline_epilogue = records[1].baseline_epilogue = "GELU_BIAS";
+  records[0].baseline_fused_us = 100.0;
+  records[1].baseline_fused_us = 220.0;
+  return records;
+}
+
+TEST(Report, FusedRecordsShowTheBaselinesFusedTimeAndOursOverIt) {
+  const std::vector<BenchRecord> records = fused_records();
+  const std::vector<std::string> lines = lines_of(format_table(records, 3000.0));
+  ASSERT_EQ(lines.size(), 4u);
+  const std::string& header = lines[0];
+  // After the speedup over the plain GEMM, before TFLOP/s.
+  EXPECT_LT(header.find("speedup"), header.find("cuBLASLt-fused us"));
+  EXPECT_LT(header.find("cuBLASLt-fused us"), header.find("ours/cuBLASLt-fused"));
+  EXPECT_LT(header.find("ours/cuBLASLt-fused"), header.find("TFLOP/s"));
+  EXPECT_EQ(cell_under(header, lines[1], "cuBLASLt us"), "100.00");  // the plain GEMM's, as before
+  EXPECT_EQ(cell_under(header, lines[1], "cuBLASLt-fused us"), "100.00");
+  EXPECT_EQ(cell_under(header, lines[1], "ours/cuBLASLt-fused"), "1.10x");
+  EXPECT_EQ(cell_under(header, lines[2], "cuBLASLt-fused us"), "220.00");
+  EXPECT_EQ(cell_under(header, lines[2], "ours/cuBLASLt-fused"), "0.92x");
+  EXPECT_EQ(cell_under(header, lines[3], "cuBLASLt-fused us"), "-");  // no cuBLASLt epilogue matches
+  EXPECT_EQ(cell_under(header, lines[3], "ours/cuBLASLt-fused"), "-");
+  const size_t at = header.find("config");
+  EXPECT_EQ(lines[1].find("tma 128x224"), at);
+  EXPECT_EQ(lines[3].find("tma 128x224"), at);
+  // Named after the baseline; no such columns without an epilogue.
+  EXPECT_NE(format_table(records, 3000.0, "torch").find("ours/torch-fused"), std::string::npos);
+  std::vector<BenchRecord> plain = records;
+  for (BenchRecord& r : plain) r.epilogue.clear();
+  EXPECT_EQ(format_table(plain, 3000.0).find("fused"), std::string::npos);
+
+  const nlohmann::json j = to_json(records, summarize(records), 3000.0);
+  EXPECT_EQ(j["records"][0]["baseline_epilogue"], "GELU_BIAS");
+  EXPECT_DOUBLE_EQ(j["records"][0]["baseline_fused_us"].get<double>(), 100.0);
+  EXPECT_DOUBLE_EQ(j["records"][0]["fused_over_baseline_fused"].get<double>(), 1.1);
+  EXPECT_DOUBLE_EQ(j["records"][1]["fused_over_baseline_fused"].get<double>(), 202.0 / 220.0);
+  EXPECT_EQ(j["records"][2]["epilogue"], "silu(acc + bias[n])");
+  EXPECT_TRUE(j["records"][2]["baseline_epilogue"].is_null());
+  EXPECT_TRUE(j["records"][2]["baseline_fused_us"].is_null());
+  EXPECT_TRUE(j["records"][2]["fused_over_baseline_fused"].is_null());
+  EXPECT_EQ(nlohmann::json::parse(j.dump()), j);
+}
+
+TEST(Report, FusedSummaryAddsOursOverTheBaselinesFusedEpilogue) {
+  std::vector<BenchRecord> records = fused_records();
+  records[0].unfused_us = 100.0;  // 1.10x
+  records[1].unfused_us = 200.0;  // 1.01x
+  const std::string lines = format_fused_summary(records);
+  ASSERT_EQ(std::count(lines.begin(), lines.end(), '\n'), 1) << lines;  // the silu records have neither
+  EXPECT_EQ(lines,
+            "fused epilogue 'gelu_tanh(acc + bias[n])': 2 shapes, fused over unfused 1.054x geomean, worst 1.100x at "
+            "4096x4096x4096 NT bf16; 2 shapes, fused over cuBLASLt's GELU_BIAS 1.005x geomean, worst 1.100x at "
+            "4096x4096x4096 NT bf16\n");  // sqrt(1.10 * 1.01), sqrt(1.10 * 202 / 220)
+  // Only the baseline's: a part of its own, named after the baseline.
+  records[0].unfused_us = records[1].unfused_us = kNaN;
+  records[0].baseline_fused_us = 220.0;  // 0.50x
+  EXPECT_EQ(format_fused_summary(records, "torch"),
+            "fused epilogue 'gelu_tanh(acc + bias[n])': 2 shapes, fused over torch's GELU_BIAS 0.678x geomean, worst "
+            "0.918x at 8192x2112x7168 NT bf16\n");  // sqrt(0.5 * 202 / 220)
 }
 
 }  // namespace
