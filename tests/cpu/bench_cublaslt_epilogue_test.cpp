@@ -13,7 +13,8 @@
 #include "epilogue/program.h"
 #include "rejection.h"
 
-namespace gemmkit::baseline {
+// A namespace of its own: the sanitizer build compiles the CPU tests as one unit.
+namespace gemmkit::baseline::cublaslt_epilogue_test {
 namespace {
 
 // Stand-in addresses, never dereferenced.
@@ -258,4 +259,4 @@ TEST(CublasLtEpilogue, KindsTheBaselineDoesNotRunAreDeclined) {
 }
 
 }  // namespace
-}  // namespace gemmkit::baseline
+}  // namespace gemmkit::baseline::cublaslt_epilogue_test
