@@ -447,8 +447,4 @@ bool reads_acc2(const Program& program) {
   return std::any_of(program.nodes.begin(), program.nodes.end(), [](const Node& n) { return n.op == Op::acc2; });
 }
 
-bool reduces(const Program& program) {
-  return std::any_of(program.stores.begin(), program.stores.end(), [](const Store& s) { return s.reduce != Reduce::none; });
-}
-
 }  // namespace gemmkit::epilogue

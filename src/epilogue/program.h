@@ -110,6 +110,5 @@ std::string_view op_name(Op op);
 int arity(Op op);  // operands: 0, 1 or 2
 
 bool reads_acc2(const Program& program);  // whether any node is acc2 (a dual GEMM's epilogue)
-bool reduces(const Program& program);     // whether any store is a reduction
 
 }  // namespace gemmkit::epilogue
