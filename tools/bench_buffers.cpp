@@ -59,19 +59,28 @@ EpilogueBuffers::EpilogueBuffers(const std::string& text, const reference::Probl
   epilogue_.text = text;
 }
 
+DualViews dual_views(const TensorView& b, const TensorView& d, const std::string& what) {
+  if (b.cols() % 2 != 0) {
+    throw Error(ErrorCode::invalid_argument, "dual epilogue on " + what + ": expected an even N, the columns of B and B2 "
+                                             "side by side");
+  }
+  const auto half = [](const TensorView& t, int64_t first) {
+    char* data = static_cast<char*>(t.data) + first * t.col_stride() * dtype_size(t.dtype);
+    return t.rank == 3 ? TensorView::batched(data, t.dtype, t.batch(), t.rows(), t.cols() / 2, t.batch_stride(),
+                                             t.row_stride(), t.col_stride())
+                       : TensorView::matrix(data, t.dtype, t.rows(), t.cols() / 2, t.row_stride(), t.col_stride());
+  };
+  return {half(b, 0), half(b, b.cols() / 2), half(d, 0)};
+}
+
 DualViews dual_views(const reference::DeviceProblem& set) {
   const reference::ProblemSpec& spec = set.spec();
-  if (spec.batch != 1 || spec.n % 2 != 0) {
+  if (spec.batch != 1) {
     throw Error(ErrorCode::invalid_argument,
-                "dual epilogue on " + spec.describe() + ": expected one matrix (batch 1) and an even N, the columns of B " +
-                    "and B2 side by side");
+                "dual epilogue on " + spec.describe() + ": expected one matrix (batch 1), the columns of B and B2 side by "
+                "side");
   }
-  const int64_t n = spec.n / 2;
-  auto columns = [n](const TensorView& t, int64_t first) {
-    return TensorView::matrix(static_cast<char*>(t.data) + first * t.col_stride() * dtype_size(t.dtype), t.dtype,
-                              t.rows(), n, t.row_stride(), t.col_stride());
-  };
-  return {columns(set.b(), 0), columns(set.b(), n), columns(set.d(), 0)};
+  return dual_views(set.b(), set.d(), spec.describe());
 }
 
 CopyBuffers::CopyBuffers(double bytes, int sets) : half(size_t(bytes / 2) / 16 * 16) {

@@ -41,12 +41,14 @@ class EpilogueBuffers {
   Epilogue epilogue_;
 };
 
-// A dual GEMM's operands in one buffer set whose spec is the GEMM of its accumulators (K x 2N B,
-// M x 2N D; one matrix): B's first N columns and its last N as B2 (a concatenated [2N, K] weight
-// for NT), D's first N columns. Throws Error(invalid_argument) for a batch or an odd N.
+// A dual GEMM's operands on the buffers of the GEMM of its accumulators, B [.., K, 2N] and D
+// [.., M, 2N] (batched where they are): B's first N columns and its last N as B2 (a concatenated
+// [2N, K] weight for NT), D's first N columns. Throws Error(invalid_argument) for an odd 2N,
+// naming `what`; the DeviceProblem form also for a batch.
 struct DualViews {
   TensorView b, b2, d;
 };
+DualViews dual_views(const TensorView& b, const TensorView& d, const std::string& what);
 DualViews dual_views(const reference::DeviceProblem& set);
 
 // Source and destination halves for copies that move `bytes` each (half read, half written),

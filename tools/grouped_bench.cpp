@@ -35,18 +35,6 @@ TensorView as_batch(const TensorView& t) {
   return TensorView::batched(t.data, t.dtype, 1, t.rows(), t.cols(), t.rows() * t.cols(), t.row_stride(), t.col_stride());
 }
 
-// A dual GEMM's operands on a buffer set's (an epilogue that reads acc2, bench.cpp): B's [.., K, N]
-// halves of columns as B and B2, and D's first half of columns as D, batched where they are.
-DualViews column_halves(const TensorView& b, const TensorView& d) {
-  const auto half = [](const TensorView& t, int64_t first) {
-    char* data = static_cast<char*>(t.data) + first * t.col_stride() * dtype_size(t.dtype);
-    return t.rank == 3 ? TensorView::batched(data, t.dtype, t.batch(), t.rows(), t.cols() / 2, t.batch_stride(),
-                                             t.row_stride(), t.col_stride())
-                       : TensorView::matrix(data, t.dtype, t.rows(), t.cols() / 2, t.row_stride(), t.col_stride());
-  };
-  return {half(b, 0), half(b, b.cols() / 2), half(d, 0)};
-}
-
 // One buffer set of a grouped row, on the buffers of two dense problems: `dense`, the dense GEMM
 // of every group's rows at once (the compute floor), and `groups`, batched one matrix per group,
 // whose B holds the weights [G, K, N]. Contiguous groups have their rows in dense's A and D;
@@ -120,7 +108,7 @@ int time_row(const GroupedProblem& p, GroupedRecord& record, cudaStream_t stream
   // The line's epilogue (bench/suite.h): our side fused, its tensors per set (D's rows: the
   // contiguous groups' one matrix, or masked [G, max_m, ...]), and our grouped GEMM without it
   // timed too. One that reads acc2 makes the row a dual GEMM whose N is the accumulators', B's and
-  // B2's columns side by side (column_halves), as on dense lines.
+  // B2's columns side by side (dual_views), as on dense lines.
   const std::string& text = p.dense.epilogue;
   const bool fused = !text.empty(), dual = fused && epilogue::reads_acc2(epilogue::parse(text));
   std::vector<std::unique_ptr<EpilogueBuffers>> epilogues;
@@ -133,7 +121,7 @@ int time_row(const GroupedProblem& p, GroupedRecord& record, cudaStream_t stream
     seen.m = d.rows();
     seen.n = dual ? d.cols() / 2 : d.cols();
     epilogues.push_back(std::make_unique<EpilogueBuffers>(text, seen, random_seed()));
-    if (dual) halves.push_back(column_halves(set->b, set->d));
+    if (dual) halves.push_back(dual_views(set->b, set->d, grouped_name(record)));
   }
   const auto options_of = [&](const GroupedSet& set) {
     GemmOptions options = set.options;
