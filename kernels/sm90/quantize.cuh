@@ -76,14 +76,12 @@ struct QuantizeParams {
 #ifdef __CUDACC_RTC__
 
 #include "kernel_config.cuh"
+#include "quant_rule.cuh"
 #include "utility.cuh"
 
 namespace gemmkit::sm90 {
 
-constexpr float kQuantMax = kQuantQType == GEMMKIT_E4M3 ? 448.0f : 57344.0f;
-constexpr float kQuantInvMax = 1.0f / kQuantMax;  // rounded to nearest by the compiler
 constexpr int kQuantXBytes = kQuantXType == GEMMKIT_F32 ? 4 : 2;
-constexpr u32 kQuantInfBits = 0x7f800000u;
 
 extern __shared__ u32 gemmkit_quant_smem[];
 
@@ -118,72 +116,16 @@ __device__ __forceinline__ QuantRange quant_piece(const QuantizeSplit& s, u32 i,
 
 // ---- scales ---------------------------------------------------------------------------------
 
-// 2^e for e in [-127, 127] (2^-127 is subnormal).
-__device__ __forceinline__ float quant_pow2(int e) {
-  return e >= -126 ? __uint_as_float(u32(e + 127) << 23) : __uint_as_float(0x00400000u);
-}
-
-// The smallest e in [-127, 127] with 2^e * kQuantMax >= amax (amax finite and > 0): an
-// estimate from amax / max, then exact corrections (the products are exact).
-__device__ __forceinline__ int quant_exponent(float amax) {
-  const u32 r = __float_as_uint(amax * kQuantInvMax);
-  int e = r <= 0x00400000u ? -127 : r < 0x00800000u ? -126 : int(r >> 23) - 127 + ((r & 0x7fffffu) != 0u);
-  while (e < 127 && quant_pow2(e) * kQuantMax < amax) ++e;
-  while (e > -127 && quant_pow2(e - 1) * kQuantMax >= amax) --e;
-  return e;
-}
-
-// amax / max rounded to nearest f32, at least 2^-126: the reciprocal product corrected once
-// (Markstein), on amax scaled into a range where nothing underflows.
-__device__ __forceinline__ float quant_ratio(float amax) {
-  const bool tiny = amax < 0x1p-60f;
-  const float a = tiny ? amax * 0x1p64f : amax;
-  const float q0 = a * kQuantInvMax;
-  float q = __fmaf_rn(__fmaf_rn(-q0, kQuantMax, a), kQuantInvMax, q0);
-  if (tiny) q *= 0x1p-64f;
-  return fmaxf(q, 0x1p-126f);
-}
-
-// The scale of a block from the bits of its amax: NaN when the block holds a NaN or an infinity,
-// 1 when it is all zeros, else amax / max (at least 2^-126), or the power of two at or above it
-// with kQuantPow2.
-__device__ __forceinline__ float quant_scale(u32 amax_bits) {
-  if (amax_bits >= kQuantInfBits) return __uint_as_float(0x7fffffffu);
-  if (amax_bits == 0u) return 1.0f;
-  const float amax = __uint_as_float(amax_bits);
-  return kQuantPow2 ? quant_pow2(quant_exponent(amax)) : quant_ratio(amax);
-}
-
 __device__ __forceinline__ void quant_store_scale(const QuantizeParams& p, i64 b, i64 bs, i64 bf, u32 amax_bits) {
   const i64 index = b * p.scales.batch_stride + bs * p.scales.slow_stride + bf * p.scales.fast_stride;
   if (kQuantScaleType == GEMMKIT_UE8M0) {
     const u32 code = amax_bits >= kQuantInfBits ? 0xffu
                      : amax_bits == 0u          ? 127u
-                                                : u32(quant_exponent(__uint_as_float(amax_bits)) + 127);
+                                                : u32(quant_exponent<kQuantQType>(__uint_as_float(amax_bits)) + 127);
     static_cast<u8*>(p.scales.data)[index] = u8(code);
   } else {
-    static_cast<float*>(p.scales.data)[index] = quant_scale(amax_bits);
+    static_cast<float*>(p.scales.data)[index] = quant_scale<kQuantQType, kQuantPow2>(amax_bits);
   }
-}
-
-// What q = x / scale needs: the scale and its correctly rounded reciprocal.
-struct QuantDivisor {
-  float scale, inverse;
-};
-
-__device__ __forceinline__ QuantDivisor quant_divisor(u32 amax_bits) {
-  const float scale = quant_scale(amax_bits);
-  return {scale, __frcp_rn(scale)};
-}
-
-// x / scale rounded to f32. A power of two divides exactly as a product with its reciprocal;
-// other scales take one correction step (Markstein): with 1 / scale correctly rounded, the
-// product faithful and its remainder exact (an FMA), product + remainder / scale rounds
-// correctly. The remainder is exact unless |x| < 2^-100 or so, where q is 0 or nearly.
-__device__ __forceinline__ float quant_divide(float x, const QuantDivisor& d) {
-  const float q0 = __fmul_rn(x, d.inverse);
-  if (kQuantPow2) return q0;
-  return __fmaf_rn(__fmaf_rn(-q0, d.scale, x), d.inverse, q0);
 }
 
 // ---- element access -------------------------------------------------------------------------
@@ -309,7 +251,7 @@ constexpr int kQuantDivisors = kQuantSubLane ? kQuantVec : 1;
 __device__ __forceinline__ void quant_divisors(const QuantizeParams& p, const QuantUnit& u, int bs, QuantDivisor* d) {
   if (u.f_lane >= u.fe) return;
 #pragma unroll
-  for (int v = 0; v < kQuantDivisors; ++v) d[v] = quant_divisor(*quant_slot(p, bs, quant_column(p, u, v)));
+  for (int v = 0; v < kQuantDivisors; ++v) d[v] = quant_divisor<kQuantQType, kQuantPow2>(*quant_slot(p, bs, quant_column(p, u, v)));
 }
 
 // A warp's share of a tile: rows [r_begin, r_end) (relative to the tile's first) of each of
@@ -431,7 +373,7 @@ __device__ __forceinline__ void quant_apply_batch(const QuantizeParams& p, const
     if (u.f_lane + k * 32 * V < u.fe) {
       float out[V];
 #pragma unroll
-      for (int v = 0; v < V; ++v) out[v] = quant_divide(quant_value(w[l], v), div[kQuantSubLane ? v : 0]);
+      for (int v = 0; v < V; ++v) out[v] = quant_divide<kQuantPow2>(quant_value(w[l], v), div[kQuantSubLane ? v : 0]);
       quant_store<V>(p, a.q + i64(rel + r) * p.q.slow_stride + k * a.q_strip, out);
     }
     if (k == p.unit_strips - 1) --left;

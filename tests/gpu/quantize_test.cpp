@@ -21,10 +21,12 @@
 #include <string>
 #include <vector>
 
+#include "codegen/kernel_source.h"
 #include "gemmkit/error.h"
 #include "gemmkit/quantize.h"
 #include "gpu_test.h"
 #include "reference/host_numeric.h"
+#include "runtime/driver.h"
 
 namespace gemmkit {
 namespace {
@@ -528,6 +530,39 @@ TEST_F(QuantizeDeviceErrors, EmptyTensorsTouchNothing) {
   quantize(TensorView::row_major(nullptr, DType::bf16, 0, 256), TensorView::row_major(nullptr, DType::e4m3, 0, 256),
            TensorView::row_major(nullptr, DType::f32, 0, 2), 1, 128);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+// The quantisation rule's reciprocal (quant_rule.cuh, quant_reciprocal) against __frcp_rn for
+// every f32 from 2^-126 to the largest below 2^126, the scales it is given: bit for bit.
+TEST_F(QuantizeValues, ReciprocalIsCorrectlyRoundedOverEveryScale) {
+  const std::string source = codegen::expand_includes(R"(#include "quant_rule.cuh"
+extern "C" __global__ void gemmkit_reciprocal_test(unsigned first, unsigned long long count,
+                                                   unsigned long long* wrong, unsigned* example) {
+  using namespace gemmkit::sm90;
+  const u64 step = u64(gridDim.x) * blockDim.x;
+  for (u64 i = u64(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += step) {
+    const float s = __uint_as_float(first + u32(i));
+    if (__float_as_uint(quant_reciprocal(s)) != __float_as_uint(__frcp_rn(s))) {
+      atomicAdd(wrong, 1ull);
+      atomicExch(example, first + u32(i));
+    }
+  }
+}
+)", "");
+  const runtime::LoadedKernel& kernel = runtime::load_kernel(0, source, "gemmkit_reciprocal_test", 0);
+  unsigned long long* wrong = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&wrong), 16), cudaSuccess);
+  ASSERT_EQ(cudaMemset(wrong, 0, 16), cudaSuccess);
+  unsigned first = std::bit_cast<unsigned>(0x1p-126f);
+  unsigned long long count = std::bit_cast<unsigned>(0x1p126f) - first;
+  unsigned* example = reinterpret_cast<unsigned*>(wrong + 1);
+  void* args[] = {&first, &count, &wrong, &example};
+  ASSERT_EQ(runtime::driver().launch_kernel(kernel.function, 132 * 16, 1, 1, 256, 1, 1, 0, nullptr, args, nullptr),
+            CUDA_SUCCESS);
+  unsigned long long host[2] = {};
+  ASSERT_EQ(cudaMemcpy(host, wrong, 16, cudaMemcpyDeviceToHost), cudaSuccess);
+  cudaFree(wrong);
+  EXPECT_EQ(host[0], 0u) << "e.g. at " << std::bit_cast<float>(unsigned(host[1]));
 }
 
 }  // namespace
