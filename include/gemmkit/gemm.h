@@ -87,6 +87,13 @@ struct GemmOptions {
   cudaStream_t stream = nullptr;
   // Scales of FP8 inputs (see ScaleMode); 16-bit inputs take none.
   Scale scale_a, scale_b;
+  // D's scales where D is e4m3, which the call writes: mode block, f32, [batch,] M x ceil(N/128)
+  // with any strides, one scale per 128 columns of a row of D (1x128 blocks, the layout scale_a
+  // takes in block mode, so the next FP8 GEMM reads D and these as its A). Each block is
+  // quantised as gemmkit::quantize(x, D, scale_d, 1, 128) would quantise x, the f32 values D
+  // holds otherwise (the epilogue's result): scale = amax / 448 (1 for an all-zero block, NaN
+  // where the block holds a NaN or an infinity), D = x / scale rounded to e4m3, saturating.
+  Scale scale_d;
   // An SM budget: at most this many SMs run the call's kernel (0: all), leaving the others to
   // kernels running beside it (communication, say). grouped_gemm only, for now.
   int max_sms = 0;
@@ -103,7 +110,7 @@ struct GemmOptions {
 
 // A is [batch,] M x K, B is [batch,] K x N, D is [batch,] M x N, each with any strides.
 // A and B are both bf16 or both f16, or each e4m3 or e5m2 (e.g. e4m3 x e5m2 for gradients);
-// D is bf16, f16 or f32; accumulation is f32. FP8 products are summed by the tensor cores in
+// D is bf16, f16, f32, or e4m3 quantised in 1x128 blocks (options.scale_d); accumulation is f32. FP8 products are summed by the tensor cores in
 // 128-deep (MXFP8: 32-deep) chunks, each added to an f32 accumulator with its block scales.
 // Runs asynchronously on options.stream, on the device that holds the tensors.
 // Throws gemmkit::Error naming the argument at fault.

@@ -90,6 +90,9 @@ __device__ __forceinline__ u32 ld_shared_u32(u32 address) {
   asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(address) : "memory");
   return v;
 }
+__device__ __forceinline__ void st_shared_u16(u32 address, u16 v) {
+  asm volatile("st.shared.u16 [%0], %1;" ::"r"(address), "h"(v) : "memory");
+}
 __device__ __forceinline__ u32 ld_shared_u16(u32 address) {
   u16 v;
   asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(address) : "memory");

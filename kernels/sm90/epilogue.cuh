@@ -4,13 +4,15 @@
 // Every store path takes each element's value from output_value(): scales, alpha and beta C,
 // then the fused epilogue's code (fuse.cuh), or, for an epilogue with reductions, the value
 // evaluate_tile left in the accumulators. The paths around it only move data: through shared
-// memory and TMA when D allows it, by rows, or direct predicated stores.
+// memory and TMA when D allows it, by rows, or direct predicated stores. An e4m3 D is quantised
+// in the tile first (quantize_tile), with one scale per 128 columns of a row.
 #pragma once
 
 #include "common.cuh"
 #include "fuse.cuh"
 #include "kernel_config.cuh"
 #include "params.h"
+#include "quant_rule.cuh"
 #include "row_classes.cuh"
 #include "scales.cuh"
 #include "scheduler.cuh"
@@ -86,9 +88,16 @@ __device__ __forceinline__ float evaluate(const float* acc, const GemmParams& p,
   return fused_value(value, value2, p, at.group, min(row, p.m - 1), min(col, p.n - 1), inside, red);
 }
 
-// An epilogue that reduces is evaluated over the whole tile first (evaluate_tile), which leaves
-// D's values in the accumulators for the store paths.
-constexpr bool kEvaluateFirst = kEpilogueReductions > 0;
+// An e4m3 D (GemmParams::scale_d): its values are quantised in 1x128 blocks, a block's scale from
+// the largest |value| of its 128 columns of a row, which the tile holds whole: tiles start on a
+// block (no shifted last column) and span whole blocks, in D's orientation (not transposed).
+constexpr bool kQuantizedD = kOutType == GEMMKIT_E4M3;
+static_assert(!kQuantizedD || (kTileCols % 128 == 0 && !kShiftLastCol && !kDByColumns && !kEpilogueTransposed),
+              "an e4m3 D's tiles hold whole 128-column blocks of its rows");
+
+// An epilogue that reduces, or a D quantised in blocks, is evaluated over the whole tile first
+// (evaluate_tile), which leaves D's values in the accumulators for the next step.
+constexpr bool kEvaluateFirst = kEpilogueReductions > 0 || kQuantizedD;
 
 __device__ __forceinline__ float output_value(const float* acc, const GemmParams& p, TileOrigin at, int t, int j,
                                               int h, int e) {
@@ -175,6 +184,43 @@ __device__ __forceinline__ void evaluate_tile(float* acc, const GemmParams& p, c
   }
 }
 
+// By every thread of a consumer warpgroup, after evaluate_tile: each 128-column block of the
+// slice's rows quantised as gemmkit::quantize does (quant_rule.cuh), the values left in the
+// accumulators as value / scale, and the block's scale stored. A block's row is 16 column groups
+// of the 4 lanes holding the row: their largest |value| (as bits, so that NaN wins) over the
+// thread's 32 values, then 2 shuffles. Columns past D's last do not count.
+__device__ __forceinline__ void quantize_tile(float* acc, const GemmParams& p, const TileOrigin& at, int t) {
+#pragma unroll
+  for (int block = 0; block < kTileCols / 128; ++block) {
+    const i64 block_col = at.col + 128 * block;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      u32 amax = 0;
+#pragma unroll
+      for (int j = 16 * block; j < 16 * block + 16; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const u32 bits = at.col + fragment_col(t, j) + e < p.n ? __float_as_uint(acc[4 * j + 2 * h + e]) : 0u;
+          amax = max(amax, bits & 0x7fffffffu);
+        }
+      }
+      amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+      amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+      const QuantDivisor divisor = quant_divisor<GEMMKIT_E4M3, false>(amax);
+#pragma unroll
+      for (int j = 16 * block; j < 16 * block + 16; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) acc[4 * j + 2 * h + e] = quant_divide<false>(acc[4 * j + 2 * h + e], divisor);
+      }
+      const i64 row = d_row(at.row, t, h);
+      if (t % 4 == 0 && row < at.row_end && (!kShiftLastRow || row >= at.first_stored) && block_col < p.n) {
+        const i64 index = at.batch * p.scale_d.batch_stride + row * p.scale_d.row_stride + block_col / 128 * p.scale_d.col_stride;
+        static_cast<float*>(p.scale_d.data)[index] = divisor.scale;
+      }
+    }
+  }
+}
+
 // Direct stores, for outputs TMA cannot address (unaligned base or strides, non-unit column stride).
 __device__ __forceinline__ void store_tile_direct(const float* acc, const GemmParams& p, TileOrigin at,
                                                   int t) {
@@ -216,13 +262,14 @@ __device__ __forceinline__ void store_tile_direct(const float* acc, const GemmPa
 // as a line of its 16 rows (32 bytes of 16-bit outputs, 64 of f32), swizzled as wide as a line,
 // written by stmatrix's transposing form, and stored in boxes of kBoxCols whole lines
 // (kStoreBoxBytes / kOutBytes columns, which divide the tile's width: no group is shifted).
-constexpr int kOutBytes = kOutType == GEMMKIT_F32 ? 4 : 2;
+constexpr int kOutBytes = kOutType == GEMMKIT_F32 ? 4 : kQuantizedD ? 1 : 2;
 constexpr int kGroupCols = 128 / kOutBytes;
 constexpr int kBoxCols = kStoreBoxBytes / kOutBytes;
 constexpr int kBoxRows = 16;  // one warp's rows
 constexpr int kBoxBytes = kBoxRows * kStoreBoxBytes;
 constexpr int kColumnLineBytes = kBoxRows * kOutBytes;  // kDByColumns: one column of a warp's rows
 static_assert(!kDByColumns || (kTmaStore && kTileCols % kBoxCols == 0), "columns are stored by TMA, in whole boxes");
+static_assert(!kRowStore || kOutBytes > 1, "8-bit rows are stored through TMA or directly");
 static_assert(!kDual || kTileCols % 16 == 0, "a dual tile's columns are whole stmatrix pairs of 8-column groups");
 constexpr int kGroups = (kTileCols + kGroupCols - 1) / kGroupCols;
 constexpr bool kShiftLastGroup = kTileCols % kGroupCols != 0 && kStoreBoxBytes == 128;
@@ -279,7 +326,7 @@ __device__ __forceinline__ void stmatrix_group(const u32* m, int group, int t, u
 }
 
 // Writes this warp's part of group `group` (columns 128 bytes wide) into `part`, the shared
-// address of its 16 rows: 16-bit outputs with stmatrix, f32 outputs as pairs.
+// address of its 16 rows: 16-bit outputs with stmatrix, f32 and e4m3 outputs as pairs.
 __device__ __forceinline__ void stage_group(const float* acc, const GemmParams& p, TileOrigin at, int t, int group,
                                             u32 part) {
   if (kOutType == GEMMKIT_F32) {
@@ -298,6 +345,24 @@ __device__ __forceinline__ void stage_group(const float* acc, const GemmParams& 
         } else {
           store_shared(part + staged_offset(r, byte), x, y);
         }
+      }
+    }
+  } else if (kOutBytes == 1) {
+    // A lane's e4m3 pair of column group j is 2 bytes, its neighbour's (lane ^ 1) the next 2: the
+    // even lane of the two stores both pairs of group j as a word, the odd lane both of j + 1.
+    const bool odd = t % 2;
+#pragma unroll
+    for (int jj = 0; jj < kGroupJs; jj += 2) {
+      const int j = group_col(group) / 8 + jj;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const u32 mine = fp8_pair(GEMMKIT_E4M3, output_value(acc, p, at, t, j, h, 0), output_value(acc, p, at, t, j, h, 1));
+        const u32 next = fp8_pair(GEMMKIT_E4M3, output_value(acc, p, at, t, j + 1, h, 0),
+                                  output_value(acc, p, at, t, j + 1, h, 1));
+        const u32 theirs = __shfl_xor_sync(0xffffffffu, odd ? mine : next, 1);
+        const u32 word = odd ? theirs | next << 16 : mine | theirs << 16;
+        const int byte = fragment_col(t, odd ? jj + 1 : jj) - 2 * odd;  // the even lane's pair starts the word
+        st_shared_u32(part + staged_offset(fragment_row(t, h) % 16, byte), word);
       }
     }
   } else {
@@ -407,6 +472,25 @@ __device__ __forceinline__ void store_group_direct(const float* acc, const u32* 
   }
 }
 
+// By a warp of a grouped kernel's slice whose rows cross its group's end, for an e4m3 D: its
+// rows of group `group` before the end, staged at `part`, written from shared memory, 4 bytes a
+// lane (a row of the group is 128 bytes). Staging them as TMA would keeps one conversion path:
+// a second one, from the registers, made the kernels spill.
+__device__ __forceinline__ void store_staged_rows(u32 part, const GemmParams& p, const TileOrigin& at, int first_row,
+                                                  int group, int t) {
+  const int lane = t % 32;
+  const i64 col = at.col + group_col(group) + 4 * lane;
+  for (int r = 0; r < kBoxRows && first_row + r < at.row_end; ++r) {
+    const u32 word = ld_shared_u32(part + staged_offset(r, 4 * lane));
+    u8* d = static_cast<u8*>(p.d.data) + at.batch * p.d.batch_stride + (first_row + r) * p.d.row_stride + col;
+    if (col + 3 < p.n) {
+      *reinterpret_cast<u32*>(d) = word;  // rows and 4-column steps 4-byte aligned (TMA-stored D)
+    } else {
+      for (int b = 0; b < 4 && col + b < p.n; ++b) d[b] = u8(word >> 8 * b);
+    }
+  }
+}
+
 // Stores groups [First, End) of the slice: from the accumulators, or (16-bit outputs) from
 // `packed`, the groups' stmatrix operands packed earlier. Group g uses buffer g % kStoreBuffers.
 // Before its first group a warp waits until every store it issued before has read its buffer
@@ -431,9 +515,10 @@ __device__ __forceinline__ void store_tile_tma(const float* acc, const u32* pack
     }
     __syncwarp();
     const int row = int(at.row) + kBoxRows * warp;
-    if (kRowEnds && row + kBoxRows > at.row_end) {
-      // A group's rows end among the warp's (grouped kernels): TMA would store the next group's
-      // rows too.
+    // A group's rows end among the warp's (grouped kernels): TMA would store the next group's rows
+    // too.
+    const bool crossing = kRowEnds && row + kBoxRows > at.row_end;
+    if (crossing && kOutBytes > 1) {
       store_group_direct(acc, packed ? packed + (group - First) * kPackedPerGroup : nullptr, p, at, t, group);
     } else {
       if (packed) {
@@ -443,7 +528,9 @@ __device__ __forceinline__ void store_tile_tma(const float* acc, const u32* pack
       }
       fence_async_shared();
       __syncwarp();
-      if (leader) {
+      if (crossing) {
+        store_staged_rows(smem_u32(part), p, at, row, group, t);
+      } else if (leader) {
 #pragma unroll
         for (int box = 0; box < 128 / kStoreBoxBytes; ++box) {
           const int first = group_col(group) + box * kBoxCols;  // within the tile

@@ -345,9 +345,9 @@ __device__ __forceinline__ u32 k_step(bool k_major) { return k_major ? 32 / 16 :
 // in registers (packed, half the accumulators' size) and are staged and stored while the next
 // tile's first K block multiplies, so the tensor cores idle through half as long an epilogue.
 // Only for 16-bit D stored with TMA, unsplit and without C, from 16-bit inputs: f32 pairs would
-// not fit, and with C's loads or 8-bit inputs' partial accumulators the consumers run out of
+// not fit (e4m3 pairs are staged as they are made), and with C's loads or 8-bit inputs' partial accumulators the consumers run out of
 // registers.
-constexpr bool kDeferGroups = kTmaStore && kOutType != GEMMKIT_F32 && !kSplitK && !kHasC && !k8Bit && kGroups > 1;
+constexpr bool kDeferGroups = kTmaStore && kOutBytes == 2 && !kSplitK && !kHasC && !k8Bit && kGroups > 1;
 constexpr int kDeferFrom = (kGroups + 1) / 2;  // groups [kDeferFrom, kGroups) wait
 constexpr int kDeferredRegisters = kDeferGroups ? (kGroups - kDeferFrom) * kPackedPerGroup : 1;
 
@@ -602,6 +602,7 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
     if (at.row >= at.row_end || at.row + 64 <= at.first_stored) continue;  // below D, or the tile above's
     if (kSplitK && p.splits > 1 && !combine_splits(acc, p, i64(w.tile) * kConsumers + slice, w.split, at.row, t, 1 + slice)) continue;
     if (kEvaluateFirst) evaluate_tile(acc, p, at, t);
+    if (kQuantizedD) quantize_tile(acc, p, at, t);
     if (kDeferGroups) {
       store_tile_tma<0, kDeferFrom>(acc, nullptr, p, at, t, buffers, &map_d);
 #pragma unroll
@@ -669,11 +670,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x < 32) build_group_table(p, GroupTable(group_table), int(threadIdx.x));
     __syncthreads();
   }
-  const Scheduler tiles(p, group_table);
   launch_dependent_grids();
 
+  // Each role makes its scheduler after its registers are reallocated: made before, its values
+  // lived across the reallocation, and one spilled (grouped kernels with an e4m3 D, 4 bytes).
   if (warpgroup == 0) {
     registers_decrease<kProducerRegisters>();
+    const Scheduler tiles(p, group_table);
     if (t == 0 && !kRealignA) tma_prefetch_descriptor(&map_a);
     if (t == 0 && !kRealignB) tma_prefetch_descriptor(&map_b);
     if (t == 0 && kDual) tma_prefetch_descriptor(&map_b2);
@@ -702,6 +705,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
     registers_increase<kConsumerRegisters>();
+    const Scheduler tiles(p, group_table);
     wait_for_prerequisite_grids();
     if (kClusterM > 1) cluster_wait();
     consume(map_d, p, tiles, warpgroup - 1, t, stages_a, stages_b, stage_scales, column_scales,

@@ -75,6 +75,9 @@ struct GemmParams {
   int group_sizes_64;
   EpilogueParams epilogue;  // a fused epilogue's tensors (fuse.cuh)
   GemmMatrix b2;  // a dual GEMM's second B, k x n (kDual; the TMA kernel reads it through its tensor map)
+  // An e4m3 D's f32 scales, one per 128 columns of a row: the scale of D's (b, r, c) at
+  // data + b*batch_stride + r*row_stride + (c / 128)*col_stride (epilogue.cuh, quantize_tile).
+  GemmMatrix scale_d;
 };
 
 // One staging copy (stage.cuh): the matrix at `src`, element (b, r, c) at src + b*batch_stride +

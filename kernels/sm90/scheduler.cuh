@@ -59,8 +59,9 @@ __device__ __forceinline__ int first_stored_row(const GemmParams& p, int row) {
 // through TMA, those wholly left of it skipped. A box that starts left of it is stored whole,
 // with the values the tile to the left stored, which only C could make differ (hence the box
 // multiple). (H100, NT, 385x4096x4096 transposed on 64x208 tiles: 25.7 us, 32.2 unmoved.)
-// Not where B's block or mx scales need tiles to start on their blocks, nor with row classes.
-constexpr bool kShiftLastCol = !kRowClasses && !is_inner_scale(kScaleB);
+// Not where B's block or mx scales, or an e4m3 D's 1x128 blocks, need tiles to start on their
+// blocks, nor with row classes.
+constexpr bool kShiftLastCol = !kRowClasses && !is_inner_scale(kScaleB) && kOutType != GEMMKIT_E4M3;
 
 // The first column a tile multiplied from `col` stores.
 __device__ __forceinline__ int first_stored_col(const GemmParams& p, int col) {

@@ -17,9 +17,10 @@ namespace {
 // The device of every operand the kernel will touch, each inside the memory it points into.
 int operands_device(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options,
                     const Problem& p) {
-  std::array<Operand, 7 + kMaxEpilogueTensors> operands;
+  std::array<Operand, 8 + kMaxEpilogueTensors> operands;
   size_t count = 0;
   operands[count++] = {&d, p.batch, "D"};
+  if (p.quantizes_d()) operands[count++] = {&options.scale_d.scales, p.batch, "scale_d"};
   if (p.k > 0) {
     operands[count++] = {&a, p.batch, "A"};
     operands[count++] = {&b, p.batch, "B"};

@@ -77,6 +77,37 @@ ScaleRef scale_ref(const Scale& scale, const TensorView& x, bool is_a, int64_t r
        (is_a ? "A" : "B") + " (" + std::to_string(rows) + " x " + std::to_string(cols) + "); expected " + expected);
 }
 
+// D's scales (GemmOptions::scale_d): mode block, f32, ceil(N / 128) a row, where D is e4m3; none
+// otherwise. check_batch: validate_gemm's, against D's batch.
+template <class CheckBatch>
+MatrixRef scale_d_ref(const Scale& scale, const TensorView& d, int64_t m, int64_t n, const CheckBatch& check_batch) {
+  if (d.dtype != DType::e4m3) {
+    if (scale.mode != ScaleMode::none) {
+      fail("scale_d: mode " + std::string(scale_mode_name(scale.mode)) + " given for D of dtype " +
+           std::string(dtype_name(d.dtype)) + "; expected scale_d only for an e4m3 D (mode none otherwise)");
+    }
+    return {};
+  }
+  if (scale.mode != ScaleMode::block) {
+    fail("scale_d: mode " + std::string(scale_mode_name(scale.mode)) +
+         " for an e4m3 D; expected block: one f32 scale per 128 columns of a row, which the call writes");
+  }
+  const TensorView& t = scale.scales;
+  check_form(t, "scale_d");
+  if (t.dtype != DType::f32) fail("scale_d: dtype " + std::string(dtype_name(t.dtype)) + "; expected f32");
+  if (t.rows() != m || t.cols() != ceil_div(n, 128)) {
+    fail("scale_d: shape " + shape_text(t) + "; expected M x ceil(N/128) = " + std::to_string(m) + " x " +
+         std::to_string(ceil_div(n, 128)) + " (1x128 blocks of D)");
+  }
+  if (reinterpret_cast<uintptr_t>(t.data) % 4 != 0) fail("scale_d: data is not 4-byte aligned; expected f32 scales");
+  check_batch(t, "scale_d");
+  if (d.rank == 3 && d.batch() > 1 && t.rank == 2) {
+    fail("scale_d: shape " + shape_text(t) + " for a batch of " + std::to_string(d.batch()) +
+         " D matrices; expected [batch, M, ceil(N/128)], one scale tensor per batch");
+  }
+  return matrix_ref(t);
+}
+
 // A dual GEMM's second B (options.b2) beside B: its form, type, shape and batch, and what the
 // dual kernel does not take. check_batch: validate_gemm's, against D's batch.
 template <class CheckBatch>
@@ -128,8 +159,8 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
     fail("B: dtype " + std::string(dtype_name(b.dtype)) + " does not go with A's " + std::string(dtype_name(a.dtype)) +
          "; expected A and B both bf16, both f16, or each e4m3 or e5m2");
   }
-  if (d.dtype != DType::bf16 && d.dtype != DType::f16 && d.dtype != DType::f32) {
-    fail("D: dtype " + std::string(dtype_name(d.dtype)) + " is not supported; expected bf16, f16 or f32");
+  if (d.dtype != DType::bf16 && d.dtype != DType::f16 && d.dtype != DType::f32 && d.dtype != DType::e4m3) {
+    fail("D: dtype " + std::string(dtype_name(d.dtype)) + " is not supported; expected bf16, f16, f32 or e4m3");
   }
   if (use_c && options.c->dtype != DType::bf16 && options.c->dtype != DType::f16 && options.c->dtype != DType::f32) {
     fail("C: dtype " + std::string(dtype_name(options.c->dtype)) + " is not supported; expected bf16, f16 or f32");
@@ -165,6 +196,7 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
   const int widest = std::max({dtype_size(a.dtype), dtype_size(b.dtype), dtype_size(d.dtype),
                                use_c ? dtype_size(options.c->dtype) : 1});
   check_addressable(m, n, k, batch, widest);
+  const MatrixRef scale_d = scale_d_ref(options.scale_d, d, m, n, check_batch);
   const ScaleRef scale_a = scale_ref(options.scale_a, a, /*is_a=*/true, m, k);
   const ScaleRef scale_b = scale_ref(options.scale_b, b, /*is_a=*/false, k, n);
   if (scale_a.mode != ScaleMode::none) check_batch(options.scale_a.scales, "scale_a");
@@ -184,6 +216,7 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
   if (options.b2) p.b2 = matrix_ref(*options.b2);
   p.scale_a = scale_a;
   p.scale_b = scale_b;
+  p.scale_d = scale_d;
   p.epilogue = api::epilogue_ref(options.epilogue, p);
 
   if (element_count(d) == 0) return p;  // nothing to compute or touch
@@ -198,9 +231,37 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
   if (use_c) check_data(*options.c, "C");
   if (scale_a.mode != ScaleMode::none) check_data(options.scale_a.scales, "scale_a");
   if (scale_b.mode != ScaleMode::none) check_data(options.scale_b.scales, "scale_b");
+  if (scale_d.data || d.dtype == DType::e4m3) check_data(options.scale_d.scales, "scale_d");
   check_no_self_overlap(d, batch, "D");
+  if (scale_d.data) check_no_self_overlap(options.scale_d.scales, batch, "scale_d");
   return p;
 }
+
+namespace {
+
+// D's scales, written, apart from every other tensor the call reads or writes.
+void check_scale_d_apart(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options,
+                         const Problem& p) {
+  const int64_t batch = p.batch;
+  const api::ByteRange scales = byte_range(options.scale_d.scales, batch, "scale_d");
+  std::vector<std::pair<const TensorView*, std::string>> others = {{&d, "D"}};
+  if (p.k > 0) {
+    others.push_back({&a, "A"});
+    others.push_back({&b, "B"});
+    if (options.b2) others.push_back({&*options.b2, "options.b2"});
+    if (options.scale_a.mode != ScaleMode::none) others.push_back({&options.scale_a.scales, "scale_a"});
+    if (options.scale_b.mode != ScaleMode::none) others.push_back({&options.scale_b.scales, "scale_b"});
+  }
+  if (p.has_c()) others.push_back({&*options.c, "C"});
+  for (const EpilogueTensor& e : options.epilogue.tensors) others.push_back({&e.tensor, "epilogue tensor '" + e.name + "'"});
+  for (const auto& [t, name] : others) {
+    if (element_count(*t) > 0 && byte_range(*t, batch, name.c_str()).overlaps(scales)) {
+      fail("scale_d: memory overlaps " + name + "; expected D's scales apart from every other tensor");
+    }
+  }
+}
+
+}  // namespace
 
 void check_apart(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options,
                  const Problem& p) {
@@ -217,6 +278,7 @@ void check_apart(const TensorView& a, const TensorView& b, const TensorView& d, 
       fail(std::string("D: memory overlaps ") + name + "; expected D apart from the inputs");
     }
   }
+  if (p.scale_d.data) check_scale_d_apart(a, b, d, options, p);
   if (p.epilogue.fused()) {  // its outputs apart from everything the call reads
     std::array<api::Operand, 6> inputs;
     size_t count = 0;

@@ -38,7 +38,7 @@ static_assert(sizeof(KernelKnobs) == 7 * sizeof(int));
 }  // namespace
 
 bool KernelConfig::row_store() const {
-  return kind == KernelKind::tma && !tma_store && tile_m >= 128 && !(tile_m > 128 && splits > 1);
+  return kind == KernelKind::tma && !tma_store && tile_m >= 128 && !(tile_m > 128 && splits > 1) && out != DType::e4m3;
 }
 
 int KernelConfig::threads() const { return kind == KernelKind::tma ? 128 * (tile_m / 64 + 1) : 256; }

@@ -90,7 +90,8 @@ struct KernelConfig : KernelFacts, KernelKnobs {
   // only: 64-row tiles (narrow ones and row classes among them) store each element directly,
   // which runs as fast or faster on them (H100, 333x1237x568 NT 12.0 against 13.5 us). Nor split
   // tiles of three consumer warpgroups: summing the parts and storing rows, 8-bit 192 x 128 with
-  // rowwise scales spills (16 bytes of stack); they store each element directly.
+  // rowwise scales spills (16 bytes of stack); they store each element directly. Nor an e4m3 D,
+  // whose 8-bit rows are stored directly too.
   bool row_store() const;
   int smem_bytes() const;  // dynamic shared memory the launch reserves
   int tile_k() const;      // K elements per ring stage: 128 bytes' worth (64 16-bit, 128 8-bit)

@@ -63,7 +63,7 @@ ProblemWords problem_words(const Problem& p) {
     for (int64_t x : {address(m.data), int64_t(m.dtype), m.batch_stride, m.row_stride, m.col_stride}) w[i++] = x;
   };
   for (int64_t x : {p.m, p.n, p.k, p.batch}) w[i++] = x;
-  for (const MatrixRef* m : {&p.a, &p.b, &p.d, &p.c, &p.b2}) put_matrix(*m);
+  for (const MatrixRef* m : {&p.a, &p.b, &p.d, &p.c, &p.b2, &p.scale_d}) put_matrix(*m);
   for (const ScaleRef* s : {&p.scale_a, &p.scale_b}) {
     w[i++] = int64_t(s->mode);
     put_matrix(s->m);
@@ -94,6 +94,9 @@ std::string layout_name(const Problem& p) {
 
 Problem transposed_problem(const Problem& p) {
   if (p.dual()) throw Error(ErrorCode::invalid_argument, "a dual GEMM cannot run transposed: its products pair along N");
+  if (p.quantizes_d()) {
+    throw Error(ErrorCode::invalid_argument, "an e4m3 D cannot run transposed: its scales' blocks lie along its rows");
+  }
   Problem t = p;
   t.m = p.n;
   t.n = p.m;

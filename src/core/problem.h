@@ -71,6 +71,7 @@ struct Problem {  // every field goes into problem_words
   MatrixRef c;  // data is null unless beta != 0
   MatrixRef b2;  // a dual GEMM's second B (K x N, gemm.h GemmOptions::b2); data is null otherwise
   ScaleRef scale_a, scale_b;
+  MatrixRef scale_d;  // an e4m3 D's f32 scales, [batch,] M x ceil(N/128) (gemm.h, scale_d); else null
   float alpha = 1.0f, beta = 0.0f;
   int device = 0;
   GroupRef groups;
@@ -81,6 +82,8 @@ struct Problem {  // every field goes into problem_words
   // A dual GEMM: the kernel multiplies A by B and by b2 and pairs the products column by column,
   // so it never runs transposed (its pairs would lie along M).
   bool dual() const { return b2.data != nullptr; }
+  // D quantised in 1x128 blocks along its rows: never run transposed either.
+  bool quantizes_d() const { return scale_d.data != nullptr; }
   bool grouped() const { return groups.grouped(); }
   // The batch of A's, C's and D's rows: 1 where contiguous groups share one matrix.
   int64_t rows_batch() const {
@@ -102,7 +105,7 @@ struct Problem {  // every field goes into problem_words
 void check_addressable(int64_t m, int64_t n, int64_t k, int64_t batch, int element_bytes);
 
 // Every field of a problem as 64-bit words, pointers included: equal words, equal problems.
-using ProblemWords = std::array<int64_t, 52 + 6 * kMaxEpilogueTensors>;
+using ProblemWords = std::array<int64_t, 57 + 6 * kMaxEpilogueTensors>;
 ProblemWords problem_words(const Problem& p);
 
 // "NT"-style layout letters, row-major convention: the first letter is A, the second B;
@@ -111,7 +114,8 @@ ProblemWords problem_words(const Problem& p);
 std::string layout_name(const Problem& p);
 
 // D^T = B^T A^T: the same memory with A and B swapped and every operand transposed (the
-// epilogue's tensors stay in D's orientation; see EpilogueRef). Not for dual problems: throws.
+// epilogue's tensors stay in D's orientation; see EpilogueRef). Not for dual problems nor an
+// e4m3 D: throws.
 Problem transposed_problem(const Problem& p);
 
 }  // namespace gemmkit

@@ -136,7 +136,7 @@ bool half_width_tile_pays(const Problem& p, TileShape tile, int64_t k_blocks, co
 //   64x64 or 64x128.
 std::optional<TileShape> streaming_tile(const Problem& p, const KernelConfig& config, int64_t k_blocks,
                                         const DeviceLimits& limits) {
-  if (is_fp8(config.in)) return std::nullopt;
+  if (is_fp8(config.in) || config.out == DType::e4m3) return std::nullopt;
   if (!config.b_k_major) return std::nullopt;
   if (p.n <= kNarrowMaxN) return TileShape{64, p.n <= 8 ? 8 : p.n <= 16 ? 16 : 32};
   if (config.row_classes) return TileShape{64, p.n <= 64 ? 64 : 128};
@@ -231,6 +231,7 @@ bool tile_takes_groups(TileShape tile, const KernelConfig& facts) {
 }
 
 bool tile_takes_epilogue(TileShape tile, const KernelConfig& facts) {
+  if (facts.out == DType::e4m3 && facts.tile_cols(tile.n) != 128) return false;
   return !facts.epilogue || facts.dual || tile.n <= (facts.grouped() ? 208 : 224);
 }
 
@@ -295,7 +296,9 @@ std::vector<Candidate> dual_candidates(const Problem& p, const DeviceLimits& lim
   side_by_side.b = facts.b_k_major ? MatrixRef{p.b.data, p.b.dtype, 0, 1, p.b.col_stride}
                                    : MatrixRef{p.b.data, p.b.dtype, 0, n_major_stride, 1};
   if (facts.b_batched) side_by_side.b.batch_stride = b_matrix;
-  side_by_side.d = {p.d.data, p.d.dtype, p.batch > 1 ? p.m * 2 * p.n : 0, 2 * p.n, 1};
+  // D dense, 16-bit where the dual GEMM's is quantised (the pairs' 128 columns are one block).
+  side_by_side.d = {p.d.data, p.quantizes_d() ? DType::bf16 : p.d.dtype, p.batch > 1 ? p.m * 2 * p.n : 0, 2 * p.n, 1};
+  side_by_side.scale_d = {};
   std::vector<Candidate> candidates;
   for (const Candidate& c : rank_candidates(side_by_side, limits)) {
     const KernelConfig& knobs = c.config;
@@ -400,7 +403,7 @@ bool plainly_tiled(const Problem& p, const KernelConfig& c, const DeviceLimits& 
 }  // namespace
 
 bool transposing_pays(const Problem& p, const DeviceLimits& limits) {
-  if (is_fp8(p.a.dtype) || p.dual()) return false;
+  if (is_fp8(p.a.dtype) || p.dual() || p.quantizes_d()) return false;
   const KernelConfig c = problem_config(p);
   if (c.d_by_columns || !plainly_tiled(p, c, limits)) return false;
   const Problem t = transposed_problem(p);

@@ -203,7 +203,7 @@ KernelConfig problem_config(const Problem& p) {
   KernelConfig config = typed_config(p);
 
   // One row of A against B stored N x K: a matrix-vector product, bound by reading B once.
-  if (p.m == 1 && p.k > 0 && (p.b.row_stride == 1 || p.k == 1)) {
+  if (p.m == 1 && p.k > 0 && (p.b.row_stride == 1 || p.k == 1) && !p.quantizes_d()) {
     config.kind = KernelKind::gemv;
     config.tile_m = 1;
     // Output columns per block of 8 warps: one per warp, or where a row of B is shorter than a
@@ -226,7 +226,7 @@ KernelConfig problem_config(const Problem& p) {
       config.stage_b = !(b.ok && !b.cols_contiguous);
       a = {true, true};
       b = {true, false};
-    } else if (row_classes_apply(p)) {
+    } else if (!p.quantizes_d() && row_classes_apply(p)) {
       config.row_classes = true;
       a = {true, true};
       b = {true, false};
@@ -248,8 +248,10 @@ KernelConfig problem_config(const Problem& p) {
   config.b_k_major = !b.cols_contiguous;
   config.a_batched = p.batch > 1 && p.a.batch_stride != 0;
   config.b_batched = p.batch > 1 && p.b.batch_stride != 0;
-  config.tma_store = tma_can_store(p);
-  config.d_by_columns = config.tma_store && !tma_access(p.d, p.batch, p.m, p.n).cols_contiguous;
+  // An e4m3 D's rows are quantised in blocks: stored by rows (directly where TMA cannot).
+  const bool d_cols_contiguous = tma_access(p.d, p.batch, p.m, p.n).cols_contiguous;
+  config.tma_store = tma_can_store(p) && (d_cols_contiguous || !p.quantizes_d());
+  config.d_by_columns = config.tma_store && !d_cols_contiguous;
   return config;
 }
 

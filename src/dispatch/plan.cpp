@@ -9,8 +9,11 @@
 #include <utility>
 
 #include "codegen/kernel_source.h"
+#include "core/checked_math.h"
 #include "gemmkit/error.h"
+#include "gemmkit/quantize.h"
 #include "runtime/device.h"
+#include "runtime/driver.h"
 #include "runtime/launch.h"
 #include "runtime/words_hash.h"
 #include "tuning/tuned_configs.h"
@@ -64,6 +67,10 @@ int sm_budget(const Problem& p, const runtime::DeviceInfo& info) {
   return p.max_sms > 0 ? std::min(p.max_sms, info.sm_count) : info.sm_count;
 }
 
+// Whether a config quantises an e4m3 D in its kernel: a TMA kernel whose tiles hold one whole
+// 1x128 block (cost_model.h, tile_takes_epilogue), as the plan picks wherever one runs the problem.
+bool quantizes_in_kernel(const KernelConfig& c) { return c.kind == KernelKind::tma && c.tile_cols(c.tile_n) == 128; }
+
 Plan new_plan(const Problem& normalized, const KernelConfig* forced, cudaStream_t stream) {
   const runtime::DeviceInfo& info = runtime::device_info(normalized.device);
   runtime::require_sm90(info);
@@ -84,17 +91,23 @@ Plan new_plan(const Problem& normalized, const KernelConfig* forced, cudaStream_
     plan.tuned = choice.tuned;
   }
   if (plan.config.cluster_m > plan.sm_count) plan.config.cluster_m = 1;  // a budget of one SM
+  // An e4m3 D no kernel of this config quantises runs through f32 values (run_then_quantize).
+  if (normalized.quantizes_d() && !quantizes_in_kernel(plan.config)) return plan;
   plan.kernel = &kernel_for(normalized.device, plan.config);
   // A fused epilogue may not fit in the registers its tile leaves beside the accumulators
   // (tile_takes_epilogue, cost_model.h): where the kernel spills, the plan sets it aside for the
   // cost model's pick among narrower tiles, until one does not (or none is narrower).
-  while (!forced && plan.config.epilogue && plan.config.kind == KernelKind::tma && plan.kernel->local_bytes > 0) {
+  while (!forced && (plan.config.epilogue || normalized.quantizes_d()) && plan.config.kind == KernelKind::tma &&
+         plan.kernel->local_bytes > 0) {
     const int widest = plan.config.tile_n - 16;
     KernelConfig narrower = normalized.grouped()
                                 ? choose_grouped_config(normalized, limits, widest)
                                 : choose_config(plan.transposed ? transposed_problem(normalized) : normalized, limits,
                                                 widest);
-    if (narrower.kind != KernelKind::tma || narrower.tile_n > widest) break;
+    if (narrower.kind != KernelKind::tma || narrower.tile_n > widest ||
+        !tile_takes_epilogue({narrower.tile_m, narrower.tile_n}, narrower)) {
+      break;
+    }
     if (narrower.cluster_m > plan.sm_count) narrower.cluster_m = 1;
     runtime::set_aside_kernel(*plan.kernel);
     plan.config = narrower;
@@ -129,8 +142,9 @@ bool decode_for_narrow_tiles(const Problem& p) {
 }  // namespace
 
 Problem normalize(const Problem& p) {
-  // The grouped kernel stores D by rows, whatever its layout; a dual GEMM's pairs lie along N.
-  if (p.grouped() || p.dual()) return p;
+  // The grouped kernel stores D by rows, whatever its layout; a dual GEMM's pairs lie along N, an
+  // e4m3 D's scale blocks along its rows.
+  if (p.grouped() || p.dual() || p.quantizes_d()) return p;
   const bool d_by_columns = p.d.col_stride != 1 && p.d.row_stride == 1 && p.n > 1;
   const bool column_vector = p.n == 1 && p.m > 1 && p.k > 0 && p.a.col_stride == 1;  // GEMV as one row
   if (!d_by_columns && !column_vector && !decode_for_narrow_tiles(p)) return p;
@@ -138,7 +152,7 @@ Problem normalize(const Problem& p) {
 }
 
 Problem oriented(const Problem& normalized) {
-  if (normalized.grouped() || normalized.dual()) return normalized;
+  if (normalized.grouped() || normalized.dual() || normalized.quantizes_d()) return normalized;
   const runtime::DeviceInfo& info = runtime::device_info(normalized.device);
   return transposing_pays(normalized, limits_of(info)) ? transposed_problem(normalized) : normalized;
 }
@@ -161,7 +175,43 @@ Plan make_plan(const Problem& normalized, const KernelConfig* forced, cudaStream
   return plans.emplace(key, new_plan(normalized, nullptr, stream)).first->second;
 }
 
+namespace {
+
+// An e4m3 D that no such kernel computes (K = 0, or coordinates past TMA's reach: the fallback
+// kernel's problems; a staged operand's scratch that cannot grow while the stream is captured):
+// the GEMM into f32 values in stream-ordered scratch, D's matrices dense, then quantize() of
+// them into D and its scales, the same rule. A grouped problem's values start as zeros, so that
+// rows no group owns quantise to zeros with scale 1.
+void run_then_quantize(const Problem& p, cudaStream_t stream) {
+  const int64_t matrices = p.rows_batch();
+  const size_t bytes = size_t(matrices * p.m * p.n) * sizeof(float);
+  void* values = nullptr;
+  runtime::check(cudaMallocAsync(&values, bytes, stream), "cudaMallocAsync(values of an e4m3 D)");
+  try {
+    if (p.grouped()) runtime::check(cudaMemsetAsync(values, 0, bytes, stream), "cudaMemsetAsync(values of an e4m3 D)");
+    Problem f32 = p;
+    f32.d = {values, DType::f32, matrices > 1 ? p.m * p.n : 0, p.n, 1};
+    f32.scale_d = {};
+    const Problem run = normalize(f32);
+    run_plan(make_plan(run, nullptr, stream), run, stream);
+    const TensorView x = TensorView::batched(values, DType::f32, matrices, p.m, p.n, f32.d.batch_stride, p.n, 1);
+    const TensorView q = TensorView::batched(p.d.data, p.d.dtype, matrices, p.m, p.n, p.d.batch_stride, p.d.row_stride,
+                                             p.d.col_stride);
+    const int64_t blocks = ceil_div(p.n, 128);
+    const TensorView scales = TensorView::batched(p.scale_d.data, DType::f32, matrices, p.m, blocks,
+                                                  p.scale_d.batch_stride, p.scale_d.row_stride, p.scale_d.col_stride);
+    quantize(x, q, scales, 1, 128, {.stream = stream});
+  } catch (...) {
+    cudaFreeAsync(values, stream);
+    throw;
+  }
+  runtime::check(cudaFreeAsync(values, stream), "cudaFreeAsync(values of an e4m3 D)");
+}
+
+}  // namespace
+
 void run_plan(const Plan& plan, const Problem& normalized, cudaStream_t stream) {
+  if (normalized.quantizes_d() && !quantizes_in_kernel(plan.config)) return run_then_quantize(normalized, stream);
   std::optional<Problem> transposed;
   if (plan.transposed) transposed = transposed_problem(normalized);
   const Problem& p = transposed ? *transposed : normalized;
@@ -175,8 +225,10 @@ void run_plan(const Plan& plan, const Problem& normalized, cudaStream_t stream) 
   }
   // Without a scratch allocator, a staged operand's scratch cannot grow while the stream is
   // captured: the realigning kernel (for row classes) or the fallback kernel reads the operands
-  // as they are (correct, and slower; an uncaptured call first avoids it). The fallback kernel also takes problems of more
+  // as they are (correct, and slower; an uncaptured call first avoids it); for an e4m3 D, the
+  // fallback kernel's f32 values, quantised after it. The fallback kernel also takes problems of more
   // work units than the TMA kernel numbers.
+  if (p.quantizes_d()) return run_then_quantize(normalized, stream);
   if (plan.config.row_classes) {
     const KernelConfig realigned = realigned_instead(p, plan.config);
     if (runtime::launch_gemm(kernel_for(p.device, realigned), realigned, p, plan.sm_count, stream)) return;

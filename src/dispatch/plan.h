@@ -27,7 +27,7 @@ struct Plan {
   KernelConfig config;
   bool tuned = false;  // the config is a tuning winner (see gemmkit/tuning.h)
   bool transposed = false;  // the config runs the problem transposed (oriented)
-  const runtime::LoadedKernel* kernel = nullptr;
+  const runtime::LoadedKernel* kernel = nullptr;  // null where an e4m3 D runs through f32 values (plan.cpp)
   int sm_count = 0;
 };
 

@@ -221,5 +221,67 @@ TEST(FusedEpilogue, DualKernelsCompileWithoutSpills) {
   }
 }
 
+// An e4m3 D quantised in 1x128 blocks (quantize_tile) on the tiles the cost model gives it (128
+// wide, dual 256), stored through TMA and directly, with split-K, 8-bit inputs, grouped rows
+// (contiguous, masked; the MoE up-projection's dual, B K- and N-major) and along K; plain and
+// behind SwiGLU with its amax.
+TEST(FusedEpilogue, QuantizedOutputsCompileWithoutSpills) {
+  using DType::bf16, DType::f32;
+  const epilogue::Program biased = epilogue::parse("silu(acc + bias[n])");
+  const std::string* bias_code = codegen::interned_epilogue(biased, epilogue::canonical(biased), {{bf16}, {}});
+  const epilogue::Program swiglu = epilogue::parse("y = silu(acc) * acc2; ya[m] = amax(y); y");
+  const std::string* swiglu_code = codegen::interned_epilogue(swiglu, epilogue::canonical(swiglu), {{}, {f32}});
+  std::vector<KernelConfig> configs;
+  auto add = [&](TileShape tile, int cluster, const std::string* code, const std::function<void(KernelConfig&)>& vary) {
+    KernelConfig c = with_tile(KernelConfig{}, tile);
+    c.out = DType::e4m3;
+    c.cluster_m = cluster;
+    c.epilogue = code;
+    vary(c);
+    c.stages = max_stages(c, DeviceLimits{}.smem_per_block);
+    configs.push_back(c);
+  };
+  add({128, 128}, 2, nullptr, [](KernelConfig&) {});
+  add({128, 128}, 2, bias_code, [](KernelConfig&) {});
+  add({128, 128}, 1, bias_code, [](KernelConfig& c) { c.tma_store = false; });  // direct
+  add({64, 128}, 1, nullptr, [](KernelConfig& c) { c.splits = 2; });
+  add({128, 128}, 2, bias_code, [](KernelConfig& c) {
+    c.in = c.in_b = DType::e4m3;
+    c.scale_a = c.scale_b = ScaleMode::block;
+    c.scale_b_mn = 128;
+  });
+  add({128, 256}, 2, swiglu_code, [](KernelConfig& c) { c.dual = true; });
+  for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked}) {
+    for (TileShape tile : {TileShape{128, 256}, TileShape{64, 256}}) {
+      add(tile, 1, swiglu_code, [&](KernelConfig& c) {
+        c.dual = true;
+        c.group_layout = layout;
+        c.group_capacity = 128;
+        c.b_batched = true;
+        c.b_k_major = tile.m == 64;
+        c.a_batched = layout == GroupLayout::masked;
+      });
+    }
+    add({128, 128}, 1, bias_code, [&](KernelConfig& c) {
+      c.group_layout = layout;
+      c.group_capacity = 128;
+      c.b_batched = true;
+      c.a_batched = layout == GroupLayout::masked;
+    });
+  }
+  add({128, 128}, 2, nullptr, [](KernelConfig& c) {
+    c.group_along_k = true;
+    c.group_capacity = 128;
+    c.a_k_major = c.b_k_major = false;
+  });
+  for (const KernelConfig& k : configs) {
+    ASSERT_TRUE(tile_takes_epilogue({k.tile_m, k.tile_n}, k)) << k.name();
+    testing::expect_clean_compile(codegen::gemm_source(k), codegen::gemm_kernel_name(k), k.name());
+  }
+  KernelConfig narrow = with_tile(KernelConfig{}, {128, 192});
+  narrow.out = DType::e4m3;
+  EXPECT_FALSE(tile_takes_epilogue({128, 192}, narrow)) << "192 columns are a block and a half";
+}
+
 }  // namespace
 }  // namespace gemmkit

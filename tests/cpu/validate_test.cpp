@@ -371,9 +371,9 @@ TEST(ValidateFp8, MisusedTypesAndScalesAreNamed) {
   Args mixed = fp8_args(ScaleMode::none, {}, ScaleMode::none, {});
   mixed.b = TensorView::col_major(address(1), DType::bf16, FK, N);
   expect_rejected(mixed, "B", {"bf16", "e4m3"});
-  Args fp8_d = fp8_args(ScaleMode::none, {}, ScaleMode::none, {});
-  fp8_d.d = TensorView::row_major(address(2), DType::e4m3, M, N);
-  expect_rejected(fp8_d, "D", {"e4m3", "bf16, f16 or f32"});
+  Args e5m2_d = fp8_args(ScaleMode::none, {}, ScaleMode::none, {});
+  e5m2_d.d = TensorView::row_major(address(2), DType::e5m2, M, N);
+  expect_rejected(e5m2_d, "D", {"e5m2", "bf16, f16, f32 or e4m3"});
   Args fp8_c = fp8_args(ScaleMode::none, {}, ScaleMode::none, {});
   fp8_c.options.beta = 1.0f;
   fp8_c.options.c = TensorView::row_major(address(3), DType::e5m2, M, N);
@@ -381,6 +381,49 @@ TEST(ValidateFp8, MisusedTypesAndScalesAreNamed) {
   Args scale_as_input = fp8_args(ScaleMode::none, {}, ScaleMode::none, {});
   scale_as_input.a.dtype = DType::ue8m0;
   expect_rejected(scale_as_input, "A", {"ue8m0"});
+}
+
+// An e4m3 D takes its 1x128 block scales (GemmOptions::scale_d), M x ceil(N/128) f32, written
+// by the call; nothing else does.
+TEST(ValidateFp8, QuantizedDTakesItsBlockScales) {
+  Args ok;
+  ok.d = TensorView::row_major(address(2), DType::e4m3, M, N);
+  ok.options.scale_d = {ScaleMode::block, scales(4, DType::f32, M, 1)};
+  const Problem p = validate_gemm(ok.a, ok.b, ok.d, ok.options);
+  EXPECT_TRUE(p.quantizes_d());
+  EXPECT_EQ(p.scale_d.data, address(4));
+  EXPECT_THROW(transposed_problem(p), Error) << "an e4m3 D is never transposed";
+  Args none = ok;
+  none.options.scale_d = {};
+  expect_rejected(none, "scale_d", {"mode none", "e4m3 D", "block"});
+  Args tensor = ok;
+  tensor.options.scale_d.mode = ScaleMode::tensor;
+  expect_rejected(tensor, "scale_d", {"mode tensor", "block"});
+  Args shape = ok;
+  shape.options.scale_d.scales = scales(4, DType::f32, M, 2);
+  expect_rejected(shape, "scale_d", {"[64, 2]", "M x ceil(N/128) = 64 x 1"});
+  Args type = ok;
+  type.options.scale_d.scales = scales(4, DType::bf16, M, 1);
+  expect_rejected(type, "scale_d", {"bf16", "f32"});
+  Args for_bf16 = ok;
+  for_bf16.d.dtype = DType::bf16;
+  expect_rejected(for_bf16, "scale_d", {"block", "bf16", "only for an e4m3 D"});
+  Args null = ok;
+  null.options.scale_d.scales.data = nullptr;
+  expect_rejected(null, "scale_d", {"null"});
+  Args shared = ok;  // one scale tensor for a batch of D matrices: each would write it
+  shared.a = TensorView::batched(address(1), DType::bf16, 2, M, K, M * K, K, 1);
+  shared.d = TensorView::batched(address(2), DType::e4m3, 2, M, N, M * N, N, 1);
+  expect_rejected(shared, "scale_d", {"batch of 2", "[batch, M, ceil(N/128)]"});
+}
+
+TEST(ValidateFp8, QuantizedDsScalesApartFromEverything) {
+  Args x;
+  x.d = TensorView::row_major(address(2), DType::e4m3, M, N);
+  x.options.scale_d = {ScaleMode::block, TensorView::row_major(x.d.data, DType::f32, M, 1)};
+  expect_rejected(x, "scale_d", {"overlaps D"});
+  x.options.scale_d.scales.data = x.a.data;
+  expect_rejected(x, "scale_d", {"overlaps A"});
 }
 
 }  // namespace

@@ -35,6 +35,7 @@ inline double read_back(const std::vector<char>& bytes, DType type, int64_t i) {
     std::memcpy(&f, &bytes[size_t(4 * i)], 4);
     return f;
   }
+  if (type == DType::e4m3) return reference::fp8_to_float(uint8_t(bytes[size_t(i)]), type);
   uint16_t h;
   std::memcpy(&h, &bytes[size_t(2 * i)], 2);
   return type == DType::bf16 ? reference::bf16_to_float(h) : reference::f16_to_float(h);
