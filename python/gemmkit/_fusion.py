@@ -5,13 +5,18 @@ gemmkit.mm_epilogue, the operations its fused epilogue's text.
 From each product of 2-D bfloat16 or float16 CUDA tensors, the pass takes the elementwise nodes
 that follow it and that gemmkit's epilogue language spells (FUNCTIONS, BINARY, the casts),
 whose other operands are numbers or tensors read as name[n] ([N] or [1, N]), name[m] ([M, 1]) or
-name[m, n] ([M, N]) of bfloat16, float16 or float32. Where the product's one user views its M
+name[m, n] ([M, N]) of bfloat16, float16 or float32. Where one user of the product views its M
 rows as more dimensions ([M, N] -> [B, S, N]: a linear layer on [B, S, K]), the region's tensors
 may have them too ([B, S, 1], [B, S, N]), reshaped to M rows for the call, whose result is
-viewed back. It fuses the largest such region whose values are used only inside it but for its
-last node, which becomes the call's output: a value that escapes (used by another node or a
-graph output, such as an activation the backward keeps) ends the region before it. Where no
-node can join, the product stays as it was.
+viewed back. It fuses the largest such region: its last node's value is the call's result (D),
+and each other value that escapes it (used by another node or a graph output, as a training
+step's forward graph returns the activations and products the backward keeps) is an output of
+the call, stored beside D in that value's dtype (`oK[m, n] = ...;` in the text): the call is then
+a gemmkit.mm_epilogue_outputs, which returns [D, *outputs], each used where the value was. A
+product kept as it is beside the view that splits its rows is such an output. A region stops
+short of what would make the call read and write more than eight tensors, or read a tensor
+computed from one of its own outputs; one that would compute nothing but store the product
+again is no fusion. Where no node can join, the product stays as it was.
 
 A batched product (aten.bmm of [B, M, K] and [B, K, N], as torch.bmm and matmul of 3-D or more
 dimensions make it) fuses the same way into one mm_epilogue of its batched operands, its values
@@ -26,7 +31,7 @@ makes to compute in float32, is the sum itself. Operations torch ran in 16 bits 
 here, so the result rounds less than the graph it replaces.
 
 SwiGLU's up-projection becomes one gemmkit.swiglu_mm (a dual GEMM: both products from the same
-tiles of x, neither stored) where a region grown from two products of one x ends in one value:
+tiles of x, neither stored unless the graph keeps it) where a region grown from two products of one x ends in one value:
 its text reads the gate's sum as acc and the up's as acc2, with whatever the language spells
 around them (biases, silu or gelu as torch decomposes them, scales). The two forms:
 - two products of the same rows x [M, K] (one node, or equal views of one node, as a linear layer
@@ -38,10 +43,14 @@ around them (biases, silu or gelu as torch decomposes them, scales). The two for
   h[..., I:], as slices, split or chunk): swiglu_mm(x, w, None, False, ...); its even and odd
   columns (h[..., 0::2], h[..., 1::2]): interleaved=True. An addmm's bias is sliced likewise.
 The weights go in as the [I, K] (or [2I, K]) tensors the graph transposed for the product (a
-permute's input), else as a transposed view of the product's operand. Each product, its views,
-slices and halves must be used inside the region alone; products that cannot fuse so are left
-to the one-product fusion above (where one may read the other's value as a tensor).
+permute's input), else as a transposed view of the product's operand. A product or half used
+outside the region is an output, as above, of a gemmkit.swiglu_mm_outputs (a training step's
+forward graph keeps g and u). A product of 2I columns kept whole (as a training step keeps a
+combined weight's product) refuses: its halves would be two outputs in one tensor's memory,
+which gemmkit refuses, and it is no [M, I] value. Products that cannot fuse so are left to the
+one-product fusion above (where one may read the other's value as a tensor).
 
+The pass runs after autograd: the *_outputs operators it makes have no autograd formula.
 `fusions` counts the gemmkit calls the pass made: one a region, a swiglu_mm included, whether it
 replaced two products or one of 2I columns.
 """
@@ -66,6 +75,7 @@ CASTS = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 INPUT_DTYPES = (torch.bfloat16, torch.float16)
 VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)  # of a product's rows, or of x's
 TENSOR_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+DEVICE = "cuda"  # where the fused tensors lie (gemmkit's kernels'; a test runs the pass on CPU stand-ins)
 
 
 def _val(node):
@@ -105,7 +115,7 @@ class _Region:
             return f"({number})" if number.startswith("-") else number
         val = _val(x)
         if val is None or not isinstance(val, torch.Tensor) or val.dtype not in TENSOR_DTYPES \
-                or val.device.type != "cuda":
+                or val.device.type != DEVICE:
             return None
         shape, lead = tuple(val.shape), len(self.rows)
         if self.batch is not None:
@@ -223,7 +233,7 @@ def _product(node):
     else:
         (a, b), bias = node.args[:2], None
     vals = [_val(a), _val(b), _val(node)]
-    if any(v is None for v in vals) or any(v.dtype not in INPUT_DTYPES or v.device.type != "cuda" for v in vals):
+    if any(v is None for v in vals) or any(v.dtype not in INPUT_DTYPES or v.device.type != DEVICE for v in vals):
         return None
     if vals[0].dtype != vals[1].dtype:
         return None
@@ -232,15 +242,16 @@ def _product(node):
 
 def _grow(graph, region, members, definitions):
     """Grows the region from its seeds, `members` (products, their views and halves), in graph
-    order: a node joins where it reads a region value and otherwise only numbers and readable
-    tensors. Returns the members of the largest region whose members are used inside it alone but
-    for its last (the sink, after the seeds), or None where there is none."""
+    order: a node joins where it has the region's values' shape, reads a region value and
+    otherwise only numbers and readable tensors. Returns the members, or None where none joined."""
     seeds, joined = len(members), set(members)
+    shape = (*region.rows, region.n)
     order = {x: i for i, x in enumerate(graph.nodes)}
     frontier = sorted({u for x in members for u in x.users if u not in joined}, key=order.get)
     while frontier:  # users come after what they read, so members stay in graph order
         candidate = frontier.pop(0)
-        if candidate in joined:
+        val = _val(candidate)
+        if candidate in joined or not isinstance(val, torch.Tensor) or tuple(val.shape) != shape:
             continue
         expression = region.expression(candidate)
         if expression is None or not any(isinstance(x, torch.fx.Node) and x in region.text for x in candidate.args):
@@ -254,38 +265,75 @@ def _grow(graph, region, members, definitions):
         members.append(candidate)
         joined.add(candidate)
         frontier = sorted(set(frontier) | set(candidate.users), key=order.get)
-    for last in range(len(members) - 1, seeds - 1, -1):
-        inside = set(members[:last + 1])
-        if all(u in inside for x in members[:last] for u in x.users):
-            return members[:last + 1]
-    return None
+    return members if len(members) > seeds else None
 
 
-def _replace(graph, region, members, definitions, viewed, call, reads=()):
-    """Replaces the region's members by one call, call(text, names, inputs, out_dtype) -> (target,
-    args), made before the sink (the last member), whose value it takes (viewed back to the rows'
-    shape where `viewed`); returns whether it did: not where the sink is not an [*rows, n] tensor
-    of the epilogue's types, or the text does not read each sum named in `reads`."""
-    sink = members[-1]
-    sink_val = _val(sink)
-    if not isinstance(sink_val, torch.Tensor) or sink_val.dtype not in TENSOR_DTYPES \
-            or tuple(sink_val.shape) != (*region.rows, region.n):
+MAX_TENSORS = 8  # tensors an epilogue reads and writes (the library's kMaxEpilogueTensors)
+
+
+def _fuse_region(graph, region, members, seeds, definitions, call, products, both=()):
+    """Replaces the largest region members[:last + 1] (a grown member last, past the `seeds`) that
+    _replace takes by one call; returns whether it did. A smaller one may take what a larger one
+    cannot (a tensor computed from one of its outputs, too many tensors)."""
+    return any(_replace(graph, region, members[:last + 1], definitions, call, products, both)
+               for last in range(len(members) - 1, seeds - 1, -1))
+
+
+def _replace(graph, region, members, definitions, call, products, both):
+    """Replaces the region's members by one call, call(text, names, inputs, out_dtype,
+    output_types, members) -> (target, args), whose result (D) the last member, the sink, takes;
+    each other member used outside the region is an output of the call (`oK[m, n] = ...`, of the
+    member's dtype), which its outside users take, viewed back to the member's shape where that
+    is the split rows' (as D is). The call is made before the first node that takes one of its
+    values. Returns whether it did: not where the sink is not an [*rows, n] tensor of the
+    epilogue's types or is not computed from each of `both` (a dual GEMM's sums); where a member
+    used outside is no value of the text, or neither [*rows, n] nor the product's own shape;
+    where it would compute nothing but store a sum (the product, again); where it would read and
+    write more than MAX_TENSORS tensors; or where what it reads (the `products`' operands, its
+    tensors) comes after the first node that takes its values (a tensor computed from one of its
+    own outputs)."""
+    sink, inside = members[-1], set(members)
+    stored = [x for x in members[:-1] if any(u not in inside for u in x.users)]
+    shapes = ((*region.rows, region.n), region.flat())
+    vals = [_val(x) for x in (sink, *stored)]
+    if any(not isinstance(v, torch.Tensor) or v.dtype not in TENSOR_DTYPES or tuple(v.shape) not in shapes
+           for v in vals) or tuple(vals[0].shape) != shapes[0] or any(x not in region.text for x in stored):
         return False
-    statements = [f"{region.text[x]} = {definitions[x]}" for x in members[:-1] if x in definitions]
+    if stored and not any(x in definitions and x not in region.sums for x in members):
+        return False
+    if both and not set(both) <= _reach(members, both)[sink]:
+        return False
+    statements = []
+    for x in members[:-1]:
+        if x in definitions:
+            statements.append(f"{region.text[x]} = {definitions[x]}")
+        if x in stored:
+            statements.append(f"o{stored.index(x)}[m, n] = {region.text[x]}")
     text = "; ".join([*statements, definitions.get(sink, region.text[sink])])
-    if any(re.search(rf"\b{name}\b", text) is None for name in reads):
-        return False
     used = [(name, t, read_as) for name, t, read_as in region.tensors if f"{name}[" in text]
-    with graph.inserting_before(sink):
+    if len(used) + len(stored) > MAX_TENSORS:
+        return False
+    order = {x: i for i, x in enumerate(graph.nodes)}
+    at = min([sink, *(u for x in stored for u in x.users if u not in inside)], key=order.get)
+    reads = [a for p in products for a in p.args if isinstance(a, torch.fx.Node)] + [t for _, t, _ in used]
+    if any(order[x] >= order[at] for x in reads):
+        return False
+    with graph.inserting_before(at):
         inputs = []
         for _, t, read_as in used:  # a tensor of the split rows, read as M rows
             inputs.append(t if read_as is None else _node(graph, aten.reshape.default, (t, list(read_as)),
                                                           _val(t).reshape(read_as)))
-        flat = sink_val.reshape(region.flat()) if viewed else sink_val
-        fused = _node(graph, *call(text, [name for name, _, _ in used], inputs, sink_val.dtype), flat)
-        if viewed:
-            fused = _node(graph, aten.view.default, (fused, list(sink_val.shape)), sink_val)
-    sink.replace_all_uses_with(fused)
+        flat = [v.new_empty(region.flat()) for v in vals]  # the call's values: row-major, [M, N] or [B, M, N]
+        names = [name for name, _, _ in used] + [f"o{i}" for i in range(len(stored))]
+        target, args = call(text, names, inputs, vals[0].dtype, [CASTS[v.dtype] for v in vals[1:]], members)
+        fused = _node(graph, target, args, flat if stored else flat[0])
+        values = [_node(graph, operator.getitem, (fused, i), v) for i, v in enumerate(flat)] if stored else [fused]
+        values = [value if v.shape == f.shape else
+                  _node(graph, aten.view.default, (value, list(v.shape)), f.view(v.shape))
+                  for value, v, f in zip(values, vals, flat)]
+    sink.replace_all_uses_with(values[0])
+    for x, value in zip(stored, values[1:]):
+        x.replace_all_uses_with(value, delete_user_cb=lambda user: user not in inside)
     for x in reversed(members):
         graph.erase_node(x)
     return True
@@ -311,12 +359,15 @@ def _fuse_chain(graph, node, a, b, region, members, definitions, view):
     if view is not None:
         region.rows = tuple(_val(view).shape[:-1])
         region.alias(members, view, node)
+    seeds = len(members)
     members = _grow(graph, region, members, definitions)
-    if members is None:
-        return False
-    return _replace(graph, region, members, definitions, view is not None,
-                    lambda text, names, inputs, dtype: (torch.ops.gemmkit.mm_epilogue.default,
-                                                        (a, b, text, names, inputs, dtype, 1.0, 0.0, None)))
+
+    def call(text, names, inputs, dtype, types, members):
+        if types:
+            return torch.ops.gemmkit.mm_epilogue_outputs.default, (a, b, text, names, inputs, dtype, types)
+        return torch.ops.gemmkit.mm_epilogue.default, (a, b, text, names, inputs, dtype, 1.0, 0.0, None)
+
+    return members is not None and _fuse_region(graph, region, members, seeds, definitions, call, (node,))
 
 
 def _batched_product(node):
@@ -325,19 +376,16 @@ def _batched_product(node):
         return None
     a, b = node.args[:2]
     vals = [_val(a), _val(b), _val(node)]
-    if any(v is None for v in vals) or any(v.dtype not in INPUT_DTYPES or v.device.type != "cuda" for v in vals):
+    if any(v is None for v in vals) or any(v.dtype not in INPUT_DTYPES or v.device.type != DEVICE for v in vals):
         return None
     return (a, b) if vals[0].dtype == vals[1].dtype else None
 
 
 def _batch_split(product, batch, m, n):
-    """The batched product's one user where it is a view of its [B, M, N] values with the batch as
-    any dimensions ([B, M, N] itself, [A, H, M, N] for B = A * H), else None."""
-    users = list(product.users)
-    if len(users) != 1 or users[0].target not in VIEWS or _val(users[0]) is None:
-        return None
-    shape = tuple(_val(users[0]).shape)
-    return users[0] if len(shape) >= 3 and shape[-2:] == (m, n) and math.prod(shape[:-2]) == batch else None
+    """The batched product's one user that views its [B, M, N] values with the batch as any
+    dimensions ([B, M, N] itself, [A, H, M, N] for B = A * H), else None (as _row_split)."""
+    return _one_view(product, lambda shape: len(shape) >= 3 and shape[-2:] == (m, n)
+                     and math.prod(shape[:-2]) == batch)
 
 
 def _fuse_batched(graph, node):
@@ -387,20 +435,18 @@ def _fuse_pair(graph, p, p_operands, q):
         region.rows = tuple(_val(views[0]).shape[:-1])
         region.alias(members, views[0], p)
         region.alias(members, views[1], q)
+    seeds = len(members)
     members = _grow(graph, region, members, definitions)
-    if members is None:
-        return False
-    # acc is the gate: the product a one-operand function reads (silu's exp), where only one is
-    swap = _activated(members, (p, q)) == {q}
 
-    def call(text, names, inputs, dtype):
+    def call(text, names, inputs, dtype, types, members):
         w, w_up = _weight(graph, b), _weight(graph, b2)
-        if swap:
+        # acc is the gate: the product a one-operand function reads (silu's exp), where only one is
+        if _activated(members, (p, q)) == {q}:
             text = re.sub(r"\bacc2?\b", lambda s: "acc" if s.group() == "acc2" else "acc2", text)
             w, w_up = w_up, w
-        return torch.ops.gemmkit.swiglu_mm.default, (x, w, w_up, False, text, names, inputs, dtype)
+        return _swiglu_call(x, w, w_up, False, text, names, inputs, dtype, types)
 
-    if not _replace(graph, region, members, definitions, views[0] is not None, call, reads=("acc", "acc2")):
+    if members is None or not _fuse_region(graph, region, members, seeds, definitions, call, (p, q), both=(p, q)):
         return False
     if x2 is not x and not x2.users:  # q's own view of x
         graph.erase_node(x2)
@@ -434,16 +480,26 @@ def _fuse_halves(graph, h, operands):
     fused = region.seed(members, definitions, gate, "acc", parts[0]) \
         and region.seed(members, definitions, up, "acc2", parts[1])
     if fused:
+        seeds = len(members)
         members = _grow(graph, region, members, definitions)
-        fused = members is not None and _replace(
-            graph, region, members, definitions, view is not None,
-            lambda text, names, inputs, dtype: (torch.ops.gemmkit.swiglu_mm.default,
-                                                (x, _weight(graph, b), None, interleaved, text, names, inputs, dtype)),
-            reads=("acc", "acc2"))
+        fused = members is not None and _fuse_region(
+            graph, region, members, seeds, definitions,
+            lambda text, names, inputs, dtype, types, members: _swiglu_call(x, _weight(graph, b), None, interleaved,
+                                                                            text, names, inputs, dtype, types),
+            (h,), both=(gate, up))
     if not fused and bias is not None:
         for part in parts:
             graph.erase_node(part)
     return fused
+
+
+def _swiglu_call(x, w, w_up, interleaved, text, names, inputs, dtype, types):
+    """(target, args) of a swiglu_mm, or of a swiglu_mm_outputs where the text stores outputs of
+    `types`."""
+    args = (x, w, w_up, interleaved, text, names, inputs, dtype)
+    if types:
+        return torch.ops.gemmkit.swiglu_mm_outputs.default, (*args, types)
+    return torch.ops.gemmkit.swiglu_mm.default, args
 
 
 def _halves(h, n):
@@ -503,17 +559,20 @@ def _same_rows(x):
     return same
 
 
+def _reach(members, sources):
+    """member -> the `sources` (among the members) its value is computed from."""
+    reach = {s: {s} for s in sources}
+    for node in members:
+        if node not in reach:
+            reach[node] = set().union(*(reach.get(a, set()) for a in node.args if isinstance(a, torch.fx.Node)))
+    return reach
+
+
 def _activated(members, products):
     """The products whose values reach a one-operand function of the region (silu's exp, gelu's
     erf)."""
-    reach, found = {p: {p} for p in products}, set()
-    for node in members:
-        if node in reach:
-            continue
-        reach[node] = set().union(*(reach.get(a, set()) for a in node.args if isinstance(a, torch.fx.Node)))
-        if node.target in FUNCTIONS or node.target == aten.gelu.default:
-            found |= reach[node]
-    return found
+    reach = _reach(members, products)
+    return set().union(*(reach[x] for x in members if x.target in FUNCTIONS or x.target == aten.gelu.default))
 
 
 def _weight(graph, b):
@@ -531,13 +590,16 @@ fusions = 0  # gemmkit calls the pass made in this process, for a caller (or a t
 
 
 def _row_split(product, m, n):
-    """The product's one user where it is a view of the product's M rows as more dimensions
-    ([M, N] -> [..., N]), else None."""
-    users = list(product.users)
-    if len(users) != 1 or users[0].target not in VIEWS:
-        return None
-    shape = tuple(_val(users[0]).shape) if _val(users[0]) is not None else ()
-    return users[0] if len(shape) >= 2 and shape[-1] == n and math.prod(shape[:-1]) == m else None
+    """The product's one user that views its M rows as more dimensions ([M, N] -> [..., N]), else
+    None. Its other users (a forward graph's output of the product, saved for the backward) read
+    the product's own value, which the region stores for them."""
+    return _one_view(product, lambda shape: len(shape) >= 2 and shape[-1] == n and math.prod(shape[:-1]) == m)
+
+
+def _one_view(product, splits):
+    """The one user of `product` that is a view whose shape `splits` takes, else None."""
+    views = [u for u in product.users if u.target in VIEWS and _val(u) is not None and splits(tuple(_val(u).shape))]
+    return views[0] if len(views) == 1 else None
 
 
 def _node(graph, target, args, val):

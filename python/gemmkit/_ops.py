@@ -2,8 +2,8 @@
 implementations give output shapes without running anything), CUDA graphs capture it and
 autograd differentiates it. Their CUDA kernels are _torch's launches. Imported by _torch, whose
 functions (gemmkit.mm and the others) call these operators only where torch has something to
-record. grouped_mm and grouped_wgrad (and their _out forms) are the grouped products: the
-forward and input gradient, and the weight gradient, each with FP8 scales for
+record. grouped_mm and grouped_wgrad (and their _out and _epilogue forms) are the grouped
+products: the forward and input gradient, and the weight gradient, each with FP8 scales for
 scaled_grouped_mm."""
 
 import torch
@@ -43,6 +43,11 @@ _lib.define("grouped_wgrad(Tensor x, Tensor y, Tensor offs, Tensor? scale_a, Ten
             "str mode_b, ScalarType? out_dtype, int max_sms) -> Tensor")
 _lib.define("grouped_wgrad_out(Tensor x, Tensor y, Tensor offs, Tensor(a!) out, Tensor? scale_a, Tensor? scale_b, "
             "str mode_a, str mode_b, int max_sms) -> ()")
+# The weight gradient into out [G, P, Q] through a fused epilogue, as grouped_mm_epilogue (no
+# autograd); FP8 x and y with their scales and modes.
+_lib.define("grouped_wgrad_epilogue(Tensor x, Tensor y, Tensor offs, Tensor(a!) out, str epilogue, str[] names, "
+            "Tensor[] inputs, Tensor(b!)[] outputs, int max_sms, Tensor? scale_a=None, Tensor? scale_b=None, "
+            "str mode_a=\"none\", str mode_b=\"none\") -> ()")
 _lib.define("quantize(Tensor x, ScalarType dtype, int block_rows, int block_cols, ScalarType scale_dtype, "
             "bool power_of_two) -> (Tensor, Tensor)")
 # SwiGLU's up-projection as one dual GEMM (gemmkit.swiglu_mm): [M, I] = the epilogue of acc = x
@@ -55,6 +60,16 @@ _lib.define("swiglu_mm(Tensor x, Tensor w, Tensor? w_up, bool interleaved, str e
 # The same into out, with an epilogue's outputs (written in place, as gemm_epilogue's); no autograd.
 _lib.define("swiglu_mm_out(Tensor x, Tensor w, Tensor? w_up, Tensor(a!) out, bool interleaved, str epilogue, "
             "str[] names, Tensor[] inputs, Tensor(b!)[] outputs) -> ()")
+# mm_epilogue (alpha 1, no C) and swiglu_mm with the text's M x N outputs (name[m, n] = ...) made
+# and returned beside D, [D, *outputs]: the functional form of the _out operators' outputs. Each
+# output has D's shape, row-major, and its type in output_types, spelt as the text's casts are
+# (bf16, f16, f32; a ScalarType[] reaches a Python kernel as ints); names are the inputs' then the
+# outputs'. The torch.compile pass (_fusion) makes them in post-grad graphs, where autograd has
+# run: they have no autograd formula.
+_lib.define("mm_epilogue_outputs(Tensor a, Tensor b, str epilogue, str[] names, Tensor[] inputs, "
+            "ScalarType out_dtype, str[] output_types) -> Tensor[]")
+_lib.define("swiglu_mm_outputs(Tensor x, Tensor w, Tensor? w_up, bool interleaved, str epilogue, str[] names, "
+            "Tensor[] inputs, ScalarType? out_dtype, str[] output_types) -> Tensor[]")
 # The MoE up-projection as one grouped dual GEMM (gemmkit.grouped_swiglu_mm): each group's rows of
 # x (`layout` and `sizes` as grouped_mm's) through the epilogue of acc = x_g @ gate_g^T and acc2 =
 # x_g @ up_g^T, the experts' weights as swiglu_mm's with a group dimension first: w and w_up [G,
@@ -115,6 +130,12 @@ def _grouped_wgrad_out(x, y, offs, out, scale_a, scale_b, mode_a, mode_b, max_sm
     t.launch_grouped_wgrad(x, y, offs, out, scale_a, scale_b, mode_a, mode_b, max_sms)
 
 
+def _grouped_wgrad_epilogue(x, y, offs, out, epilogue, names, inputs, outputs, max_sms, scale_a=None, scale_b=None,
+                            mode_a="none", mode_b="none"):
+    t.launch_grouped_wgrad(x, y, offs, out, scale_a, scale_b, mode_a, mode_b, max_sms, epilogue,
+                           t.epilogue_triples(epilogue, names, [*inputs, *outputs]))
+
+
 def _quantize(x, dtype, block_rows, block_cols, scale_dtype, power_of_two):
     q_shape, s_shape = t.quantized_shapes(x, block_rows, block_cols)
     q, scales = x.new_empty(q_shape, dtype=dtype), x.new_empty(s_shape, dtype=scale_dtype)
@@ -130,6 +151,26 @@ def _swiglu_mm(x, w, w_up, interleaved, epilogue, names, inputs, out_dtype):
 
 def _swiglu_mm_out(x, w, w_up, out, interleaved, epilogue, names, inputs, outputs):
     t.launch_swiglu(x, w, w_up, interleaved, out, epilogue, t.epilogue_triples(epilogue, names, [*inputs, *outputs]))
+
+
+OUTPUT_TYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}  # the *_outputs operators'
+
+
+def _with_outputs(d, output_types):
+    """[d, and an empty tensor of d's shape of each type in output_types]."""
+    return [d, *(d.new_empty(d.shape, dtype=OUTPUT_TYPES[name]) for name in output_types)]
+
+
+def _mm_epilogue_outputs(a, b, epilogue, names, inputs, out_dtype, output_types):
+    d, *outputs = results = _with_outputs(t.new_output(a, b, out_dtype), output_types)
+    _gemm_epilogue(a, b, d, None, None, "none", "none", epilogue, names, inputs, outputs, 1.0, 0.0, None)
+    return results
+
+
+def _swiglu_mm_outputs(x, w, w_up, interleaved, epilogue, names, inputs, out_dtype, output_types):
+    d, *outputs = results = _with_outputs(t.new_swiglu_output(x, w, w_up, out_dtype), output_types)
+    _swiglu_mm_out(x, w, w_up, d, interleaved, epilogue, names, inputs, outputs)
+    return results
 
 
 def _grouped_swiglu_mm(x, w, w_up, sizes, layout, interleaved, epilogue, names, inputs, out_dtype, max_sms):
@@ -153,9 +194,12 @@ _lib.impl("grouped_mm", _grouped_mm, "CUDA")
 _lib.impl("grouped_mm_out", _grouped_mm_out, "CUDA")
 _lib.impl("grouped_wgrad", _grouped_wgrad, "CUDA")
 _lib.impl("grouped_wgrad_out", _grouped_wgrad_out, "CUDA")
+_lib.impl("grouped_wgrad_epilogue", _grouped_wgrad_epilogue, "CUDA")
 _lib.impl("quantize", _quantize, "CUDA")
 _lib.impl("swiglu_mm", _swiglu_mm, "CUDA")
 _lib.impl("swiglu_mm_out", _swiglu_mm_out, "CUDA")
+_lib.impl("mm_epilogue_outputs", _mm_epilogue_outputs, "CUDA")
+_lib.impl("swiglu_mm_outputs", _swiglu_mm_outputs, "CUDA")
 _lib.impl("grouped_swiglu_mm", _grouped_swiglu_mm, "CUDA")
 _lib.impl("grouped_swiglu_mm_out", _grouped_swiglu_mm_out, "CUDA")
 
@@ -212,6 +256,12 @@ def _grouped_wgrad_out_fake(x, y, offs, out, scale_a, scale_b, mode_a, mode_b, m
     return None
 
 
+@torch.library.register_fake("gemmkit::grouped_wgrad_epilogue")
+def _grouped_wgrad_epilogue_fake(x, y, offs, out, epilogue, names, inputs, outputs, max_sms, scale_a=None,
+                                 scale_b=None, mode_a="none", mode_b="none"):
+    t.check_operator_shapes(epilogue, names, [*inputs, *outputs], t.wgrad_epilogue_dims(x, y, offs))
+
+
 @torch.library.register_fake("gemmkit::quantize")
 def _quantize_fake(x, dtype, block_rows, block_cols, scale_dtype, power_of_two):
     q_shape, s_shape = t.quantized_shapes(x, block_rows, block_cols)
@@ -231,6 +281,24 @@ def _swiglu_mm_fake(x, w, w_up, interleaved, epilogue, names, inputs, out_dtype)
 @torch.library.register_fake("gemmkit::swiglu_mm_out")
 def _swiglu_mm_out_fake(x, w, w_up, out, interleaved, epilogue, names, inputs, outputs):
     t.check_operator_shapes(epilogue, names, [*inputs, *outputs], _swiglu_dims(x, w, w_up))
+
+
+# The *_outputs operators' outputs are D's shape: a name the text reduces into is refused here, as
+# the kernel's check would refuse it.
+
+@torch.library.register_fake("gemmkit::mm_epilogue_outputs")
+def _mm_epilogue_outputs_fake(a, b, epilogue, names, inputs, out_dtype, output_types):
+    results = _with_outputs(a.new_empty(t.output_shape(a, b), dtype=out_dtype), output_types)
+    t.check_operator_shapes(epilogue, names, [*inputs, *results[1:]], t.epilogue_dims(a, b))
+    return results
+
+
+@torch.library.register_fake("gemmkit::swiglu_mm_outputs")
+def _swiglu_mm_outputs_fake(x, w, w_up, interleaved, epilogue, names, inputs, out_dtype, output_types):
+    d = x.new_empty(t.swiglu_output_shape(x, w, w_up), dtype=t.output_dtype(x, out_dtype))
+    results = _with_outputs(d, output_types)
+    t.check_operator_shapes(epilogue, names, [*inputs, *results[1:]], _swiglu_dims(x, w, w_up))
+    return results
 
 
 @torch.library.register_fake("gemmkit::grouped_swiglu_mm")

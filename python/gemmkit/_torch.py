@@ -151,6 +151,12 @@ def grouped_epilogue_dims(a, b):
     return EpilogueDims(b.size(0), a.size(-2), b.size(-1), a.dim() == 2, "group")
 
 
+def wgrad_epilogue_dims(x, y, offs):
+    """EpilogueDims of a grouped weight gradient, D [G, P, Q] for x [M_total, P], y [M_total, Q] and
+    G group ends: each group's own P x Q (the tokens are contracted, so name[m] is one a row of P)."""
+    return EpilogueDims(offs.size(0), x.size(1), y.size(1), False, "group")
+
+
 def grouped_swiglu_epilogue_dims(x, w, w_up):
     """EpilogueDims of grouped_swiglu_mm's D: x's groups' rows (as grouped_epilogue_dims' a) and I
     columns, the experts' weights w and w_up as grouped_swiglu_output_shape takes them."""
@@ -336,16 +342,18 @@ def swiglu_weights_readable(w, w_up):
     return tma_readable(w, (-1,)), None if w_up is None else tma_readable(w_up, (-1,))
 
 
-def launch_grouped_wgrad(x, y, offs, out, scale_a, scale_b, mode_a, mode_b, max_sms):
+def launch_grouped_wgrad(x, y, offs, out, scale_a, scale_b, mode_a, mode_b, max_sms, epilogue="",
+                         epilogue_pairs=None):
     """out[g] = x_g^T y_g, x_g and y_g group g's rows by the ends in `offs`, on out's device and
-    current stream (scales for FP8: x's as A's, y's as B's). The 16-bit kernel reads x's and y's
-    rows (P and Q contiguous): copied first where they are not, or TMA cannot read them as they
-    lie. FP8 x and y pass as they are: the library copies them into the layout its kernel reads."""
+    current stream (scales for FP8: x's as A's, y's as B's), through a fused epilogue where one is
+    given (as launch_gemm; out [G, P, Q] is its D). The 16-bit kernel reads x's and y's rows (P and
+    Q contiguous): copied first where they are not, or TMA cannot read them as they lie. FP8 x and
+    y pass as they are: the library copies them into the layout its kernel reads."""
     if x.element_size() != 1:
         x, y = tma_readable(x, (-1,)), tma_readable(y, (-1,))
     _C.grouped_gemm_wgrad_tensors(x, y, out, offs.contiguous(), False, 1.0, 0.0, None,
                                   torch._C._cuda_getCurrentRawStream(out.get_device()), MODES[mode_a], scale_a,
-                                  MODES[mode_b], scale_b, max_sms)
+                                  MODES[mode_b], scale_b, max_sms, epilogue, epilogue_pairs)
 
 
 def tma_readable(t, inner_dims):
@@ -597,6 +605,25 @@ def _grouped_wgrad(x, y, offs, scale_a=None, scale_b=None, modes=("none", "none"
         return torch.ops.gemmkit.grouped_wgrad(x, y, offs, scale_a, scale_b, *modes, out_dtype, max_sms)
     refuse_autograd_with_out(x, y, out)
     torch.ops.gemmkit.grouped_wgrad_out(x, y, offs, out, scale_a, scale_b, *modes, max_sms)
+    return out
+
+
+def _grouped_wgrad_epilogue(x, y, offs, epilogue, tensors, out, out_dtype, max_sms, scale_a=None, scale_b=None,
+                            modes=("none", "none")):
+    """_grouped_wgrad through a fused epilogue whose D is out [G, P, Q]: launched directly, or
+    through the operator where torch traces or dispatches (no autograd: inputs that require grad
+    are refused), as _grouped_epilogue."""
+    check_output(out, out_dtype, (3,))
+    pairs = epilogue_pairs(epilogue, tensors, lambda: wgrad_epilogue_dims(x, y, offs))
+    max_sms = int(max_sms)
+    if out is None:
+        out = x.new_empty(wgrad_output_shape(x, y, offs), dtype=output_dtype(x, out_dtype))
+    if direct(x, y, offs, scale_a, scale_b, out, *(t for _, t, _ in pairs)):
+        launch_grouped_wgrad(x, y, offs, out, scale_a, scale_b, *modes, max_sms, epilogue, pairs)
+        return out
+    refuse_autograd_through_epilogue(x, y, scale_a, scale_b, *tensors.values())
+    torch.ops.gemmkit.grouped_wgrad_epilogue(x, y, offs, out, epilogue, *operator_tensors(epilogue, pairs), max_sms,
+                                             scale_a, scale_b, *modes)
     return out
 
 
@@ -976,13 +1003,16 @@ def grouped_mm(a, b, offs=None, *, counts=None, out=None, out_dtype=None, max_sm
     The weight gradient of masked groups is one batched product over all max_m rows of each
     group, the rows past each count zeroed first.
 
-    epilogue (the forward's, b [G, K, N]): a fused epilogue's text as mm takes it, its tensors
-    keyword arguments in D's orientation: name[n] one a group, [G, N] (or [N] for all groups),
+    epilogue: a fused epilogue's text as mm takes it, its tensors keyword arguments in D's
+    orientation. The forward's (b [G, K, N]): name[n] one a group, [G, N] (or [N] for all groups),
     such as each expert's bias; name[m] one a row of a, [M_total] ([G, max_m] masked), such as
     each token's router weight; name[] one a group, [G] (or 0-d for all); name[m, n] and outputs as
     out is. Reductions (see mm) count only the rows each group owns: name[n] = sum(x) into [G, N]
     (each expert's bias gradient) or [N] (over every group), name[m] into [M_total] ([G, max_m]
-    masked; rows no group owns hold 0), name[] into [G] or 0-d. No gradient flows through it."""
+    masked; rows no group owns hold 0), name[] into [G] or 0-d. The weight gradient's (2-D a and
+    b; D = out [G, P, Q], acc 0 for an empty group): name[n] [G, Q] or [Q], name[m] [G, P] or [P]
+    (the rows of each group's P x Q), name[] [G] or 0-d, name[m, n] and outputs [G, P, Q] ([P, Q]
+    for an input every group reads); reductions into those. No gradient flows through either."""
     refuse_stray_tensors("grouped_mm", epilogue, tensors)
     names = ("a", "b", "offs", "counts", "out")
     (a, b, offs, counts, out_t), kind = _arrays.to_torch(torch, (a, b, offs, counts, out), names)
@@ -1014,8 +1044,9 @@ def grouped_mm(a, b, offs=None, *, counts=None, out=None, out_dtype=None, max_sm
     layout, sizes = _group_sizes(a, b, offs, counts)
     if epilogue is not None:
         if b.dim() == 2:
-            raise ValueError("epilogue: given for the weight gradient (2-D a and b); expected the forward, b [G, K, N]")
-        result = _grouped_epilogue(a, b, sizes, layout, epilogue, tensors, out_t, out_dtype, max_sms)
+            result = _grouped_wgrad_epilogue(a.t(), b, sizes, epilogue, tensors, out_t, out_dtype, max_sms)
+        else:
+            result = _grouped_epilogue(a, b, sizes, layout, epilogue, tensors, out_t, out_dtype, max_sms)
         return _arrays.to_caller(result, kind, out)
     if b.dim() == 2:
         result = _grouped_wgrad(a.t(), b, sizes, out=out_t, out_dtype=out_dtype, max_sms=max_sms)
@@ -1153,11 +1184,11 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, offs=None, *, counts=None, mode="r
     Float32 scales, any strides (gemm.h's layouts, B's with a group dimension, are taken too).
     Output bfloat16 unless out_dtype or out says float16 or float32. Not differentiable.
 
-    epilogue (the forward's, b [G, K, N]): a fused epilogue's text computed from acc, the scaled
-    product, with its tensors keyword arguments as grouped_mm takes them (name[n] [G, N] one a
-    group, or [N]; name[m] [M_total], [G, max_m] masked; name[m, n] and outputs as out is), e.g.
-    the MoE down-projection's router weight, epilogue="acc * route[m]", route=weights; reductions
-    as grouped_mm's."""
+    epilogue: a fused epilogue's text computed from acc, the scaled product, with its tensors
+    keyword arguments as grouped_mm takes them (the forward's: name[n] [G, N] one a group, or [N];
+    name[m] [M_total], [G, max_m] masked; name[m, n] and outputs as out is), e.g. the MoE
+    down-projection's router weight, epilogue="acc * route[m]", route=weights; reductions and the
+    weight gradient's tensors as grouped_mm's."""
     refuse_stray_tensors("scaled_grouped_mm", epilogue, tensors)
     names = ("a", "b", "scale_a", "scale_b", "offs", "counts", "out")
     (a, b, scale_a, scale_b, offs, counts, out_t), kind = _arrays.to_torch(
@@ -1170,15 +1201,16 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, offs=None, *, counts=None, mode="r
     layout, sizes = _group_sizes(a, b, offs, counts)
     modes = _mode_pair(mode)
     if b.dim() == 2:
-        if epilogue is not None:
-            raise ValueError("epilogue: given for the weight gradient (2-D a and b); expected the forward, "
-                             "b [G, K, N]")
         wrong = [m for m in modes if m in ("block", "mx")]
         if wrong:
             raise ValueError(f"mode: {wrong[0]!r}; expected 'tensor' or 'rowwise' for the weight gradient "
                              "(2-D a and b)")
         scale_a, scale_b = _wgrad_scales(a, b, sizes, scale_a, scale_b, modes)
-        result = _grouped_wgrad(a.t(), b, sizes, scale_a, scale_b, modes, out_t, out_dtype, max_sms)
+        if epilogue is not None:
+            result = _grouped_wgrad_epilogue(a.t(), b, sizes, epilogue, tensors, out_t, out_dtype, max_sms, scale_a,
+                                             scale_b, modes)
+        else:
+            result = _grouped_wgrad(a.t(), b, sizes, scale_a, scale_b, modes, out_t, out_dtype, max_sms)
     else:
         if "mx" in modes:
             raise ValueError("mode: 'mx'; expected 'tensor', 'rowwise' or 'block' (grouped products take no MXFP8 "

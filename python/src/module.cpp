@@ -399,20 +399,23 @@ NB_MODULE(_gemmkit, m) {
       "grouped_gemm_wgrad_tensors",
       [](nb::handle x, nb::handle y, nb::handle d, nb::handle sizes, bool check, float alpha, float beta,
          nb::handle c, uintptr_t stream, ScaleMode mode_a, nb::handle scale_a, ScaleMode mode_b, nb::handle scale_b,
-         int max_sms) {
+         int max_sms, const std::string& epilogue, nb::handle epilogue_tensors) {
         const TensorView vx = gemmkit::python::view_of(x, "x"), vy = gemmkit::python::view_of(y, "y");
         const TensorView vd = gemmkit::python::view_of(d, "out");
         const GroupSizes vs = gemmkit::python::group_sizes_of(sizes, "offs", GroupLayout::contiguous, check);
         gemmkit::GemmOptions options = tensor_options(alpha, beta, c, stream, mode_a, scale_a, mode_b, scale_b);
         options.max_sms = max_sms;
+        if (!epilogue.empty()) options.epilogue = epilogue_of(epilogue, epilogue_tensors);
         nb::gil_scoped_release unlocked;
         gemmkit::grouped_gemm_wgrad(vx, vy, vd, vs, options);
       },
       nb::arg("x"), nb::arg("y"), nb::arg("d"), nb::arg("sizes"), nb::arg("check"), nb::arg("alpha"),
       nb::arg("beta"), nb::arg("c").none(), nb::arg("stream"), nb::arg("mode_a"), nb::arg("scale_a").none(),
-      nb::arg("mode_b"), nb::arg("scale_b").none(), nb::arg("max_sms"),
+      nb::arg("mode_b"), nb::arg("scale_b").none(), nb::arg("max_sms"), nb::arg("epilogue") = "",
+      nb::arg("epilogue_tensors") = nb::none(),
       "grouped_gemm_wgrad() on framework tensors, the group ends a 1-D int32 or int64 tensor; scale_a is x's "
-      "scales (A = x^T), scale_b y's");
+      "scales (A = x^T), scale_b y's; with a fused epilogue's text and (name, tensor, index) triples, d [G, P, Q] "
+      "its D");
   m.def(
       "quantize_tensors",
       [](nb::handle x, nb::handle q, nb::handle scales, int64_t block_rows, int64_t block_cols,

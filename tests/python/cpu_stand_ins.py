@@ -31,14 +31,33 @@ def grouped_mm_stand_in(a, b, sizes, layout, scale_a, scale_b, mode_a, mode_b, o
     return out
 
 
-def grouped_wgrad_stand_in(x, y, offs, scale_a, scale_b, mode_a, mode_b, out_dtype, max_sms):
-    out = x.new_empty(offs.size(0), x.size(1), y.size(1), dtype=output_dtype(x, out_dtype))
+def wgrad_products(x, y, offs, scale_a, scale_b):
+    """[G, P, Q] in double: each group's x_g^T y_g over its rows, x and y scaled as gemm.h's views
+    say (x's scales [P, 1] or [1, 1], y's [1, Q] or [1, 1], with or without G first)."""
+    out = x.new_empty(offs.size(0), x.size(1), y.size(1), dtype=torch.float64)
     for g, start, end in group_rows(offs, "contiguous", x.size(0)):
-        # gemm.h's views: x's scales [P, 1] or [1, 1], y's [1, Q] or [1, 1], with or without G first.
         sx = 1.0 if scale_a is None else scale_a[g] if scale_a.dim() == 3 else scale_a
         sy = 1.0 if scale_b is None else scale_b[g] if scale_b.dim() == 3 else scale_b
-        out[g] = ((x[start:end].double().t() * sx) @ (y[start:end].double() * sy)).to(out.dtype)
+        out[g] = (x[start:end].double().t() * sx) @ (y[start:end].double() * sy)
     return out
+
+
+def grouped_wgrad_stand_in(x, y, offs, scale_a, scale_b, mode_a, mode_b, out_dtype, max_sms):
+    return wgrad_products(x, y, offs, scale_a, scale_b).to(output_dtype(x, out_dtype))
+
+
+def grouped_wgrad_epilogue_stand_in(x, y, offs, out, epilogue, names, inputs, outputs, max_sms, scale_a=None,
+                                    scale_b=None, mode_a="none", mode_b="none"):
+    """D into out [G, P, Q] and each output in place, as gemm_epilogue_stand_in's, acc each group's
+    x_g^T y_g (an empty group's 0)."""
+    from gemmkit._epilogue_eval import evaluate
+    written = names[len(inputs):]
+    value, values = evaluate(epilogue, wgrad_products(x, y, offs, scale_a, scale_b),
+                             {name: t.double() for name, t in zip(names, inputs)},
+                             shapes={name: t.shape for name, t in zip(written, outputs)})
+    out.copy_(value)
+    for name, t in zip(written, outputs):
+        t.copy_(values[name])
 
 
 def gemm_stand_in(a, b, scale_a, scale_b, mode_a, mode_b, out_dtype, alpha, beta, c):
@@ -74,4 +93,5 @@ def gemm_epilogue_stand_in(a, b, out, scale_a, scale_b, mode_a, mode_b, epilogue
 
 
 STAND_INS = {"grouped_mm": grouped_mm_stand_in, "grouped_wgrad": grouped_wgrad_stand_in, "gemm": gemm_stand_in,
-             "mm_epilogue": mm_epilogue_stand_in, "gemm_epilogue": gemm_epilogue_stand_in}
+             "mm_epilogue": mm_epilogue_stand_in, "gemm_epilogue": gemm_epilogue_stand_in,
+             "grouped_wgrad_epilogue": grouped_wgrad_epilogue_stand_in}

@@ -1,7 +1,8 @@
 """gemmkit.mm and grouped_mm with a fused epilogue on an sm_90 GPU: D and the auxiliary outputs
 against the double-precision product with the epilogue evaluated in double by torch, for vectors
 given 1-D or as the C++ API takes them, odd shapes, strided tensors, f32 and 16-bit outputs and
-C, per-expert and per-token vectors, scaled_grouped_mm's FP8 groups (rowwise, tensor, block;
+C, per-expert and per-token vectors, the grouped weight gradient's per-expert scalars, vectors
+and outputs (an empty expert), scaled_grouped_mm's FP8 groups (rowwise, tensor, block;
 contiguous and masked); the operator under opcheck and torch.compile, and
 enable_compile_fusion's pass on a compiled layer and a compiled batched product. Each output
 starts as NaN. Skips, saying so, without torch or an sm_90 GPU."""
@@ -103,6 +104,31 @@ def test_grouped_down_projection_with_expert_biases_and_router_weights():
         r = route[start:start + count].double()[:, None]
         expect_near(d[start:start + count], (ref + bias[g].double()) * r, acc_bound * r.abs())
         start += count
+
+
+def test_grouped_weight_gradient_with_expert_scales_biases_and_a_saved_value():
+    from gpu_reference import offs_of, spans
+    sizes, p, q = [37, 0, 100, 63], 192, 136  # an empty expert: its acc is 0
+    groups, owned = len(sizes), sum(sizes)
+    dy, x = rand(owned + 5, p), rand(owned + 5, q)
+    dy[owned:] = float("nan")  # rows past the last end: no group's, not contracted
+    x[owned:] = float("nan")
+    s, bias, scale = rand(groups, dtype=F32), rand(groups, q), rand(p, dtype=F32)
+    r = rand(groups, p, 2 * q)[..., :q]  # one an expert, row stride 2Q
+    saved, out = nan_like((groups, p, q), F32), nan_like((groups, p, q), F32)
+    d = gemmkit.grouped_mm(dy.t(), x, offs_of(sizes), out=out, epilogue="h = acc * s[] + bias[n]; saved[m, n] = h; "
+                           "h * scale[m] + r[m, n]", s=s, bias=bias, scale=scale, r=r, saved=saved)
+    assert d is out
+    silu = gemmkit.grouped_mm(dy.t(), x, offs_of(sizes), epilogue="silu(acc + bias[n])", bias=bias[0])
+    assert silu.shape == (groups, p, q) and silu.dtype == torch.bfloat16
+    c = scale.double()[:, None]
+    for g, start, end in spans(sizes):
+        ref, acc_bound = product(dy[start:end].t(), x[start:end])
+        h = ref * s[g].double() + bias[g].double()
+        expect_near(saved[g], h, acc_bound * s[g].double().abs())
+        expect_near(d[g], h * c + r[g].double(), acc_bound * s[g].double().abs() * c.abs())
+        # silu's slope is at most 1.1
+        expect_near(silu[g], torch.nn.functional.silu(ref + bias[0].double()), acc_bound * 1.1)
 
 
 @pytest.mark.parametrize("mode", ["rowwise", "tensor", "block"])

@@ -15,9 +15,9 @@ backward epilogue and its bias gradient ("dh = acc * dgelu(pre[m, n]); db[n] = s
 maxima and sums of rows, columns and the whole in every shape the API takes, NaN in amax, bmm's
 reductions per batch and over the batch with a scalar a batch, grouped_mm's per-group bias
 gradients ([G, N]) and per-row maxima over contiguous and masked groups (only the rows each group
-owns counted), and torch.compile against eager; each against the product and epilogue in double,
-every output filled with NaN first, so that one gemmkit did not zero shows. Skips, saying so,
-without torch."""
+owns counted), the grouped weight gradient's sums and maxima an expert and over every expert, and
+torch.compile against eager; each against the product and epilogue in double, every output
+filled with NaN first, so that one gemmkit did not zero shows. Skips, saying so, without torch."""
 
 import math
 
@@ -488,6 +488,33 @@ def test_grouped_bias_gradients_a_group_and_maxima_a_row(layout):
         every_bound.append(bound)
     expect_reduced(dball, *reduced(torch.cat(every), torch.cat(every_bound), "sum", (0,)), "dball")
     assert (ra[~written] == 0).all(), "rows no group owns: zeroed, nothing added"
+
+
+@sm90
+def test_grouped_weight_gradient_reduces_each_expert_and_every_expert():
+    # A sum of squares an expert (its gradient's norm, for clipping) and a largest |x| an expert (an
+    # FP8 scale), a row's maximum an expert and the column sums over every expert; an empty expert
+    # reduces its zeros.
+    from gpu_reference import offs_of, spans
+    sizes, p, q = [37, 0, 100, 63], 128, 192
+    groups, owned = len(sizes), sum(sizes)
+    dy, x = rand(owned + 5, p), rand(owned + 5, q)  # rows past the last end: no group's
+    norm, top, ra, cs = (nan_like(shape, F32) for shape in ((groups,), (groups,), (groups, p), (q,)))
+    d = gemmkit.grouped_mm(dy.t(), x, offs_of(sizes), out_dtype=F32, norm=norm, top=top, ra=ra, cs=cs,
+                           epilogue="norm[] = sum(acc * acc); top[] = amax(acc); ra[m] = amax(acc); cs[n] = sum(acc); "
+                                    "acc")
+    every, every_bound = [], []
+    for g, start, end in spans(sizes):
+        acc, bound = product(dy[start:end].t(), x[start:end])
+        expect_near(d[g], acc, bound)
+        square = acc * acc  # its bound: acc's carried through the square, and the square's f32 rounding
+        square_bound = 2 * acc.abs() * bound + bound * bound + square * 2.0 ** -24
+        expect_reduced(norm[g], *reduced(square, square_bound, "sum", (0, 1)), f"norm[{g}]")
+        expect_reduced(top[g], *reduced(acc, bound, "amax", (0, 1)), f"top[{g}]")
+        expect_reduced(ra[g], *reduced(acc, bound, "amax", (1,)), f"ra[{g}]")
+        every.append(acc)
+        every_bound.append(bound)
+    expect_reduced(cs, *reduced(torch.stack(every), torch.stack(every_bound), "sum", (0, 1)), "cs")
 
 
 @sm90

@@ -6,9 +6,10 @@ the double-precision product of its dequantised operands, within expect_close's 
 two mixed; empty groups first, in the middle and last, groups of 1, 37 and 200 rows, one group
 of every row; P and Q not multiples of 64; columns of a and rows of b past the last end NaN
 (read by no group); bfloat16 and float32 outputs, NaN-filled where passed as out=; int32 and
-int64 offs; operands in torch's layout, row-major and at unaligned addresses; scales of no
-layout refused; the operators under opcheck and torch.compile(fullgraph=True). Skips, saying
-so, without torch or an sm_90 GPU."""
+int64 offs; operands in torch's layout, row-major and at unaligned addresses; a fused epilogue
+with a scale and a bias an expert (empty experts: the epilogue of 0); scales of no layout
+refused; the operators under opcheck and torch.compile(fullgraph=True). Skips, saying so,
+without torch or an sm_90 GPU."""
 
 import pytest
 
@@ -99,6 +100,23 @@ def test_one_group_of_every_row():
     a, b = fp8_operands(P, Q, (E5M2, E4M3), sizes)
     (scale_a, scale_b), (sa, sb) = random_scales(P, Q, groups=1)
     expect_groups(gemmkit.scaled_grouped_mm(a, b, scale_a, scale_b, offs_of(sizes)), a, b, sa, sb, sizes)
+
+
+@pytest.mark.parametrize("mode,forms", [("rowwise", ("flat", "flat")), ("tensor", ("grouped", "grouped"))])
+def test_a_fused_epilogue_with_a_scale_and_a_bias_an_expert(mode, forms):
+    from gpu_reference import expect_near
+    a, b = fp8_operands(P, Q, (E4M3, E4M3))
+    (scale_a, scale_b), (sa, sb) = random_scales(P, Q, (mode, mode), forms)
+    groups = len(SIZES)
+    s, bias = torch.rand(groups, device="cuda") + 0.5, torch.randn(groups, Q, device="cuda")
+    out = nan_like((groups, P, Q), F32)
+    d = gemmkit.scaled_grouped_mm(a, b, scale_a, scale_b, offs_of(SIZES), mode=mode, out=out,
+                                  epilogue="silu(acc * s[] + bias[n])", s=s, bias=bias)
+    assert d is out
+    for g, start, end in spans(SIZES):  # empty groups: silu(bias)
+        x, y = a[:, start:end].double() * sa[g, :, None], b[start:end].double() * sb[g]
+        bound = (x.abs() @ y.abs()) * FP8_SUMS * s[g].double()  # FP8 sums (gpu_reference), scaled by s
+        expect_near(out[g], torch.nn.functional.silu((x @ y) * s[g].double() + bias[g].double()), bound, slope=1.1)
 
 
 def test_compiled_with_fullgraph_runs_gemmkit(monkeypatch):

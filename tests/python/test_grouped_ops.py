@@ -1,6 +1,7 @@
 """gemmkit's grouped products (grouped_mm, scaled_grouped_mm) without a GPU: output shapes and
 dtypes on fake CUDA tensors, tracing into one graph, the argument errors (also while tracing),
-the copies made for operands TMA cannot read, and the autograd formulas and opcheck, run with
+the copies made for operands TMA cannot read, the weight gradient through a fused epilogue (its
+tensors' shapes, its errors, no autograd), and the autograd formulas and opcheck, run with
 double-precision CPU stand-ins for the kernels. Needs torch, not a GPU; skips, saying so,
 without torch."""
 
@@ -122,12 +123,9 @@ def test_scaled_grouped_mm_takes_an_epilogue_with_its_scales(fake):
     blocks = gemmkit.scaled_grouped_mm(q, qw.transpose(-2, -1), cuda(100, 1, dtype=F32), cuda(4, 1, 1, dtype=F32),
                                        offs, mode="block", out=out, epilogue="gelu(acc)")
     assert blocks is out
-    # no autograd through it, the weight gradient takes none, and tensors go with an epilogue
+    # no autograd through it, and tensors go with an epilogue
     with pytest.raises(NotImplementedError, match="^epilogue: no gradient flows through a fused epilogue yet"):
         down(q, qw, sx, sw, offs, bias.requires_grad_(), route)
-    with pytest.raises(ValueError, match="^epilogue: given for the weight gradient"):
-        gemmkit.scaled_grouped_mm(cuda(32, 100, dtype=E4M3), cuda(100, 48, dtype=E4M3), cuda(4, 32, dtype=F32),
-                                  cuda(4, 48, dtype=F32), offs, epilogue="acc")
     with pytest.raises(TypeError, match="^scaled_grouped_mm\\(\\) got unexpected keyword arguments route"):
         gemmkit.scaled_grouped_mm(q, qw.transpose(-2, -1), sx, sw, offs, route=route)
     with pytest.raises(ValueError, match="^route: not given; the epilogue reads route\\[m\\]"):
@@ -418,3 +416,125 @@ def test_opcheck_with_the_stand_ins(cpu_kernels):
     fp8 = (a.detach().to(E4M3), x.detach().to(E5M2), ends, torch.rand(3, 6, 1), torch.rand(3, 1, 5), "rowwise",
            "rowwise", None, 0)
     torch.library.opcheck(ops.grouped_wgrad.default, fp8, test_utils="test_faketensor")
+
+
+# --- the weight gradient through a fused epilogue: grouped_mm and scaled_grouped_mm with 2-D a
+# [P, M_total] and b [M_total, Q], D [G, P, Q] ---------------------------------------------------
+
+WGRAD_TEXT = "h = acc * s[] + bias[n]; saved[m, n] = h; ra[m] = amax(h); silu(h) * scale[m]"
+
+
+def test_weight_gradient_takes_an_epilogue(fake):
+    """One grouped_wgrad_epilogue operator on x = a.t() (not copied), its tensors as D [G, P, Q]
+    sees them: name[n] [G, Q] one a group (passed as [G, 1, Q]) or [Q], name[m] [G, P] or [P]
+    (rows of P: the tokens are contracted), name[] [G] or 0-d, outputs [G, P, Q], reductions one a
+    group or over every group; output shapes and dtypes; scaled_grouped_mm's FP8 weight gradient
+    with its scales as gemm.h's views."""
+    groups, p, m, q = 4, 40, 100, 24
+    a, b, offs = cuda(p, m), cuda(m, q), cuda(groups, dtype=I32)
+
+    def wgrad(a, b, offs, s, bias, saved, ra, scale):
+        return gemmkit.grouped_mm(a, b, offs, out_dtype=F32, epilogue=WGRAD_TEXT, s=s, bias=bias, saved=saved, ra=ra,
+                                  scale=scale)
+
+    args = (a, b, offs, cuda(groups, dtype=F32), cuda(groups, q), cuda(groups, p, q, dtype=F32),
+            cuda(groups, p, dtype=F32), cuda(p, dtype=F32))
+    d = wgrad(*args)
+    assert isinstance(d, FakeTensor) and tuple(d.shape) == (groups, p, q) and d.dtype == F32
+    graph, _ = torch._dynamo.export(wgrad)(*args)
+    calls = [node for node in graph.graph.nodes if node.op == "call_function"]
+    fused = [node for node in calls if node.target == torch.ops.gemmkit.grouped_wgrad_epilogue]
+    assert len(fused) == 1 and torch.ops.gemmkit.grouped_wgrad not in [node.target for node in calls]
+    x, y, sizes, out, text, names, inputs, outputs, max_sms, *scales_and_modes = fused[0].args
+    assert (text, names, max_sms) == (WGRAD_TEXT, ["s", "bias", "scale", "saved", "ra"], 0)
+    assert scales_and_modes == [None, None, "none", "none"]
+    assert tuple(x.meta["example_value"].shape) == (m, p) and x.meta["example_value"].stride() == (1, m)  # a.t()
+    assert [tuple(t.meta["example_value"].shape) for t in inputs] == [(groups,), (groups, 1, q), (p,)]
+    assert [tuple(t.meta["example_value"].shape) for t in outputs] == [(groups, p, q), (groups, p, 1)]
+    assert tuple(out.meta["example_value"].shape) == (groups, p, q)
+    # tensors every group reads and reductions over every group; out= and the default dtype
+    text = "db[n] = sum(acc); t[] = amax(acc); (acc + bias[n]) * scale[m] * s[] + r[m, n]"
+    for db, t in [(cuda(q, dtype=F32), cuda((), dtype=F32)), (cuda(groups, q, dtype=F32), cuda(groups, dtype=F32))]:
+        out = cuda(groups, p, q)
+        assert gemmkit.grouped_mm(a, b, offs, out=out, epilogue=text, db=db, t=t, bias=cuda(q), scale=cuda(p, 1),
+                                  s=cuda(()), r=cuda(p, q)) is out
+    d = gemmkit.grouped_mm(a, b, offs.long(), epilogue="gelu(acc)")
+    assert tuple(d.shape) == (groups, p, q) and d.dtype == BF16
+    # FP8: rowwise scales as torch lays them out, passed as [G, P, 1] and [G, 1, Q]
+    with OpCalls() as ops:
+        d = gemmkit.scaled_grouped_mm(cuda(p, m, dtype=E4M3), cuda(m, q, dtype=E5M2), cuda(groups * p, dtype=F32),
+                                      cuda(groups * q, dtype=F32), offs, epilogue="acc * s[]",
+                                      s=cuda(groups, dtype=F32))
+    assert tuple(d.shape) == (groups, p, q) and d.dtype == BF16
+    [(op, args)] = ops.calls
+    assert op is torch.ops.gemmkit.grouped_wgrad_epilogue.default and args[4:6] == ("acc * s[]", ["s"])
+    assert [tuple(t.shape) for t in args[9:11]] == [(groups, p, 1), (groups, 1, q)]
+    assert tuple(args[11:13]) == ("rowwise", "rowwise")
+
+
+def test_weight_gradient_epilogue_errors_name_the_tensor(fake):
+    a, b, offs = cuda(40, 100), cuda(100, 24), cuda(4, dtype=I32)
+    qa, qb, one = cuda(40, 100, dtype=E4M3), cuda(100, 24, dtype=E4M3), cuda(1, dtype=F32)
+    for match, error, call in [
+        # a row is one of P, not a token
+        (r"^ra: shape \[100\] for ra\[m\] = amax\(\.\.\.\); expected \[40\] or \[40, 1\] \(the largest \|x\| over "
+         r"every group\), or \[4, 40\] \(one a group, G = 4\)$", ValueError,
+         lambda: gemmkit.grouped_mm(a, b, offs, epilogue="ra[m] = amax(acc); acc", ra=cuda(100, dtype=F32))),
+        (r"^db: shape \[3, 24\] for db\[n\] = sum\(\.\.\.\); expected \[24\] or \[1, 24\] \(summed over every group\), "
+         r"or \[4, 24\] \(one a group, G = 4\)$", ValueError,
+         lambda: gemmkit.grouped_mm(a, b, offs, epilogue="db[n] = sum(acc); acc", db=cuda(3, 24, dtype=F32))),
+        (r"^db: dtype torch.bfloat16 for db\[n\] = sum\(\.\.\.\); expected float32", TypeError,
+         lambda: gemmkit.grouped_mm(a, b, offs, epilogue="db[n] = sum(acc); acc", db=cuda(24))),
+        (r"^s: shape \[5\] for s\[\]; expected 0-d or \[1\] \(one value over every group\), or \[4\] \(one a group, "
+         r"G = 4\)$", ValueError, lambda: gemmkit.grouped_mm(a, b, offs, epilogue="acc * s[]", s=cuda(5, dtype=F32))),
+        (r"^saved: not given; the epilogue writes saved\[m, n\] =, expected saved=tensor$", ValueError,
+         lambda: gemmkit.grouped_mm(a, b, offs, epilogue="saved[m, n] = acc; acc")),
+        ("^route: not a tensor the epilogue names; expected bias$", ValueError,
+         lambda: gemmkit.grouped_mm(a, b, offs, epilogue="acc + bias[n]", bias=cuda(24), route=cuda(100))),
+        ("^grouped_mm\\(\\) got unexpected keyword arguments bias; tensors are taken only with epilogue=", TypeError,
+         lambda: gemmkit.grouped_mm(a, b, offs, bias=cuda(24))),
+        ("^out: 2 dimensions; expected 3$", ValueError,
+         lambda: gemmkit.grouped_mm(a, b, offs, out=cuda(40, 24), epilogue="gelu(acc)")),
+        (r"^mode: 'block'; expected 'tensor' or 'rowwise' for the weight gradient \(2-D a and b\)$", ValueError,
+         lambda: gemmkit.scaled_grouped_mm(qa, qb, one, one, offs, mode="block", epilogue="gelu(acc)")),
+    ]:
+        with pytest.raises(error, match=match):
+            call()
+    # no gradient flows through it: an operand or a tensor the text reads that requires grad is refused
+    for a_, bias in [(cuda(40, 100).requires_grad_(), cuda(24)), (a, cuda(24).requires_grad_())]:
+        with pytest.raises(NotImplementedError, match="^epilogue: no gradient flows through a fused epilogue yet"):
+            gemmkit.grouped_mm(a_, b, offs, epilogue="silu(acc + bias[n])", bias=bias)
+    with torch.no_grad():
+        assert tuple(gemmkit.grouped_mm(a, b, offs, epilogue="acc + bias[n]", bias=cuda(24).requires_grad_()).shape) \
+            == (4, 40, 24)
+
+
+def test_weight_gradient_epilogue_with_the_stand_in(cpu_kernels):
+    """grouped_wgrad_epilogue with the CPU stand-in (cpu_stand_ins.py), eager, under torch.compile's
+    aot_eager and under opcheck: D and the outputs written in place, a reduction one a group
+    through its [G, 1, Q] view (as grouped_mm passes it), against each group's product and the
+    epilogue written out in double."""
+    ends = torch.tensor([4, 4, 11])  # an empty group; rows 11 and 12 are no group's
+    x, y = torch.randn(13, 5, dtype=F64), torch.randn(13, 6, dtype=F64)
+    s, bias = torch.rand(3, dtype=F64) + 0.5, torch.randn(3, 6, dtype=F64)
+    text = "h = acc * s[] + bias[n]; db[n] = sum(h); ta[] = amax(h); relu(h)"
+    names = ["s", "bias", "db", "ta"]
+
+    def step(x, y, ends, s, bias, db, ta):
+        out = x.new_empty(3, 5, 6)
+        torch.ops.gemmkit.grouped_wgrad_epilogue(x, y, ends, out, text, names, [s, bias.unsqueeze(-2)],
+                                                 [db.unsqueeze(-2), ta], 0)
+        return out
+
+    h = torch.stack([x[start:end].t() @ y[start:end] * s[g] + bias[g]
+                     for g, (start, end) in enumerate([(0, 4), (4, 4), (4, 11)])])
+    for function in (step, torch.compile(step, backend="aot_eager", fullgraph=True)):
+        db, ta = torch.full((3, 6), float("nan")), torch.full((), float("nan"))
+        out = function(x, y, ends, s, bias, db, ta)
+        assert torch.allclose(out, h.relu(), rtol=1e-12, atol=1e-12)
+        assert torch.allclose(db.double(), h.sum(1), rtol=1e-5, atol=1e-5), "db [G, Q] not written through its view"
+        assert torch.allclose(ta.double(), h.abs().amax(), rtol=1e-6)
+    torch._dynamo.reset()
+    torch.library.opcheck(torch.ops.gemmkit.grouped_wgrad_epilogue.default,
+                          (x, y, ends, torch.empty(3, 5, 6, dtype=F64), text, names, [s, bias.unsqueeze(-2)],
+                           [torch.zeros(3, 1, 6), torch.zeros(())], 0))
