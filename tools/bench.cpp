@@ -220,6 +220,27 @@ int run_bench(const BenchOptions& options) {
     // of the same flops; our side runs the dual GEMM on the halves (dual_views).
     const std::string& epilogue_text = options.epilogue.empty() ? sp.epilogue : options.epilogue;
     const bool fused = !epilogue_text.empty();
+    // An e4m3 D, quantised in 1x128 blocks with its scales: cuBLASLt and our unfused GEMM write a
+    // bf16 D of the same shape instead, each set its own (plain_d), so that the line measures what
+    // the FP8 output costs over the GEMM it comes from.
+    const bool quantized = spec.out == DType::e4m3;
+    const bool compared = fused || quantized;  // our GEMM without the line's extras timed too
+    std::vector<std::unique_ptr<void, CudaFree>> plain_memory;
+    std::vector<TensorView> plain_d;
+    for (size_t s = 0; quantized && s < pool.size(); ++s) {
+      void* memory = nullptr;
+      runtime::check(cudaMalloc(&memory, size_t(spec.batch * spec.m * spec.n) * 2), "cudaMalloc(bf16 D)");
+      plain_memory.emplace_back(memory);
+      plain_d.push_back(spec.batch == 1 ? TensorView::row_major(memory, DType::bf16, spec.m, spec.n)
+                                        : TensorView::batched(memory, DType::bf16, spec.batch, spec.m, spec.n,
+                                                              spec.m * spec.n, spec.n, 1));
+    }
+    // A set's plain GEMM: its D, or the bf16 one.
+    const auto plain = [&](size_t s) {
+      GemmOptions o = pool[s]->options(stream);
+      o.scale_d = {};
+      return std::pair{quantized ? plain_d[s] : pool[s]->d(), o};
+    };
     const bool dual = fused && epilogue::reads_acc2(epilogue::parse(epilogue_text));
     reference::ProblemSpec fused_spec = spec;  // D as the epilogue sees it
     if (dual) fused_spec.n = spec.n / 2;
@@ -234,13 +255,18 @@ int run_bench(const BenchOptions& options) {
       if (!dual) continue;
       halves.push_back(dual_views(*set));
       ours.back().b2 = halves.back().b2;
+      if (quantized) {  // the scales of D's first N columns: the first ceil(N / 128) of a row's
+        TensorView& scales = ours.back().scale_d.scales;
+        scales.sizes[scales.rank - 1] = (fused_spec.n + 127) / 128;
+      }
     }
     // Our side's B and D: the set's, or a dual GEMM's halves.
     const auto our_b = [&](size_t s) { return dual ? halves[s].b : pool[s]->b(); };
     const auto our_d = [&](size_t s) { return dual ? halves[s].d : pool[s]->d(); };
     std::vector<Problem> lt_problems;
-    for (const auto& set : pool) {
-      Problem p = validate_gemm(set->a(), set->b(), set->d(), set->options(stream));
+    for (size_t s = 0; s < pool.size(); ++s) {
+      const auto [d, o] = plain(s);
+      Problem p = validate_gemm(pool[s]->a(), pool[s]->b(), d, o);
       p.device = device;
       lt_problems.push_back(p);
     }
@@ -263,7 +289,7 @@ int run_bench(const BenchOptions& options) {
     record.batch = spec.batch;
     record.layout = spec.layout;
     record.dtype = type_spec(sp);
-    record.epilogue = epilogue_text;
+    record.epilogue = quantized ? (fused ? epilogue_text : "acc") + " -> e4m3 1x128" : epilogue_text;
     record.config = forced ? forced->config.name() : chosen_config(pool[0]->a(), our_b(0), our_d(0), ours[0]);
     std::vector<std::function<void(int)>> launchers = {[&](int s) {
       if (forced) return run_plan(*forced, forced_problems[size_t(s)], stream);
@@ -318,17 +344,17 @@ int run_bench(const BenchOptions& options) {
     if (with_lt_fused) {
       launchers.push_back([&](int s) { cublaslt.run(lt_runs[size_t(s)], stream, lt_epilogues[size_t(s)]); });
     }
-    if (fused) {
+    if (compared) {
       launchers.push_back([&](int s) {
-        const auto& problem = *pool[size_t(s)];
-        gemm(problem.a(), problem.b(), problem.d(), problem.options(stream));
+        const auto [d, o] = plain(size_t(s));
+        gemm(pool[size_t(s)]->a(), pool[size_t(s)]->b(), d, o);
       });
     }
     const std::vector<double> medians = timer.median_us(sets, launchers);
     record.ours_us = medians[0];
     record.baseline_us = with_baseline ? medians[1] : NAN;
     if (with_lt_fused) record.baseline_fused_us = medians[2];
-    if (fused) record.unfused_us = medians.back();
+    if (compared) record.unfused_us = medians.back();
     // Timed apart: a run right after a copy would pay for writing back the copy's dirty lines.
     const CopyBuffers copies(set_bytes(spec), sets);
     if (copies.memory) record.copy_us = timer.median_us(sets, {[&](int s) { copies.copy(s, stream); }})[0];
@@ -337,7 +363,7 @@ int run_bench(const BenchOptions& options) {
     record.gbps = gemm_gbps(spec.m, spec.n, spec.k, spec.batch, in_bytes, out_bytes, record.ours_us);
     records.push_back(record);
     char line[640], unfused[64] = "", lt_fused[64] = "";
-    if (fused) std::snprintf(unfused, sizeof unfused, " (unfused %.1f us)", record.unfused_us);
+    if (compared) std::snprintf(unfused, sizeof unfused, " (unfused %.1f us)", record.unfused_us);
     if (with_lt_fused) {
       std::snprintf(lt_fused, sizeof lt_fused, ", %s %.1f us", record.baseline_epilogue.c_str(), record.baseline_fused_us);
     }

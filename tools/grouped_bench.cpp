@@ -111,6 +111,20 @@ int time_row(const GroupedProblem& p, GroupedRecord& record, cudaStream_t stream
   // B2's columns side by side (dual_views), as on dense lines.
   const std::string& text = p.dense.epilogue;
   const bool fused = !text.empty(), dual = fused && epilogue::reads_acc2(epilogue::parse(text));
+  // An e4m3 D, quantised in 1x128 blocks with its scales: our unfused grouped GEMM and cuBLAS
+  // write a bf16 D of its shape instead (plain_d), as on dense lines.
+  const bool quantized = p.dense.out_dtype == DType::e4m3, compared = fused || quantized;
+  std::vector<std::unique_ptr<void, CudaFree>> plain_memory;
+  std::vector<TensorView> plain_d;
+  for (size_t s = 0; quantized && s < pool.size(); ++s) {
+    const TensorView d = as_batch(pool[s]->d);
+    void* memory = nullptr;
+    runtime::check(cudaMalloc(&memory, size_t(d.batch() * d.rows() * d.cols()) * 2), "cudaMalloc(bf16 D)");
+    plain_memory.emplace_back(memory);
+    const TensorView dense = TensorView::batched(memory, DType::bf16, d.batch(), d.rows(), d.cols(), d.rows() * d.cols(),
+                                                 d.cols(), 1);
+    plain_d.push_back(pool[s]->d.rank == 2 ? TensorView::row_major(memory, DType::bf16, d.rows(), d.cols()) : dense);
+  }
   std::vector<std::unique_ptr<EpilogueBuffers>> epilogues;
   std::vector<DualViews> halves;
   for (const auto& set : pool) {
@@ -143,6 +157,10 @@ int time_row(const GroupedProblem& p, GroupedRecord& record, cudaStream_t stream
       call.b = halves[size_t(s)].b;
       call.d = halves[size_t(s)].d;
       call.options.b2 = halves[size_t(s)].b2;
+      if (quantized) {  // the scales of D's first N columns: the first ceil(N / 128) of a row's
+        TensorView& scales = call.options.scale_d.scales;
+        scales.sizes[scales.rank - 1] = (call.d.cols() + 127) / 128;
+      }
     }
     return call;
   };
@@ -169,12 +187,15 @@ int time_row(const GroupedProblem& p, GroupedRecord& record, cudaStream_t stream
     }
   };
   // Our grouped GEMM without the epilogue (the plain one of the line's N), on fused lines.
+  const auto plain = [&](int s) { return quantized ? plain_d[size_t(s)] : pool[size_t(s)]->d; };
   const auto unfused = [&](int s) {
     const GroupedSet& set = *pool[size_t(s)];
+    GemmOptions options = options_of(set);
+    options.scale_d = {};
     if (wgrad) {
-      grouped_gemm_wgrad(set.a, set.b, set.d, sizes, options_of(set));
+      grouped_gemm_wgrad(set.a, set.b, plain(s), sizes, options);
     } else {
-      grouped_gemm(set.a, set.b, set.d, sizes, options_of(set));
+      grouped_gemm(set.a, set.b, plain(s), sizes, options);
     }
   };
   const auto dense_floor = [&](int s) {
@@ -186,10 +207,11 @@ int time_row(const GroupedProblem& p, GroupedRecord& record, cudaStream_t stream
   // cuBLAS runs the same groups on the same buffers where it can; its sizes come from the host.
   std::vector<baseline::CublasGrouped::Call> calls;
   std::string why = "the weight gradient is not planned for it";
-  for (const auto& set : pool) {
+  for (size_t s = 0; s < pool.size(); ++s) {
     if (wgrad) break;
+    const GroupedSet& set = *pool[s];
     std::optional<baseline::CublasGrouped::Call> call =
-        baseline::CublasGrouped::plan(set->a, set->b, set->d, sizes.layout, p.rows, &why);
+        baseline::CublasGrouped::plan(set.a, set.b, plain(int(s)), sizes.layout, p.rows, &why);
     if (!call) break;
     baseline::CublasGrouped::upload(*call);
     calls.push_back(std::move(*call));
@@ -209,12 +231,12 @@ int time_row(const GroupedProblem& p, GroupedRecord& record, cudaStream_t stream
     record.note = "no cuBLAS baseline: " + why;
   }
 
-  if (fused) launchers.push_back(unfused);
+  if (compared) launchers.push_back(unfused);
   const std::vector<double> medians = timer.median_us(sets, launchers);
   record.ours_us = medians[0];
   record.dense_us = medians[1];
   if (with_baseline) record.baseline_us = medians[2];
-  if (fused) record.unfused_us = medians.back();
+  if (compared) record.unfused_us = medians.back();
   return sets;
 }
 

@@ -49,6 +49,10 @@ Problem stand_in_problem(const SuiteProblem& sp, int device) {
     scale.mode = mode;
     scale.scales = view(rows, cols, false, type, base + (3 + is_a) * gap, rows * cols);
   }
+  if (spec.out == DType::e4m3) {  // D's 1x128 block scales
+    const int64_t blocks = (spec.n + 127) / 128;
+    options.scale_d = {ScaleMode::block, view(spec.m, blocks, false, DType::f32, base + 5 * gap, spec.m * blocks)};
+  }
   return api::prepare_gemm(a, b, d, options, device).problem;
 }
 

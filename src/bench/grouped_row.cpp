@@ -36,7 +36,8 @@ GroupedRecord grouped_record(const GroupedProblem& p) {
   record.k = p.k;
   record.dtype = type_spec(p.dense);
   record.dist = dist_spec(p.dist);
-  record.epilogue = p.dense.epilogue;
+  record.epilogue = p.dense.out_dtype == DType::e4m3 ? (p.dense.epilogue.empty() ? "acc" : p.dense.epilogue) + " -> e4m3 1x128"
+                                                    : p.dense.epilogue;
   record.rows = total_rows(p);
   record.bytes = p.bytes();
   record.note = not_run_reason(p);

@@ -92,13 +92,13 @@ void parse_dtype(const std::string& field, SuiteProblem& p, const std::string& w
       out = is_fp8(*in_a) ? DType::bf16 : *in_a;
     } else {
       out = dtype_of(spec.substr(colon + 1));
-      ok = out && !is_fp8(*out);  // outputs are 16- or 32-bit
+      ok = out && *out != DType::e5m2 && *out != DType::ue8m0;  // 16- or 32-bit, or e4m3 in 1x128 blocks
     }
   }
   if (!ok)
     fail(where, "unknown dtype " + quoted(field) +
                     "; expected IN or IN:OUT with IN bf16, f16, e4m3, e5m2 or two 8-bit types A,B "
-                    "(e.g. e4m3,e5m2) and OUT bf16, f16 or f32");
+                    "(e.g. e4m3,e5m2) and OUT bf16, f16, f32 or e4m3 (quantised in 1x128 blocks)");
   p.in_dtype = *in_a;
   p.in_b = *in_b == *in_a ? std::nullopt : in_b;
   p.out_dtype = *out;

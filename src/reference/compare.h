@@ -27,8 +27,11 @@ struct Comparison {
 
 // host_d: host image of D (same strides as p.d). An element passes if
 //   |d - ref| <= 2 * unit_roundoff(D's dtype) * |ref| + accumulation_tolerance(p) * ref_abs
-// i.e. one rounding of the output plus an accumulation error proportional to sum |A||B|.
-Comparison compare(const Problem& p, const void* host_d, const double* ref, const double* ref_abs);
+// i.e. one rounding of the output plus an accumulation error proportional to sum |A||B|. An
+// e4m3 D (p.quantizes_d()) is compared as q * its block's scale, from host_scale_d (the host
+// image of p.scale_d, same strides), with e4m3's subnormal step (2^-10 of the scale) allowed too.
+Comparison compare(const Problem& p, const void* host_d, const double* ref, const double* ref_abs,
+                   const void* host_scale_d = nullptr);
 
 // The accumulation error allowed per unit of sum |A||B|: 1e-5 for 16-bit inputs (f32 sums);
 // 2^-10 for FP8, whose tensor-core sums are narrower: modelled as each k32 instruction's sum

@@ -131,6 +131,13 @@ DeviceProblem::DeviceProblem(const ProblemSpec& spec, uint64_t seed) : spec_(spe
   }
   scale_a_ = make_scale(spec.scale_a, true, scale_a_buf_, seed + 3);
   scale_b_ = make_scale(spec.scale_b, false, scale_b_buf_, seed + 4);
+  if (spec.out == DType::e4m3) {  // D's scales, dense: [batch,] M x ceil(N/128)
+    const int64_t blocks = (spec.n + 127) / 128;
+    scale_d_buf_ = allocate(DType::f32, 0, spec.m * blocks, spec.batch);
+    scale_d_ = {ScaleMode::block, spec.batch == 1 ? TensorView::row_major(scale_d_buf_.data(), DType::f32, spec.m, blocks)
+                                                  : TensorView::batched(scale_d_buf_.data(), DType::f32, spec.batch, spec.m,
+                                                                        blocks, spec.m * blocks, blocks, 1)};
+  }
   if (spec.beta != 0.0f) {
     // C has D's type and strides; with C = D it is also the pristine copy D is reset from.
     c_buf_ = allocate(spec.out, spec.offset_d, sd.span, spec.batch);
@@ -183,7 +190,7 @@ Scale DeviceProblem::make_scale(ScaleMode mode, bool is_a, Buffer& buffer, uint6
 }
 
 DeviceProblem::~DeviceProblem() {
-  for (Buffer* b : {&a_buf_, &b_buf_, &d_buf_, &c_buf_, &scale_a_buf_, &scale_b_buf_}) {
+  for (Buffer* b : {&a_buf_, &b_buf_, &d_buf_, &c_buf_, &scale_a_buf_, &scale_b_buf_, &scale_d_buf_}) {
     if (b->base) cudaFree(b->base);
   }
 }
@@ -200,6 +207,7 @@ GemmOptions DeviceProblem::options(cudaStream_t stream) const {
   if (spec_.beta != 0.0f) o.c = spec_.c_is_d ? d_ : c_;
   o.scale_a = scale_a_;
   o.scale_b = scale_b_;
+  o.scale_d = scale_d_;
   return o;
 }
 
@@ -238,7 +246,7 @@ Comparison DeviceProblem::check_against(Problem p, cudaStream_t stream) const {
   runtime::check(cudaMalloc(reinterpret_cast<void**>(&device_ref), size_t(std::max<int64_t>(count, 1)) * 2 * sizeof(double)),
                  "cudaMalloc");
   std::vector<double> ref(static_cast<size_t>(count)), ref_abs(static_cast<size_t>(count));
-  std::vector<char> host_d;
+  std::vector<char> host_d, host_scale_d;
   try {
     gpu_gemm(p, device_ref, device_ref + count, stream);
     runtime::check(cudaStreamSynchronize(stream), "reference GEMM");
@@ -246,13 +254,19 @@ Comparison DeviceProblem::check_against(Problem p, cudaStream_t stream) const {
     runtime::check(cudaMemcpy(ref_abs.data(), device_ref + count, count * sizeof(double), cudaMemcpyDeviceToHost),
                    "copy ref_abs");
     host_d = copy_output();
+    if (spec_.out == DType::e4m3) {
+      host_scale_d.resize(size_t(scale_d_buf_.elements) * 4);
+      runtime::check(cudaMemcpy(host_scale_d.data(), scale_d_buf_.base, host_scale_d.size(), cudaMemcpyDeviceToHost),
+                     "copy D's scales");
+    }
   } catch (...) {
     cudaFree(device_ref);
     throw;
   }
   cudaFree(device_ref);
   p.d.data = host_d.data() + d_buf_.offset * dtype_size(spec_.out);
-  Comparison result = compare(p, p.d.data, ref.data(), ref_abs.data());
+  if (p.quantizes_d()) p.scale_d.data = host_scale_d.data();
+  Comparison result = compare(p, p.d.data, ref.data(), ref_abs.data(), p.scale_d.data);
   result.written_outside = changed_outside_d(host_d);
   return result;
 }

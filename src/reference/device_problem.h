@@ -19,7 +19,7 @@ namespace gemmkit::reference {
 struct ProblemSpec {
   int64_t m = 0, n = 0, k = 0, batch = 1;
   std::string layout = "NT";  // row-major convention, see problem.h
-  DType in = DType::bf16, out = DType::bf16;
+  DType in = DType::bf16, out = DType::bf16;  // out e4m3: quantised in 1x128 blocks (GemmOptions::scale_d)
   std::optional<DType> in_b;  // B's type where it differs from A's (e.g. e4m3 x e5m2)
   // Scales of FP8 inputs, random in [0.5, 2) (mx: powers of two from 1/4 to 2), shaped as the
   // mode asks (see gemmkit/gemm.h), batched with the operands, row-major unless
@@ -101,8 +101,8 @@ class DeviceProblem {
 
   ProblemSpec spec_;
   TensorView a_, b_, d_, c_;
-  Buffer a_buf_, b_buf_, d_buf_, c_buf_, scale_a_buf_, scale_b_buf_;
-  Scale scale_a_, scale_b_;
+  Buffer a_buf_, b_buf_, d_buf_, c_buf_, scale_a_buf_, scale_b_buf_, scale_d_buf_;
+  Scale scale_a_, scale_b_, scale_d_;
   uint64_t seed_ = 0;
 };
 

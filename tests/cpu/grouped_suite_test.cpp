@@ -227,12 +227,13 @@ TEST(Suite, EpilogueLinesAreCheckedAndKeptFromOtherReaders) {
 
 // epilogue.txt: dense-large under each of the two dense targets' epilogues, its M = 4096 half
 // under the two gelu_tanh forms cuBLASLt fuses too, the dgelu backward lines, then moe.txt's
-// balanced up-projections with SwiGLU and down-projections with router weights.
+// balanced up-projections with SwiGLU and down-projections with router weights; then the FP8
+// outputs: the M = 4096 half plain, one SwiGLU line and two grouped SwiGLU rows, D e4m3.
 TEST(Suite, ShippedEpilogueHoldsDenseLargeUnderEachEpilogue) {
   const Suite suite = shipped("epilogue.txt");
   const Suite large = shipped("dense-large.txt");
   const size_t n = large.dense.size(), half = n / 2;
-  ASSERT_EQ(suite.dense.size(), 2 * n + 2 * half + 5);
+  ASSERT_EQ(suite.dense.size(), 2 * n + 2 * half + 5 + half + 1);
   const char* texts[] = {"silu(acc + bias[n])", "gelu(acc + bias[n]) + r[m, n]", "gelu_tanh(acc + bias[n])",
                          "h = acc + bias[n]; pre[m, n] = h; gelu_tanh(h)"};
   for (size_t i = 0; i < 2 * n + 2 * half; ++i) {
@@ -243,12 +244,20 @@ TEST(Suite, ShippedEpilogueHoldsDenseLargeUnderEachEpilogue) {
     EXPECT_EQ(q.m, i < 2 * n ? q.m : 4096);
     EXPECT_EQ(p.epilogue, texts[block]) << i;
   }
-  for (size_t i = 2 * n + 2 * half; i < suite.dense.size(); ++i) {
+  const size_t fp8 = 2 * n + 2 * half + 5;
+  for (size_t i = 2 * n + 2 * half; i < fp8; ++i) {
     EXPECT_EQ(suite.dense[i].epilogue, "dh = acc * dgelu_tanh(pre[m, n]); db[n] = sum(dh); dh");
   }
-  ASSERT_EQ(suite.grouped.size(), 7u);
-  for (size_t i = 0; i < 7; ++i) {
-    EXPECT_EQ(suite.grouped[i].dense.epilogue, i < 4 ? "silu(acc) * acc2" : "acc * route[m]") << i;
+  for (size_t i = fp8; i < suite.dense.size(); ++i) {
+    const SuiteProblem& p = suite.dense[i];
+    EXPECT_EQ(p.out_dtype, DType::e4m3) << i;
+    EXPECT_EQ(p.epilogue, i < fp8 + half ? "" : "silu(acc) * acc2") << i;
+    if (i < fp8 + half) EXPECT_EQ(std::make_tuple(p.m, p.n, p.k), std::make_tuple(large.dense[i - fp8].m, large.dense[i - fp8].n, large.dense[i - fp8].k));
+  }
+  ASSERT_EQ(suite.grouped.size(), 9u);
+  for (size_t i = 0; i < 9; ++i) {
+    EXPECT_EQ(suite.grouped[i].dense.epilogue, i < 4 || i >= 7 ? "silu(acc) * acc2" : "acc * route[m]") << i;
+    EXPECT_EQ(suite.grouped[i].dense.out_dtype, i >= 7 ? DType::e4m3 : DType::bf16) << i;
     EXPECT_EQ(dist_spec(suite.grouped[i].dist), "balanced");
   }
 }

@@ -377,6 +377,45 @@ TEST(Compare, PassesTheReferenceRoundedToD) {
   }
 }
 
+// The e4m3 code nearest x (saturating; ties either way), by trying each.
+uint8_t nearest_e4m3(double x) {
+  uint8_t best = 0;
+  for (int code = 0; code < 256; ++code) {
+    if ((code & 0x7f) == 0x7f) continue;  // NaN
+    if (std::fabs(fp8_to_float(uint8_t(code), DType::e4m3) - x) < std::fabs(fp8_to_float(best, DType::e4m3) - x)) {
+      best = uint8_t(code);
+    }
+  }
+  return best;
+}
+
+// An e4m3 D is judged as q times its block's scale: the reference quantised passes; a scale
+// off by 2x fails its row.
+TEST(Compare, QuantizedDIsJudgedThroughItsScales) {
+  Judged j = make_judged(DType::f32);
+  const int64_t batch = j.p.batch, m = j.p.m, n = j.p.n;  // n < 128: one block a row
+  std::vector<uint8_t> q(size_t(batch * m * n));
+  std::vector<float> scales(size_t(batch * m));
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t i = 0; i < m; ++i) {
+      double amax = 0;
+      for (int64_t c = 0; c < n; ++c) amax = std::max(amax, std::fabs(j.ref[size_t((b * m + i) * n + c)]));
+      const float scale = amax == 0 ? 1.0f : float(amax / 448);
+      scales[size_t(b * m + i)] = scale;
+      for (int64_t c = 0; c < n; ++c) q[size_t((b * m + i) * n + c)] = nearest_e4m3(j.ref[size_t((b * m + i) * n + c)] / scale);
+    }
+  }
+  Problem p = j.p;
+  p.d = {q.data(), DType::e4m3, m * n, n, 1};
+  p.scale_d = {scales.data(), DType::f32, m, 1, 1};
+  const Comparison ok = compare(p, q.data(), j.ref.data(), j.ref_abs.data(), scales.data());
+  EXPECT_TRUE(ok.passed()) << ok.summary();
+  scales[3] *= 2;
+  const Comparison off = compare(p, q.data(), j.ref.data(), j.ref_abs.data(), scales.data());
+  EXPECT_FALSE(off.passed());
+  EXPECT_EQ(off.first_i, 3);
+}
+
 TEST(Compare, FailsOnePerturbedElementAndLocatesIt) {
   Judged j = make_judged(DType::bf16);
   const double wrong = j.ref[probe_index(j)] + 1.0 + 0.1 * j.ref_abs[probe_index(j)];

@@ -274,7 +274,7 @@ TEST(Suite, QuotesAtMostEightyBytesOfALineEscaped) {
   EXPECT_EQ(parse_error("1 1 1 N\x1b[2JT"), "test.txt:1: unknown layout 'N\\x1b[2JT'; expected NN, NT, TN or TT");
   EXPECT_EQ(parse_error("1 1 1 NT bf16\xc3\xa9"),
             "test.txt:1: unknown dtype 'bf16\\xc3\\xa9'; expected IN or IN:OUT with IN bf16, f16, e4m3, e5m2 or two "
-            "8-bit types A,B (e.g. e4m3,e5m2) and OUT bf16, f16 or f32");
+            "8-bit types A,B (e.g. e4m3,e5m2) and OUT bf16, f16, f32 or e4m3 (quantised in 1x128 blocks)");
   EXPECT_EQ(parse_error("1 1 1 N\\T"), "test.txt:1: unknown layout 'N\\\\T'; expected NN, NT, TN or TT");
   EXPECT_EQ(parse_error("1 1 1 NT e4m3 \x7f"),
             "test.txt:1: unknown scaling mode '\\x7f'; expected tensor, rowwise, block or mx (or a batch)");

@@ -549,9 +549,9 @@ extern "C" __global__ void gemmkit_reciprocal_test(unsigned first, unsigned long
   }
 }
 )", "");
-  const runtime::LoadedKernel& kernel = runtime::load_kernel(0, source, "gemmkit_reciprocal_test", 0);
-  unsigned long long* wrong = nullptr;
+  unsigned long long* wrong = nullptr;  // allocated first: it makes the device's context current
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&wrong), 16), cudaSuccess);
+  const runtime::LoadedKernel& kernel = runtime::load_kernel(0, source, "gemmkit_reciprocal_test", 0);
   ASSERT_EQ(cudaMemset(wrong, 0, 16), cudaSuccess);
   unsigned first = std::bit_cast<unsigned>(0x1p-126f);
   unsigned long long count = std::bit_cast<unsigned>(0x1p126f) - first;
