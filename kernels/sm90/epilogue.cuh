@@ -5,7 +5,7 @@
 // then the fused epilogue's code (fuse.cuh), or, for an epilogue with reductions, the value
 // evaluate_tile left in the accumulators. The paths around it only move data: through shared
 // memory and TMA when D allows it, by rows, or direct predicated stores. An e4m3 D is quantised
-// in the tile first (quantize_tile), with one scale per 128 columns of a row.
+// a 128-column group at a time before it is stored (quantize_group), one scale per block.
 #pragma once
 
 #include "common.cuh"
@@ -90,18 +90,23 @@ __device__ __forceinline__ float evaluate(const float* acc, const GemmParams& p,
 
 // An e4m3 D (GemmParams::scale_d): its values are quantised in 1x128 blocks, a block's scale from
 // the largest |value| of its 128 columns of a row, which the tile holds whole: tiles start on a
-// block (no shifted last column) and span whole blocks, in D's orientation (not transposed).
+// block (no shifted last column) and span whole blocks, in D's orientation (not transposed). A
+// block is a staging group of 1-byte outputs (kGroupCols).
 constexpr bool kQuantizedD = kOutType == GEMMKIT_E4M3;
 static_assert(!kQuantizedD || (kTileCols % 128 == 0 && !kShiftLastCol && !kDByColumns && !kEpilogueTransposed),
               "an e4m3 D's tiles hold whole 128-column blocks of its rows");
 
-// An epilogue that reduces, or a D quantised in blocks, is evaluated over the whole tile first
-// (evaluate_tile), which leaves D's values in the accumulators for the next step.
-constexpr bool kEvaluateFirst = kEpilogueReductions > 0 || kQuantizedD;
+// An epilogue that reduces is evaluated over the whole tile first (evaluate_tile), which leaves
+// D's values in the accumulators for the store paths.
+// So is an e4m3 D stored directly: evaluated in its groups instead, its kernels spilled (24 bytes,
+// 128 x 128 with a bias).
+constexpr bool kEvaluateFirst = kEpilogueReductions > 0 || (kQuantizedD && !kTmaStore);
 
+// D's value at thread t's accumulator (j, h, e): evaluated now, or where evaluate_tile or
+// quantize_group left it in the accumulators.
 __device__ __forceinline__ float output_value(const float* acc, const GemmParams& p, TileOrigin at, int t, int j,
                                               int h, int e) {
-  if (kEvaluateFirst) return acc[4 * j + 2 * h + e];
+  if (kEvaluateFirst || kQuantizedD) return acc[4 * j + 2 * h + e];
   float red[kReductionSlots];
   return evaluate(acc, p, at, t, j, h, e, true, red);
 }
@@ -184,48 +189,51 @@ __device__ __forceinline__ void evaluate_tile(float* acc, const GemmParams& p, c
   }
 }
 
-// By every thread of a consumer warpgroup, after evaluate_tile: each 128-column block of the
-// slice's rows quantised as gemmkit::quantize does (quant_rule.cuh), the values left in the
-// accumulators as value / scale, and the block's scale stored. A block's row is 16 column groups
-// of the 4 lanes holding the row: their largest |value| (as bits, so that NaN wins) over the
-// thread's 32 values, then 2 shuffles. Columns past D's last do not count.
-__device__ __forceinline__ void quantize_tile(float* acc, const GemmParams& p, const TileOrigin& at, int t) {
+// By every thread of a consumer warpgroup, before it stores group `group` of an e4m3 D's tile:
+// the group's values (evaluated here, unless evaluate_tile did) quantised in their 128-column
+// block as gemmkit::quantize does (quant_rule.cuh), left in the accumulators as value / scale,
+// and the block's scale stored. A block's row is 16 column groups of the 4 lanes holding the row:
+// their largest |value| (as bits, so that NaN wins) over the thread's 32 values, then 2 shuffles.
+// Columns past D's last do not count. Group by group, rather than over the whole tile first, two
+// blocks fit beside a 256-wide tile's accumulators.
+__device__ __forceinline__ void quantize_group(float* acc, const GemmParams& p, const TileOrigin& at, int t,
+                                               int group) {
+  const i64 block_col = at.col + 128 * group;
 #pragma unroll
-  for (int block = 0; block < kTileCols / 128; ++block) {
-    const i64 block_col = at.col + 128 * block;
+  for (int h = 0; h < 2; ++h) {
+    u32 amax = 0;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      u32 amax = 0;
+    for (int j = 16 * group; j < 16 * group + 16; ++j) {
 #pragma unroll
-      for (int j = 16 * block; j < 16 * block + 16; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const u32 bits = at.col + fragment_col(t, j) + e < p.n ? __float_as_uint(acc[4 * j + 2 * h + e]) : 0u;
-          amax = max(amax, bits & 0x7fffffffu);
-        }
+      for (int e = 0; e < 2; ++e) {
+        float red[kReductionSlots];
+        float& x = acc[4 * j + 2 * h + e];
+        if (!kEvaluateFirst) x = evaluate(acc, p, at, t, j, h, e, true, red);
+        const u32 bits = at.col + fragment_col(t, j) + e < p.n ? __float_as_uint(x) : 0u;
+        amax = max(amax, bits & 0x7fffffffu);
       }
-      amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-      amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-      const QuantDivisor divisor = quant_divisor<GEMMKIT_E4M3, false>(amax);
+    }
+    amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    const QuantDivisor divisor = quant_divisor<GEMMKIT_E4M3, false>(amax);
 #pragma unroll
-      for (int j = 16 * block; j < 16 * block + 16; ++j) {
+    for (int j = 16 * group; j < 16 * group + 16; ++j) {
 #pragma unroll
-        for (int e = 0; e < 2; ++e) acc[4 * j + 2 * h + e] = quant_divide<false>(acc[4 * j + 2 * h + e], divisor);
-      }
-      const i64 row = d_row(at.row, t, h);
-      if (t % 4 == 0 && row < at.row_end && (!kShiftLastRow || row >= at.first_stored) && block_col < p.n) {
-        const i64 index = at.batch * p.scale_d.batch_stride + row * p.scale_d.row_stride + block_col / 128 * p.scale_d.col_stride;
-        static_cast<float*>(p.scale_d.data)[index] = divisor.scale;
-      }
+      for (int e = 0; e < 2; ++e) acc[4 * j + 2 * h + e] = quant_divide<false>(acc[4 * j + 2 * h + e], divisor);
+    }
+    const i64 row = d_row(at.row, t, h);
+    if (t % 4 == 0 && row < at.row_end && (!kShiftLastRow || row >= at.first_stored) && block_col < p.n) {
+      static_cast<float*>(p.scale_d.data)[at.batch * p.scale_d.batch_stride + row * p.scale_d.row_stride +
+                                          block_col / 128 * p.scale_d.col_stride] = divisor.scale;
     }
   }
 }
 
 // Direct stores, for outputs TMA cannot address (unaligned base or strides, non-unit column stride).
-__device__ __forceinline__ void store_tile_direct(const float* acc, const GemmParams& p, TileOrigin at,
-                                                  int t) {
+__device__ __forceinline__ void store_tile_direct(float* acc, const GemmParams& p, TileOrigin at, int t) {
 #pragma unroll
   for (int j = 0; j < kTileCols / 8; ++j) {
+    if (kQuantizedD && j % 16 == 0) quantize_group(acc, p, at, t, j / 16);  // its block, before its first column
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
 #pragma unroll
@@ -498,13 +506,14 @@ __device__ __forceinline__ void store_staged_rows(u32 part, const GemmParams& p,
 // of D leaves no buffer in use; later groups wait only for the store that last used their
 // buffer, kStoreBuffers groups ago.
 template <int First, int End>
-__device__ __forceinline__ void store_tile_tma(const float* acc, const u32* packed, const GemmParams& p, TileOrigin at,
+__device__ __forceinline__ void store_tile_tma(float* acc, const u32* packed, const GemmParams& p, TileOrigin at,
                                                int t, u8* buffers, const TensorMap* map_d) {
   const int warp = t / 32;
   const bool leader = t % 32 == 0;
 #pragma unroll
   for (int group = First; group < End; ++group) {
     if (at.col + group_col(group) >= p.n) break;  // uniform across the warpgroup
+    if (kQuantizedD) quantize_group(acc, p, at, t, group);  // its shuffles before any lane leaves
     u8* part = buffers + (group % kStoreBuffers) * kEpilogueBufferBytes + warp * (kEpilogueBufferBytes / 4);
     if (leader) {
       if (group == First) {

@@ -602,7 +602,6 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
     if (at.row >= at.row_end || at.row + 64 <= at.first_stored) continue;  // below D, or the tile above's
     if (kSplitK && p.splits > 1 && !combine_splits(acc, p, i64(w.tile) * kConsumers + slice, w.split, at.row, t, 1 + slice)) continue;
     if (kEvaluateFirst) evaluate_tile(acc, p, at, t);
-    if (kQuantizedD) quantize_tile(acc, p, at, t);
     if (kDeferGroups) {
       store_tile_tma<0, kDeferFrom>(acc, nullptr, p, at, t, buffers, &map_d);
 #pragma unroll

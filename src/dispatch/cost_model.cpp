@@ -231,7 +231,7 @@ bool tile_takes_groups(TileShape tile, const KernelConfig& facts) {
 }
 
 bool tile_takes_epilogue(TileShape tile, const KernelConfig& facts) {
-  if (facts.out == DType::e4m3 && facts.tile_cols(tile.n) != 128) return false;
+  if (facts.out == DType::e4m3 && facts.tile_cols(tile.n) % 128 != 0) return false;
   return !facts.epilogue || facts.dual || tile.n <= (facts.grouped() ? 208 : 224);
 }
 

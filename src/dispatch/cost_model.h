@@ -36,8 +36,7 @@ bool tile_takes_groups(TileShape tile, const KernelConfig& facts);
 // with an M x N read in a grouped kernel at 208: 8 bytes), which the plan finds when it loads the
 // kernel and then narrows the tile (dispatch/plan.cpp). A dual GEMM's epilogue works on half
 // the accumulators' columns: every tile is tried, and the plan narrows those that spill. An
-// e4m3 D takes tiles of one whole 1x128 block of its scales (128 columns: a dual GEMM's 256):
-// wider ones, which hold two, spilled (ptxas: 8 bytes on 128 x 256, 288 on 64 x 256 with a bias).
+// e4m3 D takes tiles of whole 1x128 blocks of its scales (128 or 256 columns; a dual GEMM's 256).
 bool tile_takes_epilogue(TileShape tile, const KernelConfig& facts);
 
 // Whether the tile's kernel can take these scale modes: mx scales (promoted every 32 of K, with

@@ -67,9 +67,9 @@ int sm_budget(const Problem& p, const runtime::DeviceInfo& info) {
   return p.max_sms > 0 ? std::min(p.max_sms, info.sm_count) : info.sm_count;
 }
 
-// Whether a config quantises an e4m3 D in its kernel: a TMA kernel whose tiles hold one whole
-// 1x128 block (cost_model.h, tile_takes_epilogue), as the plan picks wherever one runs the problem.
-bool quantizes_in_kernel(const KernelConfig& c) { return c.kind == KernelKind::tma && c.tile_cols(c.tile_n) == 128; }
+// Whether a config quantises an e4m3 D in its kernel: a TMA kernel whose tiles hold whole 1x128
+// blocks (cost_model.h, tile_takes_epilogue), as the plan picks wherever one runs the problem.
+bool quantizes_in_kernel(const KernelConfig& c) { return c.kind == KernelKind::tma && c.tile_cols(c.tile_n) % 128 == 0; }
 
 Plan new_plan(const Problem& normalized, const KernelConfig* forced, cudaStream_t stream) {
   const runtime::DeviceInfo& info = runtime::device_info(normalized.device);

@@ -221,8 +221,8 @@ TEST(FusedEpilogue, DualKernelsCompileWithoutSpills) {
   }
 }
 
-// An e4m3 D quantised in 1x128 blocks (quantize_tile) on the tiles the cost model gives it (128
-// wide, dual 256), stored through TMA and directly, with split-K, 8-bit inputs, grouped rows
+// An e4m3 D quantised in 1x128 blocks (quantize_group) on the tiles the cost model gives it (128
+// and 256 wide, dual 256), stored through TMA and directly, with split-K, 8-bit inputs, grouped rows
 // (contiguous, masked; the MoE up-projection's dual, B K- and N-major) and along K; plain and
 // behind SwiGLU with its amax.
 TEST(FusedEpilogue, QuantizedOutputsCompileWithoutSpills) {
@@ -241,9 +241,11 @@ TEST(FusedEpilogue, QuantizedOutputsCompileWithoutSpills) {
     c.stages = max_stages(c, DeviceLimits{}.smem_per_block);
     configs.push_back(c);
   };
-  add({128, 128}, 2, nullptr, [](KernelConfig&) {});
+  add({128, 256}, 2, nullptr, [](KernelConfig&) {});
+  add({64, 256}, 1, nullptr, [](KernelConfig&) {});
   add({128, 128}, 2, bias_code, [](KernelConfig&) {});
-  add({128, 128}, 1, bias_code, [](KernelConfig& c) { c.tma_store = false; });  // direct
+  add({128, 256}, 1, nullptr, [](KernelConfig& c) { c.tma_store = false; });  // direct
+  add({128, 128}, 1, bias_code, [](KernelConfig& c) { c.tma_store = false; });
   add({64, 128}, 1, nullptr, [](KernelConfig& c) { c.splits = 2; });
   add({128, 128}, 2, bias_code, [](KernelConfig& c) {
     c.in = c.in_b = DType::e4m3;
@@ -251,23 +253,27 @@ TEST(FusedEpilogue, QuantizedOutputsCompileWithoutSpills) {
     c.scale_b_mn = 128;
   });
   add({128, 256}, 2, swiglu_code, [](KernelConfig& c) { c.dual = true; });
+  // Grouped rows on the tiles they take (tile_takes_groups): masked ones 64 rows high.
   for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked}) {
-    for (TileShape tile : {TileShape{128, 256}, TileShape{64, 256}}) {
-      add(tile, 1, swiglu_code, [&](KernelConfig& c) {
+    const bool masked = layout == GroupLayout::masked;
+    for (bool b_k_major : {true, false}) {
+      add({masked ? 64 : 128, 256}, 1, swiglu_code, [&](KernelConfig& c) {
         c.dual = true;
         c.group_layout = layout;
         c.group_capacity = 128;
         c.b_batched = true;
-        c.b_k_major = tile.m == 64;
-        c.a_batched = layout == GroupLayout::masked;
+        c.b_k_major = b_k_major;
+        c.a_batched = masked;
       });
     }
-    add({128, 128}, 1, bias_code, [&](KernelConfig& c) {
-      c.group_layout = layout;
-      c.group_capacity = 128;
-      c.b_batched = true;
-      c.a_batched = layout == GroupLayout::masked;
-    });
+    for (const std::string* code : {static_cast<const std::string*>(nullptr), bias_code}) {
+      add({masked ? 64 : 128, code ? 128 : 256}, 1, code, [&](KernelConfig& c) {
+        c.group_layout = layout;
+        c.group_capacity = 128;
+        c.b_batched = true;
+        c.a_batched = masked;
+      });
+    }
   }
   add({128, 128}, 2, nullptr, [](KernelConfig& c) {
     c.group_along_k = true;
@@ -281,6 +287,7 @@ TEST(FusedEpilogue, QuantizedOutputsCompileWithoutSpills) {
   KernelConfig narrow = with_tile(KernelConfig{}, {128, 192});
   narrow.out = DType::e4m3;
   EXPECT_FALSE(tile_takes_epilogue({128, 192}, narrow)) << "192 columns are a block and a half";
+  EXPECT_TRUE(tile_takes_epilogue({128, 256}, narrow));
 }
 
 }  // namespace
