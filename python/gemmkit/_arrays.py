@@ -35,11 +35,14 @@ def to_torch(torch, arrays, names):
 
 
 def to_caller(result, kind, out=None):
-    """`out` where the caller gave one; else the result in the caller's library (`kind`)."""
+    """`out` where the caller gave one; else the result in the caller's library (`kind`), a pair
+    (an e4m3 output and its scales) item by item."""
     if out is not None:
         return out
     if kind is None:
         return result
+    if isinstance(result, tuple):
+        return tuple(to_caller(r, kind) for r in result)
     try:
         return importlib.import_module(_HOMES.get(kind, kind)).from_dlpack(result)
     except Exception:  # no from_dlpack there, or no such dtype: the torch tensor

@@ -4,7 +4,10 @@ autograd differentiates it. Their CUDA kernels are _torch's launches. Imported b
 functions (gemmkit.mm and the others) call these operators only where torch has something to
 record. grouped_mm and grouped_wgrad (and their _out and _epilogue forms) are the grouped
 products: the forward and input gradient, and the weight gradient, each with FP8 scales for
-scaled_grouped_mm."""
+scaled_grouped_mm. An e4m3 output, quantised in 1x128 blocks, comes with its float32 scales
+[..., M, ceil(N/128)] (_torch.new_scales): the *_quantized operators make and return both, and
+the operators that write into out take them as scale_d (None for other outputs); none of them
+has a gradient."""
 
 import torch
 
@@ -15,13 +18,13 @@ _lib = torch.library.Library("gemmkit", "DEF")  # noqa: TOR901  (kept for the pr
 _lib.define("gemm(Tensor a, Tensor b, Tensor? scale_a, Tensor? scale_b, str mode_a, str mode_b, "
             "ScalarType? out_dtype, float alpha, float beta, Tensor? c) -> Tensor")
 _lib.define("gemm_out(Tensor a, Tensor b, Tensor(a!) out, Tensor? scale_a, Tensor? scale_b, str mode_a, "
-            "str mode_b, float alpha, float beta, Tensor? c) -> ()")
+            "str mode_b, float alpha, float beta, Tensor? c, Tensor(c!)? scale_d=None) -> ()")
 # out = the product through a fused epilogue; names: the tensors the text names, inputs (in
 # order of first use) then outputs (written in place: a reduction's, name[n] = sum(...), zeroed
 # and added into); no autograd.
 _lib.define("gemm_epilogue(Tensor a, Tensor b, Tensor(a!) out, Tensor? scale_a, Tensor? scale_b, str mode_a, "
             "str mode_b, str epilogue, str[] names, Tensor[] inputs, Tensor(b!)[] outputs, float alpha, float beta, "
-            "Tensor? c) -> ()")
+            "Tensor? c, Tensor(c!)? scale_d=None) -> ()")
 # The same as a function of its inputs (no outputs of its own): D [batch,] M x N of out_dtype, acc
 # = alpha * a @ b + beta * c (a or b may be 2-D, shared by a batch). gemmkit.mm, bmm and addmm call
 # it where autograd tracks the call (its formula below), the torch.compile pass (_fusion) where it
@@ -32,22 +35,22 @@ _lib.define("mm_epilogue(Tensor a, Tensor b, str epilogue, str[] names, Tensor[]
 # with their scales and modes.
 _lib.define("grouped_mm_epilogue(Tensor a, Tensor b, Tensor sizes, Tensor(a!) out, str layout, str epilogue, "
             "str[] names, Tensor[] inputs, Tensor(b!)[] outputs, int max_sms, Tensor? scale_a=None, "
-            "Tensor? scale_b=None, str mode_a=\"none\", str mode_b=\"none\") -> ()")
+            "Tensor? scale_b=None, str mode_a=\"none\", str mode_b=\"none\", Tensor(c!)? scale_d=None) -> ()")
 # zero_unowned: rows no group owns are set to 0 (gradients), else left undefined as torch's are.
 _lib.define("grouped_mm(Tensor a, Tensor b, Tensor sizes, str layout, Tensor? scale_a, Tensor? scale_b, str mode_a, "
             "str mode_b, ScalarType? out_dtype, int max_sms, bool zero_unowned) -> Tensor")
 _lib.define("grouped_mm_out(Tensor a, Tensor b, Tensor sizes, Tensor(a!) out, str layout, Tensor? scale_a, "
-            "Tensor? scale_b, str mode_a, str mode_b, int max_sms) -> ()")
+            "Tensor? scale_b, str mode_a, str mode_b, int max_sms, Tensor(c!)? scale_d=None) -> ()")
 # The weight gradient x_g^T y_g: scale_a is x's scales (A = x^T), scale_b y's.
 _lib.define("grouped_wgrad(Tensor x, Tensor y, Tensor offs, Tensor? scale_a, Tensor? scale_b, str mode_a, "
             "str mode_b, ScalarType? out_dtype, int max_sms) -> Tensor")
 _lib.define("grouped_wgrad_out(Tensor x, Tensor y, Tensor offs, Tensor(a!) out, Tensor? scale_a, Tensor? scale_b, "
-            "str mode_a, str mode_b, int max_sms) -> ()")
+            "str mode_a, str mode_b, int max_sms, Tensor(c!)? scale_d=None) -> ()")
 # The weight gradient into out [G, P, Q] through a fused epilogue, as grouped_mm_epilogue (no
 # autograd); FP8 x and y with their scales and modes.
 _lib.define("grouped_wgrad_epilogue(Tensor x, Tensor y, Tensor offs, Tensor(a!) out, str epilogue, str[] names, "
             "Tensor[] inputs, Tensor(b!)[] outputs, int max_sms, Tensor? scale_a=None, Tensor? scale_b=None, "
-            "str mode_a=\"none\", str mode_b=\"none\") -> ()")
+            "str mode_a=\"none\", str mode_b=\"none\", Tensor(c!)? scale_d=None) -> ()")
 _lib.define("quantize(Tensor x, ScalarType dtype, int block_rows, int block_cols, ScalarType scale_dtype, "
             "bool power_of_two) -> (Tensor, Tensor)")
 # SwiGLU's up-projection as one dual GEMM (gemmkit.swiglu_mm): [M, I] = the epilogue of acc = x
@@ -59,7 +62,7 @@ _lib.define("swiglu_mm(Tensor x, Tensor w, Tensor? w_up, bool interleaved, str e
             "Tensor[] inputs, ScalarType? out_dtype) -> Tensor")
 # The same into out, with an epilogue's outputs (written in place, as gemm_epilogue's); no autograd.
 _lib.define("swiglu_mm_out(Tensor x, Tensor w, Tensor? w_up, Tensor(a!) out, bool interleaved, str epilogue, "
-            "str[] names, Tensor[] inputs, Tensor(b!)[] outputs) -> ()")
+            "str[] names, Tensor[] inputs, Tensor(b!)[] outputs, Tensor(c!)? scale_d=None) -> ()")
 # mm_epilogue (alpha 1, no C) and swiglu_mm with the text's M x N outputs (name[m, n] = ...) made
 # and returned beside D, [D, *outputs]: the functional form of the _out operators' outputs. Each
 # output has D's shape, row-major, and its type in output_types, spelt as the text's casts are
@@ -80,7 +83,25 @@ _lib.define("grouped_swiglu_mm(Tensor x, Tensor w, Tensor? w_up, Tensor sizes, s
             "str epilogue, str[] names, Tensor[] inputs, ScalarType? out_dtype, int max_sms) -> Tensor")
 # The same into out, with an epilogue's outputs (written in place, as swiglu_mm_out's).
 _lib.define("grouped_swiglu_mm_out(Tensor x, Tensor w, Tensor? w_up, Tensor sizes, Tensor(a!) out, str layout, "
-            "bool interleaved, str epilogue, str[] names, Tensor[] inputs, Tensor(b!)[] outputs, int max_sms) -> ()")
+            "bool interleaved, str epilogue, str[] names, Tensor[] inputs, Tensor(b!)[] outputs, int max_sms, "
+            "Tensor(c!)? scale_d=None) -> ()")
+# The products above with an e4m3 output quantised in 1x128 blocks, made and returned with its
+# scales, (out, scales): gemm's (epilogue "" for none; a or b may be 2-D, shared by a batch),
+# swiglu_mm's, grouped_mm's forward ([M_total, N] or [G, max_m, N]) and weight gradient ([G, P,
+# Q]), and grouped_swiglu_mm's, each through the epilogue the text gives, its tensors as the
+# operators' above (inputs only: with outputs, the functions call the operators above with
+# scale_d). No autograd: the functions refuse inputs that require grad.
+_lib.define("gemm_quantized(Tensor a, Tensor b, Tensor? scale_a, Tensor? scale_b, str mode_a, str mode_b, "
+            "float alpha, float beta, Tensor? c, str epilogue, str[] names, Tensor[] inputs) -> (Tensor, Tensor)")
+_lib.define("swiglu_mm_quantized(Tensor x, Tensor w, Tensor? w_up, bool interleaved, str epilogue, str[] names, "
+            "Tensor[] inputs) -> (Tensor, Tensor)")
+_lib.define("grouped_mm_quantized(Tensor a, Tensor b, Tensor sizes, str layout, str epilogue, str[] names, "
+            "Tensor[] inputs, int max_sms, Tensor? scale_a, Tensor? scale_b, str mode_a, str mode_b) "
+            "-> (Tensor, Tensor)")
+_lib.define("grouped_wgrad_quantized(Tensor x, Tensor y, Tensor offs, str epilogue, str[] names, Tensor[] inputs, "
+            "int max_sms, Tensor? scale_a, Tensor? scale_b, str mode_a, str mode_b) -> (Tensor, Tensor)")
+_lib.define("grouped_swiglu_mm_quantized(Tensor x, Tensor w, Tensor? w_up, Tensor sizes, str layout, bool interleaved, "
+            "str epilogue, str[] names, Tensor[] inputs, int max_sms) -> (Tensor, Tensor)")
 
 
 def _gemm(a, b, scale_a, scale_b, mode_a, mode_b, out_dtype, alpha, beta, c):
@@ -89,13 +110,14 @@ def _gemm(a, b, scale_a, scale_b, mode_a, mode_b, out_dtype, alpha, beta, c):
     return out
 
 
-def _gemm_out(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c):
-    t.launch_gemm(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c)
+def _gemm_out(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c, scale_d=None):
+    t.launch_gemm(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c, scale_d=scale_d)
 
 
-def _gemm_epilogue(a, b, out, scale_a, scale_b, mode_a, mode_b, epilogue, names, inputs, outputs, alpha, beta, c):
+def _gemm_epilogue(a, b, out, scale_a, scale_b, mode_a, mode_b, epilogue, names, inputs, outputs, alpha, beta, c,
+                   scale_d=None):
     t.launch_gemm(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c, epilogue,
-                  t.epilogue_triples(epilogue, names, [*inputs, *outputs]))
+                  t.epilogue_triples(epilogue, names, [*inputs, *outputs]), scale_d=scale_d)
 
 
 def _mm_epilogue(a, b, epilogue, names, inputs, out_dtype, alpha, beta, c):
@@ -105,9 +127,9 @@ def _mm_epilogue(a, b, epilogue, names, inputs, out_dtype, alpha, beta, c):
 
 
 def _grouped_mm_epilogue(a, b, sizes, out, layout, epilogue, names, inputs, outputs, max_sms, scale_a=None,
-                         scale_b=None, mode_a="none", mode_b="none"):
+                         scale_b=None, mode_a="none", mode_b="none", scale_d=None):
     t.launch_grouped(a, b, sizes, layout, out, scale_a, scale_b, mode_a, mode_b, max_sms, False, epilogue,
-                     t.epilogue_triples(epilogue, names, [*inputs, *outputs]))
+                     t.epilogue_triples(epilogue, names, [*inputs, *outputs]), scale_d)
 
 
 def _grouped_mm(a, b, sizes, layout, scale_a, scale_b, mode_a, mode_b, out_dtype, max_sms, zero_unowned):
@@ -116,8 +138,8 @@ def _grouped_mm(a, b, sizes, layout, scale_a, scale_b, mode_a, mode_b, out_dtype
     return out
 
 
-def _grouped_mm_out(a, b, sizes, out, layout, scale_a, scale_b, mode_a, mode_b, max_sms):
-    t.launch_grouped(a, b, sizes, layout, out, scale_a, scale_b, mode_a, mode_b, max_sms)
+def _grouped_mm_out(a, b, sizes, out, layout, scale_a, scale_b, mode_a, mode_b, max_sms, scale_d=None):
+    t.launch_grouped(a, b, sizes, layout, out, scale_a, scale_b, mode_a, mode_b, max_sms, scale_d=scale_d)
 
 
 def _grouped_wgrad(x, y, offs, scale_a, scale_b, mode_a, mode_b, out_dtype, max_sms):
@@ -126,14 +148,14 @@ def _grouped_wgrad(x, y, offs, scale_a, scale_b, mode_a, mode_b, out_dtype, max_
     return out
 
 
-def _grouped_wgrad_out(x, y, offs, out, scale_a, scale_b, mode_a, mode_b, max_sms):
-    t.launch_grouped_wgrad(x, y, offs, out, scale_a, scale_b, mode_a, mode_b, max_sms)
+def _grouped_wgrad_out(x, y, offs, out, scale_a, scale_b, mode_a, mode_b, max_sms, scale_d=None):
+    t.launch_grouped_wgrad(x, y, offs, out, scale_a, scale_b, mode_a, mode_b, max_sms, scale_d=scale_d)
 
 
 def _grouped_wgrad_epilogue(x, y, offs, out, epilogue, names, inputs, outputs, max_sms, scale_a=None, scale_b=None,
-                            mode_a="none", mode_b="none"):
+                            mode_a="none", mode_b="none", scale_d=None):
     t.launch_grouped_wgrad(x, y, offs, out, scale_a, scale_b, mode_a, mode_b, max_sms, epilogue,
-                           t.epilogue_triples(epilogue, names, [*inputs, *outputs]))
+                           t.epilogue_triples(epilogue, names, [*inputs, *outputs]), scale_d)
 
 
 def _quantize(x, dtype, block_rows, block_cols, scale_dtype, power_of_two):
@@ -149,8 +171,9 @@ def _swiglu_mm(x, w, w_up, interleaved, epilogue, names, inputs, out_dtype):
     return out
 
 
-def _swiglu_mm_out(x, w, w_up, out, interleaved, epilogue, names, inputs, outputs):
-    t.launch_swiglu(x, w, w_up, interleaved, out, epilogue, t.epilogue_triples(epilogue, names, [*inputs, *outputs]))
+def _swiglu_mm_out(x, w, w_up, out, interleaved, epilogue, names, inputs, outputs, scale_d=None):
+    t.launch_swiglu(x, w, w_up, interleaved, out, epilogue, t.epilogue_triples(epilogue, names, [*inputs, *outputs]),
+                    scale_d)
 
 
 OUTPUT_TYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}  # the *_outputs operators'
@@ -180,9 +203,54 @@ def _grouped_swiglu_mm(x, w, w_up, sizes, layout, interleaved, epilogue, names, 
     return out
 
 
-def _grouped_swiglu_mm_out(x, w, w_up, sizes, out, layout, interleaved, epilogue, names, inputs, outputs, max_sms):
+def _grouped_swiglu_mm_out(x, w, w_up, sizes, out, layout, interleaved, epilogue, names, inputs, outputs, max_sms,
+                           scale_d=None):
     t.launch_grouped_swiglu(x, w, w_up, interleaved, sizes, layout, out, max_sms, epilogue,
-                            t.epilogue_triples(epilogue, names, [*inputs, *outputs]))
+                            t.epilogue_triples(epilogue, names, [*inputs, *outputs]), scale_d)
+
+
+def _with_scales(out):
+    """(out, empty scales for it): an e4m3 output of the *_quantized operators."""
+    return out, t.new_scales(out)
+
+
+def _triples(epilogue, names, inputs):
+    """epilogue_triples of a *_quantized operator's text, None where it has none ("")."""
+    return t.epilogue_triples(epilogue, names, inputs) if epilogue else None
+
+
+def _gemm_quantized(a, b, scale_a, scale_b, mode_a, mode_b, alpha, beta, c, epilogue, names, inputs):
+    out, scales = _with_scales(t.new_output(a, b, t.QUANTIZED))
+    t.launch_gemm(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c, epilogue,
+                  _triples(epilogue, names, inputs), scale_d=scales)
+    return out, scales
+
+
+def _swiglu_mm_quantized(x, w, w_up, interleaved, epilogue, names, inputs):
+    out, scales = _with_scales(t.new_swiglu_output(x, w, w_up, t.QUANTIZED))
+    t.launch_swiglu(x, w, w_up, interleaved, out, epilogue, t.epilogue_triples(epilogue, names, inputs), scales)
+    return out, scales
+
+
+def _grouped_mm_quantized(a, b, sizes, layout, epilogue, names, inputs, max_sms, scale_a, scale_b, mode_a, mode_b):
+    out, scales = _with_scales(t.new_grouped_output(a, b, t.QUANTIZED))
+    t.launch_grouped(a, b, sizes, layout, out, scale_a, scale_b, mode_a, mode_b, max_sms, False, epilogue,
+                     _triples(epilogue, names, inputs), scales)
+    return out, scales
+
+
+def _grouped_wgrad_quantized(x, y, offs, epilogue, names, inputs, max_sms, scale_a, scale_b, mode_a, mode_b):
+    out, scales = _with_scales(x.new_empty(t.wgrad_output_shape(x, y, offs), dtype=t.QUANTIZED))
+    t.launch_grouped_wgrad(x, y, offs, out, scale_a, scale_b, mode_a, mode_b, max_sms, epilogue,
+                           _triples(epilogue, names, inputs), scales)
+    return out, scales
+
+
+def _grouped_swiglu_mm_quantized(x, w, w_up, sizes, layout, interleaved, epilogue, names, inputs, max_sms):
+    out, scales = _with_scales(t.new_grouped_swiglu_output(x, w, w_up, t.QUANTIZED))
+    t.launch_grouped_swiglu(x, w, w_up, interleaved, sizes, layout, out, max_sms, epilogue,
+                            t.epilogue_triples(epilogue, names, inputs), scales)
+    return out, scales
 
 
 _lib.impl("gemm", _gemm, "CUDA")
@@ -202,6 +270,11 @@ _lib.impl("mm_epilogue_outputs", _mm_epilogue_outputs, "CUDA")
 _lib.impl("swiglu_mm_outputs", _swiglu_mm_outputs, "CUDA")
 _lib.impl("grouped_swiglu_mm", _grouped_swiglu_mm, "CUDA")
 _lib.impl("grouped_swiglu_mm_out", _grouped_swiglu_mm_out, "CUDA")
+_lib.impl("gemm_quantized", _gemm_quantized, "CUDA")
+_lib.impl("swiglu_mm_quantized", _swiglu_mm_quantized, "CUDA")
+_lib.impl("grouped_mm_quantized", _grouped_mm_quantized, "CUDA")
+_lib.impl("grouped_wgrad_quantized", _grouped_wgrad_quantized, "CUDA")
+_lib.impl("grouped_swiglu_mm_quantized", _grouped_swiglu_mm_quantized, "CUDA")
 
 
 @torch.library.register_fake("gemmkit::gemm")
@@ -210,7 +283,7 @@ def _gemm_fake(a, b, scale_a, scale_b, mode_a, mode_b, out_dtype, alpha, beta, c
 
 
 @torch.library.register_fake("gemmkit::gemm_out")
-def _gemm_out_fake(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c):
+def _gemm_out_fake(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c, scale_d=None):
     return None
 
 
@@ -220,7 +293,7 @@ def _gemm_out_fake(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c):
 
 @torch.library.register_fake("gemmkit::gemm_epilogue")
 def _gemm_epilogue_fake(a, b, out, scale_a, scale_b, mode_a, mode_b, epilogue, names, inputs, outputs, alpha, beta,
-                        c):
+                        c, scale_d=None):
     t.check_operator_shapes(epilogue, names, [*inputs, *outputs], t.epilogue_dims(a, b))
 
 
@@ -232,7 +305,7 @@ def _mm_epilogue_fake(a, b, epilogue, names, inputs, out_dtype, alpha, beta, c):
 
 @torch.library.register_fake("gemmkit::grouped_mm_epilogue")
 def _grouped_mm_epilogue_fake(a, b, sizes, out, layout, epilogue, names, inputs, outputs, max_sms, scale_a=None,
-                              scale_b=None, mode_a="none", mode_b="none"):
+                              scale_b=None, mode_a="none", mode_b="none", scale_d=None):
     t.check_operator_shapes(epilogue, names, [*inputs, *outputs], t.grouped_epilogue_dims(a, b))
 
 
@@ -242,7 +315,7 @@ def _grouped_mm_fake(a, b, sizes, layout, scale_a, scale_b, mode_a, mode_b, out_
 
 
 @torch.library.register_fake("gemmkit::grouped_mm_out")
-def _grouped_mm_out_fake(a, b, sizes, out, layout, scale_a, scale_b, mode_a, mode_b, max_sms):
+def _grouped_mm_out_fake(a, b, sizes, out, layout, scale_a, scale_b, mode_a, mode_b, max_sms, scale_d=None):
     return None
 
 
@@ -252,13 +325,13 @@ def _grouped_wgrad_fake(x, y, offs, scale_a, scale_b, mode_a, mode_b, out_dtype,
 
 
 @torch.library.register_fake("gemmkit::grouped_wgrad_out")
-def _grouped_wgrad_out_fake(x, y, offs, out, scale_a, scale_b, mode_a, mode_b, max_sms):
+def _grouped_wgrad_out_fake(x, y, offs, out, scale_a, scale_b, mode_a, mode_b, max_sms, scale_d=None):
     return None
 
 
 @torch.library.register_fake("gemmkit::grouped_wgrad_epilogue")
 def _grouped_wgrad_epilogue_fake(x, y, offs, out, epilogue, names, inputs, outputs, max_sms, scale_a=None,
-                                 scale_b=None, mode_a="none", mode_b="none"):
+                                 scale_b=None, mode_a="none", mode_b="none", scale_d=None):
     t.check_operator_shapes(epilogue, names, [*inputs, *outputs], t.wgrad_epilogue_dims(x, y, offs))
 
 
@@ -279,7 +352,7 @@ def _swiglu_mm_fake(x, w, w_up, interleaved, epilogue, names, inputs, out_dtype)
 
 
 @torch.library.register_fake("gemmkit::swiglu_mm_out")
-def _swiglu_mm_out_fake(x, w, w_up, out, interleaved, epilogue, names, inputs, outputs):
+def _swiglu_mm_out_fake(x, w, w_up, out, interleaved, epilogue, names, inputs, outputs, scale_d=None):
     t.check_operator_shapes(epilogue, names, [*inputs, *outputs], _swiglu_dims(x, w, w_up))
 
 
@@ -309,8 +382,42 @@ def _grouped_swiglu_mm_fake(x, w, w_up, sizes, layout, interleaved, epilogue, na
 
 @torch.library.register_fake("gemmkit::grouped_swiglu_mm_out")
 def _grouped_swiglu_mm_out_fake(x, w, w_up, sizes, out, layout, interleaved, epilogue, names, inputs, outputs,
-                                max_sms):
+                                max_sms, scale_d=None):
     t.check_operator_shapes(epilogue, names, [*inputs, *outputs], t.grouped_swiglu_epilogue_dims(x, w, w_up))
+
+
+# The *_quantized operators' outputs: e4m3 D and its row-major float32 scales, as their kernels
+# make them.
+
+@torch.library.register_fake("gemmkit::gemm_quantized")
+def _gemm_quantized_fake(a, b, scale_a, scale_b, mode_a, mode_b, alpha, beta, c, epilogue, names, inputs):
+    t.check_operator_shapes(epilogue, names, inputs, t.epilogue_dims(a, b))
+    return _with_scales(a.new_empty(t.output_shape(a, b), dtype=t.QUANTIZED))
+
+
+@torch.library.register_fake("gemmkit::swiglu_mm_quantized")
+def _swiglu_mm_quantized_fake(x, w, w_up, interleaved, epilogue, names, inputs):
+    t.check_operator_shapes(epilogue, names, inputs, _swiglu_dims(x, w, w_up))
+    return _with_scales(x.new_empty(t.swiglu_output_shape(x, w, w_up), dtype=t.QUANTIZED))
+
+
+@torch.library.register_fake("gemmkit::grouped_mm_quantized")
+def _grouped_mm_quantized_fake(a, b, sizes, layout, epilogue, names, inputs, max_sms, scale_a, scale_b, mode_a,
+                               mode_b):
+    t.check_operator_shapes(epilogue, names, inputs, t.grouped_epilogue_dims(a, b))
+    return _with_scales(a.new_empty(t.grouped_output_shape(a, b), dtype=t.QUANTIZED))
+
+
+@torch.library.register_fake("gemmkit::grouped_wgrad_quantized")
+def _grouped_wgrad_quantized_fake(x, y, offs, epilogue, names, inputs, max_sms, scale_a, scale_b, mode_a, mode_b):
+    t.check_operator_shapes(epilogue, names, inputs, t.wgrad_epilogue_dims(x, y, offs))
+    return _with_scales(x.new_empty(t.wgrad_output_shape(x, y, offs), dtype=t.QUANTIZED))
+
+
+@torch.library.register_fake("gemmkit::grouped_swiglu_mm_quantized")
+def _grouped_swiglu_mm_quantized_fake(x, w, w_up, sizes, layout, interleaved, epilogue, names, inputs, max_sms):
+    t.check_operator_shapes(epilogue, names, inputs, t.grouped_swiglu_epilogue_dims(x, w, w_up))
+    return _with_scales(x.new_empty(t.grouped_swiglu_output_shape(x, w, w_up), dtype=t.QUANTIZED))
 
 
 # --- autograd ----------------------------------------------------------------------------------

@@ -42,6 +42,9 @@ torch.cuda._lazy_call(lambda: _C.set_scratch_allocator(torch._C._cuda_cudaCachin
                                                        torch._C._cuda_cudaCachingAllocator_raw_delete))
 LAYOUTS = {"contiguous": _C.GroupLayout.contiguous, "masked": _C.GroupLayout.masked}
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+# The out_dtype of an output quantised in 1x128 blocks (GemmOptions::scale_d), which comes with its
+# scales: (out, scales).
+QUANTIZED = torch.float8_e4m3fn
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)  # tensor types that carry nothing for torch to record
 
@@ -69,16 +72,29 @@ def new_output(a, b, out_dtype):
     return a.new_empty(*output_shape(a, b)) if dtype == a.dtype else a.new_empty(*output_shape(a, b), dtype=dtype)
 
 
+def scales_shape(shape):
+    """The shape of the scales of an e4m3 output of `shape`: one a row for each 128 columns,
+    [..., M, ceil(N/128)]."""
+    return (*shape[:-1], -(-shape[-1] // 128))
+
+
+def new_scales(out):
+    """Empty float32 scales for the e4m3 `out`, row-major as quantize()'s 1x128 ones, so that
+    scaled_mm and scaled_grouped_mm take them as block-mode scale_a with out as a."""
+    return out.new_empty(scales_shape(out.shape), dtype=torch.float32)
+
+
 def launch_gemm(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c, epilogue="", epilogue_pairs=None,
-                b2=None):
+                b2=None, scale_d=None):
     """out = alpha * a @ b + beta * c on out's device and current stream (scales for FP8), through
     the fused epilogue's text where one is given, with its (name, tensor, index) triples
     (epilogue_pairs). With b2 (a second K x N operand of b's type) it is a dual GEMM, whose
-    epilogue reads a @ b2 as acc2 (an empty text: SWIGLU).
+    epilogue reads a @ b2 as acc2 (an empty text: SWIGLU). An e4m3 out is quantised in 1x128
+    blocks, its scales written to scale_d (new_scales).
     The views are read in C++ (python/src/tensor_views.h); a single scale may have any shape, a
     1-D one is a column of A's or a row of B's."""
     _C.gemm_tensors(a, b, out, alpha, beta, c, torch._C._cuda_getCurrentRawStream(out.get_device()),
-                    MODES[mode_a], scale_a, MODES[mode_b], scale_b, epilogue, epilogue_pairs, b2)
+                    MODES[mode_a], scale_a, MODES[mode_b], scale_b, epilogue, epilogue_pairs, b2, scale_d)
 
 
 SWIGLU = "silu(acc) * acc2"  # a dual GEMM's epilogue where none is given (gemmkit/gemm.h, GemmOptions::b2)
@@ -96,14 +112,14 @@ def new_swiglu_output(x, w, w_up, out_dtype):
     return x.new_empty(*shape) if dtype == x.dtype else x.new_empty(*shape, dtype=dtype)
 
 
-def launch_swiglu(x, w, w_up, interleaved, out, epilogue, epilogue_pairs):
+def launch_swiglu(x, w, w_up, interleaved, out, epilogue, epilogue_pairs, scale_d=None):
     """out [M, I] = the epilogue of acc = x @ gate^T and acc2 = x @ up^T, one dual GEMM on out's
     device and current stream; gate and up [I, K] are w and w_up, or the halves of w [2I, K]
     (w_up None): its first and last I rows, or (interleaved) its even and odd rows. The weights'
     rows are B's and B2's columns (K-major), read as they lie, their views made in C++
-    (python/src/module.cpp, swiglu_tensors)."""
+    (python/src/module.cpp, swiglu_tensors). scale_d: an e4m3 out's scales, as launch_gemm's."""
     _C.swiglu_tensors(x, w, w_up, interleaved, out, torch._C._cuda_getCurrentRawStream(out.get_device()), epilogue,
-                      epilogue_pairs)
+                      epilogue_pairs, scale_d)
 
 
 _EPILOGUE_USES = {}  # text -> _C.epilogue_tensor_uses(text)
@@ -293,19 +309,19 @@ def wgrad_output_shape(x, y, offs):
 
 
 def launch_grouped(a, b, sizes, layout, out, scale_a, scale_b, mode_a, mode_b, max_sms, zero_unowned=False,
-                   epilogue="", epilogue_pairs=None):
+                   epilogue="", epilogue_pairs=None, scale_d=None):
     """out = a @ b per group (`layout` "contiguous" or "masked", `sizes` the ends or counts, read
     by the kernel) on out's device and current stream, through a fused epilogue where one is
-    given (as launch_gemm); the rows no group owns are left as they are, or set to 0 where
-    `zero_unowned` (gradients, where they must read 0). a and b are first copied where the
-    kernel's TMA cannot read them as they lie; FP8 ones must be K-major (a's K and b's K
-    contiguous), 16-bit ones may be either way."""
+    given (as launch_gemm; scale_d an e4m3 out's scales); the rows no group owns, and their
+    scales, are left as they are, or out's set to 0 where `zero_unowned` (gradients, where they
+    must read 0). a and b are first copied where the kernel's TMA cannot read them as they lie;
+    FP8 ones must be K-major (a's K and b's K contiguous), 16-bit ones may be either way."""
     fp8 = a.element_size() == 1
     a = tma_readable(a, (-1,) if fp8 else (-1, -2))
     b = tma_readable(b, (-2,) if fp8 else (-2, -1))
     _C.grouped_gemm_tensors(a, b, out, sizes.contiguous(), LAYOUTS[layout], False, zero_unowned, 1.0,
                             torch._C._cuda_getCurrentRawStream(out.get_device()), MODES[mode_a], scale_a,
-                            MODES[mode_b], scale_b, max_sms, epilogue, epilogue_pairs)
+                            MODES[mode_b], scale_b, max_sms, epilogue, epilogue_pairs, scale_d)
 
 
 def grouped_swiglu_output_shape(x, w, w_up):
@@ -319,19 +335,20 @@ def new_grouped_swiglu_output(x, w, w_up, out_dtype):
     return x.new_empty(grouped_swiglu_output_shape(x, w, w_up), dtype=output_dtype(x, out_dtype))
 
 
-def launch_grouped_swiglu(x, w, w_up, interleaved, sizes, layout, out, max_sms, epilogue, epilogue_pairs):
+def launch_grouped_swiglu(x, w, w_up, interleaved, sizes, layout, out, max_sms, epilogue, epilogue_pairs,
+                          scale_d=None):
     """out = the epilogue (SWIGLU for the default) of acc = x_g @ gate_g^T and acc2 = x_g @ up_g^T
     for each group g's rows (`layout` and `sizes` as launch_grouped's), one grouped dual GEMM on
     out's device and current stream; gate and up [G, I, K] are w and w_up, or each expert's halves
     of w [G, 2I, K] (w_up None), as launch_swiglu's. The weights' views are made in C++
     (python/src/module.cpp, grouped_swiglu_tensors). The grouped kernel has no path for operands
     TMA cannot read: x is copied first as launch_grouped's a, and the weights where those views
-    are not readable (swiglu_weights_readable)."""
+    are not readable (swiglu_weights_readable). scale_d: an e4m3 out's scales, as launch_grouped's."""
     x = tma_readable(x, (-1, -2))
     w, w_up = swiglu_weights_readable(w, w_up)
     _C.grouped_swiglu_tensors(x, w, w_up, interleaved, out, sizes.contiguous(), LAYOUTS[layout], False,
                               torch._C._cuda_getCurrentRawStream(out.get_device()), max_sms, epilogue,
-                              epilogue_pairs)
+                              epilogue_pairs, scale_d)
 
 
 def swiglu_weights_readable(w, w_up):
@@ -343,17 +360,18 @@ def swiglu_weights_readable(w, w_up):
 
 
 def launch_grouped_wgrad(x, y, offs, out, scale_a, scale_b, mode_a, mode_b, max_sms, epilogue="",
-                         epilogue_pairs=None):
+                         epilogue_pairs=None, scale_d=None):
     """out[g] = x_g^T y_g, x_g and y_g group g's rows by the ends in `offs`, on out's device and
     current stream (scales for FP8: x's as A's, y's as B's), through a fused epilogue where one is
-    given (as launch_gemm; out [G, P, Q] is its D). The 16-bit kernel reads x's and y's rows (P and
-    Q contiguous): copied first where they are not, or TMA cannot read them as they lie. FP8 x and
-    y pass as they are: the library copies them into the layout its kernel reads."""
+    given (as launch_gemm; out [G, P, Q] is its D, scale_d an e4m3 out's scales [G, P,
+    ceil(Q/128)]). The 16-bit kernel reads x's and y's rows (P and Q contiguous): copied first
+    where they are not, or TMA cannot read them as they lie. FP8 x and y pass as they are: the
+    library copies them into the layout its kernel reads."""
     if x.element_size() != 1:
         x, y = tma_readable(x, (-1,)), tma_readable(y, (-1,))
     _C.grouped_gemm_wgrad_tensors(x, y, out, offs.contiguous(), False, 1.0, 0.0, None,
                                   torch._C._cuda_getCurrentRawStream(out.get_device()), MODES[mode_a], scale_a,
-                                  MODES[mode_b], scale_b, max_sms, epilogue, epilogue_pairs)
+                                  MODES[mode_b], scale_b, max_sms, epilogue, epilogue_pairs, scale_d)
 
 
 def tma_readable(t, inner_dims):
@@ -422,14 +440,55 @@ def check_sizes(sizes, name, groups, of="b"):
                          "dimension)")
 
 
-def check_output(out, out_dtype, dims):
-    """out (None: one is made) and out_dtype (None: the default), which must agree."""
-    if out_dtype is not None and out_dtype not in OUT_DTYPES:
-        raise TypeError(f"out_dtype: {out_dtype} is not supported; expected bfloat16, float16 or float32")
-    if out is not None:
-        check(out, "out", dims)
-        if out_dtype is not None and out.dtype != out_dtype:
-            raise ValueError(f"out: dtype {out.dtype} differs from out_dtype {out_dtype}")
+def out_pair(out):
+    """(out, scales) of an out= argument: a tensor (or None) without scales, or the pair (out,
+    scales) an e4m3 output is written into, as such a call returns it."""
+    if isinstance(out, (tuple, list)):
+        if len(out) != 2:
+            raise ValueError(f"out: {len(out)} items; expected a tensor, or the pair (out, scales) of a "
+                             "float8_e4m3fn output")
+        return out[0], out[1]
+    return out, None
+
+
+def check_output(out, out_dtype, dims, scales=None):
+    """out (None: one is made) and out_dtype (None: the default), which must agree; an e4m3 out
+    comes with its scales (out=(out, scales)), float32 of scales_shape(out.shape)."""
+    if out_dtype is not None and out_dtype not in OUT_DTYPES and out_dtype != QUANTIZED:
+        raise TypeError(f"out_dtype: {out_dtype} is not supported; expected bfloat16, float16, float32 or "
+                        "float8_e4m3fn (returned with its scales)")
+    if out is None and scales is None:
+        return
+    check(out, "out", dims)
+    if out_dtype is not None and out.dtype != out_dtype:
+        raise ValueError(f"out: dtype {out.dtype} differs from out_dtype {out_dtype}")
+    if (out.dtype == QUANTIZED) != (scales is not None):
+        raise ValueError("out: a float8_e4m3fn tensor without its scales; expected the pair out=(out, scales)"
+                         if scales is None else f"out: the pair (out, scales) with out of dtype {out.dtype}; "
+                         "expected scales only with a float8_e4m3fn out")
+    if scales is not None:
+        _check_cuda_tensor(scales, "out[1]")
+        if scales.dtype != torch.float32:
+            raise TypeError(f"out[1]: dtype {scales.dtype}; expected float32 (the scales of out)")
+        if scales.shape != scales_shape(out.shape):
+            raise ValueError(f"out[1]: shape {list(scales.shape)}; expected {list(scales_shape(out.shape))}, one "
+                             f"scale a row for each 128 columns of out {list(out.shape)}")
+
+
+def quantized(out, out_dtype):
+    """Whether a call's output is e4m3, quantised in 1x128 blocks with its scales (out and
+    out_dtype checked by check_output)."""
+    return (out_dtype if out is None else out.dtype) == QUANTIZED
+
+
+def refuse_autograd_of_quantized(named):
+    """RuntimeError naming the first of the (name, tensor) pairs `named` that autograd would track
+    in a call with an e4m3 output, which has no gradient."""
+    if torch.is_grad_enabled():
+        for name, t in named:
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                raise RuntimeError(f"{name}: requires grad, but a float8_e4m3fn output (out_dtype or out=) is not "
+                                   "differentiable; expected inputs that do not require grad (or torch.no_grad())")
 
 
 def differentiable_epilogue(epilogue, a, b, tensors, out=None, alpha=1.0, beta=0.0, c=None, scaled=False):
@@ -497,15 +556,18 @@ def _mode_pair(mode):
 
 
 def _gemm(a, b, dims, scale_a=None, scale_b=None, modes=("none", "none"), out=None, out_dtype=None,
-          alpha=1.0, beta=0.0, c=None, epilogue=None, tensors=None):
+          alpha=1.0, beta=0.0, c=None, epilogue=None, tensors=None, out_scales=None):
     """The product of mm, bmm, addmm and scaled_mm (which has checked the scales), through the
-    fused epilogue's text where one is given, its tensors from the dict `tensors`."""
+    fused epilogue's text where one is given, its tensors from the dict `tensors`; (out, scales)
+    for an e4m3 output (out_scales: those of a given out)."""
     check(a, "a", dims)
     check(b, "b", dims)
     if c is not None:
         check(c, "c", (2, 3))
-    check_output(out, out_dtype, (2, 3))
+    check_output(out, out_dtype, (2, 3), out_scales)
     alpha, beta = float(alpha), float(beta)
+    if quantized(out, out_dtype):
+        return _gemm_quantized(a, b, scale_a, scale_b, modes, out, out_scales, alpha, beta, c, epilogue, tensors or {})
     if epilogue is not None:
         return _gemm_epilogue(a, b, scale_a, scale_b, modes, epilogue, tensors, out, out_dtype, alpha, beta, c)
     if direct(a, b, c, scale_a, scale_b, out):
@@ -520,6 +582,33 @@ def _gemm(a, b, dims, scale_a=None, scale_b=None, modes=("none", "none"), out=No
     refuse_autograd_with_out(a, b, c, out)
     torch.ops.gemmkit.gemm_out(a, b, out, scale_a, scale_b, *modes, alpha, beta, c)
     return out
+
+
+def _gemm_quantized(a, b, scale_a, scale_b, modes, out, scales, alpha, beta, c, epilogue, tensors):
+    """_gemm's product, through its epilogue where one is given, into an e4m3 output quantised in
+    1x128 blocks: (out, scales), made where out is None. Launched directly, else through
+    gemm_quantized, or gemm_out or gemm_epilogue into out or with the epilogue's outputs."""
+    text = "" if epilogue is None else epilogue
+    pairs = epilogue_pairs(text, tensors, lambda: epilogue_dims(a, b)) if text else []
+    refuse_autograd_of_quantized((("a", a), ("b", b), ("c", c), *tensors.items()))
+    if direct(a, b, c, scale_a, scale_b, out, scales, *(t for _, t, _ in pairs)):
+        if out is None:
+            out = new_output(a, b, QUANTIZED)
+            scales = new_scales(out)
+        launch_gemm(a, b, out, scale_a, scale_b, *modes, alpha, beta, c, text, pairs, scale_d=scales)
+        return out, scales
+    names, inputs, outputs = operator_tensors(text, pairs) if text else ([], [], [])
+    if out is None and not outputs:
+        return torch.ops.gemmkit.gemm_quantized(a, b, scale_a, scale_b, *modes, alpha, beta, c, text, names, inputs)
+    if out is None:
+        out = new_output(a, b, QUANTIZED)
+        scales = new_scales(out)
+    if text:
+        torch.ops.gemmkit.gemm_epilogue(a, b, out, scale_a, scale_b, *modes, text, names, inputs, outputs, alpha, beta,
+                                        c, scales)
+    else:
+        torch.ops.gemmkit.gemm_out(a, b, out, scale_a, scale_b, *modes, alpha, beta, c, scales)
+    return out, scales
 
 
 def _gemm_epilogue(a, b, scale_a, scale_b, modes, epilogue, tensors, out, out_dtype, alpha, beta, c):
@@ -551,10 +640,13 @@ def refuse_stray_tensors(function, epilogue, tensors):
 
 
 def _grouped(a, b, sizes, layout, scale_a=None, scale_b=None, modes=("none", "none"), out=None, out_dtype=None,
-             max_sms=0):
-    """The product of grouped_mm's and scaled_grouped_mm's [G, K, N] cases (checked by them)."""
-    check_output(out, out_dtype, (a.dim(),))
+             max_sms=0, out_scales=None):
+    """The product of grouped_mm's and scaled_grouped_mm's [G, K, N] cases (checked by them);
+    (out, scales) for an e4m3 output."""
+    check_output(out, out_dtype, (a.dim(),), out_scales)
     max_sms = int(max_sms)
+    if quantized(out, out_dtype):
+        return _grouped_quantized(a, b, sizes, layout, None, {}, out, out_scales, max_sms, scale_a, scale_b, modes)
     if direct(a, b, sizes, scale_a, scale_b, out):
         if out is None:
             out = new_grouped_output(a, b, out_dtype)
@@ -570,13 +662,16 @@ def _grouped(a, b, sizes, layout, scale_a=None, scale_b=None, modes=("none", "no
 
 
 def _grouped_epilogue(a, b, sizes, layout, epilogue, tensors, out, out_dtype, max_sms, scale_a=None, scale_b=None,
-                      modes=("none", "none")):
+                      modes=("none", "none"), out_scales=None):
     """The grouped forward of grouped_mm and scaled_grouped_mm (with its scales, checked) through a
     fused epilogue: launched directly, or through the operator where torch traces or dispatches
-    (no autograd: inputs that require grad are refused)."""
-    check_output(out, out_dtype, (a.dim(),))
-    pairs = epilogue_pairs(epilogue, tensors, lambda: grouped_epilogue_dims(a, b))
+    (no autograd: inputs that require grad are refused); (out, scales) for an e4m3 output."""
+    check_output(out, out_dtype, (a.dim(),), out_scales)
     max_sms = int(max_sms)
+    if quantized(out, out_dtype):
+        return _grouped_quantized(a, b, sizes, layout, epilogue, tensors, out, out_scales, max_sms, scale_a, scale_b,
+                                  modes)
+    pairs = epilogue_pairs(epilogue, tensors, lambda: grouped_epilogue_dims(a, b))
     if out is None:
         out = new_grouped_output(a, b, out_dtype)
     if direct(a, b, sizes, scale_a, scale_b, out, *(t for _, t, _ in pairs)):
@@ -589,11 +684,13 @@ def _grouped_epilogue(a, b, sizes, layout, epilogue, tensors, out, out_dtype, ma
 
 
 def _grouped_wgrad(x, y, offs, scale_a=None, scale_b=None, modes=("none", "none"), out=None, out_dtype=None,
-                   max_sms=0):
+                   max_sms=0, out_scales=None):
     """The weight gradient of grouped_mm and scaled_grouped_mm, x [M_total, P] and y [M_total, Q]
-    (checked by them)."""
-    check_output(out, out_dtype, (3,))
+    (checked by them); (out, scales) for an e4m3 output."""
+    check_output(out, out_dtype, (3,), out_scales)
     max_sms = int(max_sms)
+    if quantized(out, out_dtype):
+        return _grouped_wgrad_quantized(x, y, offs, None, {}, out, out_scales, max_sms, scale_a, scale_b, modes)
     if direct(x, y, offs, scale_a, scale_b, out):
         if out is None:
             out = x.new_empty(wgrad_output_shape(x, y, offs), dtype=output_dtype(x, out_dtype))
@@ -609,13 +706,16 @@ def _grouped_wgrad(x, y, offs, scale_a=None, scale_b=None, modes=("none", "none"
 
 
 def _grouped_wgrad_epilogue(x, y, offs, epilogue, tensors, out, out_dtype, max_sms, scale_a=None, scale_b=None,
-                            modes=("none", "none")):
+                            modes=("none", "none"), out_scales=None):
     """_grouped_wgrad through a fused epilogue whose D is out [G, P, Q]: launched directly, or
     through the operator where torch traces or dispatches (no autograd: inputs that require grad
     are refused), as _grouped_epilogue."""
-    check_output(out, out_dtype, (3,))
-    pairs = epilogue_pairs(epilogue, tensors, lambda: wgrad_epilogue_dims(x, y, offs))
+    check_output(out, out_dtype, (3,), out_scales)
     max_sms = int(max_sms)
+    if quantized(out, out_dtype):
+        return _grouped_wgrad_quantized(x, y, offs, epilogue, tensors, out, out_scales, max_sms, scale_a, scale_b,
+                                        modes)
+    pairs = epilogue_pairs(epilogue, tensors, lambda: wgrad_epilogue_dims(x, y, offs))
     if out is None:
         out = x.new_empty(wgrad_output_shape(x, y, offs), dtype=output_dtype(x, out_dtype))
     if direct(x, y, offs, scale_a, scale_b, out, *(t for _, t, _ in pairs)):
@@ -625,6 +725,64 @@ def _grouped_wgrad_epilogue(x, y, offs, epilogue, tensors, out, out_dtype, max_s
     torch.ops.gemmkit.grouped_wgrad_epilogue(x, y, offs, out, epilogue, *operator_tensors(epilogue, pairs), max_sms,
                                              scale_a, scale_b, *modes)
     return out
+
+
+def _grouped_quantized(a, b, sizes, layout, epilogue, tensors, out, scales, max_sms, scale_a, scale_b, modes):
+    """The grouped forward, through its epilogue where one is given, into an e4m3 output quantised
+    in 1x128 blocks: (out, scales), made where out is None (the rows no group owns, and their
+    scales, undefined). Launched directly, else through grouped_mm_quantized, or grouped_mm_out or
+    grouped_mm_epilogue into out or with the epilogue's outputs."""
+    text = "" if epilogue is None else epilogue
+    pairs = epilogue_pairs(text, tensors, lambda: grouped_epilogue_dims(a, b)) if text else []
+    refuse_autograd_of_quantized((("a", a), ("b", b), *tensors.items()))
+    if direct(a, b, sizes, scale_a, scale_b, out, scales, *(t for _, t, _ in pairs)):
+        if out is None:
+            out = new_grouped_output(a, b, QUANTIZED)
+            scales = new_scales(out)
+        launch_grouped(a, b, sizes, layout, out, scale_a, scale_b, *modes, max_sms, False, text, pairs, scales)
+        return out, scales
+    names, inputs, outputs = operator_tensors(text, pairs) if text else ([], [], [])
+    if out is None and not outputs:
+        return torch.ops.gemmkit.grouped_mm_quantized(a, b, sizes, layout, text, names, inputs, max_sms, scale_a,
+                                                      scale_b, *modes)
+    if out is None:
+        out = new_grouped_output(a, b, QUANTIZED)
+        scales = new_scales(out)
+    if text:
+        torch.ops.gemmkit.grouped_mm_epilogue(a, b, sizes, out, layout, text, names, inputs, outputs, max_sms, scale_a,
+                                              scale_b, *modes, scales)
+    else:
+        torch.ops.gemmkit.grouped_mm_out(a, b, sizes, out, layout, scale_a, scale_b, *modes, max_sms, scales)
+    return out, scales
+
+
+def _grouped_wgrad_quantized(x, y, offs, epilogue, tensors, out, scales, max_sms, scale_a, scale_b, modes):
+    """The weight gradient [G, P, Q], through its epilogue where one is given, into an e4m3 output
+    quantised in 1x128 blocks (scales [G, P, ceil(Q/128)]), as _grouped_quantized: through
+    grouped_wgrad_quantized, grouped_wgrad_out or grouped_wgrad_epilogue where not launched
+    directly. x and y are grouped_mm's a.t() and b."""
+    text = "" if epilogue is None else epilogue
+    pairs = epilogue_pairs(text, tensors, lambda: wgrad_epilogue_dims(x, y, offs)) if text else []
+    refuse_autograd_of_quantized((("a", x), ("b", y), *tensors.items()))
+    if direct(x, y, offs, scale_a, scale_b, out, scales, *(t for _, t, _ in pairs)):
+        if out is None:
+            out = x.new_empty(wgrad_output_shape(x, y, offs), dtype=QUANTIZED)
+            scales = new_scales(out)
+        launch_grouped_wgrad(x, y, offs, out, scale_a, scale_b, *modes, max_sms, text, pairs, scales)
+        return out, scales
+    names, inputs, outputs = operator_tensors(text, pairs) if text else ([], [], [])
+    if out is None and not outputs:
+        return torch.ops.gemmkit.grouped_wgrad_quantized(x, y, offs, text, names, inputs, max_sms, scale_a, scale_b,
+                                                         *modes)
+    if out is None:
+        out = x.new_empty(wgrad_output_shape(x, y, offs), dtype=QUANTIZED)
+        scales = new_scales(out)
+    if text:
+        torch.ops.gemmkit.grouped_wgrad_epilogue(x, y, offs, out, text, names, inputs, outputs, max_sms, scale_a,
+                                                 scale_b, *modes, scales)
+    else:
+        torch.ops.gemmkit.grouped_wgrad_out(x, y, offs, out, scale_a, scale_b, *modes, max_sms, scales)
+    return out, scales
 
 
 def _group_sizes(a, b, offs, counts):
@@ -719,6 +877,14 @@ def mm(a, b, *, out=None, out_dtype=None, alpha=1.0, beta=0.0, c=None, epilogue=
     float32); c is read only when beta != 0 and may be out itself. Differentiable in a, b and c
     (without out=).
 
+    out_dtype=torch.float8_e4m3fn quantises the output in 1x128 blocks as it is stored and
+    returns (out, scales): out e4m3 M x N, scales float32 [M, ceil(N/128)], row-major, one per
+    128 columns of a row (amax / 448, by quantize()'s rule), out times its block's scale the
+    result to within e4m3's rounding: the pair quantize(result, mode="block") gives, which
+    scaled_mm takes as a and scale_a in mode 'block' (and scaled_grouped_mm for grouped rows).
+    out= takes that pair, (out, scales), to write into. Not differentiable: inputs that require
+    grad are refused (RuntimeError).
+
     epilogue: a fused epilogue's text (README, "Fused epilogues"), e.g. "silu(acc + bias[n])",
     computed from the product before it is stored; each tensor it names is a keyword argument:
     name[n] a vector of N (a bias), name[m] one of M (a per-row scale), name[m, n] an M x N
@@ -733,9 +899,10 @@ def mm(a, b, *, out=None, out_dtype=None, alpha=1.0, beta=0.0, c=None, epilogue=
     except for texts with outputs or reductions and with out=, which refuse inputs that require
     grad (NotImplementedError)."""
     refuse_stray_tensors("mm", epilogue, tensors)
-    (a, b, c, out_t), kind = _arrays.to_torch(torch, (a, b, c, out), ("a", "b", "c", "out"))
+    (a, b, c, out_t, scales_t), kind = _arrays.to_torch(torch, (a, b, c, *out_pair(out)),
+                                                        ("a", "b", "c", "out", "out[1]"))
     result = _gemm(a, b, (2,), out=out_t, out_dtype=out_dtype, alpha=alpha, beta=beta, c=c, epilogue=epilogue,
-                   tensors=tensors)
+                   tensors=tensors, out_scales=scales_t)
     return _arrays.to_caller(result, kind, out)
 
 
@@ -745,30 +912,34 @@ def bmm(a, b, *, out=None, out_dtype=None, alpha=1.0, beta=0.0, c=None, epilogue
     [B, M], name[] [B], name[m, n] [B, M, N]; without it they serve every batch. So do its
     reductions: [B, N], [B, M] or [B] one a batch; [N], [M], 0-d or [1] over every batch too.
     Differentiable as mm, through an epilogue too (a shared operand's or tensor's gradient is the
-    sum over the batch)."""
+    sum over the batch). out_dtype=torch.float8_e4m3fn returns (out, scales) as mm's, scales [B,
+    M, ceil(N/128)]."""
     refuse_stray_tensors("bmm", epilogue, tensors)
-    (a, b, c, out_t), kind = _arrays.to_torch(torch, (a, b, c, out), ("a", "b", "c", "out"))
+    (a, b, c, out_t, scales_t), kind = _arrays.to_torch(torch, (a, b, c, *out_pair(out)),
+                                                        ("a", "b", "c", "out", "out[1]"))
     check(a, "a", (2, 3))
     check(b, "b", (2, 3))
     if a.dim() == 2 and b.dim() == 2:
         raise ValueError("a, b: both 2-D; expected at least one batch x rows x cols (or use mm)")
     result = _gemm(a, b, (2, 3), out=out_t, out_dtype=out_dtype, alpha=alpha, beta=beta, c=c, epilogue=epilogue,
-                   tensors=tensors)
+                   tensors=tensors, out_scales=scales_t)
     return _arrays.to_caller(result, kind, out)
 
 
 def addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0, out=None, epilogue=None, **tensors):
     """beta * input + alpha * mat1 @ mat2, as torch.addmm: input broadcasts to M x N (a bias
     row of N is read with a row stride of 0, not copied). With an epilogue (see mm), acc is that
-    sum. Differentiable as mm, through an epilogue too."""
+    sum. Differentiable as mm, through an epilogue too. out= may be the pair (out, scales) of an
+    e4m3 output, as mm's."""
     refuse_stray_tensors("addmm", epilogue, tensors)
-    (input, mat1, mat2, out_t), kind = _arrays.to_torch(torch, (input, mat1, mat2, out),
-                                                        ("input", "mat1", "mat2", "out"))
+    (input, mat1, mat2, out_t, scales_t), kind = _arrays.to_torch(torch, (input, mat1, mat2, *out_pair(out)),
+                                                                  ("input", "mat1", "mat2", "out", "out[1]"))
     check(input, "input", (0, 1, 2))
     check(mat1, "mat1", (2,))
     check(mat2, "mat2", (2,))
     c = input.expand(mat1.shape[0], mat2.shape[1]) if beta != 0 else None
-    result = _gemm(mat1, mat2, (2,), out=out_t, alpha=alpha, beta=beta, c=c, epilogue=epilogue, tensors=tensors)
+    result = _gemm(mat1, mat2, (2,), out=out_t, alpha=alpha, beta=beta, c=c, epilogue=epilogue, tensors=tensors,
+                   out_scales=scales_t)
     return _arrays.to_caller(result, kind, out)
 
 
@@ -821,50 +992,68 @@ def swiglu_mm(x, w, w_up=None, *, interleaved=False, epilogue=None, out=None, ou
     Differentiable in x and the weights with the default epilogue (without out=): the backward
     recomputes both products in float32 and runs the gradients' products on gemmkit, each
     gradient in its input's layout (a combined w gets one [2I, K] gradient, its rows as w's). No
-    gradient flows through another epilogue."""
+    gradient flows through another epilogue.
+
+    out_dtype=torch.float8_e4m3fn returns (out, scales) as mm does: out [..., I] quantised in
+    1x128 blocks, scales float32 [..., ceil(I/128)], the next FP8 product's a and block-mode
+    scale_a (the down-projection's input); out= takes that pair. Not differentiable."""
     refuse_stray_tensors("swiglu_mm", epilogue, tensors)
-    (x, w, w_up, out_t), kind = _arrays.to_torch(torch, (x, w, w_up, out), ("x", "w", "w_up", "out"))
+    (x, w, w_up, out_t, scales_t), kind = _arrays.to_torch(torch, (x, w, w_up, *out_pair(out)),
+                                                           ("x", "w", "w_up", "out", "out[1]"))
     _check_swiglu_operands(x, w, w_up, interleaved)
     interleaved = bool(interleaved)
     lead = x.shape[:-1]
     x2d = x if x.dim() == 2 else x.unsqueeze(0) if x.dim() == 1 else x.flatten(0, -2)  # a view where it can be
     rows, cols = swiglu_output_shape(x2d, w, w_up)
-    check_output(out_t, out_dtype, (x.dim(),))
-    out2d = None
+    check_output(out_t, out_dtype, (x.dim(),), scales_t)
+    quantize = quantized(out_t, out_dtype)
+    blocks = scales_shape((cols,))[0]
+    out2d = scales2d = None
     if out_t is not None:
         if out_t.shape != (*lead, cols):
             raise ValueError(f"out: shape {list(out_t.shape)}; expected x's leading dimensions and I, "
                              f"{[*lead, cols]}")
         out2d = out_t if out_t.dim() == 2 else _rows_view(out_t, "out", rows, cols)
+        if quantize:
+            scales2d = scales_t if scales_t.dim() == 2 else _rows_view(scales_t, "out[1]", rows, blocks)
     text = SWIGLU if epilogue is None else epilogue
     pairs = epilogue_pairs(text, tensors if x.dim() == 2 else _rows_of(text, tensors, lead, rows, cols),
                            lambda: EpilogueDims(1, rows, cols, False, "batch"))
     if not reads_acc2(text):
         raise ValueError(f"epilogue: {text!r} does not read acc2, the up projection's product; expected a text of "
                          f"acc (x @ gate.T) and acc2 (x @ up.T), e.g. {SWIGLU!r}")
-    if direct(x2d, w, w_up, out2d, *(t for _, t, _ in pairs)):
+    if quantize:
+        refuse_autograd_of_quantized((("x", x), ("w", w), ("w_up", w_up), *tensors.items()))
+    if direct(x2d, w, w_up, out2d, scales2d, *(t for _, t, _ in pairs)):
         if out2d is None:
             out2d = new_swiglu_output(x2d, w, w_up, out_dtype)
-        launch_swiglu(x2d, w, w_up, interleaved, out2d, text, pairs)
+            scales2d = new_scales(out2d) if quantize else None
+        launch_swiglu(x2d, w, w_up, interleaved, out2d, text, pairs, scales2d)
     else:
         default = text == SWIGLU
         if not default:
             refuse_autograd_through_epilogue(x, w, w_up, *tensors.values())
         names, inputs, outputs = operator_tensors(text, pairs)
         if out2d is None and not outputs:
-            if default and eager(x2d, w, w_up):
+            if quantize:
+                out2d, scales2d = torch.ops.gemmkit.swiglu_mm_quantized(x2d, w, w_up, interleaved, text, names, inputs)
+            elif default and eager(x2d, w, w_up):
                 out2d = _ops.EagerSwiglu.apply(x2d, w, w_up, interleaved, text, names, inputs, out_dtype)
             else:
                 out2d = torch.ops.gemmkit.swiglu_mm(x2d, w, w_up, interleaved, text, names, inputs, out_dtype)
         else:
             if out2d is None:
                 out2d = new_swiglu_output(x2d, w, w_up, out_dtype)
+                scales2d = new_scales(out2d) if quantize else None
             else:
                 refuse_autograd_with_out(x, w, w_up, out_t)
-            torch.ops.gemmkit.swiglu_mm_out(x2d, w, w_up, out2d, interleaved, text, names, inputs, outputs)
+            torch.ops.gemmkit.swiglu_mm_out(x2d, w, w_up, out2d, interleaved, text, names, inputs, outputs, scales2d)
     if out_t is not None:
         return _arrays.to_caller(out_t, kind, out)
-    return _arrays.to_caller(out2d if x.dim() == 2 else out2d.view(*lead, cols), kind)
+    if x.dim() != 2:
+        out2d = out2d.view(*lead, cols)
+        scales2d = None if scales2d is None else scales2d.view(*lead, blocks)
+    return _arrays.to_caller((out2d, scales2d) if quantize else out2d, kind)
 
 
 def _check_swiglu_operands(x, w, w_up, interleaved):
@@ -958,16 +1147,18 @@ def scaled_mm(a, b, scale_a, scale_b, *, mode="tensor", out=None, out_dtype=None
     of float8_e4m3fn or float8_e5m2, scaled in `mode` (one of 'tensor', 'rowwise', 'block', 'mx',
     or a pair, A's and B's), scales laid out as gemmkit/gemm.h says ([m block][k block] for A,
     [k block][n block] for B; a single scale may be 0-d, a rowwise one 1-D). Output bfloat16
-    unless out_dtype or out says float16 or float32. Weights stored N x K and quantised by
-    quantize() pass as b = q.t(), scale_b = scales.t(). Not differentiable. With an epilogue (see
-    mm), acc is the scaled product (and beta * c)."""
+    unless out_dtype or out says float16 or float32, or float8_e4m3fn: then (out, scales) as mm
+    returns them, the next FP8 product's a and block-mode scale_a. Weights stored N x K and
+    quantised by quantize() pass as b = q.t(), scale_b = scales.t(). Not differentiable. With an
+    epilogue (see mm), acc is the scaled product (and beta * c)."""
     refuse_stray_tensors("scaled_mm", epilogue, tensors)
-    names = ("a", "b", "scale_a", "scale_b", "c", "out")
-    (a, b, scale_a, scale_b, c, out_t), kind = _arrays.to_torch(torch, (a, b, scale_a, scale_b, c, out), names)
+    names = ("a", "b", "scale_a", "scale_b", "c", "out", "out[1]")
+    (a, b, scale_a, scale_b, c, out_t, scales_t), kind = _arrays.to_torch(
+        torch, (a, b, scale_a, scale_b, c, *out_pair(out)), names)
     for t, name in ((scale_a, "scale_a"), (scale_b, "scale_b")):
         check(t, name, (0, 1, 2, 3))
     result = _gemm(a, b, (2, 3), scale_a, scale_b, _mode_pair(mode), out_t, out_dtype, alpha, beta, c, epilogue,
-                   tensors)
+                   tensors, scales_t)
     return _arrays.to_caller(result, kind, out)
 
 
@@ -1003,6 +1194,13 @@ def grouped_mm(a, b, offs=None, *, counts=None, out=None, out_dtype=None, max_sm
     The weight gradient of masked groups is one batched product over all max_m rows of each
     group, the rows past each count zeroed first.
 
+    out_dtype=torch.float8_e4m3fn returns (out, scales) as mm does, out quantised in 1x128 blocks
+    and scales float32 of out's shape with ceil(N/128) columns: [M_total, ceil(N/128)] (the
+    rows no group owns undefined in new ones, as out's), [G, max_m, ceil(N/128)] masked, [G, P,
+    ceil(Q/128)] for the weight gradient, [G, M, ceil(N/128)] for whole batches; the forward's
+    are scaled_grouped_mm's block-mode scale_a for out as its a (the MoE down-projection's
+    input). out= takes the pair (out, scales). Not differentiable; not for the 3-D x 2-D case.
+
     epilogue: a fused epilogue's text as mm takes it, its tensors keyword arguments in D's
     orientation. The forward's (b [G, K, N]): name[n] one a group, [G, N] (or [N] for all groups),
     such as each expert's bias; name[m] one a row of a, [M_total] ([G, max_m] masked), such as
@@ -1014,14 +1212,19 @@ def grouped_mm(a, b, offs=None, *, counts=None, out=None, out_dtype=None, max_sm
     (the rows of each group's P x Q), name[] [G] or 0-d, name[m, n] and outputs [G, P, Q] ([P, Q]
     for an input every group reads); reductions into those. No gradient flows through either."""
     refuse_stray_tensors("grouped_mm", epilogue, tensors)
-    names = ("a", "b", "offs", "counts", "out")
-    (a, b, offs, counts, out_t), kind = _arrays.to_torch(torch, (a, b, offs, counts, out), names)
+    names = ("a", "b", "offs", "counts", "out", "out[1]")
+    (a, b, offs, counts, out_t, scales_t), kind = _arrays.to_torch(torch, (a, b, offs, counts, *out_pair(out)),
+                                                                   names)
     check(a, "a", (2, 3))
     check(b, "b", (2, 3))
     if a.dim() == 3 and b.dim() == 2:  # torch's groups along N: the transposed contiguous case
         if epilogue is not None:
             raise ValueError("epilogue: given with a 3-D a and a 2-D b (groups along N); expected the forward of "
                              "a 2-D a, or 3-D a and b")
+        # (its output is the transpose of the product the kernel writes: blocks of 128 rows, not columns)
+        if quantized(out_t, out_dtype) or scales_t is not None:
+            raise ValueError("out_dtype: float8_e4m3fn with a 3-D a and a 2-D b (groups along N); expected an "
+                             "e4m3 output only for the other cases (1x128 blocks along the rows of out)")
         if counts is not None:
             raise ValueError("counts: given with a 3-D a and a 2-D b; expected offs over b's columns")
         if offs is None:
@@ -1039,19 +1242,22 @@ def grouped_mm(a, b, offs=None, *, counts=None, out=None, out_dtype=None, max_sm
         if int(max_sms) != 0:
             raise ValueError(f"max_sms: {max_sms} for 3-D a and b without offs or counts, which run as bmm; "
                              "expected 0 (no SM budget there)")
-        result = _gemm(a, b, (3,), out=out_t, out_dtype=out_dtype, epilogue=epilogue, tensors=tensors)
+        result = _gemm(a, b, (3,), out=out_t, out_dtype=out_dtype, epilogue=epilogue, tensors=tensors,
+                       out_scales=scales_t)
         return _arrays.to_caller(result, kind, out)
     layout, sizes = _group_sizes(a, b, offs, counts)
     if epilogue is not None:
         if b.dim() == 2:
-            result = _grouped_wgrad_epilogue(a.t(), b, sizes, epilogue, tensors, out_t, out_dtype, max_sms)
+            result = _grouped_wgrad_epilogue(a.t(), b, sizes, epilogue, tensors, out_t, out_dtype, max_sms,
+                                             out_scales=scales_t)
         else:
-            result = _grouped_epilogue(a, b, sizes, layout, epilogue, tensors, out_t, out_dtype, max_sms)
+            result = _grouped_epilogue(a, b, sizes, layout, epilogue, tensors, out_t, out_dtype, max_sms,
+                                       out_scales=scales_t)
         return _arrays.to_caller(result, kind, out)
     if b.dim() == 2:
-        result = _grouped_wgrad(a.t(), b, sizes, out=out_t, out_dtype=out_dtype, max_sms=max_sms)
+        result = _grouped_wgrad(a.t(), b, sizes, out=out_t, out_dtype=out_dtype, max_sms=max_sms, out_scales=scales_t)
     else:
-        result = _grouped(a, b, sizes, layout, out=out_t, out_dtype=out_dtype, max_sms=max_sms)
+        result = _grouped(a, b, sizes, layout, out=out_t, out_dtype=out_dtype, max_sms=max_sms, out_scales=scales_t)
     return _arrays.to_caller(result, kind, out)
 
 
@@ -1093,13 +1299,19 @@ def grouped_swiglu_mm(x, w, offs=None, *, counts=None, w_up=None, interleaved=Fa
     one [G, 2I, K] gradient, its rows as w's); dx is row-major, its rows that no group owns 0, and
     the output's gradient is not read there. No gradient flows through another epilogue: where
     autograd would track such a call (an input that requires grad, outside torch.no_grad()) it
-    raises NotImplementedError."""
+    raises NotImplementedError.
+
+    out_dtype=torch.float8_e4m3fn returns (out, scales) as grouped_mm does: scales float32 of
+    out's shape with ceil(I/128) columns, [M_total, ceil(I/128)] or [G, max_m, ceil(I/128)],
+    undefined in the rows no group owns, as out's. They are the MoE down-projection's input as
+    scaled_grouped_mm takes it, a and block-mode scale_a, with the same offs or counts; out=
+    takes the pair. Not differentiable."""
     refuse_stray_tensors("grouped_swiglu_mm", epilogue, tensors)
-    (x, w, offs, counts, w_up, out_t), kind = _arrays.to_torch(torch, (x, w, offs, counts, w_up, out),
-                                                               ("x", "w", "offs", "counts", "w_up", "out"))
+    (x, w, offs, counts, w_up, out_t, scales_t), kind = _arrays.to_torch(
+        torch, (x, w, offs, counts, w_up, *out_pair(out)), ("x", "w", "offs", "counts", "w_up", "out", "out[1]"))
     layout, sizes = _check_grouped_swiglu_operands(x, w, w_up, offs, counts, interleaved)
     interleaved, max_sms = bool(interleaved), int(max_sms)
-    check_output(out_t, out_dtype, (x.dim(),))
+    check_output(out_t, out_dtype, (x.dim(),), scales_t)
     if out_t is not None and out_t.shape != grouped_swiglu_output_shape(x, w, w_up):
         raise ValueError(f"out: shape {list(out_t.shape)}; expected x's rows and I, "
                          f"{list(grouped_swiglu_output_shape(x, w, w_up))}")
@@ -1108,18 +1320,25 @@ def grouped_swiglu_mm(x, w, offs=None, *, counts=None, w_up=None, interleaved=Fa
     if not reads_acc2(text):
         raise ValueError(f"epilogue: {text!r} does not read acc2, the up projection's product; expected a text of "
                          f"acc (x_g @ gate_g.T) and acc2 (x_g @ up_g.T), e.g. {SWIGLU!r}")
-    if direct(x, w, w_up, sizes, out_t, *(t for _, t, _ in pairs)):
+    quantize = quantized(out_t, out_dtype)
+    if quantize:
+        refuse_autograd_of_quantized((("x", x), ("w", w), ("w_up", w_up), *tensors.items()))
+    if direct(x, w, w_up, sizes, out_t, scales_t, *(t for _, t, _ in pairs)):
         if out_t is None:
             out_t = new_grouped_swiglu_output(x, w, w_up, out_dtype)
-        launch_grouped_swiglu(x, w, w_up, interleaved, sizes, layout, out_t, max_sms, text, pairs)
-        return _arrays.to_caller(out_t, kind, out)
+            scales_t = new_scales(out_t) if quantize else None
+        launch_grouped_swiglu(x, w, w_up, interleaved, sizes, layout, out_t, max_sms, text, pairs, scales_t)
+        return _arrays.to_caller((out_t, scales_t) if quantize else out_t, kind, out)
     default = text == SWIGLU
     if not default:
         _refuse_autograd("grouped_swiglu_mm", (("x", x), ("w", w), ("w_up", w_up), ("out", out_t),
                                                *tensors.items()))
     names, inputs, outputs = operator_tensors(text, pairs)
     if out_t is None and not outputs:
-        if default and eager(x, w, w_up, sizes):
+        if quantize:
+            result = torch.ops.gemmkit.grouped_swiglu_mm_quantized(x, w, w_up, sizes, layout, interleaved, text, names,
+                                                                   inputs, max_sms)
+        elif default and eager(x, w, w_up, sizes):
             result = _ops.EagerGroupedSwiglu.apply(x, w, w_up, sizes, layout, interleaved, text, names, inputs,
                                                    out_dtype, max_sms)
         else:
@@ -1128,11 +1347,12 @@ def grouped_swiglu_mm(x, w, offs=None, *, counts=None, w_up=None, interleaved=Fa
         return _arrays.to_caller(result, kind)
     if out_t is None:
         out_t = new_grouped_swiglu_output(x, w, w_up, out_dtype)
+        scales_t = new_scales(out_t) if quantize else None
     else:
         refuse_autograd_with_out(x, w, w_up, out_t)
     torch.ops.gemmkit.grouped_swiglu_mm_out(x, w, w_up, sizes, out_t, layout, interleaved, text, names, inputs,
-                                            outputs, max_sms)
-    return _arrays.to_caller(out_t, kind, out)
+                                            outputs, max_sms, scales_t)
+    return _arrays.to_caller((out_t, scales_t) if quantize else out_t, kind, out)
 
 
 def _check_grouped_swiglu_operands(x, w, w_up, offs, counts, interleaved):
@@ -1182,7 +1402,8 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, offs=None, *, counts=None, mode="r
     [G*P] (as torch's, group after group) or [G, P] and scale_b [G*Q] or [G, Q]; tensor a single
     value or [G] each. 'block' is the forward's only.
     Float32 scales, any strides (gemm.h's layouts, B's with a group dimension, are taken too).
-    Output bfloat16 unless out_dtype or out says float16 or float32. Not differentiable.
+    Output bfloat16 unless out_dtype or out says float16 or float32, or float8_e4m3fn: then
+    (out, scales) as grouped_mm returns them. Not differentiable.
 
     epilogue: a fused epilogue's text computed from acc, the scaled product, with its tensors
     keyword arguments as grouped_mm takes them (the forward's: name[n] [G, N] one a group, or [N];
@@ -1190,9 +1411,9 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, offs=None, *, counts=None, mode="r
     down-projection's router weight, epilogue="acc * route[m]", route=weights; reductions and the
     weight gradient's tensors as grouped_mm's."""
     refuse_stray_tensors("scaled_grouped_mm", epilogue, tensors)
-    names = ("a", "b", "scale_a", "scale_b", "offs", "counts", "out")
-    (a, b, scale_a, scale_b, offs, counts, out_t), kind = _arrays.to_torch(
-        torch, (a, b, scale_a, scale_b, offs, counts, out), names)
+    names = ("a", "b", "scale_a", "scale_b", "offs", "counts", "out", "out[1]")
+    (a, b, scale_a, scale_b, offs, counts, out_t, scales_t), kind = _arrays.to_torch(
+        torch, (a, b, scale_a, scale_b, offs, counts, *out_pair(out)), names)
     check(a, "a", (2, 3))
     check(b, "b", (2, 3) if a.dim() == 2 else (3,))
     for t, name in ((scale_a, "scale_a"), (scale_b, "scale_b")):
@@ -1208,9 +1429,9 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, offs=None, *, counts=None, mode="r
         scale_a, scale_b = _wgrad_scales(a, b, sizes, scale_a, scale_b, modes)
         if epilogue is not None:
             result = _grouped_wgrad_epilogue(a.t(), b, sizes, epilogue, tensors, out_t, out_dtype, max_sms, scale_a,
-                                             scale_b, modes)
+                                             scale_b, modes, scales_t)
         else:
-            result = _grouped_wgrad(a.t(), b, sizes, scale_a, scale_b, modes, out_t, out_dtype, max_sms)
+            result = _grouped_wgrad(a.t(), b, sizes, scale_a, scale_b, modes, out_t, out_dtype, max_sms, scales_t)
     else:
         if "mx" in modes:
             raise ValueError("mode: 'mx'; expected 'tensor', 'rowwise' or 'block' (grouped products take no MXFP8 "
@@ -1218,9 +1439,9 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, offs=None, *, counts=None, mode="r
         scale_a, scale_b = _grouped_scales(a, b, scale_a, scale_b, modes)
         if epilogue is not None:
             result = _grouped_epilogue(a, b, sizes, layout, epilogue, tensors, out_t, out_dtype, max_sms, scale_a,
-                                       scale_b, modes)
+                                       scale_b, modes, scales_t)
         else:
-            result = _grouped(a, b, sizes, layout, scale_a, scale_b, modes, out_t, out_dtype, max_sms)
+            result = _grouped(a, b, sizes, layout, scale_a, scale_b, modes, out_t, out_dtype, max_sms, scales_t)
     return _arrays.to_caller(result, kind, out)
 
 

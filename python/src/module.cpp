@@ -3,8 +3,9 @@
 // C++ functions. gemm_tensors(), grouped_gemm_tensors(), grouped_gemm_wgrad_tensors() and
 // quantize_tensors() take framework tensors (python/gemmkit's torch tensors) and read their views
 // and group sizes here (tensor_views.h); gemm_tensors() and gemm() take a dual GEMM's second B
-// (GemmOptions::b2) as an optional last argument, and swiglu_tensors() makes B and B2 of SwiGLU's
-// weights itself (grouped_swiglu_tensors() of the experts' weights, for grouped_gemm()).
+// (GemmOptions::b2) as an optional argument, and swiglu_tensors() makes B and B2 of SwiGLU's
+// weights itself (grouped_swiglu_tensors() of the experts' weights, for grouped_gemm()). Each of
+// them takes an e4m3 D's scales as an optional scale_d (GemmOptions::scale_d, block mode).
 // set_scratch_allocator() makes two Python callables (torch's caching allocator, from
 // python/gemmkit/_torch.py) gemmkit's scratch allocator (gemmkit/scratch.h). gemmkit::Error
 // becomes ValueError where the caller passed something gemmkit cannot accept, RuntimeError
@@ -55,6 +56,12 @@ gemmkit::GemmOptions gemm_options(float alpha, float beta, std::optional<TensorV
 std::optional<TensorView> optional_view(nb::handle tensor, const char* name) {
   if (tensor.is_none()) return std::nullopt;
   return gemmkit::python::view_of(tensor, name);
+}
+
+// D's scales where D is e4m3 and quantised in 1x128 blocks (GemmOptions::scale_d, which takes
+// block mode alone), a framework tensor (None: D is not e4m3).
+void set_scale_d(gemmkit::GemmOptions& options, nb::handle scale_d) {
+  if (!scale_d.is_none()) options.scale_d = {ScaleMode::block, gemmkit::python::view_of(scale_d, "scale_d")};
 }
 
 // gemm_options() with C and the scales given as framework tensors (None: none).
@@ -253,18 +260,21 @@ NB_MODULE(_gemmkit, m) {
       "gemm",
       [](const TensorView& a, const TensorView& b, const TensorView& d, float alpha, float beta,
          std::optional<TensorView> c, uintptr_t stream, ScaleMode mode_a, std::optional<TensorView> scale_a,
-         ScaleMode mode_b, std::optional<TensorView> scale_b, std::optional<TensorView> b2) {
+         ScaleMode mode_b, std::optional<TensorView> scale_b, std::optional<TensorView> b2,
+         std::optional<TensorView> scale_d) {
         gemmkit::GemmOptions options = gemm_options(alpha, beta, c, stream, mode_a, scale_a, mode_b, scale_b);
         options.b2 = b2;
+        if (scale_d) options.scale_d = {ScaleMode::block, *scale_d};
         gemmkit::gemm(a, b, d, options);
       },
       nb::arg("a"), nb::arg("b"), nb::arg("d"), nb::arg("alpha") = 1.0f, nb::arg("beta") = 0.0f,
       nb::arg("c") = nb::none(), nb::arg("stream") = 0, nb::arg("mode_a") = ScaleMode::none,
       nb::arg("scale_a") = nb::none(), nb::arg("mode_b") = ScaleMode::none, nb::arg("scale_b") = nb::none(),
-      nb::arg("b2") = nb::none(), nb::call_guard<nb::gil_scoped_release>(),
+      nb::arg("b2") = nb::none(), nb::arg("scale_d") = nb::none(), nb::call_guard<nb::gil_scoped_release>(),
       "D = alpha * A * B + beta * C on `stream` (a cudaStream_t as an integer), FP8 operands scaled by "
       "their modes and scale views; with b2 (a second K x N B, bf16 or f16 inputs, no C), the dual GEMM "
-      "D = silu(A B) * (A B2) (SwiGLU); raises on misuse");
+      "D = silu(A B) * (A B2) (SwiGLU); an e4m3 D is quantised in 1x128 blocks, its f32 scales written to "
+      "scale_d ([batch,] M x ceil(N/128), block mode); raises on misuse");
 
   m.def(
       "quantize",
@@ -292,11 +302,12 @@ NB_MODULE(_gemmkit, m) {
       "gemm_tensors",
       [](nb::handle a, nb::handle b, nb::handle d, float alpha, float beta, nb::handle c, uintptr_t stream,
          ScaleMode mode_a, nb::handle scale_a, ScaleMode mode_b, nb::handle scale_b, const std::string& epilogue,
-         nb::handle epilogue_tensors, nb::handle b2) {
+         nb::handle epilogue_tensors, nb::handle b2, nb::handle scale_d) {
         const TensorView va = gemmkit::python::view_of(a, "a"), vb = gemmkit::python::view_of(b, "b");
         const TensorView vd = gemmkit::python::view_of(d, "out");
         gemmkit::GemmOptions options = tensor_options(alpha, beta, c, stream, mode_a, scale_a, mode_b, scale_b);
         if (!b2.is_none()) options.b2 = gemmkit::python::view_of(b2, "b2");  // viewed as b is
+        set_scale_d(options, scale_d);
         if (!epilogue.empty()) options.epilogue = epilogue_of(epilogue, epilogue_tensors);
         nb::gil_scoped_release unlocked;
         gemmkit::gemm(va, vb, vd, options);
@@ -304,34 +315,37 @@ NB_MODULE(_gemmkit, m) {
       nb::arg("a"), nb::arg("b"), nb::arg("d"), nb::arg("alpha"), nb::arg("beta"), nb::arg("c").none(),
       nb::arg("stream"), nb::arg("mode_a"), nb::arg("scale_a").none(), nb::arg("mode_b"), nb::arg("scale_b").none(),
       nb::arg("epilogue") = "", nb::arg("epilogue_tensors") = nb::none(), nb::arg("b2") = nb::none(),
+      nb::arg("scale_d") = nb::none(),
       "gemm() on framework tensors (see register_dtype), with a fused epilogue's text and (name, tensor, index) "
       "triples; b2, a second B of b's shape, makes it a dual GEMM (GemmOptions::b2), whose epilogue reads that "
-      "product as acc2 (an empty text: \"silu(acc) * acc2\")");
+      "product as acc2 (an empty text: \"silu(acc) * acc2\"); scale_d, an e4m3 d's f32 scales, [batch,] M x "
+      "ceil(N/128) (GemmOptions::scale_d)");
   m.def(
       "swiglu_tensors",
       [](nb::handle x, nb::handle w, nb::handle w_up, bool interleaved, nb::handle d, uintptr_t stream,
-         const std::string& epilogue, nb::handle epilogue_tensors) {
+         const std::string& epilogue, nb::handle epilogue_tensors, nb::handle scale_d) {
         const TensorView va = gemmkit::python::view_of(x, "x");
         const auto [vb, vb2] = swiglu_operands(w, w_up, interleaved);
         const TensorView vd = gemmkit::python::view_of(d, "out");
         gemmkit::GemmOptions options;
         options.stream = stream_of(stream);
         options.b2 = vb2;
+        set_scale_d(options, scale_d);
         if (!epilogue.empty()) options.epilogue = epilogue_of(epilogue, epilogue_tensors);
         nb::gil_scoped_release unlocked;
         gemmkit::gemm(va, vb, vd, options);
       },
       nb::arg("x"), nb::arg("w"), nb::arg("w_up").none(), nb::arg("interleaved"), nb::arg("d"), nb::arg("stream"),
-      nb::arg("epilogue") = "", nb::arg("epilogue_tensors") = nb::none(),
+      nb::arg("epilogue") = "", nb::arg("epilogue_tensors") = nb::none(), nb::arg("scale_d") = nb::none(),
       "the dual GEMM of SwiGLU's up-projection on framework tensors: d [M, I] = the epilogue (empty: "
       "\"silu(acc) * acc2\") of acc = x @ gate^T and acc2 = x @ up^T, gate and up [I, K] each: w and w_up, or "
       "(w_up None) the halves of one [2I, K] w, its first and last I rows or (interleaved) its even and odd rows; "
-      "with a fused epilogue's (name, tensor, index) triples");
+      "with a fused epilogue's (name, tensor, index) triples, and an e4m3 d's scales [M, ceil(I/128)] (scale_d)");
   m.def(
       "grouped_swiglu_tensors",
       [](nb::handle x, nb::handle w, nb::handle w_up, bool interleaved, nb::handle d, nb::handle sizes,
          GroupLayout layout, bool check, uintptr_t stream, int max_sms, const std::string& epilogue,
-         nb::handle epilogue_tensors) {
+         nb::handle epilogue_tensors, nb::handle scale_d) {
         const TensorView va = gemmkit::python::view_of(x, "x");
         const auto [vb, vb2] = swiglu_operands(w, w_up, interleaved, true);
         const TensorView vd = gemmkit::python::view_of(d, "out");
@@ -341,19 +355,21 @@ NB_MODULE(_gemmkit, m) {
         options.stream = stream_of(stream);
         options.max_sms = max_sms;
         options.b2 = vb2;
+        set_scale_d(options, scale_d);
         if (!epilogue.empty()) options.epilogue = epilogue_of(epilogue, epilogue_tensors);
         nb::gil_scoped_release unlocked;
         gemmkit::grouped_gemm(va, vb, vd, vs, options);
       },
       nb::arg("x"), nb::arg("w"), nb::arg("w_up").none(), nb::arg("interleaved"), nb::arg("d"), nb::arg("sizes"),
       nb::arg("layout"), nb::arg("check"), nb::arg("stream"), nb::arg("max_sms"), nb::arg("epilogue") = "",
-      nb::arg("epilogue_tensors") = nb::none(),
+      nb::arg("epilogue_tensors") = nb::none(), nb::arg("scale_d") = nb::none(),
       "the grouped dual GEMM of the MoE up-projection on framework tensors: for each group (expert) g, its rows "
       "of d = the epilogue (empty: \"silu(acc) * acc2\") of acc = x_g @ gate_g^T and acc2 = x_g @ up_g^T, gate and "
       "up [G, I, K]: w and w_up, or (w_up None) the halves of each expert's rows of one [G, 2I, K] w, its first and "
       "last I or (interleaved) its even and odd rows; x [M_total, K] and d [M_total, I] with `sizes` the groups' "
       "cumulative row ends (contiguous), or x [G, max_m, K] and d [G, max_m, I] with each group's row count "
-      "(masked), as grouped_gemm_tensors; with a fused epilogue's (name, tensor, index) triples");
+      "(masked), as grouped_gemm_tensors; with a fused epilogue's (name, tensor, index) triples, and an e4m3 d's "
+      "scales, d's shape with ceil(I/128) columns (scale_d)");
   m.def(
       "epilogue_tensor_uses",
       [](const std::string& text) {
@@ -377,7 +393,7 @@ NB_MODULE(_gemmkit, m) {
       "grouped_gemm_tensors",
       [](nb::handle a, nb::handle b, nb::handle d, nb::handle sizes, GroupLayout layout, bool check, bool zero_unowned,
          float alpha, uintptr_t stream, ScaleMode mode_a, nb::handle scale_a, ScaleMode mode_b, nb::handle scale_b,
-         int max_sms, const std::string& epilogue, nb::handle epilogue_tensors) {
+         int max_sms, const std::string& epilogue, nb::handle epilogue_tensors, nb::handle scale_d) {
         const TensorView va = gemmkit::python::view_of(a, "a"), vb = gemmkit::python::view_of(b, "b");
         const TensorView vd = gemmkit::python::view_of(d, "out");
         GroupSizes vs = gemmkit::python::group_sizes_of(sizes, layout == GroupLayout::masked ? "counts" : "offs",
@@ -386,6 +402,7 @@ NB_MODULE(_gemmkit, m) {
         gemmkit::GemmOptions options =
             tensor_options(alpha, 0.0f, nb::none(), stream, mode_a, scale_a, mode_b, scale_b);
         options.max_sms = max_sms;
+        set_scale_d(options, scale_d);
         if (!epilogue.empty()) options.epilogue = epilogue_of(epilogue, epilogue_tensors);
         nb::gil_scoped_release unlocked;
         gemmkit::grouped_gemm(va, vb, vd, vs, options);
@@ -393,18 +410,21 @@ NB_MODULE(_gemmkit, m) {
       nb::arg("a"), nb::arg("b"), nb::arg("d"), nb::arg("sizes"), nb::arg("layout"), nb::arg("check"),
       nb::arg("zero_unowned"), nb::arg("alpha"), nb::arg("stream"), nb::arg("mode_a"), nb::arg("scale_a").none(), nb::arg("mode_b"),
       nb::arg("scale_b").none(), nb::arg("max_sms"), nb::arg("epilogue") = "", nb::arg("epilogue_tensors") = nb::none(),
+      nb::arg("scale_d") = nb::none(),
       "grouped_gemm() on framework tensors, the group sizes a 1-D int32 or int64 tensor (gemmkit/grouped.h), with a "
-      "fused epilogue's text and (name, tensor, index) triples");
+      "fused epilogue's text and (name, tensor, index) triples, and an e4m3 d's scales, d's shape with ceil(N/128) "
+      "columns (scale_d)");
   m.def(
       "grouped_gemm_wgrad_tensors",
       [](nb::handle x, nb::handle y, nb::handle d, nb::handle sizes, bool check, float alpha, float beta,
          nb::handle c, uintptr_t stream, ScaleMode mode_a, nb::handle scale_a, ScaleMode mode_b, nb::handle scale_b,
-         int max_sms, const std::string& epilogue, nb::handle epilogue_tensors) {
+         int max_sms, const std::string& epilogue, nb::handle epilogue_tensors, nb::handle scale_d) {
         const TensorView vx = gemmkit::python::view_of(x, "x"), vy = gemmkit::python::view_of(y, "y");
         const TensorView vd = gemmkit::python::view_of(d, "out");
         const GroupSizes vs = gemmkit::python::group_sizes_of(sizes, "offs", GroupLayout::contiguous, check);
         gemmkit::GemmOptions options = tensor_options(alpha, beta, c, stream, mode_a, scale_a, mode_b, scale_b);
         options.max_sms = max_sms;
+        set_scale_d(options, scale_d);
         if (!epilogue.empty()) options.epilogue = epilogue_of(epilogue, epilogue_tensors);
         nb::gil_scoped_release unlocked;
         gemmkit::grouped_gemm_wgrad(vx, vy, vd, vs, options);
@@ -412,10 +432,10 @@ NB_MODULE(_gemmkit, m) {
       nb::arg("x"), nb::arg("y"), nb::arg("d"), nb::arg("sizes"), nb::arg("check"), nb::arg("alpha"),
       nb::arg("beta"), nb::arg("c").none(), nb::arg("stream"), nb::arg("mode_a"), nb::arg("scale_a").none(),
       nb::arg("mode_b"), nb::arg("scale_b").none(), nb::arg("max_sms"), nb::arg("epilogue") = "",
-      nb::arg("epilogue_tensors") = nb::none(),
+      nb::arg("epilogue_tensors") = nb::none(), nb::arg("scale_d") = nb::none(),
       "grouped_gemm_wgrad() on framework tensors, the group ends a 1-D int32 or int64 tensor; scale_a is x's "
       "scales (A = x^T), scale_b y's; with a fused epilogue's text and (name, tensor, index) triples, d [G, P, Q] "
-      "its D");
+      "its D, and an e4m3 d's scales [G, P, ceil(Q/128)] (scale_d)");
   m.def(
       "quantize_tensors",
       [](nb::handle x, nb::handle q, nb::handle scales, int64_t block_rows, int64_t block_cols,
