@@ -1,6 +1,7 @@
 """The torch.compile pass (gemmkit.enable_compile_fusion): in Inductor's post-grad graphs, a
 matrix product (aten.mm, aten.addmm, aten.bmm) followed by elementwise operations becomes one
-gemmkit.mm_epilogue, the operations its fused epilogue's text.
+gemmkit.mm_epilogue, the operations its fused epilogue's text; grouped and FP8 products
+(aten._grouped_mm, aten._scaled_mm) likewise become gemmkit's grouped and scaled calls (below).
 
 From each product of 2-D bfloat16 or float16 CUDA tensors, the pass takes the elementwise nodes
 that follow it and that gemmkit's epilogue language spells (FUNCTIONS, BINARY, the casts),
@@ -50,9 +51,34 @@ combined weight's product) refuses: its halves would be two outputs in one tenso
 which gemmkit refuses, and it is no [M, I] value. Products that cannot fuse so are left to the
 one-product fusion above (where one may read the other's value as a tensor).
 
+Grouped and FP8 products become the operators that gemmkit.grouped_mm, grouped_swiglu_mm and
+scaled_mm with an epilogue trace to:
+- aten._grouped_mm of tokens x [M_total, K] and the experts' weights b [G, K, N] (w.transpose(-2,
+  -1) of [G, N, K]), 16-bit, with int32 offs and no bias: the region grown from its [M_total, N]
+  values, its tensors read as name[n] ([N] or [1, N], every expert's), name[m] ([M_total, 1]: a
+  router weight per routed token, route[:, None]) or name[m, n], becomes one
+  grouped_mm_epilogue(x, b, offs, "contiguous", ...). The 3-D x 3-D (whole batches), 2-D x 2-D
+  (the weight gradient) and 3-D x 2-D forms stay torch's, as do other offsets and dtypes. No
+  tensor of one vector an expert ([G, N]) broadcasts against [M_total, N] values, so none is read.
+- such a product h [M_total, 2I] whose only users take its halves (as the dense halves above,
+  without a bias) becomes one grouped_swiglu_mm(x, w, None, offs, "contiguous", interleaved, ...),
+  w the [G, 2I, K] weight as the experts store it (the transpose's input).
+- aten._scaled_mm of FP8 a [M, K] and b [K, N] (row-major and column-major: the only layouts torch
+  takes, and gemmkit's FP8 kernels' too), each scaled tensor-wise (one float32 value) or row-wise
+  (float32 [M, 1] for a, [1, N] for b), without scale_result, its result of the epilogue's types:
+  one gemm_epilogue of a and b with those scales and modes 'tensor' or 'rowwise' (a bias in the
+  text, as addmm's). Other scales (torch's blockwise ones) stay torch's.
+grouped_mm_epilogue, gemm_epilogue (mm_epilogue takes no scales) and grouped_swiglu_mm_out (a
+grouped SwiGLU with outputs) have no functional form: they write D and the outputs into tensors
+they are given. The pass makes those new and empty, and records the call as torch.compile records
+a traced gemmkit.grouped_mm(..., epilogue=) (auto_functionalized), which Inductor's later passes
+turn back into the call writing into them. A value that escapes such a region is stored as an
+output (its `outputs`) as above, so grouped and FP8 products in a training step's forward graph
+fuse too.
+
 The pass runs after autograd: the *_outputs operators it makes have no autograd formula.
-`fusions` counts the gemmkit calls the pass made: one a region, a swiglu_mm included, whether it
-replaced two products or one of 2I columns.
+`fusions` counts the gemmkit calls the pass made: one a region, a swiglu_mm (grouped or not)
+included, whether it replaced two products or one of 2I columns.
 """
 
 import math
@@ -281,11 +307,12 @@ def _fuse_region(graph, region, members, seeds, definitions, call, products, bot
 
 def _replace(graph, region, members, definitions, call, products, both):
     """Replaces the region's members by one call, call(text, names, inputs, out_dtype,
-    output_types, members) -> (target, args), whose result (D) the last member, the sink, takes;
-    each other member used outside the region is an output of the call (`oK[m, n] = ...`, of the
-    member's dtype), which its outside users take, viewed back to the member's shape where that
-    is the split rows' (as D is). The call is made before the first node that takes one of its
-    values. Returns whether it did: not where the sink is not an [*rows, n] tensor of the
+    output_types, members) -> (target, args) (or (operator, keyword arguments) for an operator
+    that writes into tensors it is given: _written), whose result (D) the last member, the sink,
+    takes; each other member used outside the region is an output of the call (`oK[m, n] =
+    ...`, of the member's dtype), which its outside users take, viewed back to the member's shape
+    where that is the split rows' (as D is). The call is made before the first node that takes
+    one of its values. Returns whether it did: not where the sink is not an [*rows, n] tensor of the
     epilogue's types or is not computed from each of `both` (a dual GEMM's sums); where a member
     used outside is no value of the text, or neither [*rows, n] nor the product's own shape;
     where it would compute nothing but store a sum (the product, again); where it would read and
@@ -326,8 +353,11 @@ def _replace(graph, region, members, definitions, call, products, both):
         flat = [v.new_empty(region.flat()) for v in vals]  # the call's values: row-major, [M, N] or [B, M, N]
         names = [name for name, _, _ in used] + [f"o{i}" for i in range(len(stored))]
         target, args = call(text, names, inputs, vals[0].dtype, [CASTS[v.dtype] for v in vals[1:]], members)
-        fused = _node(graph, target, args, flat if stored else flat[0])
-        values = [_node(graph, operator.getitem, (fused, i), v) for i, v in enumerate(flat)] if stored else [fused]
+        if isinstance(args, dict):
+            values = _written(graph, target, args, flat)
+        else:
+            fused = _node(graph, target, args, flat if stored else flat[0])
+            values = [_node(graph, operator.getitem, (fused, i), v) for i, v in enumerate(flat)] if stored else [fused]
         values = [value if v.shape == f.shape else
                   _node(graph, aten.view.default, (value, list(v.shape)), f.view(v.shape))
                   for value, v, f in zip(values, vals, flat)]
@@ -349,25 +379,151 @@ def _fuse(graph, node):
     region, members, definitions = _Region(m, n, (m,)), [], {}  # definitions: member -> its expression
     if not region.seed(members, definitions, node, "acc", bias):
         return False
-    return _fuse_chain(graph, node, a, b, region, members, definitions, _row_split(node, m, n))
+    return _fuse_chain(graph, node, region, members, definitions, _row_split(node, m, n), _mm_call(a, b))
 
 
-def _fuse_chain(graph, node, a, b, region, members, definitions, view):
-    """The tail of _fuse and _fuse_batched: the region seeded at product `node` (a @ b) grown
-    through its elementwise chain, where `view` (None: none) is the product's one user that splits
-    its rows, and replaced by one mm_epilogue; returns whether it was."""
+def _mm_call(a, b):
+    """The call of _fuse and _fuse_batched: mm_epilogue of a @ b, or mm_epilogue_outputs."""
+    def call(text, names, inputs, dtype, types, members):
+        if types:
+            return torch.ops.gemmkit.mm_epilogue_outputs.default, (a, b, text, names, inputs, dtype, types)
+        return torch.ops.gemmkit.mm_epilogue.default, (a, b, text, names, inputs, dtype, 1.0, 0.0, None)
+    return call
+
+
+def _fuse_chain(graph, node, region, members, definitions, view, call):
+    """The tail of the one-product fusions: the region seeded at product `node` grown through its
+    elementwise chain, where `view` (None: none) is the product's one user that splits its rows,
+    and replaced by `call` (as _replace takes it); returns whether it was."""
     if view is not None:
         region.rows = tuple(_val(view).shape[:-1])
         region.alias(members, view, node)
     seeds = len(members)
     members = _grow(graph, region, members, definitions)
+    return members is not None and _fuse_region(graph, region, members, seeds, definitions, call, (node,))
+
+
+def _argument(node, index, name, default=None):
+    """An aten node's argument, given by position or by name."""
+    return node.args[index] if len(node.args) > index else node.kwargs.get(name, default)
+
+
+def _grouped_product(node):
+    """(x, b, offs) of aten._grouped_mm of x [M_total, K] and b [G, K, N], 16-bit CUDA tensors of
+    one dtype, with int32 offs [G] and no bias, else None: the MoE forward that gemmkit's grouped
+    kernels run (not the weight gradient, 2-D x 2-D, nor whole batches, 3-D x 3-D)."""
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function" or node.target != aten._grouped_mm.default:
+        return None
+    x, b, offs = node.args[0], node.args[1], _argument(node, 2, "offs")
+    vals = [_val(x), _val(b), _val(offs), _val(node)]
+    if any(v is None for v in vals) or _argument(node, 3, "bias") is not None:
+        return None
+    vx, vb, voffs, _ = vals
+    if vx.dim() != 2 or vb.dim() != 3 or voffs.dtype != torch.int32 or any(v.device.type != DEVICE for v in vals) \
+            or vx.dtype not in INPUT_DTYPES or vb.dtype != vx.dtype:
+        return None
+    return x, b, offs
+
+
+def _fuse_grouped(graph, node):
+    """Fuses the epilogue after grouped product `node` (aten._grouped_mm) into one
+    grouped_mm_epilogue where one can join; returns whether it did."""
+    operands = _grouped_product(node)
+    if operands is None:
+        return False
+    x, b, offs = operands
+    m, n = _val(node).shape
+    region, members, definitions = _Region(m, n, (m,)), [], {}
+    region.seed(members, definitions, node, "acc", None)
 
     def call(text, names, inputs, dtype, types, members):
-        if types:
-            return torch.ops.gemmkit.mm_epilogue_outputs.default, (a, b, text, names, inputs, dtype, types)
-        return torch.ops.gemmkit.mm_epilogue.default, (a, b, text, names, inputs, dtype, 1.0, 0.0, None)
+        return torch.ops.gemmkit.grouped_mm_epilogue.default, {
+            "a": x, "b": b, "sizes": offs, "layout": "contiguous", "epilogue": text, "names": names,
+            "inputs": inputs, "max_sms": 0}
 
-    return members is not None and _fuse_region(graph, region, members, seeds, definitions, call, (node,))
+    return _fuse_chain(graph, node, region, members, definitions, None, call)
+
+
+def _fuse_grouped_halves(graph, h):
+    """Fuses grouped product h [M_total, 2I] (aten._grouped_mm) whose only users take its halves
+    (as _fuse_halves) into one grouped_swiglu_mm of its [G, 2I, K] weight; returns whether it did."""
+    operands = _grouped_product(h)
+    if operands is None:
+        return False
+    x, b, offs = operands
+    m, n2 = _val(h).shape
+    halves = None if n2 % 2 else _halves(h, n2 // 2)
+    if halves is None:
+        return False
+    gate, up, interleaved, between = halves
+    region, definitions, members = _Region(m, n2 // 2, (m,)), {}, [h, *between]
+    region.seed(members, definitions, gate, "acc", None)
+    region.seed(members, definitions, up, "acc2", None)
+    seeds = len(members)
+    members = _grow(graph, region, members, definitions)
+
+    def call(text, names, inputs, dtype, types, members):
+        w = _weight(graph, b)
+        if types:
+            return torch.ops.gemmkit.grouped_swiglu_mm_out.default, {
+                "x": x, "w": w, "w_up": None, "sizes": offs, "layout": "contiguous", "interleaved": interleaved,
+                "epilogue": text, "names": names, "inputs": inputs, "max_sms": 0}
+        return torch.ops.gemmkit.grouped_swiglu_mm.default, (x, w, None, offs, "contiguous", interleaved, text, names,
+                                                             inputs, dtype, 0)
+
+    return members is not None and _fuse_region(graph, region, members, seeds, definitions, call, (h,),
+                                                 both=(gate, up))
+
+
+FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def _scale_mode(scale, rowwise):
+    """gemmkit's mode of an FP8 operand's float32 CUDA scales: 'tensor' for one value, 'rowwise' for
+    the `rowwise` shape (A's [M, 1], B's [1, N]), else None."""
+    val = _val(scale)
+    if val is None or val.dtype != torch.float32 or val.device.type != DEVICE:
+        return None
+    return "tensor" if val.numel() == 1 else "rowwise" if tuple(val.shape) == rowwise else None
+
+
+def _scaled_product(node):
+    """(a, b, scale_a, scale_b, modes, bias) of aten._scaled_mm of FP8 a [M, K] (row-major) and b
+    [K, N] (column-major, as w.t()), each scaled tensor-wise or row-wise (float32 [M, 1] and [1,
+    N]), without scale_result, its result of the epilogue's types; else None."""
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function" or node.target != aten._scaled_mm.default:
+        return None
+    a, b, scale_a, scale_b = node.args[:4]
+    vals = [_val(a), _val(b), _val(node)]
+    if any(v is None for v in vals) or _argument(node, 5, "scale_result") is not None:
+        return None
+    va, vb, out = vals
+    if any(v.device.type != DEVICE for v in vals) or va.dtype not in FP8 or vb.dtype not in FP8 \
+            or out.dtype not in TENSOR_DTYPES or va.stride(-1) != 1 or vb.stride(-2) != 1:
+        return None
+    m, n = out.shape
+    modes = (_scale_mode(scale_a, (m, 1)), _scale_mode(scale_b, (1, n)))
+    return None if None in modes else (a, b, scale_a, scale_b, modes, _argument(node, 4, "bias"))
+
+
+def _fuse_scaled(graph, node):
+    """Fuses the epilogue after FP8 product `node` (aten._scaled_mm) into one gemm_epilogue of its
+    operands and scales where one can join; returns whether it did."""
+    operands = _scaled_product(node)
+    if operands is None:
+        return False
+    a, b, scale_a, scale_b, modes, bias = operands
+    m, n = _val(node).shape
+    region, members, definitions = _Region(m, n, (m,)), [], {}
+    if not region.seed(members, definitions, node, "acc", bias):
+        return False
+
+    def call(text, names, inputs, dtype, types, members):
+        return torch.ops.gemmkit.gemm_epilogue.default, {
+            "a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "mode_a": modes[0], "mode_b": modes[1],
+            "epilogue": text, "names": names, "inputs": inputs, "alpha": 1.0, "beta": 0.0, "c": None}
+
+    return _fuse_chain(graph, node, region, members, definitions, _row_split(node, m, n), call)
 
 
 def _batched_product(node):
@@ -398,7 +554,8 @@ def _fuse_batched(graph, node):
     batch, m, n = _val(node).shape
     region, members, definitions = _Region(m, n, (batch, m), batch=batch), [], {}
     region.seed(members, definitions, node, "acc", None)
-    return _fuse_chain(graph, node, a, b, region, members, definitions, _batch_split(node, batch, m, n))
+    return _fuse_chain(graph, node, region, members, definitions, _batch_split(node, batch, m, n),
+                       _mm_call(a, b))
 
 
 def _fuse_dual(graph, node):
@@ -576,14 +733,16 @@ def _activated(members, products):
 
 
 def _weight(graph, b):
-    """The [I, K] tensor of a product's [K, I] operand b: the input of the transpose that made b,
-    else a transposed view of b."""
-    if b.op == "call_function" and (b.target == aten.permute.default and list(b.args[1]) in ([1, 0], [-1, -2])
-                                    or b.target == aten.t.default
-                                    or b.target == aten.transpose.int and sorted(x % 2 for x in b.args[1:3]) == [0, 1]):
-        if _val(b.args[0]) is not None and _val(b.args[0]).dim() == 2:
-            return b.args[0]
-    return _node(graph, aten.permute.default, (b, [1, 0]), _val(b).permute(1, 0))
+    """The [I, K] tensor of a product's [K, I] operand b ([G, I, K] of a grouped product's [G, K,
+    I]): the input of the transpose that made b, else a transposed view of b."""
+    d = _val(b).dim()
+    swap = [*range(d - 2), d - 1, d - 2]
+    transposes = b.op == "call_function" and (
+        b.target == aten.permute.default and [x % d for x in b.args[1]] == swap or b.target == aten.t.default
+        or b.target == aten.transpose.int and sorted(x % d for x in b.args[1:3]) == [d - 2, d - 1])
+    if transposes and _val(b.args[0]) is not None and _val(b.args[0]).dim() == d:
+        return b.args[0]
+    return _node(graph, aten.permute.default, (b, swap), _val(b).permute(swap))
 
 
 fusions = 0  # gemmkit calls the pass made in this process, for a caller (or a test) to see it worked
@@ -602,10 +761,32 @@ def _one_view(product, splits):
     return views[0] if len(views) == 1 else None
 
 
-def _node(graph, target, args, val):
-    node = graph.call_function(target, args)
+def _node(graph, target, args, val, kwargs=None):
+    node = graph.call_function(target, args, kwargs)
     node.meta["val"] = val
     return node
+
+
+def _written(graph, op, given, flat):
+    """[D, *outputs] of `op` (gemm_epilogue, grouped_mm_epilogue, grouped_swiglu_mm_out), which
+    writes D into its `out` and the outputs into its `outputs`: new empty tensors of `flat`'s
+    values, the call as torch.compile records such an operator (auto_functionalized, every
+    argument named, which Inductor's later passes turn back into the call writing in place), and
+    the values it returns (the operator's result, then each argument it writes)."""
+    from torch._higher_order_ops.auto_functionalize import get_mutable_args
+
+    empty = [_node(graph, aten.empty.memory_format, (list(v.shape),), v.new_empty(v.shape),
+                   {"dtype": v.dtype, "device": v.device}) for v in flat]
+    given = {**given, "out": empty[0], "outputs": empty[1:]}
+    kwargs = {arg.name: given[arg.name] if arg.name in given else arg.default_value for arg in op._schema.arguments}
+    written, _ = get_mutable_args(op)
+    returned = {"out": flat[0], "outputs": list(flat[1:])}
+    call = _node(graph, torch.ops.higher_order.auto_functionalized, (op,), (None, *map(returned.get, written)), kwargs)
+    d = _node(graph, operator.getitem, (call, 1 + written.index("out")), flat[0])
+    if len(flat) == 1:
+        return [d]
+    outputs = _node(graph, operator.getitem, (call, 1 + written.index("outputs")), list(flat[1:]))
+    return [d, *(_node(graph, operator.getitem, (outputs, i), v) for i, v in enumerate(flat[1:]))]
 
 
 def fuse_epilogues(graph):
@@ -614,8 +795,9 @@ def fuse_epilogues(graph):
     global fusions
     fused = 0
     for node in list(graph.nodes):
-        if not getattr(node, "_erased", False) and (_fuse_dual(graph, node) or _fuse(graph, node)
-                                                    or _fuse_batched(graph, node)):
+        if not getattr(node, "_erased", False) and (
+                _fuse_dual(graph, node) or _fuse(graph, node) or _fuse_batched(graph, node)
+                or _fuse_grouped_halves(graph, node) or _fuse_grouped(graph, node) or _fuse_scaled(graph, node)):
             fused += 1
     if fused:
         graph.lint()

@@ -12,10 +12,19 @@ or the halves of one product, plain, interleaved, with biases) becoming one gemm
 CPU tensors with double-precision stand-ins, against the graph they replaced; the forward graphs
 of training steps as Inductor makes them; and a whole compiled training step of an MLP block on
 CPU tensors (the pass's DEVICE set to the CPU, gemmkit's operators by stand-ins), forward and
-backward against eager. Every positive test asserts that the products were replaced. On an sm_90
-GPU (the tests marked `sm90`, which skip, saying so, elsewhere): compiled MLP up-projections
-against eager and double precision, and a training graph, whose products become outputs of the
-dual GEMM. Skips, saying so, without torch."""
+backward against eager. Grouped and FP8 products: torch._grouped_mm and its chain (a router
+weight, a shared bias, a gate) becoming one gemmkit.grouped_mm_epilogue, its halves' SwiGLU
+(chunk, slices, split, interleaved) one grouped_swiglu_mm, torch._scaled_mm with tensor-wise or
+row-wise scales one gemm_epilogue, each of the operators that write into an out recorded as
+torch.compile records them (auto_functionalized), escaping values their outputs; the refusals
+(the other grouped forms, offsets and dtypes, a bias, a product kept whole beside its halves,
+other scales); the fused graphs run on CPU tensors with double-precision stand-ins, and an MoE
+layer compiled on CPU tensors. Every positive test asserts that the products were replaced. On
+an sm_90 GPU (the tests marked `sm90`, which skip, saying so, elsewhere): compiled MLP
+up-projections against eager and double precision, and a training graph, whose products become
+outputs of the dual GEMM; compiled MoE up- and down-projections and FP8 products with an
+epilogue, one gemmkit call each, against double precision and eager. Skips, saying so, without
+torch."""
 
 import math
 import operator
@@ -922,6 +931,431 @@ def test_a_compiled_training_step_runs_the_backward_on_the_stored_values(cpu_ker
         torch.testing.assert_close(got, expected, rtol=2 ** -6, atol=2 ** -5 * expected.abs().max().item())
 
 
+# --- grouped (MoE) and FP8 products -------------------------------------------------------------
+
+G = 4  # experts of the grouped tests
+I32, E4M3 = torch.int32, torch.float8_e4m3fn
+aten, ops = torch.ops.aten, torch.ops.gemmkit
+
+
+def after_pass(function, *args):
+    """The graph after the pass, and the gemmkit calls it made (as _fusion.fusions counts them)."""
+    gm = graph_of(function, *args)
+    before = _fusion.fusions
+    made = _fusion.fuse_epilogues(gm.graph)
+    assert _fusion.fusions == before + made
+    gm.recompile()
+    return gm, made
+
+
+def written(gm, op):
+    """The calls of `op`, an operator that writes into the out it is given, as the pass records
+    them (auto_functionalized, as torch.compile records such a call)."""
+    return [node for node in calls(gm, torch.ops.higher_order.auto_functionalized) if node.args[0] == op]
+
+
+def uses(text):
+    """(name, index) of each tensor the text names, by gemmkit's C++ parser."""
+    return [(name, index) for name, index, *_ in gemmkit._gemmkit.epilogue_tensor_uses(text)]
+
+
+def experts(x, w, offs):
+    """The MoE product: each expert's rows of x [M, K] times its weight, w [G, N, K]."""
+    return torch._grouped_mm(x, w.transpose(-2, -1), offs)
+
+
+def down(x, w, offs, route):  # the down-projection, each token's output scaled by its router weight
+    return (experts(x, w, offs) * route[:, None]).to(BF16)
+
+
+def test_a_grouped_product_and_its_router_weight_become_one_grouped_epilogue(fake):
+    x, w, offs, route = cuda(M, K), cuda(G, N, K), cuda(G, dtype=I32), cuda(M, dtype=F32)
+    gm, made = after_pass(down, x, w, offs, route)
+    done = written(gm, ops.grouped_mm_epilogue.default)
+    assert made == 1 and len(done) == 1 and not calls(gm, aten._grouped_mm.default), gm.graph
+    args = done[0].kwargs
+    assert (placeholder(args["a"]), placeholder(args["b"].args[0]), placeholder(args["sizes"])) == \
+        ("x_1", "w_1", "offs_1")
+    assert args["b"].target == aten.permute.default and args["layout"] == "contiguous" and args["outputs"] == []
+    assert args["names"] == ["t0"] and uses(args["epilogue"]) == [("t0", "m")] and "bf16(" in args["epilogue"]
+    assert [tuple(t.meta["val"].shape) for t in args["inputs"]] == [(M, 1)]  # route[:, None], each row's own
+    out = args["out"]  # D: a new [M, N] tensor of the graph's result's type, which the call fills
+    assert out.target == aten.empty.memory_format and (tuple(out.meta["val"].shape), out.meta["val"].dtype) == \
+        ((M, N), BF16)
+    (d,) = done[0].users
+    assert d.target is operator.getitem and d.args == (done[0], 1) and graph_outputs(gm) == d
+    result = gm(x, w, offs, route)
+    assert result.shape == (M, N) and result.dtype == BF16
+
+
+def test_a_grouped_epilogue_reads_a_shared_bias_and_a_gate(fake):
+    x, w, offs, bias, gate = cuda(M, K), cuda(G, N, K), cuda(G, dtype=I32), cuda(N), cuda(M, N)
+    gm, made = after_pass(lambda x, w, o, b, g: F.silu(experts(x, w, o) + b) * g, x, w, offs, bias, gate)
+    (done,) = written(gm, ops.grouped_mm_epilogue.default)
+    assert made == 1 and not calls(gm, aten._grouped_mm.default) and not calls(gm, aten.exp.default)
+    text = done.kwargs["epilogue"]
+    assert uses(text) == [("t0", "n"), ("t1", "mn")] and "exp(" in text, text
+    assert [placeholder(t) for t in done.kwargs["inputs"]] == ["b_1", "g_1"]
+
+
+def test_grouped_values_that_escape_are_outputs_of_the_grouped_epilogue(fake):
+    x, w, offs, bias = cuda(M, K), cuda(G, N, K), cuda(G, dtype=I32), cuda(N)
+
+    def saved(x, w, o, b):  # the pre-activation kept, as a training step's forward graph keeps it
+        h = experts(x, w, o) + b
+        return F.silu(h), h
+
+    gm, made = after_pass(saved, x, w, offs, bias)
+    (done,) = written(gm, ops.grouped_mm_epilogue.default)
+    assert made == 1 and not calls(gm, aten._grouped_mm.default) and not calls(gm, aten.exp.default)
+    args = done.kwargs
+    assert args["epilogue"].startswith("v1 = (acc + t0[n]); o0[m, n] = v1; ") and args["names"] == ["t0", "o0"]
+    assert [(n.target, tuple(n.meta["val"].shape), n.meta["val"].dtype) for n in [args["out"], *args["outputs"]]] \
+        == [(aten.empty.memory_format, (M, N), BF16)] * 2
+    d, h = graph_outputs(gm)  # D, and the output: the call's written list's first
+    assert d.args == (done, 1) and h.target is operator.getitem and h.args[0].args == (done, 2) and h.args[1] == 0
+
+
+def with_val(gm, name, val):
+    """gm with node `name`'s value `val`: graphs torch's own checks would not let it trace."""
+    (node,) = [node for node in gm.graph.nodes if node.name == name]
+    node.meta["val"] = val
+    return gm
+
+
+def test_grouped_refusals_leave_the_product(fake):
+    x, w, offs = cuda(M, K), cuda(G, N, K), cuda(G, dtype=I32)
+    refused = [
+        (lambda x, w, o: torch.sin(experts(x, w, o)), (x, w, offs)),  # no sin in the epilogue language
+        (lambda x, w, o: experts(x, w, o), (x, w, offs)),  # nothing after the product
+        # torch's whole batches, 3-D x 3-D; the weight gradient, 2-D x 2-D; groups along N, 3-D x 2-D
+        (lambda x, w: torch.relu(torch._grouped_mm(x, w.transpose(-2, -1))), (cuda(G, M, K), w)),
+        (lambda x, dy, o: torch.relu(torch._grouped_mm(x.t(), dy, o)), (x, cuda(M, N), offs)),
+        (lambda x, w, o: torch.relu(torch._grouped_mm(x, w, o)), (cuda(G, M, K), cuda(K, N), offs)),
+        (lambda x, w, o: torch.relu(experts(x, w, o)), (torch.empty(M, K, dtype=BF16), torch.empty(G, N, K, dtype=BF16),
+                                                       torch.empty(G, dtype=I32))),  # CPU tensors
+    ]
+    for function, args in refused:
+        gm, made = after_pass(function, *args)
+        assert not made and calls(gm, aten._grouped_mm.default), gm.graph
+    # offsets other than int32, inputs of 32 bits or of two types (torch's _grouped_mm takes none)
+    for name, val in [("o_1", offs.long()), ("x_1", x.float()), ("permute", w.transpose(-2, -1).half())]:
+        gm = with_val(graph_of(lambda x, w, o: torch.relu(experts(x, w, o)), x, w, offs), name, val)
+        assert not _fusion.fuse_epilogues(gm.graph) and calls(gm, aten._grouped_mm.default), name
+    # a bias, which torch's _grouped_mm does not take yet: given to the traced product by hand
+    gm = graph_of(lambda x, w, o, b: (torch.relu(experts(x, w, o)), b), x, w, offs, cuda(N))
+    (product,) = calls(gm, aten._grouped_mm.default)
+    product.args = (*product.args, next(node for node in gm.graph.nodes if node.name == "b_1"))
+    assert not _fusion.fuse_epilogues(gm.graph) and calls(gm, aten._grouped_mm.default)
+
+
+def chunked(x, w, o):  # silu(g) * u of the halves of one product with each expert's [2I, K] weight
+    g, u = experts(x, w, o).chunk(2, dim=-1)
+    return F.silu(g) * u
+
+
+GROUPED_HALVES = {  # name: (the up-projection, whether its halves are interleaved)
+    "chunk": (chunked, False),
+    "slices_up_first": (lambda x, w, o: (lambda h: h[:, I:] * F.silu(h[:, :I]))(experts(x, w, o)), False),
+    "split": (lambda x, w, o: (lambda g, u: F.silu(g) * u)(*experts(x, w, o).split(I, dim=-1)), False),
+    "interleaved": (lambda x, w, o: (lambda h: F.silu(h[:, 0::2]) * h[:, 1::2])(experts(x, w, o)), True),
+}
+
+
+@pytest.mark.parametrize("form", GROUPED_HALVES)
+def test_the_halves_of_a_grouped_product_become_one_grouped_dual_product(fake, form):
+    up, interleaved = GROUPED_HALVES[form]
+    x, w, offs = cuda(M, K), cuda(G, 2 * I, K), cuda(G, dtype=I32)
+    gm, made = after_pass(up, x, w, offs)
+    done = calls(gm, ops.grouped_swiglu_mm.default)
+    assert made == 1 and len(done) == 1 and not calls(gm, aten._grouped_mm.default), gm.graph
+    x_, w_, w_up, sizes, layout, interleaved_, text, names, inputs, dtype, max_sms = done[0].args
+    # the experts' [G, 2I, K] weight as they store it, not the graph's transposed view
+    assert (placeholder(x_), placeholder(w_), w_up, placeholder(sizes)) == ("x_1", "w_1", None, "o_1")
+    assert (layout, interleaved_, names, inputs, dtype, max_sms) == ("contiguous", interleaved, [], [], BF16, 0)
+    assert "exp(acc)" not in text and "neg(acc)" in text and "acc2" in text and not uses(text), text
+    assert graph_outputs(gm) == done[0] and tuple(done[0].meta["val"].shape) == (M, I)
+
+
+def test_a_router_weight_joins_the_grouped_dual_epilogue(fake):
+    x, w, offs, route = cuda(M, K), cuda(G, 2 * I, K), cuda(G, dtype=I32), cuda(M, 1)
+    gm, made = after_pass(lambda x, w, o, r: chunked(x, w, o) * r, x, w, offs, route)
+    (done,) = calls(gm, ops.grouped_swiglu_mm.default)
+    assert made == 1 and uses(done.args[6]) == [("t0", "m")] and [placeholder(t) for t in done.args[8]] == ["r_1"]
+
+
+def test_grouped_halves_that_escape_are_outputs_of_the_grouped_dual_product(fake):
+    x, w, offs = cuda(M, K), cuda(G, 2 * I, K), cuda(G, dtype=I32)
+
+    def saved(x, w, o):  # the halves kept for the backward, as a training step's forward graph keeps them
+        g, u = experts(x, w, o).chunk(2, dim=-1)
+        return F.silu(g) * u, g, u
+
+    gm, made = after_pass(saved, x, w, offs)
+    (done,) = written(gm, ops.grouped_swiglu_mm_out.default)
+    assert made == 1 and not calls(gm, aten._grouped_mm.default) and not calls(gm, ops.grouped_swiglu_mm.default)
+    args = done.kwargs
+    assert (placeholder(args["w"]), args["w_up"], args["interleaved"]) == ("w_1", None, False)
+    assert args["epilogue"].startswith("o0[m, n] = acc; o1[m, n] = acc2; ") and args["names"] == ["o0", "o1"]
+    assert [tuple(n.meta["val"].shape) for n in args["outputs"]] == [(M, I)] * 2
+    d, g, u = graph_outputs(gm)
+    assert d.args == (done, 1) and [(v.args[0].args, v.args[1]) for v in (g, u)] == [((done, 2), 0), ((done, 2), 1)]
+
+
+def test_grouped_halves_refusals(fake):
+    x, w, offs = cuda(M, K), cuda(G, 2 * I, K), cuda(G, dtype=I32)
+
+    def kept_whole(x, w, o):  # the product kept whole beside its halves: no [M, I] value, two outputs in it
+        h = experts(x, w, o)
+        g, u = h.chunk(2, dim=-1)
+        return F.silu(g) * u, h
+
+    def unequal(x, w, o):  # 40 and 56 of 96 columns: no halves
+        h = experts(x, w, o)
+        return F.silu(h[:, :40]) * h[:, 40:].sum(-1, keepdim=True)
+
+    for function in (kept_whole, unequal):
+        gm, made = after_pass(function, x, w, offs)
+        assert not made and calls(gm, aten._grouped_mm.default), gm.graph
+
+
+def scaled(a, b, sa, sb, **kwargs):  # FP8 a [M, K] times b [N, K] transposed, as torch takes it
+    return torch._scaled_mm(a, b.t(), sa, sb, out_dtype=kwargs.pop("out_dtype", BF16), **kwargs)
+
+
+def fp8_scales(mode):
+    """(scale_a, scale_b) of `mode` for a [M, K] @ [K, N] product: one value each, or a row's and a
+    column's, as torch's _scaled_mm takes them."""
+    shapes = [(), ()] if mode == "tensor" else [(M, 1), (1, N)]
+    return tuple(cuda(shape, dtype=F32) for shape in shapes)
+
+
+@pytest.mark.parametrize("mode", ["tensor", "rowwise"])
+def test_an_fp8_product_and_its_epilogue_become_one_scaled_gemm_epilogue(fake, mode):
+    a, b, bias, gate = cuda(M, K, dtype=E4M3), cuda(N, K, dtype=E4M3), cuda(N), cuda(M, N)
+    sa, sb = fp8_scales(mode)
+    gm, made = after_pass(lambda a, b, sa, sb, c, g: F.silu(scaled(a, b, sa, sb, bias=c)) * g, a, b, sa, sb, bias,
+                          gate)
+    (done,) = written(gm, ops.gemm_epilogue.default)
+    assert made == 1 and not calls(gm, aten._scaled_mm.default), gm.graph
+    args = done.kwargs
+    assert [placeholder(args[name]) for name in ("a", "scale_a", "scale_b")] == ["a_1", "sa_1", "sb_1"]
+    assert placeholder(args["b"].args[0]) == "b_1" and (args["mode_a"], args["mode_b"]) == (mode, mode)
+    assert (args["alpha"], args["beta"], args["c"], args["outputs"]) == (1.0, 0.0, None, [])
+    text = args["epilogue"]  # the bias in the text, as addmm's
+    assert text.startswith("v0 = acc + t0[n]; ") and uses(text) == [("t0", "n"), ("t1", "mn")], text
+    assert (tuple(args["out"].meta["val"].shape), args["out"].meta["val"].dtype) == ((M, N), BF16)
+    result = gm(a, b, sa, sb, bias, gate)
+    assert result.shape == (M, N) and result.dtype == BF16
+
+
+def test_an_fp8_product_that_escapes_is_an_output(fake):
+    a, b = cuda(M, K, dtype=E4M3), cuda(N, K, dtype=E4M3)
+    sa, sb = fp8_scales("rowwise")
+    gm, made = after_pass(lambda a, b, sa, sb: (lambda p: (torch.relu(p), p))(scaled(a, b, sa, sb)), a, b, sa, sb)
+    (done,) = written(gm, ops.gemm_epilogue.default)
+    assert made == 1 and done.kwargs["epilogue"] == "o0[m, n] = acc; relu(acc)" and len(done.kwargs["outputs"]) == 1
+    d, p = graph_outputs(gm)
+    assert d.args == (done, 1) and p.args[0].args == (done, 2)
+
+
+def test_fp8_refusals_leave_the_product(fake):
+    a, b = cuda(M, K, dtype=E4M3), cuda(N, K, dtype=E4M3)
+    one = cuda((), dtype=F32)
+    refused = [
+        (lambda a, b, sa, sb: torch.sin(scaled(a, b, sa, sb)), (a, b, one, one)),  # no sin in the language
+        (lambda a, b, sa, sb: scaled(a, b, sa, sb), (a, b, one, one)),  # nothing after the product
+        # torch's blockwise scales, A's 1x128 and B's 128x128 blocks (K = 256): neither one value nor a row's
+        (lambda a, b, sa, sb: torch.relu(scaled(a, b, sa, sb)),
+         (cuda(M, 256, dtype=E4M3), cuda(N, 256, dtype=E4M3), cuda(M, 2, dtype=F32), cuda(2, 1, dtype=F32))),
+        # a scale of the result, which gemmkit's bf16 D has not
+        (lambda a, b, sa, sb: torch.relu(scaled(a, b, sa, sb, scale_result=sa)), (a, b, one, one)),
+        # an e4m3 result: the pass's epilogue stores bf16, f16 or f32
+        (lambda a, b, sa, sb: scaled(a, b, sa, sb, out_dtype=E4M3).float() * 2, (a, b, one, one)),
+        # a float64 tensor: not of the epilogue's types
+        (lambda a, b, sa, sb, v: scaled(a, b, sa, sb).double() + v, (a, b, one, one, cuda(M, N, dtype=torch.float64))),
+        (lambda a, b, sa, sb: torch.relu(scaled(a, b, sa, sb)),
+         (torch.empty(M, K, dtype=E4M3), torch.empty(N, K, dtype=E4M3), torch.ones(()), torch.ones(()))),  # CPU
+    ]
+    for function, args in refused:
+        gm, made = after_pass(function, *args)
+        assert not made and calls(gm, aten._scaled_mm.default), gm.graph
+    # other layouts (torch's _scaled_mm takes none: gemmkit's FP8 kernels read K-major operands),
+    # AMD's FP8 type, scales other than float32
+    for name, val in [("a_1", a.t().contiguous().t()), ("permute", b.t().contiguous()),
+                      ("a_1", a.to(torch.float8_e4m3fnuz)), ("sa_1", one.double())]:
+        gm = graph_of(lambda a, b, sa, sb: torch.relu(scaled(a, b, sa, sb)), a, b, one, cuda((), dtype=F32))
+        gm = with_val(gm, name, val)
+        assert not _fusion.fuse_epilogues(gm.graph) and calls(gm, aten._scaled_mm.default), name
+
+
+def grouped_products(x, w, offs, interleaved=None):
+    """Each group's rows of x times its weight w [G, N, K] in double ([acc]), or the gate's and
+    the up's of a combined [G, 2I, K] weight, side by side or interleaved ([acc, acc2]); rows no
+    group owns NaN, as a kernel leaves them undefined."""
+    from cpu_stand_ins import grouped_mm_stand_in
+
+    half = w.size(1) // 2
+    weights = [w] if interleaved is None else [w[:, 0::2], w[:, 1::2]] if interleaved else [w[:, :half], w[:, half:]]
+    return [grouped_mm_stand_in(x, v.transpose(-2, -1), offs, "contiguous", None, None, "none", "none",
+                                torch.float64, 0, False) for v in weights]
+
+
+def write_epilogue(text, acc, acc2, names, inputs, out, outputs):
+    """D and each output of the text, by gemmkit's own evaluation in double, into out and outputs."""
+    from gemmkit._epilogue_eval import evaluate as evaluate_text
+
+    d, values = evaluate_text(text, acc, {name: t.double() for name, t in zip(names, inputs)}, acc2=acc2)
+    out.copy_(d)
+    for name, t in zip(names[len(inputs):], outputs):
+        t.copy_(values[name])
+
+
+def grouped_mm_epilogue_stand_in(a, b, sizes, out, layout, epilogue, names, inputs, outputs, max_sms, scale_a=None,
+                                 scale_b=None, mode_a="none", mode_b="none", scale_d=None):
+    (acc,) = grouped_products(a, b.transpose(-2, -1), sizes)
+    write_epilogue(epilogue, acc, None, names, inputs, out, outputs)
+
+
+def grouped_swiglu_stand_in(x, w, w_up, sizes, layout, interleaved, epilogue, names, inputs, out_dtype, max_sms):
+    out = x.new_empty(x.size(0), w.size(1) // 2, dtype=out_dtype or x.dtype)
+    write_epilogue(epilogue, *grouped_products(x, w, sizes, interleaved), names, inputs, out, [])
+    return out
+
+
+def grouped_swiglu_out_stand_in(x, w, w_up, sizes, out, layout, interleaved, epilogue, names, inputs, outputs,
+                                max_sms, scale_d=None):
+    write_epilogue(epilogue, *grouped_products(x, w, sizes, interleaved), names, inputs, out, outputs)
+
+
+def scaled_epilogue_stand_in(a, b, out, scale_a, scale_b, mode_a, mode_b, epilogue, names, inputs, outputs, alpha,
+                             beta, c, scale_d=None):
+    """gemm_epilogue of FP8 operands: a and b times their scales (one value, or a row's of A and
+    a column's of B, broadcast), in double."""
+    acc = (a.double() * scale_a.double()) @ (b.double() * scale_b.double())
+    write_epilogue(epilogue, acc, None, names, inputs, out, outputs)
+
+
+@pytest.fixture
+def cpu_grouped():
+    """The operators the pass makes of grouped and FP8 products on CPU tensors, by the
+    double-precision stand-ins above, for the duration of a test."""
+    lib = torch.library.Library("gemmkit", "IMPL")  # noqa: TOR901
+    lib.impl("grouped_mm_epilogue", grouped_mm_epilogue_stand_in, "CPU")
+    lib.impl("grouped_swiglu_mm", grouped_swiglu_stand_in, "CPU")
+    lib.impl("grouped_swiglu_mm_out", grouped_swiglu_out_stand_in, "CPU")
+    lib.impl("gemm_epilogue", scaled_epilogue_stand_in, "CPU")
+    yield
+    lib._destroy()
+
+
+OFFS = [10, 10, 40, M]  # an empty expert; every row owned, so that the graphs' values are defined
+GROUPED_CPU_CASES = {  # name: (the function, its tensors: shape and dtype)
+    "router_weight": (down, [((M, K), BF16), ((G, N, K), BF16), None, ((M,), F32)]),
+    "bias_silu_gate": (lambda x, w, o, b, g: F.silu(experts(x, w, o) + b) * g,
+                       [((M, K), BF16), ((G, N, K), BF16), None, ((N,), BF16), ((M, N), BF16)]),
+    "saved_preactivation": (lambda x, w, o, b: (lambda h: (F.gelu(h), h))(experts(x, w, o) + b),
+                            [((M, K), BF16), ((G, N, K), BF16), None, ((N,), BF16)]),
+    "swiglu_chunk": (chunked, [((M, K), BF16), ((G, 2 * I, K), BF16), None]),
+    "swiglu_interleaved_routed": (lambda x, w, o, r: GROUPED_HALVES["interleaved"][0](x, w, o) * r,
+                                  [((M, K), BF16), ((G, 2 * I, K), BF16), None, ((M, 1), BF16)]),
+    "swiglu_saved_halves": (lambda x, w, o: (lambda g, u: (F.silu(g) * u, g, u))(*experts(x, w, o).chunk(2, -1)),
+                            [((M, K), BF16), ((G, 2 * I, K), BF16), None]),
+    "fp8_tensorwise": (lambda a, b, sa, sb, g: torch.relu(scaled(a, b, sa, sb)) * g,
+                       [((M, K), E4M3), ((N, K), E4M3), ((), F32), ((), F32), ((M, N), BF16)]),
+}
+
+
+def cpu_args(shapes):
+    """Random CPU tensors of `shapes` (None: the experts' offsets, OFFS), products of unit scale."""
+    torch.manual_seed(0)
+    return [torch.tensor(OFFS, dtype=I32) if s is None else
+            (torch.rand(s[0]) + 0.5 if s[0] == () else torch.randn(s[0]) / (K ** 0.5 if i == 1 else 1)).to(s[1])
+            for i, s in enumerate(shapes)]
+
+
+def fused_on_cpu(function, args, monkeypatch):
+    """The graph after the pass taking CPU tensors (_fusion.DEVICE), traced on fake tensors of args'
+    shapes (the new tensors it makes for the calls to write lie where the graph's do), and its
+    gemmkit calls."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    monkeypatch.setattr(_fusion, "DEVICE", "cpu")
+    with FakeTensorMode():
+        gm, made = after_pass(function, *[torch.empty(t.shape, dtype=t.dtype) for t in args])
+    targets = [ops.grouped_mm_epilogue.default, ops.grouped_swiglu_mm_out.default, ops.gemm_epilogue.default]
+    return gm, made, calls(gm, ops.grouped_swiglu_mm.default) + [n for t in targets for n in written(gm, t)]
+
+
+@pytest.mark.parametrize("case", GROUPED_CPU_CASES)
+def test_fused_grouped_and_fp8_graphs_compute_what_they_replace(cpu_grouped, monkeypatch, case):
+    """The fused graph run on CPU tensors, the operators by their double-precision stand-ins, against
+    torch's graph (its _grouped_mm and tensor-wise _scaled_mm run on the CPU) on the same tensors."""
+    function, shapes = GROUPED_CPU_CASES[case]
+    args = cpu_args(shapes)
+    gm, made, done = fused_on_cpu(function, args, monkeypatch)
+    assert made == 1 and len(done) == 1, gm.graph
+    assert not calls(gm, aten._grouped_mm.default) and not calls(gm, aten._scaled_mm.default)
+    got, want = gm(*args), function(*args)
+    got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
+    assert len(got) == len(want)
+    for value, expected in zip(got, want):
+        assert value.shape == expected.shape and value.dtype == expected.dtype
+        # torch rounds each product to bf16 before its epilogue, which the fused text does not
+        torch.testing.assert_close(value.double(), expected.double(), rtol=2 ** -6, atol=2 ** -5)
+    if "swiglu" in case:  # the check tells the gate from the up: not so close with them swapped
+        w = args[1]
+        swapped = w.unflatten(1, (-1, 2)).flip(2).flatten(1, 2) if "interleaved" in case else \
+            torch.cat(w.chunk(2, 1)[::-1], 1)
+        other = function(args[0], swapped, *args[2:])
+        other = other[0] if isinstance(other, tuple) else other
+        assert (got[0].double() - other.double()).abs().max() > 0.25
+
+
+def test_a_fused_rowwise_fp8_graph_computes_the_scaled_product(cpu_grouped, monkeypatch):
+    """Row-wise scales (torch's _scaled_mm takes them only on CUDA): the fused graph on CPU tensors
+    against the scaled product with its epilogue in double."""
+    a, b = (torch.randn(*shape).clamp(-4, 4).to(E4M3) for shape in ((M, K), (N, K)))
+    sa, sb, bias = torch.rand(M, 1) + 0.5, torch.rand(1, N) / K ** 0.5, torch.randn(N).to(BF16)
+    gm, made, done = fused_on_cpu(lambda a, b, sa, sb, c: F.gelu(scaled(a, b, sa, sb, bias=c)), (a, b, sa, sb, bias),
+                                  monkeypatch)
+    assert made == 1 and [n.kwargs["mode_a"] for n in done] == ["rowwise"], gm.graph
+    want = F.gelu((a.double() * sa.double()) @ (b.double() * sb.double().t()).t() + bias.double())
+    got = gm(a, b, sa, sb, bias)
+    assert got.dtype == BF16
+    torch.testing.assert_close(got.double(), want, rtol=2 ** -7, atol=2 ** -7)
+
+
+def test_a_compiled_moe_layer_runs_two_grouped_gemmkit_calls(cpu_grouped, monkeypatch):
+    """torch.compile of an MoE layer's experts on CPU tensors, the pass taking CPU tensors
+    (_fusion.DEVICE) and gemmkit's operators their stand-ins: the up-projection becomes one
+    grouped_swiglu_mm, the down-projection and its router weights one grouped_mm_epilogue, which
+    Inductor runs as it runs a traced gemmkit.grouped_mm with an epilogue (writing into a new
+    out); the result is torch's within the roundings the fused texts skip."""
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    monkeypatch.setattr(_fusion, "DEVICE", "cpu")
+
+    def moe(x, w13, w2, offs, route):
+        return down(chunked(x, w13, offs), w2, offs, route)
+
+    x, w13, w2, offs, route = cpu_args([((M, K), BF16), ((G, 2 * I, K), BF16), ((G, K, I), BF16), None, ((M,), F32)])
+    before = _fusion.fusions
+    torch._dynamo.reset()
+    with inductor_config.patch(fx_graph_cache=False), functorch_config.patch(enable_autograd_cache=False):
+        gemmkit.enable_compile_fusion()
+        try:
+            d = torch.compile(moe, fullgraph=True)(x, w13, w2, offs, route)
+        finally:
+            gemmkit.enable_compile_fusion(False)
+    torch._dynamo.reset()
+    assert _fusion.fusions == before + 2
+    eager = moe(x, w13, w2, offs, route)
+    assert d.shape == eager.shape and d.dtype == eager.dtype
+    torch.testing.assert_close(d, eager, rtol=2 ** -6, atol=2 ** -5 * eager.abs().max().item())
+
+
 # --- on an sm_90 GPU ----------------------------------------------------------------------------
 
 def gpu_rand(*shape, scale=1.0):
@@ -1063,4 +1497,77 @@ def test_a_training_graph_stores_the_products_for_the_backward():
     for got, expected in zip(grads, want):  # bf16 sums of bf16 terms each side: 2^-5 of the largest
         scale = expected.abs().max().item()
         torch.testing.assert_close(got, expected, rtol=2 ** -5, atol=2 ** -5 * scale)
+    torch._dynamo.reset()
+
+
+MOE_SIZES = [37, 0, 100, 63]  # each expert's tokens, an empty expert among them
+
+
+@sm90
+@pytest.mark.parametrize("form", ["chunk", "interleaved"])
+def test_a_compiled_moe_up_projection_runs_one_grouped_dual_product(form):
+    from gpu_reference import HALF_ULP, expect_near, offs_of, spans, swiglu_reference
+
+    k, i = 256, 200
+    x, w13, offs = gpu_rand(sum(MOE_SIZES), k), gpu_rand(len(MOE_SIZES), 2 * i, k, scale=k ** -0.5), offs_of(MOE_SIZES)
+    up = GROUPED_HALVES[form][0]
+    before = _fusion.fusions
+    with torch.no_grad():
+        d = compiled(up)(x, w13, offs)
+        eager = up(x, w13, offs)
+    assert _fusion.fusions == before + 1  # the grouped product and its halves' SwiGLU: one grouped_swiglu_mm
+    assert d.shape == (sum(MOE_SIZES), i) and d.dtype == BF16
+    gate, up_w = (w13[:, 0::2], w13[:, 1::2]) if form == "interleaved" else (w13[:, :i], w13[:, i:])
+    for g, start, end in spans(MOE_SIZES):
+        want, bound = swiglu_reference(x[start:end], gate[g], up_w[g])
+        # torch's graph rounds silu's result to bf16 before the up, which the fused text keeps
+        expect_near(d[start:end], want, bound + want.abs() * HALF_ULP[BF16])
+    torch.testing.assert_close(d, eager, rtol=2 ** -6, atol=2 ** -5 * eager.abs().max().item())
+    torch._dynamo.reset()
+
+
+@sm90
+def test_a_compiled_moe_down_projection_with_router_weights_runs_one_grouped_epilogue():
+    from gpu_reference import expect_near, offs_of, spans
+
+    k, n = 256, 192
+    h, w2, offs = gpu_rand(sum(MOE_SIZES), k), gpu_rand(len(MOE_SIZES), n, k, scale=k ** -0.5), offs_of(MOE_SIZES)
+    route = torch.rand(sum(MOE_SIZES), device="cuda")
+    before = _fusion.fusions
+    with torch.no_grad():
+        d = compiled(down)(h, w2, offs, route)
+        eager = down(h, w2, offs, route)
+    assert _fusion.fusions == before + 1  # the grouped product and its router weights: one grouped_mm_epilogue
+    assert d.shape == (sum(MOE_SIZES), n) and d.dtype == BF16
+    for g, start, end in spans(MOE_SIZES):
+        hg, wg, r = h[start:end].double(), w2[g].double(), route[start:end].double()[:, None]
+        expect_near(d[start:end], (hg @ wg.t()) * r, (hg.abs() @ wg.abs().t()) * k * 2.0 ** -24 * r.abs())
+    torch.testing.assert_close(d, eager, rtol=2 ** -6, atol=2 ** -5 * eager.abs().max().item())
+    torch._dynamo.reset()
+
+
+@sm90
+@pytest.mark.parametrize("mode", ["tensor", "rowwise"])
+def test_a_compiled_fp8_product_and_its_epilogue_run_one_gemmkit_call(mode):
+    from gpu_reference import FP8_SUMS, HALF_ULP, dequantized, expect_near
+
+    m, n, k = 200, 192, 256
+    (qa, sa), (qw, sw) = gemmkit.quantize(gpu_rand(m, k), E4M3, mode), gemmkit.quantize(gpu_rand(n, k), E4M3, mode)
+    bias, gate = gpu_rand(n), gpu_rand(m, n)
+
+    def layer(a, b, sa, sb, c, g):
+        return F.silu(scaled(a, b, sa, sb, bias=c)) * g
+
+    args = (qa, qw, sa, sw.t().contiguous(), bias, gate)  # B's scales a row [1, N], as torch takes them
+    before = _fusion.fusions
+    d, eager = compiled(layer)(*args), layer(*args)
+    assert _fusion.fusions == before + 1  # the scaled product, its bias and epilogue: one gemm_epilogue
+    assert d.shape == (m, n) and d.dtype == BF16
+    a, w = dequantized(qa, sa, mode), dequantized(qw, sw, mode)
+    want = F.silu(a @ w.t() + bias.double()) * gate.double()
+    # f32 sums of FP8 products (2^-10 of |a| |w|, gpu_reference), through silu (slope 1.1) and the
+    # gate; torch's graph rounds silu's result to bf16 before the gate, which the fused text keeps
+    bound = (a.abs() @ w.abs().t()) * (k * 2.0 ** -24 + FP8_SUMS) * 1.1 * gate.double().abs()
+    expect_near(d, want, bound + want.abs() * HALF_ULP[BF16])
+    torch.testing.assert_close(d, eager, rtol=2 ** -6, atol=2 ** -5 * eager.abs().max().item())
     torch._dynamo.reset()
