@@ -122,7 +122,7 @@ def test_a_fused_epilogue_with_a_scale_and_a_bias_an_expert(mode, forms):
 def test_compiled_with_fullgraph_runs_gemmkit(monkeypatch):
     launches = []
     launch = gemmkit._torch.launch_grouped_wgrad
-    monkeypatch.setattr(gemmkit._torch, "launch_grouped_wgrad", lambda *args: launches.append(1) or launch(*args))
+    monkeypatch.setattr(gemmkit._torch, "launch_grouped_wgrad", lambda *args, **kwargs: launches.append(1) or launch(*args, **kwargs))
 
     def wgrad(a, b, scale_a, scale_b, offs, out):
         gemmkit.scaled_grouped_mm(a, b, scale_a, scale_b, offs, out=out)

@@ -221,7 +221,7 @@ def test_autograd_mm_addmm_and_bmm_against_double():
 def test_autograd_runs_gemmkit_and_compiles(monkeypatch):
     launches = []
     launch = gemmkit._torch.launch_gemm
-    monkeypatch.setattr(gemmkit._torch, "launch_gemm", lambda *args: launches.append(1) or launch(*args))
+    monkeypatch.setattr(gemmkit._torch, "launch_gemm", lambda *args, **kwargs: launches.append(1) or launch(*args, **kwargs))
 
     def loss(x, w):
         return gemmkit.mm(x, w.t()).float().square().mean()
