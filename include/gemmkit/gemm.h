@@ -103,9 +103,14 @@ struct GemmOptions {
   // epilogue reads as `acc2` (SwiGLU's gate and up projections: B the gate weight, b2 the up
   // weight, and an empty epilogue text taken as "silu(acc) * acc2"). K x N like B, of B's dtype,
   // batch and layout (strides may differ; a concatenated [2N, K] weight is two views of it, an
-  // interleaved one two views with twice the row stride). bf16 or f16 inputs, no C. grouped_gemm
-  // takes it [G, K, N] like its B (the MoE up-projection); grouped_gemm_wgrad does not.
+  // interleaved one two views with twice the row stride). No C. grouped_gemm takes it [G, K, N]
+  // like its B (the MoE up-projection); grouped_gemm_wgrad does not.
   std::optional<TensorView> b2;
+  // B2's scales where the inputs are FP8: scale_b's mode and blocks, shaped as scale_b is (K x N;
+  // grouped_gemm: batched by group as scale_b is), any strides; the epilogue's acc2 is A B2 with
+  // A's and these scales. A concatenated [2N, K] weight's scales are two views of its scale
+  // tensor where each half starts on a scale block. Mode none otherwise.
+  Scale scale_b2;
 };
 
 // A is [batch,] M x K, B is [batch,] K x N, D is [batch,] M x N, each with any strides.

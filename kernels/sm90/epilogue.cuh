@@ -20,11 +20,40 @@
 
 namespace gemmkit::sm90 {
 
-// B's rowwise scales, one per output column, are copied into shared memory for each tile while
-// it multiplies (stage_column_scales), so the epilogue finds them there instead of waiting on
-// global loads.
-constexpr bool kColumnScales = kScaleB == GEMMKIT_SCALE_ROWWISE;
-constexpr u32 kColumnScaleBytes = column_scale_bytes(kScaleB, kTileN);  // one tile's
+// A dual GEMM's tile holds B's columns [col, col + kHalfN) in its first kHalfN accumulator
+// columns and the same columns of B2 in the others (gemm.cuh); else kHalfN is the tile's width.
+constexpr int kHalfN = kDual ? kTileN / 2 : kTileN;
+
+// The operand of a tile's accumulator column `c` (B, or a dual GEMM's B2: `second`) and its
+// column there, for the tile at column `col`.
+struct BColumn {
+  bool second;
+  i64 col;
+};
+__device__ __forceinline__ BColumn b_column(i64 col, int c) {
+  const bool second = kDual && c >= kHalfN;
+  return {second, col + c - (second ? kHalfN : 0)};
+}
+__device__ __forceinline__ const GemmScale& b_scale(const GemmParams& p, bool second) {
+  return second ? p.scale_b2 : p.scale_b;
+}
+
+// The outer scales split into the part an output row shares (A's scale of the row, B's tensor
+// scale), looked up once per tile, and the part of a column: B's rowwise scales, or a dual
+// GEMM's B and B2 tensor scales, which differ between the tile's halves. Those are copied into
+// shared memory for each tile while it multiplies (stage_column_scales), so the epilogue finds
+// them there instead of waiting on global loads. Rows past D (computed, then clipped by the
+// store) read no scale.
+constexpr bool kRowTensorB = kScaleB == GEMMKIT_SCALE_TENSOR && !kDual;
+constexpr bool kRowOuterScales = kScaleA == GEMMKIT_SCALE_TENSOR || kScaleA == GEMMKIT_SCALE_ROWWISE || kRowTensorB;
+constexpr bool kColumnScales = kScaleB == GEMMKIT_SCALE_ROWWISE || (kDual && kScaleB == GEMMKIT_SCALE_TENSOR);
+constexpr u32 kColumnScaleBytes = column_scale_bytes(kScaleB, kTileN, kDual);  // one tile's
+
+__device__ __forceinline__ float row_outer_scale(const GemmParams& p, i64 batch, i64 row) {
+  if (!kRowOuterScales) return 1.0f;
+  if (row >= p.m) return 0.0f;
+  return outer_scale_a(p, batch, row) * (kRowTensorB ? outer_scale_b(p, batch, 0) : 1.0f);
+}
 
 // Where one warpgroup's slice of a tile lands in D, the outer scales of the thread's two
 // fragment rows (fragment_row(t, h); 1 without tensor or rowwise scales) and the shared address
@@ -42,14 +71,16 @@ struct TileOrigin {
 };
 
 // By each thread t of a consumer warpgroup: starts copying its share of the column scales of the
-// tile at (batch, col) to shared address `dst` (zeros past D's last column). The warpgroup waits
+// tile at (batch, col), a scale per accumulator column to shared address `dst` (zeros past D's last column). The warpgroup waits
 // for them with cp_async_wait_all and a named barrier before its epilogue.
 __device__ __forceinline__ void stage_column_scales(u32 dst, const GemmParams& p, int batch, i64 col, int t) {
-  const u8* base = static_cast<const u8*>(p.scale_b.data);
   for (int c = t; c < kTileN; c += 128) {
-    const bool inside = col + c < p.n;
-    cp_async_4(dst + 4 * c, inside ? base + 4 * (batch * p.scale_b.batch_stride + (col + c) * p.scale_b.col_stride) : base,
-               inside ? 4 : 0);
+    const BColumn b = b_column(col, c);
+    const GemmScale& s = b_scale(p, b.second);
+    const u8* base = static_cast<const u8*>(s.data);
+    const bool inside = b.col < p.n;
+    const i64 index = batch * s.batch_stride + (kScaleB == GEMMKIT_SCALE_TENSOR ? 0 : b.col * s.col_stride);
+    cp_async_4(dst + 4 * c, inside ? base + 4 * index : base, inside ? 4 : 0);
   }
 }
 
@@ -71,17 +102,21 @@ __device__ __forceinline__ int fragment_col(int t, int j) { return 8 * j + 2 * (
 // kRowStep rows apart).
 __device__ __forceinline__ i64 d_row(i64 first, int t, int h) { return first + kRowStep * fragment_row(t, h); }
 
+// The column scale of thread t's accumulator column (j, e): 1 without column scales.
+__device__ __forceinline__ float column_scale(const TileOrigin& at, int t, int j, int e) {
+  return kColumnScales ? ld_shared_f32(at.column_scales + 4 * (fragment_col(t, j) + e)) : 1.0f;
+}
+
 // The value of D at thread t's accumulator of column group j, half h (rows + 8h), element e, and
 // its reductions' values in `red` (zeros where `counted` is false: an element another tile counts).
 __device__ __forceinline__ float evaluate(const float* acc, const GemmParams& p, TileOrigin at, int t, int j, int h,
                                           int e, bool counted, float* red) {
   const i64 row = d_row(at.row, t, h), col = at.col + fragment_col(t, j) + e;
   const float row_scale = kRowOuterScales ? at.row_scale[h] : 1.0f;  // a constant 1 folds away
-  const float column_scale = kColumnScales ? ld_shared_f32(at.column_scales + 4 * (fragment_col(t, j) + e)) : 1.0f;
-  const float scaled = acc[4 * j + 2 * h + e] * row_scale * column_scale;
-  const float value = epilogue_op(scaled, load_c(p, at.batch, row, col), p);
-  // A dual GEMM's second product (16-bit inputs, no C) lies kTileCols columns on: B2's half of the stage.
-  const float value2 = kDual ? p.alpha * acc[4 * (j + kTileCols / 8) + 2 * h + e] : 0.0f;
+  const float value = epilogue_op(acc[4 * j + 2 * h + e] * row_scale * column_scale(at, t, j, e), load_c(p, at.batch, row, col), p);
+  // A dual GEMM's second product (no C) lies kTileCols columns on: B2's half of the stage.
+  const int j2 = j + kTileCols / 8;
+  const float value2 = kDual ? p.alpha * (acc[4 * j2 + 2 * h + e] * row_scale * column_scale(at, t, j2, e)) : 0.0f;
   // Elements outside D (those TMA clips, a grouped tile's rows past its group) are computed and
   // not stored: a fused epilogue reads D's last row or column for them and writes nothing.
   const bool inside = row < at.row_end && col < p.n && counted;

@@ -48,7 +48,7 @@ extern "C" __global__ void __launch_bounds__(256) gemmkit_fallback(const GemmPar
           const int c = i % kFallbackTile, kb = i / kFallbackTile;
           const bool b_in = k0 + kb < p.k && n0 + c < p.n;
           b_tile[kb][c] = b_in ? load_operand(p.b, kBType, p.scale_b, kScaleB, batch, k0 + kb, n0 + c) : 0.0f;
-          if (kDual) b2_tile[kb][c] = b_in ? load_operand(p.b2, kBType, p.scale_b, GEMMKIT_SCALE_NONE, batch, k0 + kb, n0 + c) : 0.0f;
+          if (kDual) b2_tile[kb][c] = b_in ? load_operand(p.b2, kBType, p.scale_b2, kScaleB, batch, k0 + kb, n0 + c) : 0.0f;
         }
         __syncthreads();
 #pragma unroll

@@ -48,7 +48,8 @@
 // in one accumulator: each stage holds kTileN / 2 columns of B, then the same columns of B2 (in a
 // cluster of two, each CTA loads one operand's half for both). The epilogue pairs column c of the
 // accumulators with column c + kTileN / 2 (epilogue.cuh), and a tile stores kTileCols = kTileN / 2
-// columns of D.
+// columns of D. With 8-bit inputs, each half takes its own operand's scales (b_column): the
+// promotion's inner ones, the epilogue's column scales.
 // kTileN is any multiple of 16 up to 256.
 #pragma once
 
@@ -76,7 +77,7 @@ constexpr int kBlocksN = (kTileN + 63) / 64;  // 64-wide blocks of an N-major B 
 // The shared-memory layout (smem_layout.h), as the host reserves it. kRowStore: D written
 // through one buffer per consumer, row by row, where TMA cannot store it.
 constexpr SmemLayout kSmem = smem_layout({kTileM, kTileN, kStages, kBKMajor, kTmaStore ? kStoreBuffers : kRowStore ? 1 : 0,
-                                          kRealignA, kRealignB, kScaleA, kScaleB, kScaleMNA, kScaleMNB, kGroupCapacity});
+                                          kRealignA, kRealignB, kScaleA, kScaleB, kScaleMNA, kScaleMNB, kGroupCapacity, kDual});
 static_assert(kSmem.total == kSmemBytes, "the kernel's shared-memory layout differs from the host's");
 static_assert(kSmem.stage_scales == kStageScaleBytes && kSmem.stage_b == (kBKMajor ? kTileN : kBlocksN * 64) * kRowBytes,
               "the stage layout differs from what the producer loads");
@@ -95,10 +96,10 @@ constexpr int kCopyWarps = 2, kRealignWarps = 2;  // the producer's warps 0-1 an
 constexpr u32 kTmaStageBytes = (kRealignA ? 0 : kStageBytesA) + (kRealignB ? 0 : kStageBytesB);
 static_assert(!kRealign || (kClusterM == 1 && kConsumers == 1 && !k8Bit),
               "realigned operands run on unclustered 16-bit tiles of one consumer warpgroup");
-static_assert(!kDual || (!k8Bit && !kSplitK && !kGroupedK && !kRealignB && !kRowClasses && !kDByColumns && kClusterM <= 2 &&
+static_assert(!kDual || (!kSplitK && !kGroupedK && !kRealignB && !kRowClasses && !kDByColumns && kClusterM <= 2 &&
                          (kBKMajor || kTileN % 128 == 0)),
-              "dual GEMMs run on unsplit 16-bit tiles (dense or groups of rows) with B read by TMA, N-major B's halves "
-              "whole 64-wide blocks");
+              "dual GEMMs run on unsplit tiles (dense or groups of rows) with B read by TMA, N-major B's halves whole "
+              "64-wide blocks");
 static_assert(!kRowClasses || (kClusterM == 1 && kConsumers == 1 && !k8Bit && !kRealign && !kTmaStore && kAKMajor &&
                                kBKMajor && !kABatched && kTileK == kClassBlock),
               "row classes run on unclustered, unbatched 16-bit K-major tiles of one consumer warpgroup, stored directly");

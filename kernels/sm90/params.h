@@ -78,6 +78,7 @@ struct GemmParams {
   // An e4m3 D's f32 scales, one per 128 columns of a row: the scale of D's (b, r, c) at
   // data + b*batch_stride + r*row_stride + (c / 128)*col_stride (epilogue.cuh, quantize_tile).
   GemmMatrix scale_d;
+  GemmScale scale_b2;  // a dual GEMM's B2's, where it is FP8 (scale_b's mode and blocks)
 };
 
 // One staging copy (stage.cuh): the matrix at `src`, element (b, r, c) at src + b*batch_stride +

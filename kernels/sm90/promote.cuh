@@ -23,13 +23,16 @@ constexpr int kGranules = 128 / kGranuleK;  // per K block of 128 8-bit elements
 // exponents of the row's K block, packed), or one for the whole tile with 128x128 blocks (a
 // tile never straddles one), padded to four. B, 16-byte aligned after them: one per tile column
 // (a 128x1 block's f32; with mx, the tile's exponents of granule g fill kTileN bytes at
-// g * kTileN), or with 128x128 blocks one per 128 block the tile touches.
+// g * kTileN), or with 128x128 blocks one per 128 block the tile touches. A dual GEMM's tile
+// columns are B's, then B2's (b_column): with 128x128 blocks, the blocks of B's half come first.
 constexpr bool kMxA = kScaleA == GEMMKIT_SCALE_MX, kMxB = kScaleB == GEMMKIT_SCALE_MX;
 constexpr bool kBlockB = kInnerB && !kMxB && kScaleMNB > 1;  // B scales in 128x128 blocks
-constexpr int kBlocksB = b_scale_blocks(kTileN);  // 128-column blocks a tile at any column touches
+constexpr int kBlocksHalf = b_scale_blocks(kHalfN);  // 128-column blocks one operand's columns at any column touch
+constexpr int kBlocksB = kDual ? 2 * kBlocksHalf : kBlocksHalf;
 constexpr int kStageWordsA = stage_scale_words_a(kScaleA, kScaleMNA, kTileM);
-constexpr int kStageWordsB = stage_scale_words_b(kScaleB, kScaleMNB, kTileN);
-constexpr u32 kStageScaleBytes = stage_scale_bytes(kScaleA, kScaleMNA, kScaleB, kScaleMNB, kTileM, kTileN);
+constexpr int kStageWordsB = stage_scale_words_b(kScaleB, kScaleMNB, kTileN, kDual);
+constexpr u32 kStageScaleBytes = stage_scale_bytes(kScaleA, kScaleMNA, kScaleB, kScaleMNB, kTileM, kTileN, kDual);
+static_assert(!kDual || kHalfN % 8 == 0, "a dual tile's halves are whole 8-column groups");
 
 // Stages word `i` of K block `k_block`'s scales for the tile at (batch, row, col) at shared
 // address `dst`. Outside the operands the word is 0 (as TMA fills the data there with zeros).
@@ -38,7 +41,12 @@ constexpr u32 kStageScaleBytes = stage_scale_bytes(kScaleA, kScaleMNA, kScaleB, 
 __device__ __forceinline__ bool stage_scale_word(u32 dst, const GemmParams& p, int batch, int row, int col,
                                                  int k_block, int i) {
   const bool is_a = i < kStageWordsA;
-  const GemmScale& s = is_a ? p.scale_a : p.scale_b;
+  const int w = i - kStageWordsA;  // B's word
+  // B's words are of one tile column, or with mx of four (a granule's), or with 128x128 blocks of
+  // one block; a dual GEMM's lie in B's half or B2's.
+  const BColumn b = !kBlockB ? b_column(col, kMxB ? 4 * (w % (kTileN / 4)) : w)
+                             : BColumn{kDual && w >= kBlocksHalf, (col / 128 + w % kBlocksHalf) * i64(128)};
+  const GemmScale& s = is_a ? p.scale_a : b_scale(p, b.second);
   const u8* base = static_cast<const u8*>(s.data);
   if (is_a ? !kMxA : !kMxB) {
     // One f32: A's of a row (or of the tile's 128-row block), B's of a column or 128-column block.
@@ -49,9 +57,8 @@ __device__ __forceinline__ bool stage_scale_word(u32 dst, const GemmParams& p, i
       inside = r < p.m && (kScaleMNA == 1 || i == 0);  // 128x128 blocks: words 1 to 3 are padding
       index = batch * s.batch_stride + (r / kScaleMNA) * s.row_stride + k_block * s.col_stride;
     } else {
-      const int c = kScaleMNB == 1 ? col + (i - kStageWordsA) : (col / 128 + (i - kStageWordsA)) * 128;
-      inside = c < p.n;
-      index = batch * s.batch_stride + k_block * s.row_stride + (c / kScaleMNB) * s.col_stride;
+      inside = b.col < p.n;
+      index = batch * s.batch_stride + k_block * s.row_stride + (b.col / kScaleMNB) * s.col_stride;
     }
     cp_async_4(dst, inside ? base + 4 * index : base, inside ? 4 : 0);
     return false;
@@ -68,9 +75,9 @@ __device__ __forceinline__ bool stage_scale_word(u32 dst, const GemmParams& p, i
     first = base + batch * s.batch_stride + r * s.row_stride + g * s.col_stride;
     step = s.col_stride;
   } else {
-    const int w = i - kStageWordsA, g = 4 * k_block + w / (kTileN / 4), c = col + 4 * (w % (kTileN / 4));
-    present = g < granules ? max(0, min(4, int(p.n) - c)) : 0;
-    first = base + batch * s.batch_stride + g * s.row_stride + c * s.col_stride;
+    const int g = 4 * k_block + w / (kTileN / 4);
+    present = g < granules ? max(0, min(4, int(p.n - b.col))) : 0;
+    first = base + batch * s.batch_stride + g * s.row_stride + b.col * s.col_stride;
     step = s.col_stride;
   }
   if (s.word_copies) {
@@ -158,11 +165,12 @@ __device__ __forceinline__ float a_scale(const KBlockScales& k, int h, int g) {
 // With 128x128 B blocks, which block a column group lies in depends only on the tile's first
 // column modulo 128, kColInBlock: a multiple of kColStep, since tiles start at multiples of their
 // width (tiles that divide 128 lie in one block, whichever it is, and other modes need no
-// offset: kColStep = 128). Callers compile their K loop once per possible value (gemm.cuh's
+// offset: kColStep = 128). A dual GEMM's halves each start at the tile's column, each in the
+// blocks of its own operand. Callers compile their K loop once per possible value (gemm.cuh's
 // multiply_8bit_at), so every group's block is known at compile time and the promotion is one
 // FFMA per accumulator. (Block-scaled 128 x 176 tiles: 0.99x cuBLASLt so, 0.67x choosing each
 // group's block at run time; H100.)
-constexpr int kColStep = !kBlockB || 128 % kTileN == 0 ? 128 : (kTileN & -kTileN);  // else gcd(kTileN, 128)
+constexpr int kColStep = !kBlockB || 128 % kHalfN == 0 ? 128 : (kHalfN & -kHalfN);  // else gcd(kHalfN, 128)
 
 template <int kColInBlock>
 __device__ __forceinline__ void promote(float* acc, const float* partial, const KBlockScales& k, u32 scales,
@@ -176,7 +184,8 @@ __device__ __forceinline__ void promote(float* acc, const float* partial, const 
     if (kInnerB && kMxB) b = ld_shared_f32x2(mx_floats + 4 * (g * kTileN + fragment_col(t, j)));
     if (kInnerB && !kMxB && kScaleMNB == 1) b = ld_shared_f32x2(scales_b + 4 * fragment_col(t, j));
     if (kBlockB) {
-      const float block = k.b[(kColInBlock + 8 * j) / 128];  // an 8-column group never straddles two
+      const int half = j < kHalfN / 8 ? 0 : 1, jh = j - half * (kHalfN / 8);
+      const float block = k.b[half * kBlocksHalf + (kColInBlock + 8 * jh) / 128];  // a group never straddles two
       b = make_float2(block, block);
     }
     acc[4 * j + 0] += partial[4 * j + 0] * (a0 * b.x);

@@ -49,17 +49,4 @@ __device__ __forceinline__ float outer_scale_b(const GemmParams& p, i64 batch, i
   return 1.0f;
 }
 
-// The TMA kernel's epilogue splits the outer scales into the part an output row shares (A's
-// scale of the row, B's tensor scale), looked up once per tile, and B's rowwise scale of the
-// column, which it stages in shared memory (epilogue.cuh). Rows past D (computed, then clipped
-// by the store) read no scale.
-constexpr bool kRowOuterScales =
-    kScaleA == GEMMKIT_SCALE_TENSOR || kScaleA == GEMMKIT_SCALE_ROWWISE || kScaleB == GEMMKIT_SCALE_TENSOR;
-
-__device__ __forceinline__ float row_outer_scale(const GemmParams& p, i64 batch, i64 row) {
-  if (!kRowOuterScales) return 1.0f;
-  if (row >= p.m) return 0.0f;
-  return outer_scale_a(p, batch, row) * (kScaleB == GEMMKIT_SCALE_TENSOR ? outer_scale_b(p, batch, 0) : 1.0f);
-}
-
 }  // namespace gemmkit::sm90

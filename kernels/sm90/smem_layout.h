@@ -38,6 +38,7 @@ struct SmemShape {
   int scale_a, scale_b;        // GEMMKIT_SCALE_* codes
   int scale_a_mn, scale_b_mn;  // M (N) elements per block scale of A (B): 1 or 128
   int group_capacity;          // groups the table holds (grouped kernels), else 0
+  bool dual;                   // a dual GEMM's: B's half of the tile's columns, then B2's
 };
 
 GEMMKIT_HOST_DEVICE constexpr bool is_inner_scale_mode(int mode) { return mode == GEMMKIT_SCALE_BLOCK || mode == GEMMKIT_SCALE_MX; }
@@ -51,22 +52,30 @@ GEMMKIT_HOST_DEVICE constexpr int b_scale_blocks(int tile_n) { return (tile_n + 
 // The 4-byte words of block and mx scales staged per stage (promote.cuh). A: one per tile row (a
 // 1x128 block's f32, or the row's four mx exponents), or one, padded to four, for 128x128
 // blocks. B: one per tile column (a 128x1 block's f32; mx: four granules' exponents of four
-// columns), or one per 128-column block the tile touches for 128x128 blocks.
+// columns), or one per 128-column block the tile touches for 128x128 blocks (a dual GEMM's: those
+// of B's half, then those of B2's).
 GEMMKIT_HOST_DEVICE constexpr int stage_scale_words_a(int mode, int mn, int tile_m) {
   return !is_inner_scale_mode(mode) ? 0 : mode == GEMMKIT_SCALE_MX || mn == 1 ? tile_m : 4;
 }
-GEMMKIT_HOST_DEVICE constexpr int stage_scale_words_b(int mode, int mn, int tile_n) {
-  return !is_inner_scale_mode(mode) ? 0 : mode == GEMMKIT_SCALE_MX || mn == 1 ? tile_n : b_scale_blocks(tile_n);
+GEMMKIT_HOST_DEVICE constexpr int stage_scale_words_b(int mode, int mn, int tile_n, bool dual) {
+  return !is_inner_scale_mode(mode)               ? 0
+         : mode == GEMMKIT_SCALE_MX || mn == 1 ? tile_n
+         : dual                                ? 2 * b_scale_blocks(tile_n / 2)
+                                               : b_scale_blocks(tile_n);
 }
 
 // The scale words of one stage, in whole 16 bytes (B's start 16-byte aligned after A's).
-GEMMKIT_HOST_DEVICE constexpr unsigned stage_scale_bytes(int scale_a, int scale_a_mn, int scale_b, int scale_b_mn, int tile_m, int tile_n) {
-  return unsigned(stage_scale_words_a(scale_a, scale_a_mn, tile_m) + stage_scale_words_b(scale_b, scale_b_mn, tile_n) + 3) / 4 * 16;
+GEMMKIT_HOST_DEVICE constexpr unsigned stage_scale_bytes(int scale_a, int scale_a_mn, int scale_b, int scale_b_mn, int tile_m,
+                                                         int tile_n, bool dual) {
+  return unsigned(stage_scale_words_a(scale_a, scale_a_mn, tile_m) + stage_scale_words_b(scale_b, scale_b_mn, tile_n, dual) +
+                  3) / 4 * 16;
 }
 
-// B's rowwise scales of one tile (f32 per column), and B's mx scales of one K block as floats
-// (four granules per column).
-GEMMKIT_HOST_DEVICE constexpr unsigned column_scale_bytes(int scale_b, int tile_n) { return scale_b == GEMMKIT_SCALE_ROWWISE ? tile_n * 4 : 0; }
+// B's rowwise scales of one tile (f32 per column; a dual GEMM's tensor scales too, B's and B2's
+// per half), and B's mx scales of one K block as floats (four granules per column).
+GEMMKIT_HOST_DEVICE constexpr unsigned column_scale_bytes(int scale_b, int tile_n, bool dual) {
+  return scale_b == GEMMKIT_SCALE_ROWWISE || (dual && scale_b == GEMMKIT_SCALE_TENSOR) ? tile_n * 4 : 0;
+}
 GEMMKIT_HOST_DEVICE constexpr unsigned mx_float_bytes(int scale_b, int tile_n) { return scale_b == GEMMKIT_SCALE_MX ? 4 * tile_n * 4 : 0; }
 
 // A grouped kernel's table: each group's first work unit and row end, and the units' total.
@@ -90,7 +99,7 @@ GEMMKIT_HOST_DEVICE constexpr SmemLayout smem_layout(const SmemShape& s) {
   const unsigned rows_a = unsigned(s.tile_m), rows_b = unsigned(b_slice_rows(s.tile_n, s.b_k_major));
   l.stage_a = rows_a * kStageRowBytes;
   l.stage_b = rows_b * kStageRowBytes;
-  l.stage_scales = stage_scale_bytes(s.scale_a, s.scale_a_mn, s.scale_b, s.scale_b_mn, s.tile_m, s.tile_n);
+  l.stage_scales = stage_scale_bytes(s.scale_a, s.scale_a_mn, s.scale_b, s.scale_b_mn, s.tile_m, s.tile_n, s.dual);
   l.landing = ((s.realign_a ? rows_a : 0) + (s.realign_b ? rows_b : 0)) * kLandingRowBytes;
   l.stage = l.stage_a + l.stage_b + l.stage_scales;
   const bool realign = s.realign_a || s.realign_b;
@@ -106,7 +115,7 @@ GEMMKIT_HOST_DEVICE constexpr SmemLayout smem_layout(const SmemShape& s) {
   // the regions after them 8-byte aligned at odd stage counts).
   l.scales = (l.slots + stages * kWorkSlotBytes + 15) / 16 * 16;
   l.column_scales = l.scales + stages * l.stage_scales;
-  l.mx_floats = l.column_scales + 2 * consumers * column_scale_bytes(s.scale_b, s.tile_n);
+  l.mx_floats = l.column_scales + 2 * consumers * column_scale_bytes(s.scale_b, s.tile_n, s.dual);
   l.group_table = l.mx_floats + 2 * consumers * mx_float_bytes(s.scale_b, s.tile_n);
   l.end = l.group_table + group_table_bytes(s.group_capacity);
   l.total = kSmemAlignment + l.end;

@@ -17,7 +17,7 @@ namespace {
 // The device of every operand the kernel will touch, each inside the memory it points into.
 int operands_device(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options,
                     const Problem& p) {
-  std::array<Operand, 8 + kMaxEpilogueTensors> operands;
+  std::array<Operand, 9 + kMaxEpilogueTensors> operands;
   size_t count = 0;
   operands[count++] = {&d, p.batch, "D"};
   if (p.quantizes_d()) operands[count++] = {&options.scale_d.scales, p.batch, "scale_d"};
@@ -27,6 +27,7 @@ int operands_device(const TensorView& a, const TensorView& b, const TensorView& 
     if (options.b2) operands[count++] = {&*options.b2, p.batch, "options.b2"};
     if (p.scale_a.mode != ScaleMode::none) operands[count++] = {&options.scale_a.scales, p.batch, "scale_a"};
     if (p.scale_b.mode != ScaleMode::none) operands[count++] = {&options.scale_b.scales, p.batch, "scale_b"};
+    if (p.scale_b2.mode != ScaleMode::none) operands[count++] = {&options.scale_b2.scales, p.batch, "options.scale_b2"};
   }
   if (p.has_c()) operands[count++] = {&*options.c, p.batch, "C"};
   count += epilogue_operands(options.epilogue, p, std::span(operands).subspan(count));
@@ -98,14 +99,15 @@ Problem validate_grouped(const TensorView& a, const TensorView& b, const TensorV
   } else {
     // Group 0's B and scales stand for every group's; their batches are checked here.
     GemmOptions first = dense;
-    if (options.scale_b.mode != ScaleMode::none) {
-      const TensorView& s = options.scale_b.scales;
-      check_form(s, "scale_b");
+    for (auto [scale, name] : {std::pair{&first.scale_b, "scale_b"}, std::pair{&first.scale_b2, "options.scale_b2"}}) {
+      if (scale->mode == ScaleMode::none) continue;
+      const TensorView& s = scale->scales;
+      check_form(s, name);
       if (s.rank == 3 && s.batch() != groups) {
-        fail("scale_b: shape " + shape_text(s) + "; expected a batch of G = " + std::to_string(groups) +
+        fail(std::string(name) + ": shape " + shape_text(s) + "; expected a batch of G = " + std::to_string(groups) +
              " (one scale tensor per group) or a rank-2 tensor for every group");
       }
-      first.scale_b.scales = first_matrix(s);
+      scale->scales = first_matrix(s);
     }
     if (options.b2) first.b2 = first_matrix(*options.b2);
     p = validate_gemm(a, first_matrix(b), d, first);
@@ -113,6 +115,7 @@ Problem validate_grouped(const TensorView& a, const TensorView& b, const TensorV
     p.b.batch_stride = b.batch_stride();
     if (options.b2) p.b2.batch_stride = options.b2->batch_stride();
     if (options.scale_b.mode != ScaleMode::none) p.scale_b.m.batch_stride = options.scale_b.scales.batch_stride();
+    if (options.scale_b2.mode != ScaleMode::none) p.scale_b2.m.batch_stride = options.scale_b2.scales.batch_stride();
   }
   if (p.k == 0 && p.m > 0 && p.n > 0) fail("A: K = 0; expected K >= 1 for grouped_gemm");
   p.groups = {sizes.layout, sizes.data, sizes.int64, sizes.check, /*along_k=*/false, sizes.zero_unowned};
@@ -134,6 +137,9 @@ Problem validate_grouped_wgrad(const TensorView& x, const TensorView& y, const T
                                const GemmOptions& options) {
   check_sizes_and_budget(sizes, options);
   if (options.b2) fail("options.b2: given to grouped_gemm_wgrad; expected none (a dual GEMM's groups split the rows)");
+  if (options.scale_b2.mode != ScaleMode::none) {
+    fail("options.scale_b2: given to grouped_gemm_wgrad; expected mode none (it takes no options.b2)");
+  }
   if (sizes.layout != GroupLayout::contiguous) {
     fail("sizes: layout masked; expected contiguous groups (G cumulative ends) for grouped_gemm_wgrad");
   }

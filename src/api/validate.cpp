@@ -26,13 +26,14 @@ MatrixRef matrix_ref(const TensorView& t) {
 
 // The scales of operand `x` (A: rows M, cols K; B: rows K, cols N) as the kernels read them:
 // the mode's shape (see gemm.h) decides the blocks, and anything else is an error.
-ScaleRef scale_ref(const Scale& scale, const TensorView& x, bool is_a, int64_t rows, int64_t cols) {
+// `name` the scales' and `operand` x's, as messages call them.
+ScaleRef scale_ref(const Scale& scale, const TensorView& x, bool is_a, int64_t rows, int64_t cols, const std::string& name,
+                   const std::string& operand) {
   ScaleRef ref;
   ref.mode = scale.mode;
   if (scale.mode == ScaleMode::none) return ref;
-  const std::string name = is_a ? "scale_a" : "scale_b";
   if (!is_fp8(x.dtype)) {
-    fail(name + ": mode " + std::string(scale_mode_name(scale.mode)) + " given for " + (is_a ? "A" : "B") + " of dtype " +
+    fail(name + ": mode " + std::string(scale_mode_name(scale.mode)) + " given for " + operand + " of dtype " +
          std::string(dtype_name(x.dtype)) + "; expected scales only for e4m3 or e5m2 inputs (mode none otherwise)");
   }
   const TensorView& t = scale.scales;
@@ -74,7 +75,7 @@ ScaleRef scale_ref(const Scale& scale, const TensorView& x, bool is_a, int64_t r
                 (scale.mode == ScaleMode::block ? " (" + std::to_string(br) + "x" + std::to_string(bc) + " blocks)" : "");
   }
   fail(name + ": shape " + shape_text(t) + " does not fit " + std::string(scale_mode_name(scale.mode)) + " scaling of " +
-       (is_a ? "A" : "B") + " (" + std::to_string(rows) + " x " + std::to_string(cols) + "); expected " + expected);
+       operand + " (" + std::to_string(rows) + " x " + std::to_string(cols) + "); expected " + expected);
 }
 
 // D's scales (GemmOptions::scale_d): mode block, f32, ceil(N / 128) a row, where D is e4m3; none
@@ -114,10 +115,6 @@ template <class CheckBatch>
 void check_dual(const GemmOptions& options, const TensorView& b, bool use_c, const CheckBatch& check_batch) {
   const TensorView& b2 = *options.b2;
   check_form(b2, "options.b2");
-  if (is_fp8(b.dtype)) {
-    fail("options.b2: given with " + std::string(dtype_name(b.dtype)) +
-         " inputs; expected bf16 or f16 inputs (a dual GEMM of FP8 inputs is not supported yet)");
-  }
   if (b2.dtype != b.dtype) {
     fail("options.b2: dtype " + std::string(dtype_name(b2.dtype)) + "; expected B's, " + std::string(dtype_name(b.dtype)));
   }
@@ -134,6 +131,29 @@ void check_dual(const GemmOptions& options, const TensorView& b, bool use_c, con
     fail("options.beta: " + std::to_string(options.beta) +
          " with options.b2; expected 0: a dual GEMM takes no C (read it in the epilogue instead, e.g. \"... + c[m, n]\")");
   }
+}
+
+// A dual GEMM's B2's scales (options.scale_b2): scale_b's mode and blocks where B2 is FP8, none
+// otherwise.
+ScaleRef scale_b2_ref(const GemmOptions& options, const ScaleRef& scale_b, int64_t k, int64_t n) {
+  const Scale& scale = options.scale_b2;
+  const std::string mode = std::string(scale_mode_name(scale.mode)), wanted = std::string(scale_mode_name(scale_b.mode));
+  if (!options.b2) {
+    if (scale.mode != ScaleMode::none) fail("options.scale_b2: mode " + mode + " given without options.b2; expected mode none");
+    return {};
+  }
+  if (scale.mode != scale_b.mode) {
+    fail("options.scale_b2: mode " + mode + (scale.mode == ScaleMode::none ? " with FP8 options.b2; expected B2's scales in mode " + wanted
+                                                                             : "; expected scale_b's mode, " + wanted));
+  }
+  const ScaleRef ref = scale_ref(scale, *options.b2, /*is_a=*/false, k, n, "options.scale_b2", "options.b2");
+  if (ref.block_rows != scale_b.block_rows || ref.block_cols != scale_b.block_cols) {
+    auto blocks = [](const ScaleRef& s) { return std::to_string(s.block_rows) + "x" + std::to_string(s.block_cols); };
+    fail("options.scale_b2: shape " + shape_text(scale.scales) + " (" + blocks(ref) + " blocks); expected scale_b's blocks, " +
+         blocks(scale_b) + " (" + std::to_string(ceil_div(k, scale_b.block_rows)) + " x " +
+         std::to_string(ceil_div(n, scale_b.block_cols)) + ")");
+  }
+  return ref;
 }
 
 }  // namespace
@@ -197,10 +217,12 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
                                use_c ? dtype_size(options.c->dtype) : 1});
   check_addressable(m, n, k, batch, widest);
   const MatrixRef scale_d = scale_d_ref(options.scale_d, d, m, n, check_batch);
-  const ScaleRef scale_a = scale_ref(options.scale_a, a, /*is_a=*/true, m, k);
-  const ScaleRef scale_b = scale_ref(options.scale_b, b, /*is_a=*/false, k, n);
+  const ScaleRef scale_a = scale_ref(options.scale_a, a, /*is_a=*/true, m, k, "scale_a", "A");
+  const ScaleRef scale_b = scale_ref(options.scale_b, b, /*is_a=*/false, k, n, "scale_b", "B");
+  const ScaleRef scale_b2 = scale_b2_ref(options, scale_b, k, n);
   if (scale_a.mode != ScaleMode::none) check_batch(options.scale_a.scales, "scale_a");
   if (scale_b.mode != ScaleMode::none) check_batch(options.scale_b.scales, "scale_b");
+  if (scale_b2.mode != ScaleMode::none) check_batch(options.scale_b2.scales, "options.scale_b2");
 
   Problem p;
   p.m = m;
@@ -216,6 +238,7 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
   if (options.b2) p.b2 = matrix_ref(*options.b2);
   p.scale_a = scale_a;
   p.scale_b = scale_b;
+  p.scale_b2 = scale_b2;
   p.scale_d = scale_d;
   p.epilogue = api::epilogue_ref(options.epilogue, p);
 
@@ -231,6 +254,7 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
   if (use_c) check_data(*options.c, "C");
   if (scale_a.mode != ScaleMode::none) check_data(options.scale_a.scales, "scale_a");
   if (scale_b.mode != ScaleMode::none) check_data(options.scale_b.scales, "scale_b");
+  if (scale_b2.mode != ScaleMode::none) check_data(options.scale_b2.scales, "options.scale_b2");
   if (scale_d.data || d.dtype == DType::e4m3) check_data(options.scale_d.scales, "scale_d");
   check_no_self_overlap(d, batch, "D");
   if (scale_d.data) check_no_self_overlap(options.scale_d.scales, batch, "scale_d");
@@ -251,7 +275,7 @@ void check_scale_d_apart(const TensorView& a, const TensorView& b, const TensorV
   auto overlap = [](const std::string& what) {
     fail("scale_d: memory overlaps " + what + "; expected D's scales apart from every other tensor");
   };
-  std::array<api::Operand, 7> others;
+  std::array<api::Operand, 8> others;
   size_t count = 0;
   others[count++] = {&d, batch, "D"};
   if (p.k > 0) {
@@ -260,6 +284,7 @@ void check_scale_d_apart(const TensorView& a, const TensorView& b, const TensorV
     if (options.b2) others[count++] = {&*options.b2, batch, "options.b2"};
     if (options.scale_a.mode != ScaleMode::none) others[count++] = {&options.scale_a.scales, batch, "scale_a"};
     if (options.scale_b.mode != ScaleMode::none) others[count++] = {&options.scale_b.scales, batch, "scale_b"};
+    if (options.scale_b2.mode != ScaleMode::none) others[count++] = {&options.scale_b2.scales, batch, "options.scale_b2"};
   }
   if (p.has_c()) others[count++] = {&*options.c, batch, "C"};
   for (size_t i = 0; i < count; ++i) {
@@ -282,21 +307,23 @@ void check_apart(const TensorView& a, const TensorView& b, const TensorView& d, 
   if (k > 0 && options.b2 && byte_range(*options.b2, batch, "options.b2").overlaps(d_range)) {
     fail("D: memory overlaps options.b2; expected D apart from the inputs");
   }
-  for (auto [scale, name] : {std::pair{&options.scale_a, "scale_a"}, std::pair{&options.scale_b, "scale_b"}}) {
+  for (auto [scale, name] : {std::pair{&options.scale_a, "scale_a"}, std::pair{&options.scale_b, "scale_b"},
+                             std::pair{&options.scale_b2, "options.scale_b2"}}) {
     if (k > 0 && scale->mode != ScaleMode::none && byte_range(scale->scales, batch, name).overlaps(d_range)) {
       fail(std::string("D: memory overlaps ") + name + "; expected D apart from the inputs");
     }
   }
   if (p.scale_d.data) check_scale_d_apart(a, b, d, options, p);
   if (p.epilogue.fused()) {  // its outputs apart from everything the call reads
-    std::array<api::Operand, 6> inputs;
+    std::array<api::Operand, 7> inputs;
     size_t count = 0;
     if (k > 0) {
       inputs[count++] = {&a, batch, "A"};
       inputs[count++] = {&b, batch, "B"};
       if (options.b2) inputs[count++] = {&*options.b2, batch, "options.b2"};
     }
-    for (auto [scale, name] : {std::pair{&options.scale_a, "scale_a"}, std::pair{&options.scale_b, "scale_b"}}) {
+    for (auto [scale, name] : {std::pair{&options.scale_a, "scale_a"}, std::pair{&options.scale_b, "scale_b"},
+                               std::pair{&options.scale_b2, "options.scale_b2"}}) {
       if (k > 0 && scale->mode != ScaleMode::none) inputs[count++] = {&scale->scales, batch, name};
     }
     if (use_c) inputs[count++] = {&*options.c, batch, "C"};

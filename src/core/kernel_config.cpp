@@ -20,7 +20,7 @@ static_assert(int(ScaleMode::rowwise) == GEMMKIT_SCALE_ROWWISE && int(ScaleMode:
               int(ScaleMode::mx) == GEMMKIT_SCALE_MX);
 sm90::SmemShape smem_shape(const KernelConfig& c) {
   return {c.tile_m, c.tile_n, c.stages, c.b_k_major, c.tma_store ? c.store_buffers : c.row_store() ? 1 : 0,
-          c.realign_a, c.realign_b, int(c.scale_a), int(c.scale_b), c.scale_a_mn, c.scale_b_mn, c.group_capacity};
+          c.realign_a, c.realign_b, int(c.scale_a), int(c.scale_b), c.scale_a_mn, c.scale_b_mn, c.group_capacity, c.dual};
 }
 
 auto key(const KernelConfig& c) {

@@ -64,7 +64,7 @@ ProblemWords problem_words(const Problem& p) {
   };
   for (int64_t x : {p.m, p.n, p.k, p.batch}) w[i++] = x;
   for (const MatrixRef* m : {&p.a, &p.b, &p.d, &p.c, &p.b2, &p.scale_d}) put_matrix(*m);
-  for (const ScaleRef* s : {&p.scale_a, &p.scale_b}) {
+  for (const ScaleRef* s : {&p.scale_a, &p.scale_b, &p.scale_b2}) {
     w[i++] = int64_t(s->mode);
     put_matrix(s->m);
     w[i++] = s->block_rows;

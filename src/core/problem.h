@@ -71,6 +71,7 @@ struct Problem {  // every field goes into problem_words
   MatrixRef c;  // data is null unless beta != 0
   MatrixRef b2;  // a dual GEMM's second B (K x N, gemm.h GemmOptions::b2); data is null otherwise
   ScaleRef scale_a, scale_b;
+  ScaleRef scale_b2;  // a dual GEMM's B2's where it is FP8 (scale_b's mode and blocks); else none
   MatrixRef scale_d;  // an e4m3 D's f32 scales, [batch,] M x ceil(N/128) (gemm.h, scale_d); else null
   float alpha = 1.0f, beta = 0.0f;
   int device = 0;
@@ -105,7 +106,7 @@ struct Problem {  // every field goes into problem_words
 void check_addressable(int64_t m, int64_t n, int64_t k, int64_t batch, int element_bytes);
 
 // Every field of a problem as 64-bit words, pointers included: equal words, equal problems.
-using ProblemWords = std::array<int64_t, 57 + 6 * kMaxEpilogueTensors>;
+using ProblemWords = std::array<int64_t, 65 + 6 * kMaxEpilogueTensors>;
 ProblemWords problem_words(const Problem& p);
 
 // "NT"-style layout letters, row-major convention: the first letter is A, the second B;

@@ -287,6 +287,7 @@ std::vector<Candidate> dual_candidates(const Problem& p, const DeviceLimits& lim
   if (facts.kind != KernelKind::tma) return {};
   Problem side_by_side = p;
   side_by_side.b2 = {};
+  side_by_side.scale_b2 = {};
   side_by_side.epilogue = {};
   side_by_side.n = 2 * p.n;
   side_by_side.m = std::max<int64_t>(p.m, 2);

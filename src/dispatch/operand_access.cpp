@@ -172,18 +172,25 @@ namespace {
 // A dual GEMM's facts: the TMA kernel where its coordinates fit, storing D by rows (through
 // shared memory where TMA can); else the fallback kernel. An A TMA cannot read is staged, and so
 // are B and B2 together where TMA cannot read either as it lies or they differ in majorness, each
-// along its contiguous dimension (B's where neither has one). Never the GEMV, row classes or
-// realigned operands.
+// along its contiguous dimension (B's where neither has one); 8-bit operands K-major, as wgmma
+// reads them. Never the GEMV, row classes or realigned operands.
 KernelConfig dual_problem_config(const Problem& p) {
   KernelConfig config = typed_config(p);
   TmaAccess a = tma_access(p.a, p.batch, p.m, p.k), b = tma_access(p.b, p.batch, p.k, p.n);
   const TmaAccess b2 = tma_access(p.b2, p.batch, p.k, p.n);
   const bool coordinates = p.m < kCoordinateLimit && p.n < kCoordinateLimit && p.k < kCoordinateLimit;
   if (p.k == 0 || !coordinates) return fallback_config(config);
-  config.stage_a = !a.ok;
-  config.stage_b = !b.ok || !b2.ok || b.cols_contiguous != b2.cols_contiguous;
-  if (config.stage_a) a = {true, along_cols(p.a)};
-  if (config.stage_b) b = {true, b.ok ? b.cols_contiguous : along_cols(p.b)};
+  if (is_fp8(p.a.dtype)) {
+    config.stage_a = !(a.ok && a.cols_contiguous);
+    config.stage_b = !(b.ok && !b.cols_contiguous && b2.ok && !b2.cols_contiguous);
+    a = {true, true};
+    b = {true, false};
+  } else {
+    config.stage_a = !a.ok;
+    config.stage_b = !b.ok || !b2.ok || b.cols_contiguous != b2.cols_contiguous;
+    if (config.stage_a) a = {true, along_cols(p.a)};
+    if (config.stage_b) b = {true, b.ok ? b.cols_contiguous : along_cols(p.b)};
+  }
   config.a_k_major = a.cols_contiguous;
   config.b_k_major = !b.cols_contiguous;
   config.a_batched = p.batch > 1 && p.a.batch_stride != 0;

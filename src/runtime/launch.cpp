@@ -34,7 +34,7 @@ GemmParams params(const Problem& p) {
   GemmParams args{p.m,         p.n,         p.k,         p.batch,     p.alpha,          p.beta,           matrix(p.a),
                   matrix(p.b), matrix(p.c), matrix(p.d), scale(p.scale_a), scale(p.scale_b), nullptr,     nullptr,
                   1,           TileOrder{},  p.groups.sizes, p.groups.int64 ? 1 : 0, EpilogueParams{},
-                  matrix(p.b2), matrix(p.scale_d)};
+                  matrix(p.b2), matrix(p.scale_d), scale(p.scale_b2)};
   for (int i = 0; i < p.epilogue.tensor_count; ++i) {
     const MatrixRef& t = p.epilogue.tensors[size_t(i)];
     args.epilogue.tensors[i] = {t.data, t.batch_stride, t.row_stride, t.col_stride};
