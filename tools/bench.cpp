@@ -255,6 +255,8 @@ int run_bench(const BenchOptions& options) {
       if (!dual) continue;
       halves.push_back(dual_views(*set));
       ours.back().b2 = halves.back().b2;
+      ours.back().scale_b = halves.back().scale_b;
+      ours.back().scale_b2 = halves.back().scale_b2;
       if (quantized) {  // the scales of D's first N columns: the first ceil(N / 128) of a row's
         TensorView& scales = ours.back().scale_d.scales;
         scales.sizes[scales.rank - 1] = (fused_spec.n + 127) / 128;

@@ -59,18 +59,34 @@ EpilogueBuffers::EpilogueBuffers(const std::string& text, const reference::Probl
   epilogue_.text = text;
 }
 
-DualViews dual_views(const TensorView& b, const TensorView& d, const std::string& what) {
+DualViews dual_views(const TensorView& b, const TensorView& d, const Scale& scale_b, const std::string& what) {
+  const int64_t n = b.cols() / 2;
   if (b.cols() % 2 != 0) {
     throw Error(ErrorCode::invalid_argument, "dual epilogue on " + what + ": expected an even N, the columns of B and B2 "
                                              "side by side");
   }
-  const auto half = [](const TensorView& t, int64_t first) {
+  // `cols` columns of t from `first` on.
+  const auto part = [](const TensorView& t, int64_t first, int64_t cols) {
     char* data = static_cast<char*>(t.data) + first * t.col_stride() * dtype_size(t.dtype);
-    return t.rank == 3 ? TensorView::batched(data, t.dtype, t.batch(), t.rows(), t.cols() / 2, t.batch_stride(),
-                                             t.row_stride(), t.col_stride())
-                       : TensorView::matrix(data, t.dtype, t.rows(), t.cols() / 2, t.row_stride(), t.col_stride());
+    return t.rank == 3 ? TensorView::batched(data, t.dtype, t.batch(), t.rows(), cols, t.batch_stride(), t.row_stride(),
+                                             t.col_stride())
+                       : TensorView::matrix(data, t.dtype, t.rows(), cols, t.row_stride(), t.col_stride());
   };
-  return {half(b, 0), half(b, b.cols() / 2), half(d, 0)};
+  DualViews views{part(b, 0, n), part(b, n, n), part(d, 0, n), scale_b, scale_b};
+  if (scale_b.mode != ScaleMode::none && scale_b.mode != ScaleMode::tensor) {
+    // Scale columns a block of B's columns: N / columns of scales, one each where 2N columns have 2N.
+    const TensorView& s = scale_b.scales;
+    const int64_t block = (b.cols() + s.cols() - 1) / s.cols();
+    if (n % block != 0) {
+      throw Error(ErrorCode::invalid_argument, "dual epilogue on " + what + ": B's scale blocks of " +
+                                                   std::to_string(block) + " columns straddle B's and B2's halves of " +
+                                                   std::to_string(n) + " columns; expected N a multiple of " +
+                                                   std::to_string(block));
+    }
+    views.scale_b.scales = part(s, 0, n / block);
+    views.scale_b2.scales = part(s, n / block, n / block);
+  }
+  return views;
 }
 
 DualViews dual_views(const reference::DeviceProblem& set) {
@@ -80,7 +96,7 @@ DualViews dual_views(const reference::DeviceProblem& set) {
                 "dual epilogue on " + spec.describe() + ": expected one matrix (batch 1), the columns of B and B2 side by "
                 "side");
   }
-  return dual_views(set.b(), set.d(), spec.describe());
+  return dual_views(set.b(), set.d(), set.options(nullptr).scale_b, spec.describe());
 }
 
 CopyBuffers::CopyBuffers(double bytes, int sets) : half(size_t(bytes / 2) / 16 * 16) {

@@ -43,12 +43,14 @@ class EpilogueBuffers {
 
 // A dual GEMM's operands on the buffers of the GEMM of its accumulators, B [.., K, 2N] and D
 // [.., M, 2N] (batched where they are): B's first N columns and its last N as B2 (a concatenated
-// [2N, K] weight for NT), D's first N columns. Throws Error(invalid_argument) for an odd 2N,
-// naming `what`; the DeviceProblem form also for a batch.
+// [2N, K] weight for NT), D's first N columns; FP8 B's scales likewise split (a tensor scale
+// serves both). Throws Error(invalid_argument) for an odd 2N, or scale blocks that straddle the
+// halves, naming `what`; the DeviceProblem form also for a batch.
 struct DualViews {
   TensorView b, b2, d;
+  Scale scale_b, scale_b2;
 };
-DualViews dual_views(const TensorView& b, const TensorView& d, const std::string& what);
+DualViews dual_views(const TensorView& b, const TensorView& d, const Scale& scale_b, const std::string& what);
 DualViews dual_views(const reference::DeviceProblem& set);
 
 // Source and destination halves for copies that move `bytes` each (half read, half written),

@@ -135,7 +135,7 @@ int time_row(const GroupedProblem& p, GroupedRecord& record, cudaStream_t stream
     seen.m = d.rows();
     seen.n = dual ? d.cols() / 2 : d.cols();
     epilogues.push_back(std::make_unique<EpilogueBuffers>(text, seen, random_seed()));
-    if (dual) halves.push_back(dual_views(set->b, set->d, grouped_name(record)));
+    if (dual) halves.push_back(dual_views(set->b, set->d, set->options.scale_b, grouped_name(record)));
   }
   const auto options_of = [&](const GroupedSet& set) {
     GemmOptions options = set.options;
@@ -157,6 +157,8 @@ int time_row(const GroupedProblem& p, GroupedRecord& record, cudaStream_t stream
       call.b = halves[size_t(s)].b;
       call.d = halves[size_t(s)].d;
       call.options.b2 = halves[size_t(s)].b2;
+      call.options.scale_b = halves[size_t(s)].scale_b;
+      call.options.scale_b2 = halves[size_t(s)].scale_b2;
       if (quantized) {  // the scales of D's first N columns: the first ceil(N / 128) of a row's
         TensorView& scales = call.options.scale_d.scales;
         scales.sizes[scales.rank - 1] = (call.d.cols() + 127) / 128;

@@ -228,7 +228,8 @@ TEST(Suite, EpilogueLinesAreCheckedAndKeptFromOtherReaders) {
 // epilogue.txt: dense-large under each of the two dense targets' epilogues, its M = 4096 half
 // under the two gelu_tanh forms cuBLASLt fuses too, the dgelu backward lines, then moe.txt's
 // balanced up-projections with SwiGLU and down-projections with router weights; then the FP8
-// outputs: the M = 4096 half plain, one SwiGLU line and two grouped SwiGLU rows, D e4m3.
+// outputs: the M = 4096 half plain, one SwiGLU line and two grouped SwiGLU rows, D e4m3; then two
+// grouped SwiGLU rows of block-scaled FP8 inputs.
 TEST(Suite, ShippedEpilogueHoldsDenseLargeUnderEachEpilogue) {
   const Suite suite = shipped("epilogue.txt");
   const Suite large = shipped("dense-large.txt");
@@ -254,10 +255,12 @@ TEST(Suite, ShippedEpilogueHoldsDenseLargeUnderEachEpilogue) {
     EXPECT_EQ(p.epilogue, i < fp8 + half ? "" : "silu(acc) * acc2") << i;
     if (i < fp8 + half) EXPECT_EQ(std::make_tuple(p.m, p.n, p.k), std::make_tuple(large.dense[i - fp8].m, large.dense[i - fp8].n, large.dense[i - fp8].k));
   }
-  ASSERT_EQ(suite.grouped.size(), 9u);
-  for (size_t i = 0; i < 9; ++i) {
+  ASSERT_EQ(suite.grouped.size(), 11u);
+  for (size_t i = 0; i < 11; ++i) {
     EXPECT_EQ(suite.grouped[i].dense.epilogue, i < 4 || i >= 7 ? "silu(acc) * acc2" : "acc * route[m]") << i;
-    EXPECT_EQ(suite.grouped[i].dense.out_dtype, i >= 7 ? DType::e4m3 : DType::bf16) << i;
+    EXPECT_EQ(suite.grouped[i].dense.out_dtype, i == 7 || i == 8 ? DType::e4m3 : DType::bf16) << i;
+    EXPECT_EQ(suite.grouped[i].dense.in_dtype, i >= 9 ? DType::e4m3 : DType::bf16) << i;
+    EXPECT_EQ(suite.grouped[i].dense.mode, i >= 9 ? ScaleMode::block : ScaleMode::none) << i;
     EXPECT_EQ(dist_spec(suite.grouped[i].dist), "balanced");
   }
 }
