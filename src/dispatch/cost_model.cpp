@@ -279,8 +279,9 @@ namespace {
 // A dual GEMM is costed as the GEMM of its accumulators, B and B2 side by side: 2N columns (and
 // two rows at least: one would be the GEMV's). Its candidates are that problem's that the dual
 // kernel takes: unsplit, 128 to 256 wide by 32 (a tile's D columns fill a 128-byte store group,
-// in pairs of 8-column groups), N-major B's halves whole 64-wide blocks (each block comes from
-// one operand); with the dual problem's facts. Tiles as wide as 256 are tried although an
+// in pairs of 8-column groups; 8-bit ones stop at 160), N-major B's halves whole 64-wide blocks
+// (each block comes from one operand), at most 128 high (three 8-bit consumers' 152 registers
+// leave the epilogue none); with the dual problem's facts. Tiles as wide as 256 are tried although an
 // epilogue runs: where one spills, the plan narrows it (dispatch/plan.cpp).
 std::vector<Candidate> dual_candidates(const Problem& p, const DeviceLimits& limits) {
   const KernelConfig facts = problem_config(p);
@@ -303,7 +304,7 @@ std::vector<Candidate> dual_candidates(const Problem& p, const DeviceLimits& lim
   std::vector<Candidate> candidates;
   for (const Candidate& c : rank_candidates(side_by_side, limits)) {
     const KernelConfig& knobs = c.config;
-    if (knobs.splits != 1 || knobs.tile_n < 128 || knobs.tile_n % 32 != 0 ||
+    if (knobs.splits != 1 || knobs.tile_m > 128 || knobs.tile_n < 128 || knobs.tile_n % 32 != 0 ||
         (!facts.b_k_major && knobs.tile_n % 128 != 0)) {
       continue;
     }
