@@ -221,6 +221,74 @@ TEST(FusedEpilogue, DualKernelsCompileWithoutSpills) {
   }
 }
 
+// FP8 dual GEMMs (SwiGLU of e4m3 products, B2 read and scaled as B is) on the tiles their TMA
+// kernel takes, 128 x 128, 64 x 160 and 128 x 160 (mx: 128 wide at most, tile_takes_scales; 64 x
+// 128 then), with every scale mode: block with A 1x128 and B 128x128 (DeepSeek-V3's) or 128x1,
+// and with A 128x128; rowwise; tensor; mx. Also e5m2 weights, grouped rows (contiguous, masked;
+// block and rowwise), and the fallback kernel in every mode.
+TEST(FusedEpilogue, Fp8DualKernelsCompileWithoutSpills) {
+  const epilogue::Program swiglu = epilogue::parse("silu(acc) * acc2");
+  const std::string* code = codegen::interned_epilogue(swiglu, epilogue::canonical(swiglu), {});
+  struct Scales {
+    ScaleMode mode;
+    int a_mn = 1, b_mn = 1;  // block's rows of A and columns of B a scale covers
+  };
+  const Scales deepseek{ScaleMode::block, 1, 128};
+  const Scales modes[] = {deepseek, {ScaleMode::block, 1, 1}, {ScaleMode::block, 128, 128}, {ScaleMode::rowwise},
+                          {ScaleMode::tensor}, {ScaleMode::mx}};
+  auto fp8_dual = [&](KernelConfig c, const Scales& s) {
+    c.in = c.in_b = DType::e4m3;
+    c.scale_a = c.scale_b = s.mode;
+    c.scale_a_mn = s.a_mn;
+    c.scale_b_mn = s.b_mn;
+    c.dual = true;
+    c.epilogue = code;
+    return c;
+  };
+  std::vector<KernelConfig> configs;
+  auto add = [&](TileShape tile, int cluster, const Scales& s, const std::function<void(KernelConfig&)>& vary) {
+    KernelConfig c = fp8_dual(with_tile(KernelConfig{}, tile), s);
+    c.cluster_m = cluster;
+    vary(c);
+    c.stages = max_stages(c, DeviceLimits{}.smem_per_block);
+    configs.push_back(c);
+  };
+  for (const Scales& s : modes) {
+    for (TileShape tile : {TileShape{128, 128}, TileShape{64, 160}, TileShape{128, 160}}) {
+      if (tile_takes_scales(tile, s.mode, s.mode)) add(tile, tile.m == 128 ? 2 : 1, s, [](KernelConfig&) {});
+    }
+  }
+  add({64, 128}, 1, {ScaleMode::mx}, [](KernelConfig&) {});
+  add({128, 160}, 1, deepseek, [](KernelConfig& c) { c.in_b = DType::e5m2; });
+  // The MoE up-projection: each expert's weights and scales.
+  for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked}) {
+    for (const Scales& s : {deepseek, Scales{ScaleMode::rowwise}}) {
+      add({layout == GroupLayout::masked ? 64 : 128, 160}, 1, s, [&](KernelConfig& c) {
+        c.group_layout = layout;
+        c.group_capacity = 128;
+        c.b_batched = true;
+        c.a_batched = layout == GroupLayout::masked;
+      });
+    }
+  }
+  for (const Scales& s : modes) {
+    KernelConfig fallback;
+    fallback.kind = KernelKind::fallback;
+    configs.push_back(fp8_dual(fallback, s));
+  }
+  for (const KernelConfig& k : configs) {
+    if (k.kind == KernelKind::tma) {
+      ASSERT_GE(k.stages, 2) << k.name();
+      ASSERT_TRUE(tile_takes_epilogue({k.tile_m, k.tile_n}, k)) << k.name();
+      ASSERT_TRUE(!k.grouped() || tile_takes_groups({k.tile_m, k.tile_n}, k)) << k.name();
+    }
+    const std::string what = k.name() + " e4m3*" + std::string(dtype_name(k.in_b)) + " " +
+                             std::string(scale_mode_name(k.scale_a)) + " scales (" + std::to_string(k.scale_a_mn) +
+                             ", " + std::to_string(k.scale_b_mn) + ")" + (k.dual ? " dual" : "");
+    testing::expect_clean_compile(codegen::gemm_source(k), codegen::gemm_kernel_name(k), what);
+  }
+}
+
 // An e4m3 D quantised in 1x128 blocks (quantize_group) on the tiles the cost model gives it (128
 // and 256 wide, dual 256), stored through TMA and directly, with split-K, 8-bit inputs, grouped rows
 // (contiguous, masked; the MoE up-projection's dual, B K- and N-major) and along K; plain and

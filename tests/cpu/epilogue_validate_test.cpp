@@ -3,6 +3,7 @@
 // plans), without a GPU. Pointers are fake device addresses.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -314,10 +315,146 @@ TEST(DualValidate, BadSecondOperandsAreRefusedByName) {
   expect_rejected(x, "D", {"overlaps options.b2"});
 }
 
-TEST(DualValidate, Fp8InputsAreRefused) {
+// FP8 dual GEMMs: e4m3 A (K-major) and B and B2 (K-major views of a concatenated [2N, K] weight),
+// A's scales in `mode` (block: 1x128) and B's and B2's in `mode` too (block: 128 x `b_block_cols`),
+// each tensor at a fake address of its own.
+constexpr int64_t DKB = (DK + 127) / 128, DNB = (DN + 127) / 128;  // 128-deep blocks of K, 128-wide of N
+
+Scale a_scales(ScaleMode mode, int slot) {
+  const int64_t cols = mode == ScaleMode::block ? DKB : mode == ScaleMode::mx ? DK / 32 : 1;
+  const DType type = mode == ScaleMode::mx ? DType::ue8m0 : DType::f32;
+  return {mode, TensorView::row_major(address(slot), type, mode == ScaleMode::tensor ? 1 : DM, cols)};
+}
+Scale b_scales(ScaleMode mode, int slot, int64_t b_block_cols = 128) {
+  const DType type = mode == ScaleMode::mx ? DType::ue8m0 : DType::f32;
+  switch (mode) {
+    case ScaleMode::tensor: return {mode, TensorView::row_major(address(slot), type, 1, 1)};
+    case ScaleMode::rowwise: return {mode, TensorView::row_major(address(slot), type, 1, DN)};
+    case ScaleMode::block: return {mode, TensorView::row_major(address(slot), type, DKB, b_block_cols == 1 ? DN : DNB)};
+    case ScaleMode::mx: return {mode, TensorView::row_major(address(slot), type, DK / 32, DN)};
+    case ScaleMode::none: break;
+  }
+  return {};
+}
+
+DualArgs fp8_dual(ScaleMode mode, int64_t b_block_cols = 128) {
   DualArgs x;
   x.a.dtype = x.b.dtype = x.options.b2->dtype = DType::e4m3;
-  expect_rejected(x, "options.b2", {"e4m3", "bf16 or f16"});
+  x.options.scale_a = a_scales(mode, 4);
+  x.options.scale_b = b_scales(mode, 5, b_block_cols);
+  x.options.scale_b2 = b_scales(mode, 6, b_block_cols);
+  return x;
+}
+
+// The message validate_gemm rejects x with ("" where it accepts it).
+std::string rejection(const DualArgs& x) {
+  try {
+    validate(x);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+struct Fp8Mode {
+  ScaleMode mode;
+  int64_t b_block_cols = 128;
+};
+const Fp8Mode kFp8Modes[] = {{ScaleMode::tensor}, {ScaleMode::rowwise}, {ScaleMode::block, 128}, {ScaleMode::block, 1},
+                             {ScaleMode::mx}};
+
+TEST(DualValidate, Fp8SecondOperandsTakeScalesAsBDoes) {
+  for (const Fp8Mode& m : kFp8Modes) {
+    SCOPED_TRACE(std::string(scale_mode_name(m.mode)) + " 128x" + std::to_string(m.b_block_cols));
+    const DualArgs x = fp8_dual(m.mode, m.b_block_cols);
+    const Problem p = validate(x);
+    ASSERT_TRUE(p.dual());
+    EXPECT_EQ(p.b2.dtype, DType::e4m3);
+    EXPECT_EQ(p.scale_b2.mode, m.mode);
+    EXPECT_EQ(p.scale_b2.m.data, x.options.scale_b2.scales.data);
+    EXPECT_EQ(p.scale_b2.m.dtype, x.options.scale_b2.scales.dtype);
+    EXPECT_EQ(p.scale_b2.block_rows, p.scale_b.block_rows);
+    EXPECT_EQ(p.scale_b2.block_cols, p.scale_b.block_cols);
+    EXPECT_NE(p.epilogue.code->find("acc2"), std::string::npos);
+  }
+  // Any strides: B2's scales column-major beside B's row-major; e5m2 weights, B2 as B.
+  DualArgs x = fp8_dual(ScaleMode::block);
+  x.options.scale_b2.scales = TensorView::col_major(address(6), DType::f32, DKB, DNB);
+  x.b.dtype = x.options.b2->dtype = DType::e5m2;
+  const Problem p = validate(x);
+  EXPECT_EQ(p.scale_b2.m.row_stride, 1);
+  EXPECT_EQ(p.scale_b2.m.col_stride, DKB);
+  EXPECT_EQ(p.b2.dtype, DType::e5m2);
+  // 16-bit dual GEMMs take none.
+  EXPECT_EQ(validate(DualArgs{}).scale_b2.mode, ScaleMode::none);
+}
+
+TEST(DualValidate, Fp8SecondOperandsScalesFollowBs) {
+  // None where B's are given.
+  for (const Fp8Mode& m : kFp8Modes) {
+    DualArgs x = fp8_dual(m.mode, m.b_block_cols);
+    x.options.scale_b2 = {};
+    expect_rejected(x, "options.scale_b2: mode none",
+                    {"expected B2's scales in mode " + std::string(scale_mode_name(m.mode))});
+  }
+  // Another mode.
+  DualArgs x = fp8_dual(ScaleMode::block);
+  x.options.scale_b2 = b_scales(ScaleMode::rowwise, 6);
+  expect_rejected(x, "options.scale_b2: mode rowwise", {"expected scale_b's mode, block"});
+  x = fp8_dual(ScaleMode::mx);
+  x.options.scale_b2 = b_scales(ScaleMode::tensor, 6);
+  expect_rejected(x, "options.scale_b2: mode tensor", {"expected scale_b's mode, mx"});
+  x = fp8_dual(ScaleMode::tensor);
+  x.options.scale_b = {};  // B unscaled: B2 likewise
+  expect_rejected(x, "options.scale_b2: mode tensor", {"expected scale_b's mode, none"});
+  // Block's other blocks: 128x1 beside 128x128, and the other way round.
+  x = fp8_dual(ScaleMode::block);
+  x.options.scale_b2 = b_scales(ScaleMode::block, 6, 1);
+  expect_rejected(x, "options.scale_b2: ", {"expected scale_b's blocks", "[4, 1000]"});
+  x = fp8_dual(ScaleMode::block, 1);
+  x.options.scale_b2 = b_scales(ScaleMode::block, 6, 128);
+  expect_rejected(x, "options.scale_b2: ", {"expected scale_b's blocks", "[4, 8]"});
+  // Given without B2, FP8 or 16-bit.
+  x = fp8_dual(ScaleMode::block);
+  x.options.b2.reset();
+  expect_rejected(x, "options.scale_b2: ", {"given without options.b2"});
+  x = DualArgs{};
+  x.options.b2.reset();
+  x.options.scale_b2 = b_scales(ScaleMode::tensor, 6);
+  expect_rejected(x, "options.scale_b2: ", {"given without options.b2"});
+}
+
+// A scale tensor B's scales could not be, given as B2's: the message scale_b's would give, naming
+// options.scale_b2 (the shape or dtype given, and what was expected).
+TEST(DualValidate, Fp8SecondOperandsScalesOfTheWrongShapeOrTypeAreRefusedAsBsWouldBe) {
+  struct Bad {
+    ScaleMode mode;
+    TensorView scales;
+    std::string given;
+  };
+  const Bad cases[] = {
+      {ScaleMode::tensor, TensorView::row_major(address(7), DType::f32, 1, 2), "[1, 2]"},
+      {ScaleMode::rowwise, TensorView::row_major(address(7), DType::f32, 1, DN - 1), "[1, 999]"},
+      {ScaleMode::rowwise, TensorView::row_major(address(7), DType::f32, DK, 1), "[512, 1]"},
+      {ScaleMode::block, TensorView::row_major(address(7), DType::f32, DKB + 1, DNB), "[5, 8]"},
+      {ScaleMode::block, TensorView::row_major(address(7), DType::f32, DKB, DN - 1), "[4, 999]"},
+      {ScaleMode::mx, TensorView::row_major(address(7), DType::ue8m0, DK / 32 - 1, DN), "[15, 1000]"},
+      {ScaleMode::mx, TensorView::row_major(address(7), DType::f32, DK / 32, DN), "f32"},
+  };
+  for (const Bad& c : cases) {
+    SCOPED_TRACE(std::string(scale_mode_name(c.mode)) + " " + c.given);
+    DualArgs for_b = fp8_dual(c.mode);
+    for_b.options.scale_b.scales = c.scales;
+    const std::string message = rejection(for_b);
+    ASSERT_EQ(message.rfind("scale_b: ", 0), 0u) << message;
+    // What the message says of the tensor (up to the operand it names), and what it expected.
+    const size_t operand = message.find(" of B"), expected = message.find("expected");
+    ASSERT_NE(expected, std::string::npos) << message;
+    const std::string said = message.substr(9, std::min(operand, message.find(';')) - 9);
+    DualArgs for_b2 = fp8_dual(c.mode);
+    for_b2.options.scale_b2.scales = c.scales;
+    expect_rejected(for_b2, "options.scale_b2: " + said, {c.given, message.substr(expected)});
+  }
 }
 
 TEST(DualValidate, TheEpilogueReadsAcc2ExactlyWhereTheProblemIsDual) {
@@ -362,6 +499,50 @@ TEST(DualValidate, GroupedGemmsTakeASecondBOfEachGroup) {
                                    {"grouped_gemm_wgrad"});
 }
 
+// FP8 MoE up-projections: B2's scales one set a group ([G, ...]) as B's, or one for every group;
+// a batch other than G refused by name.
+TEST(DualValidate, Fp8GroupedGemmsTakeB2sScalesOfEachGroup) {
+  constexpr int64_t G = 4;
+  const DualArgs x = fp8_dual(ScaleMode::block);
+  const TensorView b = TensorView::batched(address(1), DType::e4m3, G, DK, DN, 2 * DK * DN, 1, DK);
+  GemmOptions options = x.options;
+  options.b2 = TensorView::batched(address(1) + DK * DN, DType::e4m3, G, DK, DN, 2 * DK * DN, 1, DK);
+  options.scale_b.scales = TensorView::batched(address(5), DType::f32, G, DKB, DNB, DKB * DNB, DNB, 1);
+  options.scale_b2.scales = TensorView::batched(address(6), DType::f32, G, DKB, DNB, 2 * DKB * DNB, DNB, 1);
+  GroupSizes sizes;
+  sizes.data = address(8);
+  sizes.count = G;
+  Problem p = api::prepare_grouped(x.a, b, x.d, sizes, options, 0).problem;
+  EXPECT_TRUE(p.dual() && p.grouped());
+  EXPECT_EQ(p.scale_b2.mode, ScaleMode::block);
+  EXPECT_EQ(p.scale_b2.m.data, address(6));
+  EXPECT_EQ(p.scale_b2.m.batch_stride, 2 * DKB * DNB);
+  EXPECT_EQ(p.scale_b2.block_cols, 128);
+  const KernelConfig c = choose_grouped_config(p, DeviceLimits{});
+  EXPECT_TRUE(c.dual && c.grouped() && c.in == DType::e4m3) << c.name();
+  // One set for every group.
+  GemmOptions shared = options;
+  shared.scale_b2.scales = TensorView::row_major(address(6), DType::f32, DKB, DNB);
+  p = api::prepare_grouped(x.a, b, x.d, sizes, shared, 0).problem;
+  EXPECT_EQ(p.scale_b2.m.batch_stride, 0);
+  // G - 1 sets.
+  GemmOptions short_of_one = options;
+  short_of_one.scale_b2.scales = TensorView::batched(address(6), DType::f32, G - 1, DKB, DNB, DKB * DNB, DNB, 1);
+  testing::expect_invalid_argument([&] { api::prepare_grouped(x.a, b, x.d, sizes, short_of_one, 0); },
+                                   "options.scale_b2: shape", {"[3, 4, 8]", "expected a batch of G"});
+  // Masked groups (A and D [G, max_m, ...]): B2's scales batched by group too.
+  sizes.layout = GroupLayout::masked;
+  const TensorView a = TensorView::batched(address(0), DType::e4m3, G, DM, DK, DM * DK, DK, 1);
+  const TensorView d = TensorView::batched(address(2), DType::bf16, G, DM, DN, DM * DN, DN, 1);
+  GemmOptions masked = options;
+  masked.scale_a.scales = TensorView::batched(address(4), DType::f32, G, DM, DKB, DM * DKB, DKB, 1);
+  p = api::prepare_grouped(a, b, d, sizes, masked, 0).problem;
+  EXPECT_EQ(p.scale_b2.m.batch_stride, 2 * DKB * DNB);
+  masked.scale_b2 = short_of_one.scale_b2;
+  testing::expect_invalid_argument([&] { api::prepare_grouped(a, b, d, sizes, masked, 0); }, "options.scale_b2",
+                                   {"batch 3"});
+}
+
 TEST(DualDispatch, NeverTransposedAndTiledByTheDualKernel) {
   const DualArgs x;
   const Problem p = validate(x);
@@ -383,6 +564,25 @@ TEST(DualDispatch, NeverTransposedAndTiledByTheDualKernel) {
   EXPECT_EQ(decode.kind, KernelKind::tma);
   EXPECT_TRUE(decode.dual);
   EXPECT_GE(decode.stages, 2);
+}
+
+// FP8 dual GEMMs on the dual TMA kernel's FP8 tiles, 64 or 128 rows by 128 or 160 accumulator
+// columns (B's half, then B2's), each taking the scales' mode; never transposed, never split.
+TEST(DualDispatch, Fp8TilesAre64Or128By128Or160) {
+  for (const Fp8Mode& m : kFp8Modes) {
+    SCOPED_TRACE(std::string(scale_mode_name(m.mode)) + " 128x" + std::to_string(m.b_block_cols));
+    const Problem p = validate(fp8_dual(m.mode, m.b_block_cols));
+    EXPECT_EQ(normalize(p).m, DM);
+    const std::vector<Candidate> candidates = rank_candidates(p, DeviceLimits{});
+    ASSERT_FALSE(candidates.empty());
+    for (const Candidate& c : candidates) {
+      EXPECT_TRUE(c.config.dual && c.config.kind == KernelKind::tma) << c.config.name();
+      EXPECT_TRUE(c.config.tile_m == 64 || c.config.tile_m == 128) << c.config.name();
+      EXPECT_TRUE(c.config.tile_n == 128 || c.config.tile_n == 160) << c.config.name();
+      EXPECT_TRUE(tile_takes_scales({c.config.tile_m, c.config.tile_n}, m.mode, m.mode)) << c.config.name();
+      EXPECT_EQ(c.config.splits, 1) << c.config.name();
+    }
+  }
 }
 
 TEST(DualDispatch, OperandsTmaCannotReadAreStaged) {
