@@ -34,11 +34,14 @@ _TORCH_FUNCTIONS = {
     "mm": "alpha * a @ b + beta * c, a [M, K] and b [K, N] of bfloat16 or float16",
     "quantize": "x in FP8, a scale per block (tensor, row, 1x128, 128x128, mx): (q, scales)",
     "scaled_grouped_mm": "grouped_mm of FP8 inputs with their scales, as torch._scaled_grouped_mm",
+    "scaled_grouped_swiglu_mm": "grouped_swiglu_mm of FP8 inputs with their scales (MoE up-projection)",
     "scaled_mm": "the FP8 product (a * scales) @ (b * scales); scales per tensor, row, block, mx",
+    "scaled_swiglu_mm": "swiglu_mm of FP8 inputs with their scales, as scaled_mm takes them",
     "swiglu_mm": "silu(x @ gate.T) * (x @ up.T) as one dual GEMM (SwiGLU's up-projection)",
 }
+_WIDTH = max(map(len, _TORCH_FUNCTIONS))
 __doc__ = (__doc__ or "") + "\nFunctions on torch tensors (help(gemmkit.NAME) for the details):\n" + "".join(
-    f"  {name:<18} {summary}\n" for name, summary in _TORCH_FUNCTIONS.items())
+    f"  {name:<{_WIDTH}} {summary}\n" for name, summary in _TORCH_FUNCTIONS.items())
 __all__ = ["DType", "ScaleMode", "TensorView", "TuningMode", "gemm", "quantize_views", "set_tuning_mode",
            "tuning_mode", *_TORCH_FUNCTIONS]
 

@@ -7,7 +7,8 @@ products: the forward and input gradient, and the weight gradient, each with FP8
 scaled_grouped_mm. An e4m3 output, quantised in 1x128 blocks, comes with its float32 scales
 [..., M, ceil(N/128)] (_torch.new_scales): the *_quantized operators make and return both, and
 the operators that write into out take them as scale_d (None for other outputs); none of them
-has a gradient."""
+has a gradient. scaled_swiglu_mm and scaled_grouped_swiglu_mm (and their _out and _quantized
+forms) are the FP8 dual GEMMs, with the inputs' scales; they have no gradient either."""
 
 import torch
 
@@ -102,6 +103,32 @@ _lib.define("grouped_wgrad_quantized(Tensor x, Tensor y, Tensor offs, str epilog
             "int max_sms, Tensor? scale_a, Tensor? scale_b, str mode_a, str mode_b) -> (Tensor, Tensor)")
 _lib.define("grouped_swiglu_mm_quantized(Tensor x, Tensor w, Tensor? w_up, Tensor sizes, str layout, bool interleaved, "
             "str epilogue, str[] names, Tensor[] inputs, int max_sms) -> (Tensor, Tensor)")
+# The FP8 dual GEMMs (gemmkit.scaled_swiglu_mm, scaled_grouped_swiglu_mm): swiglu_mm and
+# grouped_swiglu_mm (and their _out and _quantized forms) of FP8 x and weights with their scales,
+# x's in mode_x and the weights' in mode_w: scale_x as scaled_mm's (scaled_grouped_mm's) scale_a,
+# scale_w and scale_up as its scale_b for b = w.t() and w_up.t() (the grouped ones as gemm.h's
+# views, [G, 1, N] rowwise, [G, 1, 1] tensor-wise); a combined w's one scale_w (scale_up None) is
+# split into the gate's and the up's by the kernel (_torch.swiglu_scales). The weights and their
+# scales enter whole. Not differentiable.
+_lib.define("scaled_swiglu_mm(Tensor x, Tensor w, Tensor? w_up, Tensor scale_x, Tensor scale_w, Tensor? scale_up, "
+            "str mode_x, str mode_w, bool interleaved, str epilogue, str[] names, Tensor[] inputs, "
+            "ScalarType? out_dtype) -> Tensor")
+_lib.define("scaled_swiglu_mm_out(Tensor x, Tensor w, Tensor? w_up, Tensor scale_x, Tensor scale_w, Tensor? scale_up, "
+            "Tensor(a!) out, str mode_x, str mode_w, bool interleaved, str epilogue, str[] names, Tensor[] inputs, "
+            "Tensor(b!)[] outputs, Tensor(c!)? scale_d=None) -> ()")
+_lib.define("scaled_swiglu_mm_quantized(Tensor x, Tensor w, Tensor? w_up, Tensor scale_x, Tensor scale_w, "
+            "Tensor? scale_up, str mode_x, str mode_w, bool interleaved, str epilogue, str[] names, Tensor[] inputs) "
+            "-> (Tensor, Tensor)")
+_lib.define("scaled_grouped_swiglu_mm(Tensor x, Tensor w, Tensor? w_up, Tensor scale_x, Tensor scale_w, "
+            "Tensor? scale_up, Tensor sizes, str layout, str mode_x, str mode_w, bool interleaved, str epilogue, "
+            "str[] names, Tensor[] inputs, ScalarType? out_dtype, int max_sms) -> Tensor")
+_lib.define("scaled_grouped_swiglu_mm_out(Tensor x, Tensor w, Tensor? w_up, Tensor scale_x, Tensor scale_w, "
+            "Tensor? scale_up, Tensor sizes, Tensor(a!) out, str layout, str mode_x, str mode_w, bool interleaved, "
+            "str epilogue, str[] names, Tensor[] inputs, Tensor(b!)[] outputs, int max_sms, "
+            "Tensor(c!)? scale_d=None) -> ()")
+_lib.define("scaled_grouped_swiglu_mm_quantized(Tensor x, Tensor w, Tensor? w_up, Tensor scale_x, Tensor scale_w, "
+            "Tensor? scale_up, Tensor sizes, str layout, str mode_x, str mode_w, bool interleaved, str epilogue, "
+            "str[] names, Tensor[] inputs, int max_sms) -> (Tensor, Tensor)")
 
 
 def _gemm(a, b, scale_a, scale_b, mode_a, mode_b, out_dtype, alpha, beta, c):
@@ -253,6 +280,67 @@ def _grouped_swiglu_mm_quantized(x, w, w_up, sizes, layout, interleaved, epilogu
     return out, scales
 
 
+def _scaled_swiglu_launch(x, w, w_up, scale_x, scale_w, scale_up, out, mode_x, mode_w, interleaved, epilogue,
+                          triples, scale_d=None):
+    """launch_scaled_swiglu with a combined w's scales split into the gate's and the up's."""
+    scale_gate, scale_upv = t.swiglu_scales(scale_w, scale_up, mode_w, interleaved, w.size(0))
+    t.launch_scaled_swiglu(x, w, w_up, interleaved, out, scale_x, scale_gate, scale_upv, mode_x, mode_w, epilogue,
+                           triples, scale_d)
+
+
+def _scaled_swiglu_mm(x, w, w_up, scale_x, scale_w, scale_up, mode_x, mode_w, interleaved, epilogue, names, inputs,
+                      out_dtype):
+    out = t.new_swiglu_output(x, w, w_up, out_dtype)
+    _scaled_swiglu_launch(x, w, w_up, scale_x, scale_w, scale_up, out, mode_x, mode_w, interleaved, epilogue,
+                          t.epilogue_triples(epilogue, names, inputs))
+    return out
+
+
+def _scaled_swiglu_mm_out(x, w, w_up, scale_x, scale_w, scale_up, out, mode_x, mode_w, interleaved, epilogue, names,
+                          inputs, outputs, scale_d=None):
+    _scaled_swiglu_launch(x, w, w_up, scale_x, scale_w, scale_up, out, mode_x, mode_w, interleaved, epilogue,
+                          t.epilogue_triples(epilogue, names, [*inputs, *outputs]), scale_d)
+
+
+def _scaled_swiglu_mm_quantized(x, w, w_up, scale_x, scale_w, scale_up, mode_x, mode_w, interleaved, epilogue, names,
+                                inputs):
+    out, scales = _with_scales(t.new_swiglu_output(x, w, w_up, t.QUANTIZED))
+    _scaled_swiglu_launch(x, w, w_up, scale_x, scale_w, scale_up, out, mode_x, mode_w, interleaved, epilogue,
+                          t.epilogue_triples(epilogue, names, inputs), scales)
+    return out, scales
+
+
+def _scaled_grouped_swiglu_launch(x, w, w_up, scale_x, scale_w, scale_up, sizes, out, layout, mode_x, mode_w,
+                                  interleaved, epilogue, triples, max_sms, scale_d=None):
+    """launch_scaled_grouped_swiglu with a combined w's scales split into the gates' and the ups'."""
+    scale_gate, scale_upv = t.swiglu_scales(scale_w, scale_up, mode_w, interleaved, w.size(1), grouped=True)
+    t.launch_scaled_grouped_swiglu(x, w, w_up, interleaved, sizes, layout, out, scale_x, scale_gate, scale_upv, mode_x,
+                                   mode_w, max_sms, epilogue, triples, scale_d)
+
+
+def _scaled_grouped_swiglu_mm(x, w, w_up, scale_x, scale_w, scale_up, sizes, layout, mode_x, mode_w, interleaved,
+                              epilogue, names, inputs, out_dtype, max_sms):
+    out = t.new_grouped_swiglu_output(x, w, w_up, out_dtype)
+    _scaled_grouped_swiglu_launch(x, w, w_up, scale_x, scale_w, scale_up, sizes, out, layout, mode_x, mode_w,
+                                  interleaved, epilogue, t.epilogue_triples(epilogue, names, inputs), max_sms)
+    return out
+
+
+def _scaled_grouped_swiglu_mm_out(x, w, w_up, scale_x, scale_w, scale_up, sizes, out, layout, mode_x, mode_w,
+                                  interleaved, epilogue, names, inputs, outputs, max_sms, scale_d=None):
+    _scaled_grouped_swiglu_launch(x, w, w_up, scale_x, scale_w, scale_up, sizes, out, layout, mode_x, mode_w,
+                                  interleaved, epilogue, t.epilogue_triples(epilogue, names, [*inputs, *outputs]),
+                                  max_sms, scale_d)
+
+
+def _scaled_grouped_swiglu_mm_quantized(x, w, w_up, scale_x, scale_w, scale_up, sizes, layout, mode_x, mode_w,
+                                        interleaved, epilogue, names, inputs, max_sms):
+    out, scales = _with_scales(t.new_grouped_swiglu_output(x, w, w_up, t.QUANTIZED))
+    _scaled_grouped_swiglu_launch(x, w, w_up, scale_x, scale_w, scale_up, sizes, out, layout, mode_x, mode_w,
+                                  interleaved, epilogue, t.epilogue_triples(epilogue, names, inputs), max_sms, scales)
+    return out, scales
+
+
 _lib.impl("gemm", _gemm, "CUDA")
 _lib.impl("gemm_out", _gemm_out, "CUDA")
 _lib.impl("gemm_epilogue", _gemm_epilogue, "CUDA")
@@ -275,6 +363,12 @@ _lib.impl("swiglu_mm_quantized", _swiglu_mm_quantized, "CUDA")
 _lib.impl("grouped_mm_quantized", _grouped_mm_quantized, "CUDA")
 _lib.impl("grouped_wgrad_quantized", _grouped_wgrad_quantized, "CUDA")
 _lib.impl("grouped_swiglu_mm_quantized", _grouped_swiglu_mm_quantized, "CUDA")
+_lib.impl("scaled_swiglu_mm", _scaled_swiglu_mm, "CUDA")
+_lib.impl("scaled_swiglu_mm_out", _scaled_swiglu_mm_out, "CUDA")
+_lib.impl("scaled_swiglu_mm_quantized", _scaled_swiglu_mm_quantized, "CUDA")
+_lib.impl("scaled_grouped_swiglu_mm", _scaled_grouped_swiglu_mm, "CUDA")
+_lib.impl("scaled_grouped_swiglu_mm_out", _scaled_grouped_swiglu_mm_out, "CUDA")
+_lib.impl("scaled_grouped_swiglu_mm_quantized", _scaled_grouped_swiglu_mm_quantized, "CUDA")
 
 
 @torch.library.register_fake("gemmkit::gemm")
@@ -416,6 +510,48 @@ def _grouped_wgrad_quantized_fake(x, y, offs, epilogue, names, inputs, max_sms, 
 
 @torch.library.register_fake("gemmkit::grouped_swiglu_mm_quantized")
 def _grouped_swiglu_mm_quantized_fake(x, w, w_up, sizes, layout, interleaved, epilogue, names, inputs, max_sms):
+    t.check_operator_shapes(epilogue, names, inputs, t.grouped_swiglu_epilogue_dims(x, w, w_up))
+    return _with_scales(x.new_empty(t.grouped_swiglu_output_shape(x, w, w_up), dtype=t.QUANTIZED))
+
+
+# The FP8 dual GEMMs' outputs, as swiglu_mm's and grouped_swiglu_mm's.
+
+@torch.library.register_fake("gemmkit::scaled_swiglu_mm")
+def _scaled_swiglu_mm_fake(x, w, w_up, scale_x, scale_w, scale_up, mode_x, mode_w, interleaved, epilogue, names,
+                           inputs, out_dtype):
+    t.check_operator_shapes(epilogue, names, inputs, _swiglu_dims(x, w, w_up))
+    return x.new_empty(t.swiglu_output_shape(x, w, w_up), dtype=t.output_dtype(x, out_dtype))
+
+
+@torch.library.register_fake("gemmkit::scaled_swiglu_mm_out")
+def _scaled_swiglu_mm_out_fake(x, w, w_up, scale_x, scale_w, scale_up, out, mode_x, mode_w, interleaved, epilogue,
+                               names, inputs, outputs, scale_d=None):
+    t.check_operator_shapes(epilogue, names, [*inputs, *outputs], _swiglu_dims(x, w, w_up))
+
+
+@torch.library.register_fake("gemmkit::scaled_swiglu_mm_quantized")
+def _scaled_swiglu_mm_quantized_fake(x, w, w_up, scale_x, scale_w, scale_up, mode_x, mode_w, interleaved, epilogue,
+                                     names, inputs):
+    t.check_operator_shapes(epilogue, names, inputs, _swiglu_dims(x, w, w_up))
+    return _with_scales(x.new_empty(t.swiglu_output_shape(x, w, w_up), dtype=t.QUANTIZED))
+
+
+@torch.library.register_fake("gemmkit::scaled_grouped_swiglu_mm")
+def _scaled_grouped_swiglu_mm_fake(x, w, w_up, scale_x, scale_w, scale_up, sizes, layout, mode_x, mode_w,
+                                   interleaved, epilogue, names, inputs, out_dtype, max_sms):
+    t.check_operator_shapes(epilogue, names, inputs, t.grouped_swiglu_epilogue_dims(x, w, w_up))
+    return x.new_empty(t.grouped_swiglu_output_shape(x, w, w_up), dtype=t.output_dtype(x, out_dtype))
+
+
+@torch.library.register_fake("gemmkit::scaled_grouped_swiglu_mm_out")
+def _scaled_grouped_swiglu_mm_out_fake(x, w, w_up, scale_x, scale_w, scale_up, sizes, out, layout, mode_x, mode_w,
+                                       interleaved, epilogue, names, inputs, outputs, max_sms, scale_d=None):
+    t.check_operator_shapes(epilogue, names, [*inputs, *outputs], t.grouped_swiglu_epilogue_dims(x, w, w_up))
+
+
+@torch.library.register_fake("gemmkit::scaled_grouped_swiglu_mm_quantized")
+def _scaled_grouped_swiglu_mm_quantized_fake(x, w, w_up, scale_x, scale_w, scale_up, sizes, layout, mode_x, mode_w,
+                                             interleaved, epilogue, names, inputs, max_sms):
     t.check_operator_shapes(epilogue, names, inputs, t.grouped_swiglu_epilogue_dims(x, w, w_up))
     return _with_scales(x.new_empty(t.grouped_swiglu_output_shape(x, w, w_up), dtype=t.QUANTIZED))
 
@@ -820,6 +956,26 @@ def _eager_grouped_swiglu_backward(ctx, grad):
 
 torch.library.register_autograd("gemmkit::grouped_swiglu_mm", _grouped_swiglu_backward,
                                 setup_context=_grouped_swiglu_setup_context)
+
+
+# The FP8 dual GEMMs have no gradient: their backward refuses, as gemm's does for FP8 products
+# (gemmkit.scaled_swiglu_mm and scaled_grouped_swiglu_mm refuse inputs that require grad before
+# they get here).
+
+def _no_setup_context(ctx, inputs, output):
+    pass
+
+
+def _fp8_swiglu_backward(function):
+    def backward(ctx, grad):
+        raise RuntimeError(f"gemmkit: FP8 products ({function}) are not differentiable")
+    return backward
+
+
+torch.library.register_autograd("gemmkit::scaled_swiglu_mm", _fp8_swiglu_backward("scaled_swiglu_mm"),
+                                setup_context=_no_setup_context)
+torch.library.register_autograd("gemmkit::scaled_grouped_swiglu_mm", _fp8_swiglu_backward("scaled_grouped_swiglu_mm"),
+                                setup_context=_no_setup_context)
 
 
 # --- eager autograd ------------------------------------------------------------------------------

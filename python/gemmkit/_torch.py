@@ -122,6 +122,52 @@ def launch_swiglu(x, w, w_up, interleaved, out, epilogue, epilogue_pairs, scale_
                       epilogue_pairs, scale_d)
 
 
+def launch_scaled_swiglu(x, w, w_up, interleaved, out, scale_x, scale_gate, scale_up, mode_x, mode_w, epilogue,
+                         epilogue_pairs, scale_d=None):
+    """launch_swiglu for FP8 x and weights: acc = (x * its scales) @ (gate * scale_gate)^T and acc2
+    the same with up and scale_up (GemmOptions::scale_b and scale_b2, mode_w), x's scales scale_x
+    (mode_x); the gate's and up's scales each laid out as B's for B = gate^T or up^T, the halves of
+    a combined w's split by swiglu_scales."""
+    _C.swiglu_tensors(x, w, w_up, interleaved, out, torch._C._cuda_getCurrentRawStream(out.get_device()), epilogue,
+                      epilogue_pairs, scale_d, MODES[mode_x], scale_x, MODES[mode_w], scale_gate, scale_up)
+
+
+def swiglu_scales(scale_w, scale_up, mode, interleaved, rows, grouped=False):
+    """(the gate's scales, the up's) of scaled_swiglu_mm's weights (`grouped`:
+    scaled_grouped_swiglu_mm's, each expert's), each laid out as B's for B = gate^T or up^T
+    (GemmOptions::scale_b and scale_b2): scale_w and scale_up as they are where w_up was given
+    (scale_up not None). Else scale_w holds the scales of one w of `rows` (2I) rows laid out as
+    B's for b = w.t() ([G, ...] grouped), its last dimension B's columns, w's rows: the gate's and
+    the up's are views of it, the same single scale for both in mode 'tensor'; its first and last
+    I columns, or (interleaved) its even and odd ones, where it has one a row of w (rowwise, block
+    128x1, mx); its first and last I/128 where it has one a block of 128 rows (block 128x128),
+    which the up's rows start on only where I is a multiple of 128 and w is not interleaved.
+    ValueError otherwise, saying what to pass instead: the gate and up weights apart, each with
+    its own scales."""
+    if scale_up is not None:
+        return scale_w, scale_up
+    if mode == "tensor":
+        return scale_w, scale_w
+    half, cols, blocks = rows // 2, scale_w.size(-1) if scale_w.dim() else 1, -(-rows // 128)
+    if cols == rows:  # one a row of w
+        return (scale_w[..., 0::2], scale_w[..., 1::2]) if interleaved else (scale_w[..., :half], scale_w[..., half:])
+    g, t = ("G, ", "w.transpose(-2, -1)") if grouped else ("", "w.t()")
+    if mode == "block" and cols == blocks:
+        instead = (f"expected the gate and up weights apart, w and w_up [{g}I, K], each quantised with its own scales "
+                   "(scale_w and scale_up), or scales of one a row of w (mode 'rowwise', or block 128x1)")
+        if interleaved:
+            raise ValueError(f"scale_w: 128x128 blocks of an interleaved w [{g}2I, K], each block's rows alternating "
+                             "gate and up, do not split into the gate's scales and the up's; " + instead)
+        if half % 128:
+            raise ValueError(f"scale_w: 128x128 blocks of a w [{g}2I, K] with I = {half}, not a multiple of 128: the "
+                             f"up's rows start inside block {half // 128} of w's rows, so the scales do not split into "
+                             "the gate's and the up's; " + instead)
+        return scale_w[..., :half // 128], scale_w[..., half // 128:]
+    raise ValueError(f"scale_w: shape {list(scale_w.shape)} in mode {mode!r} for a w [{g}2I, K] of 2I = {rows} rows; "
+                     f"expected B's scales for b = {t}, their last dimension one a row of w, {rows} (rowwise, block "
+                     f"128x1, mx), or one a block of 128 rows, {blocks} (block 128x128)")
+
+
 _EPILOGUE_USES = {}  # text -> _C.epilogue_tensor_uses(text)
 
 
@@ -351,6 +397,19 @@ def launch_grouped_swiglu(x, w, w_up, interleaved, sizes, layout, out, max_sms, 
                               epilogue_pairs, scale_d)
 
 
+def launch_scaled_grouped_swiglu(x, w, w_up, interleaved, sizes, layout, out, scale_x, scale_gate, scale_up, mode_x,
+                                 mode_w, max_sms, epilogue, epilogue_pairs, scale_d=None):
+    """launch_grouped_swiglu for FP8 x and experts' weights, with x's scales (mode_x) and the gates'
+    and ups' (mode_w) as launch_scaled_swiglu's, each batched by group or shared
+    (scaled_grouped_mm's B scales as gemm.h's views). x is copied first where TMA cannot read it
+    K-major, the weights as launch_grouped_swiglu's."""
+    x = tma_readable(x, (-1,))
+    w, w_up = swiglu_weights_readable(w, w_up)
+    _C.grouped_swiglu_tensors(x, w, w_up, interleaved, out, sizes.contiguous(), LAYOUTS[layout], False,
+                              torch._C._cuda_getCurrentRawStream(out.get_device()), max_sms, epilogue,
+                              epilogue_pairs, scale_d, MODES[mode_x], scale_x, MODES[mode_w], scale_gate, scale_up)
+
+
 def swiglu_weights_readable(w, w_up):
     """(w, w_up) as they are where their rows (K) are contiguous and TMA can read them: then so can
     it the B and B2 views grouped_swiglu_tensors makes (a half of each expert's rows, or every
@@ -489,6 +548,17 @@ def refuse_autograd_of_quantized(named):
             if isinstance(t, torch.Tensor) and t.requires_grad:
                 raise RuntimeError(f"{name}: requires grad, but a float8_e4m3fn output (out_dtype or out=) is not "
                                    "differentiable; expected inputs that do not require grad (or torch.no_grad())")
+
+
+def refuse_autograd_of_fp8(function, named):
+    """RuntimeError naming the first of the (name, tensor) pairs `named` that autograd would track
+    in a call of `function`, an FP8 product without a gradient (scaled_swiglu_mm,
+    scaled_grouped_swiglu_mm)."""
+    if torch.is_grad_enabled():
+        for name, t in named:
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                raise RuntimeError(f"{name}: requires grad, but {function} (FP8 inputs) is not differentiable; "
+                                   "expected inputs that do not require grad (or torch.no_grad())")
 
 
 def differentiable_epilogue(epilogue, a, b, tensors, out=None, alpha=1.0, beta=0.0, c=None, scaled=False):
@@ -1065,11 +1135,17 @@ def _check_swiglu_operands(x, w, w_up, interleaved):
     _check_swiglu_weights(x, w, w_up, interleaved, grouped=False)
 
 
-def _check_swiglu_weights(x, w, w_up, interleaved, grouped):
+def _check_swiglu_weights(x, w, w_up, interleaved, grouped, fp8=False):
     """x's dtype, and the weights of swiglu_mm (w [I, K] with w_up [I, K], or w [2I, K] alone) or,
     `grouped`, grouped_swiglu_mm's (each expert's: [G, I, K], [G, 2I, K]): CUDA tensors of x's
-    dtype, bfloat16 or float16, K agreeing with x's."""
-    if x.dtype not in (torch.bfloat16, torch.float16):
+    dtype, bfloat16 or float16, K agreeing with x's. `fp8` (scaled_swiglu_mm's and
+    scaled_grouped_swiglu_mm's): x float8_e4m3fn or float8_e5m2, and so the weights, w_up of w's
+    type."""
+    if fp8:
+        if x.dtype not in FP8_DTYPES:
+            raise TypeError(f"x: dtype {x.dtype} is not supported; expected float8_e4m3fn or float8_e5m2 (16-bit "
+                            f"inputs: {'grouped_swiglu_mm' if grouped else 'swiglu_mm'})")
+    elif x.dtype not in (torch.bfloat16, torch.float16):
         raise TypeError(f"x: dtype {x.dtype} is not supported; expected bfloat16 or float16")
     g, rank, rows = ("G, ", 3, "second") if grouped else ("", 2, "first")
     combined = w_up is None
@@ -1081,7 +1157,14 @@ def _check_swiglu_weights(x, w, w_up, interleaved, grouped):
         _check_cuda_tensor(t, name)
         if t.dim() != rank:
             raise ValueError(f"{name}: {t.dim()} dimensions; expected {rank}, {shape}")
-        if t.dtype != x.dtype:
+        if fp8:
+            if t.dtype not in FP8_DTYPES:
+                raise TypeError(f"{name}: dtype {t.dtype} is not supported; expected float8_e4m3fn or float8_e5m2 "
+                                "(the weights quantised, their scales scale_w and scale_up)")
+            if name == "w_up" and t.dtype != w.dtype:
+                raise TypeError(f"w_up: dtype {t.dtype} differs from w's, {w.dtype}; expected the up "
+                                f"weight{'s' if grouped else ''} of the gate's type")
+        elif t.dtype != x.dtype:
             raise TypeError(f"{name}: dtype {t.dtype} differs from x's, {x.dtype}; expected the weights of x's type "
                             "(bfloat16 or float16)")
     if not combined:
@@ -1160,6 +1243,103 @@ def scaled_mm(a, b, scale_a, scale_b, *, mode="tensor", out=None, out_dtype=None
     result = _gemm(a, b, (2, 3), scale_a, scale_b, _mode_pair(mode), out_t, out_dtype, alpha, beta, c, epilogue,
                    tensors, scales_t)
     return _arrays.to_caller(result, kind, out)
+
+
+def scaled_swiglu_mm(x, w, scale_x, scale_w, w_up=None, scale_up=None, *, mode="tensor", interleaved=False,
+                     epilogue=None, out=None, out_dtype=None, **tensors):
+    """swiglu_mm for FP8 inputs, in scaled_mm's terms: silu(X @ gate.T) * (X @ up.T), X = x * its
+    scales and gate and up the weights times theirs, both products from the same tiles of x in one
+    dual GEMM (GemmOptions::b2 with its scales, scale_b2), neither stored. x [M, K] of
+    float8_e4m3fn or float8_e5m2 (leading dimensions flattened first, scale_x's with them); the
+    weights FP8 too (w_up of w's type) in torch.nn.Linear's layout, read as they lie, as swiglu_mm
+    takes them:
+    - w [I, K] the gate weight with its scales scale_w, and w_up [I, K] the up weight with
+      scale_up;
+    - w [2I, K] alone with its one scale_w: the gate's rows, then the up's;
+    - w [2I, K] with interleaved=True: rows alternating gate, up (w[0::2] the gate).
+    `mode` is 'tensor', 'rowwise', 'block' or 'mx', or a pair (x's and the weights'). scale_x is
+    scaled_mm's scale_a for a = x (tensor: one value; rowwise [M] or [M, 1]; block [M, ceil(K/128)]
+    (1x128) or [ceil(M/128), ceil(K/128)]; mx [M, ceil(K/32)]); a weight's scales are scaled_mm's
+    scale_b for b = w.t(): one quantised by quantize() as q [N, K] with scales [N/.., K/..] passes
+    as w = q, scale_w = scales.t() (tensor: one value; rowwise [N] or [1, N]; block
+    [ceil(K/128), ceil(N/128)] (128x128) or [ceil(K/128), N] (128x1); mx [ceil(K/32), N],
+    float8_e8m0fnu), N being I, or 2I for a combined w. A combined w's scales are split into the
+    gate's and the up's as views: their first and last I columns (even and odd ones interleaved),
+    the one scale for both in mode 'tensor', the first and last I/128 column blocks of 128x128
+    blocks. Those split only where the up's rows start on a block, I a multiple of 128 and w not
+    interleaved: other combined weights raise ValueError, and pass as w and w_up, each quantised
+    with its own scales. Float32 scales (mx: float8_e8m0fnu), any strides.
+    -> [M, I], bfloat16 unless out_dtype or out says float16 or float32, or float8_e4m3fn: then
+    (out, scales) as swiglu_mm returns them, the down-projection's a and block-mode scale_a; out=
+    takes that pair.
+
+    epilogue: the text computing D from acc and acc2, the gate's and the up's scaled products,
+    which it must read, as swiglu_mm's; None is SwiGLU, "silu(acc) * acc2". Its tensors are
+    keyword arguments: name[n] [I], name[m] [M], name[m, n] and outputs [M, I].
+
+    Not differentiable: inputs that require grad are refused (RuntimeError). A traced call is one
+    operator, torch.ops.gemmkit.scaled_swiglu_mm (scaled_swiglu_mm_out with out= or an epilogue's
+    outputs, scaled_swiglu_mm_quantized for an e4m3 output), which takes the weights and their
+    scales whole."""
+    refuse_stray_tensors("scaled_swiglu_mm", epilogue, tensors)
+    names = ("x", "w", "scale_x", "scale_w", "w_up", "scale_up", "out", "out[1]")
+    (x, w, scale_x, scale_w, w_up, scale_up, out_t, scales_t), kind = _arrays.to_torch(
+        torch, (x, w, scale_x, scale_w, w_up, scale_up, *out_pair(out)), names)
+    _check_cuda_tensor(x, "x")
+    if x.dim() != 2:
+        raise ValueError(f"x: {x.dim()} dimensions; expected 2, [M, K] (leading dimensions flattened first, and "
+                         "scale_x's with them)")
+    _check_swiglu_weights(x, w, w_up, interleaved, grouped=False, fp8=True)
+    _check_scaled_swiglu_scales(w_up, scale_x, scale_w, scale_up)
+    interleaved, modes = bool(interleaved), _mode_pair(mode)
+    scale_gate, scale_upv = swiglu_scales(scale_w, scale_up, modes[1], interleaved, w.size(0))
+    check_output(out_t, out_dtype, (2,), scales_t)
+    shape = swiglu_output_shape(x, w, w_up)
+    if out_t is not None and out_t.shape != shape:
+        raise ValueError(f"out: shape {list(out_t.shape)}; expected x's rows and I, {list(shape)}")
+    text = SWIGLU if epilogue is None else epilogue
+    pairs = epilogue_pairs(text, tensors, lambda: EpilogueDims(1, *shape, False, "batch"))
+    if not reads_acc2(text):
+        raise ValueError(f"epilogue: {text!r} does not read acc2, the up projection's product; expected a text of "
+                         f"acc (x @ gate.T) and acc2 (x @ up.T), e.g. {SWIGLU!r}")
+    refuse_autograd_of_fp8("scaled_swiglu_mm", (("x", x), ("w", w), ("scale_x", scale_x), ("scale_w", scale_w),
+                                                ("w_up", w_up), ("scale_up", scale_up), *tensors.items()))
+    quantize = quantized(out_t, out_dtype)
+    if direct(x, w, w_up, scale_x, scale_w, scale_up, out_t, scales_t, *(t for _, t, _ in pairs)):
+        if out_t is None:
+            out_t = new_swiglu_output(x, w, w_up, out_dtype)
+            scales_t = new_scales(out_t) if quantize else None
+        launch_scaled_swiglu(x, w, w_up, interleaved, out_t, scale_x, scale_gate, scale_upv, *modes, text, pairs,
+                             scales_t)
+        return _arrays.to_caller((out_t, scales_t) if quantize else out_t, kind, out)
+    names, inputs, outputs = operator_tensors(text, pairs)
+    operands = (x, w, w_up, scale_x, scale_w, scale_up, *modes, interleaved, text, names, inputs)
+    if out_t is None and not outputs:
+        if quantize:
+            result = torch.ops.gemmkit.scaled_swiglu_mm_quantized(*operands)
+        else:
+            result = torch.ops.gemmkit.scaled_swiglu_mm(*operands, out_dtype)
+        return _arrays.to_caller(result, kind)
+    if out_t is None:
+        out_t = new_swiglu_output(x, w, w_up, out_dtype)
+        scales_t = new_scales(out_t) if quantize else None
+    torch.ops.gemmkit.scaled_swiglu_mm_out(x, w, w_up, scale_x, scale_w, scale_up, out_t, *modes, interleaved, text,
+                                           names, inputs, outputs, scales_t)
+    return _arrays.to_caller((out_t, scales_t) if quantize else out_t, kind, out)
+
+
+def _check_scaled_swiglu_scales(w_up, scale_x, scale_w, scale_up):
+    """The scales of scaled_swiglu_mm and scaled_grouped_swiglu_mm: CUDA tensors of at most 3
+    dimensions, scale_up given with w_up and only then (a combined w's are split from scale_w)."""
+    for t, name in ((scale_x, "scale_x"), (scale_w, "scale_w"), (scale_up, "scale_up")):
+        if t is not None or name != "scale_up":
+            check(t, name, (0, 1, 2, 3))
+    if w_up is None and scale_up is not None:
+        raise ValueError("scale_up: given without w_up; expected the up weight's scales only with w_up (a combined "
+                         "w's, scale_w, are split into the gate's and the up's)")
+    if w_up is not None and scale_up is None:
+        raise ValueError("scale_up: None with w_up given; expected the up weight's scales, laid out as scale_w is "
+                         "for w")
 
 
 def grouped_mm(a, b, offs=None, *, counts=None, out=None, out_dtype=None, max_sms=0, epilogue=None, **tensors):
@@ -1355,15 +1535,16 @@ def grouped_swiglu_mm(x, w, offs=None, *, counts=None, w_up=None, interleaved=Fa
     return _arrays.to_caller((out_t, scales_t) if quantize else out_t, kind, out)
 
 
-def _check_grouped_swiglu_operands(x, w, w_up, offs, counts, interleaved):
+def _check_grouped_swiglu_operands(x, w, w_up, offs, counts, interleaved, fp8=False):
     """grouped_swiglu_mm's x [M_total, K] with offs or [G, max_m, K] with counts, and the experts'
     weights w [G, I, K] with w_up [G, I, K], or w [G, 2I, K] alone: CUDA tensors, all bfloat16
-    or all float16, G and K agreeing. Returns (layout, sizes), as _group_sizes."""
+    or all float16 (`fp8`: FP8, as _check_swiglu_weights says), G and K agreeing. Returns (layout,
+    sizes), as _group_sizes."""
     _check_cuda_tensor(x, "x")
     if x.dim() not in (2, 3):
         raise ValueError(f"x: {x.dim()} dimensions; expected 2, [M_total, K] with offs, or 3, [G, max_m, K] with "
                          "counts")
-    _check_swiglu_weights(x, w, w_up, interleaved, grouped=True)
+    _check_swiglu_weights(x, w, w_up, interleaved, grouped=True, fp8=fp8)
     layout, name, sizes = _layout_of(x, offs, counts, "x", "")
     check_sizes(sizes, name, w.size(0), of="w")
     if x.dim() == 3 and x.size(0) != w.size(0):
@@ -1443,6 +1624,108 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, offs=None, *, counts=None, mode="r
         else:
             result = _grouped(a, b, sizes, layout, scale_a, scale_b, modes, out_t, out_dtype, max_sms, scales_t)
     return _arrays.to_caller(result, kind, out)
+
+
+def scaled_grouped_swiglu_mm(x, w, scale_x, scale_w, offs=None, *, counts=None, w_up=None, scale_up=None,
+                             mode="rowwise", interleaved=False, epilogue=None, out=None, out_dtype=None, max_sms=0,
+                             **tensors):
+    """grouped_swiglu_mm for FP8 inputs (the MoE up-projection as one grouped dual GEMM), with
+    scaled_grouped_mm's scales: each expert's rows of x times its gate and up weights,
+    silu(X_g @ gate_g.T) * (X_g @ up_g.T), X = x * its scales and the weights times theirs. The
+    groups' rows as grouped_swiglu_mm takes them: x [M_total, K] with offs [G] -> [M_total, I]
+    (rows past offs[-1] not written), or x [G, max_m, K] with counts [G] -> [G, max_m, I] (rows
+    past each count not written); x float8_e4m3fn or float8_e5m2. The experts' weights FP8 too
+    (w_up of w's type), read as they lie: w [G, I, K] with scale_w and w_up [G, I, K] with
+    scale_up; w [G, 2I, K] alone with its one scale_w, each expert's gate rows then its up rows, or
+    (interleaved=True) alternating.
+    `mode` is 'tensor', 'rowwise' or 'block', or a pair (x's and the weights'). scale_x is
+    scaled_grouped_mm's scale_a (rowwise [M_total], [G, max_m] masked; tensor one value; block
+    [M_total, ceil(K/128)] (1x128), [G, max_m, ceil(K/128)] masked); the weights' are its scale_b
+    for b = w.transpose(-2, -1), one set a group: rowwise [G, N]; tensor [G] (or one for all);
+    block [G, ceil(K/128), ceil(N/128)] (128x128) or [G, ceil(K/128), N] (128x1), N being I, or 2I
+    for a combined w. Experts quantised by quantize() as q [G, N, K] with scales pass as w = q,
+    scale_w = scales.transpose(-2, -1). A combined w's scales are split into the gate's and the
+    up's as scaled_swiglu_mm's are (views of their halves, or even and odd columns; the one scale
+    for both in mode 'tensor'), 128x128 blocks only where I is a multiple of 128 and w is not
+    interleaved: ValueError otherwise (pass w and w_up, each with its own scales). Float32 scales,
+    any strides. Output bfloat16 unless out_dtype or out says float16 or float32, or
+    float8_e4m3fn: then (out, scales) as grouped_swiglu_mm returns them, the MoE
+    down-projection's input as scaled_grouped_mm takes it; out= takes the pair. max_sms caps the
+    SMs the kernel runs on (0: all of them).
+
+    epilogue: the text computing each output from acc and acc2, the scaled products, which it
+    must read, as grouped_swiglu_mm's; its tensors keyword arguments as grouped_swiglu_mm's
+    (name[n] [G, I] or [I], name[m] [M_total] or [G, max_m], name[m, n] and outputs as out is).
+
+    Not differentiable: inputs that require grad are refused (RuntimeError). A traced call is one
+    operator, torch.ops.gemmkit.scaled_grouped_swiglu_mm (scaled_grouped_swiglu_mm_out with out=
+    or an epilogue's outputs, scaled_grouped_swiglu_mm_quantized for an e4m3 output)."""
+    refuse_stray_tensors("scaled_grouped_swiglu_mm", epilogue, tensors)
+    names = ("x", "w", "scale_x", "scale_w", "offs", "counts", "w_up", "scale_up", "out", "out[1]")
+    (x, w, scale_x, scale_w, offs, counts, w_up, scale_up, out_t, scales_t), kind = _arrays.to_torch(
+        torch, (x, w, scale_x, scale_w, offs, counts, w_up, scale_up, *out_pair(out)), names)
+    layout, sizes = _check_grouped_swiglu_operands(x, w, w_up, offs, counts, interleaved, fp8=True)
+    _check_scaled_swiglu_scales(w_up, scale_x, scale_w, scale_up)
+    interleaved, max_sms, modes = bool(interleaved), int(max_sms), _mode_pair(mode)
+    if "mx" in modes:
+        raise ValueError("mode: 'mx'; expected 'tensor', 'rowwise' or 'block' (grouped products take no MXFP8 "
+                         "scales)")
+    scale_x, scale_w, scale_up = _grouped_swiglu_scales(x, w, scale_x, scale_w, scale_up, modes)
+    scale_gate, scale_upv = swiglu_scales(scale_w, scale_up, modes[1], interleaved, w.size(1), grouped=True)
+    check_output(out_t, out_dtype, (x.dim(),), scales_t)
+    shape = grouped_swiglu_output_shape(x, w, w_up)
+    if out_t is not None and out_t.shape != shape:
+        raise ValueError(f"out: shape {list(out_t.shape)}; expected x's rows and I, {list(shape)}")
+    text = SWIGLU if epilogue is None else epilogue
+    pairs = epilogue_pairs(text, tensors, lambda: grouped_swiglu_epilogue_dims(x, w, w_up))
+    if not reads_acc2(text):
+        raise ValueError(f"epilogue: {text!r} does not read acc2, the up projection's product; expected a text of "
+                         f"acc (x_g @ gate_g.T) and acc2 (x_g @ up_g.T), e.g. {SWIGLU!r}")
+    refuse_autograd_of_fp8("scaled_grouped_swiglu_mm", (("x", x), ("w", w), ("scale_x", scale_x),
+                                                        ("scale_w", scale_w), ("w_up", w_up), ("scale_up", scale_up),
+                                                        *tensors.items()))
+    quantize = quantized(out_t, out_dtype)
+    if direct(x, w, w_up, scale_x, scale_w, scale_up, sizes, out_t, scales_t, *(t for _, t, _ in pairs)):
+        if out_t is None:
+            out_t = new_grouped_swiglu_output(x, w, w_up, out_dtype)
+            scales_t = new_scales(out_t) if quantize else None
+        launch_scaled_grouped_swiglu(x, w, w_up, interleaved, sizes, layout, out_t, scale_x, scale_gate, scale_upv,
+                                     *modes, max_sms, text, pairs, scales_t)
+        return _arrays.to_caller((out_t, scales_t) if quantize else out_t, kind, out)
+    names, inputs, outputs = operator_tensors(text, pairs)
+    operands = (x, w, w_up, scale_x, scale_w, scale_up, sizes, layout, *modes, interleaved, text, names, inputs)
+    if out_t is None and not outputs:
+        if quantize:
+            result = torch.ops.gemmkit.scaled_grouped_swiglu_mm_quantized(*operands, max_sms)
+        else:
+            result = torch.ops.gemmkit.scaled_grouped_swiglu_mm(*operands, out_dtype, max_sms)
+        return _arrays.to_caller(result, kind)
+    if out_t is None:
+        out_t = new_grouped_swiglu_output(x, w, w_up, out_dtype)
+        scales_t = new_scales(out_t) if quantize else None
+    torch.ops.gemmkit.scaled_grouped_swiglu_mm_out(x, w, w_up, scale_x, scale_w, scale_up, sizes, out_t, layout,
+                                                   *modes, interleaved, text, names, inputs, outputs, max_sms,
+                                                   scales_t)
+    return _arrays.to_caller((out_t, scales_t) if quantize else out_t, kind, out)
+
+
+def _grouped_swiglu_scales(x, w, scale_x, scale_w, scale_up, modes):
+    """scaled_grouped_swiglu_mm's scales as scaled_grouped_mm lays them out, as gemm.h's views
+    (_grouped_scales): a rowwise scale_x [G, max_m] of masked groups gets its K column back, the
+    weights' rowwise [G, N] become [G, 1, N] and tensor-wise [G] [G, 1, 1]. Others pass as they
+    are."""
+    groups = w.size(0)
+
+    def of_b(s):
+        if s is not None and modes[1] == "rowwise" and s.dim() == 2 and s.size(0) == groups:
+            return s.unsqueeze(-2)
+        if s is not None and modes[1] == "tensor" and s.dim() == 1 and s.size(0) == groups:
+            return s.view(groups, 1, 1)
+        return s
+
+    if modes[0] == "rowwise" and x.dim() == 3 and scale_x.dim() == 2:
+        scale_x = scale_x.unsqueeze(-1)
+    return scale_x, of_b(scale_w), of_b(scale_up)
 
 
 _BLOCKS = {"tensor": None, "rowwise": None, "block": (1, 128), "mx": (1, 32)}

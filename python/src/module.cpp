@@ -3,9 +3,11 @@
 // C++ functions. gemm_tensors(), grouped_gemm_tensors(), grouped_gemm_wgrad_tensors() and
 // quantize_tensors() take framework tensors (python/gemmkit's torch tensors) and read their views
 // and group sizes here (tensor_views.h); gemm_tensors() and gemm() take a dual GEMM's second B
-// (GemmOptions::b2) as an optional argument, and swiglu_tensors() makes B and B2 of SwiGLU's
-// weights itself (grouped_swiglu_tensors() of the experts' weights, for grouped_gemm()). Each of
-// them takes an e4m3 D's scales as an optional scale_d (GemmOptions::scale_d, block mode).
+// (GemmOptions::b2) and its FP8 scales (GemmOptions::scale_b2, in scale_b's mode) as optional
+// arguments, and swiglu_tensors() makes B and B2 of SwiGLU's weights itself
+// (grouped_swiglu_tensors() of the experts' weights, for grouped_gemm()), with FP8 weights' scales
+// given as the two halves' views (scale_b, scale_b2). Each of them takes an e4m3 D's scales as an
+// optional scale_d (GemmOptions::scale_d, block mode).
 // set_scratch_allocator() makes two Python callables (torch's caching allocator, from
 // python/gemmkit/_torch.py) gemmkit's scratch allocator (gemmkit/scratch.h). gemmkit::Error
 // becomes ValueError where the caller passed something gemmkit cannot accept, RuntimeError
@@ -62,6 +64,12 @@ std::optional<TensorView> optional_view(nb::handle tensor, const char* name) {
 // block mode alone), a framework tensor (None: D is not e4m3).
 void set_scale_d(gemmkit::GemmOptions& options, nb::handle scale_d) {
   if (!scale_d.is_none()) options.scale_d = {ScaleMode::block, gemmkit::python::view_of(scale_d, "scale_d")};
+}
+
+// B2's scales (GemmOptions::scale_b2) where the dual GEMM's B2 is FP8: scale_b's mode, a framework
+// tensor viewed as scale_b is (None: none).
+void set_scale_b2(gemmkit::GemmOptions& options, ScaleMode mode_b, nb::handle scale_b2) {
+  if (!scale_b2.is_none()) options.scale_b2 = {mode_b, gemmkit::python::scale_view_of(scale_b2, "scale_b2", false)};
 }
 
 // gemm_options() with C and the scales given as framework tensors (None: none).
@@ -261,19 +269,22 @@ NB_MODULE(_gemmkit, m) {
       [](const TensorView& a, const TensorView& b, const TensorView& d, float alpha, float beta,
          std::optional<TensorView> c, uintptr_t stream, ScaleMode mode_a, std::optional<TensorView> scale_a,
          ScaleMode mode_b, std::optional<TensorView> scale_b, std::optional<TensorView> b2,
-         std::optional<TensorView> scale_d) {
+         std::optional<TensorView> scale_d, std::optional<TensorView> scale_b2) {
         gemmkit::GemmOptions options = gemm_options(alpha, beta, c, stream, mode_a, scale_a, mode_b, scale_b);
         options.b2 = b2;
+        if (scale_b2) options.scale_b2 = {mode_b, *scale_b2};
         if (scale_d) options.scale_d = {ScaleMode::block, *scale_d};
         gemmkit::gemm(a, b, d, options);
       },
       nb::arg("a"), nb::arg("b"), nb::arg("d"), nb::arg("alpha") = 1.0f, nb::arg("beta") = 0.0f,
       nb::arg("c") = nb::none(), nb::arg("stream") = 0, nb::arg("mode_a") = ScaleMode::none,
       nb::arg("scale_a") = nb::none(), nb::arg("mode_b") = ScaleMode::none, nb::arg("scale_b") = nb::none(),
-      nb::arg("b2") = nb::none(), nb::arg("scale_d") = nb::none(), nb::call_guard<nb::gil_scoped_release>(),
+      nb::arg("b2") = nb::none(), nb::arg("scale_d") = nb::none(), nb::arg("scale_b2") = nb::none(),
+      nb::call_guard<nb::gil_scoped_release>(),
       "D = alpha * A * B + beta * C on `stream` (a cudaStream_t as an integer), FP8 operands scaled by "
-      "their modes and scale views; with b2 (a second K x N B, bf16 or f16 inputs, no C), the dual GEMM "
-      "D = silu(A B) * (A B2) (SwiGLU); an e4m3 D is quantised in 1x128 blocks, its f32 scales written to "
+      "their modes and scale views; with b2 (a second K x N B of B's dtype, no C), the dual GEMM "
+      "D = silu(A B) * (A B2) (SwiGLU), an FP8 b2 scaled by scale_b2 in mode_b (GemmOptions::scale_b2, "
+      "shaped as scale_b); an e4m3 D is quantised in 1x128 blocks, its f32 scales written to "
       "scale_d ([batch,] M x ceil(N/128), block mode); raises on misuse");
 
   m.def(
@@ -302,11 +313,12 @@ NB_MODULE(_gemmkit, m) {
       "gemm_tensors",
       [](nb::handle a, nb::handle b, nb::handle d, float alpha, float beta, nb::handle c, uintptr_t stream,
          ScaleMode mode_a, nb::handle scale_a, ScaleMode mode_b, nb::handle scale_b, const std::string& epilogue,
-         nb::handle epilogue_tensors, nb::handle b2, nb::handle scale_d) {
+         nb::handle epilogue_tensors, nb::handle b2, nb::handle scale_d, nb::handle scale_b2) {
         const TensorView va = gemmkit::python::view_of(a, "a"), vb = gemmkit::python::view_of(b, "b");
         const TensorView vd = gemmkit::python::view_of(d, "out");
         gemmkit::GemmOptions options = tensor_options(alpha, beta, c, stream, mode_a, scale_a, mode_b, scale_b);
         if (!b2.is_none()) options.b2 = gemmkit::python::view_of(b2, "b2");  // viewed as b is
+        set_scale_b2(options, mode_b, scale_b2);
         set_scale_d(options, scale_d);
         if (!epilogue.empty()) options.epilogue = epilogue_of(epilogue, epilogue_tensors);
         nb::gil_scoped_release unlocked;
@@ -315,21 +327,23 @@ NB_MODULE(_gemmkit, m) {
       nb::arg("a"), nb::arg("b"), nb::arg("d"), nb::arg("alpha"), nb::arg("beta"), nb::arg("c").none(),
       nb::arg("stream"), nb::arg("mode_a"), nb::arg("scale_a").none(), nb::arg("mode_b"), nb::arg("scale_b").none(),
       nb::arg("epilogue") = "", nb::arg("epilogue_tensors") = nb::none(), nb::arg("b2") = nb::none(),
-      nb::arg("scale_d") = nb::none(),
+      nb::arg("scale_d") = nb::none(), nb::arg("scale_b2") = nb::none(),
       "gemm() on framework tensors (see register_dtype), with a fused epilogue's text and (name, tensor, index) "
       "triples; b2, a second B of b's shape, makes it a dual GEMM (GemmOptions::b2), whose epilogue reads that "
-      "product as acc2 (an empty text: \"silu(acc) * acc2\"); scale_d, an e4m3 d's f32 scales, [batch,] M x "
-      "ceil(N/128) (GemmOptions::scale_d)");
+      "product as acc2 (an empty text: \"silu(acc) * acc2\"); scale_b2, an FP8 b2's scales in mode_b, viewed as "
+      "scale_b is (GemmOptions::scale_b2); scale_d, an e4m3 d's f32 scales, [batch,] M x ceil(N/128) "
+      "(GemmOptions::scale_d)");
   m.def(
       "swiglu_tensors",
       [](nb::handle x, nb::handle w, nb::handle w_up, bool interleaved, nb::handle d, uintptr_t stream,
-         const std::string& epilogue, nb::handle epilogue_tensors, nb::handle scale_d) {
+         const std::string& epilogue, nb::handle epilogue_tensors, nb::handle scale_d, ScaleMode mode_a,
+         nb::handle scale_a, ScaleMode mode_b, nb::handle scale_b, nb::handle scale_b2) {
         const TensorView va = gemmkit::python::view_of(x, "x");
         const auto [vb, vb2] = swiglu_operands(w, w_up, interleaved);
         const TensorView vd = gemmkit::python::view_of(d, "out");
-        gemmkit::GemmOptions options;
-        options.stream = stream_of(stream);
+        gemmkit::GemmOptions options = tensor_options(1.0f, 0.0f, nb::none(), stream, mode_a, scale_a, mode_b, scale_b);
         options.b2 = vb2;
+        set_scale_b2(options, mode_b, scale_b2);
         set_scale_d(options, scale_d);
         if (!epilogue.empty()) options.epilogue = epilogue_of(epilogue, epilogue_tensors);
         nb::gil_scoped_release unlocked;
@@ -337,24 +351,29 @@ NB_MODULE(_gemmkit, m) {
       },
       nb::arg("x"), nb::arg("w"), nb::arg("w_up").none(), nb::arg("interleaved"), nb::arg("d"), nb::arg("stream"),
       nb::arg("epilogue") = "", nb::arg("epilogue_tensors") = nb::none(), nb::arg("scale_d") = nb::none(),
+      nb::arg("mode_a") = ScaleMode::none, nb::arg("scale_a") = nb::none(), nb::arg("mode_b") = ScaleMode::none,
+      nb::arg("scale_b") = nb::none(), nb::arg("scale_b2") = nb::none(),
       "the dual GEMM of SwiGLU's up-projection on framework tensors: d [M, I] = the epilogue (empty: "
       "\"silu(acc) * acc2\") of acc = x @ gate^T and acc2 = x @ up^T, gate and up [I, K] each: w and w_up, or "
       "(w_up None) the halves of one [2I, K] w, its first and last I rows or (interleaved) its even and odd rows; "
-      "with a fused epilogue's (name, tensor, index) triples, and an e4m3 d's scales [M, ceil(I/128)] (scale_d)");
+      "with a fused epilogue's (name, tensor, index) triples, and an e4m3 d's scales [M, ceil(I/128)] (scale_d); "
+      "FP8 x and weights with x's scales (scale_a, mode_a) and the gate's and up's, each laid out as B's for "
+      "B = gate^T or up^T (scale_b and scale_b2, mode_b)");
   m.def(
       "grouped_swiglu_tensors",
       [](nb::handle x, nb::handle w, nb::handle w_up, bool interleaved, nb::handle d, nb::handle sizes,
          GroupLayout layout, bool check, uintptr_t stream, int max_sms, const std::string& epilogue,
-         nb::handle epilogue_tensors, nb::handle scale_d) {
+         nb::handle epilogue_tensors, nb::handle scale_d, ScaleMode mode_a, nb::handle scale_a, ScaleMode mode_b,
+         nb::handle scale_b, nb::handle scale_b2) {
         const TensorView va = gemmkit::python::view_of(x, "x");
         const auto [vb, vb2] = swiglu_operands(w, w_up, interleaved, true);
         const TensorView vd = gemmkit::python::view_of(d, "out");
         const GroupSizes vs = gemmkit::python::group_sizes_of(sizes, layout == GroupLayout::masked ? "counts" : "offs",
                                                               layout, check);
-        gemmkit::GemmOptions options;
-        options.stream = stream_of(stream);
+        gemmkit::GemmOptions options = tensor_options(1.0f, 0.0f, nb::none(), stream, mode_a, scale_a, mode_b, scale_b);
         options.max_sms = max_sms;
         options.b2 = vb2;
+        set_scale_b2(options, mode_b, scale_b2);
         set_scale_d(options, scale_d);
         if (!epilogue.empty()) options.epilogue = epilogue_of(epilogue, epilogue_tensors);
         nb::gil_scoped_release unlocked;
@@ -362,14 +381,17 @@ NB_MODULE(_gemmkit, m) {
       },
       nb::arg("x"), nb::arg("w"), nb::arg("w_up").none(), nb::arg("interleaved"), nb::arg("d"), nb::arg("sizes"),
       nb::arg("layout"), nb::arg("check"), nb::arg("stream"), nb::arg("max_sms"), nb::arg("epilogue") = "",
-      nb::arg("epilogue_tensors") = nb::none(), nb::arg("scale_d") = nb::none(),
+      nb::arg("epilogue_tensors") = nb::none(), nb::arg("scale_d") = nb::none(), nb::arg("mode_a") = ScaleMode::none,
+      nb::arg("scale_a") = nb::none(), nb::arg("mode_b") = ScaleMode::none, nb::arg("scale_b") = nb::none(),
+      nb::arg("scale_b2") = nb::none(),
       "the grouped dual GEMM of the MoE up-projection on framework tensors: for each group (expert) g, its rows "
       "of d = the epilogue (empty: \"silu(acc) * acc2\") of acc = x_g @ gate_g^T and acc2 = x_g @ up_g^T, gate and "
       "up [G, I, K]: w and w_up, or (w_up None) the halves of each expert's rows of one [G, 2I, K] w, its first and "
       "last I or (interleaved) its even and odd rows; x [M_total, K] and d [M_total, I] with `sizes` the groups' "
       "cumulative row ends (contiguous), or x [G, max_m, K] and d [G, max_m, I] with each group's row count "
       "(masked), as grouped_gemm_tensors; with a fused epilogue's (name, tensor, index) triples, and an e4m3 d's "
-      "scales, d's shape with ceil(I/128) columns (scale_d)");
+      "scales, d's shape with ceil(I/128) columns (scale_d); FP8 x and weights with x's scales (scale_a, mode_a) "
+      "and the gates' and ups' [G, ...] (scale_b and scale_b2, mode_b), as grouped_gemm_tensors' scale_b");
   m.def(
       "epilogue_tensor_uses",
       [](const std::string& text) {
