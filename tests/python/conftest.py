@@ -15,10 +15,5 @@ def fake():
 @pytest.fixture
 def cpu_kernels():
     """gemmkit's operators with CPU kernels (cpu_stand_ins.py) for the duration of a test."""
-    import torch
-    from cpu_stand_ins import STAND_INS
-    lib = torch.library.Library("gemmkit", "IMPL")  # noqa: TOR901
-    for name, kernel in STAND_INS.items():
-        lib.impl(name, kernel, "CPU")
-    yield
-    lib._destroy()
+    from cpu_stand_ins import STAND_INS, registered_on_cpu
+    yield from registered_on_cpu(STAND_INS)

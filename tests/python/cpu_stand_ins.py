@@ -11,6 +11,16 @@ import torch
 from gemmkit._torch import output_dtype
 
 
+def registered_on_cpu(kernels):
+    """Registers each of `kernels` (a gemmkit operator's name: its function) as the operator's CPU
+    kernel until the generator resumes: a fixture's `yield from registered_on_cpu({...})`."""
+    lib = torch.library.Library("gemmkit", "IMPL")  # noqa: TOR901
+    for name, kernel in kernels.items():
+        lib.impl(name, kernel, "CPU")
+    yield
+    lib._destroy()
+
+
 def quantized_blocks(value):
     """value [..., N] (double) as an e4m3 output holds it: (q, scales), scales float32 [...,
     ceil(N/128)], amax / 448 of each 1x128 block (1 for an all-zero one), q the block divided by

@@ -32,6 +32,7 @@ import operator
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
+from cpu_stand_ins import registered_on_cpu  # noqa: E402
 from fake_cuda import cuda  # noqa: E402
 
 import gemmkit  # noqa: E402
@@ -771,20 +772,14 @@ def swiglu_mm_outputs_stand_in(x, w, w_up, interleaved, epilogue, names, inputs,
 def cpu_outputs():
     """gemmkit's *_outputs operators on CPU tensors, by the stand-ins above, for the duration of a
     test."""
-    lib = torch.library.Library("gemmkit", "IMPL")  # noqa: TOR901
-    lib.impl("mm_epilogue_outputs", mm_epilogue_outputs_stand_in, "CPU")
-    lib.impl("swiglu_mm_outputs", swiglu_mm_outputs_stand_in, "CPU")
-    yield
-    lib._destroy()
+    yield from registered_on_cpu({"mm_epilogue_outputs": mm_epilogue_outputs_stand_in,
+                                  "swiglu_mm_outputs": swiglu_mm_outputs_stand_in})
 
 
 @pytest.fixture
 def cpu_swiglu():
     """gemmkit.swiglu_mm on CPU tensors, by swiglu_stand_in, for the duration of a test."""
-    lib = torch.library.Library("gemmkit", "IMPL")  # noqa: TOR901
-    lib.impl("swiglu_mm", swiglu_stand_in, "CPU")
-    yield
-    lib._destroy()
+    yield from registered_on_cpu({"swiglu_mm": swiglu_stand_in})
 
 
 def linear_pair(act, bias=False):
@@ -1240,13 +1235,10 @@ def scaled_epilogue_stand_in(a, b, out, scale_a, scale_b, mode_a, mode_b, epilog
 def cpu_grouped():
     """The operators the pass makes of grouped and FP8 products on CPU tensors, by the
     double-precision stand-ins above, for the duration of a test."""
-    lib = torch.library.Library("gemmkit", "IMPL")  # noqa: TOR901
-    lib.impl("grouped_mm_epilogue", grouped_mm_epilogue_stand_in, "CPU")
-    lib.impl("grouped_swiglu_mm", grouped_swiglu_stand_in, "CPU")
-    lib.impl("grouped_swiglu_mm_out", grouped_swiglu_out_stand_in, "CPU")
-    lib.impl("gemm_epilogue", scaled_epilogue_stand_in, "CPU")
-    yield
-    lib._destroy()
+    yield from registered_on_cpu({"grouped_mm_epilogue": grouped_mm_epilogue_stand_in,
+                                  "grouped_swiglu_mm": grouped_swiglu_stand_in,
+                                  "grouped_swiglu_mm_out": grouped_swiglu_out_stand_in,
+                                  "gemm_epilogue": scaled_epilogue_stand_in})
 
 
 OFFS = [10, 10, 40, M]  # an empty expert; every row owned, so that the graphs' values are defined

@@ -28,7 +28,7 @@ from fake_cuda import cuda  # noqa: E402
 from gpu_reference import expect_near, swiglu_reference as reference  # noqa: E402
 
 import gemmkit  # noqa: E402
-from cpu_stand_ins import group_rows  # noqa: E402
+from cpu_stand_ins import group_rows, registered_on_cpu  # noqa: E402
 from gemmkit import _torch  # noqa: E402
 
 BF16, F16, F32, F64, I32, I64 = torch.bfloat16, torch.float16, torch.float32, torch.float64, torch.int32, torch.int64
@@ -395,11 +395,8 @@ def grouped_swiglu_out_stand_in(x, w, w_up, sizes, out, layout, interleaved, epi
 
 @pytest.fixture
 def grouped_swiglu_kernels():
-    lib = torch.library.Library("gemmkit", "IMPL")  # noqa: TOR901
-    lib.impl("grouped_swiglu_mm", grouped_swiglu_stand_in, "CPU")
-    lib.impl("grouped_swiglu_mm_out", grouped_swiglu_out_stand_in, "CPU")
-    yield
-    lib._destroy()
+    yield from registered_on_cpu({"grouped_swiglu_mm": grouped_swiglu_stand_in,
+                                  "grouped_swiglu_mm_out": grouped_swiglu_out_stand_in})
 
 
 def test_opcheck_with_the_stand_in(grouped_swiglu_kernels):

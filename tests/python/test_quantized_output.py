@@ -30,7 +30,7 @@ from torch._subclasses.fake_tensor import FakeTensor  # noqa: E402
 from fake_cuda import cuda  # noqa: E402
 
 import gemmkit  # noqa: E402
-from cpu_stand_ins import group_rows, quantized_blocks  # noqa: E402
+from cpu_stand_ins import group_rows, quantized_blocks, registered_on_cpu  # noqa: E402
 from gpu_reference import FP8_SUMS, dequantized, expect_close, offs_of, spans, swiglu_reference  # noqa: E402
 
 BF16, F32, F64, E4M3, I32 = torch.bfloat16, torch.float32, torch.float64, torch.float8_e4m3fn, torch.int32
@@ -302,11 +302,8 @@ def grouped_swiglu_quantized_stand_in(x, w, w_up, sizes, layout, interleaved, ep
 
 @pytest.fixture
 def quantized_kernels(cpu_kernels):
-    lib = torch.library.Library("gemmkit", "IMPL")  # noqa: TOR901
-    lib.impl("swiglu_mm_quantized", swiglu_quantized_stand_in, "CPU")
-    lib.impl("grouped_swiglu_mm_quantized", grouped_swiglu_quantized_stand_in, "CPU")
-    yield
-    lib._destroy()
+    yield from registered_on_cpu({"swiglu_mm_quantized": swiglu_quantized_stand_in,
+                                  "grouped_swiglu_mm_quantized": grouped_swiglu_quantized_stand_in})
 
 
 def test_opcheck_with_the_stand_ins(quantized_kernels):

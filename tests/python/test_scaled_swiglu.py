@@ -33,7 +33,7 @@ from torch._subclasses.fake_tensor import FakeTensor  # noqa: E402
 from fake_cuda import cuda  # noqa: E402
 
 import gemmkit  # noqa: E402
-from cpu_stand_ins import group_rows, quantized_blocks, store  # noqa: E402
+from cpu_stand_ins import group_rows, quantized_blocks, registered_on_cpu, store  # noqa: E402
 from gemmkit import _torch  # noqa: E402
 from gpu_reference import FP8_SUMS, HALF_ULP, block_of, dequantized, nan_like  # noqa: E402
 from gpu_reference import rand as gpu_rand  # noqa: E402
@@ -579,11 +579,7 @@ def fp8_kernels(monkeypatch):
 
     monkeypatch.setattr(_torch, "launch_scaled_swiglu", swiglu_launch_stand_in)
     monkeypatch.setattr(_torch, "launch_scaled_grouped_swiglu", grouped_launch_stand_in)
-    lib = torch.library.Library("gemmkit", "IMPL")  # noqa: TOR901
-    for name in OPERATORS:
-        lib.impl(name, getattr(_ops, "_" + name), "CPU")
-    yield
-    lib._destroy()
+    yield from registered_on_cpu({name: getattr(_ops, "_" + name) for name in OPERATORS})
 
 
 def cpu_fp8(*shape, dtype=E4M3):

@@ -16,6 +16,7 @@ opcheck. Skips, saying so, without torch."""
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
+from cpu_stand_ins import registered_on_cpu  # noqa: E402
 from fake_cuda import cuda  # noqa: E402
 from gpu_reference import expect_near, swiglu_reference as reference  # noqa: E402
 
@@ -198,10 +199,7 @@ def swiglu_stand_in(x, w, w_up, interleaved, epilogue, names, inputs, out_dtype)
 
 @pytest.fixture
 def swiglu_kernels(cpu_kernels):
-    lib = torch.library.Library("gemmkit", "IMPL")  # noqa: TOR901
-    lib.impl("swiglu_mm", swiglu_stand_in, "CPU")
-    yield
-    lib._destroy()
+    yield from registered_on_cpu({"swiglu_mm": swiglu_stand_in})
 
 
 def leaf(*shape, transposed=False):
