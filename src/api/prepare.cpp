@@ -17,11 +17,19 @@ namespace {
 // The device of every operand the kernel will touch, each inside the memory it points into.
 int operands_device(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options,
                     const Problem& p) {
-  std::array<Operand, 2 + kMaxReadOperands + kMaxEpilogueTensors> operands;
+  std::array<Operand, 9 + kMaxEpilogueTensors> operands;
   size_t count = 0;
   operands[count++] = {&d, p.batch, "D"};
   if (p.quantizes_d()) operands[count++] = {&options.scale_d.scales, p.batch, "scale_d"};
-  count += read_operands(a, b, options, p, std::span(operands).subspan(count));
+  if (p.k > 0) {
+    operands[count++] = {&a, p.batch, "A"};
+    operands[count++] = {&b, p.batch, "B"};
+    if (options.b2) operands[count++] = {&*options.b2, p.batch, "options.b2"};
+    if (p.scale_a.mode != ScaleMode::none) operands[count++] = {&options.scale_a.scales, p.batch, "scale_a"};
+    if (p.scale_b.mode != ScaleMode::none) operands[count++] = {&options.scale_b.scales, p.batch, "scale_b"};
+    if (p.scale_b2.mode != ScaleMode::none) operands[count++] = {&options.scale_b2.scales, p.batch, "options.scale_b2"};
+  }
+  if (p.has_c()) operands[count++] = {&*options.c, p.batch, "C"};
   count += epilogue_operands(options.epilogue, p, std::span(operands).subspan(count));
   return check_device_memory({operands.data(), count});
 }

@@ -137,16 +137,14 @@ void check_dual(const GemmOptions& options, const TensorView& b, bool use_c, con
 // otherwise.
 ScaleRef scale_b2_ref(const GemmOptions& options, const ScaleRef& scale_b, int64_t k, int64_t n) {
   const Scale& scale = options.scale_b2;
-  // Messages are built only on failure: this runs on every call.
-  const auto mode = [&] { return "options.scale_b2: mode " + std::string(scale_mode_name(scale.mode)); };
+  const std::string mode = std::string(scale_mode_name(scale.mode)), wanted = std::string(scale_mode_name(scale_b.mode));
   if (!options.b2) {
-    if (scale.mode != ScaleMode::none) fail(mode() + " given without options.b2; expected mode none");
+    if (scale.mode != ScaleMode::none) fail("options.scale_b2: mode " + mode + " given without options.b2; expected mode none");
     return {};
   }
   if (scale.mode != scale_b.mode) {
-    const std::string wanted(scale_mode_name(scale_b.mode));
-    fail(mode() + (scale.mode == ScaleMode::none ? " with FP8 options.b2; expected B2's scales in mode " + wanted
-                                                 : "; expected scale_b's mode, " + wanted));
+    fail("options.scale_b2: mode " + mode + (scale.mode == ScaleMode::none ? " with FP8 options.b2; expected B2's scales in mode " + wanted
+                                                                             : "; expected scale_b's mode, " + wanted));
   }
   const ScaleRef ref = scale_ref(scale, *options.b2, /*is_a=*/false, k, n, "options.scale_b2", "options.b2");
   if (ref.block_rows != scale_b.block_rows || ref.block_cols != scale_b.block_cols) {
@@ -277,9 +275,18 @@ void check_scale_d_apart(const TensorView& a, const TensorView& b, const TensorV
   auto overlap = [](const std::string& what) {
     fail("scale_d: memory overlaps " + what + "; expected D's scales apart from every other tensor");
   };
-  std::array<api::Operand, 1 + kMaxReadOperands> others;
-  others[0] = {&d, batch, "D"};
-  const size_t count = 1 + read_operands(a, b, options, p, std::span(others).subspan(1));
+  std::array<api::Operand, 8> others;
+  size_t count = 0;
+  others[count++] = {&d, batch, "D"};
+  if (p.k > 0) {
+    others[count++] = {&a, batch, "A"};
+    others[count++] = {&b, batch, "B"};
+    if (options.b2) others[count++] = {&*options.b2, batch, "options.b2"};
+    if (options.scale_a.mode != ScaleMode::none) others[count++] = {&options.scale_a.scales, batch, "scale_a"};
+    if (options.scale_b.mode != ScaleMode::none) others[count++] = {&options.scale_b.scales, batch, "scale_b"};
+    if (options.scale_b2.mode != ScaleMode::none) others[count++] = {&options.scale_b2.scales, batch, "options.scale_b2"};
+  }
+  if (p.has_c()) others[count++] = {&*options.c, batch, "C"};
   for (size_t i = 0; i < count; ++i) {
     if (overlaps(*others[i].view, others[i].name)) overlap(others[i].name);
   }
@@ -290,37 +297,38 @@ void check_scale_d_apart(const TensorView& a, const TensorView& b, const TensorV
 
 }  // namespace
 
-size_t read_operands(const TensorView& a, const TensorView& b, const GemmOptions& options, const Problem& p,
-                     std::span<api::Operand> out) {
-  size_t count = 0;
-  if (p.k > 0) {
-    out[count++] = {&a, p.batch, "A"};
-    out[count++] = {&b, p.batch, "B"};
-    if (options.b2) out[count++] = {&*options.b2, p.batch, "options.b2"};
-    for (auto [scale, name] : {std::pair{&options.scale_a, "scale_a"}, std::pair{&options.scale_b, "scale_b"},
-                               std::pair{&options.scale_b2, "options.scale_b2"}}) {
-      if (scale->mode != ScaleMode::none) out[count++] = {&scale->scales, p.batch, name};
-    }
-  }
-  if (p.has_c()) out[count++] = {&*options.c, p.batch, "C"};
-  return count;
-}
-
 void check_apart(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options,
                  const Problem& p) {
-  const int64_t batch = p.batch;
+  const int64_t batch = p.batch, k = p.k;
   const bool use_c = p.has_c();
   const api::ByteRange d_range = byte_range(d, batch, "D");
-  std::array<api::Operand, kMaxReadOperands> inputs;
-  const size_t count = read_operands(a, b, options, p, inputs);
-  for (size_t i = 0; i + (use_c ? 1 : 0) < count; ++i) {  // C, last, may be D itself (below)
-    if (byte_range(*inputs[i].view, batch, inputs[i].name).overlaps(d_range)) {
-      fail(std::string("D: memory overlaps ") + inputs[i].name + "; expected D apart from the inputs");
+  if (k > 0 && byte_range(a, batch, "A").overlaps(d_range)) fail("D: memory overlaps A; expected D apart from the inputs");
+  if (k > 0 && byte_range(b, batch, "B").overlaps(d_range)) fail("D: memory overlaps B; expected D apart from the inputs");
+  if (k > 0 && options.b2 && byte_range(*options.b2, batch, "options.b2").overlaps(d_range)) {
+    fail("D: memory overlaps options.b2; expected D apart from the inputs");
+  }
+  for (auto [scale, name] : {std::pair{&options.scale_a, "scale_a"}, std::pair{&options.scale_b, "scale_b"},
+                             std::pair{&options.scale_b2, "options.scale_b2"}}) {
+    if (k > 0 && scale->mode != ScaleMode::none && byte_range(scale->scales, batch, name).overlaps(d_range)) {
+      fail(std::string("D: memory overlaps ") + name + "; expected D apart from the inputs");
     }
   }
   if (p.scale_d.data) check_scale_d_apart(a, b, d, options, p);
-  // The epilogue's outputs apart from everything the call reads.
-  if (p.epilogue.fused()) api::check_epilogue_apart(options.epilogue, p, d_range, {inputs.data(), count});
+  if (p.epilogue.fused()) {  // its outputs apart from everything the call reads
+    std::array<api::Operand, 7> inputs;
+    size_t count = 0;
+    if (k > 0) {
+      inputs[count++] = {&a, batch, "A"};
+      inputs[count++] = {&b, batch, "B"};
+      if (options.b2) inputs[count++] = {&*options.b2, batch, "options.b2"};
+    }
+    for (auto [scale, name] : {std::pair{&options.scale_a, "scale_a"}, std::pair{&options.scale_b, "scale_b"},
+                               std::pair{&options.scale_b2, "options.scale_b2"}}) {
+      if (k > 0 && scale->mode != ScaleMode::none) inputs[count++] = {&scale->scales, batch, name};
+    }
+    if (use_c) inputs[count++] = {&*options.c, batch, "C"};
+    api::check_epilogue_apart(options.epilogue, p, d_range, {inputs.data(), count});
+  }
   if (use_c) {
     const TensorView& c = *options.c;
     const bool same_as_d = c.data == d.data && c.dtype == d.dtype && c.batch_stride() == d.batch_stride() &&

@@ -1,10 +1,6 @@
 // Argument checks that need no GPU: types, shapes, strides, null pointers and overlaps.
 #pragma once
 
-#include <cstddef>
-#include <span>
-
-#include "api/device_checks.h"
 #include "core/problem.h"
 #include "gemmkit/gemm.h"
 
@@ -19,12 +15,5 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
 // known to lie inside its allocation, so that a view running past it is reported as such.
 void check_apart(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options,
                  const Problem& p);
-
-// The tensors other than D that the call of problem `p` reads: A, B, options.b2 and their scales
-// where K > 0, then C; written to the front of `out` (room for kMaxReadOperands), their count
-// returned.
-inline constexpr size_t kMaxReadOperands = 7;
-size_t read_operands(const TensorView& a, const TensorView& b, const GemmOptions& options, const Problem& p,
-                     std::span<api::Operand> out);
 
 }  // namespace gemmkit
