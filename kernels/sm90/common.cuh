@@ -11,6 +11,13 @@ struct alignas(64) TensorMap {
   u64 opaque[16];
 };
 
+// The TMA kernel's tensor maps, one parameter (launch.cpp builds them): A, B, a dual GEMM's B2, D
+// (TMA stores), and the block scales of A, B and B2 (promote.cuh, load_block_scales). Maps a
+// configuration does not use are left unset.
+struct KernelMaps {
+  TensorMap a, b, b2, d, scale_a, scale_b, scale_b2;
+};
+
 __device__ __forceinline__ u32 smem_u32(const void* p) {
   return static_cast<u32>(__cvta_generic_to_shared(p));
 }
@@ -116,13 +123,15 @@ __device__ __forceinline__ void tma_prefetch_descriptor(const TensorMap* map) {
 }
 
 // Loads one box at (x, y, z) into shared memory; completion is counted on `bar` in bytes.
-__device__ __forceinline__ void tma_load_3d(void* dst, const TensorMap* map, u64* bar, int x, int y,
-                                            int z) {
+__device__ __forceinline__ void tma_load_3d(u32 dst, const TensorMap* map, u64* bar, int x, int y, int z) {
   asm volatile(
       "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(smem_u32(dst)),
+      " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(dst),
       "l"(map), "r"(smem_u32(bar)), "r"(x), "r"(y), "r"(z)
       : "memory");
+}
+__device__ __forceinline__ void tma_load_3d(void* dst, const TensorMap* map, u64* bar, int x, int y, int z) {
+  tma_load_3d(smem_u32(dst), map, bar, x, y, z);
 }
 
 // Loads one box into the same shared-memory offset of every cluster CTA in `cta_mask`; each

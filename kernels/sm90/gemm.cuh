@@ -3,7 +3,7 @@
 //
 // Warp-specialised and persistent. Warpgroup 0 is the producer: one thread walks the tiles and
 // streams K slices of A and B, 128 bytes deep (64 16-bit or 128 8-bit elements), into a ring of
-// kStages shared-memory stages with TMA; with block or mx scales, one warp stages their scales.
+// kStages shared-memory stages with TMA, block scales with them; mx scales, one warp stages them.
 // Warpgroups 1..kConsumers each own 64 rows of the kTileM x kTileN tile and multiply with wgmma,
 // then run the epilogue while the producer already fetches the next tile (part of it waits for
 // the next tile's first K block: kDeferGroups). Each stage has a "full" barrier (TMA bytes
@@ -107,20 +107,20 @@ static_assert(!kRowClasses || (kClusterM == 1 && kConsumers == 1 && !k8Bit && !k
 // consumers share the rest of what the launch gave the CTA (kLaunchRegisters per thread, as
 // __launch_bounds__ allows) in multiples of 8, at most 240 (224 for two, 152 for three). Asking
 // for more than the launch gave deadlocks: setmaxnreg.inc waits for registers that never free.
-// A producer with a scale warp keeps 72 (its mx address arithmetic spills at 56), leaving two
+// A producer with a scale warp (mx) keeps 72 (its address arithmetic spills at 56), leaving two
 // consumers 216; one that realigns keeps 128 (its row copies spilled at 96 on some tiles), which
 // still leaves its single consumer warpgroup 240. Two partial accumulators (multiply_8bit_runs)
 // fit where promotion reads no scales from the stage and has one granule per K block (not mx,
 // not 128x1 B blocks): in a single consumer warpgroup (half-height tiles, 240 registers), split-K
 // included, since no other warpgroup fills the tensor cores while it promotes; and in two up to
-// 128 wide (224 registers, so a scale warp for both operands' block scales fits in 56), not with
+// 128 wide (224 registers, with the producer at 56: block scales come by TMA), not with
 // split-K, whose reduction needs registers too, nor grouped (block scales at 128 x 128 spilled
 // 8 bytes in the main loop), and not wider (128 x 144 spills). (Per-tensor
 // 128 x 128 on fp8-large: 0.88x cuBLASLt with two partials, 0.85x with one; H100.)
 constexpr int kLaunchRegisters = (65536 / kThreads < 255 ? 65536 / kThreads : 255) / 8 * 8;
 constexpr bool kTwoPartials = !kPromoteReadsStage && kGranules == 1 && kTileN <= 128 &&
                               (kConsumers == 1 || (kConsumers == 2 && !kSplitK && !kGrouped));
-constexpr int kProducerRegisters = kRealign ? 128 : kInnerScales && !(kTwoPartials && kInnerB) ? 72 : 56;
+constexpr int kProducerRegisters = kRealign ? 128 : kScaleWarp ? 72 : 56;
 constexpr int kConsumerShare = (kLaunchRegisters * (kConsumers + 1) - kProducerRegisters) / kConsumers / 8 * 8;
 constexpr int kConsumerRegisters = kConsumerShare < 240 ? kConsumerShare : 240;
 static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= kLaunchRegisters * (kConsumers + 1),
@@ -167,13 +167,17 @@ __device__ __forceinline__ void load_b_box(u8* dst, const TensorMap* map_b, u64*
 // kClusterM-th block), and the full barrier expects the whole slice from all of them.
 // A dual GEMM's stage holds B's half of the slice, then B2's (map_b2), each kTileN / 2 columns
 // from `col`: K-major, one box each (in a cluster of two, CTA r loads half r); N-major, blocks.
-__device__ __forceinline__ void load_stage(const GemmParams& p, const TensorMap* map_a, const TensorMap* map_b,
-                                           const TensorMap* map_b2, u8* a, u8* b, u64* full, int rank, int batch,
-                                           i64 row, i64 col, int k_first, int k_block) {
+// Block scales come with the data, each CTA's own, into the stage's scale words `scales`
+// (promote.cuh, load_block_scales).
+__device__ __forceinline__ void load_stage(const GemmParams& p, const KernelMaps& maps, u8* a, u8* b, u32 scales,
+                                           u64* full, int rank, int batch, i64 row, i64 col, int k_first,
+                                           int k_block) {
+  const TensorMap *map_a = &maps.a, *map_b = &maps.b, *map_b2 = &maps.b2;
   const int k = k_first + k_block * kTileK;
   const int batch_a = kABatched ? batch : 0;  // else broadcast
   int batch_b = kBBatched ? batch : 0;
-  mbarrier_arrive_expect_tx(full, kTmaStageBytes);
+  mbarrier_arrive_expect_tx(full, kTmaStageBytes + kTmaScaleBytes);
+  if (kBlockA || kBlockB) load_block_scales(scales, maps, p, full, batch, row, col, k_block);
   if (kRowClasses) {
     const RowClass c = row_class(p, row);
     tma_load_3d(a, map_a, full, c.x + k, int(row / kClasses), 0);
@@ -369,11 +373,10 @@ __device__ __forceinline__ void pass_turn(int slice) {
   if (kTakeTurns) named_barrier_arrive(kTurnBarrier + (slice + 1) % kConsumers, 256);
 }
 
-// Waits for the K block in `slot` to arrive and commits its wgmma group into `acc`, adding to
+// Commits the wgmma group of the K block in `slot`, which has arrived, into `acc`, adding to
 // what `acc` holds where `accumulate` says so.
-__device__ __forceinline__ void issue_k_block(float* acc, RingSlot slot, const StageDescriptors& stages, u64* full,
+__device__ __forceinline__ void issue_k_block(float* acc, RingSlot slot, const StageDescriptors& stages,
                                               bool accumulate) {
-  mbarrier_wait(&full[slot.stage], slot.phase);
   const u32 low_a = stages.low_a(slot.stage), low_b = stages.low_b(slot.stage);
   wgmma_fence();
 #pragma unroll
@@ -391,10 +394,10 @@ __device__ __forceinline__ void issue_k_block(float* acc, RingSlot slot, const S
 // multiplied, or where promotion reads B's scales from it (128x1 blocks), once that is promoted.
 // The wait for the next K block's data comes while the last granule multiplies, not between its
 // promotion and the next block's wgmma, where the tensor cores may be waiting for this warpgroup.
-// kColInBlock: the tile's first column modulo 128 (promote.cuh).
+// kColInBlock: the tile's first column modulo 128 (promote.cuh). skew: where the tile's scales lie.
 template <int kColInBlock>
-__device__ __forceinline__ void multiply_8bit(float* acc, int k_count, RingSlot& slot, int slice, int t,
-                                              const StageDescriptors& stages, u32 stage_scales,
+__device__ __forceinline__ void multiply_8bit(float* acc, const ScaleSkew& skew, int k_count, RingSlot& slot, int slice,
+                                              int t, const StageDescriptors& stages, u32 stage_scales,
                                               u32 mx_float_buffers, u64* full, u64* empty) {
   constexpr int kSteps = kRowBytes / 32 / kGranules;  // k32 wgmma steps per granule
   float partial[kTileN / 2];
@@ -410,7 +413,9 @@ __device__ __forceinline__ void multiply_8bit(float* acc, int k_count, RingSlot&
       convert_mx_scales(mx_floats, scales, t);
       named_barrier_sync(kWarpgroupBarrier + slice, 128);
     }
-    KBlockScales k_scales;
+    // Read now, before the first wgmma: ptxas would place loads issued after it among the wgmma
+    // instructions, where the tensor cores wait for them.
+    const KBlockScales k_scales = read_k_block_scales(scales, skew, skew.k_first + i, slice, t);
 #pragma unroll
     for (int g = 0; g < kGranules; ++g) {
       wgmma_fence();
@@ -421,7 +426,6 @@ __device__ __forceinline__ void multiply_8bit(float* acc, int k_count, RingSlot&
                    kk > 0 ? 1u : 0u);
       }
       wgmma_commit();
-      if (g == 0) k_scales = read_k_block_scales(scales, slice, t);
       if (g == kGranules - 1 && i + 1 < k_count) {
         const RingSlot next = slot.next();
         mbarrier_wait(&full[next.stage], next.phase);
@@ -439,17 +443,17 @@ __device__ __forceinline__ void multiply_8bit(float* acc, int k_count, RingSlot&
 // Runs multiply_8bit compiled for `col_in_block` (a multiple of kColStep below 128), through a
 // chain of branches, one per possible value: one copy of the K loop for each.
 template <int kColInBlock = 0>
-__device__ __forceinline__ void multiply_8bit_at(int col_in_block, float* acc, int k_count, RingSlot& slot, int slice,
-                                                 int t, const StageDescriptors& stages, u32 stage_scales,
-                                                 u32 mx_float_buffers, u64* full, u64* empty) {
+__device__ __forceinline__ void multiply_8bit_at(int col_in_block, float* acc, const ScaleSkew& skew, int k_count,
+                                                 RingSlot& slot, int slice, int t, const StageDescriptors& stages,
+                                                 u32 stage_scales, u32 mx_float_buffers, u64* full, u64* empty) {
   if constexpr (kColInBlock + kColStep < 128) {
     if (col_in_block != kColInBlock) {
-      multiply_8bit_at<kColInBlock + kColStep>(col_in_block, acc, k_count, slot, slice, t, stages, stage_scales,
-                                                mx_float_buffers, full, empty);
+      multiply_8bit_at<kColInBlock + kColStep>(col_in_block, acc, skew, k_count, slot, slice, t, stages,
+                                                stage_scales, mx_float_buffers, full, empty);
       return;
     }
   }
-  multiply_8bit<kColInBlock>(acc, k_count, slot, slice, t, stages, stage_scales, mx_float_buffers, full, empty);
+  multiply_8bit<kColInBlock>(acc, skew, k_count, slot, slice, t, stages, stage_scales, mx_float_buffers, full, empty);
 }
 
 // Waits for all but the newest `in_flight` wgmma groups, hands the K block's `stage` back and
@@ -467,27 +471,33 @@ __device__ __forceinline__ void finish_k_block(float* acc, float* partial, const
 // kBlocks K blocks, alternating between two partial accumulators: block j + 1 is issued before
 // block j is promoted, so the tensor cores multiply one while the other is promoted. A run ends
 // with nothing in flight: ptxas serialises every wgmma where accumulators are read with others
-// in flight across a loop (C7514), so the tensor cores wait once per run.
+// in flight across a loop (C7514), so the tensor cores wait once per run. k_block: the run's first.
 template <int kBlocks>
-__device__ __forceinline__ void multiply_run(float* acc, float* first, float* second, RingSlot& slot, int slice,
-                                             int t, const StageDescriptors& stages, u32 stage_scales, u64* full,
-                                             u64* empty) {
+__device__ __forceinline__ void multiply_run(float* acc, float* first, float* second, const ScaleSkew& skew,
+                                             int k_block, RingSlot& slot, int slice, int t,
+                                             const StageDescriptors& stages, u32 stage_scales, u64* full, u64* empty) {
+  // A block's scales are read once it has arrived, before its wgmma: loads issued after them
+  // would sit among them (promote.cuh).
+  auto arrived = [&](RingSlot at, int kb) {
+    mbarrier_wait(&full[at.stage], at.phase);
+    return read_k_block_scales(stage_scales + at.stage * kStageScaleBytes, skew, kb, slice, t);
+  };
   auto issue_in_turn = [&](float* partial, RingSlot at) {
     take_turn(slice);
-    issue_k_block(partial, at, stages, full, false);
+    issue_k_block(partial, at, stages, false);
     pass_turn(slice);
   };
+  KBlockScales scales = arrived(slot, k_block);
   issue_in_turn(first, slot);
-  KBlockScales scales = read_k_block_scales(stage_scales + slot.stage * kStageScaleBytes, slice, t);
 #pragma unroll
   for (int j = 0; j < kBlocks; ++j) {
     float* partial = j % 2 == 0 ? first : second;
     const RingSlot next = slot.next();
     if (j + 1 < kBlocks) {
+      const KBlockScales next_scales = arrived(next, k_block + j + 1);
       issue_in_turn(j % 2 == 0 ? second : first, next);
       finish_k_block<1>(acc, partial, scales, slot.stage, t, empty);
-      // Read only now, while the next block multiplies: two blocks' scales at once do not fit.
-      scales = read_k_block_scales(stage_scales + next.stage * kStageScaleBytes, slice, t);
+      scales = next_scales;
     } else {
       finish_k_block<0>(acc, partial, scales, slot.stage, t, empty);
     }
@@ -499,23 +509,24 @@ __device__ __forceinline__ void multiply_run(float* acc, float* first, float* se
 // runs of kRunBlocks K blocks; the K blocks that do not fill a run go first, in a run of one and
 // one of two.
 constexpr int kRunBlocks = 4;
-__device__ __forceinline__ void multiply_8bit_runs(float* acc, int k_count, RingSlot& slot, int slice, int t,
-                                                    const StageDescriptors& stages, u32 stage_scales, u64* full,
-                                                    u64* empty) {
+__device__ __forceinline__ void multiply_8bit_runs(float* acc, const ScaleSkew& skew, int k_count, RingSlot& slot,
+                                                    int slice, int t, const StageDescriptors& stages, u32 stage_scales,
+                                                    u64* full, u64* empty) {
   float first[kTileN / 2], second[kTileN / 2];
 #pragma unroll
   for (int i = 0; i < kTileN / 2; ++i) acc[i] = 0.0f;
   int i = 0;
   if (k_count % 2 == 1) {
-    multiply_run<1>(acc, first, second, slot, slice, t, stages, stage_scales, full, empty);
+    multiply_run<1>(acc, first, second, skew, skew.k_first, slot, slice, t, stages, stage_scales, full, empty);
     i = 1;
   }
   if ((k_count - i) % kRunBlocks != 0) {
-    multiply_run<2>(acc, first, second, slot, slice, t, stages, stage_scales, full, empty);
+    multiply_run<2>(acc, first, second, skew, skew.k_first + i, slot, slice, t, stages, stage_scales, full, empty);
     i += 2;
   }
   for (; i < k_count; i += kRunBlocks) {
-    multiply_run<kRunBlocks>(acc, first, second, slot, slice, t, stages, stage_scales, full, empty);
+    multiply_run<kRunBlocks>(acc, first, second, skew, skew.k_first + i, slot, slice, t, stages, stage_scales, full,
+                             empty);
   }
 }
 
@@ -557,12 +568,15 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
                    row_outer_scale(p, w.batch, d_row(slice_row, t, 1))},
                   column_scales, w.batch};
     if constexpr (k8Bit) {
+      // The unit's first K block: unsplit, the slot holds no K range.
+      const ScaleSkew skew = scale_skew(w.row, kSplitK ? w.k_begin : 0);
       if constexpr (kTwoPartials) {
-        multiply_8bit_runs(acc, k_count, slot, slice, t, stages, stage_scales, full, empty);
+        multiply_8bit_runs(acc, skew, k_count, slot, slice, t, stages, stage_scales, full, empty);
       } else {
         // From lane 0, so that the compiler knows the branch on it is uniform.
         const int col_in_block = __shfl_sync(0xffffffffu, w.col % 128, 0);
-        multiply_8bit_at(col_in_block, acc, k_count, slot, slice, t, stages, stage_scales, mx_float_buffers, full, empty);
+        multiply_8bit_at(col_in_block, acc, skew, k_count, slot, slice, t, stages, stage_scales, mx_float_buffers,
+                         full, empty);
       }
     } else {
       // One wgmma group stays in flight: after committing K block i, wait for i - 1 and hand
@@ -580,7 +594,8 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
                           stages_b + slot.stage * kStageBytesB, kBlocksN, w.k_size - i * kTileK, t,
                           &full[slot.stage], slot.phase, kWarpgroupBarrier + slice);
         }
-        issue_k_block(acc, slot, stages, full, i > 0);
+        mbarrier_wait(&full[slot.stage], slot.phase);
+        issue_k_block(acc, slot, stages, i > 0);
         if (kDeferGroups && i == 0 && have_deferred) {
           store_tile_tma<kDeferFrom, kGroups>(acc, deferred, p, deferred_at, t, buffers, &map_d);
           have_deferred = false;
@@ -625,9 +640,7 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
-    gemmkit_gemm(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b,
-                 const __grid_constant__ TensorMap map_b2, const __grid_constant__ TensorMap map_d,
-                 const GemmParams p) {
+    gemmkit_gemm(const __grid_constant__ KernelMaps maps, const GemmParams p) {
   extern __shared__ u8 smem_raw[];
   u8* smem = reinterpret_cast<u8*>((reinterpret_cast<u64>(smem_raw) + kSmemAlignment - 1) &
                                    ~u64(kSmemAlignment - 1));
@@ -649,7 +662,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       // The TMA thread, and the scale warp's lanes or the realigning warps.
-      mbarrier_init(&full[s], 1 + (kInnerScales ? 32 : 0) + (kRealign ? kRealignWarps : 0));
+      mbarrier_init(&full[s], 1 + (kScaleWarp ? 32 : 0) + (kRealign ? kRealignWarps : 0));
       mbarrier_init(&empty[s], kClusterM * kConsumers * 4);  // one arrival per consumer warp
       if (kRealign) mbarrier_init(&landed[s], 32 * kCopyWarps);  // every lane of the copying warps
     }
@@ -677,16 +690,20 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   if (warpgroup == 0) {
     registers_decrease<kProducerRegisters>();
     const Scheduler tiles(p, group_table);
-    if (t == 0 && !kRealignA) tma_prefetch_descriptor(&map_a);
-    if (t == 0 && !kRealignB) tma_prefetch_descriptor(&map_b);
-    if (t == 0 && kDual) tma_prefetch_descriptor(&map_b2);
+    if (t == 0 && !kRealignA) tma_prefetch_descriptor(&maps.a);
+    if (t == 0 && !kRealignB) tma_prefetch_descriptor(&maps.b);
+    if (t == 0 && kDual) tma_prefetch_descriptor(&maps.b2);
+    if (t == 0 && kBlockA) tma_prefetch_descriptor(&maps.scale_a);
+    if (t == 0 && kBlockB) tma_prefetch_descriptor(&maps.scale_b);
+    if (t == 0 && kBlockB && kDual) tma_prefetch_descriptor(&maps.scale_b2);
     if (kClusterM > 1) cluster_wait();
     if (t == 0 || (kRealign && t < 32 * kCopyWarps)) {
       const auto fill = [&](const Work& w, int kb, u32 s) {
         if (t == 0) {
           if (kb == w.k_begin) publish(slots[s], w);  // by the full barrier's arrival below
-          load_stage(p, &map_a, &map_b, &map_b2, stages_a + s * kStageBytesA, stages_b + s * kStageBytesB, &full[s],
-                     rank, w.batch, w.row, w.col, kGroupedK ? w.k_first : 0, kb);
+          load_stage(p, maps, stages_a + s * kStageBytesA, stages_b + s * kStageBytesB,
+                     stage_scales + s * kStageScaleBytes, &full[s], rank, w.batch, w.row, w.col,
+                     kGroupedK ? w.k_first : 0, kb);
         }
         if (kRealign) copy_stage_rows(p, w, kb, landing + s * kLandingBytes, &landed[s], t);
       };
@@ -697,7 +714,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
         realign_stage(p, w, kb, landing + s * kLandingBytes, stages_a + s * kStageBytesA, stages_b + s * kStageBytesB,
                       &full[s], t - 32 * kCopyWarps);
       });
-    } else if (kInnerScales && t / 32 == 1) {
+    } else if (kScaleWarp && t / 32 == 1) {
       for_each_stage(tiles, rank, empty, 1, [&](const Work& w, int kb, u32 s) {
         load_stage_scales(stage_scales + s * kStageScaleBytes, p, w.batch, w.row, w.col, kb, t % 32,
                           &full[s]);
@@ -708,7 +725,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     const Scheduler tiles(p, group_table);
     wait_for_prerequisite_grids();
     if (kClusterM > 1) cluster_wait();
-    consume(map_d, p, tiles, warpgroup - 1, t, stages_a, stages_b, stage_scales, column_scales,
+    consume(maps.d, p, tiles, warpgroup - 1, t, stages_a, stages_b, stage_scales, column_scales,
             mx_floats, epilogue_buffers, full, empty, slots);
   }
 }

@@ -1,8 +1,11 @@
 // Two-level accumulation for 8-bit inputs. The tensor cores sum FP8 products in less than f32
 // precision, so the TMA kernel multiplies each K granule (a 128-deep K block, or 32 deep where
 // an operand has mx scales) into a partial accumulator and adds that to the f32 accumulator,
-// multiplied by the granule's inner scales (block, mx). A producer warp stages those scales in
-// shared memory beside the K block's data, so the consumers find them there with it.
+// multiplied by the granule's inner scales (block, mx). Those are staged in shared memory beside
+// the K block's data, on the same full barrier: block scales by the TMA thread (a box per
+// operand, with the data's boxes), mx exponents by a producer warp of their own (the scale warp).
+// The consumers read a K block's scales into registers before its first wgmma, so that no
+// shared-memory load sits among the wgmma instructions.
 #pragma once
 
 #include "common.cuh"
@@ -19,66 +22,98 @@ constexpr bool kInnerA = is_inner_scale(kScaleA), kInnerB = is_inner_scale(kScal
 constexpr bool kInnerScales = kInnerA || kInnerB;
 constexpr int kGranuleK = kScaleA == GEMMKIT_SCALE_MX || kScaleB == GEMMKIT_SCALE_MX ? 32 : 128;
 constexpr int kGranules = 128 / kGranuleK;  // per K block of 128 8-bit elements
-// Scales are staged in 4-byte words. A: one per tile row (a 1x128 block's f32, or the four mx
-// exponents of the row's K block, packed), or one for the whole tile with 128x128 blocks (a
-// tile never straddles one), padded to four. B, 16-byte aligned after them: one per tile column
-// (a 128x1 block's f32; with mx, the tile's exponents of granule g fill kTileN bytes at
-// g * kTileN), or with 128x128 blocks one per 128 block the tile touches. A dual GEMM's tile
-// columns are B's, then B2's (b_column): with 128x128 blocks, the blocks of B's half come first.
+// Scales are staged in 4-byte words (smem_layout.h, stage_scale_words_a). A: one per tile row
+// (a 1x128 block's f32, or the four mx exponents of the row's K block, packed), or with 128x128
+// blocks four, the first the tile's (a tile never straddles one). B, 128-byte aligned after them
+// (kScaleOffsetB): one per tile column (a 128x1 block's f32; with mx, the tile's exponents of
+// granule g fill kTileN bytes at g * kTileN), or with 128x128 blocks four per 128 block the tile
+// touches, the first of each its. A dual GEMM's tile columns are B's, then B2's (b_column): block
+// scales of B2's half start kScaleHalfB after B's; mx exponents lie as one tile's.
 constexpr bool kMxA = kScaleA == GEMMKIT_SCALE_MX, kMxB = kScaleB == GEMMKIT_SCALE_MX;
-constexpr bool kBlockB = kInnerB && !kMxB && kScaleMNB > 1;  // B scales in 128x128 blocks
+constexpr bool kBlockA = kInnerA && !kMxA, kBlockB = kInnerB && !kMxB;  // staged by TMA
+constexpr bool kScaleWarp = kMxA || kMxB;
+constexpr bool kCoarseB = kBlockB && kScaleMNB > 1;  // B scales in 128x128 blocks
 constexpr int kBlocksHalf = b_scale_blocks(kHalfN);  // 128-column blocks one operand's columns at any column touch
 constexpr int kBlocksB = kDual ? 2 * kBlocksHalf : kBlocksHalf;
-constexpr int kStageWordsA = stage_scale_words_a(kScaleA, kScaleMNA, kTileM);
+constexpr int kStageWordsA = stage_scale_words_a(kScaleA, kScaleMNA, kTileM, kGrouped);
 constexpr int kStageWordsB = stage_scale_words_b(kScaleB, kScaleMNB, kTileN, kDual);
-constexpr u32 kStageScaleBytes = stage_scale_bytes(kScaleA, kScaleMNA, kScaleB, kScaleMNB, kTileM, kTileN, kDual);
+constexpr u32 kStageScaleBytes =
+    stage_scale_bytes(kScaleA, kScaleMNA, kScaleB, kScaleMNB, kTileM, kTileN, kDual, kGrouped);
+constexpr u32 kScaleOffsetB = kStageWordsA > 0 ? scale_part_bytes(kStageWordsA) : 0;
+constexpr u32 kScaleHalfB = kDual ? scale_part_bytes(kStageWordsB / 2) : 0;
+// What TMA brings of them per stage: A's box, and B's (a dual GEMM's B2's too).
+constexpr u32 kTmaScaleBytes = (kBlockA ? 4 * kStageWordsA : 0) + (kBlockB ? 4 * kStageWordsB : 0);
+
+// Where B's block scale word of tile column c (128x1), or of the tile's 128 block q (128x128),
+// lies in a stage's scales: B2's, a dual GEMM's second half, from kScaleHalfB on.
+__device__ __forceinline__ constexpr u32 b_column_word(int c) {
+  return kScaleOffsetB + (kDual && c >= kHalfN ? kScaleHalfB + 4 * (c - kHalfN) : 4 * c);
+}
+__device__ __forceinline__ constexpr u32 b_block_words(int q) {
+  return kScaleOffsetB + (kDual && q >= kBlocksHalf ? kScaleHalfB + 16 * (q - kBlocksHalf) : 16 * q);
+}
 static_assert(!kDual || kHalfN % 8 == 0, "a dual tile's halves are whole 8-column groups");
 
-// Stages word `i` of K block `k_block`'s scales for the tile at (batch, row, col) at shared
-// address `dst`. Outside the operands the word is 0 (as TMA fills the data there with zeros).
-// f32 scales and mx exponents that lie 4 to a word (GemmScale::word_copies) travel by cp.async;
-// other mx exponents are read byte by byte. Returns whether it stored without cp.async.
+// By the TMA thread, with a stage's data: the block scales of K block `k_block` for the tile at
+// (batch, row, col) into the stage's scale words at `dst`, on the `full` barrier (kTmaScaleBytes).
+// The maps (launch.cpp) are over the scales as the kernel takes them: 1-wide blocks' with M (N)
+// contiguous, boxes of the tile's rows (columns); 128-wide blocks' with K contiguous, boxes of
+// four K blocks by the 128 blocks the tile touches. Boxes start 16-byte aligned along the
+// contiguous dimension (an H200 raised an illegal instruction otherwise): 1-wide blocks' at a
+// multiple of four rows, which holds the tile's row `row` at row % 4 (only grouped tiles start
+// elsewhere; their box has four rows more), 128-wide blocks' at a multiple of four K blocks,
+// which holds K block `k_block` at k_block % 4. Scales shared by every batch have a
+// map without batches. Outside the scales they read as zero, as the data does.
+__device__ __forceinline__ void load_block_scales(u32 dst, const KernelMaps& maps, const GemmParams& p, u64* full,
+                                                  int batch, i64 row, i64 col, int k_block) {
+  if (kBlockA) {
+    const int z = p.scale_a.batch_stride != 0 ? batch : 0;
+    if (kScaleMNA == 1) {
+      tma_load_3d(dst, &maps.scale_a, full, int(row) & ~3, k_block, z);
+    } else {
+      tma_load_3d(dst, &maps.scale_a, full, k_block & ~3, int(row / kScaleMNA), z);
+    }
+  }
+  if (kBlockB) {
+#pragma unroll
+    for (int half = 0; half < (kDual ? 2 : 1); ++half) {
+      const TensorMap* map = half == 0 ? &maps.scale_b : &maps.scale_b2;
+      const int z = b_scale(p, half == 1).batch_stride != 0 ? batch : 0;
+      const u32 to = dst + kScaleOffsetB + half * kScaleHalfB;
+      if (kScaleMNB == 1) {
+        tma_load_3d(to, map, full, int(col), k_block, z);
+      } else {
+        tma_load_3d(to, map, full, k_block & ~3, int(col / kScaleMNB), z);
+      }
+    }
+  }
+}
+
+// By the scale warp: stages word `i` of K block `k_block`'s mx exponents for the tile at
+// (batch, row, col) at shared address `dst`: A's words first, then B's (an operand with block
+// scales has its words from TMA). Outside the operands the word is 0 (as TMA fills the data
+// there with zeros). Exponents that lie 4 to a word (GemmScale::word_copies) travel by cp.async;
+// others are read byte by byte. Returns whether it stored without cp.async.
 __device__ __forceinline__ bool stage_scale_word(u32 dst, const GemmParams& p, int batch, int row, int col,
                                                  int k_block, int i) {
   const bool is_a = i < kStageWordsA;
-  const int w = i - kStageWordsA;  // B's word
-  // B's words are of one tile column, or with mx of four (a granule's), or with 128x128 blocks of
-  // one block; a dual GEMM's lie in B's half or B2's.
-  const BColumn b = !kBlockB ? b_column(col, kMxB ? 4 * (w % (kTileN / 4)) : w)
-                             : BColumn{kDual && w >= kBlocksHalf, (col / 128 + w % kBlocksHalf) * i64(128)};
+  const int w = i - kStageWordsA;  // B's word: a granule's exponents of four columns, B's or B2's (b_column)
+  const BColumn b = is_a ? BColumn{false, 0} : b_column(col, 4 * (w % (kTileN / 4)));
   const GemmScale& s = is_a ? p.scale_a : b_scale(p, b.second);
   const u8* base = static_cast<const u8*>(s.data);
-  if (is_a ? !kMxA : !kMxB) {
-    // One f32: A's of a row (or of the tile's 128-row block), B's of a column or 128-column block.
-    i64 index;
-    bool inside;
-    if (is_a) {
-      const int r = kScaleMNA == 1 ? row + i : row;
-      inside = r < p.m && (kScaleMNA == 1 || i == 0);  // 128x128 blocks: words 1 to 3 are padding
-      index = batch * s.batch_stride + (r / kScaleMNA) * s.row_stride + k_block * s.col_stride;
-    } else {
-      inside = b.col < p.n;
-      index = batch * s.batch_stride + k_block * s.row_stride + (b.col / kScaleMNB) * s.col_stride;
-    }
-    cp_async_4(dst, inside ? base + 4 * index : base, inside ? 4 : 0);
-    return false;
-  }
   // Four mx exponents: A's of one row along K (granules 4 k_block .. + 3), B's of one granule
   // along N (four columns). The present ones are a prefix of the four.
   const int granules = int((p.k + 31) / 32);
   const u8* first;
-  i64 step;
   int present;
   if (is_a) {
     const int r = row + i, g = 4 * k_block;
     present = r < p.m ? min(4, granules - g) : 0;
     first = base + batch * s.batch_stride + r * s.row_stride + g * s.col_stride;
-    step = s.col_stride;
   } else {
     const int g = 4 * k_block + w / (kTileN / 4);
     present = g < granules ? max(0, min(4, int(p.n - b.col))) : 0;
     first = base + batch * s.batch_stride + g * s.row_stride + b.col * s.col_stride;
-    step = s.col_stride;
   }
   if (s.word_copies) {
     cp_async_4(dst, present > 0 ? first : base, present);
@@ -87,22 +122,26 @@ __device__ __forceinline__ bool stage_scale_word(u32 dst, const GemmParams& p, i
   u32 word = 0;
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
-    if (e < present) word |= u32(first[e * step]) << (8 * e);
+    if (e < present) word |= u32(first[e * s.col_stride]) << (8 * e);
   }
   st_shared_u32(dst, word);
   return true;
 }
 
-// By one producer warp: stages the inner scales of one K block and arrives on the stage's full
+// By the scale warp: stages the mx exponents of one K block and arrives on the stage's full
 // barrier, each lane once. Copies by cp.async let the warp move on to the next stage at once
 // (the barrier completes when they land, as TMA's bytes do); stores need a release first.
 __device__ __forceinline__ void load_stage_scales(u32 dst, const GemmParams& p, int batch, int row, int col, int k_block,
                                                   int lane, u64* full) {
-  constexpr int kWords = kStageWordsA + kStageWordsB;
+  constexpr int kBegin = kMxA ? 0 : kStageWordsA, kEnd = kMxB ? kStageWordsA + kStageWordsB : kStageWordsA;
   bool stored = false;
 #pragma unroll
-  for (int first = 0; first < kWords; first += 32) {
-    if (first + lane < kWords) stored |= stage_scale_word(dst + 4 * (first + lane), p, batch, row, col, k_block, first + lane);
+  for (int first = kBegin; first < kEnd; first += 32) {
+    const int i = first + lane;  // A's word i, or B's word i - kStageWordsA
+    if (i < kEnd) {
+      const u32 at = dst + (i < kStageWordsA ? 4 * i : kScaleOffsetB + 4 * (i - kStageWordsA));
+      stored |= stage_scale_word(at, p, batch, row, col, k_block, i);
+    }
   }
   if (stored) {
     cp_async_wait_all();
@@ -112,22 +151,35 @@ __device__ __forceinline__ void load_stage_scales(u32 dst, const GemmParams& p, 
   }
 }
 
-// The scales of one K block that a consumer thread reads before its promotions: the A words of
-// its two fragment rows and, with 128x128 B blocks, the values of the blocks the tile touches.
+// Where a tile's scales lie in the boxes load_block_scales staged: A's 1x128 rows from row % 4
+// (a_skew), and the unit's first K block (k_first), whose 128-wide blocks' lie at k_block % 4.
+struct ScaleSkew {
+  int a_skew, k_first;
+};
+__device__ __forceinline__ ScaleSkew scale_skew(i64 row, int k_first) { return {kGrouped ? int(row % 4) : 0, k_first}; }
+
+// The scales of K block `k_block` that a consumer thread reads before its promotions: the A
+// words of its two fragment rows and, with 128x128 B blocks, the values of the blocks the tile
+// touches.
 struct KBlockScales {
   u32 a[2];
   float b[kBlocksB];
 };
 
-__device__ __forceinline__ KBlockScales read_k_block_scales(u32 scales, int slice, int t) {
+__device__ __forceinline__ KBlockScales read_k_block_scales(u32 scales, const ScaleSkew& skew, int k_block, int slice,
+                                                            int t) {
   KBlockScales k{};
+  const u32 in_box = 4 * (k_block % 4);
   if (kInnerA) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) k.a[h] = ld_shared_u32(scales + 4 * (kScaleMNA == 1 ? slice * 64 + fragment_row(t, h) : 0));
+    for (int h = 0; h < 2; ++h) {
+      const int row = slice * 64 + fragment_row(t, h) + (kBlockA ? skew.a_skew : 0);
+      k.a[h] = ld_shared_u32(scales + (kScaleMNA == 1 || kMxA ? 4 * row : in_box));
+    }
   }
-  if (kBlockB) {
+  if (kCoarseB) {
 #pragma unroll
-    for (int q = 0; q < kBlocksB; ++q) k.b[q] = __uint_as_float(ld_shared_u32(scales + 4 * (kStageWordsA + q)));
+    for (int q = 0; q < kBlocksB; ++q) k.b[q] = __uint_as_float(ld_shared_u32(scales + b_block_words(q) + in_box));
   }
   return k;
 }
@@ -140,14 +192,14 @@ constexpr u32 kMxFloatBytes = mx_float_bytes(kScaleB, kTileN);  // one K block's
 
 // Whether promote() reads B's scales from the stage (else all it needs is in KBlockScales and
 // the converted mx floats).
-constexpr bool kPromoteReadsStage = kInnerB && !kMxB && kScaleMNB == 1;
+constexpr bool kPromoteReadsStage = kBlockB && kScaleMNB == 1;
 
 // By each thread t of a consumer warpgroup: converts word t of the stage's B exponents (`scales`)
 // into four floats at `floats`; the warpgroup meets at a barrier before reading them.
 __device__ __forceinline__ void convert_mx_scales(u32 floats, u32 scales, int t) {
   static_assert(!kMxB || kStageWordsB <= 128, "a word per consumer thread");
   if (t >= kStageWordsB) return;
-  const u32 word = ld_shared_u32(scales + 4 * (kStageWordsA + t));
+  const u32 word = ld_shared_u32(scales + kScaleOffsetB + 4 * t);
   asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(floats + 16 * t), "f"(ue8m0_to_float(word)),
                "f"(ue8m0_to_float(word >> 8)), "f"(ue8m0_to_float(word >> 16)), "f"(ue8m0_to_float(word >> 24))
                : "memory");
@@ -170,20 +222,19 @@ __device__ __forceinline__ float a_scale(const KBlockScales& k, int h, int g) {
 // multiply_8bit_at), so every group's block is known at compile time and the promotion is one
 // FFMA per accumulator. (Block-scaled 128 x 176 tiles: 0.99x cuBLASLt so, 0.67x choosing each
 // group's block at run time; H100.)
-constexpr int kColStep = !kBlockB || 128 % kHalfN == 0 ? 128 : (kHalfN & -kHalfN);  // else gcd(kHalfN, 128)
+constexpr int kColStep = !kCoarseB || 128 % kHalfN == 0 ? 128 : (kHalfN & -kHalfN);  // else gcd(kHalfN, 128)
 
 template <int kColInBlock>
 __device__ __forceinline__ void promote(float* acc, const float* partial, const KBlockScales& k, u32 scales,
                                         u32 mx_floats, int g, int t) {
   const float a0 = a_scale(k, 0, g), a1 = a_scale(k, 1, g);
-  const u32 scales_b = scales + 4 * kStageWordsA;
 #pragma unroll
   for (int j = 0; j < kTileN / 8; ++j) {
     // The scales of the thread's column pair and its two rows.
     float2 b = make_float2(1.0f, 1.0f);
     if (kInnerB && kMxB) b = ld_shared_f32x2(mx_floats + 4 * (g * kTileN + fragment_col(t, j)));
-    if (kInnerB && !kMxB && kScaleMNB == 1) b = ld_shared_f32x2(scales_b + 4 * fragment_col(t, j));
-    if (kBlockB) {
+    if (kPromoteReadsStage) b = ld_shared_f32x2(scales + b_column_word(8 * j) + 4 * (fragment_col(t, j) - 8 * j));
+    if (kCoarseB) {
       const int half = j < kHalfN / 8 ? 0 : 1, jh = j - half * (kHalfN / 8);
       const float block = k.b[half * kBlocksHalf + (kColInBlock + 8 * jh) / 128];  // a group never straddles two
       b = make_float2(block, block);

@@ -69,13 +69,12 @@ extern "C" __global__ void gemmkit_spin(i64 cycles) {
   }
 }
 
-// An empty kernel whose parameters take the room the TMA GEMM kernel's do: three 128-byte tensor
-// maps, then GemmParams. bench --overhead times launching it: a launch's host cost with nothing
-// around it.
-struct alignas(64) EmptyKernelMap {
-  u64 opaque[16];
+// An empty kernel whose parameters take the room the TMA GEMM kernel's do: its seven 128-byte
+// tensor maps (common.cuh, KernelMaps), then GemmParams. bench --overhead times launching it: a
+// launch's host cost with nothing around it.
+struct alignas(64) EmptyKernelMaps {
+  u64 opaque[7 * 16];
 };
-extern "C" __global__ void gemmkit_empty(const __grid_constant__ EmptyKernelMap, const __grid_constant__ EmptyKernelMap,
-                                         const __grid_constant__ EmptyKernelMap, const GemmParams) {}
+extern "C" __global__ void gemmkit_empty(const __grid_constant__ EmptyKernelMaps, const GemmParams) {}
 
 }  // namespace gemmkit::sm90

@@ -49,26 +49,33 @@ GEMMKIT_HOST_DEVICE constexpr int b_slice_rows(int tile_n, bool b_k_major) { ret
 // 128-column blocks a tile at any column touches (B's scales in 128 x 128 blocks).
 GEMMKIT_HOST_DEVICE constexpr int b_scale_blocks(int tile_n) { return (tile_n + 127) / 128 + 1; }
 
-// The 4-byte words of block and mx scales staged per stage (promote.cuh). A: one per tile row (a
-// 1x128 block's f32, or the row's four mx exponents), or one, padded to four, for 128x128
-// blocks. B: one per tile column (a 128x1 block's f32; mx: four granules' exponents of four
-// columns), or one per 128-column block the tile touches for 128x128 blocks (a dual GEMM's: those
-// of B's half, then those of B2's).
-GEMMKIT_HOST_DEVICE constexpr int stage_scale_words_a(int mode, int mn, int tile_m) {
-  return !is_inner_scale_mode(mode) ? 0 : mode == GEMMKIT_SCALE_MX || mn == 1 ? tile_m : 4;
+// The 4-byte words of block and mx scales staged per stage (promote.cuh). Block scales come by
+// TMA, a box per operand: 1-wide blocks' along M (N), 128-wide blocks' along K, four K blocks
+// (16 bytes, TMA's least) of each 128-row (column) block the tile touches. A: one word per tile
+// row (a 1x128 block's f32; mx: the row's four exponents, from the scale warp), and in grouped
+// kernels, whose tiles start at any row, four more (a box starts at a multiple of four rows); or
+// 128x128 blocks' four. B: one per tile column (a 128x1 block's f32; mx: four granules' exponents of four
+// columns), or four per 128-column block the tile touches for 128x128 blocks (a dual GEMM's:
+// those of B's half, then those of B2's).
+GEMMKIT_HOST_DEVICE constexpr int stage_scale_words_a(int mode, int mn, int tile_m, bool grouped) {
+  return !is_inner_scale_mode(mode) ? 0 : mode == GEMMKIT_SCALE_MX ? tile_m : mn == 1 ? tile_m + (grouped ? 4 : 0) : 4;
 }
 GEMMKIT_HOST_DEVICE constexpr int stage_scale_words_b(int mode, int mn, int tile_n, bool dual) {
   return !is_inner_scale_mode(mode)               ? 0
          : mode == GEMMKIT_SCALE_MX || mn == 1 ? tile_n
-         : dual                                ? 2 * b_scale_blocks(tile_n / 2)
-                                               : b_scale_blocks(tile_n);
+         : dual                                ? 2 * 4 * b_scale_blocks(tile_n / 2)
+                                               : 4 * b_scale_blocks(tile_n);
 }
 
-// The scale words of one stage, in whole 16 bytes (B's start 16-byte aligned after A's).
+// The scale words of one stage: A's, then B's, each (and a dual GEMM's B2's half of B's) from a
+// 128-byte boundary, where TMA's boxes land.
+GEMMKIT_HOST_DEVICE constexpr unsigned scale_part_bytes(int words) { return unsigned(words * 4 + 127) / 128 * 128; }
 GEMMKIT_HOST_DEVICE constexpr unsigned stage_scale_bytes(int scale_a, int scale_a_mn, int scale_b, int scale_b_mn, int tile_m,
-                                                         int tile_n, bool dual) {
-  return unsigned(stage_scale_words_a(scale_a, scale_a_mn, tile_m) + stage_scale_words_b(scale_b, scale_b_mn, tile_n, dual) +
-                  3) / 4 * 16;
+                                                         int tile_n, bool dual, bool grouped) {
+  const int words_a = stage_scale_words_a(scale_a, scale_a_mn, tile_m, grouped);
+  const int words_b = stage_scale_words_b(scale_b, scale_b_mn, tile_n, dual);
+  return (words_a > 0 ? scale_part_bytes(words_a) : 0) +
+         (words_b == 0 ? 0 : dual ? 2 * scale_part_bytes(words_b / 2) : scale_part_bytes(words_b));
 }
 
 // B's rowwise scales of one tile (f32 per column; a dual GEMM's tensor scales too, B's and B2's
@@ -99,7 +106,8 @@ GEMMKIT_HOST_DEVICE constexpr SmemLayout smem_layout(const SmemShape& s) {
   const unsigned rows_a = unsigned(s.tile_m), rows_b = unsigned(b_slice_rows(s.tile_n, s.b_k_major));
   l.stage_a = rows_a * kStageRowBytes;
   l.stage_b = rows_b * kStageRowBytes;
-  l.stage_scales = stage_scale_bytes(s.scale_a, s.scale_a_mn, s.scale_b, s.scale_b_mn, s.tile_m, s.tile_n, s.dual);
+  l.stage_scales = stage_scale_bytes(s.scale_a, s.scale_a_mn, s.scale_b, s.scale_b_mn, s.tile_m, s.tile_n, s.dual,
+                                     s.group_capacity > 0);
   l.landing = ((s.realign_a ? rows_a : 0) + (s.realign_b ? rows_b : 0)) * kLandingRowBytes;
   l.stage = l.stage_a + l.stage_b + l.stage_scales;
   const bool realign = s.realign_a || s.realign_b;
@@ -111,9 +119,11 @@ GEMMKIT_HOST_DEVICE constexpr SmemLayout smem_layout(const SmemShape& s) {
   l.empty = l.full + stages * kBarrierBytes;
   l.landed = l.empty + stages * kBarrierBytes;
   l.slots = l.landed + (realign ? stages * kBarrierBytes : 0);
-  // 16-byte aligned: mx promotion stores its floats 16 bytes at a time (40-byte slots would leave
-  // the regions after them 8-byte aligned at odd stage counts).
-  l.scales = (l.slots + stages * kWorkSlotBytes + 15) / 16 * 16;
+  // 128-byte aligned where scales are staged (TMA's boxes land there), else 16 (mx promotion
+  // stores its floats 16 bytes at a time: 40-byte slots would leave the regions after them
+  // 8-byte aligned at odd stage counts).
+  const unsigned scale_alignment = l.stage_scales > 0 ? 128 : 16;
+  l.scales = (l.slots + stages * kWorkSlotBytes + scale_alignment - 1) / scale_alignment * scale_alignment;
   l.column_scales = l.scales + stages * l.stage_scales;
   l.mx_floats = l.column_scales + 2 * consumers * column_scale_bytes(s.scale_b, s.tile_n, s.dual);
   l.group_table = l.mx_floats + 2 * consumers * mx_float_bytes(s.scale_b, s.tile_n);

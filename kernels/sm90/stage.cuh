@@ -1,5 +1,6 @@
 // Staging copies for operands that the TMA kernel cannot read as they are: TMA needs a
-// 16-byte-aligned base and strides, and wgmma takes 8-bit operands K-major only. Such an
+// 16-byte-aligned base and strides, and wgmma takes 8-bit operands K-major only. Block scales
+// laid out otherwise than the kernel reads them are staged the same way. Such an
 // operand, seen as [batch] rows x cols, is copied into a dense buffer whose rows are `ld`
 // elements apart (cols rounded up to 128 bytes) and batches rows * ld apart. The launch picks
 // which dimension is cols: K for 8-bit operands, else the one the source is contiguous in, so
@@ -179,6 +180,11 @@ extern "C" __global__ void __launch_bounds__(256) gemmkit_stage_8bit(const Stage
 
 extern "C" __global__ void __launch_bounds__(256) gemmkit_stage_16bit(const StageCopy first, const StageCopy second) {
   stage_copies<u16>(first, second);
+}
+
+// f32 block scales, into the layout the TMA kernel reads them in (launch.cpp, block_scales).
+extern "C" __global__ void __launch_bounds__(256) gemmkit_stage_32bit(const StageCopy first, const StageCopy second) {
+  stage_copies<u32>(first, second);
 }
 
 }  // namespace gemmkit::sm90

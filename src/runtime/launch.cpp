@@ -9,6 +9,7 @@
 
 #include "core/checked_math.h"
 #include "kernels/sm90/params.h"
+#include "kernels/sm90/smem_layout.h"
 #include "runtime/driver.h"
 #include "runtime/tensor_map.h"
 #include "runtime/utility_kernels.h"
@@ -129,11 +130,11 @@ StageJob row_class_copies(const Problem& p, void* scratch) {
 // case: weights, and activations reused by the caller's allocator) skip the encoding. Per
 // thread, so that threads never wait on each other; bounded, since pointers may vary without end.
 CUtensorMap cached_tensor_map(const MatrixRef& m, int64_t batch, int64_t rows, int64_t cols, bool cols_contiguous,
-                              uint32_t box_inner, uint32_t box_outer) {
+                              uint32_t box_inner, uint32_t box_outer, bool swizzled = true) {
   using Key = std::array<int64_t, 10>;
   thread_local std::unordered_map<Key, CUtensorMap, WordsHash> maps;
   const Key key = {int64_t(reinterpret_cast<uintptr_t>(m.data)),
-                   int64_t(m.dtype) | int64_t(cols_contiguous) << 4,
+                   int64_t(m.dtype) | int64_t(cols_contiguous) << 4 | int64_t(swizzled) << 5,
                    batch,
                    rows,
                    cols,
@@ -144,8 +145,50 @@ CUtensorMap cached_tensor_map(const MatrixRef& m, int64_t batch, int64_t rows, i
                    box_outer};
   if (auto it = maps.find(key); it != maps.end()) return it->second;
   if (maps.size() >= 1024) maps.clear();
-  return maps.emplace(key, make_tensor_map(m, batch, rows, cols, cols_contiguous, box_inner, box_outer))
+  return maps.emplace(key, make_tensor_map(m, batch, rows, cols, cols_contiguous, box_inner, box_outer, swizzled))
       .first->second;
+}
+
+// Block scales as the TMA kernel reads them (kernels/sm90/promote.cuh, load_block_scales), seen
+// as [batch] rows x cols: A's M (or M blocks) x K blocks, B's K blocks x N (or N blocks). 1-wide
+// blocks' are read with M (N) contiguous, a box of the tile's rows (columns); 128-wide blocks'
+// with K contiguous, a box of four K blocks by the 128 blocks the tile touches. These are the
+// layouts torch, cuBLASLt and DeepGEMM take. Scales laid out otherwise, or whose base or strides
+// TMA cannot take (16-byte aligned), are staged in that layout first (`staged`).
+struct BlockScales {
+  MatrixRef m;  // the scales as the kernel reads them: the caller's, or where staged, their copy
+  int64_t rows = 0, cols = 0;
+  bool cols_contiguous = false;
+  uint32_t box_inner = 0, box_outer = 0;
+  StagedOperand staged;
+};
+
+// Whether TMA reads `m` (4-byte elements, [batch] rows x cols) as it is along the contiguous dimension.
+bool tma_reads(const MatrixRef& m, int64_t batch, int64_t rows, int64_t cols, bool cols_contiguous) {
+  const int64_t inner = cols_contiguous ? cols : rows, outer = cols_contiguous ? rows : cols;
+  const int64_t inner_stride = cols_contiguous ? m.col_stride : m.row_stride;
+  const int64_t outer_stride = cols_contiguous ? m.row_stride : m.col_stride;
+  return reinterpret_cast<uintptr_t>(m.data) % 16 == 0 && (inner == 1 || inner_stride == 1) &&
+         (outer == 1 || (outer_stride > 0 && outer_stride % 4 == 0)) &&
+         (batch == 1 || m.batch_stride == 0 || m.batch_stride % 4 == 0);
+}
+
+// `tile`: the tile's rows (A) or the columns of one operand's part of it (B, B2).
+BlockScales block_scales(const ScaleRef& s, bool is_a, const Problem& p, int tile) {
+  BlockScales b;
+  if (s.mode != ScaleMode::block) return b;
+  const bool fine = (is_a ? s.block_rows : s.block_cols) == 1;  // 1x128 (A), 128x1 (B)
+  const int64_t k_blocks = ceil_div(p.k, 128), mn = is_a ? p.m : p.n, mn_blocks = fine ? mn : ceil_div(mn, 128);
+  b.rows = is_a ? mn_blocks : k_blocks;
+  b.cols = is_a ? k_blocks : mn_blocks;
+  b.cols_contiguous = is_a != fine;  // A: K contiguous where coarse; B: N contiguous where fine
+  b.box_inner = fine ? uint32_t(tile) : 4;
+  b.box_outer = fine || is_a ? 1 : uint32_t(sm90::b_scale_blocks(tile));
+  b.m = s.m;
+  if (!tma_reads(s.m, p.batch, b.rows, b.cols, b.cols_contiguous)) {
+    b.staged = staged_operand(s.m, p.batch, b.rows, b.cols, !b.cols_contiguous, true);
+  }
+  return b;
 }
 
 unsigned clamp_grid(int64_t blocks, int64_t limit) { return unsigned(std::max<int64_t>(1, std::min(blocks, limit))); }
@@ -199,12 +242,12 @@ namespace {
 // A TMA kernel's launch, worked out: its parameters, tensor maps and grid.
 struct TmaLaunch {
   GemmParams args;
-  CUtensorMap map_a{}, map_b{}, map_b2{}, map_d{};  // map_b2: a dual GEMM's (else unused)
+  KernelMaps maps{};  // those the configuration uses
   unsigned grid = 0;
 };
 
 void launch_tma(const LoadedKernel& kernel, const KernelConfig& config, TmaLaunch& launch, cudaStream_t stream) {
-  void* pointers[] = {&launch.map_a, &launch.map_b, &launch.map_b2, &launch.map_d, &launch.args};
+  void* pointers[] = {&launch.maps, &launch.args};
   launch_kernel(kernel, launch.grid, 1, 1, config.threads(), config.smem_bytes(), config.cluster_m, true, stream,
                 pointers);
 }
@@ -285,13 +328,26 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   // A dual GEMM's B2 is staged with B, its copy after B's in B's scratch.
   const StagedOperand staged_b2 =
       staged_operand(p.b2, p.batch, staged_k, p.n, config.b_k_major, config.stage_b && config.dual);
-  needs.staged_a_bytes = staged_a.bytes;
-  needs.staged_b_bytes = config.row_classes ? size_t(8 * p.n * row_class_width(p.k) * dtype_size(p.b.dtype))
-                                            : staged_b.bytes + staged_b2.bytes + (padded_groups ? size_t(4 * p.batch) : 0);
+  // Block scales the kernel cannot read as they are: A's copy after A's, B's and B2's after the
+  // rest of B's scratch (each a whole number of 128-byte rows, so each starts aligned).
+  const int tile_b = config.dual ? config.tile_n / 2 : config.tile_n;  // one operand's columns
+  // Grouped tiles start at any row: A's box starts at a multiple of four rows, four rows longer.
+  const BlockScales scales_a = block_scales(p.scale_a, true, p, config.tile_m + (config.grouped() ? 4 : 0));
+  const BlockScales scales_b = block_scales(p.scale_b, false, p, tile_b);
+  const BlockScales scales_b2 = block_scales(p.scale_b2, false, p, tile_b);
+  needs.staged_a_bytes = staged_a.bytes + scales_a.staged.bytes;
+  const size_t b_scratch = config.row_classes
+                               ? size_t(8 * p.n * row_class_width(p.k) * dtype_size(p.b.dtype))
+                               : staged_b.bytes + staged_b2.bytes + (padded_groups ? size_t(4 * p.batch) : 0);
+  const size_t scales_b_at = (b_scratch + 127) / 128 * 128, scales_b2_at = scales_b_at + scales_b.staged.bytes;
+  needs.staged_b_bytes = scales_b.staged.bytes + scales_b2.staged.bytes > 0
+                             ? scales_b2_at + scales_b2.staged.bytes
+                             : b_scratch;
   // Where no workspace can be had (the stream's growing during a graph capture, with no scratch
   // allocator set), the kernel runs unsplit; operands that must be staged cannot run here at all
   // (the caller runs another kernel). Held until the kernels are queued.
-  const bool stages = config.stage_a || config.stage_b || config.row_classes;
+  const bool stages_scales = scales_a.staged.bytes + scales_b.staged.bytes + scales_b2.staged.bytes > 0;
+  const bool stages = config.stage_a || config.stage_b || config.row_classes || stages_scales;
   const LaunchScratch scratch(p.device, stream, needs);
   const Workspace* workspace = scratch.workspace();
   if (!workspace && stages) return false;
@@ -322,7 +378,7 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   }
   // The operands as the kernel reads them: staged ones replaced by their copies, made in one launch.
   Problem q = p;
-  std::array<StageJob, 3> jobs;
+  std::array<StageJob, 6> jobs;
   size_t staged = 0;
   int* padded_ends = padded_groups ? reinterpret_cast<int*>(static_cast<char*>(workspace->staged_b) + staged_b.bytes)
                                     : nullptr;
@@ -354,6 +410,17 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
       q.b2 = staged_view(staged_b2, scratch);
     }
   }
+  // The scales' copies, and the views the kernel's maps take of them.
+  const auto scales_view = [&](const BlockScales& s, void* scratch) {
+    if (s.staged.bytes == 0) return s.m;
+    jobs[staged++] = stage_job(s.staged, scratch, p, false, nullptr);
+    return staged_view(s.staged, scratch);
+  };
+  char* const staged_a_scratch = workspace ? static_cast<char*>(workspace->staged_a) : nullptr;
+  char* const staged_b_scratch = workspace ? static_cast<char*>(workspace->staged_b) : nullptr;
+  const MatrixRef scales_a_view = scales_view(scales_a, staged_a_scratch + staged_a.bytes);
+  const MatrixRef scales_b_view = scales_view(scales_b, staged_b_scratch + scales_b_at);
+  const MatrixRef scales_b2_view = scales_view(scales_b2, staged_b_scratch + scales_b2_at);
   stage_copies(std::span(jobs.data(), staged), stream);
   args.a = matrix(q.a);
   args.b = matrix(q.b);
@@ -362,8 +429,8 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   // cluster's CTAs), MN-major (16-bit) ones 64 x 64 per block.
   const uint32_t k_box = uint32_t(config.tile_k());
   // Realigned operands have none: the kernel reads them from the parameters.
-  CUtensorMap& map_a = launch.map_a;
-  CUtensorMap& map_b = launch.map_b;
+  CUtensorMap& map_a = launch.maps.a;
+  CUtensorMap& map_b = launch.maps.b;
   if (config.row_classes) {
     // Group rows long enough for the last row of a group, which starts past 7 others.
     map_a = cached_tensor_map(row_class_groups(p.a), 1, p.m / 8, row_class_start(p.a, 7) + p.k, true, k_box,
@@ -379,7 +446,7 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
     const uint32_t b_rows = uint32_t(config.tile_n / (config.dual ? 2 : config.cluster_m));
     map_b = cached_tensor_map(q.b, p.batch, q.k, p.n, !config.b_k_major, config.b_k_major ? k_box : 64,
                               config.b_k_major ? b_rows : 64);
-    launch.map_b2 = config.dual ? cached_tensor_map(q.b2, p.batch, q.k, p.n, !config.b_k_major,
+    launch.maps.b2 = config.dual ? cached_tensor_map(q.b2, p.batch, q.k, p.n, !config.b_k_major,
                                                     config.b_k_major ? k_box : 64, config.b_k_major ? b_rows : 64)
                                 : map_b;
   }
@@ -387,9 +454,15 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
     // One warp's 16 rows of a 128-byte column group (or of a narrower box), as lines of 16 rows
     // where D is stored by columns.
     const uint32_t box_cols = uint32_t(config.store_box_bytes() / dtype_size(p.d.dtype));
-    launch.map_d = config.d_by_columns ? cached_tensor_map(p.d, p.batch, p.m, p.n, false, 16, box_cols)
+    launch.maps.d = config.d_by_columns ? cached_tensor_map(p.d, p.batch, p.m, p.n, false, 16, box_cols)
                                        : cached_tensor_map(p.d, p.rows_batch(), p.m, p.n, true, box_cols, 16);
   }
+  const auto scales_map = [&](const BlockScales& s, const MatrixRef& view) {
+    return cached_tensor_map(view, p.batch, s.rows, s.cols, s.cols_contiguous, s.box_inner, s.box_outer, false);
+  };
+  if (p.scale_a.mode == ScaleMode::block) launch.maps.scale_a = scales_map(scales_a, scales_a_view);
+  if (p.scale_b.mode == ScaleMode::block) launch.maps.scale_b = scales_map(scales_b, scales_b_view);
+  if (p.scale_b2.mode == ScaleMode::block) launch.maps.scale_b2 = scales_map(scales_b2, scales_b2_view);
   // A persistent grid: one CTA per SM at most, whole clusters, no more than there are work units.
   launch.grid = clamp_grid(cluster_tiles * args.splits, sm_count / cluster) * unsigned(cluster);
   launch_tma(kernel, config, launch, stream);

@@ -5,7 +5,7 @@
 namespace gemmkit::runtime {
 
 CUtensorMap make_tensor_map(const MatrixRef& m, int64_t batch, int64_t rows, int64_t cols, bool cols_contiguous,
-                            uint32_t box_inner, uint32_t box_outer) {
+                            uint32_t box_inner, uint32_t box_outer, bool swizzled) {
   const int64_t bytes = dtype_size(m.dtype);
   const int64_t inner = cols_contiguous ? cols : rows;
   const int64_t outer = cols_contiguous ? rows : cols;
@@ -25,7 +25,8 @@ CUtensorMap make_tensor_map(const MatrixRef& m, int64_t batch, int64_t rows, int
                                    : m.dtype == DType::f16  ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                             : CU_TENSOR_MAP_DATA_TYPE_UINT8;
   const uint32_t row_bytes = box_inner * uint32_t(bytes);
-  const CUtensorMapSwizzle swizzle = row_bytes == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
+  const CUtensorMapSwizzle swizzle = !swizzled         ? CU_TENSOR_MAP_SWIZZLE_NONE
+                                     : row_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
                                      : row_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
                                                        : CU_TENSOR_MAP_SWIZZLE_32B;
   CUtensorMap map{};

@@ -11,6 +11,7 @@
 #include "runtime/driver.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/launch.h"
+#include "runtime/tensor_map.h"
 
 namespace gemmkit::runtime {
 namespace {
@@ -72,7 +73,9 @@ void stage_copies(std::span<const StageJob> jobs, cudaStream_t stream) {
     i += pair ? 2 : 1;
     const int64_t blocks = first.blocks + second.blocks;
     if (blocks == 0) continue;  // nothing to copy
-    const LoadedKernel& kernel = utility_kernel(element_bytes == 1 ? "gemmkit_stage_8bit" : "gemmkit_stage_16bit");
+    const LoadedKernel& kernel = utility_kernel(element_bytes == 1   ? "gemmkit_stage_8bit"
+                                                : element_bytes == 2 ? "gemmkit_stage_16bit"
+                                                                     : "gemmkit_stage_32bit");
     void* args[] = {&first, &second};
     launch_kernel(kernel, unsigned(blocks), 1, 1, 256, 0, 1, true, stream, args);
   }
@@ -113,9 +116,9 @@ void zero_unowned_rows(const MatrixRef& d, const GroupRef& groups, int64_t count
 const LoadedKernel& empty_kernel() { return utility_kernel("gemmkit_empty"); }
 
 void launch_empty(const LoadedKernel& kernel, unsigned blocks, unsigned threads, cudaStream_t stream) {
-  CUtensorMap maps[3] = {};
+  KernelMaps maps{};
   GemmParams params{};
-  void* args[] = {&maps[0], &maps[1], &maps[2], &params};
+  void* args[] = {&maps, &params};
   launch_kernel(kernel, blocks, 1, 1, threads, 0, 1, true, stream, args);  // as launch_gemm launches
 }
 

@@ -17,10 +17,13 @@ int old_stage_bytes(const KernelConfig& c) {
   const int b_rows = c.b_k_major ? c.tile_n : (c.tile_n + 63) / 64 * 64;
   auto inner = [](ScaleMode m) { return m == ScaleMode::block || m == ScaleMode::mx; };
   const int words_a = !inner(c.scale_a) ? 0 : c.scale_a == ScaleMode::mx || c.scale_a_mn == 1 ? c.tile_m : 4;
+  // B's 128x128 blocks take four words each since TMA stages them (boxes of four K blocks).
   const int words_b = !inner(c.scale_b) ? 0
                       : c.scale_b == ScaleMode::mx || c.scale_b_mn == 1 ? c.tile_n
-                                                                         : (c.tile_n + 127) / 128 + 1;
-  return (c.tile_m + b_rows) * 128 + (words_a + words_b + 3) / 4 * 16;
+                                                                         : 4 * ((c.tile_n + 127) / 128 + 1);
+  // Each operand's words from a 128-byte boundary since TMA stages block scales.
+  auto part = [](int words) { return words == 0 ? 0 : (words * 4 + 127) / 128 * 128; };
+  return (c.tile_m + b_rows) * 128 + part(words_a) + part(words_b);
 }
 
 int old_smem_bytes(const KernelConfig& c) {
@@ -32,10 +35,12 @@ int old_smem_bytes(const KernelConfig& c) {
   const int barriers_and_slots = c.stages * ((realign ? 3 : 2) * 8 + 40);
   const int column_scales = c.scale_b == ScaleMode::rowwise ? 2 * (c.tile_m / 64) * c.tile_n * 4 : 0;
   const int mx_floats = c.scale_b == ScaleMode::mx ? 2 * (c.tile_m / 64) * 4 * c.tile_n * 4 : 0;
-  // The staged scales start 16-byte aligned, after A's and B's stages and the regions between.
+  // The staged scales start 128-byte aligned (16 before TMA staged them; 16 still where there are
+  // none), after A's and B's stages and the regions between.
   const int ab = c.stages * (c.tile_m + b_rows) * 128;
   const int scales = c.stages * old_stage_bytes(c) - ab;
-  const int before_scales = (ab + epilogue + landing + barriers_and_slots + 15) / 16 * 16;
+  const int alignment = scales > 0 ? 128 : 16;
+  const int before_scales = (ab + epilogue + landing + barriers_and_slots + alignment - 1) / alignment * alignment;
   return 1024 + before_scales + scales + column_scales + mx_floats;
 }
 
@@ -88,9 +93,9 @@ TEST(SmemLayout, RegionsFollowEachOther) {
   EXPECT_EQ(l.full, l.landing_rows);  // nothing realigned
   EXPECT_EQ(l.empty, l.full + 5 * 8u);
   EXPECT_EQ(l.slots, l.empty + 5 * 8u);  // no landed barriers
-  EXPECT_EQ(l.scales, l.slots + 5 * 40u + 8);  // padded to 16 bytes: five 40-byte slots end 8 bytes past
-  EXPECT_EQ(l.scales % 16, 0u);
-  EXPECT_EQ(l.stage_scales, 128 * 4u / 16 * 16);  // A's 1x128 blocks: a word per row
+  EXPECT_EQ(l.scales, l.slots + 5 * 40u + 104);  // padded to 128 bytes: five 40-byte slots end 104 bytes short
+  EXPECT_EQ(l.scales % 128, 0u);
+  EXPECT_EQ(l.stage_scales, 128 * 4u);  // A's 1x128 blocks: a word per row
   EXPECT_EQ(l.column_scales, l.scales + 5 * l.stage_scales);
   EXPECT_EQ(l.mx_floats, l.column_scales + 2 * 2 * 176 * 4u);
   EXPECT_EQ(l.end, l.mx_floats);

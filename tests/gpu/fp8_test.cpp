@@ -64,6 +64,15 @@ TEST_F(Fp8Modes, OtherBlocksMixedModesAndScaleLayouts) {
     spec.scale_b = b;
     expect_correct(spec);
   }
+  // The layouts torch, cuBLASLt and DeepGEMM take, which the TMA kernel reads as they are (the
+  // others it stages first): A's 1x128 scales M-major and B's 128x128 ones K-major, strides
+  // 16-byte aligned; B's 128x1 ones N-major.
+  ProblemSpec direct = fp8(200, 264, 1024, ScaleMode::block);
+  direct.scales_col_major = true;
+  expect_correct(direct);
+  ProblemSpec direct_fine_b = fp8(400, 304, 1000, ScaleMode::block);
+  direct_fine_b.scale_b_block_cols = 1;
+  expect_correct(direct_fine_b);
   for (ScaleMode mode : kModes) {
     ProblemSpec spec = fp8(200, 264, 656, mode);
     spec.scales_col_major = true;
