@@ -2,6 +2,7 @@
 // no stack frame. Needs no GPU. The configurations are compile_cases.h's.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "dispatch/operand_access.h"
 #include "clean_compile.h"
 #include "compile_cases.h"
+#include "sass.h"
 
 namespace gemmkit {
 namespace {
@@ -130,6 +132,31 @@ std::vector<CompileCase> grouped_cases() {
 }
 
 TEST(TmaKernelVariants, GroupedCompilesWithoutSpills) { expect_clean_compiles(grouped_cases()); }
+
+// Block-scaled 8-bit kernels read a K block's scales into registers before its first wgmma
+// (promote.cuh), so that no shared-memory load sits between two wgmma instructions of a K block,
+// where the tensor cores would wait for it: checked in the SASS of every block-scaled kernel
+// eight_bit_cases and grouped_cases build (one and two partial accumulators, split, clustered,
+// A or B in 128x128 blocks, B in 128x1 blocks, grouped rows). Skipped where no cuobjdump is found.
+TEST(TmaKernelVariants, BlockScalesAreReadOutsideEachKBlocksWgmma) {
+  const std::optional<std::string> cuobjdump = testing::find_cuobjdump();
+  if (!cuobjdump) GTEST_SKIP() << "no cuobjdump (set GEMMKIT_CUOBJDUMP)";
+  std::vector<CompileCase> cases;
+  for (const std::vector<CompileCase>& from : {testing::eight_bit_cases(), grouped_cases()}) {
+    for (const CompileCase& c : from) {
+      if (c.config.scale_a == ScaleMode::block || c.config.scale_b == ScaleMode::block) cases.push_back(c);
+    }
+  }
+  ASSERT_GT(cases.size(), 10u);
+  for (const CompileCase& c : cases) {
+    const runtime::CompiledKernel k = runtime::compile_kernel(codegen::gemm_source(c.config), codegen::kGemmKernel);
+    const std::optional<std::string> sass = testing::disassemble(*cuobjdump, k.cubin, "gemmkit-sass-test");
+    ASSERT_TRUE(sass) << c.what << ": " << *cuobjdump << " failed";
+    const testing::WgmmaBatches b = testing::wgmma_batches(*sass);
+    EXPECT_GT(b.batches, 0) << c.what << ": no wgmma batch found in the SASS";
+    EXPECT_EQ(b.loads_among, 0) << c.what << ": " << b.first_load_among;
+  }
+}
 
 TEST(SimtKernels, FallbackAndGemvCompileForEveryTypeCombination) { expect_clean_compiles(testing::simt_cases()); }
 
