@@ -91,8 +91,10 @@ int time_row(const GroupedProblem& p, GroupedRecord& record, cudaStream_t stream
              const tuning::GpuTimer& timer, const runtime::DeviceInfo& info, const ConfigOverrides& overrides,
              int max_sms) {
   const bool masked = p.op == GroupedOp::masked, wgrad = p.op == GroupedOp::wgrad;
-  // Scales row-major, as grouped_gemm's own tests lay them out.
-  const reference::ProblemSpec dense_spec = to_spec(p.dense);
+  // Block scales in the layouts torch and DeepGEMM take (A's 1x128 M-major, B's 128x128 K-major),
+  // which the TMA kernel reads as they are; other scales row-major, as grouped_gemm's tests have them.
+  reference::ProblemSpec dense_spec = to_spec(p.dense);
+  dense_spec.scales_col_major = dense_spec.scale_a == ScaleMode::block;
   reference::ProblemSpec groups_spec = dense_spec;
   groups_spec.batch = p.groups();
   groups_spec.m = masked ? p.m : wgrad ? dense_spec.m : 1;  // contiguous: only its weights are used
