@@ -1,6 +1,7 @@
 // A compiled kernel's SASS, for tests that pin where the compiler placed instructions. Needs
-// cuobjdump: GEMMKIT_CUOBJDUMP names it, else it is looked for on PATH and in the CUDA toolkit
-// (the toolkit on the GPU machines has it; CI installs PyPI's nvidia-cuda-cuobjdump).
+// cuobjdump and the nvdisasm it runs: GEMMKIT_CUOBJDUMP names cuobjdump, else it is looked for on
+// PATH and in the CUDA toolkit (the toolkit on the GPU machines has both; CI installs PyPI's
+// nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm).
 #pragma once
 
 #include <cstdio>
