@@ -12,7 +12,7 @@ struct alignas(64) TensorMap {
 };
 
 // The TMA kernel's tensor maps, one parameter (launch.cpp builds them): A, B, a dual GEMM's B2, D
-// (TMA stores), and the block scales of A, B and B2 (promote.cuh, load_block_scales). Maps a
+// (TMA stores), and the inner scales of A, B and B2 (promote.cuh, load_stage_scales). Maps a
 // configuration does not use are left unset.
 struct KernelMaps {
   TensorMap a, b, b2, d, scale_a, scale_b, scale_b2;
@@ -108,6 +108,11 @@ __device__ __forceinline__ u32 ld_shared_u16(u32 address) {
 __device__ __forceinline__ void st_shared_v4(u32 address, const u32 (&v)[4]) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(address), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
                : "memory");
+}
+__device__ __forceinline__ u32 ld_shared_u8(u32 address) {
+  u32 v;
+  asm volatile("ld.shared.u8 %0, [%1];" : "=r"(v) : "r"(address) : "memory");
+  return v;
 }
 __device__ __forceinline__ float ld_shared_f32(u32 address) { return __uint_as_float(ld_shared_u32(address)); }
 __device__ __forceinline__ float2 ld_shared_f32x2(u32 address) {

@@ -3,7 +3,7 @@
 //
 // Warp-specialised and persistent. Warpgroup 0 is the producer: one thread walks the tiles and
 // streams K slices of A and B, 128 bytes deep (64 16-bit or 128 8-bit elements), into a ring of
-// kStages shared-memory stages with TMA, block scales with them; mx scales, one warp stages them.
+// kStages shared-memory stages with TMA, block and mx scales with them.
 // Warpgroups 1..kConsumers each own 64 rows of the kTileM x kTileN tile and multiply with wgmma,
 // then run the epilogue while the producer already fetches the next tile (part of it waits for
 // the next tile's first K block: kDeferGroups). Each stage has a "full" barrier (TMA bytes
@@ -107,20 +107,19 @@ static_assert(!kRowClasses || (kClusterM == 1 && kConsumers == 1 && !k8Bit && !k
 // consumers share the rest of what the launch gave the CTA (kLaunchRegisters per thread, as
 // __launch_bounds__ allows) in multiples of 8, at most 240 (224 for two, 152 for three). Asking
 // for more than the launch gave deadlocks: setmaxnreg.inc waits for registers that never free.
-// A producer with a scale warp (mx) keeps 72 (its address arithmetic spills at 56), leaving two
-// consumers 216; one that realigns keeps 128 (its row copies spilled at 96 on some tiles), which
+// A producer that realigns keeps 128 (its row copies spilled at 96 on some tiles), which
 // still leaves its single consumer warpgroup 240. Two partial accumulators (multiply_8bit_runs)
 // fit where promotion reads no scales from the stage and has one granule per K block (not mx,
 // not 128x1 B blocks): in a single consumer warpgroup (half-height tiles, 240 registers), split-K
 // included, since no other warpgroup fills the tensor cores while it promotes; and in two up to
-// 128 wide (224 registers, with the producer at 56: block scales come by TMA), not with
+// 128 wide (224 registers, the producer keeping 56), not with
 // split-K, whose reduction needs registers too, nor grouped (block scales at 128 x 128 spilled
 // 8 bytes in the main loop), and not wider (128 x 144 spills). (Per-tensor
 // 128 x 128 on fp8-large: 0.88x cuBLASLt with two partials, 0.85x with one; H100.)
 constexpr int kLaunchRegisters = (65536 / kThreads < 255 ? 65536 / kThreads : 255) / 8 * 8;
 constexpr bool kTwoPartials = !kPromoteReadsStage && kGranules == 1 && kTileN <= 128 &&
                               (kConsumers == 1 || (kConsumers == 2 && !kSplitK && !kGrouped));
-constexpr int kProducerRegisters = kRealign ? 128 : kScaleWarp ? 72 : 56;
+constexpr int kProducerRegisters = kRealign ? 128 : 56;
 constexpr int kConsumerShare = (kLaunchRegisters * (kConsumers + 1) - kProducerRegisters) / kConsumers / 8 * 8;
 constexpr int kConsumerRegisters = kConsumerShare < 240 ? kConsumerShare : 240;
 static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= kLaunchRegisters * (kConsumers + 1),
@@ -167,8 +166,8 @@ __device__ __forceinline__ void load_b_box(u8* dst, const TensorMap* map_b, u64*
 // kClusterM-th block), and the full barrier expects the whole slice from all of them.
 // A dual GEMM's stage holds B's half of the slice, then B2's (map_b2), each kTileN / 2 columns
 // from `col`: K-major, one box each (in a cluster of two, CTA r loads half r); N-major, blocks.
-// Block scales come with the data, each CTA's own, into the stage's scale words `scales`
-// (promote.cuh, load_block_scales).
+// Inner scales come with the data, each CTA's own, into the stage's scales `scales`
+// (promote.cuh, load_stage_scales).
 __device__ __forceinline__ void load_stage(const GemmParams& p, const KernelMaps& maps, u8* a, u8* b, u32 scales,
                                            u64* full, int rank, int batch, i64 row, i64 col, int k_first,
                                            int k_block) {
@@ -177,7 +176,7 @@ __device__ __forceinline__ void load_stage(const GemmParams& p, const KernelMaps
   const int batch_a = kABatched ? batch : 0;  // else broadcast
   int batch_b = kBBatched ? batch : 0;
   mbarrier_arrive_expect_tx(full, kTmaStageBytes + kTmaScaleBytes);
-  if (kBlockA || kBlockB) load_block_scales(scales, maps, p, full, batch, row, col, k_block);
+  if (kInnerScales) load_stage_scales(scales, maps, p, full, batch, row, col, k_block);
   if (kRowClasses) {
     const RowClass c = row_class(p, row);
     tma_load_3d(a, map_a, full, c.x + k, int(row / kClasses), 0);
@@ -662,7 +661,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       // The TMA thread, and the scale warp's lanes or the realigning warps.
-      mbarrier_init(&full[s], 1 + (kScaleWarp ? 32 : 0) + (kRealign ? kRealignWarps : 0));
+      mbarrier_init(&full[s], 1 + (kRealign ? kRealignWarps : 0));
       mbarrier_init(&empty[s], kClusterM * kConsumers * 4);  // one arrival per consumer warp
       if (kRealign) mbarrier_init(&landed[s], 32 * kCopyWarps);  // every lane of the copying warps
     }
@@ -693,9 +692,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     if (t == 0 && !kRealignA) tma_prefetch_descriptor(&maps.a);
     if (t == 0 && !kRealignB) tma_prefetch_descriptor(&maps.b);
     if (t == 0 && kDual) tma_prefetch_descriptor(&maps.b2);
-    if (t == 0 && kBlockA) tma_prefetch_descriptor(&maps.scale_a);
-    if (t == 0 && kBlockB) tma_prefetch_descriptor(&maps.scale_b);
-    if (t == 0 && kBlockB && kDual) tma_prefetch_descriptor(&maps.scale_b2);
+    if (t == 0 && kInnerA) tma_prefetch_descriptor(&maps.scale_a);
+    if (t == 0 && kInnerB) tma_prefetch_descriptor(&maps.scale_b);
+    if (t == 0 && kInnerB && kDual) tma_prefetch_descriptor(&maps.scale_b2);
     if (kClusterM > 1) cluster_wait();
     if (t == 0 || (kRealign && t < 32 * kCopyWarps)) {
       const auto fill = [&](const Work& w, int kb, u32 s) {
@@ -713,11 +712,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       for_each_stage(tiles, rank, landed, 0, [&](const Work& w, int kb, u32 s) {
         realign_stage(p, w, kb, landing + s * kLandingBytes, stages_a + s * kStageBytesA, stages_b + s * kStageBytesB,
                       &full[s], t - 32 * kCopyWarps);
-      });
-    } else if (kScaleWarp && t / 32 == 1) {
-      for_each_stage(tiles, rank, empty, 1, [&](const Work& w, int kb, u32 s) {
-        load_stage_scales(stage_scales + s * kStageScaleBytes, p, w.batch, w.row, w.col, kb, t % 32,
-                          &full[s]);
       });
     }
   } else {

@@ -20,7 +20,6 @@ struct GemmScale {
   long long col_stride;
   long long block_rows;
   long long block_cols;
-  int word_copies;  // mx: every 4 exponents along a row are one aligned word (the TMA kernel copies them so)
 };
 
 // Division by a fixed divisor d below 2^31, of numbers below 2^31, as a multiply and a shift:

@@ -1,10 +1,9 @@
 // Two-level accumulation for 8-bit inputs. The tensor cores sum FP8 products in less than f32
 // precision, so the TMA kernel multiplies each K granule (a 128-deep K block, or 32 deep where
 // an operand has mx scales) into a partial accumulator and adds that to the f32 accumulator,
-// multiplied by the granule's inner scales (block, mx). Those are staged in shared memory beside
-// the K block's data, on the same full barrier: block scales by the TMA thread (a box per
-// operand, with the data's boxes), mx exponents by a producer warp of their own (the scale warp).
-// The consumers read a K block's scales into registers before its first wgmma, so that no
+// multiplied by the granule's inner scales (block, mx). The TMA thread stages those in shared
+// memory beside the K block's data, a box per operand on the same full barrier, and the
+// consumers read a K block's scales into registers before its first wgmma, so that no
 // shared-memory load sits among the wgmma instructions.
 #pragma once
 
@@ -22,17 +21,19 @@ constexpr bool kInnerA = is_inner_scale(kScaleA), kInnerB = is_inner_scale(kScal
 constexpr bool kInnerScales = kInnerA || kInnerB;
 constexpr int kGranuleK = kScaleA == GEMMKIT_SCALE_MX || kScaleB == GEMMKIT_SCALE_MX ? 32 : 128;
 constexpr int kGranules = 128 / kGranuleK;  // per K block of 128 8-bit elements
-// Scales are staged in 4-byte words (smem_layout.h, stage_scale_words_a). A: one per tile row
-// (a 1x128 block's f32, or the four mx exponents of the row's K block, packed), or with 128x128
-// blocks four, the first the tile's (a tile never straddles one). B, 128-byte aligned after them
-// (kScaleOffsetB): one per tile column (a 128x1 block's f32; with mx, the tile's exponents of
-// granule g fill kTileN bytes at g * kTileN), or with 128x128 blocks four per 128 block the tile
-// touches, the first of each its. A dual GEMM's tile columns are B's, then B2's (b_column): block
-// scales of B2's half start kScaleHalfB after B's; mx exponents lie as one tile's.
+// A stage's scales (smem_layout.h, stage_scale_words_a), each operand's from a 128-byte boundary:
+// - A: a 1x128 block's f32 per tile row; mx, four rows of exponents, one per granule, each a byte
+//   per tile row; 128x128 blocks, four K blocks' f32 of the tile's block (a tile never straddles
+//   one). Grouped tiles start at any row: their 1-wide boxes start kRowAlignA rows early.
+// - B (kScaleOffsetB): a 128x1 block's f32 per tile column; mx, four rows of exponents, each a
+//   byte per tile column; 128x128 blocks, four K blocks' f32 of each 128 block the tile touches.
+//   A dual GEMM's tile columns are B's, then B2's (b_column), whose scales start kScaleHalfB
+//   after B's.
 constexpr bool kMxA = kScaleA == GEMMKIT_SCALE_MX, kMxB = kScaleB == GEMMKIT_SCALE_MX;
-constexpr bool kBlockA = kInnerA && !kMxA, kBlockB = kInnerB && !kMxB;  // staged by TMA
-constexpr bool kScaleWarp = kMxA || kMxB;
-constexpr bool kCoarseB = kBlockB && kScaleMNB > 1;  // B scales in 128x128 blocks
+constexpr bool kCoarseA = kInnerA && !kMxA && kScaleMNA > 1;  // A scales in 128x128 blocks
+constexpr bool kCoarseB = kInnerB && !kMxB && kScaleMNB > 1;  // B scales in 128x128 blocks
+constexpr int kRowAlignA = a_box_row_alignment(kScaleA);  // 16 bytes of A's 1-wide scales
+constexpr int kBoxRowsA = kTileM + (kGrouped ? kRowAlignA : 0);
 constexpr int kBlocksHalf = b_scale_blocks(kHalfN);  // 128-column blocks one operand's columns at any column touch
 constexpr int kBlocksB = kDual ? 2 * kBlocksHalf : kBlocksHalf;
 constexpr int kStageWordsA = stage_scale_words_a(kScaleA, kScaleMNA, kTileM, kGrouped);
@@ -41,47 +42,47 @@ constexpr u32 kStageScaleBytes =
     stage_scale_bytes(kScaleA, kScaleMNA, kScaleB, kScaleMNB, kTileM, kTileN, kDual, kGrouped);
 constexpr u32 kScaleOffsetB = kStageWordsA > 0 ? scale_part_bytes(kStageWordsA) : 0;
 constexpr u32 kScaleHalfB = kDual ? scale_part_bytes(kStageWordsB / 2) : 0;
-// What TMA brings of them per stage: A's box, and B's (a dual GEMM's B2's too).
-constexpr u32 kTmaScaleBytes = (kBlockA ? 4 * kStageWordsA : 0) + (kBlockB ? 4 * kStageWordsB : 0);
+constexpr u32 kTmaScaleBytes = 4 * (kStageWordsA + kStageWordsB);  // TMA's bytes per stage: every word
+static_assert(!kMxA || kStageWordsA == kBoxRowsA, "A's mx box: four granules of a byte per row");
+static_assert(!kDual || kHalfN % 8 == 0, "a dual tile's halves are whole 8-column groups");
 
 // Where B's block scale word of tile column c (128x1), or of the tile's 128 block q (128x128),
-// lies in a stage's scales: B2's, a dual GEMM's second half, from kScaleHalfB on.
+// lies in a stage's scales.
 __device__ __forceinline__ constexpr u32 b_column_word(int c) {
   return kScaleOffsetB + (kDual && c >= kHalfN ? kScaleHalfB + 4 * (c - kHalfN) : 4 * c);
 }
 __device__ __forceinline__ constexpr u32 b_block_words(int q) {
   return kScaleOffsetB + (kDual && q >= kBlocksHalf ? kScaleHalfB + 16 * (q - kBlocksHalf) : 16 * q);
 }
-static_assert(!kDual || kHalfN % 8 == 0, "a dual tile's halves are whole 8-column groups");
 
-// By the TMA thread, with a stage's data: the block scales of K block `k_block` for the tile at
-// (batch, row, col) into the stage's scale words at `dst`, on the `full` barrier (kTmaScaleBytes).
-// The maps (launch.cpp) are over the scales as the kernel takes them: 1-wide blocks' with M (N)
-// contiguous, boxes of the tile's rows (columns); 128-wide blocks' with K contiguous, boxes of
-// four K blocks by the 128 blocks the tile touches. Boxes start 16-byte aligned along the
-// contiguous dimension (an H200 raised an illegal instruction otherwise): 1-wide blocks' at a
-// multiple of four rows, which holds the tile's row `row` at row % 4 (only grouped tiles start
-// elsewhere; their box has four rows more), 128-wide blocks' at a multiple of four K blocks,
-// which holds K block `k_block` at k_block % 4. Scales shared by every batch have a
-// map without batches. Outside the scales they read as zero, as the data does.
-__device__ __forceinline__ void load_block_scales(u32 dst, const KernelMaps& maps, const GemmParams& p, u64* full,
+// By the TMA thread, with a stage's data: the inner scales of K block `k_block` for the tile at
+// (batch, row, col) into the stage's scales at `dst`, on the `full` barrier (kTmaScaleBytes).
+// The maps (launch.cpp) are over the scales as the kernel takes them: 1-wide blocks' and mx
+// exponents with M (N) contiguous, boxes of the tile's rows (columns) by one K block (four mx
+// granules); 128-wide blocks' with K contiguous, boxes of four K blocks by the 128 blocks the
+// tile touches. Boxes start 16-byte aligned along the contiguous dimension (an H200 raised an
+// illegal instruction otherwise): A's 1-wide ones at a multiple of kRowAlignA rows, which holds
+// the tile's row `row` at row % kRowAlignA (only grouped tiles start elsewhere), 128-wide ones
+// at a multiple of four K blocks, which holds K block `k_block` at k_block % 4. Scales shared by
+// every batch have a map without batches. Outside the scales they read as zero, as the data does.
+__device__ __forceinline__ void load_stage_scales(u32 dst, const KernelMaps& maps, const GemmParams& p, u64* full,
                                                   int batch, i64 row, i64 col, int k_block) {
-  if (kBlockA) {
+  if (kInnerA) {
     const int z = p.scale_a.batch_stride != 0 ? batch : 0;
-    if (kScaleMNA == 1) {
-      tma_load_3d(dst, &maps.scale_a, full, int(row) & ~3, k_block, z);
+    if (!kCoarseA) {
+      tma_load_3d(dst, &maps.scale_a, full, int(row) & -kRowAlignA, kMxA ? 4 * k_block : k_block, z);
     } else {
       tma_load_3d(dst, &maps.scale_a, full, k_block & ~3, int(row / kScaleMNA), z);
     }
   }
-  if (kBlockB) {
+  if (kInnerB) {
 #pragma unroll
     for (int half = 0; half < (kDual ? 2 : 1); ++half) {
       const TensorMap* map = half == 0 ? &maps.scale_b : &maps.scale_b2;
       const int z = b_scale(p, half == 1).batch_stride != 0 ? batch : 0;
       const u32 to = dst + kScaleOffsetB + half * kScaleHalfB;
-      if (kScaleMNB == 1) {
-        tma_load_3d(to, map, full, int(col), k_block, z);
+      if (!kCoarseB) {
+        tma_load_3d(to, map, full, int(col), kMxB ? 4 * k_block : k_block, z);
       } else {
         tma_load_3d(to, map, full, k_block & ~3, int(col / kScaleMNB), z);
       }
@@ -89,74 +90,15 @@ __device__ __forceinline__ void load_block_scales(u32 dst, const KernelMaps& map
   }
 }
 
-// By the scale warp: stages word `i` of K block `k_block`'s mx exponents for the tile at
-// (batch, row, col) at shared address `dst`: A's words first, then B's (an operand with block
-// scales has its words from TMA). Outside the operands the word is 0 (as TMA fills the data
-// there with zeros). Exponents that lie 4 to a word (GemmScale::word_copies) travel by cp.async;
-// others are read byte by byte. Returns whether it stored without cp.async.
-__device__ __forceinline__ bool stage_scale_word(u32 dst, const GemmParams& p, int batch, int row, int col,
-                                                 int k_block, int i) {
-  const bool is_a = i < kStageWordsA;
-  const int w = i - kStageWordsA;  // B's word: a granule's exponents of four columns, B's or B2's (b_column)
-  const BColumn b = is_a ? BColumn{false, 0} : b_column(col, 4 * (w % (kTileN / 4)));
-  const GemmScale& s = is_a ? p.scale_a : b_scale(p, b.second);
-  const u8* base = static_cast<const u8*>(s.data);
-  // Four mx exponents: A's of one row along K (granules 4 k_block .. + 3), B's of one granule
-  // along N (four columns). The present ones are a prefix of the four.
-  const int granules = int((p.k + 31) / 32);
-  const u8* first;
-  int present;
-  if (is_a) {
-    const int r = row + i, g = 4 * k_block;
-    present = r < p.m ? min(4, granules - g) : 0;
-    first = base + batch * s.batch_stride + r * s.row_stride + g * s.col_stride;
-  } else {
-    const int g = 4 * k_block + w / (kTileN / 4);
-    present = g < granules ? max(0, min(4, int(p.n - b.col))) : 0;
-    first = base + batch * s.batch_stride + g * s.row_stride + b.col * s.col_stride;
-  }
-  if (s.word_copies) {
-    cp_async_4(dst, present > 0 ? first : base, present);
-    return false;
-  }
-  u32 word = 0;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    if (e < present) word |= u32(first[e * s.col_stride]) << (8 * e);
-  }
-  st_shared_u32(dst, word);
-  return true;
-}
-
-// By the scale warp: stages the mx exponents of one K block and arrives on the stage's full
-// barrier, each lane once. Copies by cp.async let the warp move on to the next stage at once
-// (the barrier completes when they land, as TMA's bytes do); stores need a release first.
-__device__ __forceinline__ void load_stage_scales(u32 dst, const GemmParams& p, int batch, int row, int col, int k_block,
-                                                  int lane, u64* full) {
-  constexpr int kBegin = kMxA ? 0 : kStageWordsA, kEnd = kMxB ? kStageWordsA + kStageWordsB : kStageWordsA;
-  bool stored = false;
-#pragma unroll
-  for (int first = kBegin; first < kEnd; first += 32) {
-    const int i = first + lane;  // A's word i, or B's word i - kStageWordsA
-    if (i < kEnd) {
-      const u32 at = dst + (i < kStageWordsA ? 4 * i : kScaleOffsetB + 4 * (i - kStageWordsA));
-      stored |= stage_scale_word(at, p, batch, row, col, k_block, i);
-    }
-  }
-  if (stored) {
-    cp_async_wait_all();
-    mbarrier_arrive(full);
-  } else {
-    cp_async_arrive(full);
-  }
-}
-
-// Where a tile's scales lie in the boxes load_block_scales staged: A's 1x128 rows from row % 4
-// (a_skew), and the unit's first K block (k_first), whose 128-wide blocks' lie at k_block % 4.
+// Where a tile's scales lie in the boxes load_stage_scales staged: A's 1-wide rows from
+// row % kRowAlignA (a_skew), and the unit's first K block (k_first), whose 128-wide blocks' lie
+// at k_block % 4.
 struct ScaleSkew {
   int a_skew, k_first;
 };
-__device__ __forceinline__ ScaleSkew scale_skew(i64 row, int k_first) { return {kGrouped ? int(row % 4) : 0, k_first}; }
+__device__ __forceinline__ ScaleSkew scale_skew(i64 row, int k_first) {
+  return {kGrouped ? int(row % kRowAlignA) : 0, k_first};
+}
 
 // The scales of K block `k_block` that a consumer thread reads before its promotions: the A
 // words of its two fragment rows and, with 128x128 B blocks, the values of the blocks the tile
@@ -173,8 +115,15 @@ __device__ __forceinline__ KBlockScales read_k_block_scales(u32 scales, const Sc
   if (kInnerA) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int row = slice * 64 + fragment_row(t, h) + (kBlockA ? skew.a_skew : 0);
-      k.a[h] = ld_shared_u32(scales + (kScaleMNA == 1 || kMxA ? 4 * row : in_box));
+      const int row = slice * 64 + fragment_row(t, h) + skew.a_skew;
+      if (kMxA) {  // the row's byte in each granule's row, packed into a word as a_scale reads it
+        u32 word = 0;
+#pragma unroll
+        for (int g = 0; g < 4; ++g) word |= ld_shared_u8(scales + g * kBoxRowsA + row) << (8 * g);
+        k.a[h] = word;
+      } else {
+        k.a[h] = ld_shared_u32(scales + (kCoarseA ? in_box : 4 * row));
+      }
     }
   }
   if (kCoarseB) {
@@ -186,21 +135,24 @@ __device__ __forceinline__ KBlockScales read_k_block_scales(u32 scales, const Sc
 
 // B's mx exponents, one per column and granule, would cost each thread two conversions per
 // column pair and granule; instead each consumer warpgroup converts a K block's once, a word per
-// thread, into floats in a buffer of its own (two, used by alternate K blocks), laid out as the
-// bytes are: granule g's column c at g * kTileN + c.
+// thread, into floats in a buffer of its own (two, used by alternate K blocks): granule g's
+// column c at g * kTileN + c.
 constexpr u32 kMxFloatBytes = mx_float_bytes(kScaleB, kTileN);  // one K block's
 
 // Whether promote() reads B's scales from the stage (else all it needs is in KBlockScales and
 // the converted mx floats).
-constexpr bool kPromoteReadsStage = kBlockB && kScaleMNB == 1;
+constexpr bool kPromoteReadsStage = kInnerB && !kMxB && kScaleMNB == 1;
 
-// By each thread t of a consumer warpgroup: converts word t of the stage's B exponents (`scales`)
-// into four floats at `floats`; the warpgroup meets at a barrier before reading them.
+// By each thread t of a consumer warpgroup: converts word t of the stage's B exponents (`scales`:
+// four columns of one granule, in B's box or B2's) into four floats at `floats`; the warpgroup
+// meets at a barrier before reading them.
 __device__ __forceinline__ void convert_mx_scales(u32 floats, u32 scales, int t) {
   static_assert(!kMxB || kStageWordsB <= 128, "a word per consumer thread");
   if (t >= kStageWordsB) return;
-  const u32 word = ld_shared_u32(scales + kScaleOffsetB + 4 * t);
-  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(floats + 16 * t), "f"(ue8m0_to_float(word)),
+  const int half = t / kHalfN, w = t % kHalfN;  // a half's box: four rows of kHalfN bytes
+  const int g = 4 * w / kHalfN, c = half * kHalfN + 4 * w % kHalfN;
+  const u32 word = ld_shared_u32(scales + kScaleOffsetB + half * kScaleHalfB + 4 * w);
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(floats + 4 * (g * kTileN + c)), "f"(ue8m0_to_float(word)),
                "f"(ue8m0_to_float(word >> 8)), "f"(ue8m0_to_float(word >> 16)), "f"(ue8m0_to_float(word >> 24))
                : "memory");
 }

@@ -49,16 +49,19 @@ GEMMKIT_HOST_DEVICE constexpr int b_slice_rows(int tile_n, bool b_k_major) { ret
 // 128-column blocks a tile at any column touches (B's scales in 128 x 128 blocks).
 GEMMKIT_HOST_DEVICE constexpr int b_scale_blocks(int tile_n) { return (tile_n + 127) / 128 + 1; }
 
-// The 4-byte words of block and mx scales staged per stage (promote.cuh). Block scales come by
-// TMA, a box per operand: 1-wide blocks' along M (N), 128-wide blocks' along K, four K blocks
-// (16 bytes, TMA's least) of each 128-row (column) block the tile touches. A: one word per tile
-// row (a 1x128 block's f32; mx: the row's four exponents, from the scale warp), and in grouped
-// kernels, whose tiles start at any row, four more (a box starts at a multiple of four rows); or
-// 128x128 blocks' four. B: one per tile column (a 128x1 block's f32; mx: four granules' exponents of four
-// columns), or four per 128-column block the tile touches for 128x128 blocks (a dual GEMM's:
-// those of B's half, then those of B2's).
+// The 4-byte words of block and mx scales staged per stage (promote.cuh), which TMA brings, a box
+// per operand: 1-wide blocks' and mx exponents along M (N), 128-wide blocks' along K, four K
+// blocks (16 bytes, TMA's least) of each 128-row (column) block the tile touches. A: a 1x128
+// block's f32 per tile row, or four rows of mx exponents (one per granule) of a byte per tile
+// row; in grouped kernels, whose tiles start at any row, a_box_row_alignment rows more (a box
+// starts at a multiple of 16 bytes); or 128x128 blocks' four. B: a 128x1 block's f32 per tile
+// column, or four rows of mx exponents of a byte per tile column; or four per 128-column block
+// the tile touches for 128x128 blocks (a dual GEMM's: those of B's half, then those of B2's).
+GEMMKIT_HOST_DEVICE constexpr int a_box_row_alignment(int mode) { return mode == GEMMKIT_SCALE_MX ? 16 : 4; }
 GEMMKIT_HOST_DEVICE constexpr int stage_scale_words_a(int mode, int mn, int tile_m, bool grouped) {
-  return !is_inner_scale_mode(mode) ? 0 : mode == GEMMKIT_SCALE_MX ? tile_m : mn == 1 ? tile_m + (grouped ? 4 : 0) : 4;
+  return !is_inner_scale_mode(mode)               ? 0
+         : mode == GEMMKIT_SCALE_MX || mn == 1 ? tile_m + (grouped ? a_box_row_alignment(mode) : 0)
+                                               : 4;
 }
 GEMMKIT_HOST_DEVICE constexpr int stage_scale_words_b(int mode, int mn, int tile_n, bool dual) {
   return !is_inner_scale_mode(mode)               ? 0

@@ -21,12 +21,8 @@ namespace {
 
 GemmMatrix matrix(const MatrixRef& m) { return {m.data, m.batch_stride, m.row_stride, m.col_stride}; }
 
-// mx exponents are bytes: the TMA kernel copies four at a time where a row's lie contiguous and
-// every row starts 4-byte aligned.
 GemmScale scale(const ScaleRef& s) {
-  const bool word_copies = s.m.col_stride == 1 && reinterpret_cast<uintptr_t>(s.m.data) % 4 == 0 &&
-                           s.m.row_stride % 4 == 0 && s.m.batch_stride % 4 == 0;
-  return {s.m.data, s.m.batch_stride, s.m.row_stride, s.m.col_stride, s.block_rows, s.block_cols, word_copies ? 1 : 0};
+  return {s.m.data, s.m.batch_stride, s.m.row_stride, s.m.col_stride, s.block_rows, s.block_cols};
 }
 
 static_assert(kMaxEpilogueTensors == GEMMKIT_MAX_EPILOGUE_TENSORS);
@@ -149,13 +145,15 @@ CUtensorMap cached_tensor_map(const MatrixRef& m, int64_t batch, int64_t rows, i
       .first->second;
 }
 
-// Block scales as the TMA kernel reads them (kernels/sm90/promote.cuh, load_block_scales), seen
-// as [batch] rows x cols: A's M (or M blocks) x K blocks, B's K blocks x N (or N blocks). 1-wide
-// blocks' are read with M (N) contiguous, a box of the tile's rows (columns); 128-wide blocks'
-// with K contiguous, a box of four K blocks by the 128 blocks the tile touches. These are the
-// layouts torch, cuBLASLt and DeepGEMM take. Scales laid out otherwise, or whose base or strides
-// TMA cannot take (16-byte aligned), are staged in that layout first (`staged`).
-struct BlockScales {
+// Inner scales (block, mx) as the TMA kernel reads them (kernels/sm90/promote.cuh,
+// load_stage_scales), seen as [batch] rows x cols: A's M (or M blocks) x K blocks (mx: K
+// granules), B's K blocks (granules) x N (or N blocks). 1-wide blocks' and mx exponents are read
+// with M (N) contiguous, a box of the tile's rows (columns) by one K block (four granules);
+// 128-wide blocks' with K contiguous, a box of four K blocks by the 128 blocks the tile touches.
+// These are the layouts torch, cuBLASLt and DeepGEMM take for block scales. Scales laid out
+// otherwise, or whose base or strides TMA cannot take (16-byte aligned), are staged in that
+// layout first (`staged`).
+struct InnerScales {
   MatrixRef m;  // the scales as the kernel reads them: the caller's, or where staged, their copy
   int64_t rows = 0, cols = 0;
   bool cols_contiguous = false;
@@ -163,27 +161,32 @@ struct BlockScales {
   StagedOperand staged;
 };
 
-// Whether TMA reads `m` (4-byte elements, [batch] rows x cols) as it is along the contiguous dimension.
+// Whether TMA reads `m` ([batch] rows x cols) as it is along the contiguous dimension.
 bool tma_reads(const MatrixRef& m, int64_t batch, int64_t rows, int64_t cols, bool cols_contiguous) {
+  const int64_t bytes = dtype_size(m.dtype);
   const int64_t inner = cols_contiguous ? cols : rows, outer = cols_contiguous ? rows : cols;
   const int64_t inner_stride = cols_contiguous ? m.col_stride : m.row_stride;
   const int64_t outer_stride = cols_contiguous ? m.row_stride : m.col_stride;
   return reinterpret_cast<uintptr_t>(m.data) % 16 == 0 && (inner == 1 || inner_stride == 1) &&
-         (outer == 1 || (outer_stride > 0 && outer_stride % 4 == 0)) &&
-         (batch == 1 || m.batch_stride == 0 || m.batch_stride % 4 == 0);
+         (outer == 1 || (outer_stride > 0 && outer_stride * bytes % 16 == 0)) &&
+         (batch == 1 || m.batch_stride == 0 || m.batch_stride * bytes % 16 == 0);
 }
 
-// `tile`: the tile's rows (A) or the columns of one operand's part of it (B, B2).
-BlockScales block_scales(const ScaleRef& s, bool is_a, const Problem& p, int tile) {
-  BlockScales b;
-  if (s.mode != ScaleMode::block) return b;
-  const bool fine = (is_a ? s.block_rows : s.block_cols) == 1;  // 1x128 (A), 128x1 (B)
-  const int64_t k_blocks = ceil_div(p.k, 128), mn = is_a ? p.m : p.n, mn_blocks = fine ? mn : ceil_div(mn, 128);
+// `tile`: the tile's rows (A; grouped kernels' boxes are longer, smem_layout.h) or the columns of
+// one operand's part of it (B, B2).
+InnerScales inner_scales(const ScaleRef& s, bool is_a, const Problem& p, int tile, bool grouped) {
+  InnerScales b;
+  if (s.mode != ScaleMode::block && s.mode != ScaleMode::mx) return b;
+  const bool mx = s.mode == ScaleMode::mx;
+  const bool fine = mx || (is_a ? s.block_rows : s.block_cols) == 1;  // 1x128 (A), 128x1 (B), mx
+  const int64_t k_blocks = ceil_div(p.k, mx ? 32 : 128), mn = is_a ? p.m : p.n;
+  const int64_t mn_blocks = fine ? mn : ceil_div(mn, 128);
   b.rows = is_a ? mn_blocks : k_blocks;
   b.cols = is_a ? k_blocks : mn_blocks;
   b.cols_contiguous = is_a != fine;  // A: K contiguous where coarse; B: N contiguous where fine
-  b.box_inner = fine ? uint32_t(tile) : 4;
-  b.box_outer = fine || is_a ? 1 : uint32_t(sm90::b_scale_blocks(tile));
+  const int mode = mx ? GEMMKIT_SCALE_MX : GEMMKIT_SCALE_BLOCK;
+  b.box_inner = fine ? uint32_t(tile + (is_a && grouped ? sm90::a_box_row_alignment(mode) : 0)) : 4;
+  b.box_outer = mx ? 4 : fine || is_a ? 1 : uint32_t(sm90::b_scale_blocks(tile));
   b.m = s.m;
   if (!tma_reads(s.m, p.batch, b.rows, b.cols, b.cols_contiguous)) {
     b.staged = staged_operand(s.m, p.batch, b.rows, b.cols, !b.cols_contiguous, true);
@@ -328,13 +331,12 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   // A dual GEMM's B2 is staged with B, its copy after B's in B's scratch.
   const StagedOperand staged_b2 =
       staged_operand(p.b2, p.batch, staged_k, p.n, config.b_k_major, config.stage_b && config.dual);
-  // Block scales the kernel cannot read as they are: A's copy after A's, B's and B2's after the
+  // Inner scales the kernel cannot read as they are: A's copy after A's, B's and B2's after the
   // rest of B's scratch (each a whole number of 128-byte rows, so each starts aligned).
   const int tile_b = config.dual ? config.tile_n / 2 : config.tile_n;  // one operand's columns
-  // Grouped tiles start at any row: A's box starts at a multiple of four rows, four rows longer.
-  const BlockScales scales_a = block_scales(p.scale_a, true, p, config.tile_m + (config.grouped() ? 4 : 0));
-  const BlockScales scales_b = block_scales(p.scale_b, false, p, tile_b);
-  const BlockScales scales_b2 = block_scales(p.scale_b2, false, p, tile_b);
+  const InnerScales scales_a = inner_scales(p.scale_a, true, p, config.tile_m, config.grouped());
+  const InnerScales scales_b = inner_scales(p.scale_b, false, p, tile_b, false);
+  const InnerScales scales_b2 = inner_scales(p.scale_b2, false, p, tile_b, false);
   needs.staged_a_bytes = staged_a.bytes + scales_a.staged.bytes;
   const size_t b_scratch = config.row_classes
                                ? size_t(8 * p.n * row_class_width(p.k) * dtype_size(p.b.dtype))
@@ -411,7 +413,7 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
     }
   }
   // The scales' copies, and the views the kernel's maps take of them.
-  const auto scales_view = [&](const BlockScales& s, void* scratch) {
+  const auto scales_view = [&](const InnerScales& s, void* scratch) {
     if (s.staged.bytes == 0) return s.m;
     jobs[staged++] = stage_job(s.staged, scratch, p, false, nullptr);
     return staged_view(s.staged, scratch);
@@ -457,12 +459,12 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
     launch.maps.d = config.d_by_columns ? cached_tensor_map(p.d, p.batch, p.m, p.n, false, 16, box_cols)
                                        : cached_tensor_map(p.d, p.rows_batch(), p.m, p.n, true, box_cols, 16);
   }
-  const auto scales_map = [&](const BlockScales& s, const MatrixRef& view) {
+  const auto scales_map = [&](const InnerScales& s, const MatrixRef& view) {
     return cached_tensor_map(view, p.batch, s.rows, s.cols, s.cols_contiguous, s.box_inner, s.box_outer, false);
   };
-  if (p.scale_a.mode == ScaleMode::block) launch.maps.scale_a = scales_map(scales_a, scales_a_view);
-  if (p.scale_b.mode == ScaleMode::block) launch.maps.scale_b = scales_map(scales_b, scales_b_view);
-  if (p.scale_b2.mode == ScaleMode::block) launch.maps.scale_b2 = scales_map(scales_b2, scales_b2_view);
+  if (scales_a.rows > 0) launch.maps.scale_a = scales_map(scales_a, scales_a_view);
+  if (scales_b.rows > 0) launch.maps.scale_b = scales_map(scales_b, scales_b_view);
+  if (scales_b2.rows > 0) launch.maps.scale_b2 = scales_map(scales_b2, scales_b2_view);
   // A persistent grid: one CTA per SM at most, whole clusters, no more than there are work units.
   launch.grid = clamp_grid(cluster_tiles * args.splits, sm_count / cluster) * unsigned(cluster);
   launch_tma(kernel, config, launch, stream);
