@@ -186,8 +186,7 @@ def _grouped_wgrad_epilogue(x, y, offs, out, epilogue, names, inputs, outputs, m
 
 
 def _quantize(x, dtype, block_rows, block_cols, scale_dtype, power_of_two):
-    q_shape, s_shape = t.quantized_shapes(x, block_rows, block_cols)
-    q, scales = x.new_empty(q_shape, dtype=dtype), x.new_empty(s_shape, dtype=scale_dtype)
+    q, scales = x.new_empty(x.shape, dtype=dtype), t.new_quantize_scales(x, block_rows, block_cols, scale_dtype)
     t.launch_quantize(x, q, scales, block_rows, block_cols, power_of_two)
     return q, scales
 
@@ -431,8 +430,7 @@ def _grouped_wgrad_epilogue_fake(x, y, offs, out, epilogue, names, inputs, outpu
 
 @torch.library.register_fake("gemmkit::quantize")
 def _quantize_fake(x, dtype, block_rows, block_cols, scale_dtype, power_of_two):
-    q_shape, s_shape = t.quantized_shapes(x, block_rows, block_cols)
-    return x.new_empty(q_shape, dtype=dtype), x.new_empty(s_shape, dtype=scale_dtype)
+    return x.new_empty(x.shape, dtype=dtype), t.new_quantize_scales(x, block_rows, block_cols, scale_dtype)
 
 
 def _swiglu_dims(x, w, w_up):

@@ -79,9 +79,10 @@ def scales_shape(shape):
 
 
 def new_scales(out):
-    """Empty float32 scales for the e4m3 `out`, row-major as quantize()'s 1x128 ones, so that
-    scaled_mm and scaled_grouped_mm take them as block-mode scale_a with out as a."""
-    return out.new_empty(scales_shape(out.shape), dtype=torch.float32)
+    """Empty float32 scales for the e4m3 `out`, laid out as quantize()'s 1x128 ones
+    (new_quantize_scales), so that scaled_mm and scaled_grouped_mm take them as block-mode scale_a
+    with out as a, without a copy."""
+    return new_quantize_scales(out, 1, 128, torch.float32)
 
 
 def launch_gemm(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c, epilogue="", epilogue_pairs=None,
@@ -465,6 +466,19 @@ def quantized_shapes(x, block_rows, block_cols):
     """The shapes of quantize's q and scales for x."""
     *batch, rows, cols = x.shape
     return x.shape, (*batch, -(-rows // block_rows), -(-cols // block_cols))
+
+
+def new_quantize_scales(x, block_rows, block_cols, dtype):
+    """quantize's empty scales for x. float32 scales of one row each (1x128 activations, rowwise)
+    are stored row-minor, rows padded to a multiple of 4, [..., M, C] with strides (..., 1, ld):
+    the layout torch's _scaled_mm takes for 1x128 scales and the one gemmkit's TMA kernel reads
+    without copying them first."""
+    shape = quantized_shapes(x, block_rows, block_cols)[1]
+    if block_rows != 1 or dtype != torch.float32:
+        return x.new_empty(shape, dtype=dtype)
+    *batch, rows, cols = shape
+    storage = x.new_empty((*batch, cols, -(-rows // 4) * 4), dtype=dtype)
+    return storage[..., :rows].transpose(-1, -2)
 
 
 # --- checks that also hold while torch.compile traces -----------------------------------------
@@ -1738,6 +1752,8 @@ def quantize(x, dtype=None, mode="tensor", *, block=None, power_of_two=False):
     `mode`: 'tensor' the whole matrix, 'rowwise' a row (1 x K), 'block' 1 x 128 (pass
     block=(128, 128) for DeepSeek-V3's weights), 'mx' 1 x 32 with float8_e8m0fnu scales; `block`
     = (rows, cols) overrides. float32 scales are rounded up to powers of two with power_of_two.
+    Those of blocks one row high come row-minor (strides (1, ld), ld the rows rounded up to 4, as
+    torch's _scaled_mm takes 1x128 scales), which scaled_mm reads without a copy.
     The results go straight to scaled_mm: a = q, scale_a = scales, or for weights b = q.t(),
     scale_b = scales.t()."""
     (x,), kind = _arrays.to_torch(torch, (x,), ("x",))
@@ -1753,8 +1769,8 @@ def quantize(x, dtype=None, mode="tensor", *, block=None, power_of_two=False):
     dtype = torch.float8_e4m3fn if dtype is None else dtype
     scale_dtype = torch.float8_e8m0fnu if mode == "mx" else torch.float32
     if direct(x, autograd=False):
-        q_shape, s_shape = quantized_shapes(x, block_rows, block_cols)
-        q, scales = x.new_empty(q_shape, dtype=dtype), x.new_empty(s_shape, dtype=scale_dtype)
+        q = x.new_empty(x.shape, dtype=dtype)
+        scales = new_quantize_scales(x, block_rows, block_cols, scale_dtype)
         launch_quantize(x, q, scales, block_rows, block_cols, bool(power_of_two))
     else:
         q, scales = torch.ops.gemmkit.quantize(x, dtype, block_rows, block_cols, scale_dtype, bool(power_of_two))
