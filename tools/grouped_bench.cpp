@@ -55,8 +55,8 @@ struct GroupedSet {
       d = as_batch(groups.d());
       if (is_fp8(dense_spec.in)) {
         const GemmOptions scales = groups.options(nullptr);
-        options.scale_a = {scales.scale_a.mode, as_batch(scales.scale_a.scales)};
-        options.scale_b = {scales.scale_b.mode, as_batch(scales.scale_b.scales)};
+        options.scale_a = {scales.scale_a.mode, as_batch(scales.scale_a.scales), 0, std::nullopt};
+        options.scale_b = {scales.scale_b.mode, as_batch(scales.scale_b.scales), 0, std::nullopt};
       }
       return;
     }

@@ -29,13 +29,29 @@ namespace gemmkit {
 //
 // DeepSeek-V3's recipe is block with activations 1x128 (A: M x ceil(K/128)) and weights
 // 128x128. Scales live on the device, so a CUDA graph replays with whatever they hold then.
-enum class ScaleMode { none, tensor, rowwise, block, mx };
+//
+// 4-bit weights (B of dtype u4 or e2m1, against a bf16 or f16 A) take their own modes:
+//
+//   mode     B       blocks                      B's scales                dtype
+//   group    u4      `group` along K (GPTQ,      ceil(K/group) x N         A's (bf16 or f16)
+//                    AWQ: 32, 64, 128, ...)
+//   mx       e2m1    32 along K (MXFP4)          ceil(K/32) x N            ue8m0
+//
+// A u4 value q is worth (q - z) * s, with z from `zeros` (the scales' shape and dtype: AWQ's zero
+// points, as numbers) or 8 where there are none (symmetric, GPTQ's). group is 32 or a power of two
+// from 64; one at least K is per-channel (one scale a column). The weights are rounded to A's type
+// once dequantised, as a 16-bit GEMM on dequantised weights would round them, and multiplied in
+// it. Scales read fastest N-contiguous (GPTQ's and AWQ's [K/group, N] layout); gpt-oss's
+// [N, K/32] MXFP4 scales are that transposed, which any strides express.
+enum class ScaleMode { none, tensor, rowwise, block, mx, group };
 
-std::string_view scale_mode_name(ScaleMode mode);  // "none", "tensor", "rowwise", "block", "mx"
+std::string_view scale_mode_name(ScaleMode mode);  // "none", "tensor", "rowwise", "block", "mx", "group"
 
 struct Scale {
   ScaleMode mode = ScaleMode::none;  // none: every scale is 1
-  TensorView scales;                 // shape and dtype as the table above says
+  TensorView scales;                 // shape and dtype as the tables above say
+  int64_t group = 0;                 // group mode: K elements a scale covers
+  std::optional<TensorView> zeros;   // group mode: zero points, shaped and typed as `scales`
 };
 
 // A fused epilogue: D holds, instead of alpha A B + beta C, what `text` computes from it (`acc`)
@@ -114,7 +130,9 @@ struct GemmOptions {
 };
 
 // A is [batch,] M x K, B is [batch,] K x N, D is [batch,] M x N, each with any strides.
-// A and B are both bf16 or both f16, or each e4m3 or e5m2 (e.g. e4m3 x e5m2 for gradients);
+// A and B are both bf16 or both f16, or each e4m3 or e5m2 (e.g. e4m3 x e5m2 for gradients), or
+// A bf16 or f16 and B 4-bit weights (u4 or e2m1, with scale_b as the modes above say; a
+// checkpoint's [N, K/2] bytes are B K x N with strides {1, K}, counted in elements);
 // D is bf16, f16, f32, or e4m3 quantised in 1x128 blocks (options.scale_d); accumulation is f32. FP8 products are summed by the tensor cores in
 // 128-deep (MXFP8: 32-deep) chunks, each added to an f32 accumulator with its block scales.
 // Runs asynchronously on options.stream, on the device that holds the tensors.

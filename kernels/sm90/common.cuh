@@ -16,6 +16,7 @@ struct alignas(64) TensorMap {
 // configuration does not use are left unset.
 struct KernelMaps {
   TensorMap a, b, b2, d, scale_a, scale_b, scale_b2;
+  TensorMap zeros;  // a u4 operand's zero points (widen.cuh)
 };
 
 __device__ __forceinline__ u32 smem_u32(const void* p) {

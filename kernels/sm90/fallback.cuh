@@ -21,10 +21,13 @@ namespace gemmkit::sm90 {
 constexpr int kFallbackTile = 64;
 constexpr int kFallbackDepth = 16;
 
+// 4-bit operands' values rounded to the other operand's 16-bit type, as the TMA kernel widens them.
 __device__ __forceinline__ float load_operand(const GemmMatrix& m, int type, const GemmScale& s, int mode, int batch,
                                               i64 row, i64 col) {
-  const float value = load_as_float(m.data, type, batch * m.batch_stride + row * m.row_stride + col * m.col_stride);
-  return mode == GEMMKIT_SCALE_NONE ? value : value * element_scale(s, mode, batch, row, col);
+  const float value = operand_value(m, type, s, mode, batch, row, col);
+  if (!is_4bit_type(type)) return value;
+  const u32 rounded = pack_pair(kGroupScaleType, value, 0.0f) & 0xffffu;
+  return kGroupScaleType == GEMMKIT_BF16 ? bf16_to_float(u16(rounded)) : f16_to_float(u16(rounded));
 }
 
 extern "C" __global__ void __launch_bounds__(256) gemmkit_fallback(const GemmParams p) {

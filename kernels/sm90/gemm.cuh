@@ -32,6 +32,10 @@
 // With kRowClasses, A (16-bit, K-major, rows TMA cannot address) is read by TMA one class of rows
 // at a time, and B from 8 shifted copies (row_classes.cuh); a tile's rows lie kRowStep apart in D.
 //
+// 4-bit weights (kWiden: A or B u4 or e2m1) land packed beside the stage, on its "landed"
+// barrier, and the producer's warps 1-3 widen them into it (widen.cuh), arriving on the full
+// barrier; the consumers multiply as for 16-bit inputs.
+//
 // kernel_config.cuh (generated) defines the configuration: kTileM, kTileN, kTileK, kStages,
 // kGroupM, kClusterM, kSplitK, kAKMajor, kBKMajor, kAType, kBType, kOutType, kCType, kHasC,
 // kScaleA, kScaleB, kScaleMNA, kScaleMNB, kABatched, kBBatched, kRealignA, kRealignB,
@@ -65,6 +69,7 @@
 #include "scheduler.cuh"
 #include "smem_layout.h"
 #include "split_k.cuh"
+#include "widen.cuh"
 
 namespace gemmkit::sm90 {
 
@@ -76,8 +81,9 @@ constexpr u32 kMajorBlock = 64 * kRowBytes;  // one 64-wide MN block of an MN-ma
 constexpr int kBlocksN = (kTileN + 63) / 64;  // 64-wide blocks of an N-major B slice (the last may be partial)
 // The shared-memory layout (smem_layout.h), as the host reserves it. kRowStore: D written
 // through one buffer per consumer, row by row, where TMA cannot store it.
-constexpr SmemLayout kSmem = smem_layout({kTileM, kTileN, kStages, kBKMajor, kTmaStore ? kStoreBuffers : kRowStore ? 1 : 0,
-                                          kRealignA, kRealignB, kScaleA, kScaleB, kScaleMNA, kScaleMNB, kGroupCapacity, kDual});
+constexpr SmemLayout kSmem =
+    smem_layout({kTileM, kTileN, kStages, kBKMajor, kTmaStore ? kStoreBuffers : kRowStore ? 1 : 0, kRealignA, kRealignB,
+                 kScaleA, kScaleB, kScaleMNA, kScaleMNB, kGroupCapacity, kDual, kWidenRows, kWidenScaleBytes, kZeros});
 static_assert(kSmem.total == kSmemBytes, "the kernel's shared-memory layout differs from the host's");
 static_assert(kSmem.stage_scales == kStageScaleBytes && kSmem.stage_b == (kBKMajor ? kTileN : kBlocksN * 64) * kRowBytes,
               "the stage layout differs from what the producer loads");
@@ -93,7 +99,8 @@ constexpr int kRowsA = kStageBytesA / kRowBytes, kRowsB = kStageBytesB / kRowByt
 constexpr int kLandingRowsBeforeB = kRealignA ? kRowsA : 0;
 constexpr u32 kLandingBytes = kSmem.landing;
 constexpr int kCopyWarps = 2, kRealignWarps = 2;  // the producer's warps 0-1 and 2-3
-constexpr u32 kTmaStageBytes = (kRealignA ? 0 : kStageBytesA) + (kRealignB ? 0 : kStageBytesB);
+constexpr u32 kTmaStageBytes = (kRealignA || kWidenA ? 0 : kStageBytesA) + (kRealignB || kWidenB ? 0 : kStageBytesB);
+static_assert(!kWiden || kLandingBytes == kWidenLandingBytes, "the layout's landing slot is the widening's");
 static_assert(!kRealign || (kClusterM == 1 && kConsumers == 1 && !k8Bit),
               "realigned operands run on unclustered 16-bit tiles of one consumer warpgroup");
 static_assert(!kDual || (!kSplitK && !kGroupedK && !kRealignB && !kRowClasses && !kDByColumns && kClusterM <= 2 &&
@@ -181,12 +188,14 @@ __device__ __forceinline__ void load_stage(const GemmParams& p, const KernelMaps
     const RowClass c = row_class(p, row);
     tma_load_3d(a, map_a, full, c.x + k, int(row / kClasses), 0);
     batch_b = c.index;
+  } else if (kWidenA) {  // the widening warps fill A (widen.cuh)
   } else if (!kRealignA && kAKMajor) {
     tma_load_3d(a, map_a, full, k, int(row), batch_a);
   } else if (!kRealignA) {
     for (int i = 0; i < kTileM / 64; ++i) tma_load_3d(a + i * kMajorBlock, map_a, full, int(row) + 64 * i, k, batch_a);
   }
-  if (!kRealignB && kBKMajor && kDual) {
+  if (kWidenB) {  // the widening warps fill B (widen.cuh)
+  } else if (!kRealignB && kBKMajor && kDual) {
     for (int half = rank; half < 2; half += kClusterM) {
       load_b_box(b + half * (kTileN / 2) * kRowBytes, half == 0 ? map_b : map_b2, full, k, int(col), batch_b);
     }
@@ -646,10 +655,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   u8* stages_a = smem + kSmem.a;
   u8* stages_b = smem + kSmem.b;
   u8* epilogue_buffers = smem + kSmem.epilogue;
-  u8* landing = smem + kSmem.landing_rows;  // kRealign only
+  u8* landing = smem + kSmem.landing_rows;  // kRealign and kWiden only
   u64* full = reinterpret_cast<u64*>(smem + kSmem.full);
   u64* empty = reinterpret_cast<u64*>(smem + kSmem.empty);
-  u64* landed = reinterpret_cast<u64*>(smem + kSmem.landed);  // kRealign only
+  u64* landed = reinterpret_cast<u64*>(smem + kSmem.landed);  // kRealign and kWiden only
   Work* slots = reinterpret_cast<Work*>(smem + kSmem.slots);
   const u32 stage_scales = smem_u32(smem + kSmem.scales);  // kInnerScales only
   const u32 column_scales = smem_u32(smem + kSmem.column_scales);  // kColumnScales only
@@ -660,10 +669,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   const int rank = kClusterM == 1 ? 0 : int(cluster_rank());
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      // The TMA thread, and the scale warp's lanes or the realigning warps.
-      mbarrier_init(&full[s], 1 + (kRealign ? kRealignWarps : 0));
+      // The TMA thread, and the realigning or widening warps.
+      mbarrier_init(&full[s], 1 + (kRealign ? kRealignWarps : kWiden ? kWidenWarps : 0));
       mbarrier_init(&empty[s], kClusterM * kConsumers * 4);  // one arrival per consumer warp
       if (kRealign) mbarrier_init(&landed[s], 32 * kCopyWarps);  // every lane of the copying warps
+      if (kWiden) mbarrier_init(&landed[s], 1);                  // the TMA thread's
     }
     fence_barrier_init();
   }
@@ -695,6 +705,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     if (t == 0 && kInnerA) tma_prefetch_descriptor(&maps.scale_a);
     if (t == 0 && kInnerB) tma_prefetch_descriptor(&maps.scale_b);
     if (t == 0 && kInnerB && kDual) tma_prefetch_descriptor(&maps.scale_b2);
+    if (t == 0 && kWiden) tma_prefetch_descriptor(kWidenA ? &maps.scale_a : &maps.scale_b);
+    if (t == 0 && kZeros) tma_prefetch_descriptor(&maps.zeros);
     if (kClusterM > 1) cluster_wait();
     if (t == 0 || (kRealign && t < 32 * kCopyWarps)) {
       const auto fill = [&](const Work& w, int kb, u32 s) {
@@ -703,6 +715,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
           load_stage(p, maps, stages_a + s * kStageBytesA, stages_b + s * kStageBytesB,
                      stage_scales + s * kStageScaleBytes, &full[s], rank, w.batch, w.row, w.col,
                      kGroupedK ? w.k_first : 0, kb);
+          if (kWiden) {
+            load_packed_stage(p, maps, landing + s * kLandingBytes, &landed[s],
+                              (kWidenA ? kABatched : kBBatched) ? w.batch : 0, kWidenA ? w.row : w.col, kb * kTileK);
+          }
         }
         if (kRealign) copy_stage_rows(p, w, kb, landing + s * kLandingBytes, &landed[s], t);
       };
@@ -712,6 +728,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       for_each_stage(tiles, rank, landed, 0, [&](const Work& w, int kb, u32 s) {
         realign_stage(p, w, kb, landing + s * kLandingBytes, stages_a + s * kStageBytesA, stages_b + s * kStageBytesB,
                       &full[s], t - 32 * kCopyWarps);
+      });
+    } else if (kWiden && t >= 32) {
+      for_each_stage(tiles, rank, landed, 0, [&](const Work&, int kb, u32 s) {
+        widen_stage(p, landing + s * kLandingBytes, kWidenA ? stages_a + s * kStageBytesA : stages_b + s * kStageBytesB,
+                    &full[s], kb * kTileK, t - 32);
       });
     }
   } else {

@@ -10,9 +10,10 @@ struct GemmMatrix {
   long long col_stride;
 };
 
-// The scales of an FP8 operand of rows x cols: element (r, c) is multiplied by the scale at
-// data + b*batch_stride + (r / block_rows)*row_stride + (c / block_cols)*col_stride. The mode
-// (none, tensor, rowwise, block, mx) and the scales' dtype are compile-time constants.
+// The scales of an FP8 or 4-bit operand of rows x cols: element (r, c) is multiplied by the scale
+// at data + b*batch_stride + (r / block_rows)*row_stride + (c / block_cols)*col_stride. The mode
+// (none, tensor, rowwise, block, mx, group) and the scales' dtype are compile-time constants. A u4
+// operand's zero points (group mode) lie in `zeros` as the scales lie in data (null: 8 each).
 struct GemmScale {
   const void* data;
   long long batch_stride;
@@ -20,6 +21,7 @@ struct GemmScale {
   long long col_stride;
   long long block_rows;
   long long block_cols;
+  GemmMatrix zeros;
 };
 
 // Division by a fixed divisor d below 2^31, of numbers below 2^31, as a multiply and a shift:

@@ -1,7 +1,8 @@
 // The GPU reference: one thread per output element, products summed in double. Slow and
 // obviously right; tests and `gemmkit verify` judge the fast kernels against it. It also
 // writes, per element, the scale the error is judged against: |alpha| sum |a||b| + |beta c|.
-// FP8 operands are dequantised first: each value times its scale, in double.
+// FP8 operands are dequantised first: each value times its scale, in double; 4-bit weights
+// likewise, exactly, without the rounding to 16 bits that the fast kernels give them.
 //
 // kernel_config.cuh (generated) defines kAType, kBType, kCType, kHasC, kScaleA and kScaleB.
 #pragma once
@@ -15,6 +16,7 @@ namespace gemmkit::sm90 {
 
 __device__ __forceinline__ double reference_operand(const GemmMatrix& m, int type, const GemmScale& s, int mode,
                                                     i64 batch, i64 row, i64 col) {
+  if (is_4bit_type(type)) return operand_value(m, type, s, mode, batch, row, col);  // exact (scales.cuh)
   const double value = load_as_float(m.data, type, batch * m.batch_stride + row * m.row_stride + col * m.col_stride);
   return value * double(element_scale(s, mode, batch, row, col));
 }
@@ -47,7 +49,9 @@ extern "C" __global__ void gemmkit_reference(const GemmParams p, double* ref, do
 }
 
 // Fills `count` elements of type `type` with values uniform in [lo, hi) from a hash of
-// (seed, index): fresh inputs for tests and benchmarks without a host round trip.
+// (seed, index): fresh inputs for tests and benchmarks without a host round trip. A 4-bit type
+// (u4, e2m1) takes random bits instead, every code equally likely (lo and hi unused): the
+// ceil(count / 2) bytes that hold its `count` elements, an odd count's last byte whole.
 extern "C" __global__ void gemmkit_fill_random(void* data, int type, i64 count, u64 seed, float lo, float hi) {
   for (i64 i = i64(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += i64(gridDim.x) * blockDim.x) {
     u64 x = seed ^ (u64(i) * 0x9e3779b97f4a7c15ull);
@@ -56,6 +60,10 @@ extern "C" __global__ void gemmkit_fill_random(void* data, int type, i64 count, 
     x ^= x >> 29;
     x *= 0x94d049bb133111ebull;
     x ^= x >> 32;
+    if (is_4bit_type(type)) {  // the thread of the even element writes its byte
+      if ((i & 1) == 0) static_cast<u8*>(data)[i >> 1] = u8(x >> 24);
+      continue;
+    }
     const float unit = float(x & 0xffffff) / 16777216.0f;
     store_from_float(data, type, i, lo + (hi - lo) * unit);
   }
@@ -69,11 +77,11 @@ extern "C" __global__ void gemmkit_spin(i64 cycles) {
   }
 }
 
-// An empty kernel whose parameters take the room the TMA GEMM kernel's do: its seven 128-byte
+// An empty kernel whose parameters take the room the TMA GEMM kernel's do: its eight 128-byte
 // tensor maps (common.cuh, KernelMaps), then GemmParams. bench --overhead times launching it: a
 // launch's host cost with nothing around it.
 struct alignas(64) EmptyKernelMaps {
-  u64 opaque[7 * 16];
+  u64 opaque[8 * 16];
 };
 extern "C" __global__ void gemmkit_empty(const __grid_constant__ EmptyKernelMaps, const GemmParams) {}
 

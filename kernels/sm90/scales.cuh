@@ -26,14 +26,37 @@ __device__ __forceinline__ constexpr int scale_k_block(int mode) {
   return mode == GEMMKIT_SCALE_BLOCK ? 128 : mode == GEMMKIT_SCALE_MX ? 32 : 0;
 }
 
+// A 4-bit operand's group scales and zero points are of the other operand's (16-bit) type.
+constexpr int kGroupScaleType = is_4bit_type(kAType) ? kBType : kAType;
+
 __device__ __forceinline__ float scale_at(const GemmScale& s, int mode, i64 index) {
-  return load_as_float(s.data, mode == GEMMKIT_SCALE_MX ? GEMMKIT_UE8M0 : GEMMKIT_F32, index);
+  return load_as_float(s.data, mode == GEMMKIT_SCALE_MX ? GEMMKIT_UE8M0 : mode == GEMMKIT_SCALE_GROUP ? kGroupScaleType : GEMMKIT_F32,
+                       index);
 }
 
 // The scale of element (row, col) of an operand, by the blocks the host gives (any mode).
 __device__ __forceinline__ float element_scale(const GemmScale& s, int mode, i64 batch, i64 row, i64 col) {
   if (mode == GEMMKIT_SCALE_NONE) return 1.0f;
   return scale_at(s, mode, batch * s.batch_stride + (row / s.block_rows) * s.row_stride + (col / s.block_cols) * s.col_stride);
+}
+
+// Element (row, col) of an operand as the GEMM multiplies it, its scale applied: a 16-bit or FP8
+// value times its scale, a u4 code q as (q - zero) * scale (zero 8 where there are no zero
+// points), an e2m1 value times its power of two. Exact in f32 for 4-bit operands (at most 24
+// significant bits), which the kernels then round to the 16-bit type they multiply in.
+__device__ __forceinline__ float operand_value(const GemmMatrix& m, int type, const GemmScale& s, int mode, i64 batch,
+                                               i64 row, i64 col) {
+  const i64 index = batch * m.batch_stride + row * m.row_stride + col * m.col_stride;
+  if (type == GEMMKIT_U4) {
+    const GemmMatrix& z = s.zeros;
+    const float zero = z.data == nullptr ? 8.0f
+                                         : load_as_float(z.data, kGroupScaleType,
+                                                         batch * z.batch_stride + (row / s.block_rows) * z.row_stride +
+                                                             (col / s.block_cols) * z.col_stride);
+    return (float(nibble_at(m.data, index)) - zero) * element_scale(s, mode, batch, row, col);
+  }
+  const float value = type == GEMMKIT_E2M1 ? e2m1_to_float(nibble_at(m.data, index)) : load_as_float(m.data, type, index);
+  return mode == GEMMKIT_SCALE_NONE ? value : value * element_scale(s, mode, batch, row, col);
 }
 
 // An operand's outer scale for output row (A) or column (B) `mn`: 1 unless tensor or rowwise.

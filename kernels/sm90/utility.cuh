@@ -40,6 +40,24 @@ __device__ __forceinline__ float ue8m0_to_float(u32 e) {
   return __uint_as_float(bits);
 }
 
+// 4-bit types (two elements to a byte, the even one in the low nibble).
+__device__ __forceinline__ constexpr bool is_4bit_type(int type) { return type == GEMMKIT_U4 || type == GEMMKIT_E2M1; }
+
+// The nibble of element `index` (>= 0) of a 4-bit buffer.
+__device__ __forceinline__ u32 nibble_at(const void* base, i64 index) {
+  const u32 byte = static_cast<const u8*>(base)[index >> 1];
+  return (index & 1) != 0 ? byte >> 4 : byte & 15u;
+}
+
+// The value of an e2m1 code (sign, two exponent bits, one mantissa bit; exponent 0 is 0 or 0.5):
+// from exponent 1 on, magnitude m (3 bits) is the float whose exponent and first mantissa bit
+// are m + 252 shifted to bit 22 (2 -> 1.0, 3 -> 1.5, ..., 7 -> 6.0).
+__device__ __forceinline__ float e2m1_to_float(u32 code) {
+  const u32 magnitude = code & 7u;
+  const float value = magnitude < 2 ? 0.5f * float(magnitude) : __uint_as_float((magnitude + 252u) << 22);
+  return (code & 8u) != 0 ? -value : value;
+}
+
 // Reads element `index` of a buffer whose type is `type`, as float.
 __device__ __forceinline__ float load_as_float(const void* base, int type, i64 index) {
   if (type == GEMMKIT_F32) return static_cast<const float*>(base)[index];

@@ -13,6 +13,7 @@ std::string_view scale_mode_name(ScaleMode mode) {
     case ScaleMode::rowwise: return "rowwise";
     case ScaleMode::block: return "block";
     case ScaleMode::mx: return "mx";
+    case ScaleMode::group: return "group";
   }
   return "unknown";
 }

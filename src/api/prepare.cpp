@@ -66,6 +66,10 @@ Problem validate_grouped(const TensorView& a, const TensorView& b, const TensorV
   check_sizes_and_budget(sizes, options);
   const int64_t groups = sizes.count;
   check_form(b, "B");
+  if (is_4bit(b.dtype)) {
+    fail("B: dtype " + std::string(dtype_name(b.dtype)) +
+         "; grouped_gemm takes no 4-bit weights yet (expected bf16, f16, e4m3 or e5m2)");
+  }
   if (b.rank != 3 || b.batch() != groups) {
     fail("B: shape " + shape_text(b) + "; expected [G, K, N] with G = sizes.count = " + std::to_string(groups));
   }

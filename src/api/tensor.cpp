@@ -13,6 +13,8 @@ std::string_view dtype_name(DType dtype) {
     case DType::e4m3: return "e4m3";
     case DType::e5m2: return "e5m2";
     case DType::ue8m0: return "ue8m0";
+    case DType::u4: return "u4";
+    case DType::e2m1: return "e2m1";
   }
   return "unknown";
 }
@@ -24,12 +26,18 @@ int dtype_size(DType dtype) {
     case DType::f32: return 4;
     case DType::e4m3:
     case DType::e5m2:
-    case DType::ue8m0: return 1;
+    case DType::ue8m0:
+    case DType::u4:
+    case DType::e2m1: return 1;
   }
   return 0;
 }
 
+int dtype_bits(DType dtype) { return is_4bit(dtype) ? 4 : 8 * dtype_size(dtype); }
+
 bool is_fp8(DType dtype) { return dtype == DType::e4m3 || dtype == DType::e5m2; }
+
+bool is_4bit(DType dtype) { return dtype == DType::u4 || dtype == DType::e2m1; }
 
 namespace {
 

@@ -58,8 +58,10 @@ ByteRange byte_range(const TensorView& t, int64_t batch, const char* name) {
            " address more than 2^63 elements; expected strides that fit in 64 bits");
     }
   }
-  int64_t bytes = 0;
-  if (__builtin_mul_overflow(span, int64_t(dtype_size(t.dtype)), &bytes)) {
+  int64_t bytes = 0;  // 4-bit elements: span nibbles from a byte's low one (their strides are even)
+  if (is_4bit(t.dtype)) {
+    bytes = span / 2 + span % 2;
+  } else if (__builtin_mul_overflow(span, int64_t(dtype_size(t.dtype)), &bytes)) {
     fail(std::string(name) + ": strides " + strides_text(t) + " with sizes " + shape_text(t) +
          " address more than 2^63 bytes; expected strides that fit in 64 bits");
   }

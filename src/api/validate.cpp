@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <sstream>
 #include <string_view>
@@ -31,8 +32,16 @@ ScaleRef scale_ref(const Scale& scale, const TensorView& x, bool is_a, int64_t r
                    const std::string& operand) {
   ScaleRef ref;
   ref.mode = scale.mode;
+  if (scale.zeros && scale.mode != ScaleMode::group) {
+    fail(name + ": zero points given with mode " + std::string(scale_mode_name(scale.mode)) +
+         "; expected them only in mode group (u4 weights)");
+  }
   if (scale.mode == ScaleMode::none) return ref;
-  if (!is_fp8(x.dtype)) {
+  if (scale.mode == ScaleMode::group && !is_4bit(x.dtype)) {
+    fail(name + ": mode group given for " + operand + " of dtype " + std::string(dtype_name(x.dtype)) +
+         "; expected it only for u4 weights");
+  }
+  if (!is_fp8(x.dtype) && !is_4bit(x.dtype)) {
     fail(name + ": mode " + std::string(scale_mode_name(scale.mode)) + " given for " + operand + " of dtype " +
          std::string(dtype_name(x.dtype)) + "; expected scales only for e4m3 or e5m2 inputs (mode none otherwise)");
   }
@@ -54,7 +63,8 @@ ScaleRef scale_ref(const Scale& scale, const TensorView& x, bool is_a, int64_t r
                     : std::vector<std::pair<int64_t, int64_t>>{{128, 128}, {128, 1}};
       break;
     case ScaleMode::mx: blocks = {is_a ? std::pair{int64_t(1), int64_t(32)} : std::pair{int64_t(32), int64_t(1)}}; break;
-    case ScaleMode::none: break;
+    case ScaleMode::none:
+    case ScaleMode::group: break;  // 4-bit weights' (weight_scale_ref)
   }
   std::string expected;
   for (auto [br, bc] : blocks) {
@@ -76,6 +86,87 @@ ScaleRef scale_ref(const Scale& scale, const TensorView& x, bool is_a, int64_t r
   }
   fail(name + ": shape " + shape_text(t) + " does not fit " + std::string(scale_mode_name(scale.mode)) + " scaling of " +
        operand + " (" + std::to_string(rows) + " x " + std::to_string(cols) + "); expected " + expected);
+}
+
+// The scales of 4-bit weights B (K x N) against A of 16-bit type `wide`: u4 in mode group, its
+// scales (and zero points) of A's type, ceil(K/group) x N; e2m1 in mode mx, ue8m0, ceil(K/32) x N.
+// A group at least K (one scale a column) is kept as the smallest power of two from 64 that
+// covers K, so that the kernels find a K element's group by a shift.
+ScaleRef weight_scale_ref(const Scale& scale, const TensorView& b, DType wide, int64_t k, int64_t n) {
+  const bool u4 = b.dtype == DType::u4;
+  const ScaleMode wanted = u4 ? ScaleMode::group : ScaleMode::mx;
+  if (scale.mode != wanted) {
+    fail("scale_b: mode " + std::string(scale_mode_name(scale.mode)) + " for B of dtype " +
+         std::string(dtype_name(b.dtype)) + "; expected " + std::string(scale_mode_name(wanted)) +
+         (u4 ? " (one scale, and zero point, per `group` K elements of a column)" : " (one ue8m0 scale per 32 of K)"));
+  }
+  if (scale.zeros && !u4) fail("scale_b: zero points given for e2m1 weights; expected them only for u4");
+  int64_t group = 32;
+  if (u4) {
+    group = scale.group;
+    const bool power = group >= 32 && (group & (group - 1)) == 0;
+    if (group < 1 || (group < k && !power)) {
+      fail("scale_b: group " + std::to_string(group) + "; expected 32, a power of two from 64, or at least K = " +
+           std::to_string(k) + " (one scale a column)");
+    }
+  } else if (scale.group != 0 && scale.group != 32) {
+    fail("scale_b: group " + std::to_string(scale.group) + " with mode mx; expected 0 or 32 (MX blocks are 32 of K)");
+  }
+  const TensorView& t = scale.scales;
+  check_form(t, "scale_b");
+  const DType type = u4 ? wide : DType::ue8m0;
+  if (t.dtype != type) {
+    fail("scale_b: dtype " + std::string(dtype_name(t.dtype)) + "; expected " + std::string(dtype_name(type)) +
+         (u4 ? " (A's dtype)" : ""));
+  }
+  const int64_t groups = ceil_div(k, group);
+  auto check_shape = [&](const TensorView& v, const char* name) {
+    if (v.rows() != groups || v.cols() != n) {
+      fail(std::string(name) + ": shape " + shape_text(v) + "; expected ceil(K/" + std::to_string(group) + ") x N = " +
+           std::to_string(groups) + " x " + std::to_string(n));
+    }
+    if (reinterpret_cast<uintptr_t>(v.data) % uintptr_t(dtype_size(v.dtype)) != 0) {
+      fail(std::string(name) + ": data is not " + std::to_string(dtype_size(v.dtype)) + "-byte aligned");
+    }
+  };
+  check_shape(t, "scale_b");
+  // The kernels read a batch's scales where they read its weights (widen.cuh).
+  auto batched = [](const TensorView& v) { return v.rank == 3 && v.batch() > 1 && v.batch_stride() != 0; };
+  for (const TensorView* v : {&t, scale.zeros ? &*scale.zeros : &t}) {
+    if (batched(*v) != batched(b)) {
+      fail(std::string(v == &t ? "scale_b" : "scale_b.zeros") + ": " + (batched(*v) ? "batched" : "shared by every batch") +
+           " but B is " + (batched(b) ? "batched" : "shared") + "; expected both batched or both shared");
+    }
+  }
+  ScaleRef ref;
+  ref.mode = scale.mode;
+  ref.m = matrix_ref(t);
+  ref.block_rows = group < k ? group : std::max<int64_t>(64, int64_t(std::bit_ceil(uint64_t(k))));
+  ref.block_cols = 1;
+  if (scale.zeros) {
+    const TensorView& z = *scale.zeros;
+    check_form(z, "scale_b.zeros");
+    if (z.dtype != t.dtype) {
+      fail("scale_b.zeros: dtype " + std::string(dtype_name(z.dtype)) + "; expected the scales', " +
+           std::string(dtype_name(t.dtype)));
+    }
+    check_shape(z, "scale_b.zeros");
+    ref.zeros = matrix_ref(z);
+  }
+  return ref;
+}
+
+// 4-bit weights B: K contiguous, two elements a byte: the other strides even, so that every
+// row (and batch) starts on a byte.
+void check_weight_layout(const TensorView& b) {
+  if (b.rows() > 1 && b.row_stride() != 1) {
+    fail("B: strides " + strides_text(b) + " for 4-bit weights of shape " + shape_text(b) +
+         "; expected K contiguous (row stride 1: a checkpoint's [N, K/2] bytes are B with strides {1, K})");
+  }
+  if ((b.cols() > 1 && b.col_stride() % 2 != 0) || (b.rank == 3 && b.batch() > 1 && b.batch_stride() % 2 != 0)) {
+    fail("B: strides " + strides_text(b) +
+         " for 4-bit weights; expected even column and batch strides (two elements a byte, each column from a byte)");
+  }
 }
 
 // D's scales (GemmOptions::scale_d): mode block, f32, ceil(N / 128) a row, where D is e4m3; none
@@ -175,9 +266,14 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
   if (a.dtype != DType::bf16 && a.dtype != DType::f16 && !is_fp8(a.dtype)) {
     fail("A: dtype " + std::string(dtype_name(a.dtype)) + " is not supported; expected bf16, f16, e4m3 or e5m2");
   }
-  if (is_fp8(a.dtype) ? !is_fp8(b.dtype) : b.dtype != a.dtype) {
+  const bool weights_4bit = is_4bit(b.dtype) && !is_fp8(a.dtype);
+  if (is_fp8(a.dtype) ? !is_fp8(b.dtype) : b.dtype != a.dtype && !weights_4bit) {
     fail("B: dtype " + std::string(dtype_name(b.dtype)) + " does not go with A's " + std::string(dtype_name(a.dtype)) +
-         "; expected A and B both bf16, both f16, or each e4m3 or e5m2");
+         "; expected A and B both bf16, both f16, each e4m3 or e5m2, or A bf16 or f16 and B 4-bit (u4 or e2m1)");
+  }
+  if (weights_4bit) {
+    check_weight_layout(b);
+    if (options.b2) fail("options.b2: given with 4-bit weights B; expected none (no dual GEMM on 4-bit weights yet)");
   }
   if (d.dtype != DType::bf16 && d.dtype != DType::f16 && d.dtype != DType::f32 && d.dtype != DType::e4m3) {
     fail("D: dtype " + std::string(dtype_name(d.dtype)) + " is not supported; expected bf16, f16, f32 or e4m3");
@@ -218,10 +314,12 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
   check_addressable(m, n, k, batch, widest);
   const MatrixRef scale_d = scale_d_ref(options.scale_d, d, m, n, check_batch);
   const ScaleRef scale_a = scale_ref(options.scale_a, a, /*is_a=*/true, m, k, "scale_a", "A");
-  const ScaleRef scale_b = scale_ref(options.scale_b, b, /*is_a=*/false, k, n, "scale_b", "B");
+  const ScaleRef scale_b = weights_4bit ? weight_scale_ref(options.scale_b, b, a.dtype, k, n)
+                                        : scale_ref(options.scale_b, b, /*is_a=*/false, k, n, "scale_b", "B");
   const ScaleRef scale_b2 = scale_b2_ref(options, scale_b, k, n);
   if (scale_a.mode != ScaleMode::none) check_batch(options.scale_a.scales, "scale_a");
   if (scale_b.mode != ScaleMode::none) check_batch(options.scale_b.scales, "scale_b");
+  if (scale_b.zeros.data) check_batch(*options.scale_b.zeros, "scale_b.zeros");
   if (scale_b2.mode != ScaleMode::none) check_batch(options.scale_b2.scales, "options.scale_b2");
 
   Problem p;
@@ -254,6 +352,7 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
   if (use_c) check_data(*options.c, "C");
   if (scale_a.mode != ScaleMode::none) check_data(options.scale_a.scales, "scale_a");
   if (scale_b.mode != ScaleMode::none) check_data(options.scale_b.scales, "scale_b");
+  if (options.scale_b.zeros) check_data(*options.scale_b.zeros, "scale_b.zeros");
   if (scale_b2.mode != ScaleMode::none) check_data(options.scale_b2.scales, "options.scale_b2");
   if (scale_d.data || d.dtype == DType::e4m3) check_data(options.scale_d.scales, "scale_d");
   check_no_self_overlap(d, batch, "D");
@@ -313,9 +412,12 @@ void check_apart(const TensorView& a, const TensorView& b, const TensorView& d, 
       fail(std::string("D: memory overlaps ") + name + "; expected D apart from the inputs");
     }
   }
+  if (k > 0 && options.scale_b.zeros && byte_range(*options.scale_b.zeros, batch, "scale_b.zeros").overlaps(d_range)) {
+    fail("D: memory overlaps scale_b.zeros; expected D apart from the inputs");
+  }
   if (p.scale_d.data) check_scale_d_apart(a, b, d, options, p);
   if (p.epilogue.fused()) {  // its outputs apart from everything the call reads
-    std::array<api::Operand, 7> inputs;
+    std::array<api::Operand, 8> inputs;
     size_t count = 0;
     if (k > 0) {
       inputs[count++] = {&a, batch, "A"};
@@ -326,6 +428,7 @@ void check_apart(const TensorView& a, const TensorView& b, const TensorView& d, 
                                std::pair{&options.scale_b2, "options.scale_b2"}}) {
       if (k > 0 && scale->mode != ScaleMode::none) inputs[count++] = {&scale->scales, batch, name};
     }
+    if (k > 0 && options.scale_b.zeros) inputs[count++] = {&*options.scale_b.zeros, batch, "scale_b.zeros"};
     if (use_c) inputs[count++] = {&*options.c, batch, "C"};
     api::check_epilogue_apart(options.epilogue, p, d_range, {inputs.data(), count});
   }

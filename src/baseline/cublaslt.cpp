@@ -334,6 +334,8 @@ cudaDataType cuda_type(DType dtype) {
     case DType::e4m3: return CUDA_R_8F_E4M3;
     case DType::e5m2: return CUDA_R_8F_E5M2;
     case DType::ue8m0: return CUDA_R_8F_UE8M0;
+    case DType::u4:
+    case DType::e2m1: break;  // no cuBLASLt baseline takes 4-bit weights
   }
   return CUDA_R_32F;
 }

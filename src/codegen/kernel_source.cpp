@@ -16,6 +16,7 @@ const char* scale_code(ScaleMode mode) {
     case ScaleMode::rowwise: return "GEMMKIT_SCALE_ROWWISE";
     case ScaleMode::block: return "GEMMKIT_SCALE_BLOCK";
     case ScaleMode::mx: return "GEMMKIT_SCALE_MX";
+    case ScaleMode::group: return "GEMMKIT_SCALE_GROUP";
   }
   return "";
 }
@@ -114,6 +115,8 @@ const char* type_code(DType t) {
     case DType::e4m3: return "GEMMKIT_E4M3";
     case DType::e5m2: return "GEMMKIT_E5M2";
     case DType::ue8m0: return "GEMMKIT_UE8M0";
+    case DType::u4: return "GEMMKIT_U4";
+    case DType::e2m1: return "GEMMKIT_E2M1";
   }
   return "";
 }
@@ -159,9 +162,14 @@ const char* gemm_kernel_name(const KernelConfig& config) {
 std::string config_header(const KernelConfig& requested) {
   const KernelConfig config = compiled(requested);
   std::ostringstream s;
-  operand_config(s, {config.in, config.in_b, config.out, config.has_c, config.c, config.scale_a, config.scale_b});
+  // The TMA kernel applies a 4-bit operand's scales as it widens it (widen.cuh), not as it promotes.
+  const bool tma = config.kind == KernelKind::tma;
+  operand_config(s, {config.in, config.in_b, config.out, config.has_c, config.c,
+                     tma && is_4bit(config.in) ? ScaleMode::none : config.scale_a,
+                     tma && is_4bit(config.in_b) ? ScaleMode::none : config.scale_b});
   if (config.kind == KernelKind::gemv) s << "constexpr int kGemvColumns = " << config.tile_n / 8 << ";\n";
   s << "constexpr bool kDual = " << bool_text(config.dual) << ";\n";
+  s << "constexpr bool kZeros = " << bool_text(config.zeros) << ";\n";
   if (config.kind != KernelKind::tma) return s.str() + epilogue_config(config);
   s << "constexpr int kTileM = " << config.tile_m << ";\n"
     << "constexpr int kTileN = " << config.tile_n << ";\n"
@@ -190,7 +198,7 @@ std::string config_header(const KernelConfig& requested) {
     << "constexpr bool kGroupsMasked = " << bool_text(config.grouped() && config.group_layout == GroupLayout::masked) << ";\n"
     << "constexpr bool kGroupedK = " << bool_text(config.grouped() && config.group_along_k) << ";\n"
     << "constexpr int kGroupCapacity = " << config.group_capacity << ";\n\n"
-    << wgmma_function(config.tile_n, config.in, config.in_b, config.a_k_major, config.b_k_major);
+    << wgmma_function(config.tile_n, config.wide_a(), config.wide_b(), config.a_k_major, config.b_k_major);
   return s.str() + epilogue_config(config);
 }
 

@@ -18,9 +18,15 @@ constexpr int kRowBytes = int(sm90::kStageRowBytes);  // a ring stage's K depth 
 // codes follow ScaleMode.
 static_assert(int(ScaleMode::rowwise) == GEMMKIT_SCALE_ROWWISE && int(ScaleMode::block) == GEMMKIT_SCALE_BLOCK &&
               int(ScaleMode::mx) == GEMMKIT_SCALE_MX);
+// A 4-bit operand's scales are applied as it is widened, from its landing slot: none among the
+// stage's (promote.cuh), as codegen tells the kernel.
 sm90::SmemShape smem_shape(const KernelConfig& c) {
+  const bool widen_a = is_4bit(c.in), widen_b = is_4bit(c.in_b);
+  const int widen_rows = widen_a ? c.tile_m : widen_b ? c.tile_n : 0;
   return {c.tile_m, c.tile_n, c.stages, c.b_k_major, c.tma_store ? c.store_buffers : c.row_store() ? 1 : 0,
-          c.realign_a, c.realign_b, int(c.scale_a), int(c.scale_b), c.scale_a_mn, c.scale_b_mn, c.group_capacity, c.dual};
+          c.realign_a, c.realign_b, widen_a ? 0 : int(c.scale_a), widen_b ? 0 : int(c.scale_b), c.scale_a_mn,
+          c.scale_b_mn, c.group_capacity, c.dual, widen_rows, (widen_a ? c.in : c.in_b) == DType::u4 ? 2 : 1,
+          c.zeros};
 }
 
 auto key(const KernelConfig& c) {
@@ -28,7 +34,7 @@ auto key(const KernelConfig& c) {
                          c.stages, c.group_m, c.cluster_m, c.splits, c.a_k_major, c.b_k_major, c.a_batched,
                          c.b_batched, c.tma_store, c.d_by_columns, c.store_buffers, c.has_c, c.in, c.out, c.c, c.in_b,
                          c.scale_a, c.scale_b, c.scale_a_mn, c.scale_b_mn, c.stage_a, c.stage_b, c.realign_a,
-                         c.realign_b, c.row_classes, c.group_layout, c.group_along_k, c.group_capacity, c.dual);
+                         c.realign_b, c.row_classes, c.group_layout, c.group_along_k, c.group_capacity, c.dual, c.zeros);
 }
 
 // key() names every knob: one added to KernelKnobs changes its size and must join it (and the
@@ -45,7 +51,7 @@ int KernelConfig::threads() const { return kind == KernelKind::tma ? 128 * (tile
 
 int KernelConfig::smem_bytes() const { return kind == KernelKind::tma ? tma_smem_bytes(*this) : 0; }
 
-int KernelConfig::tile_k() const { return kRowBytes / dtype_size(in); }
+int KernelConfig::tile_k() const { return kRowBytes / dtype_size(wide_a()); }
 
 int KernelConfig::stage_bytes() const { return int(sm90::smem_layout(smem_shape(*this)).stage); }
 
@@ -78,7 +84,7 @@ std::string KernelConfig::name() const {
         : group_along_k                         ? " grouped-k"
         : group_layout == GroupLayout::masked ? " grouped-masked"
                                                 : " grouped")
-    << (dual ? " dual" : "") << fused;
+    << (dual ? " dual" : "") << (widens() ? " widen" : "") << fused;
   return s.str();
 }
 
@@ -88,7 +94,7 @@ bool KernelConfig::operator==(const KernelConfig& other) const { return key(*thi
 KernelConfig compiled(KernelConfig c) {
   c.splits = std::min(c.splits, 2);
   c.d_by_columns = c.d_by_columns && c.tma_store;
-  if (!is_fp8(c.in)) c.in_b = c.in;  // 16-bit inputs are of one type
+  if (!is_fp8(c.in) && !c.widens()) c.in_b = c.in;  // 16-bit inputs are of one type
   c.stage_a = c.stage_b = false;
   return c;
 }
@@ -119,9 +125,11 @@ int64_t tile_rows(const KernelConfig& c, int64_t m) {
 
 int64_t row_class_width(int64_t k) { return ceil_div(k + 7, 64) * 64; }
 
+int max_ring_stages(const KernelConfig& c) { return c.widens() ? 16 : 8; }
+
 int max_stages(KernelConfig c, int smem_limit) {
   c.stages = 0;
-  while (c.stages < 8) {
+  while (c.stages < max_ring_stages(c)) {
     ++c.stages;
     if (tma_smem_bytes(c) > smem_limit) return c.stages - 1;
   }

@@ -64,8 +64,16 @@ struct KernelFacts {
   // many of B2, and the epilogue pairs column c of the accumulators with c + tile_n / 2 into
   // column c of D's tile, which is tile_n / 2 wide.
   bool dual = false;
+  // 4-bit weights (`in` or in_b u4 or e2m1, K-major): the TMA kernel's producer warps widen them
+  // to the other operand's 16-bit type as they arrive (kernels/sm90/widen.cuh); `zeros`: u4 with
+  // zero points.
+  bool zeros = false;
 
   bool grouped() const { return group_capacity > 0; }
+  bool widens() const { return is_4bit(in) || is_4bit(in_b); }
+  // The type wgmma multiplies: the inputs', or beside 4-bit weights the other operand's.
+  DType wide_a() const { return is_4bit(in) ? in_b : in; }
+  DType wide_b() const { return is_4bit(in_b) ? in : in_b; }
   int tile_cols(int tile_n) const { return dual ? tile_n / 2 : tile_n; }  // D's columns a tile stores
 };
 
@@ -151,7 +159,11 @@ int64_t row_class_width(int64_t k);
 // Shared memory a TMA config needs (the same as c.smem_bytes()).
 int tma_smem_bytes(const KernelConfig& c);
 
-// The most stages (at most 8) with which `c` fits in `smem_limit` bytes, or 0 if none does.
+// The most stages a ring takes: 8, or 16 for 4-bit weights, whose stages hold a quarter of the
+// bytes (decode's streaming needs as many bytes in flight per SM as 16-bit weights do).
+int max_ring_stages(const KernelConfig& c);
+
+// The most stages (at most max_ring_stages) with which `c` fits in `smem_limit` bytes, or 0 if none does.
 int max_stages(KernelConfig c, int smem_limit);
 
 }  // namespace gemmkit

@@ -22,6 +22,7 @@ MatrixRef transposed(const MatrixRef& m) {
 ScaleRef transposed(const ScaleRef& s) {
   ScaleRef t = s;
   t.m = transposed(s.m);
+  t.zeros = transposed(s.zeros);
   std::swap(t.block_rows, t.block_cols);
   return t;
 }
@@ -54,6 +55,14 @@ void check_addressable(int64_t m, int64_t n, int64_t k, int64_t batch, int eleme
   }
 }
 
+MatrixRef packed_bytes(const MatrixRef& m, bool is_a) {
+  MatrixRef bytes = m;
+  bytes.batch_stride = m.batch_stride / 2;
+  bytes.row_stride = is_a ? m.row_stride / 2 : 1;
+  bytes.col_stride = is_a ? 1 : m.col_stride / 2;
+  return bytes;
+}
+
 bool Problem::pads_groups_along_k() const { return groups.along_k && is_fp8(a.dtype); }
 
 ProblemWords problem_words(const Problem& p) {
@@ -67,6 +76,7 @@ ProblemWords problem_words(const Problem& p) {
   for (const ScaleRef* s : {&p.scale_a, &p.scale_b, &p.scale_b2}) {
     w[i++] = int64_t(s->mode);
     put_matrix(s->m);
+    put_matrix(s->zeros);
     w[i++] = s->block_rows;
     w[i++] = s->block_cols;
   }

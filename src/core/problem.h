@@ -26,8 +26,9 @@ struct MatrixRef {
 // scale has blocks as large as the operand. Mode none: no data, every scale is 1.
 struct ScaleRef {
   ScaleMode mode = ScaleMode::none;
-  MatrixRef m;  // f32, or ue8m0 for mx
+  MatrixRef m;  // f32, or ue8m0 for mx; a u4 operand's group scales A's 16-bit type
   int64_t block_rows = 1, block_cols = 1;
+  MatrixRef zeros;  // a u4 operand's zero points (group mode), m's shape and type; data null: 8
 };
 
 // A grouped problem's groups (gemmkit/grouped.h): `batch` groups, B batched by group. contiguous:
@@ -98,6 +99,10 @@ struct Problem {  // every field goes into problem_words
   static constexpr int64_t kGroupKBlock = 128;
 };
 
+// A 4-bit operand's bytes (A: M x K, B: K x N, K contiguous): the same matrix with K counted in
+// bytes, ceil(K / 2) of them, and its strides in bytes (halved: two elements a byte).
+MatrixRef packed_bytes(const MatrixRef& m, bool is_a);
+
 // Throws Error(invalid_argument) where 64-bit addressing cannot reach an operand of the
 // M x N x K problem over `batch` matrices, elements at most `element_bytes` wide: a size, or
 // the elements of A (M x K), B (K x N) or C and D (M x N), one matrix or the batch, or their
@@ -106,7 +111,7 @@ struct Problem {  // every field goes into problem_words
 void check_addressable(int64_t m, int64_t n, int64_t k, int64_t batch, int element_bytes);
 
 // Every field of a problem as 64-bit words, pointers included: equal words, equal problems.
-using ProblemWords = std::array<int64_t, 65 + 6 * kMaxEpilogueTensors>;
+using ProblemWords = std::array<int64_t, 80 + 6 * kMaxEpilogueTensors>;
 ProblemWords problem_words(const Problem& p);
 
 // "NT"-style layout letters, row-major convention: the first letter is A, the second B;

@@ -138,7 +138,9 @@ std::optional<TileShape> streaming_tile(const Problem& p, const KernelConfig& co
                                         const DeviceLimits& limits) {
   if (is_fp8(config.in) || config.out == DType::e4m3) return std::nullopt;
   if (!config.b_k_major) return std::nullopt;
-  if (p.n <= kNarrowMaxN) return TileShape{64, p.n <= 8 ? 8 : p.n <= 16 ? 16 : 32};
+  // 4-bit B's rows come with their scales in boxes of 16 bytes at least (widen.cuh): 16 rows.
+  const int narrowest = is_4bit(config.in_b) ? 16 : 8;
+  if (p.n <= kNarrowMaxN) return TileShape{64, p.n <= narrowest ? narrowest : p.n <= 16 ? 16 : 32};
   if (config.row_classes) return TileShape{64, p.n <= 64 ? 64 : 128};
   const bool one_wave = ceil_div(p.m, 64) * ceil_div(p.n, 64) * p.batch <= limits.sm_count;
   const bool shallow_or_one_row = p.m <= 64 || k_blocks <= 128;
@@ -236,9 +238,21 @@ bool tile_takes_epilogue(TileShape tile, const KernelConfig& facts) {
 }
 
 bool tile_takes_scales(TileShape tile, ScaleMode a, ScaleMode b) {
+  if (a == ScaleMode::group || b == ScaleMode::group) return true;  // 4-bit weights' (widen.cuh)
   const bool block_or_mx = a == ScaleMode::block || a == ScaleMode::mx || b == ScaleMode::block || b == ScaleMode::mx;
   if (tile.m > 128 && block_or_mx) return false;
   return tile.n <= 128 || (a != ScaleMode::mx && b != ScaleMode::mx);
+}
+
+ScaleMode promoted_scale(const KernelConfig& c, bool a) {
+  return is_4bit(a ? c.in : c.in_b) ? ScaleMode::none : a ? c.scale_a : c.scale_b;
+}
+
+bool tile_takes_widening(TileShape tile, const KernelConfig& c) {
+  if (!c.widens()) return true;
+  const bool widen_a = is_4bit(c.in);
+  const int rows = widen_a ? tile.m : tile.n, scale_bytes = (widen_a ? c.in : c.in_b) == DType::u4 ? 2 : 1;
+  return rows * scale_bytes % 16 == 0 && !c.grouped() && !c.dual;
 }
 
 int store_buffers_for(KernelConfig c, int smem_limit) {
@@ -351,13 +365,14 @@ std::vector<Candidate> rank_candidates(const Problem& p, const DeviceLimits& lim
     if (tile.m > 64 && tile.m - 64 >= p.m) continue;
     const int64_t tiles_m = ceil_div(p.m, tile.m);
     if (config.has_c && !tile_takes_c(tile)) continue;
-    if (!tile_takes_scales(tile, config.scale_a, config.scale_b)) continue;
+    if (!tile_takes_scales(tile, promoted_scale(config, true), promoted_scale(config, false))) continue;
+    if (!tile_takes_widening(tile, config)) continue;
     if (!tile_takes_epilogue(tile, config)) continue;
     if (!half_width_tile_pays(p, tile, k_blocks, limits)) continue;
     const bool one_wave = one_wave_unclustered(p, tile, k_blocks, b_rows_off_sectors, limits);
     const bool realign = realigns_on(tile) && (config.realign_a || config.realign_b);
     for (int cluster : {2, 1}) {
-      if (cluster > tiles_m || (cluster > 1 && realign)) continue;
+      if (cluster > tiles_m || (cluster > 1 && (realign || config.widens()))) continue;
       if (!cluster_pays(p, tile, cluster, one_wave)) continue;
       KernelConfig candidate = with_tile(config, tile);
       candidate.cluster_m = cluster;
@@ -478,7 +493,8 @@ bool fits(const KernelConfig& c, const DeviceLimits& limits) {
   const bool known_tile = std::find(shapes.begin(), shapes.end(), TileShape{c.tile_m, c.tile_n}) != shapes.end();
   return known_tile && (!c.has_c || tile_takes_c({c.tile_m, c.tile_n})) &&
          (!c.grouped() || tile_takes_groups({c.tile_m, c.tile_n}, c)) && tile_takes_epilogue({c.tile_m, c.tile_n}, c) &&
-         tile_takes_scales({c.tile_m, c.tile_n}, c.scale_a, c.scale_b) && (c.cluster_m == 1 || c.cluster_m == 2) &&
+         tile_takes_scales({c.tile_m, c.tile_n}, promoted_scale(c, true), promoted_scale(c, false)) &&
+         tile_takes_widening({c.tile_m, c.tile_n}, c) && (c.cluster_m == 1 || (c.cluster_m == 2 && !c.widens())) &&
          c.group_m >= c.cluster_m && c.group_m <= 64 &&
          c.splits >= 1 && c.splits <= kMaxSplits && (c.splits == 1 || c.tile_n <= kMaxSplitTileN) &&
          (!is_narrow({c.tile_m, c.tile_n}) || (c.b_k_major && !c.tma_store && c.cluster_m == 1)) &&
@@ -486,7 +502,7 @@ bool fits(const KernelConfig& c, const DeviceLimits& limits) {
          !(c.realign_a && c.stage_a) && !(c.realign_b && c.stage_b) &&
          (!c.row_classes || (c.tile_m == 64 && c.tile_n <= kRowClassesMaxN && !c.tma_store && c.cluster_m == 1 && c.a_k_major && !c.a_batched &&
                              !c.b_batched && !(c.stage_a || c.stage_b || c.realign_a || c.realign_b))) &&
-         c.store_buffers >= 1 && c.store_buffers <= 8 && c.stages >= 2 && c.stages <= 8 &&
+         c.store_buffers >= 1 && c.store_buffers <= 8 && c.stages >= 2 && c.stages <= max_ring_stages(c) &&
          tma_smem_bytes(c) <= limits.smem_per_block;
 }
 

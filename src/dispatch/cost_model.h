@@ -44,6 +44,14 @@ bool tile_takes_epilogue(TileShape tile, const KernelConfig& facts);
 // than 128.
 bool tile_takes_scales(TileShape tile, ScaleMode a, ScaleMode b);
 
+// An operand's scale mode as the promotion sees it: none for 4-bit weights, whose scales are
+// applied as they are widened (kernels/sm90/widen.cuh).
+ScaleMode promoted_scale(const KernelConfig& c, bool a);
+
+// Whether the tile's kernel can widen the config's 4-bit weights: their rows per stage make
+// whole 16-byte boxes of scales, on dense, single GEMMs (unclustered: see rank_candidates).
+bool tile_takes_widening(TileShape tile, const KernelConfig& c);
+
 // Epilogue staging buffers per consumer warpgroup: two, or one where two would leave the ring
 // fewer than 4 stages.
 int store_buffers_for(KernelConfig c, int smem_limit);

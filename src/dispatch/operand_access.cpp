@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <tuple>
 
+#include "core/checked_math.h"
 #include "dispatch/device_limits.h"
 
 namespace gemmkit {
@@ -81,9 +82,9 @@ KernelConfig fallback_config(const KernelFacts& facts) {
   f.stages = 0;
   f.tma_store = false;
   std::tie(f.has_c, f.in, f.in_b, f.out, f.c, f.scale_a, f.scale_b, f.scale_a_mn, f.scale_b_mn, f.epilogue,
-           f.epilogue_transposed, f.dual) = std::tie(facts.has_c, facts.in, facts.in_b, facts.out, facts.c, facts.scale_a,
-                                                     facts.scale_b, facts.scale_a_mn, facts.scale_b_mn, facts.epilogue,
-                                                     facts.epilogue_transposed, facts.dual);
+           f.epilogue_transposed, f.dual, f.zeros) =
+      std::tie(facts.has_c, facts.in, facts.in_b, facts.out, facts.c, facts.scale_a, facts.scale_b, facts.scale_a_mn,
+               facts.scale_b_mn, facts.epilogue, facts.epilogue_transposed, facts.dual, facts.zeros);
   return f;
 }
 
@@ -119,6 +120,7 @@ KernelConfig typed_config(const Problem& p) {
   config.scale_b = p.scale_b.mode;
   if (p.scale_a.mode == ScaleMode::block) config.scale_a_mn = int(p.scale_a.block_rows);
   if (p.scale_b.mode == ScaleMode::block) config.scale_b_mn = int(p.scale_b.block_cols);
+  config.zeros = p.scale_a.zeros.data != nullptr || p.scale_b.zeros.data != nullptr;
   config.out = p.d.dtype;
   config.has_c = p.has_c();
   config.c = p.has_c() ? p.c.dtype : p.d.dtype;
@@ -210,7 +212,7 @@ KernelConfig problem_config(const Problem& p) {
   KernelConfig config = typed_config(p);
 
   // One row of A against B stored N x K: a matrix-vector product, bound by reading B once.
-  if (p.m == 1 && p.k > 0 && (p.b.row_stride == 1 || p.k == 1) && !p.quantizes_d()) {
+  if (p.m == 1 && p.k > 0 && (p.b.row_stride == 1 || p.k == 1) && !p.quantizes_d() && !config.widens()) {
     config.kind = KernelKind::gemv;
     config.tile_m = 1;
     // Output columns per block of 8 warps: one per warp, or where a row of B is shorter than a
@@ -228,7 +230,18 @@ KernelConfig problem_config(const Problem& p) {
   // transposed), and staged into a dense copy that TMA can read, or, 16-bit, contiguous there and
   // larger than L2, realigned by the kernel; unless its coordinates are too large for TMA at all.
   if (p.k > 0 && p.m < kCoordinateLimit && p.n < kCoordinateLimit && p.k < kCoordinateLimit) {
-    if (is_fp8(p.a.dtype)) {
+    if (config.widens()) {
+      // 4-bit weights: their packed bytes read K-major by TMA, or staged so; the other operand
+      // read by TMA or staged (the producer's warps widen, so none realign).
+      const bool widen_a = is_4bit(p.a.dtype);
+      const TmaAccess packed = widen_a ? tma_access(packed_bytes(p.a, true), p.batch, p.m, ceil_div(p.k, 2))
+                                       : tma_access(packed_bytes(p.b, false), p.batch, ceil_div(p.k, 2), p.n);
+      const bool packed_ok = packed.ok && packed.cols_contiguous == widen_a;
+      config.stage_a = widen_a ? !packed_ok : !a.ok;
+      config.stage_b = widen_a ? !b.ok : !packed_ok;
+      a = widen_a ? TmaAccess{true, true} : a.ok ? a : TmaAccess{true, along_cols(p.a)};
+      b = widen_a ? (b.ok ? b : TmaAccess{true, along_cols(p.b)}) : TmaAccess{true, false};
+    } else if (is_fp8(p.a.dtype)) {
       config.stage_a = !(a.ok && a.cols_contiguous);
       config.stage_b = !(b.ok && !b.cols_contiguous);
       a = {true, true};

@@ -37,7 +37,8 @@ PlanKey plan_key(const Problem& p) {
           p.b.col_stride, alignment(p.d.data), p.d.batch_stride, p.d.row_stride, p.d.col_stride,
           p.scale_a.block_rows, p.scale_a.block_cols, p.scale_b.block_rows, p.scale_b.block_cols,
           int64_t(p.grouped()) | int64_t(p.groups.layout) << 1 | int64_t(p.groups.along_k) << 3 |
-              int64_t(p.epilogue.transposed) << 4,
+              int64_t(p.epilogue.transposed) << 4 | int64_t(p.scale_a.zeros.data != nullptr) << 5 |
+              int64_t(p.scale_b.zeros.data != nullptr) << 6,
           p.max_sms, int64_t(reinterpret_cast<uintptr_t>(p.epilogue.code)),
           p.dual() ? alignment(p.b2.data) : -1, p.b2.batch_stride, p.b2.row_stride, p.b2.col_stride};
 }
@@ -129,6 +130,7 @@ Plan new_plan(const Problem& normalized, const KernelConfig* forced, cudaStream_
 // copy (staged, both operands would be copied on every call).
 constexpr int64_t kGemvFromN = 16384;
 bool decode_for_narrow_tiles(const Problem& p) {
+  if (is_4bit(p.b.dtype)) return p.m <= kNarrowMaxN && p.n >= 128 && p.k > 0;  // the weights widened as A
   if (p.m > kRowClassesMaxN || p.n < 128 || p.k == 0 || p.a.col_stride != 1 || p.b.row_stride != 1 ||
       is_fp8(p.a.dtype)) {
     return false;

@@ -27,7 +27,14 @@ std::string Comparison::summary() const {
   return text;
 }
 
-double accumulation_tolerance(const Problem& p) { return is_fp8(p.a.dtype) ? 0x1p-10 : 1e-5; }
+double accumulation_tolerance(const Problem& p) {
+  if (is_fp8(p.a.dtype)) return 0x1p-10;
+  // 4-bit weights: each rounded to the 16-bit operand's type (B's where the problem runs
+  // transposed, the weights then A), then f32 sums (compare.h).
+  if (is_4bit(p.b.dtype)) return unit_roundoff(p.a.dtype) + 1e-5;
+  if (is_4bit(p.a.dtype)) return unit_roundoff(p.b.dtype) + 1e-5;
+  return 1e-5;
+}
 
 Comparison compare(const Problem& p, const void* host_d, const double* ref, const double* ref_abs,
                    const void* host_scale_d) {

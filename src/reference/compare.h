@@ -39,6 +39,14 @@ Comparison compare(const Problem& p, const void* host_d, const double* ref, cons
 // accumulator, 4 * 2^-12. On an H100, positive inputs at K = 16384 (every error of one sign)
 // came out 2^-11 low with 128-deep granules; kept in the tensor cores over all of K, the same
 // model gives 2^-4.
+// 4-bit weights (either operand u4 or e2m1, the other bf16 or f16): the reference multiplies
+// each weight dequantised exactly, the kernels round it to the other operand's 16-bit type
+// first (gemmkit/gemm.h), a relative error of at most that type's unit roundoff (bf16 2^-8,
+// f16 2^-11) per weight in its normal range, so at most that much of sum |A||B| in all; the products of two 16-bit
+// values are exact in f32 and summed there, the 1e-5 of 16-bit inputs on top. A u4 weight
+// (q - zero) * scale has up to 4 + 11 significant bits and is rounded; an e2m1 one times a
+// power of two is exact unless its scale takes it out of the 16-bit type's normal range, but
+// the allowance is the same for both.
 double accumulation_tolerance(const Problem& p);
 
 }  // namespace gemmkit::reference

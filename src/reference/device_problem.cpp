@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <random>
 #include <string>
 #include <sstream>
 #include <utility>
@@ -15,6 +16,7 @@
 #include "core/checked_math.h"
 #include "gemmkit/error.h"
 #include "reference/gpu_reference.h"
+#include "reference/host_numeric.h"
 #include "runtime/driver.h"
 #include "runtime/utility_kernels.h"
 
@@ -39,6 +41,29 @@ Strides operand_strides(int64_t rows, int64_t cols, bool transposed, int64_t pad
   return transposed ? Strides{1, *leading, *span} : Strides{*leading, 1, *span};
 }
 
+// Strides of 4-bit weights B (K x N, K contiguous, two elements a byte): {1, ld}, ld K rounded up
+// to even (align: to 32, 16 bytes) plus the pad, so that every column starts on a byte.
+Strides weight_strides(const ProblemSpec& spec) {
+  if (spec.layout[1] != 'T') {
+    throw Error(ErrorCode::invalid_argument, spec.describe() + ": layout " + spec.layout + " stores B N-contiguous; 4-bit B " +
+                                                 "is K-contiguous (a checkpoint's [N, K/2] bytes): layout " +
+                                                 spec.layout.substr(0, 1) + "T");
+  }
+  if (spec.pad_b % 2 != 0 || spec.offset_b % 2 != 0) {
+    throw Error(ErrorCode::invalid_argument, spec.describe() + ": pad_b " + std::to_string(spec.pad_b) + " and offset_b " +
+                                                 std::to_string(spec.offset_b) +
+                                                 " must be even for 4-bit B (two elements a byte, each column from a byte)");
+  }
+  const int64_t round = spec.align_leading ? 32 : 2;
+  const std::optional<int64_t> leading = checked_sum((spec.k + round - 1) / round * round, spec.pad_b);
+  const std::optional<int64_t> span = leading ? checked_product({spec.n, *leading}) : std::nullopt;
+  if (!span) {
+    throw Error(ErrorCode::invalid_argument, spec.describe() + ": 4-bit B padded by " + std::to_string(spec.pad_b) +
+                                                 " elements a column overflows 64-bit addressing");
+  }
+  return {1, *leading, *span};
+}
+
 // Sets every element of `buffer` outside its view to all ones (NaN in every float type): the
 // `offset` elements before the view, and each run's padding up to the leading dimension.
 void poison_outside(void* base, int64_t offset, DType type, int64_t rows, int64_t cols, bool transposed,
@@ -51,6 +76,43 @@ void poison_outside(void* base, int64_t offset, DType type, int64_t rows, int64_
   char* first_pad = static_cast<char*>(base) + (offset + inner) * int64_t(bytes);
   runtime::check(cudaMemset2D(first_pad, size_t(leading) * bytes, 0xff, size_t(leading - inner) * bytes, size_t(runs)),
                  "poison the padding");
+}
+
+// What DeviceProblem cannot build around 4-bit weights (weight_strides checks B's layout). It
+// builds some problems gemmkit rejects (e2m1 with group scales, u4 with mx ones, group 48, ...),
+// for tests of that.
+void check_4bit_spec(const ProblemSpec& spec) {
+  auto fail = [&](const std::string& why) { throw Error(ErrorCode::invalid_argument, spec.describe() + ": " + why); };
+  if (is_4bit(spec.in)) fail("4-bit A; 4-bit weights are B's (in_b u4 or e2m1, against a bf16 or f16 A)");
+  if (spec.scale_a == ScaleMode::group) fail("scale_a group; group scales are 4-bit B's");
+  if (spec.scale_b == ScaleMode::group) {
+    if (spec.group < 1) fail("group " + std::to_string(spec.group) + "; expected at least 1");
+    if (spec.in != DType::bf16 && spec.in != DType::f16) fail("group scales are of A's type, which must be bf16 or f16");
+  }
+  if (spec.zeros && spec.scale_b != ScaleMode::group) {
+    fail("zero points go with group scales (scale_b group), not mode " + std::string(scale_mode_name(spec.scale_b)));
+  }
+}
+
+// poison_outside for 4-bit weights B (K x N, strides {1, ld}, `batch` spans of N ld elements, after
+// `offset` elements; offset and ld even): the bytes before the view and those past each column's
+// K elements set to all ones (code 15: u4 7 or more scales from zero, e2m1 -6), and for an odd K
+// the high nibble of each column's last byte.
+void poison_outside_4bit(void* base, int64_t offset, int64_t k, int64_t n, int64_t ld, int64_t batch) {
+  const int64_t offset_bytes = offset / 2, ld_bytes = ld / 2, used_bytes = (k + 1) / 2, runs = n * batch;
+  runtime::check(cudaMemset(base, 0xff, size_t(offset_bytes)), "poison before the view");
+  if (runs == 0) return;
+  char* first_pad = static_cast<char*>(base) + offset_bytes + used_bytes;
+  if (ld_bytes > used_bytes) {
+    runtime::check(cudaMemset2D(first_pad, size_t(ld_bytes), 0xff, size_t(ld_bytes - used_bytes), size_t(runs)),
+                   "poison the padding");
+  }
+  if (k % 2 == 0) return;
+  // Half a byte: through the host, byte by byte (tests' sizes).
+  std::vector<unsigned char> host(size_t(offset_bytes + runs * ld_bytes));
+  runtime::check(cudaMemcpy(host.data(), base, host.size(), cudaMemcpyDeviceToHost), "copy B to poison it");
+  for (int64_t run = 0; run < runs; ++run) host[size_t(offset_bytes + run * ld_bytes + k / 2)] |= 0xF0;
+  runtime::check(cudaMemcpy(base, host.data(), host.size(), cudaMemcpyHostToDevice), "poison B's last nibbles");
 }
 
 }  // namespace
@@ -69,7 +131,9 @@ std::string ProblemSpec::describe() const {
   if (scale_b != ScaleMode::none) {
     s << " scale_b " << scale_mode_name(scale_b);
     if (scale_b == ScaleMode::block) s << " 128x" << scale_b_block_cols;
+    if (scale_b == ScaleMode::group) s << " " << group << (group >= k ? " (per-channel)" : "");
   }
+  if (zeros) s << " zeros";
   if (scales_col_major) s << " scales col-major";
   if (pad_scales) s << " scales pad " << pad_scales;
   if (beta != 0.0f) s << " beta " << beta << (c_is_d ? " (C=D)" : "");
@@ -110,10 +174,14 @@ DeviceProblem::DeviceProblem(const ProblemSpec& spec, uint64_t seed) : spec_(spe
   spec.check_addressable();
   const bool a_t = spec.layout[0] == 'T', b_t = spec.layout[1] == 'T';
   const Strides sa = operand_strides(spec.m, spec.k, a_t, spec.pad_a, spec.align_leading);
-  const Strides sb = operand_strides(spec.k, spec.n, b_t, spec.pad_b, spec.align_leading);
+  const bool b_4bit = is_4bit(spec.b_type());
+  check_4bit_spec(spec);  // before anything is allocated
+  const Strides sb = b_4bit ? weight_strides(spec) : operand_strides(spec.k, spec.n, b_t, spec.pad_b, spec.align_leading);
   const Strides sd = operand_strides(spec.m, spec.n, spec.d_col_major, spec.pad_d, spec.align_leading);
   a_buf_ = allocate(spec.in, spec.offset_a, sa.span, spec.batch);
-  b_buf_ = allocate(spec.b_type(), spec.offset_b, sb.span, spec.batch);
+  // A 4-bit B's buffer in bytes: offset and span are even (weight_strides).
+  b_buf_ = b_4bit ? allocate(spec.b_type(), spec.offset_b / 2, sb.span / 2, spec.batch)
+                  : allocate(spec.b_type(), spec.offset_b, sb.span, spec.batch);
   d_buf_ = allocate(spec.out, spec.offset_d, sd.span, spec.batch);
   auto view = [&](const Buffer& buffer, int64_t rows, int64_t cols, const Strides& s) {
     return spec.batch == 1 ? TensorView::matrix(buffer.data(), buffer.type, rows, cols, s.row, s.col)
@@ -123,20 +191,29 @@ DeviceProblem::DeviceProblem(const ProblemSpec& spec, uint64_t seed) : spec_(spe
   b_ = view(b_buf_, spec.k, spec.n, sb);
   d_ = view(d_buf_, spec.m, spec.n, sd);
   runtime::fill_random(a_buf_.base, spec.in, a_buf_.elements, seed, spec.input_lo, 1.0f, nullptr);
-  runtime::fill_random(b_buf_.base, spec.b_type(), b_buf_.elements, seed + 1, spec.input_lo, 1.0f, nullptr);
+  // A 4-bit fill counts elements: two a byte, random bits (every code).
+  runtime::fill_random(b_buf_.base, spec.b_type(), b_4bit ? 2 * b_buf_.elements : b_buf_.elements, seed + 1,
+                       spec.input_lo, 1.0f, nullptr);
   if (spec.nan_outside) {
     runtime::check(cudaDeviceSynchronize(), "filling inputs");
     poison_outside(a_buf_.base, spec.offset_a, spec.in, spec.m, spec.k, a_t, sa, spec.batch);
-    poison_outside(b_buf_.base, spec.offset_b, spec.b_type(), spec.k, spec.n, b_t, sb, spec.batch);
+    if (b_4bit) {
+      poison_outside_4bit(b_buf_.base, spec.offset_b, spec.k, spec.n, sb.col, spec.batch);
+    } else {
+      poison_outside(b_buf_.base, spec.offset_b, spec.b_type(), spec.k, spec.n, b_t, sb, spec.batch);
+    }
   }
   scale_a_ = make_scale(spec.scale_a, true, scale_a_buf_, seed + 3);
   scale_b_ = make_scale(spec.scale_b, false, scale_b_buf_, seed + 4);
+  if (spec.scale_b == ScaleMode::group) scale_b_.group = spec.group;
+  make_zeros(seed + 5);
   if (spec.out == DType::e4m3) {  // D's scales, dense: [batch,] M x ceil(N/128)
     const int64_t blocks = (spec.n + 127) / 128;
     scale_d_buf_ = allocate(DType::f32, 0, spec.m * blocks, spec.batch);
-    scale_d_ = {ScaleMode::block, spec.batch == 1 ? TensorView::row_major(scale_d_buf_.data(), DType::f32, spec.m, blocks)
-                                                  : TensorView::batched(scale_d_buf_.data(), DType::f32, spec.batch, spec.m,
-                                                                        blocks, spec.m * blocks, blocks, 1)};
+    scale_d_.mode = ScaleMode::block;
+    scale_d_.scales = spec.batch == 1 ? TensorView::row_major(scale_d_buf_.data(), DType::f32, spec.m, blocks)
+                                      : TensorView::batched(scale_d_buf_.data(), DType::f32, spec.batch, spec.m, blocks,
+                                                            spec.m * blocks, blocks, 1);
   }
   if (spec.beta != 0.0f) {
     // C has D's type and strides; with C = D it is also the pristine copy D is reset from.
@@ -161,6 +238,10 @@ std::pair<int64_t, int64_t> scale_blocks(const ProblemSpec& spec, bool is_a) {
     block_rows = is_a ? 1 : 32;
     block_cols = is_a ? 32 : 1;
   }
+  if (mode == ScaleMode::group) {  // `group` along K (at least K: one scale a column or row)
+    block_rows = is_a ? 1 : std::max<int64_t>(spec.group, 1);
+    block_cols = is_a ? std::max<int64_t>(spec.group, 1) : 1;
+  }
   return {block_rows, block_cols};
 }
 
@@ -173,7 +254,8 @@ std::pair<int64_t, int64_t> scale_shape(const ProblemSpec& spec, bool is_a) {
 Scale DeviceProblem::make_scale(ScaleMode mode, bool is_a, Buffer& buffer, uint64_t seed) {
   if (mode == ScaleMode::none) return {};
   const auto [scale_rows, scale_cols] = scale_shape(spec_, is_a);
-  const DType type = mode == ScaleMode::mx ? DType::ue8m0 : DType::f32;
+  // Group scales (of 4-bit weights) are of the other operand's, A's, 16-bit type.
+  const DType type = mode == ScaleMode::mx ? DType::ue8m0 : mode == ScaleMode::group ? spec_.in : DType::f32;
   const Strides st = operand_strides(scale_rows, scale_cols, spec_.scales_col_major, spec_.pad_scales, false);
   buffer = allocate(type, 0, st.span, spec_.batch);
   if (mode == ScaleMode::mx) {
@@ -189,8 +271,26 @@ Scale DeviceProblem::make_scale(ScaleMode mode, bool is_a, Buffer& buffer, uint6
   return scale;
 }
 
+void DeviceProblem::make_zeros(uint64_t seed) {
+  if (!spec_.zeros) return;
+  // The scales' type, element count and views, over a buffer of its own.
+  const DType type = scale_b_buf_.type;
+  zeros_b_buf_ = allocate(type, 0, scale_b_buf_.elements, 1);
+  std::vector<uint16_t> host(size_t(zeros_b_buf_.elements));
+  std::mt19937_64 random(seed);
+  for (uint16_t& z : host) {
+    const float value = float(random() % 16);  // an integer, exact in bf16 and f16
+    z = type == DType::bf16 ? float_to_bf16(value) : float_to_f16(value);
+  }
+  runtime::check(cudaMemcpy(zeros_b_buf_.base, host.data(), host.size() * sizeof(uint16_t), cudaMemcpyHostToDevice),
+                 "copy zero points");
+  TensorView zeros = scale_b_.scales;
+  zeros.data = zeros_b_buf_.data();
+  scale_b_.zeros = zeros;
+}
+
 DeviceProblem::~DeviceProblem() {
-  for (Buffer* b : {&a_buf_, &b_buf_, &d_buf_, &c_buf_, &scale_a_buf_, &scale_b_buf_, &scale_d_buf_}) {
+  for (Buffer* b : {&a_buf_, &b_buf_, &d_buf_, &c_buf_, &scale_a_buf_, &scale_b_buf_, &scale_d_buf_, &zeros_b_buf_}) {
     if (b->base) cudaFree(b->base);
   }
 }
@@ -222,7 +322,7 @@ void DeviceProblem::prepare_output(cudaStream_t stream) {
 
 int64_t DeviceProblem::bytes() const {
   int64_t total = 0;
-  for (const Buffer* b : {&a_buf_, &b_buf_, &d_buf_, &c_buf_, &scale_a_buf_, &scale_b_buf_}) {
+  for (const Buffer* b : {&a_buf_, &b_buf_, &d_buf_, &c_buf_, &scale_a_buf_, &scale_b_buf_, &zeros_b_buf_}) {
     total += b->elements * dtype_size(b->type);
   }
   return total;

@@ -28,6 +28,15 @@ struct ProblemSpec {
   int64_t scale_a_block_rows = 1, scale_b_block_cols = 128;
   bool scales_col_major = false;
   int64_t pad_scales = 0;  // extra elements in the scale tensors' leading dimension
+  // 4-bit weights (in_b u4 or e2m1 against a bf16 or f16 A; scale_b group or mx): random codes
+  // (random bytes: every code), B K-contiguous (layout ?T only), strides {1, ld} with ld K rounded
+  // up to even (align_leading: to 32 elements, 16 bytes) plus pad_b; pad_b and offset_b even (two
+  // elements a byte). Group scales of A's type random in [0.5, 2), mx ones 2^-2 to 2^1, shaped
+  // [ceil(K/group), N] (mx: group 32) N-contiguous, or [N, ceil(K/group)] viewed transposed where
+  // scales_col_major; with `zeros` (mode group only), zero points of the scales' type, layout and
+  // shape, random integers 0 to 15. A group at least K is per-channel. See gemmkit/gemm.h.
+  int64_t group = 128;
+  bool zeros = false;
   float input_lo = -1.0f;  // A and B are uniform in [input_lo, 1): 0 makes every product positive
   float alpha = 1.0f, beta = 0.0f;
   bool c_is_d = false;     // beta * D accumulates in place
@@ -58,7 +67,8 @@ std::pair<int64_t, int64_t> scale_shape(const ProblemSpec& spec, bool is_a);
 class DeviceProblem {
  public:
   // Allocates on the current device and fills A, B (and C) with uniform values in [-1, 1) (A and
-  // B: [input_lo, 1)).
+  // B: [input_lo, 1); 4-bit B: random codes). Throws Error(invalid_argument) for a 4-bit B the
+  // spec cannot lay out (see ProblemSpec), or 4-bit A.
   DeviceProblem(const ProblemSpec& spec, uint64_t seed);
   ~DeviceProblem();
   DeviceProblem(const DeviceProblem&) = delete;
@@ -85,8 +95,8 @@ class DeviceProblem {
  private:
   struct Buffer {
     void* base = nullptr;
-    int64_t elements = 0;  // including the offset
-    int64_t offset = 0;
+    int64_t elements = 0;  // including the offset; a 4-bit buffer's count bytes (two elements each)
+    int64_t offset = 0;    // likewise
     DType type = DType::bf16;
     void* data() const;
   };
@@ -98,10 +108,12 @@ class DeviceProblem {
   int64_t changed_outside_d(const std::vector<char>& host_d) const;
   // The scales of operand A (is_a) or B, allocated and filled; mode none: none.
   Scale make_scale(ScaleMode mode, bool is_a, Buffer& buffer, uint64_t seed);
+  // B's zero points (spec.zeros), beside scale_b_, of its type, shape and strides.
+  void make_zeros(uint64_t seed);
 
   ProblemSpec spec_;
   TensorView a_, b_, d_, c_;
-  Buffer a_buf_, b_buf_, d_buf_, c_buf_, scale_a_buf_, scale_b_buf_, scale_d_buf_;
+  Buffer a_buf_, b_buf_, d_buf_, c_buf_, scale_a_buf_, scale_b_buf_, scale_d_buf_, zeros_b_buf_;
   Scale scale_a_, scale_b_, scale_d_;
   uint64_t seed_ = 0;
 };

@@ -80,8 +80,23 @@ inline float ue8m0_to_float(uint8_t e) {
   return e == 0xFF ? std::numeric_limits<float>::quiet_NaN() : std::ldexp(1.0f, int(e) - 127);
 }
 
+// The value of an e2m1 code (OCP MX FP4: sign, 2 exponent bits of bias 1, 1 mantissa bit).
+inline float fp4_e2m1_value(uint8_t code) {
+  static constexpr float kMagnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  return (code & 8u) ? -kMagnitudes[code & 7u] : kMagnitudes[code & 7u];
+}
+
+// Element `index` of a buffer of `dtype`. A 4-bit buffer's index counts elements, two a byte, the
+// even one in the low nibble; a u4 element reads as its code q (0..15), unscaled, an e2m1 one as
+// its value, unscaled.
 inline double load_element(const void* base, DType dtype, int64_t index) {
   switch (dtype) {
+    case DType::u4:
+    case DType::e2m1: {
+      const uint8_t byte = static_cast<const uint8_t*>(base)[index / 2];
+      const uint8_t code = index % 2 ? byte >> 4 : byte & 0xFu;
+      return dtype == DType::u4 ? double(code) : double(fp4_e2m1_value(code));
+    }
     case DType::bf16: return bf16_to_float(static_cast<const uint16_t*>(base)[index]);
     case DType::f16: return f16_to_float(static_cast<const uint16_t*>(base)[index]);
     case DType::f32: return static_cast<const float*>(base)[index];
@@ -112,7 +127,9 @@ inline void store_element(void* base, DType dtype, int64_t index, double value) 
     case DType::f32: static_cast<float*>(base)[index] = static_cast<float>(value); break;
     case DType::e4m3:
     case DType::e5m2:
-    case DType::ue8m0: break;  // never an output
+    case DType::ue8m0:
+    case DType::u4:
+    case DType::e2m1: break;  // never an output
   }
 }
 
@@ -125,6 +142,8 @@ inline double unit_roundoff(DType dtype) {
     case DType::e4m3: return 0x1p-4;
     case DType::e5m2: return 0x1p-3;
     case DType::ue8m0: return 0.5;
+    case DType::u4: return 0.5;     // integers: a value of at least 1 moves by at most half of it
+    case DType::e2m1: return 0x1p-2;  // one mantissa bit (normal range)
   }
   return 0;
 }

@@ -21,6 +21,7 @@ CUtensorMap make_tensor_map(const MatrixRef& m, int64_t batch, int64_t rows, int
 // (kernels/sm90/common.cuh, KernelMaps).
 struct KernelMaps {
   CUtensorMap a, b, b2, d, scale_a, scale_b, scale_b2;
+  CUtensorMap zeros;
 };
 
 }  // namespace gemmkit::runtime

@@ -149,8 +149,9 @@ Dispatch dispatch_config(const Problem& p, const runtime::DeviceInfo& info, cuda
                          const CandidateRunner& runner) {
   const DeviceLimits limits{info.sm_count, info.smem_per_block_optin, info.l2_bytes};
   const TuningMode mode = tuning_mode();
-  // Dual GEMMs have no tuned class of their own yet: the cost model picks their tiles.
-  if (mode == TuningMode::off || p.dual() || problem_config(p).kind != KernelKind::tma) {
+  // Dual GEMMs and 4-bit weights have no tuned class of their own yet: the cost model picks their tiles.
+  const KernelConfig facts = problem_config(p);
+  if (mode == TuningMode::off || p.dual() || facts.widens() || facts.kind != KernelKind::tma) {
     return {choose_config(p, limits), false};
   }
   if (auto tuned = tuned_config(p, info)) return {*tuned, true};

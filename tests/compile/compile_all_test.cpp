@@ -52,6 +52,8 @@ TEST(TmaKernelVariants, RealignedOperandsCompileWithoutSpills) { expect_clean_co
 
 TEST(TmaKernelVariants, RowClassesCompileWithoutSpills) { expect_clean_compiles(testing::row_class_cases()); }
 
+TEST(TmaKernelVariants, WidenedFourBitWeightsCompileWithoutSpills) { expect_clean_compiles(testing::widen_cases()); }
+
 TEST(TmaKernelVariants, CompileWithoutSpills) { expect_clean_compiles(testing::type_cases()); }
 
 TEST(TmaKernelVariants, EightBitTilesCompileWithoutSpillsInEveryMode) {

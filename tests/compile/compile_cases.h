@@ -172,6 +172,31 @@ inline std::vector<CompileCase> realign_cases() {
   return cases;
 }
 
+// 4-bit weights widened in the kernel: u4 B on every tile that takes it (bf16, split where
+// split-K runs), u4 A with zero points on every 64-row tile as transposed decode runs it (f16, f32
+// D), and e2m1 on the widest and narrowest tiles of each side.
+inline std::vector<CompileCase> widen_cases() {
+  std::vector<CompileCase> cases;
+  auto add = [&](TileShape tile, bool widen_a, DType format, DType wide, bool zeros, DType out) {
+    KernelConfig config = with_layout(tile, true, true, 1);
+    config.in = widen_a ? format : wide;
+    config.in_b = widen_a ? wide : format;
+    (widen_a ? config.scale_a : config.scale_b) = format == DType::u4 ? ScaleMode::group : ScaleMode::mx;
+    config.zeros = zeros;
+    config.out = out;
+    config.splits = tile.n <= kMaxSplitTileN ? 2 : 1;
+    if (!tile_takes_widening(tile, config)) return;
+    cases.push_back(at_most_stages(config, " " + std::string(dtype_name(format)) + (zeros ? " zeros" : "")));
+  };
+  for (TileShape tile : tile_shapes()) {
+    if (!is_narrow(tile)) add(tile, false, DType::u4, DType::bf16, false, DType::bf16);
+    if (tile.m == 64) add(tile, true, DType::u4, DType::f16, true, DType::f32);
+  }
+  for (TileShape tile : {TileShape{128, 256}, TileShape{64, 128}}) add(tile, false, DType::e2m1, DType::bf16, false, DType::bf16);
+  for (TileShape tile : {TileShape{64, 8}, TileShape{64, 256}}) add(tile, true, DType::e2m1, DType::bf16, false, DType::bf16);
+  return cases;
+}
+
 // Row classes on every 64-row tile up to kRowClassesMaxN wide, split or not, with C and an f32 D.
 inline std::vector<CompileCase> row_class_cases() {
   std::vector<CompileCase> cases;
@@ -295,6 +320,16 @@ inline std::vector<CompileCase> simt_cases() {
         cases.push_back({config, config.name() + " " + std::string(dtype_name(in)) + "->" + std::string(dtype_name(out))});
       }
     }
+    for (DType format : {DType::u4, DType::e2m1}) {  // 4-bit weights B
+      KernelConfig config;
+      config.kind = kind;
+      config.tile_n = 8;
+      config.in = DType::bf16;
+      config.in_b = format;
+      config.scale_b = format == DType::u4 ? ScaleMode::group : ScaleMode::mx;
+      config.zeros = format == DType::u4;
+      if (kind == KernelKind::fallback) cases.push_back({config, config.name() + " bf16 x " + std::string(dtype_name(format))});
+    }
     for (ScaleMode mode : {ScaleMode::none, ScaleMode::tensor, ScaleMode::rowwise, ScaleMode::block, ScaleMode::mx}) {
       for (int columns : {1, 2, 4}) {
         if (kind != KernelKind::gemv && columns > 1) continue;
@@ -316,7 +351,7 @@ inline std::vector<CompileCase> simt_cases() {
 inline std::vector<CompileCase> all_compile_cases() {
   std::vector<CompileCase> all;
   for (auto part : {tile_cases, c_cases, column_store_cases, split_k_cases, realign_cases, row_class_cases, type_cases,
-                    eight_bit_cases, simt_cases}) {
+                    eight_bit_cases, widen_cases, simt_cases}) {
     for (CompileCase& c : part()) all.push_back(std::move(c));
   }
   return all;

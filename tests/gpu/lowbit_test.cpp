@@ -1,0 +1,292 @@
+// 4-bit weights (B u4 in groups along K, or e2m1 with MX scales) against a bf16 or f16 A, checked
+// against the double-precision reference, which dequantises every weight exactly: the kernels'
+// one rounding of each weight to A's type is within the comparison's allowance (compare.h).
+// A table of cases: M from 1 (decode) past a tile, one large problem of each format, N odd, K
+// with a partial last group or odd; groups 32, 64, 128 and per-channel, with and without zero
+// points; D bf16, f16 and f32; scales N-contiguous and transposed (gpt-oss's [N, K/32]);
+// batched B and one B shared by the batch; padded and offset weights with poison around them;
+// alpha and beta * C. D starts NaN-poisoned. Then the arguments gemm must refuse, naming the one
+// at fault, without writing D. Skips without an sm_90 device.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "gemmkit/error.h"
+#include "gpu_test.h"
+#include "runtime/driver.h"
+
+namespace gemmkit {
+namespace {
+
+using reference::DeviceProblem;
+using reference::ProblemSpec;
+
+struct LowbitCase {
+  int64_t m, n, k;
+  DType in;       // A's type: bf16 or f16
+  DType weights;  // u4 (ScaleMode::group) or e2m1 (ScaleMode::mx)
+  DType out;
+  int64_t group = 128;  // u4 only
+  bool zeros = false;   // u4 only
+  int64_t batch = 1;
+  bool shared_b = false;          // one B (and its scales) for every batch
+  bool scales_col_major = false;  // [N, K/group] viewed transposed
+  int64_t pad_b = 0, offset_b = 0, pad_scales = 0;
+  bool nan_outside = false;  // A's and B's buffers poisoned around their views
+  bool with_c = false;       // alpha 0.75, beta -1.5, C of D's type
+  bool d_col_major = false;
+
+  ProblemSpec spec() const {
+    ProblemSpec s{.m = m, .n = n, .k = k, .batch = batch, .layout = "NT", .in = in, .out = out, .in_b = weights};
+    s.scale_b = weights == DType::u4 ? ScaleMode::group : ScaleMode::mx;
+    s.group = group;
+    s.zeros = zeros;
+    s.scales_col_major = scales_col_major;
+    s.pad_b = pad_b;
+    s.offset_b = offset_b;
+    s.pad_scales = pad_scales;
+    s.nan_outside = nan_outside;
+    s.d_col_major = d_col_major;
+    if (with_c) {
+      s.alpha = 0.75f;
+      s.beta = -1.5f;
+    }
+    return s;
+  }
+
+  std::string name() const {
+    std::string text = weights == DType::u4 ? "u4_g" + std::to_string(group) + (zeros ? "_zeros" : "") : "e2m1";
+    text += "_" + std::string(dtype_name(in)) + "_" + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
+            "_to_" + std::string(dtype_name(out));
+    if (batch > 1) text += "_batch" + std::to_string(batch) + (shared_b ? "_shared_b" : "");
+    if (scales_col_major) text += "_scales_t";
+    if (pad_b || offset_b || pad_scales) {
+      text += "_pad" + std::to_string(pad_b) + "_off" + std::to_string(offset_b) + "_spad" + std::to_string(pad_scales);
+    }
+    if (nan_outside) text += "_poisoned";
+    if (with_c) text += "_with_c";
+    if (d_col_major) text += "_d_col_major";
+    return text;
+  }
+};
+
+constexpr DType bf16 = DType::bf16, f16 = DType::f16, f32 = DType::f32, u4 = DType::u4, e2m1 = DType::e2m1;
+
+// K: 4160 = 32.5 groups of 128 (and 65 of 64), 1000 = 31.25 groups of 32 (7.8 of 128), 4097 odd
+// (a column's last byte half padding). Per-channel groups are K rounded up to a power of two, and
+// once K itself.
+const std::vector<LowbitCase> kCases = {
+    // u4, M from decode up, groups, zero points, A's types, D's types.
+    {.m = 1, .n = 4095, .k = 4160, .in = bf16, .weights = u4, .out = bf16, .group = 128},
+    {.m = 1, .n = 257, .k = 1000, .in = f16, .weights = u4, .out = f16, .group = 32, .zeros = true},
+    {.m = 1, .n = 4096, .k = 4096, .in = bf16, .weights = u4, .out = bf16, .group = 128, .zeros = true},
+    {.m = 8, .n = 4095, .k = 4160, .in = bf16, .weights = u4, .out = f32, .group = 64, .zeros = true},
+    {.m = 8, .n = 257, .k = 4097, .in = f16, .weights = u4, .out = bf16, .group = 128},
+    {.m = 16, .n = 4095, .k = 1000, .in = bf16, .weights = u4, .out = bf16, .group = 1024},
+    {.m = 16, .n = 257, .k = 4160, .in = f16, .weights = u4, .out = f32, .group = 8192, .zeros = true},
+    {.m = 17, .n = 4095, .k = 4097, .in = bf16, .weights = u4, .out = bf16, .group = 32, .zeros = true},
+    {.m = 17, .n = 257, .k = 1000, .in = f16, .weights = u4, .out = f16, .group = 64},
+    {.m = 64, .n = 4095, .k = 4160, .in = f16, .weights = u4, .out = bf16, .group = 128, .zeros = true,
+     .scales_col_major = true},
+    {.m = 64, .n = 257, .k = 4097, .in = bf16, .weights = u4, .out = f32, .group = 64, .scales_col_major = true},
+    {.m = 128, .n = 4095, .k = 1000, .in = bf16, .weights = u4, .out = f16, .group = 32},
+    {.m = 128, .n = 257, .k = 4160, .in = f16, .weights = u4, .out = f32, .group = 128, .zeros = true, .batch = 3},
+    {.m = 129, .n = 1000, .k = 4097, .in = f16, .weights = u4, .out = bf16, .group = 8192, .scales_col_major = true},
+    {.m = 300, .n = 4096, .k = 4096, .in = bf16, .weights = u4, .out = bf16, .group = 128},
+    {.m = 200, .n = 700, .k = 1000, .in = bf16, .weights = u4, .out = bf16, .group = 1000, .zeros = true},
+    {.m = 4096, .n = 4095, .k = 4160, .in = bf16, .weights = u4, .out = bf16, .group = 128, .zeros = true},
+    // u4 batched (B per batch, and one B shared), padded and offset weights, C, D column-major.
+    {.m = 1, .n = 257, .k = 4097, .in = bf16, .weights = u4, .out = f32, .group = 32, .zeros = true, .batch = 2},
+    {.m = 64, .n = 4095, .k = 1000, .in = f16, .weights = u4, .out = bf16, .group = 64, .zeros = true, .batch = 3,
+     .shared_b = true},
+    {.m = 17, .n = 257, .k = 4160, .in = bf16, .weights = u4, .out = f16, .group = 128, .batch = 2, .shared_b = true,
+     .scales_col_major = true},
+    {.m = 200, .n = 512, .k = 1000, .in = bf16, .weights = u4, .out = f32, .group = 32, .zeros = true, .pad_b = 6,
+     .offset_b = 4, .pad_scales = 3, .nan_outside = true},
+    {.m = 1, .n = 300, .k = 1001, .in = f16, .weights = u4, .out = bf16, .group = 64, .zeros = true, .pad_b = 2,
+     .nan_outside = true},
+    {.m = 100, .n = 257, .k = 1000, .in = bf16, .weights = u4, .out = f32, .group = 128, .with_c = true},
+    {.m = 64, .n = 257, .k = 4160, .in = bf16, .weights = u4, .out = bf16, .group = 64, .zeros = true,
+     .d_col_major = true},
+    // e2m1 with MX scales (2^-2 to 2^1): the same spread, gpt-oss's transposed scales.
+    {.m = 1, .n = 4095, .k = 4160, .in = bf16, .weights = e2m1, .out = bf16},
+    {.m = 1, .n = 257, .k = 4097, .in = f16, .weights = e2m1, .out = f16, .scales_col_major = true, .pad_scales = 5},
+    {.m = 8, .n = 257, .k = 4097, .in = f16, .weights = e2m1, .out = f32},
+    {.m = 16, .n = 4095, .k = 1000, .in = f16, .weights = e2m1, .out = bf16, .scales_col_major = true},
+    {.m = 17, .n = 257, .k = 4160, .in = bf16, .weights = e2m1, .out = f16},
+    {.m = 64, .n = 4095, .k = 4097, .in = bf16, .weights = e2m1, .out = f32, .scales_col_major = true},
+    {.m = 128, .n = 257, .k = 1000, .in = f16, .weights = e2m1, .out = bf16, .batch = 3},
+    {.m = 33, .n = 257, .k = 4160, .in = bf16, .weights = e2m1, .out = bf16, .batch = 2, .shared_b = true},
+    {.m = 64, .n = 300, .k = 1001, .in = bf16, .weights = e2m1, .out = bf16, .pad_b = 4, .offset_b = 2,
+     .nan_outside = true},
+    {.m = 4096, .n = 257, .k = 4160, .in = bf16, .weights = e2m1, .out = bf16},
+};
+
+// Matrix 0 of a batched view, as a rank-2 view every batch shares.
+TensorView first_matrix(const TensorView& t) {
+  return TensorView::matrix(t.data, t.dtype, t.rows(), t.cols(), t.row_stride(), t.col_stride());
+}
+
+class LowbitGemm : public testing::GpuTest, public ::testing::WithParamInterface<LowbitCase> {};
+
+TEST_P(LowbitGemm, MatchesReference) {
+  const LowbitCase& c = GetParam();
+  const ProblemSpec spec = c.spec();
+  DeviceProblem problem(spec, testing::fresh_seed());
+  TensorView b = problem.b();
+  GemmOptions options = problem.options(nullptr);
+  if (c.shared_b) {
+    b = first_matrix(b);
+    options.scale_b.scales = first_matrix(options.scale_b.scales);
+    if (options.scale_b.zeros) options.scale_b.zeros = first_matrix(*options.scale_b.zeros);
+  }
+  problem.prepare_output(nullptr);
+  gemm(problem.a(), b, problem.d(), options);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << spec.describe();
+  reference::Comparison result;
+  if (c.shared_b) {
+    const Problem p = validate_gemm(problem.a(), b, problem.d(), options);
+    ASSERT_EQ(p.b.batch_stride, 0);
+    result = problem.check_against(p, nullptr);
+  } else {
+    result = problem.check(nullptr);
+  }
+  ASSERT_TRUE(result.passed()) << spec.describe() << ": " << result.summary();
+}
+
+INSTANTIATE_TEST_SUITE_P(Lowbit, LowbitGemm, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<LowbitCase>& info) { return info.param.name(); });
+
+using LowbitErrors = testing::GpuTest;
+
+// gemm throws Error(invalid_argument) whose message holds every one of `needles`.
+void expect_rejected(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options,
+                     std::initializer_list<const char*> needles) {
+  try {
+    gemm(a, b, d, options);
+    ADD_FAILURE() << "gemm accepted the arguments; expected an error mentioning '" << *needles.begin() << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
+    for (const char* needle : needles) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "expected '" << needle << "' in: " << e.what();
+    }
+  }
+}
+
+// Each problem's D is left as prepare_output poisoned it.
+void expect_d_untouched(const DeviceProblem& problem) {
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<char> d = problem.copy_output();
+  EXPECT_EQ(d, std::vector<char>(d.size(), char(0xff))) << problem.spec().describe() << ": D was written";
+}
+
+// A device buffer of `bytes`, zeroed.
+struct DeviceBuffer {
+  void* data = nullptr;
+  explicit DeviceBuffer(size_t bytes) {
+    runtime::check(cudaMalloc(&data, bytes), "cudaMalloc");
+    runtime::check(cudaMemset(data, 0, bytes), "cudaMemset");
+  }
+  ~DeviceBuffer() { cudaFree(data); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+TEST_F(LowbitErrors, BadArgumentsAreRejectedByNameAndLeaveDUntouched) {
+  constexpr int64_t m = 16, n = 64, k = 256;  // u4 group 128: scales 2 x 64
+  ProblemSpec spec{.m = m, .n = n, .k = k, .in = DType::bf16, .out = DType::bf16, .in_b = DType::u4};
+  spec.scale_b = ScaleMode::group;
+  spec.zeros = true;
+  DeviceProblem problem(spec, testing::fresh_seed());
+  problem.prepare_output(nullptr);
+  const TensorView a = problem.a(), b = problem.b(), d = problem.d();
+  const GemmOptions good = problem.options(nullptr);
+  ASSERT_EQ(b.row_stride(), 1);
+  ASSERT_EQ(b.col_stride(), k);
+
+  // B read N-contiguous (row stride n), within its buffer.
+  expect_rejected(a, TensorView::matrix(b.data, DType::u4, k, n, n, 1), d, good, {"B: strides"});
+  // An odd column stride: K 255 (A's view too, the scales still ceil(255/128) = 2 rows) with
+  // columns 255 apart, so that column 1 starts mid-byte.
+  const TensorView a255 = TensorView::matrix(a.data, a.dtype, m, 255, a.row_stride(), a.col_stride());
+  expect_rejected(a255, TensorView::matrix(b.data, DType::u4, 255, n, 1, 255), d, good, {"B: strides"});
+  // Scales, and zero points, of the wrong shape: one row of groups for two.
+  GemmOptions options = good;
+  options.scale_b.scales = TensorView::matrix(good.scale_b.scales.data, DType::bf16, 1, n, n, 1);
+  expect_rejected(a, b, d, options, {"scale_b: shape"});
+  options = good;
+  options.scale_b.zeros = TensorView::matrix(good.scale_b.zeros->data, DType::bf16, 1, n, n, 1);
+  expect_rejected(a, b, d, options, {"scale_b.zeros: shape"});
+  // Scales N x K/group, not transposed.
+  options = good;
+  options.scale_b.scales = TensorView::row_major(good.scale_b.scales.data, DType::bf16, n, 2);
+  expect_rejected(a, b, d, options, {"scale_b"});
+  // Group 48 (neither 32, a power of two from 64, nor at least K).
+  options = good;
+  options.scale_b.group = 48;
+  expect_rejected(a, b, d, options, {"scale_b", "48"});
+  // Group 0 (never set).
+  options = good;
+  options.scale_b.group = 0;
+  expect_rejected(a, b, d, options, {"scale_b", "group"});
+  // Scales and zero points of another type than A's.
+  options = good;
+  options.scale_b.scales.dtype = DType::f16;
+  expect_rejected(a, b, d, options, {"scale_b: dtype"});
+  options = good;
+  options.scale_b.zeros->dtype = DType::f16;
+  expect_rejected(a, b, d, options, {"scale_b.zeros: dtype"});
+  // u4 without scales, or with MX ones.
+  options = good;
+  options.scale_b = {};
+  expect_rejected(a, b, d, options, {"scale_b: mode none"});
+  options = good;
+  options.scale_b.mode = ScaleMode::mx;
+  options.scale_b.zeros.reset();
+  expect_rejected(a, b, d, options, {"scale_b: mode mx"});
+  // 4-bit A.
+  expect_rejected(TensorView::matrix(b.data, DType::u4, m, k, k, 1), b, d, good, {"A: dtype"});
+  expect_d_untouched(problem);
+
+  // e2m1: mx scales ceil(256/32) = 8 x 64; zero points refused; group scales refused.
+  ProblemSpec fp4_spec{.m = m, .n = n, .k = k, .in = DType::bf16, .out = DType::bf16, .in_b = DType::e2m1};
+  fp4_spec.scale_b = ScaleMode::mx;
+  DeviceProblem fp4(fp4_spec, testing::fresh_seed());
+  fp4.prepare_output(nullptr);
+  DeviceBuffer zeros(size_t(8 * n) * 2);
+  options = fp4.options(nullptr);
+  options.scale_b.zeros = TensorView::row_major(zeros.data, DType::bf16, 8, n);
+  expect_rejected(fp4.a(), fp4.b(), fp4.d(), options, {"scale_b", "zero points"});
+  options = fp4.options(nullptr);
+  options.scale_b.group = 64;
+  expect_rejected(fp4.a(), fp4.b(), fp4.d(), options, {"scale_b: group 64"});
+  expect_d_untouched(fp4);
+
+  ProblemSpec grouped_fp4 = fp4_spec;  // e2m1 with u4's mode: scales bf16, 2 x 64
+  grouped_fp4.scale_b = ScaleMode::group;
+  DeviceProblem wrong_mode(grouped_fp4, testing::fresh_seed());
+  wrong_mode.prepare_output(nullptr);
+  expect_rejected(wrong_mode.a(), wrong_mode.b(), wrong_mode.d(), wrong_mode.options(nullptr), {"scale_b: mode group"});
+  expect_d_untouched(wrong_mode);
+}
+
+// What DeviceProblem cannot lay out for 4-bit weights it refuses, naming the spec.
+TEST_F(LowbitErrors, DeviceProblemRefusesLayoutsItCannotBuild) {
+  ProblemSpec spec{.m = 16, .n = 64, .k = 256, .layout = "NN", .in = DType::bf16, .in_b = DType::u4};
+  spec.scale_b = ScaleMode::group;
+  EXPECT_THROW(DeviceProblem(spec, 1), Error);  // B N-contiguous
+  spec.layout = "NT";
+  spec.pad_b = 1;
+  EXPECT_THROW(DeviceProblem(spec, 1), Error);  // columns not on bytes
+  spec.pad_b = 0;
+  spec.scale_b = ScaleMode::mx;
+  spec.zeros = true;
+  EXPECT_THROW(DeviceProblem(spec, 1), Error);  // zero points without group scales
+}
+
+}  // namespace
+}  // namespace gemmkit
