@@ -28,8 +28,7 @@ reference::ProblemSpec bench_spec(const SuiteProblem& p) {
 }
 
 double set_bytes(const reference::ProblemSpec& spec) {
-  return double(spec.batch) * (double(spec.m * spec.k) * dtype_size(spec.in) + double(spec.k * spec.n) * dtype_size(spec.b_type()) +
-                               double(spec.m * spec.n) * dtype_size(spec.out));
+  return gemm_bytes(spec.m, spec.n, spec.k, spec.batch, spec.in, spec.b_type(), spec.out, spec.group, spec.zeros);
 }
 
 EpilogueBuffers::EpilogueBuffers(const std::string& text, const reference::ProblemSpec& spec, uint64_t seed) {

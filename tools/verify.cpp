@@ -23,6 +23,11 @@ reference::ProblemSpec to_spec(const SuiteProblem& p) {
   // FP8: both operands scaled in the line's mode; block keeps ProblemSpec's defaults, 1x128 blocks
   // for A (activations) and 128x128 for B (weights), DeepSeek-V3's recipe.
   if (p.fp8()) spec.scale_a = spec.scale_b = p.mode;
+  if (p.w4()) {  // 4-bit weights: B's scales alone, in the format's mode
+    spec.scale_b = p.mode;
+    spec.group = p.group;
+    spec.zeros = p.zeros;
+  }
   return spec;
 }
 
@@ -37,21 +42,26 @@ Problem stand_in_problem(const SuiteProblem& sp, int device) {
     return TensorView::batched(v.data, type, spec.batch, rows, cols, batch_stride, v.row_stride(), v.col_stride());
   };
   const TensorView a = view(spec.m, spec.k, spec.layout[0] == 'T', spec.in, base, spec.m * spec.k);
-  const TensorView b = view(spec.k, spec.n, spec.layout[1] == 'T', spec.b_type(), base + gap, spec.k * spec.n);
+  // 4-bit weights: K x N with K contiguous, columns an even number of elements apart.
+  const TensorView b = is_4bit(spec.b_type())
+                           ? TensorView::matrix(base + gap, spec.b_type(), spec.k, spec.n, 1, spec.k + spec.k % 2)
+                           : view(spec.k, spec.n, spec.layout[1] == 'T', spec.b_type(), base + gap, spec.k * spec.n);
   const TensorView d = view(spec.m, spec.n, false, spec.out, base + 2 * gap, spec.m * spec.n);
   GemmOptions options;
   for (bool is_a : {true, false}) {
     const ScaleMode mode = is_a ? spec.scale_a : spec.scale_b;
     if (mode == ScaleMode::none) continue;
     const auto [rows, cols] = reference::scale_shape(spec, is_a);
-    const DType type = mode == ScaleMode::mx ? DType::ue8m0 : DType::f32;
+    const DType type = mode == ScaleMode::mx ? DType::ue8m0 : mode == ScaleMode::group ? spec.in : DType::f32;
     Scale& scale = is_a ? options.scale_a : options.scale_b;
     scale.mode = mode;
     scale.scales = view(rows, cols, false, type, base + (3 + is_a) * gap, rows * cols);
+    if (mode == ScaleMode::group) scale.group = spec.group;
+    if (spec.zeros && !is_a) scale.zeros = view(rows, cols, false, type, base + 6 * gap, rows * cols);
   }
   if (spec.out == DType::e4m3) {  // D's 1x128 block scales
     const int64_t blocks = (spec.n + 127) / 128;
-    options.scale_d = {ScaleMode::block, view(spec.m, blocks, false, DType::f32, base + 5 * gap, spec.m * blocks)};
+    options.scale_d = {ScaleMode::block, view(spec.m, blocks, false, DType::f32, base + 5 * gap, spec.m * blocks), 0, std::nullopt};
   }
   return api::prepare_gemm(a, b, d, options, device).problem;
 }

@@ -75,9 +75,71 @@ bool numeric(const std::string& field) {
   return !field.empty() && (std::isdigit(static_cast<unsigned char>(field[0])) || field[0] == '-' || field[0] == '+');
 }
 
-// The dtype field: IN or IN:OUT, IN one 16-bit or 8-bit type or two 8-bit types A,B.
+// The format of 4-bit weights, what follows "w4:" in the dtype field `field` (as written):
+// int4gG (u4 in groups of G along K), int4gGz (with zero points) or mxfp4 (e2m1, mx).
+void parse_w4_format(const std::string& format, const std::string& field, SuiteProblem& p, const std::string& where) {
+  const std::string spec = lower(format);
+  const std::string named = "4-bit weight format " + quoted(format) + " in dtype " + quoted(field);
+  if (spec == "mxfp4") {
+    p.in_b = DType::e2m1;
+    p.mode = ScaleMode::mx;
+    p.group = 32;
+    return;
+  }
+  if (spec.rfind("mxfp4", 0) == 0)
+    fail(where, named + "; expected mxfp4 alone (one ue8m0 scale per 32 of K: no group size, no zero points)");
+  if (spec.rfind("int4g", 0) != 0)
+    fail(where, "unknown " + named + "; expected int4gG, int4gGz (with zero points) or mxfp4, G 32 or a power of two >= 64");
+  std::string digits = spec.substr(5);
+  const bool zeros = !digits.empty() && digits.back() == 'z';
+  if (zeros) digits.pop_back();
+  const std::string group_text = format.substr(5, digits.size());
+  const bool number = !digits.empty() && std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!number)
+    fail(where, "group size " + quoted(group_text) + " in dtype " + quoted(field) +
+                    " is not a number; expected int4gG or int4gGz, G 32 or a power of two >= 64");
+  int64_t group = 0;
+  const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), group);
+  const bool power_of_two = ec == std::errc() && group >= 64 && (group & (group - 1)) == 0;
+  if (!power_of_two && !(ec == std::errc() && group == 32))
+    fail(where, "group size " + quoted(group_text) + " in dtype " + quoted(field) + "; expected 32 or a power of two >= 64");
+  p.in_b = DType::u4;
+  p.mode = ScaleMode::group;
+  p.group = group;
+  p.zeros = zeros;
+}
+
+// A dtype field naming 4-bit weights: A,w4:FORMAT or A,w4:FORMAT:OUT, `w4` where ",w4:" starts.
+// FORMAT holds no colon, so OUT is what follows the first colon after "w4:".
+void parse_w4_dtype(const std::string& field, size_t w4, SuiteProblem& p, const std::string& where) {
+  const std::string spec = lower(field);
+  const auto a = dtype_of(spec.substr(0, w4));
+  if (!a || (*a != DType::bf16 && *a != DType::f16))
+    fail(where, "activation type " + quoted(field.substr(0, w4)) + " in dtype " + quoted(field) +
+                    " with 4-bit weights; expected bf16 or f16 (e.g. bf16,w4:int4g128)");
+  const size_t format_at = w4 + std::string_view(",w4:").size();
+  const size_t colon = spec.find(':', format_at);
+  parse_w4_format(field.substr(format_at, colon == std::string::npos ? std::string::npos : colon - format_at), field,
+                  p, where);
+  p.in_dtype = *a;
+  p.out_dtype = *a;
+  if (colon != std::string::npos) {
+    const auto out = dtype_of(spec.substr(colon + 1));
+    if (!out || (*out != DType::bf16 && *out != DType::f16 && *out != DType::f32))
+      fail(where, "output type " + quoted(field.substr(colon + 1)) + " in dtype " + quoted(field) +
+                      "; expected bf16, f16 or f32 after 4-bit weights (A,w4:FORMAT:OUT)");
+    p.out_dtype = *out;
+  }
+}
+
+// The dtype field: IN or IN:OUT, IN one 16-bit or 8-bit type, two 8-bit types A,B or a 16-bit A
+// and 4-bit weights, A,w4:FORMAT.
 void parse_dtype(const std::string& field, SuiteProblem& p, const std::string& where) {
   const std::string spec = lower(field);
+  if (spec.rfind("w4:", 0) == 0)
+    fail(where, "dtype " + quoted(field) + " names no activation type; expected A,w4:FORMAT with A bf16 or f16 "
+                "(e.g. bf16,w4:int4g128)");
+  if (const size_t w4 = spec.find(",w4:"); w4 != std::string::npos) return parse_w4_dtype(field, w4, p, where);
   const size_t colon = spec.find(':');
   const std::string in_text = spec.substr(0, colon);
   const size_t comma = in_text.find(',');
@@ -97,8 +159,9 @@ void parse_dtype(const std::string& field, SuiteProblem& p, const std::string& w
   }
   if (!ok)
     fail(where, "unknown dtype " + quoted(field) +
-                    "; expected IN or IN:OUT with IN bf16, f16, e4m3, e5m2 or two 8-bit types A,B "
-                    "(e.g. e4m3,e5m2) and OUT bf16, f16, f32 or e4m3 (quantised in 1x128 blocks)");
+                    "; expected IN or IN:OUT with IN bf16, f16, e4m3, e5m2, two 8-bit types A,B "
+                    "(e.g. e4m3,e5m2) or A,w4:FORMAT (4-bit weights, e.g. bf16,w4:int4g128) and OUT bf16, "
+                    "f16, f32 or e4m3 (quantised in 1x128 blocks)");
   p.in_dtype = *in_a;
   p.in_b = *in_b == *in_a ? std::nullopt : in_b;
   p.out_dtype = *out;
@@ -147,6 +210,22 @@ std::string join(const std::vector<std::string>& fields) {
 
 bool SuiteProblem::fp8() const { return is_fp8(in_dtype); }
 
+bool SuiteProblem::w4() const { return is_4bit(b_dtype()); }
+
+double SuiteProblem::bytes() const { return gemm_bytes(m, n, k, batch, in_dtype, b_dtype(), out_dtype, group, zeros); }
+
+double gemm_bytes(int64_t m, int64_t n, int64_t k, int64_t batch, DType a, DType b, DType d, int64_t group, bool zeros) {
+  double per_batch = double(m) * double(k) * dtype_size(a) + double(m) * double(n) * dtype_size(d);
+  if (!is_4bit(b)) return (per_batch + double(k) * double(n) * dtype_size(b)) * double(batch);
+  // Two codes a byte; then ceil(K / block) scales a column, one byte each (ue8m0) for e2m1, A's
+  // type for u4, whose zero points are as many again. A u4 group of 0 or less: one scale a column.
+  const bool mx = b == DType::e2m1;
+  const int64_t block = mx ? 32 : group > 0 ? group : std::max<int64_t>(k, 1);
+  const double scales = double(k / block + (k % block != 0)) * double(n);
+  per_batch += double(k) * double(n) / 2 + scales * (mx ? 1 : dtype_size(a) * (zeros ? 2 : 1));
+  return per_batch * double(batch);
+}
+
 int64_t parse_int(const std::string& field, const char* what, int64_t min,
                   const std::string& where) {
   int64_t v = 0;
@@ -179,6 +258,10 @@ SuiteProblem parse_problem(const std::vector<std::string>& fields, const std::st
   }
 
   if (fields.size() > 4) parse_dtype(fields[4], p, where);
+  // 4-bit weights are packed two codes a byte along K: B is stored N x K.
+  if (p.w4() && p.layout[1] != 'T')
+    fail(where, "layout " + quoted(fields[3]) + " with 4-bit weights " + quoted(fields[4]) +
+                    "; expected NT or TT (B stored N x K, K-contiguous, two codes a byte along K)");
 
   // After the dtype: [mode] [batch]. A mode only follows 8-bit inputs; a number is the batch.
   size_t next = 5;
@@ -186,12 +269,17 @@ SuiteProblem parse_problem(const std::vector<std::string>& fields, const std::st
     const std::string& field = fields[next];
     const auto mode = mode_of(field);
     if (!p.fp8()) {
-      if (mode)
-        fail(where, "scaling mode " + quoted(field) + " with " + std::string(dtype_name(p.in_dtype)) +
-                        " inputs; expected a batch (a mode goes with e4m3 or e5m2 inputs only)");
+      if (mode || lower(field) == scale_mode_name(ScaleMode::group)) {
+        fail(where, "scaling mode " + quoted(field) + " with " +
+                        (p.w4() ? "4-bit weights " + quoted(fields[4]) +
+                                      "; expected a batch (the weight format sets the mode: group for int4, mx for mxfp4)"
+                                : std::string(dtype_name(p.in_dtype)) +
+                                      " inputs; expected a batch (a mode goes with e4m3 or e5m2 inputs only)"));
+      }
       if (fields.size() > 6)
-        fail(where, "expected 3 to 6 fields for 16-bit inputs (M N K [layout] [dtype] [batch]), got " +
-                        std::to_string(fields.size()) + ": " + quoted(join(fields)));
+        fail(where, std::string("expected 3 to 6 fields for ") + (p.w4() ? "4-bit weights" : "16-bit inputs") +
+                        " (M N K [layout] [dtype] [batch]), got " + std::to_string(fields.size()) + ": " +
+                        quoted(join(fields)));
     } else if (mode) {
       p.mode = *mode;
       ++next;
@@ -279,6 +367,10 @@ GroupedProblem parse_grouped(const std::vector<std::string>& fields, const std::
   p.n = parse_int(fields[4], "N", 0, where);
   p.k = parse_int(fields[5], "K", 0, where);
   parse_dtype(fields[6], p.dense, where);
+  if (p.dense.w4())
+    fail(where, "4-bit weights " + quoted(fields[6]) +
+                    " on a grouped line; expected bf16, f16, e4m3, e5m2 or two 8-bit types A,B (IN or IN:OUT): "
+                    "grouped GEMMs take no 4-bit weights");
   if (fields.size() == 9) {
     const auto mode = mode_of(fields[7]);
     if (!p.dense.fp8())
@@ -376,6 +468,10 @@ std::vector<SuiteProblem> load_suite(const std::string& path) { return dense_lin
 
 std::string dtype_spec(const SuiteProblem& p) {
   std::string in(dtype_name(p.in_dtype));
+  if (p.w4()) {
+    in += p.b_dtype() == DType::e2m1 ? ",w4:mxfp4" : ",w4:int4g" + std::to_string(p.group) + (p.zeros ? "z" : "");
+    return p.out_dtype == p.in_dtype ? in : in + ":" + std::string(dtype_name(p.out_dtype));
+  }
   if (p.in_b && *p.in_b != p.in_dtype) (in += ",") += dtype_name(*p.in_b);
   if (p.in_dtype == p.out_dtype && !p.in_b) return in;
   return in + ":" + std::string(dtype_name(p.out_dtype));

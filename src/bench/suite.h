@@ -1,7 +1,7 @@
 // Benchmark suites: plain-text lists of GEMM problems, one `M N K [layout] [dtype] [mode] [batch]`
-// a line, or a grouped GEMM, `grouped OP G M N K dtype [mode] dist` (bench only:
-// gemmkit bench and python -m gemmkit.bench); `epilogue TEXT` lines fuse an epilogue into the
-// lines below them (gemmkit bench only).
+// a line (4-bit weights in the dtype: `bf16,w4:int4g128`), or a grouped GEMM, `grouped OP G M N
+// K dtype [mode] dist` (bench only: gemmkit bench and python -m gemmkit.bench); `epilogue TEXT`
+// lines fuse an epilogue into the lines below them (gemmkit bench only).
 #pragma once
 
 #include <cstdint>
@@ -21,10 +21,17 @@ struct SuiteProblem {
   int64_t m = 0, n = 0, k = 0, batch = 1;
   std::string layout = "NT";  // NN, NT, TN or TT; row-major convention, first letter A, second B
   DType in_dtype = DType::bf16, out_dtype = DType::bf16;
-  std::optional<DType> in_b;  // B's type where it differs from A's (e4m3 x e5m2); FP8 only
+  // B's type where it differs from A's: the other 8-bit type (e4m3 x e5m2), or 4-bit weights
+  // (u4 for int4gG, e2m1 for mxfp4) against a bf16 or f16 A.
+  std::optional<DType> in_b;
   // How both FP8 operands are scaled (gemmkit/gemm.h): tensor unless the line names another
-  // mode; none for 16-bit inputs.
+  // mode. 4-bit weights: B's mode, as the format names it (group for int4, mx for mxfp4), A
+  // unscaled. None for 16-bit inputs.
   ScaleMode mode = ScaleMode::none;
+  // 4-bit weights: the K elements of B one scale covers (int4gG: G; mxfp4: 32), and whether u4
+  // B has zero points (int4gGz); 0 and false otherwise.
+  int64_t group = 0;
+  bool zeros = false;
   int line = 0;  // 1-based line in the file; 0 for a problem given on the command line
   // The fused epilogue's text the line is timed with (gemmkit bench), from the `epilogue TEXT`
   // line above it; empty: none.
@@ -32,16 +39,36 @@ struct SuiteProblem {
 
   DType b_dtype() const { return in_b.value_or(in_dtype); }
   bool fp8() const;  // A is e4m3 or e5m2 (and then so is B)
+  bool w4() const;   // B is 4-bit weights (u4 or e2m1; A bf16 or f16)
+  // What the GEMM reads and writes at the least, in bytes: gemm_bytes() of its sizes and types.
+  double bytes() const;
 };
 
+// What an M x N x K GEMM over `batch` matrices reads and writes at the least, in bytes: A, B
+// and D once each per batch entry, dtype_size() bytes an element, except a 4-bit B (u4, e2m1):
+// half a byte an element, plus its scales, ceil(K/group) x N of them, and as many zero points
+// where `zeros`. u4 scales (group mode) and zero points are A's type; e2m1's (mx) are one-byte
+// ue8m0, one per 32 of K whatever `group` says. FP8 scales are left out (as gemm_gbps leaves
+// them out). `group` and `zeros` are read for a u4 B only.
+double gemm_bytes(int64_t m, int64_t n, int64_t k, int64_t batch, DType a, DType b, DType d, int64_t group = 0,
+                  bool zeros = false);
+
 // Parses one problem from its fields: M, N, K, then optionally layout, dtype, scaling mode and
-// batch, in that order. The dtype is IN or IN:OUT: IN is bf16, f16, e4m3, e5m2 or A,B (two 8-bit
-// types, e.g. e4m3,e5m2); OUT is bf16, f16 or f32 and defaults to IN for 16-bit inputs and to bf16
-// for 8-bit ones. fp16/float16, bfloat16 and fp32/float32 are accepted, in any case. The mode
-// (tensor, rowwise, block or mx) may follow an 8-bit dtype only and defaults to tensor; a sixth
-// field that is a number is the batch. `where` prefixes every error message, e.g. "dense.txt:12"
-// or "command line". Throws gemmkit::Error(invalid_argument) on anything malformed, and on a
-// problem too large for 64-bit addressing (check_addressable in core/problem.h).
+// batch, in that order. The dtype is IN or IN:OUT: IN is bf16, f16, e4m3, e5m2, A,B (two 8-bit
+// types, e.g. e4m3,e5m2) or A,w4:FORMAT (4-bit weights against A bf16 or f16); OUT is bf16, f16
+// or f32 (or e4m3, quantised in 1x128 blocks, except with 4-bit weights) and defaults to A's
+// type for 16-bit A and to bf16 for 8-bit A. fp16/float16, bfloat16 and fp32/float32 are
+// accepted, in any case. FORMAT is
+//   int4gG    u4 B, one scale of A's type per G of K (group mode), G 32 or a power of two >= 64
+//   int4gGz   the same with zero points (AWQ's)
+//   mxfp4     e2m1 B, one ue8m0 scale per 32 of K (mx mode)
+// and holds no colon, so the colon of "w4:" belongs to IN and OUT follows the next one:
+// bf16,w4:int4g128, f16,w4:int4g32z:f32, bf16,w4:mxfp4:f16. 4-bit weights need B stored N x K
+// (K-contiguous): layout NT or TT. The mode (tensor, rowwise, block or mx) may follow an 8-bit
+// dtype only and defaults to tensor (4-bit weights: the format sets it); a sixth field that is a
+// number is the batch. `where` prefixes every error message, e.g. "dense.txt:12" or "command
+// line". Throws gemmkit::Error(invalid_argument) on anything malformed, and on a problem too
+// large for 64-bit addressing (check_addressable in core/problem.h).
 SuiteProblem parse_problem(const std::vector<std::string>& fields, const std::string& where);
 
 // Parses a whole field as a base-10 integer no smaller than `min`; `what` names it and `where`
@@ -79,8 +106,9 @@ struct GroupedProblem {
 
 // Parses a grouped line's fields: `grouped`, then OP (fwd, dgrad, wgrad, masked), G (1 to
 // kMaxGroups of gemmkit/grouped.h), M (masked: max_m), N, K, a dtype as parse_problem() takes
-// it, for FP8 optionally a mode (tensor, rowwise or block: A 1x128, B 128x128 per group), and
-// the distribution (parse_dist). Errors as parse_problem()'s.
+// it (but not 4-bit weights, which grouped lines do not take), for FP8 optionally a mode (tensor,
+// rowwise or block: A 1x128, B 128x128 per group), and the distribution (parse_dist). Errors as
+// parse_problem()'s.
 GroupedProblem parse_grouped(const std::vector<std::string>& fields, const std::string& where);
 
 // A distribution as a line names it: balanced, skew:R (R > 0), zipf:S (S >= 0), random:SEED or
@@ -116,11 +144,13 @@ Suite load_bench_suite(const std::string& path);
 std::vector<SuiteProblem> load_suite(const std::string& path);  // dense lines only
 
 // The dtype field, canonical: "bf16" when 16-bit input and output types match, else "IN:OUT",
-// e.g. "bf16:f32"; FP8 always as "IN:OUT", e.g. "e4m3:bf16" or "e4m3,e5m2:f32". Parses back as
-// given.
+// e.g. "bf16:f32"; FP8 always as "IN:OUT", e.g. "e4m3:bf16" or "e4m3,e5m2:f32"; 4-bit weights
+// as "A,w4:FORMAT", with ":OUT" only where OUT is not A's type: "bf16,w4:int4g128",
+// "f16,w4:int4g64z:f32", "bf16,w4:mxfp4". Parses back as given.
 std::string dtype_spec(const SuiteProblem& p);
 
-// The dtype and, for FP8, the mode, as a suite line has them: "bf16", "e4m3:bf16 block".
+// The dtype and, for FP8, the mode, as a suite line has them: "bf16", "e4m3:bf16 block",
+// "bf16,w4:mxfp4" (4-bit weights: the dtype alone, which names the mode).
 std::string type_spec(const SuiteProblem& p);
 
 }  // namespace gemmkit::tools

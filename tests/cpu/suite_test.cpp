@@ -226,6 +226,20 @@ TEST(Suite, RejectsMalformedLinesNamingFileLineAndText) {
       {"1 2 3 NT e4m3:bf16 -3", "'-3'"},
       {"1 2 3 NT e4m3:bf16 2x", "'2x'"},
       {"1 2 3 NT e4m3:bf16 block 2 3", "'1 2 3 NT e4m3:bf16 block 2 3'"},
+      // 4-bit weights
+      {"1 2 3 NT bf16,w4", "'bf16,w4'"},
+      {"1 2 3 NT w4:int4g128", "'w4:int4g128'"},
+      {"1 2 3 NT e4m3,w4:int4g128", "'e4m3'"},
+      {"1 2 3 NT bf16,w4:", "''"},
+      {"1 2 3 NT bf16,w4:int4", "'int4'"},
+      {"1 2 3 NT bf16,w4:int4g", "''"},
+      {"1 2 3 NT bf16,w4:int4g96", "'96'"},
+      {"1 2 3 NT bf16,w4:mxfp4z", "'mxfp4z'"},
+      {"1 2 3 NT bf16,w4:mxfp4:e4m3", "'e4m3'"},
+      {"1 2 3 NN bf16,w4:int4g128", "'NN'"},
+      {"1 2 3 NT bf16,w4:mxfp4 mx", "'mx'"},
+      {"1 2 3 NT bf16,w4:int4g128 group 2", "'group'"},
+      {"1 2 3 NT bf16,w4:int4g128 2 3", "'1 2 3 NT bf16,w4:int4g128 2 3'"},
   };
   for (const auto& [line, given] : cases) {
     SCOPED_TRACE(line);
@@ -273,8 +287,9 @@ TEST(Suite, QuotesAtMostEightyBytesOfALineEscaped) {
   // Control bytes, bytes past ASCII and backslashes are escaped: the message is printable.
   EXPECT_EQ(parse_error("1 1 1 N\x1b[2JT"), "test.txt:1: unknown layout 'N\\x1b[2JT'; expected NN, NT, TN or TT");
   EXPECT_EQ(parse_error("1 1 1 NT bf16\xc3\xa9"),
-            "test.txt:1: unknown dtype 'bf16\\xc3\\xa9'; expected IN or IN:OUT with IN bf16, f16, e4m3, e5m2 or two "
-            "8-bit types A,B (e.g. e4m3,e5m2) and OUT bf16, f16, f32 or e4m3 (quantised in 1x128 blocks)");
+            "test.txt:1: unknown dtype 'bf16\\xc3\\xa9'; expected IN or IN:OUT with IN bf16, f16, e4m3, e5m2, two "
+            "8-bit types A,B (e.g. e4m3,e5m2) or A,w4:FORMAT (4-bit weights, e.g. bf16,w4:int4g128) and OUT bf16, "
+            "f16, f32 or e4m3 (quantised in 1x128 blocks)");
   EXPECT_EQ(parse_error("1 1 1 N\\T"), "test.txt:1: unknown layout 'N\\\\T'; expected NN, NT, TN or TT");
   EXPECT_EQ(parse_error("1 1 1 NT e4m3 \x7f"),
             "test.txt:1: unknown scaling mode '\\x7f'; expected tensor, rowwise, block or mx (or a batch)");
@@ -381,6 +396,249 @@ TEST(Suite, TypeSpecRoundTripsWithTheMode) {
   EXPECT_EQ(scale_mode_name(ScaleMode::none), "none");
 }
 
+TEST(Suite, ParsesFourBitWeightFormats) {
+  using gemmkit::ScaleMode;
+  auto p = parse(
+      "1 8192 8192 NT bf16,w4:int4g128\n"          // 0: out defaults to A's type
+      "16 4096 4096 NT bf16,w4:int4g128z\n"        // 1: zero points
+      "64 4096 4096 TT f16,w4:int4g32\n"           // 2: f16 A, groups of 32, A stored K x M
+      "1 2 3 NT bf16,w4:int4g128:f32\n"            // 3: an output type after the format
+      "1 2 3 NT BF16,W4:INT4G64Z:F16 4\n"          // 4: any case, a batch
+      "1 5760 2880 NT bf16,w4:mxfp4\n"             // 5
+      "1 2 3 NT f16,w4:mxfp4:f32 2\n"              // 6
+      "1 2 3 NT bfloat16,w4:int4g4096:float32\n"   // 7: the usual spellings, per-channel groups
+      "1 2 3 NT bf16,w4:int4g256z:bf16\n");        // 8: OUT as A's is A's
+  ASSERT_EQ(p.size(), 9u);
+  for (const auto& q : p) {
+    EXPECT_TRUE(q.w4());
+    EXPECT_FALSE(q.fp8());
+  }
+
+  EXPECT_EQ(p[0].in_dtype, DType::bf16);
+  EXPECT_EQ(p[0].in_b, DType::u4);
+  EXPECT_EQ(p[0].b_dtype(), DType::u4);
+  EXPECT_EQ(p[0].out_dtype, DType::bf16);
+  EXPECT_EQ(p[0].mode, ScaleMode::group);
+  EXPECT_EQ(p[0].group, 128);
+  EXPECT_FALSE(p[0].zeros);
+  EXPECT_EQ(p[0].batch, 1);
+
+  EXPECT_EQ(p[1].group, 128);
+  EXPECT_TRUE(p[1].zeros);
+  EXPECT_EQ(p[1].mode, ScaleMode::group);
+
+  EXPECT_EQ(p[2].layout, "TT");
+  EXPECT_EQ(p[2].in_dtype, DType::f16);
+  EXPECT_EQ(p[2].out_dtype, DType::f16);
+  EXPECT_EQ(p[2].group, 32);
+  EXPECT_FALSE(p[2].zeros);
+
+  EXPECT_EQ(p[3].out_dtype, DType::f32);
+  EXPECT_EQ(p[3].group, 128);
+
+  EXPECT_EQ(p[4].in_dtype, DType::bf16);
+  EXPECT_EQ(p[4].out_dtype, DType::f16);
+  EXPECT_EQ(p[4].group, 64);
+  EXPECT_TRUE(p[4].zeros);
+  EXPECT_EQ(p[4].batch, 4);
+
+  EXPECT_EQ(p[5].in_b, DType::e2m1);
+  EXPECT_EQ(p[5].mode, ScaleMode::mx);
+  EXPECT_EQ(p[5].group, 32);
+  EXPECT_FALSE(p[5].zeros);
+  EXPECT_EQ(p[5].out_dtype, DType::bf16);
+
+  EXPECT_EQ(p[6].in_dtype, DType::f16);
+  EXPECT_EQ(p[6].in_b, DType::e2m1);
+  EXPECT_EQ(p[6].out_dtype, DType::f32);
+  EXPECT_EQ(p[6].batch, 2);
+
+  EXPECT_EQ(p[7].out_dtype, DType::f32);
+  EXPECT_EQ(p[7].group, 4096);
+
+  EXPECT_EQ(p[8].out_dtype, DType::bf16);
+
+  // Lines without 4-bit weights keep none of it.
+  const SuiteProblem dense = parse("1 2 3 NT bf16\n").at(0);
+  EXPECT_FALSE(dense.w4());
+  EXPECT_EQ(dense.group, 0);
+  EXPECT_FALSE(dense.zeros);
+
+  // The command-line form takes the same fields.
+  const SuiteProblem q = parse_problem({"16", "28672", "8192", "nt", "bf16,w4:int4g128z"}, "command line");
+  EXPECT_EQ(q.in_b, DType::u4);
+  EXPECT_TRUE(q.zeros);
+}
+
+TEST(Suite, AcceptsGroupsOf32AndPowersOfTwoFrom64) {
+  for (int64_t group : std::vector<int64_t>{32, 64, 128, 256, 512, 1024, int64_t(1) << 40}) {
+    SCOPED_TRACE(group);
+    EXPECT_EQ(parse("1 1 1 NT bf16,w4:int4g" + std::to_string(group)).at(0).group, group);
+  }
+  for (const char* group : {"0", "1", "2", "16", "31", "33", "48", "96", "100", "192", "9223372036854775807",
+                            "99999999999999999999"}) {
+    SCOPED_TRACE(group);
+    EXPECT_EQ(parse_error("1 1 1 NT bf16,w4:int4g" + std::string(group)),
+              "test.txt:1: group size '" + std::string(group) + "' in dtype 'bf16,w4:int4g" + group +
+                  "'; expected 32 or a power of two >= 64");
+  }
+}
+
+TEST(Suite, FourBitWeightsNeedBStoredNByK) {
+  EXPECT_EQ(parse("1 2 3 NT bf16,w4:int4g128").at(0).layout, "NT");
+  EXPECT_EQ(parse("1 2 3 tt bf16,w4:mxfp4").at(0).layout, "TT");
+  EXPECT_EQ(parse_error("1 2 3 NN bf16,w4:int4g128"),
+            "test.txt:1: layout 'NN' with 4-bit weights 'bf16,w4:int4g128'; expected NT or TT (B stored N x K, "
+            "K-contiguous, two codes a byte along K)");
+  EXPECT_EQ(parse_error("1 2 3 tn f16,w4:mxfp4:f32"),
+            "test.txt:1: layout 'tn' with 4-bit weights 'f16,w4:mxfp4:f32'; expected NT or TT (B stored N x K, "
+            "K-contiguous, two codes a byte along K)");
+}
+
+// Each wrong dtype field: one line naming the field (and the part of it at fault) and what was expected.
+TEST(Suite, RejectsMalformedFourBitDtypesWithOneLine) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"w4:int4g128",
+       "dtype 'w4:int4g128' names no activation type; expected A,w4:FORMAT with A bf16 or f16 (e.g. bf16,w4:int4g128)"},
+      {"e4m3,w4:int4g128",
+       "activation type 'e4m3' in dtype 'e4m3,w4:int4g128' with 4-bit weights; expected bf16 or f16 (e.g. "
+       "bf16,w4:int4g128)"},
+      {"f32,w4:mxfp4",
+       "activation type 'f32' in dtype 'f32,w4:mxfp4' with 4-bit weights; expected bf16 or f16 (e.g. bf16,w4:int4g128)"},
+      {"bf16:f32,w4:int4g128",
+       "activation type 'bf16:f32' in dtype 'bf16:f32,w4:int4g128' with 4-bit weights; expected bf16 or f16 (e.g. "
+       "bf16,w4:int4g128)"},
+      {"bf16,w4:int8g128",
+       "unknown 4-bit weight format 'int8g128' in dtype 'bf16,w4:int8g128'; expected int4gG, int4gGz (with zero "
+       "points) or mxfp4, G 32 or a power of two >= 64"},
+      {"bf16,w4:int4",
+       "unknown 4-bit weight format 'int4' in dtype 'bf16,w4:int4'; expected int4gG, int4gGz (with zero points) or "
+       "mxfp4, G 32 or a power of two >= 64"},
+      {"bf16,w4:",
+       "unknown 4-bit weight format '' in dtype 'bf16,w4:'; expected int4gG, int4gGz (with zero points) or mxfp4, G "
+       "32 or a power of two >= 64"},
+      {"bf16,w4::f32",
+       "unknown 4-bit weight format '' in dtype 'bf16,w4::f32'; expected int4gG, int4gGz (with zero points) or "
+       "mxfp4, G 32 or a power of two >= 64"},
+      {"bf16,w4:Int4gX",
+       "group size 'X' in dtype 'bf16,w4:Int4gX' is not a number; expected int4gG or int4gGz, G 32 or a power of two "
+       ">= 64"},
+      {"bf16,w4:int4g", "group size '' in dtype 'bf16,w4:int4g' is not a number; expected int4gG or int4gGz, G 32 or "
+                        "a power of two >= 64"},
+      {"bf16,w4:int4gz", "group size '' in dtype 'bf16,w4:int4gz' is not a number; expected int4gG or int4gGz, G 32 "
+                         "or a power of two >= 64"},
+      {"bf16,w4:int4g128zz", "group size '128z' in dtype 'bf16,w4:int4g128zz' is not a number; expected int4gG or "
+                             "int4gGz, G 32 or a power of two >= 64"},
+      {"bf16,w4:int4g+128", "group size '+128' in dtype 'bf16,w4:int4g+128' is not a number; expected int4gG or "
+                            "int4gGz, G 32 or a power of two >= 64"},
+      {"bf16,w4:int4g-128", "group size '-128' in dtype 'bf16,w4:int4g-128' is not a number; expected int4gG or "
+                            "int4gGz, G 32 or a power of two >= 64"},
+      {"bf16,w4:int4g48z", "group size '48' in dtype 'bf16,w4:int4g48z'; expected 32 or a power of two >= 64"},
+      {"bf16,w4:mxfp4z",
+       "4-bit weight format 'mxfp4z' in dtype 'bf16,w4:mxfp4z'; expected mxfp4 alone (one ue8m0 scale per 32 of K: "
+       "no group size, no zero points)"},
+      {"bf16,w4:mxfp4g32",
+       "4-bit weight format 'mxfp4g32' in dtype 'bf16,w4:mxfp4g32'; expected mxfp4 alone (one ue8m0 scale per 32 of "
+       "K: no group size, no zero points)"},
+      {"bf16,w4:mxfp4:e4m3",
+       "output type 'e4m3' in dtype 'bf16,w4:mxfp4:e4m3'; expected bf16, f16 or f32 after 4-bit weights "
+       "(A,w4:FORMAT:OUT)"},
+      {"bf16,w4:int4g128:", "output type '' in dtype 'bf16,w4:int4g128:'; expected bf16, f16 or f32 after 4-bit "
+                            "weights (A,w4:FORMAT:OUT)"},
+      {"bf16,w4:int4g128:f32:f32", "output type 'f32:f32' in dtype 'bf16,w4:int4g128:f32:f32'; expected bf16, f16 "
+                                   "or f32 after 4-bit weights (A,w4:FORMAT:OUT)"},
+      {"bf16,w4:int4g128:u4", "output type 'u4' in dtype 'bf16,w4:int4g128:u4'; expected bf16, f16 or f32 after "
+                              "4-bit weights (A,w4:FORMAT:OUT)"},
+  };
+  for (const auto& [dtype, message] : cases) {
+    SCOPED_TRACE(dtype);
+    EXPECT_EQ(parse_error("1 2 3 NT " + dtype), "test.txt:1: " + message);
+  }
+  // 4-bit types are no operand type of their own, and "w4" alone is no B side.
+  for (const char* dtype : {"u4", "e2m1", "bf16,u4", "bf16,e2m1", "bf16,w4", "bf16,mxfp4"}) {
+    SCOPED_TRACE(dtype);
+    EXPECT_EQ(parse_error("1 2 3 NT " + std::string(dtype)).rfind("test.txt:1: unknown dtype '" + std::string(dtype) + "'", 0), 0u);
+  }
+}
+
+TEST(Suite, FourBitWeightsTakeNoModeField) {
+  EXPECT_EQ(parse_error("1 2 3 NT bf16,w4:mxfp4 mx"),
+            "test.txt:1: scaling mode 'mx' with 4-bit weights 'bf16,w4:mxfp4'; expected a batch (the weight format "
+            "sets the mode: group for int4, mx for mxfp4)");
+  EXPECT_EQ(parse_error("1 2 3 NT bf16,w4:int4g128 Group"),
+            "test.txt:1: scaling mode 'Group' with 4-bit weights 'bf16,w4:int4g128'; expected a batch (the weight "
+            "format sets the mode: group for int4, mx for mxfp4)");
+  EXPECT_EQ(parse_error("1 2 3 NT bf16 group"),
+            "test.txt:1: scaling mode 'group' with bf16 inputs; expected a batch (a mode goes with e4m3 or e5m2 "
+            "inputs only)");
+  EXPECT_EQ(parse_error("1 2 3 NT bf16,w4:int4g128 2 3"),
+            "test.txt:1: expected 3 to 6 fields for 4-bit weights (M N K [layout] [dtype] [batch]), got 7: "
+            "'1 2 3 NT bf16,w4:int4g128 2 3'");
+  EXPECT_EQ(parse("1 2 3 NT bf16,w4:int4g128 3").at(0).batch, 3);
+}
+
+TEST(Suite, GroupedLinesTakeNoFourBitWeights) {
+  std::istringstream in("grouped fwd 8 64 64 64 bf16,w4:int4g128 balanced\n");
+  try {
+    parse_bench_suite(in, "moe.txt");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_EQ(std::string(e.what()),
+              "moe.txt:1: 4-bit weights 'bf16,w4:int4g128' on a grouped line; expected bf16, f16, e4m3, e5m2 or two "
+              "8-bit types A,B (IN or IN:OUT): grouped GEMMs take no 4-bit weights");
+  }
+}
+
+TEST(Suite, FourBitDtypeSpecRoundTrips) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"bf16,w4:int4g128", "bf16,w4:int4g128"},
+      {"bf16,w4:int4g128:bf16", "bf16,w4:int4g128"},
+      {"BF16,W4:INT4G128Z", "bf16,w4:int4g128z"},
+      {"f16,w4:int4g32", "f16,w4:int4g32"},
+      {"fp16,w4:int4g64z:fp32", "f16,w4:int4g64z:f32"},
+      {"bf16,w4:int4g128:f32", "bf16,w4:int4g128:f32"},
+      {"bf16,w4:int4g0128", "bf16,w4:int4g128"},
+      {"bf16,w4:mxfp4", "bf16,w4:mxfp4"},
+      {"bf16,w4:mxfp4:f16", "bf16,w4:mxfp4:f16"},
+      {"f16,w4:MXFP4:f16", "f16,w4:mxfp4"},
+  };
+  for (const auto& [given, canonical] : cases) {
+    SCOPED_TRACE(given);
+    const SuiteProblem p = parse("1 1 1 NT " + given + " 2").at(0);
+    EXPECT_EQ(dtype_spec(p), canonical);
+    EXPECT_EQ(type_spec(p), canonical) << "the format names the mode: no mode after it";
+    const SuiteProblem q = parse("1 1 1 NT " + type_spec(p) + " 2").at(0);
+    EXPECT_EQ(q.in_dtype, p.in_dtype);
+    EXPECT_EQ(q.in_b, p.in_b);
+    EXPECT_EQ(q.out_dtype, p.out_dtype);
+    EXPECT_EQ(q.mode, p.mode);
+    EXPECT_EQ(q.group, p.group);
+    EXPECT_EQ(q.zeros, p.zeros);
+    EXPECT_EQ(q.batch, 2);
+  }
+}
+
+TEST(Suite, BytesCountFourBitWeightsAtHalfAByteWithTheirScales) {
+  // 16-bit and FP8: A, B and D at their sizes, FP8 scales left out.
+  EXPECT_DOUBLE_EQ(parse("2 3 5 NT bf16:f32 7").at(0).bytes(), 7.0 * (2 * 5 * 2 + 5 * 3 * 2 + 2 * 3 * 4));
+  EXPECT_DOUBLE_EQ(parse("2 3 5 NT e4m3 block").at(0).bytes(), 2 * 5 + 5 * 3 + 2 * 3 * 2);
+  // int4g128, K = 8192: 64 bf16 scales a column.
+  const double a = 16.0 * 8192 * 2, b = 8192.0 * 28672 / 2, d = 16.0 * 28672 * 2, scales = 64.0 * 28672 * 2;
+  EXPECT_DOUBLE_EQ(parse("16 28672 8192 NT bf16,w4:int4g128").at(0).bytes(), a + b + scales + d);
+  EXPECT_DOUBLE_EQ(parse("16 28672 8192 NT bf16,w4:int4g128z").at(0).bytes(), a + b + 2 * scales + d);
+  EXPECT_DOUBLE_EQ(parse("16 28672 8192 NT bf16,w4:int4g128:f32 3").at(0).bytes(), 3 * (a + b + scales + 2 * d));
+  // A partial group at the end of K takes a scale: K = 100 in groups of 64 is 2 a column.
+  EXPECT_DOUBLE_EQ(parse("1 10 100 NT f16,w4:int4g64z").at(0).bytes(), 100 * 2 + 100 * 10 / 2 + 2 * 10 * 2 * 2 + 10 * 2);
+  // mxfp4: one byte per 32 of K, K = 2880 being 90 a column.
+  EXPECT_DOUBLE_EQ(parse("4 5760 2880 NT bf16,w4:mxfp4").at(0).bytes(),
+                   4.0 * 2880 * 2 + 2880.0 * 5760 / 2 + 90.0 * 5760 + 4.0 * 5760 * 2);
+  // The free form, as a ProblemSpec has it: an mx B reads its blocks as 32 whatever `group` says.
+  EXPECT_DOUBLE_EQ(gemm_bytes(1, 64, 64, 1, DType::bf16, DType::e2m1, DType::bf16, 128, true),
+                   64 * 2 + 64 * 64 / 2 + 2 * 64 + 64 * 2);
+  EXPECT_DOUBLE_EQ(gemm_bytes(0, 0, 0, 1, DType::bf16, DType::u4, DType::bf16, 128), 0);
+}
+
 using Shape = std::tuple<int64_t, int64_t, int64_t>;
 
 const std::vector<std::pair<int64_t, int64_t>> kNK = {{2112, 7168},  {24576, 1536}, {32768, 512},
@@ -434,6 +692,29 @@ TEST(Suite, ShippedFp8LargeParses) {
   using gemmkit::ScaleMode;
   // dense-large's 2 x 9 grid, once per mode.
   expect_fp8_suite("fp8-large.txt", {4096, 8192}, {ScaleMode::tensor, ScaleMode::rowwise, ScaleMode::block});
+}
+
+TEST(Suite, ShippedLowbitParses) {
+  auto problems = load_suite(std::string(GEMMKIT_SOURCE_DIR) + "/bench/suites/lowbit.txt");
+  using Row = std::tuple<int64_t, int64_t, int64_t, std::string>;
+  std::set<Row> want, got;
+  const std::vector<std::pair<int64_t, int64_t>> llama = {{8192, 8192}, {28672, 8192}, {8192, 28672},
+                                                          {4096, 4096}, {14336, 4096}, {4096, 14336}};
+  for (int64_t m : {1, 8, 16, 64, 512, 4096})
+    for (auto [n, k] : llama) want.insert({m, n, k, "bf16,w4:int4g128"});
+  for (int64_t m : {1, 4096})
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{8192, 8192}, {28672, 8192}, {8192, 28672}})
+      want.insert({m, n, k, "bf16,w4:int4g128z"});
+  for (int64_t m : {1, 16, 512, 4096})
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{5760, 2880}, {2880, 2880}}) want.insert({m, n, k, "bf16,w4:mxfp4"});
+  for (const auto& p : problems) {
+    got.insert({p.m, p.n, p.k, dtype_spec(p)});
+    EXPECT_TRUE(p.w4());
+    EXPECT_EQ(p.layout, "NT");
+    EXPECT_EQ(p.batch, 1);
+  }
+  EXPECT_EQ(problems.size(), want.size());
+  EXPECT_EQ(got, want);
 }
 
 TEST(Suite, ShippedFp8DecodeParses) {
