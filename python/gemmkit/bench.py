@@ -337,6 +337,10 @@ def main(argv=None):
         if fused:
             raise ValueError(f"{suite.name}:{fused.line}: a line under `epilogue {fused.epilogue}`, which only "
                              "gemmkit bench times so far; expected a suite without epilogue lines")
+        four_bit = next((p for p in lines if ",w4:" in p.type_spec), None)
+        if four_bit:
+            raise ValueError(f"{suite.name}:{four_bit.line}: 4-bit weights ({four_bit.type_spec}), which only "
+                             "gemmkit bench times so far; expected a suite without w4 lines")
         if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
             raise SystemExit("gemmkit.bench: needs an sm_90 GPU (H100, H200)")
         if args.block:

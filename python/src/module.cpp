@@ -212,14 +212,17 @@ NB_MODULE(_gemmkit, m) {
       .value("f32", DType::f32)
       .value("e4m3", DType::e4m3)
       .value("e5m2", DType::e5m2)
-      .value("ue8m0", DType::ue8m0);
+      .value("ue8m0", DType::ue8m0)
+      .value("u4", DType::u4)
+      .value("e2m1", DType::e2m1);
 
-  nb::enum_<ScaleMode>(m, "ScaleMode", "how an FP8 operand's scales are laid out (gemmkit/gemm.h)")
+  nb::enum_<ScaleMode>(m, "ScaleMode", "how an FP8 or 4-bit operand's scales are laid out (gemmkit/gemm.h)")
       .value("none", ScaleMode::none)
       .value("tensor", ScaleMode::tensor)
       .value("rowwise", ScaleMode::rowwise)
       .value("block", ScaleMode::block)
-      .value("mx", ScaleMode::mx);
+      .value("mx", ScaleMode::mx)
+      .value("group", ScaleMode::group);
 
   nb::enum_<GroupLayout>(m, "GroupLayout", "how the groups' rows lie in A and D (gemmkit/grouped.h)")
       .value("contiguous", GroupLayout::contiguous)
