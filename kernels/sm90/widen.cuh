@@ -84,10 +84,25 @@ __device__ __forceinline__ u32 widen_u4_pair(u32 word, u32 selector, u32 scale2,
   return out;
 }
 
-// Two e2m1 codes (bits 0-3 and 16-19 of a code_pair) as a 16-bit pair times `scale`, exact.
-__device__ __forceinline__ u32 widen_e2m1_pair(u32 word, u32 selector, float scale) {
-  const u32 codes = code_pair(word, selector, 0);
-  return pack_pair(kGroupScaleType, e2m1_to_float(codes) * scale, e2m1_to_float(codes >> 16) * scale);
+// Two e2m1 codes as a 16-bit pair times `scale` (2^(e - 127)), exact. bf16 (f32's exponent range,
+// so the power of two multiplies exactly): each magnitude's two bytes from tables by PRMT (the
+// low bytes of 0, 0.5, 1, 1.5, 2, 3, 4, 6 in bf16, then the high ones; entry 0 is zero in both,
+// which fills the other bytes), the sign bits moved to bits 15 and 31, one HMUL2 by the scale as a
+// bf16 pair (scale2). f16, whose range the scales overrun: through f32.
+__device__ __forceinline__ u32 widen_e2m1_pair(u32 word, u32 selector, float scale, u32 scale2) {
+  const u32 codes = code_pair(word, selector, 0);  // magnitude and sign of the low code in bits 0-3, the high one's 16-19
+  if (kGroupScaleType != GEMMKIT_BF16) {
+    return pack_pair(kGroupScaleType, e2m1_to_float(codes) * scale, e2m1_to_float(codes >> 16) * scale);
+  }
+  const u32 low_bytes = (codes & 7u) | ((codes >> 8) & 0x700u);  // PRMT selectors: bytes 0 and 2 from the tables
+  u32 low, high, pair;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(low) : "r"(0xc0800000u), "r"(0xc0804000u), "r"(low_bytes));
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(high) : "r"(0x3f3f3f00u), "r"(0x40404040u), "r"(low_bytes << 4));
+  // low | high | the signs (codes' bits 3 and 19, shifted to 15 and 31).
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(pair) : "r"(codes << 12), "r"(0x80008000u), "r"(low | high));
+  u32 out;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(out) : "r"(pair), "r"(scale2));
+  return out;
 }
 
 // A 16-bit scale or zero point in shared memory, as float.
@@ -138,7 +153,8 @@ __device__ __forceinline__ void widen_fragments(u32 (&frag)[16], const u8* a, u3
       } else {
         scale[g][h] = ue8m0_to_float(ld_shared_u8(scales + row));
         zero[g][h] = 0.0f;
-        scale2[g][h] = 0;
+        const u32 bits = __float_as_uint(scale[g][h]) >> 16;  // a power of two (or NaN): exact in bf16
+        scale2[g][h] = bits | bits << 16;
       }
     }
   }
@@ -152,7 +168,7 @@ __device__ __forceinline__ void widen_fragments(u32 (&frag)[16], const u8* a, u3
       const uint4& v = rows[h][word / 4];
       const u32 w = word % 4 == 0 ? v.x : word % 4 == 1 ? v.y : word % 4 == 2 ? v.z : v.w;
       frag[4 * step + reg] = kAType == GEMMKIT_U4 ? widen_u4_pair(w, selector, scale2[g][h], scale[g][h], zero[g][h])
-                                                  : widen_e2m1_pair(w, selector, scale[g][h]);
+                                                  : widen_e2m1_pair(w, selector, scale[g][h], scale2[g][h]);
     }
   }
 }
