@@ -63,23 +63,38 @@ __device__ __forceinline__ u32 code_pair(u32 word, u32 selector, u32 magic) {
   return pair;
 }
 
-// Two u4 codes (a code_pair without magic) as a 16-bit pair (q - zero) * scale, rounded once.
-// Without zero points, the codes go into the mantissa of 128 (bf16) or 1024 (f16), whose
-// subtraction with the bias 8 is exact, and one multiply rounds; with them, f32 arithmetic.
-__device__ __forceinline__ u32 widen_u4_pair(u32 word, u32 selector, u32 scale2, float scale, float zero) {
-  if (kZeros) {
+// The 16-bit magic number whose mantissa takes a u4 code exactly: 128 (bf16) or 1024 (f16), each
+// with a unit in the last place of 1.
+constexpr float kU4Magic = kGroupScaleType == GEMMKIT_BF16 ? 128.0f : 1024.0f;
+constexpr u32 kU4MagicPair = kGroupScaleType == GEMMKIT_BF16 ? 0x43004300u : 0x64006400u;
+
+// A 16-bit pair (both halves) of magic + zero, the bias widen_u4_pair subtracts; `exact` where it
+// holds magic + zero exactly (an integer zero point from 0 to 127: AWQ's are 0 to 15).
+__device__ __forceinline__ u32 u4_bias(float zero, bool& exact) {
+  const u32 pair = pack_pair(kGroupScaleType, kU4Magic + zero, kU4Magic + zero);
+  const u16 half = u16(pair & 0xffffu);
+  exact = (kGroupScaleType == GEMMKIT_BF16 ? bf16_to_float(half) : f16_to_float(half)) - kU4Magic == zero;
+  return pair;
+}
+
+// Two u4 codes (a code_pair) as a 16-bit pair (q - zero) * scale, rounded once: the codes go
+// into the mantissa of the magic number, from which subtracting `bias2` (magic + zero) is exact,
+// and one multiply by the pair `scale2` rounds. A zero point the bias cannot hold exactly takes
+// f32 arithmetic instead.
+__device__ __forceinline__ u32 widen_u4_pair(u32 word, u32 selector, u32 scale2, u32 bias2, bool exact, float scale,
+                                             float zero) {
+  if (kZeros && !exact) {
     const u32 codes = code_pair(word, selector, 0);
     return pack_pair(kGroupScaleType, (float(codes & 15u) - zero) * scale, (float(codes >> 16) - zero) * scale);
   }
+  const u32 biased = code_pair(word, selector, kU4MagicPair);  // magic + q
   u32 out;
   if (kGroupScaleType == GEMMKIT_BF16) {
-    const u32 biased = code_pair(word, selector, 0x43004300u);  // 128 + q
     asm("{\n.reg .b32 q;\nsub.rn.bf16x2 q, %1, %2;\nmul.rn.bf16x2 %0, q, %3;\n}"
-        : "=r"(out) : "r"(biased), "r"(0x43084308u), "r"(scale2));  // - 136
+        : "=r"(out) : "r"(biased), "r"(bias2), "r"(scale2));
   } else {
-    const u32 biased = code_pair(word, selector, 0x64006400u);  // 1024 + q
     asm("{\n.reg .b32 q;\nsub.rn.f16x2 q, %1, %2;\nmul.rn.f16x2 %0, q, %3;\n}"
-        : "=r"(out) : "r"(biased), "r"(0x64086408u), "r"(scale2));  // - 1032
+        : "=r"(out) : "r"(biased), "r"(bias2), "r"(scale2));
   }
   return out;
 }
@@ -138,7 +153,8 @@ __device__ __forceinline__ void widen_fragments(u32 (&frag)[16], const u8* a, u3
   const int shift = widen_group_shift(p);
   const bool two_groups = ((k + 32) >> shift) != (k >> shift);
   float scale[2][2], zero[2][2];
-  u32 scale2[2][2];
+  u32 scale2[2][2], bias2[2][2];
+  bool exact[2][2];
 #pragma unroll
   for (int g = 0; g < 2; ++g) {
 #pragma unroll
@@ -150,11 +166,15 @@ __device__ __forceinline__ void widen_fragments(u32 (&frag)[16], const u8* a, u3
         zero[g][h] = kZeros ? wide_at(scales + kWidenScalePart + row * 2) : 8.0f;
         const u32 bits = ld_shared_u16(scales + row * 2);
         scale2[g][h] = bits | bits << 16;
+        exact[g][h] = true;  // the bias of 8 (magic + 8's bits: the code 8 in the mantissa)
+        bias2[g][h] = kZeros ? u4_bias(zero[g][h], exact[g][h]) : kU4MagicPair + 0x00080008u;
       } else {
         scale[g][h] = ue8m0_to_float(ld_shared_u8(scales + row));
         zero[g][h] = 0.0f;
         const u32 bits = __float_as_uint(scale[g][h]) >> 16;  // a power of two (or NaN): exact in bf16
         scale2[g][h] = bits | bits << 16;
+        bias2[g][h] = 0;
+        exact[g][h] = true;
       }
     }
   }
@@ -167,7 +187,8 @@ __device__ __forceinline__ void widen_fragments(u32 (&frag)[16], const u8* a, u3
       const int word = 2 * step + far;
       const uint4& v = rows[h][word / 4];
       const u32 w = word % 4 == 0 ? v.x : word % 4 == 1 ? v.y : word % 4 == 2 ? v.z : v.w;
-      frag[4 * step + reg] = kAType == GEMMKIT_U4 ? widen_u4_pair(w, selector, scale2[g][h], scale[g][h], zero[g][h])
+      frag[4 * step + reg] = kAType == GEMMKIT_U4 ? widen_u4_pair(w, selector, scale2[g][h], bias2[g][h], exact[g][h],
+                                                                  scale[g][h], zero[g][h])
                                                   : widen_e2m1_pair(w, selector, scale[g][h], scale2[g][h]);
     }
   }
