@@ -216,7 +216,10 @@ std::string config_header(const KernelConfig& requested) {
     << "constexpr bool kGroupedK = " << bool_text(config.grouped() && config.group_along_k) << ";\n"
     << "constexpr int kGroupCapacity = " << config.group_capacity << ";\n\n"
     << wgmma_function(config.tile_n, config.wide_a(), config.wide_b(), config.a_k_major, config.b_k_major)
-    << (is_4bit(config.in) ? wgmma_registers_function(config.tile_n, config.wide_b(), config.b_k_major) : "");
+    // Every kernel declares the register form, which gemm.cuh names outside templates; only
+    // kernels widening 4-bit weights call it (FP8 kernels' is a bf16 one, never emitted).
+    << wgmma_registers_function(config.tile_n, is_fp8(config.wide_b()) ? DType::bf16 : config.wide_b(),
+                                config.b_k_major);
   return s.str() + epilogue_config(config);
 }
 
