@@ -32,9 +32,8 @@
 // With kRowClasses, A (16-bit, K-major, rows TMA cannot address) is read by TMA one class of rows
 // at a time, and B from 8 shifted copies (row_classes.cuh); a tile's rows lie kRowStep apart in D.
 //
-// 4-bit weights (kWiden: A or B u4 or e2m1) land packed beside the stage, on its "landed"
-// barrier, and the producer's warps 1-3 widen them into it (widen.cuh), arriving on the full
-// barrier; the consumers multiply as for 16-bit inputs.
+// 4-bit weights (kWidenA: A u4 or e2m1) come packed into the stage with their scales; the
+// consumers widen their fragments into registers and multiply from there (widen.cuh).
 //
 // kernel_config.cuh (generated) defines the configuration: kTileM, kTileN, kTileK, kStages,
 // kGroupM, kClusterM, kSplitK, kAKMajor, kBKMajor, kAType, kBType, kOutType, kCType, kHasC,
@@ -99,8 +98,8 @@ constexpr int kRowsA = kStageBytesA / kRowBytes, kRowsB = kStageBytesB / kRowByt
 constexpr int kLandingRowsBeforeB = kRealignA ? kRowsA : 0;
 constexpr u32 kLandingBytes = kSmem.landing;
 constexpr int kCopyWarps = 2, kRealignWarps = 2;  // the producer's warps 0-1 and 2-3
-constexpr u32 kTmaStageBytes = (kRealignA || kWidenA ? 0 : kStageBytesA) + (kRealignB || kWidenB ? 0 : kStageBytesB);
-static_assert(!kWiden || kLandingBytes == kWidenLandingBytes, "the layout's landing slot is the widening's");
+constexpr u32 kTmaStageBytes = (kRealignA ? 0 : kWidenA ? kWidenTmaBytes : kStageBytesA) + (kRealignB ? 0 : kStageBytesB);
+static_assert(!kWidenA || kStageBytesA == kPackedBytes, "a 4-bit A's stage slice holds its packed rows");
 static_assert(!kRealign || (kClusterM == 1 && kConsumers == 1 && !k8Bit),
               "realigned operands run on unclustered 16-bit tiles of one consumer warpgroup");
 static_assert(!kDual || (!kSplitK && !kGroupedK && !kRealignB && !kRowClasses && !kDByColumns && kClusterM <= 2 &&
@@ -188,14 +187,14 @@ __device__ __forceinline__ void load_stage(const GemmParams& p, const KernelMaps
     const RowClass c = row_class(p, row);
     tma_load_3d(a, map_a, full, c.x + k, int(row / kClasses), 0);
     batch_b = c.index;
-  } else if (kWidenA) {  // the widening warps fill A (widen.cuh)
+  } else if (kWidenA) {
+    load_packed_stage(p, maps, a, scales, full, batch_a, row, k);
   } else if (!kRealignA && kAKMajor) {
     tma_load_3d(a, map_a, full, k, int(row), batch_a);
   } else if (!kRealignA) {
     for (int i = 0; i < kTileM / 64; ++i) tma_load_3d(a + i * kMajorBlock, map_a, full, int(row) + 64 * i, k, batch_a);
   }
-  if (kWidenB) {  // the widening warps fill B (widen.cuh)
-  } else if (!kRealignB && kBKMajor && kDual) {
+  if (!kRealignB && kBKMajor && kDual) {
     for (int half = rank; half < 2; half += kClusterM) {
       load_b_box(b + half * (kTileN / 2) * kRowBytes, half == 0 ? map_b : map_b2, full, k, int(col), batch_b);
     }
@@ -395,6 +394,24 @@ __device__ __forceinline__ void issue_k_block(float* acc, RingSlot slot, const S
   wgmma_commit();
 }
 
+// 4-bit weights (widen.cuh): widens the K block in `slot` (first K element k) into this thread's
+// fragments and commits its wgmma group, A from those registers, into `acc`.
+__device__ __forceinline__ void issue_widened_k_block(float* acc, u32 (&fragments)[16], const u8* a, u32 scales,
+                                                      RingSlot slot, const StageDescriptors& stages, int slice, int t,
+                                                      int k, const GemmParams& p, bool accumulate) {
+  if constexpr (kWidenA) {
+    widen_fragments(fragments, a, scales, slice, t, k, p);
+    const u32 low_b = stages.low_b(slot.stage);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kRowBytes / 32; ++kk) {
+      wgmma_tile_registers(acc, fragments + 4 * kk, smem_descriptor(low_b + kk * k_step(kBKMajor), kSwizzleAtom),
+                           (accumulate || kk > 0) ? 1u : 0u);
+    }
+    wgmma_commit();
+  }
+}
+
 // 8-bit inputs: each K granule of a K block is multiplied into `partial`, whose sums the tensor
 // cores keep narrower than f32, then promoted into `acc` with its inner scales. The scales a
 // thread needs throughout the K block are read while its first granule multiplies (B's mx ones
@@ -590,6 +607,7 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
       // One wgmma group stays in flight: after committing K block i, wait for i - 1 and hand
       // its stage back to the producer.
       u32 previous = 0;  // the stage of the K block before
+      u32 fragments[2][16];  // 4-bit weights' widened A fragments, alternate K blocks' (kWidenA only)
       const int shift = kRowClasses ? row_class(p, w.row).shift : 0;
       const int first_block = kSplitK ? w.k_begin : 0;  // unsplit, the slot holds no K range
       for (int i = 0; i < k_count; ++i, previous = slot.stage, slot = slot.next()) {
@@ -603,7 +621,19 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
                           &full[slot.stage], slot.phase, kWarpgroupBarrier + slice);
         }
         mbarrier_wait(&full[slot.stage], slot.phase);
-        issue_k_block(acc, slot, stages, i > 0);
+        if constexpr (kWidenA) {
+          // Block i's fragments go where block i - 2's were, whose wgmma the wait below block i - 1 retired.
+          const u8* a = stages_a + slot.stage * kStageBytesA;
+          const u32 scales = stage_scales + slot.stage * kStageScaleBytes;
+          const int k = (first_block + i) * kTileK;
+          if (i % 2 == 0) {
+            issue_widened_k_block(acc, fragments[0], a, scales, slot, stages, slice, t, k, p, i > 0);
+          } else {
+            issue_widened_k_block(acc, fragments[1], a, scales, slot, stages, slice, t, k, p, i > 0);
+          }
+        } else {
+          issue_k_block(acc, slot, stages, i > 0);
+        }
         if (kDeferGroups && i == 0 && have_deferred) {
           store_tile_tma<kDeferFrom, kGroups>(acc, deferred, p, deferred_at, t, buffers, &map_d);
           have_deferred = false;
@@ -655,10 +685,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   u8* stages_a = smem + kSmem.a;
   u8* stages_b = smem + kSmem.b;
   u8* epilogue_buffers = smem + kSmem.epilogue;
-  u8* landing = smem + kSmem.landing_rows;  // kRealign and kWiden only
+  u8* landing = smem + kSmem.landing_rows;  // kRealign only
   u64* full = reinterpret_cast<u64*>(smem + kSmem.full);
   u64* empty = reinterpret_cast<u64*>(smem + kSmem.empty);
-  u64* landed = reinterpret_cast<u64*>(smem + kSmem.landed);  // kRealign and kWiden only
+  u64* landed = reinterpret_cast<u64*>(smem + kSmem.landed);  // kRealign only
   Work* slots = reinterpret_cast<Work*>(smem + kSmem.slots);
   const u32 stage_scales = smem_u32(smem + kSmem.scales);  // kInnerScales only
   const u32 column_scales = smem_u32(smem + kSmem.column_scales);  // kColumnScales only
@@ -669,11 +699,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   const int rank = kClusterM == 1 ? 0 : int(cluster_rank());
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      // The TMA thread, and the realigning or widening warps.
-      mbarrier_init(&full[s], 1 + (kRealign ? kRealignWarps : kWiden ? kWidenWarps : 0));
+      // The TMA thread, and the realigning warps.
+      mbarrier_init(&full[s], 1 + (kRealign ? kRealignWarps : 0));
       mbarrier_init(&empty[s], kClusterM * kConsumers * 4);  // one arrival per consumer warp
       if (kRealign) mbarrier_init(&landed[s], 32 * kCopyWarps);  // every lane of the copying warps
-      if (kWiden) mbarrier_init(&landed[s], 1);                  // the TMA thread's
     }
     fence_barrier_init();
   }
@@ -705,7 +734,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     if (t == 0 && kInnerA) tma_prefetch_descriptor(&maps.scale_a);
     if (t == 0 && kInnerB) tma_prefetch_descriptor(&maps.scale_b);
     if (t == 0 && kInnerB && kDual) tma_prefetch_descriptor(&maps.scale_b2);
-    if (t == 0 && kWiden) tma_prefetch_descriptor(kWidenA ? &maps.scale_a : &maps.scale_b);
+    if (t == 0 && kWidenA) tma_prefetch_descriptor(&maps.scale_a);
     if (t == 0 && kZeros) tma_prefetch_descriptor(&maps.zeros);
     if (kClusterM > 1) cluster_wait();
     if (t == 0 || (kRealign && t < 32 * kCopyWarps)) {
@@ -715,10 +744,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
           load_stage(p, maps, stages_a + s * kStageBytesA, stages_b + s * kStageBytesB,
                      stage_scales + s * kStageScaleBytes, &full[s], rank, w.batch, w.row, w.col,
                      kGroupedK ? w.k_first : 0, kb);
-          if (kWiden) {
-            load_packed_stage(p, maps, landing + s * kLandingBytes, &landed[s],
-                              (kWidenA ? kABatched : kBBatched) ? w.batch : 0, kWidenA ? w.row : w.col, kb * kTileK);
-          }
         }
         if (kRealign) copy_stage_rows(p, w, kb, landing + s * kLandingBytes, &landed[s], t);
       };
@@ -728,11 +753,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       for_each_stage(tiles, rank, landed, 0, [&](const Work& w, int kb, u32 s) {
         realign_stage(p, w, kb, landing + s * kLandingBytes, stages_a + s * kStageBytesA, stages_b + s * kStageBytesB,
                       &full[s], t - 32 * kCopyWarps);
-      });
-    } else if (kWiden && t >= 32) {
-      for_each_stage(tiles, rank, landed, 0, [&](const Work&, int kb, u32 s) {
-        widen_stage(p, landing + s * kLandingBytes, kWidenA ? stages_a + s * kStageBytesA : stages_b + s * kStageBytesB,
-                    &full[s], kb * kTileK, t - 32);
       });
     }
   } else {

@@ -38,8 +38,10 @@ constexpr int kBlocksHalf = b_scale_blocks(kHalfN);  // 128-column blocks one op
 constexpr int kBlocksB = kDual ? 2 * kBlocksHalf : kBlocksHalf;
 constexpr int kStageWordsA = stage_scale_words_a(kScaleA, kScaleMNA, kTileM, kGrouped);
 constexpr int kStageWordsB = stage_scale_words_b(kScaleB, kScaleMNB, kTileN, kDual);
+// A 4-bit A's scales (and zero points) follow, where there are no others (widen.cuh).
 constexpr u32 kStageScaleBytes =
-    stage_scale_bytes(kScaleA, kScaleMNA, kScaleB, kScaleMNB, kTileM, kTileN, kDual, kGrouped);
+    stage_scale_bytes(kScaleA, kScaleMNA, kScaleB, kScaleMNB, kTileM, kTileN, kDual, kGrouped) +
+    widen_scale_bytes(is_4bit_type(kAType) ? kTileM : 0, kAType == GEMMKIT_U4 ? 2 : 1, kZeros);
 constexpr u32 kScaleOffsetB = kStageWordsA > 0 ? scale_part_bytes(kStageWordsA) : 0;
 constexpr u32 kScaleHalfB = kDual ? scale_part_bytes(kStageWordsB / 2) : 0;
 constexpr u32 kTmaScaleBytes = 4 * (kStageWordsA + kStageWordsB);  // TMA's bytes per stage: every word

@@ -3,9 +3,8 @@
 // starts: gemm.cuh). Plain C++ that g++ and NVRTC both compile.
 //
 // From the 1 KB-aligned base, regions in this order: the ring's A stages, its B stages, the
-// epilogue's staging buffers, the landing slots of realigned operands' rows or of a 4-bit
-// operand's packed rows and scales (widen.cuh), the full, empty and (realigning or widening)
-// landed barriers of every stage, a work slot per stage (the
+// epilogue's staging buffers, the realigned operands' landing rows (kernel realigning only),
+// the full, empty and (realigning) landed barriers of every stage, a work slot per stage (the
 // scheduler's Work), the block and mx scales staged beside each stage's data, B's rowwise
 // scales of two tiles per consumer warpgroup (epilogue.cuh), and B's mx scales of two K blocks
 // per consumer warpgroup as floats (promote.cuh).
@@ -40,7 +39,7 @@ struct SmemShape {
   int scale_a_mn, scale_b_mn;  // M (N) elements per block scale of A (B): 1 or 128
   int group_capacity;          // groups the table holds (grouped kernels), else 0
   bool dual;                   // a dual GEMM's: B's half of the tile's columns, then B2's
-  int widen_rows;              // a 4-bit operand's rows per stage (A's tile rows or B's columns), else 0
+  int widen_rows;              // a 4-bit A's rows per stage (its tile rows), else 0
   int widen_scale_bytes;       // bytes of one of its scales: 2 (u4's group scales) or 1 (e2m1's ue8m0)
   bool widen_zeros;            // u4 with zero points
 };
@@ -92,15 +91,15 @@ GEMMKIT_HOST_DEVICE constexpr unsigned column_scale_bytes(int scale_b, int tile_
 }
 GEMMKIT_HOST_DEVICE constexpr unsigned mx_float_bytes(int scale_b, int tile_n) { return scale_b == GEMMKIT_SCALE_MX ? 4 * tile_n * 4 : 0; }
 
-// A 4-bit operand's landing slot per stage (widen.cuh): its packed rows, 64 K elements in 32
-// bytes each, then its scales of two K groups by the rows (the K block's first group and the next,
-// where groups are 32 deep), then its zero points likewise, each part from a 128-byte boundary.
+// A 4-bit A's stage (widen.cuh): its packed rows, 64 K elements in 32 bytes each, as its slice;
+// among the stage's scales, those of two K groups by the rows (the K block's first group and the
+// next, where groups are 32 deep), then its zero points likewise, each part from a 128-byte boundary.
 constexpr unsigned kPackedRowBytes = 32;
 GEMMKIT_HOST_DEVICE constexpr unsigned widen_scale_part_bytes(int rows, int scale_bytes) {
   return unsigned(2 * rows * scale_bytes + 127) / 128 * 128;
 }
-GEMMKIT_HOST_DEVICE constexpr unsigned widen_landing_bytes(int rows, int scale_bytes, bool zeros) {
-  return rows == 0 ? 0 : unsigned(rows) * kPackedRowBytes + widen_scale_part_bytes(rows, scale_bytes) * (zeros ? 2 : 1);
+GEMMKIT_HOST_DEVICE constexpr unsigned widen_scale_bytes(int rows, int scale_bytes, bool zeros) {
+  return rows == 0 ? 0 : widen_scale_part_bytes(rows, scale_bytes) * (zeros ? 2 : 1);
 }
 
 // A grouped kernel's table: each group's first work unit and row end, and the units' total.
@@ -122,14 +121,14 @@ GEMMKIT_HOST_DEVICE constexpr SmemLayout smem_layout(const SmemShape& s) {
   SmemLayout l{};
   const unsigned stages = unsigned(s.stages), consumers = unsigned(s.tile_m / 64);
   const unsigned rows_a = unsigned(s.tile_m), rows_b = unsigned(b_slice_rows(s.tile_n, s.b_k_major));
-  l.stage_a = rows_a * kStageRowBytes;
+  l.stage_a = rows_a * (s.widen_rows > 0 ? kPackedRowBytes : kStageRowBytes);
   l.stage_b = rows_b * kStageRowBytes;
   l.stage_scales = stage_scale_bytes(s.scale_a, s.scale_a_mn, s.scale_b, s.scale_b_mn, s.tile_m, s.tile_n, s.dual,
-                                     s.group_capacity > 0);
-  l.landing = ((s.realign_a ? rows_a : 0) + (s.realign_b ? rows_b : 0)) * kLandingRowBytes +
-              widen_landing_bytes(s.widen_rows, s.widen_scale_bytes, s.widen_zeros);
+                                     s.group_capacity > 0) +
+                   widen_scale_bytes(s.widen_rows, s.widen_scale_bytes, s.widen_zeros);
+  l.landing = ((s.realign_a ? rows_a : 0) + (s.realign_b ? rows_b : 0)) * kLandingRowBytes;
   l.stage = l.stage_a + l.stage_b + l.stage_scales;
-  const bool realign = s.realign_a || s.realign_b || s.widen_rows > 0;  // landed barriers
+  const bool realign = s.realign_a || s.realign_b;
   l.a = 0;
   l.b = l.a + stages * l.stage_a;
   l.epilogue = l.b + stages * l.stage_b;

@@ -1,15 +1,16 @@
 // 4-bit weights in the TMA kernel (gemm.cuh): u4 codes with group scales (and zero points), or
-// e2m1 values with ue8m0 scales, widened to the other operand's 16-bit type on their way from
-// TMA to wgmma.
+// e2m1 values with ue8m0 scales, widened to the other operand's 16-bit type in the consumers'
+// registers and multiplied from there (wgmma takes A from registers).
 //
-// The weights are the K-major operand whose type is 4-bit: A (a problem run transposed, the
-// weights' rows along M) or B (their rows along N). Per stage, the TMA thread lands their packed
-// rows (64 K elements, 32 bytes a row) and the scales of two K groups (the K block's first and
-// the next, which 32-deep groups need; per-channel and deeper groups use the first) in the
-// stage's landing slot, on its "landed" barrier. The producer's warps 1-3 then write each row's
-// 16-bit values into the stage as TMA would have written a 16-bit K-major slice (128-byte
-// swizzle), scales applied, and arrive on the full barrier; the consumers multiply the stage as
-// any 16-bit one. A dequantised weight is rounded once, to the 16-bit type.
+// The weights are A, K-major (the plan runs every problem with 4-bit weights transposed: D^T =
+// W X^T, the weights' rows along M). Per stage, the TMA thread loads their packed rows (64 K
+// elements, 32 bytes a row, as the checkpoint lays them out) into the stage's A slice and the
+// scales of two K groups (the K block's first and the next, which 32-deep groups need) into its
+// scales, on the full barrier. Each consumer thread then reads its fragment's bytes: for each of
+// the block's four 16-deep steps, the byte of each of its two rows (r and r + 8) that holds the
+// two K elements its registers take (a byte holds a pair of neighbours, the even one in the low
+// nibble), and the byte 4 further along (K elements 8 on). A weight is rounded once, to the
+// 16-bit type.
 //
 // kernel_config.cuh (generated) defines kAType, kBType and kZeros (u4 with zero points).
 #pragma once
@@ -17,41 +18,106 @@
 #include "common.cuh"
 #include "kernel_config.cuh"
 #include "params.h"
+#include "promote.cuh"
 #include "scales.cuh"
 #include "smem_layout.h"
 
 namespace gemmkit::sm90 {
 
-constexpr bool kWidenA = is_4bit_type(kAType), kWidenB = is_4bit_type(kBType), kWiden = kWidenA || kWidenB;
-constexpr int kPackedType = kWidenA ? kAType : kBType;
-constexpr int kWidenRows = !kWiden ? 0 : kWidenA ? kTileM : kTileN;  // the weights' rows a stage holds
-constexpr int kWidenScaleBytes = kPackedType == GEMMKIT_U4 ? 2 : 1;
-constexpr int kWidenWarps = 3;  // the producer warpgroup's warps 1-3
+constexpr bool kWidenA = is_4bit_type(kAType);
+constexpr int kWidenRows = kWidenA ? kTileM : 0;  // the weights' rows a stage holds
+constexpr int kWidenScaleBytes = kAType == GEMMKIT_U4 ? 2 : 1;
 constexpr u32 kPackedBytes = u32(kWidenRows) * kPackedRowBytes;
 constexpr u32 kWidenScalePart = widen_scale_part_bytes(kWidenRows, kWidenScaleBytes);
-constexpr u32 kWidenLandingBytes = widen_landing_bytes(kWidenRows, kWidenScaleBytes, kZeros);
-// TMA's bytes per landing: the packed rows and every scale (and zero point) of the two groups.
+// TMA's bytes per stage: the packed rows and every scale (and zero point) of the two groups.
 constexpr u32 kWidenTmaBytes = kPackedBytes + u32(2 * kWidenRows * kWidenScaleBytes) * (kZeros ? 2 : 1);
-static_assert(!kWiden || (kTileK == 64 && kWidenRows % 16 == 0 && !kRealignA && !kRealignB && !kRowClasses &&
-                          kClusterM == 1 && !kDual && !kGrouped && (kWidenA ? kAKMajor : kBKMajor)),
-              "4-bit weights: 16-bit K blocks, K-major rows in whole 16-row boxes, read by TMA, unclustered, dense");
+static_assert(!is_4bit_type(kBType), "4-bit weights are A (the plan transposes their problems)");
+static_assert(!kWidenA || kStageWordsA + kStageWordsB == 0, "a 4-bit A's scales are the stage's only ones");
+static_assert(!kWidenA || (kTileK == 64 && kAKMajor && !kRealignA && !kRowClasses && kClusterM == 1 && !kDual &&
+                           !kGrouped && kWidenRows * kWidenScaleBytes % 16 == 0),
+              "4-bit weights: 16-bit K blocks, K-major, read by TMA, unclustered, dense, whole 16-byte scale boxes");
 
 // log2 of the weights' K elements per scale: a power of two, 32 at least (validate.cpp).
-__device__ __forceinline__ int widen_group_shift(const GemmParams& p) {
-  return __ffsll(kWidenA ? p.scale_a.block_cols : p.scale_b.block_rows) - 1;
-}
+__device__ __forceinline__ int widen_group_shift(const GemmParams& p) { return __ffsll(p.scale_a.block_cols) - 1; }
 
 // By the TMA thread: K block `k` (its first K element) of the weights' rows from `row` (their
-// matrix's batch `batch`) into the landing slot `landing`, on `landed`. The maps (launch.cpp) take
-// the packed bytes as rows of ceil(K / 2) bytes, and the scales and zero points with the rows
-// contiguous, by K group.
-__device__ __forceinline__ void load_packed_stage(const GemmParams& p, const KernelMaps& maps, u8* landing, u64* landed,
-                                                  int batch, i64 row, int k) {
+// matrix's batch `batch`) into the stage's A slice `a` and scales `scales`, on `full`. The maps
+// (launch.cpp) take the packed bytes as rows of ceil(K / 2) bytes, and the scales and zero points
+// with the rows contiguous, by K group.
+__device__ __forceinline__ void load_packed_stage(const GemmParams& p, const KernelMaps& maps, u8* a, u32 scales,
+                                                  u64* full, int batch, i64 row, int k) {
   const int group = k >> widen_group_shift(p);
-  mbarrier_arrive_expect_tx(landed, kWidenTmaBytes);
-  tma_load_3d(landing, kWidenA ? &maps.a : &maps.b, landed, k / 2, int(row), batch);
-  tma_load_3d(landing + kPackedBytes, kWidenA ? &maps.scale_a : &maps.scale_b, landed, int(row), group, batch);
-  if (kZeros) tma_load_3d(landing + kPackedBytes + kWidenScalePart, &maps.zeros, landed, int(row), group, batch);
+  tma_load_3d(a, &maps.a, full, k / 2, int(row), batch);
+  tma_load_3d(scales, &maps.scale_a, full, int(row), group, batch);
+  if (kZeros) tma_load_3d(scales + kWidenScalePart, &maps.zeros, full, int(row), group, batch);
+}
+
+// The pair of codes in byte `q` (0-3) of `word`: the low nibble in bits 0-3, the high one in
+// bits 16-19 (PRMT takes byte q of the word, and byte q of the word shifted right by 4, whose low
+// nibble is the high one), the other bits zero but `magic`'s.
+__device__ __forceinline__ u32 code_pair(u32 word, u32 selector, u32 magic) {
+  u32 spread, pair;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(spread) : "r"(word), "r"(word >> 4), "r"(selector));
+  // (spread & 0x000f000f) | magic in one LOP3 (ptxas made two of the C++).
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(pair) : "r"(spread), "r"(0x000f000fu), "r"(magic));
+  return pair;
+}
+
+// The 16-bit magic number whose mantissa takes a u4 code exactly: 128 (bf16) or 1024 (f16), each
+// with a unit in the last place of 1.
+constexpr float kU4Magic = kGroupScaleType == GEMMKIT_BF16 ? 128.0f : 1024.0f;
+constexpr u32 kU4MagicPair = kGroupScaleType == GEMMKIT_BF16 ? 0x43004300u : 0x64006400u;
+
+// A 16-bit pair (both halves) of magic + zero, the bias widen_u4_pair subtracts; `exact` where it
+// holds magic + zero exactly (an integer zero point from 0 to 127: AWQ's are 0 to 15).
+__device__ __forceinline__ u32 u4_bias(float zero, bool& exact) {
+  const u32 pair = pack_pair(kGroupScaleType, kU4Magic + zero, kU4Magic + zero);
+  const u16 half = u16(pair & 0xffffu);
+  exact = (kGroupScaleType == GEMMKIT_BF16 ? bf16_to_float(half) : f16_to_float(half)) - kU4Magic == zero;
+  return pair;
+}
+
+// Two u4 codes (a code_pair) as a 16-bit pair (q - zero) * scale, rounded once: the codes go
+// into the mantissa of the magic number, from which subtracting `bias2` (magic + zero) is exact,
+// and one multiply by the pair `scale2` rounds. A zero point the bias cannot hold exactly takes
+// f32 arithmetic instead.
+__device__ __forceinline__ u32 widen_u4_pair(u32 word, u32 selector, u32 scale2, u32 bias2, bool exact, float scale,
+                                             float zero) {
+  if (kZeros && !exact) {
+    const u32 codes = code_pair(word, selector, 0);
+    return pack_pair(kGroupScaleType, (float(codes & 15u) - zero) * scale, (float(codes >> 16) - zero) * scale);
+  }
+  const u32 biased = code_pair(word, selector, kU4MagicPair);  // magic + q
+  u32 out;
+  if (kGroupScaleType == GEMMKIT_BF16) {
+    asm("{\n.reg .b32 q;\nsub.rn.bf16x2 q, %1, %2;\nmul.rn.bf16x2 %0, q, %3;\n}"
+        : "=r"(out) : "r"(biased), "r"(bias2), "r"(scale2));
+  } else {
+    asm("{\n.reg .b32 q;\nsub.rn.f16x2 q, %1, %2;\nmul.rn.f16x2 %0, q, %3;\n}"
+        : "=r"(out) : "r"(biased), "r"(bias2), "r"(scale2));
+  }
+  return out;
+}
+
+// Two e2m1 codes as a 16-bit pair times `scale` (2^(e - 127)), exact. bf16 (f32's exponent range,
+// so the power of two multiplies exactly): each magnitude's two bytes from tables by PRMT (the
+// low bytes of 0, 0.5, 1, 1.5, 2, 3, 4, 6 in bf16, then the high ones; entry 0 is zero in both,
+// which fills the other bytes), the sign bits moved to bits 15 and 31, one HMUL2 by the scale as a
+// bf16 pair (scale2). f16, whose range the scales overrun: through f32.
+__device__ __forceinline__ u32 widen_e2m1_pair(u32 word, u32 selector, float scale, u32 scale2) {
+  const u32 codes = code_pair(word, selector, 0);  // magnitude and sign of the low code in bits 0-3, the high one's 16-19
+  if (kGroupScaleType != GEMMKIT_BF16) {
+    return pack_pair(kGroupScaleType, e2m1_to_float(codes) * scale, e2m1_to_float(codes >> 16) * scale);
+  }
+  const u32 low_bytes = (codes & 7u) | ((codes >> 8) & 0x700u);  // PRMT selectors: bytes 0 and 2 from the tables
+  u32 low, high, pair;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(low) : "r"(0xc0800000u), "r"(0xc0804000u), "r"(low_bytes));
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(high) : "r"(0x3f3f3f00u), "r"(0x40404040u), "r"(low_bytes << 4));
+  // low | high | the signs (codes' bits 3 and 19, shifted to 15 and 31).
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(pair) : "r"(codes << 12), "r"(0x80008000u), "r"(low | high));
+  u32 out;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(out) : "r"(pair), "r"(scale2));
+  return out;
 }
 
 // A 16-bit scale or zero point in shared memory, as float.
@@ -60,75 +126,72 @@ __device__ __forceinline__ float wide_at(u32 address) {
   return kGroupScaleType == GEMMKIT_BF16 ? bf16_to_float(bits) : f16_to_float(bits);
 }
 
-// Eight u4 codes (a word, the first in the low nibble) as four pairs of 16-bit values (q - zero) *
-// scale. A code q becomes the float 2^23 + q by its bits (2^23's exponent over the code as
-// mantissa), from which exact subtractions take 2^23 and the zero point (at once where it is 8).
-__device__ __forceinline__ void widen_u4(u32 codes, float scale, float zero, u32 (&out)[4]) {
-  constexpr u32 kMagic = 0x4b000000u;  // 2^23
-  auto value = [&](int shift) {
-    const float biased = __uint_as_float(((codes >> shift) & 15u) | kMagic);
-    return (kZeros ? biased - 8388608.0f - zero : biased - 8388616.0f) * scale;
-  };
+// A consumer thread's A fragments of one K block: four 16-deep steps of four registers, widened
+// from the stage's packed slice `a` (this warpgroup's 64 rows from `slice` on) with its scales
+// `scales`. K block k: its first K element. wgmma's register layout for A: warp w takes rows
+// 16w to 16w + 15; a thread (lane l) rows r = 16w + l / 4 and r + 8, K elements 2 (l % 4) + {0, 1}
+// (registers 0: row r, 1: row r + 8) and those plus 8 (registers 2 and 3).
+__device__ __forceinline__ void widen_fragments(u32 (&frag)[16], const u8* a, u32 scales, int slice, int t, int k,
+                                                const GemmParams& p) {
+  const int r = slice * 64 + (t / 32) * 16 + (t % 32) / 4, lane_byte = t % 4;
+  const u32 selector = u32(lane_byte) | u32(lane_byte + 4) << 8;
+  // Each row's 32 bytes as two 16-byte loads: word w holds step w / 2's bytes (K elements 8 on
+  // where w is odd); the thread's byte in each is byte lane_byte.
+  uint4 rows[2][2];
 #pragma unroll
-  for (int q = 0; q < 4; ++q) out[q] = pack_pair(kGroupScaleType, value(8 * q), value(8 * q + 4));
-}
-
-// Eight e2m1 codes as four pairs of 16-bit values times the power of two `scale`.
-__device__ __forceinline__ void widen_e2m1(u32 codes, float scale, u32 (&out)[4]) {
+  for (int h = 0; h < 2; ++h) {
 #pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    out[q] = pack_pair(kGroupScaleType, e2m1_to_float(codes >> (8 * q)) * scale, e2m1_to_float(codes >> (8 * q + 4)) * scale);
-  }
-}
-
-// By the widening warps (`thread` 0 to kWidenThreads - 1), once the landing slot of K block `k`
-// has landed: its rows widened into `stage`, 8 K elements of a row (4 bytes in, one 16-byte chunk
-// out) at a time; then each warp arrives on `full`, its writes fenced for wgmma's reads. A thread
-// takes chunk column thread % 8 (so one K group, one scale column) of every kWidenThreads / 8-th
-// row, kBatch chunks at a time: their loads first, so that their latencies overlap.
-constexpr int kWidenThreads = 32 * kWidenWarps;
-constexpr int kWidenChunks = (kWidenRows * 8 + kWidenThreads - 1) / kWidenThreads;  // per thread, at most
-constexpr int kWidenBatch = 4;
-__device__ __forceinline__ void widen_stage(const GemmParams& p, const u8* landing, u8* stage, u64* full, int k,
-                                            int thread) {
-  const int c = thread % 8, shift = widen_group_shift(p);
-  const int g = ((k + 8 * c) >> shift) - (k >> shift);  // the chunk column's group in the slot: 0 or 1
-  const u32 codes_at = smem_u32(landing) + u32(c * 4), to = smem_u32(stage);
-  const u32 scales_at = smem_u32(landing) + kPackedBytes + u32(g * kWidenRows * kWidenScaleBytes);
-  const u32 zeros_at = scales_at + kWidenScalePart;
-#pragma unroll
-  for (int j0 = 0; j0 < kWidenChunks; j0 += kWidenBatch) {
-    u32 codes[kWidenBatch];
-    float scale[kWidenBatch], zero[kWidenBatch];
-#pragma unroll
-    for (int j = 0; j < kWidenBatch; ++j) {
-      const int r = thread / 8 + (j0 + j) * (kWidenThreads / 8);
-      if (j0 + j >= kWidenChunks || r >= kWidenRows) continue;
-      codes[j] = ld_shared_u32(codes_at + u32(r) * kPackedRowBytes);
-      if constexpr (kPackedType == GEMMKIT_U4) {
-        scale[j] = wide_at(scales_at + u32(r) * 2);
-        zero[j] = kZeros ? wide_at(zeros_at + u32(r) * 2) : 8.0f;
-      } else {
-        scale[j] = ue8m0_to_float(ld_shared_u8(scales_at + u32(r)));
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kWidenBatch; ++j) {
-      const int r = thread / 8 + (j0 + j) * (kWidenThreads / 8);
-      if (j0 + j >= kWidenChunks || r >= kWidenRows) continue;
-      u32 out[4];
-      if constexpr (kPackedType == GEMMKIT_U4) {
-        widen_u4(codes[j], scale[j], zero[j], out);
-      } else {
-        widen_e2m1(codes[j], scale[j], out);
-      }
-      // The 128-byte swizzle XORs a row's 16-byte chunk index with the row's place in its 8-row atom.
-      st_shared_v4(to + u32(r) * 128 + u32((c ^ (r % 8)) * 16), out);
+    for (int part = 0; part < 2; ++part) {
+      const u32 at = smem_u32(a) + u32(r + 8 * h) * kPackedRowBytes + u32(16 * part);
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(rows[h][part].x), "=r"(rows[h][part].y), "=r"(rows[h][part].z), "=r"(rows[h][part].w)
+                   : "r"(at));
     }
   }
-  fence_async_shared();
-  __syncwarp();
-  if (thread % 32 == 0) mbarrier_arrive(full);
+  // The scales of the two rows in the slot's first group, and in its second where groups are 32
+  // deep (steps 2 and 3 take it).
+  const int shift = widen_group_shift(p);
+  const bool two_groups = ((k + 32) >> shift) != (k >> shift);
+  float scale[2][2], zero[2][2];
+  u32 scale2[2][2], bias2[2][2];
+  bool exact[2][2];
+#pragma unroll
+  for (int g = 0; g < 2; ++g) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int group = two_groups ? g : 0;
+      const u32 row = u32(group * kWidenRows + r + 8 * h);
+      if constexpr (kAType == GEMMKIT_U4) {
+        scale[g][h] = wide_at(scales + row * 2);
+        zero[g][h] = kZeros ? wide_at(scales + kWidenScalePart + row * 2) : 8.0f;
+        const u32 bits = ld_shared_u16(scales + row * 2);
+        scale2[g][h] = bits | bits << 16;
+        exact[g][h] = true;  // the bias of 8 (magic + 8's bits: the code 8 in the mantissa)
+        bias2[g][h] = kZeros ? u4_bias(zero[g][h], exact[g][h]) : kU4MagicPair + 0x00080008u;
+      } else {
+        scale[g][h] = ue8m0_to_float(ld_shared_u8(scales + row));
+        zero[g][h] = 0.0f;
+        const u32 bits = __float_as_uint(scale[g][h]) >> 16;  // a power of two (or NaN): exact in bf16
+        scale2[g][h] = bits | bits << 16;
+        bias2[g][h] = 0;
+        exact[g][h] = true;
+      }
+    }
+  }
+#pragma unroll
+  for (int step = 0; step < 4; ++step) {
+    const int g = step / 2;
+#pragma unroll
+    for (int reg = 0; reg < 4; ++reg) {
+      const int h = reg % 2, far = reg / 2;  // row r + 8h; K elements 8 further where far
+      const int word = 2 * step + far;
+      const uint4& v = rows[h][word / 4];
+      const u32 w = word % 4 == 0 ? v.x : word % 4 == 1 ? v.y : word % 4 == 2 ? v.z : v.w;
+      frag[4 * step + reg] = kAType == GEMMKIT_U4 ? widen_u4_pair(w, selector, scale2[g][h], bias2[g][h], exact[g][h],
+                                                                  scale[g][h], zero[g][h])
+                                                  : widen_e2m1_pair(w, selector, scale[g][h], scale2[g][h]);
+    }
+  }
 }
 
 }  // namespace gemmkit::sm90

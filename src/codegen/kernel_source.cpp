@@ -150,6 +150,24 @@ std::string wgmma_function(int tile_n, DType a, DType b, bool a_k_major, bool b_
   return s.str();
 }
 
+std::string wgmma_registers_function(int tile_n, DType type, bool b_k_major) {
+  const int registers = tile_n / 2;
+  std::ostringstream s;
+  s << "// D(64x" << tile_n << ", f32) += A(64x16) * B(16x" << tile_n << "), A from registers (four a thread, in\n"
+    << "// wgmma's fragment layout), B from shared memory; `accumulate` = 0 overwrites D instead.\n"
+    << "__device__ __forceinline__ void wgmma_tile_registers(float* d, const u32* a, u64 desc_b, u32 accumulate) {\n"
+    << "  asm volatile(\n"
+    << "      \"{\\n.reg .pred p;\\nsetp.ne.b32 p, %" << registers + 5 << ", 0;\\n\"\n"
+    << "      \"wgmma.mma_async.sync.aligned.m64n" << tile_n << "k16.f32." << dtype_name(type) << "." << dtype_name(type)
+    << " {";
+  for (int i = 0; i < registers; ++i) s << (i ? ", " : "") << "%" << i;
+  s << "}, {%" << registers << ", %" << registers + 1 << ", %" << registers + 2 << ", %" << registers + 3 << "}, %"
+    << registers + 4 << ", p, 1, 1, " << (b_k_major ? 0 : 1) << ";\\n}\\n\"\n      : ";
+  for (int i = 0; i < registers; ++i) s << (i ? ", " : "") << "\"+f\"(d[" << i << "])";
+  s << "\n      : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(desc_b), \"r\"(accumulate));\n}\n";
+  return s.str();
+}
+
 const char* gemm_kernel_name(const KernelConfig& config) {
   switch (config.kind) {
     case KernelKind::tma: return kGemmKernel;
@@ -162,11 +180,10 @@ const char* gemm_kernel_name(const KernelConfig& config) {
 std::string config_header(const KernelConfig& requested) {
   const KernelConfig config = compiled(requested);
   std::ostringstream s;
-  // The TMA kernel applies a 4-bit operand's scales as it widens it (widen.cuh), not as it promotes.
-  const bool tma = config.kind == KernelKind::tma;
+  // The TMA kernel applies a 4-bit A's scales as it widens it (widen.cuh), not as it promotes.
+  const bool widen_a = config.kind == KernelKind::tma && is_4bit(config.in);
   operand_config(s, {config.in, config.in_b, config.out, config.has_c, config.c,
-                     tma && is_4bit(config.in) ? ScaleMode::none : config.scale_a,
-                     tma && is_4bit(config.in_b) ? ScaleMode::none : config.scale_b});
+                     widen_a ? ScaleMode::none : config.scale_a, config.scale_b});
   if (config.kind == KernelKind::gemv) s << "constexpr int kGemvColumns = " << config.tile_n / 8 << ";\n";
   s << "constexpr bool kDual = " << bool_text(config.dual) << ";\n";
   s << "constexpr bool kZeros = " << bool_text(config.zeros) << ";\n";
@@ -198,7 +215,11 @@ std::string config_header(const KernelConfig& requested) {
     << "constexpr bool kGroupsMasked = " << bool_text(config.grouped() && config.group_layout == GroupLayout::masked) << ";\n"
     << "constexpr bool kGroupedK = " << bool_text(config.grouped() && config.group_along_k) << ";\n"
     << "constexpr int kGroupCapacity = " << config.group_capacity << ";\n\n"
-    << wgmma_function(config.tile_n, config.wide_a(), config.wide_b(), config.a_k_major, config.b_k_major);
+    << wgmma_function(config.tile_n, config.wide_a(), config.wide_b(), config.a_k_major, config.b_k_major)
+    // Every kernel declares the register form, which gemm.cuh names outside templates; only
+    // kernels widening 4-bit weights call it (FP8 kernels' is a bf16 one, never emitted).
+    << wgmma_registers_function(config.tile_n, is_fp8(config.wide_b()) ? DType::bf16 : config.wide_b(),
+                                config.b_k_major);
   return s.str() + epilogue_config(config);
 }
 

@@ -49,6 +49,9 @@ std::string expand_includes(const std::string& root, const std::string& config);
 // majorness (8-bit operands are K-major).
 std::string wgmma_function(int tile_n, DType a, DType b, bool a_k_major, bool b_k_major);
 
+// The same with A from registers (4-bit weights widened into them, widen.cuh): wgmma_tile_registers.
+std::string wgmma_registers_function(int tile_n, DType type, bool b_k_major);
+
 // The GEMMKIT_* code device code knows an element type by (codes.h), e.g. "GEMMKIT_BF16".
 const char* type_code(DType t);
 

@@ -18,15 +18,13 @@ constexpr int kRowBytes = int(sm90::kStageRowBytes);  // a ring stage's K depth 
 // codes follow ScaleMode.
 static_assert(int(ScaleMode::rowwise) == GEMMKIT_SCALE_ROWWISE && int(ScaleMode::block) == GEMMKIT_SCALE_BLOCK &&
               int(ScaleMode::mx) == GEMMKIT_SCALE_MX);
-// A 4-bit operand's scales are applied as it is widened, from its landing slot: none among the
-// stage's (promote.cuh), as codegen tells the kernel.
+// A 4-bit A's scales are applied as it is widened (widen.cuh), not by the promotion: its mode
+// counts as none there, as codegen tells the kernel.
 sm90::SmemShape smem_shape(const KernelConfig& c) {
-  const bool widen_a = is_4bit(c.in), widen_b = is_4bit(c.in_b);
-  const int widen_rows = widen_a ? c.tile_m : widen_b ? c.tile_n : 0;
+  const bool widen_a = is_4bit(c.in);
   return {c.tile_m, c.tile_n, c.stages, c.b_k_major, c.tma_store ? c.store_buffers : c.row_store() ? 1 : 0,
-          c.realign_a, c.realign_b, widen_a ? 0 : int(c.scale_a), widen_b ? 0 : int(c.scale_b), c.scale_a_mn,
-          c.scale_b_mn, c.group_capacity, c.dual, widen_rows, (widen_a ? c.in : c.in_b) == DType::u4 ? 2 : 1,
-          c.zeros};
+          c.realign_a, c.realign_b, widen_a ? 0 : int(c.scale_a), int(c.scale_b), c.scale_a_mn, c.scale_b_mn,
+          c.group_capacity, c.dual, widen_a ? c.tile_m : 0, c.in == DType::u4 ? 2 : 1, c.zeros};
 }
 
 auto key(const KernelConfig& c) {

@@ -64,9 +64,9 @@ struct KernelFacts {
   // many of B2, and the epilogue pairs column c of the accumulators with c + tile_n / 2 into
   // column c of D's tile, which is tile_n / 2 wide.
   bool dual = false;
-  // 4-bit weights (`in` or in_b u4 or e2m1, K-major): the TMA kernel's producer warps widen them
-  // to the other operand's 16-bit type as they arrive (kernels/sm90/widen.cuh); `zeros`: u4 with
-  // zero points.
+  // 4-bit weights (`in` u4 or e2m1, K-major; the plan runs their problems transposed): the TMA
+  // kernel's consumers widen them into registers, to B's 16-bit type (kernels/sm90/widen.cuh);
+  // `zeros`: u4 with zero points.
   bool zeros = false;
 
   bool grouped() const { return group_capacity > 0; }

@@ -138,9 +138,7 @@ std::optional<TileShape> streaming_tile(const Problem& p, const KernelConfig& co
                                         const DeviceLimits& limits) {
   if (is_fp8(config.in) || config.out == DType::e4m3) return std::nullopt;
   if (!config.b_k_major) return std::nullopt;
-  // 4-bit B's rows come with their scales in boxes of 16 bytes at least (widen.cuh): 16 rows.
-  const int narrowest = is_4bit(config.in_b) ? 16 : 8;
-  if (p.n <= kNarrowMaxN) return TileShape{64, p.n <= narrowest ? narrowest : p.n <= 16 ? 16 : 32};
+  if (p.n <= kNarrowMaxN) return TileShape{64, p.n <= 8 ? 8 : p.n <= 16 ? 16 : 32};
   if (config.row_classes) return TileShape{64, p.n <= 64 ? 64 : 128};
   const bool one_wave = ceil_div(p.m, 64) * ceil_div(p.n, 64) * p.batch <= limits.sm_count;
   const bool shallow_or_one_row = p.m <= 64 || k_blocks <= 128;
@@ -250,9 +248,7 @@ ScaleMode promoted_scale(const KernelConfig& c, bool a) {
 
 bool tile_takes_widening(TileShape tile, const KernelConfig& c) {
   if (!c.widens()) return true;
-  const bool widen_a = is_4bit(c.in);
-  const int rows = widen_a ? tile.m : tile.n, scale_bytes = (widen_a ? c.in : c.in_b) == DType::u4 ? 2 : 1;
-  return rows * scale_bytes % 16 == 0 && !c.grouped() && !c.dual;
+  return is_4bit(c.in) && tile.m % 64 == 0 && !c.grouped() && !c.dual;
 }
 
 int store_buffers_for(KernelConfig c, int smem_limit) {
@@ -426,7 +422,7 @@ bool plainly_tiled(const Problem& p, const KernelConfig& c, const DeviceLimits& 
 }  // namespace
 
 bool transposing_pays(const Problem& p, const DeviceLimits& limits) {
-  if (is_fp8(p.a.dtype) || p.dual() || p.quantizes_d()) return false;
+  if (is_fp8(p.a.dtype) || is_4bit(p.a.dtype) || is_4bit(p.b.dtype) || p.dual() || p.quantizes_d()) return false;
   const KernelConfig c = problem_config(p);
   if (c.d_by_columns || !plainly_tiled(p, c, limits)) return false;
   const Problem t = transposed_problem(p);

@@ -48,8 +48,8 @@ bool tile_takes_scales(TileShape tile, ScaleMode a, ScaleMode b);
 // applied as they are widened (kernels/sm90/widen.cuh).
 ScaleMode promoted_scale(const KernelConfig& c, bool a);
 
-// Whether the tile's kernel can widen the config's 4-bit weights: their rows per stage make
-// whole 16-byte boxes of scales, on dense, single GEMMs (unclustered: see rank_candidates).
+// Whether the tile's kernel can widen the config's 4-bit weights: A's (the problem transposed),
+// on dense, single GEMMs (unclustered: see rank_candidates).
 bool tile_takes_widening(TileShape tile, const KernelConfig& c);
 
 // Epilogue staging buffers per consumer warpgroup: two, or one where two would leave the ring

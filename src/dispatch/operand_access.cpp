@@ -230,17 +230,17 @@ KernelConfig problem_config(const Problem& p) {
   // transposed), and staged into a dense copy that TMA can read, or, 16-bit, contiguous there and
   // larger than L2, realigned by the kernel; unless its coordinates are too large for TMA at all.
   if (p.k > 0 && p.m < kCoordinateLimit && p.n < kCoordinateLimit && p.k < kCoordinateLimit) {
-    if (config.widens()) {
-      // 4-bit weights: their packed bytes read K-major by TMA, or staged so; the other operand
-      // read by TMA or staged (the producer's warps widen, so none realign).
-      const bool widen_a = is_4bit(p.a.dtype);
-      const TmaAccess packed = widen_a ? tma_access(packed_bytes(p.a, true), p.batch, p.m, ceil_div(p.k, 2))
-                                       : tma_access(packed_bytes(p.b, false), p.batch, ceil_div(p.k, 2), p.n);
-      const bool packed_ok = packed.ok && packed.cols_contiguous == widen_a;
-      config.stage_a = widen_a ? !packed_ok : !a.ok;
-      config.stage_b = widen_a ? !b.ok : !packed_ok;
-      a = widen_a ? TmaAccess{true, true} : a.ok ? a : TmaAccess{true, along_cols(p.a)};
-      b = widen_a ? (b.ok ? b : TmaAccess{true, along_cols(p.b)}) : TmaAccess{true, false};
+    if (is_4bit(p.b.dtype)) {
+      // 4-bit weights as B: the kernel widens them only as A (normalize transposes their problems).
+      return fallback_config(config);
+    } else if (is_4bit(p.a.dtype)) {
+      // 4-bit weights: their packed bytes read K-major by TMA, or staged so; B read by TMA or
+      // staged (none realign).
+      const TmaAccess packed = tma_access(packed_bytes(p.a, true), p.batch, p.m, ceil_div(p.k, 2));
+      config.stage_a = !(packed.ok && packed.cols_contiguous);
+      config.stage_b = !b.ok;
+      a = TmaAccess{true, true};
+      if (!b.ok) b = TmaAccess{true, along_cols(p.b)};
     } else if (is_fp8(p.a.dtype)) {
       config.stage_a = !(a.ok && a.cols_contiguous);
       config.stage_b = !(b.ok && !b.cols_contiguous);

@@ -130,7 +130,6 @@ Plan new_plan(const Problem& normalized, const KernelConfig* forced, cudaStream_
 // copy (staged, both operands would be copied on every call).
 constexpr int64_t kGemvFromN = 16384;
 bool decode_for_narrow_tiles(const Problem& p) {
-  if (is_4bit(p.b.dtype)) return p.m <= kNarrowMaxN && p.n >= 128 && p.k > 0;  // the weights widened as A
   if (p.m > kRowClassesMaxN || p.n < 128 || p.k == 0 || p.a.col_stride != 1 || p.b.row_stride != 1 ||
       is_fp8(p.a.dtype)) {
     return false;
@@ -147,6 +146,7 @@ Problem normalize(const Problem& p) {
   // The grouped kernel stores D by rows, whatever its layout; a dual GEMM's pairs lie along N, an
   // e4m3 D's scale blocks along its rows.
   if (p.grouped() || p.dual() || p.quantizes_d()) return p;
+  if (is_4bit(p.b.dtype)) return transposed_problem(p);  // the kernel widens 4-bit weights as A (widen.cuh)
   const bool d_by_columns = p.d.col_stride != 1 && p.d.row_stride == 1 && p.n > 1;
   const bool column_vector = p.n == 1 && p.m > 1 && p.k > 0 && p.a.col_stride == 1;  // GEMV as one row
   if (!d_by_columns && !column_vector && !decode_for_narrow_tiles(p)) return p;

@@ -194,15 +194,15 @@ InnerScales inner_scales(const ScaleRef& s, bool is_a, const Problem& p, int til
   return b;
 }
 
-// A 4-bit operand's scales or zero points `m` (A: M x K groups, B: K groups x N), as the TMA
-// kernel reads them (widen.cuh): the weights' rows contiguous, a box of the tile's rows by two K
-// groups; staged so where TMA cannot read them as they lie (gpt-oss's [N, K/32] MXFP4 scales).
-InnerScales widened_scales(const MatrixRef& m, bool is_a, const Problem& p, int tile) {
+// A 4-bit A's scales or zero points `m` (M x K groups), as the TMA kernel reads them
+// (widen.cuh): the weights' rows contiguous, a box of the tile's rows by two K groups; staged so
+// where TMA cannot read them as they lie (gpt-oss's [N, K/32] MXFP4 scales, transposed with the
+// problem).
+InnerScales widened_scales(const MatrixRef& m, const Problem& p, int tile) {
   InnerScales s;
-  const int64_t groups = ceil_div(p.k, is_a ? p.scale_a.block_cols : p.scale_b.block_rows);
-  s.rows = is_a ? p.m : groups;
-  s.cols = is_a ? groups : p.n;
-  s.cols_contiguous = !is_a;
+  s.rows = p.m;
+  s.cols = ceil_div(p.k, p.scale_a.block_cols);
+  s.cols_contiguous = false;
   s.box_inner = uint32_t(tile);
   s.box_outer = 2;
   s.m = m;
@@ -344,41 +344,37 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   // the copies, which the staging writes after B's copy.
   const bool padded_groups = p.pads_groups_along_k();
   const int64_t staged_k = p.padded_group_k();
-  // 4-bit weights are read (and staged) as bytes, ceil(K / 2) a row.
-  const bool widen_a = is_4bit(p.a.dtype), widen_b = is_4bit(p.b.dtype);
-  const MatrixRef operand_a = widen_a ? packed_bytes(p.a, true) : p.a, operand_b = widen_b ? packed_bytes(p.b, false) : p.b;
-  const int64_t k_a = widen_a ? ceil_div(p.k, 2) : staged_k, k_b = widen_b ? ceil_div(p.k, 2) : staged_k;
+  // 4-bit weights (A) are read (and staged) as bytes, ceil(K / 2) a row.
+  const bool widen_a = is_4bit(p.a.dtype);
+  const MatrixRef operand_a = widen_a ? packed_bytes(p.a, true) : p.a;
+  const int64_t k_a = widen_a ? ceil_div(p.k, 2) : staged_k;
   const StagedOperand staged_a = staged_operand(operand_a, p.batch, p.m, k_a, !config.a_k_major, config.stage_a);
-  const StagedOperand staged_b = staged_operand(operand_b, p.batch, k_b, p.n, config.b_k_major, config.stage_b);
+  const StagedOperand staged_b = staged_operand(p.b, p.batch, staged_k, p.n, config.b_k_major, config.stage_b);
   // A dual GEMM's B2 is staged with B, its copy after B's in B's scratch.
   const StagedOperand staged_b2 =
       staged_operand(p.b2, p.batch, staged_k, p.n, config.b_k_major, config.stage_b && config.dual);
   // Inner scales the kernel cannot read as they are: A's copy after A's, B's and B2's after the
   // rest of B's scratch (each a whole number of 128-byte rows, so each starts aligned).
   const int tile_b = config.dual ? config.tile_n / 2 : config.tile_n;  // one operand's columns
-  const InnerScales scales_a = widen_a ? widened_scales(p.scale_a.m, true, p, config.tile_m)
+  const InnerScales scales_a = widen_a ? widened_scales(p.scale_a.m, p, config.tile_m)
                                        : inner_scales(p.scale_a, true, p, config.tile_m, config.grouped());
-  const InnerScales scales_b = widen_b ? widened_scales(p.scale_b.m, false, p, config.tile_n)
-                                       : inner_scales(p.scale_b, false, p, tile_b, false);
+  const InnerScales scales_b = inner_scales(p.scale_b, false, p, tile_b, false);
   const InnerScales scales_b2 = inner_scales(p.scale_b2, false, p, tile_b, false);
-  // A u4 operand's zero points, staged after its scales.
-  const MatrixRef& zeros = widen_a ? p.scale_a.zeros : p.scale_b.zeros;
-  const InnerScales zeros_scales = zeros.data ? widened_scales(zeros, widen_a, p, widen_a ? config.tile_m : config.tile_n)
-                                              : InnerScales{};
-  const size_t zeros_a_bytes = widen_a ? zeros_scales.staged.bytes : 0, zeros_b_bytes = widen_a ? 0 : zeros_scales.staged.bytes;
-  needs.staged_a_bytes = staged_a.bytes + scales_a.staged.bytes + zeros_a_bytes;
+  // A u4 A's zero points, staged after its scales.
+  const InnerScales zeros = widen_a && p.scale_a.zeros.data ? widened_scales(p.scale_a.zeros, p, config.tile_m)
+                                                           : InnerScales{};
+  needs.staged_a_bytes = staged_a.bytes + scales_a.staged.bytes + zeros.staged.bytes;
   const size_t b_scratch = config.row_classes
                                ? size_t(8 * p.n * row_class_width(p.k) * dtype_size(p.b.dtype))
                                : staged_b.bytes + staged_b2.bytes + (padded_groups ? size_t(4 * p.batch) : 0);
   const size_t scales_b_at = (b_scratch + 127) / 128 * 128, scales_b2_at = scales_b_at + scales_b.staged.bytes;
-  const size_t zeros_b_at = scales_b2_at + scales_b2.staged.bytes;
-  needs.staged_b_bytes = scales_b.staged.bytes + scales_b2.staged.bytes + zeros_b_bytes > 0 ? zeros_b_at + zeros_b_bytes
-                                                                                            : b_scratch;
+  needs.staged_b_bytes = scales_b.staged.bytes + scales_b2.staged.bytes > 0
+                             ? scales_b2_at + scales_b2.staged.bytes
+                             : b_scratch;
   // Where no workspace can be had (the stream's growing during a graph capture, with no scratch
   // allocator set), the kernel runs unsplit; operands that must be staged cannot run here at all
   // (the caller runs another kernel). Held until the kernels are queued.
-  const bool stages_scales =
-      scales_a.staged.bytes + scales_b.staged.bytes + scales_b2.staged.bytes + zeros_scales.staged.bytes > 0;
+  const bool stages_scales = scales_a.staged.bytes + scales_b.staged.bytes + scales_b2.staged.bytes + zeros.staged.bytes > 0;
   const bool stages = config.stage_a || config.stage_b || config.row_classes || stages_scales;
   const LaunchScratch scratch(p.device, stream, needs);
   const Workspace* workspace = scratch.workspace();
@@ -411,7 +407,6 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   // The operands as the kernel reads them: staged ones replaced by their copies, made in one launch.
   Problem q = p;
   q.a = operand_a;
-  q.b = operand_b;
   std::array<StageJob, 7> jobs;
   size_t staged = 0;
   int* padded_ends = padded_groups ? reinterpret_cast<int*>(static_cast<char*>(workspace->staged_b) + staged_b.bytes)
@@ -455,8 +450,7 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   const MatrixRef scales_a_view = scales_view(scales_a, staged_a_scratch + staged_a.bytes);
   const MatrixRef scales_b_view = scales_view(scales_b, staged_b_scratch + scales_b_at);
   const MatrixRef scales_b2_view = scales_view(scales_b2, staged_b_scratch + scales_b2_at);
-  const MatrixRef zeros_view = scales_view(zeros_scales, widen_a ? staged_a_scratch + staged_a.bytes + scales_a.staged.bytes
-                                                                 : staged_b_scratch + zeros_b_at);
+  const MatrixRef zeros_view = scales_view(zeros, staged_a_scratch + staged_a.bytes + scales_a.staged.bytes);
   stage_copies(std::span(jobs.data(), staged), stream);
   args.a = matrix(q.a);
   args.b = matrix(q.b);
@@ -472,15 +466,13 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
     map_a = cached_tensor_map(row_class_groups(p.a), 1, p.m / 8, row_class_start(p.a, 7) + p.k, true, k_box,
                               config.tile_m);
     map_b = cached_tensor_map(q.b, 8, row_class_width(p.k), p.n, false, k_box, config.tile_n);
-  } else if (widen_a) {  // packed rows, unswizzled: the widening warps read them (widen.cuh)
+  } else if (widen_a) {  // packed rows, unswizzled: the consumers read their fragments from them (widen.cuh)
     map_a = cached_tensor_map(q.a, p.batch, p.m, k_a, true, sm90::kPackedRowBytes, config.tile_m, false);
   } else if (!config.realign_a) {
     map_a = cached_tensor_map(q.a, p.rows_batch(), p.m, q.k, config.a_k_major, config.a_k_major ? k_box : 64,
                               config.a_k_major ? config.tile_m : 64);
   }
-  if (widen_b) {
-    map_b = cached_tensor_map(q.b, p.batch, k_b, p.n, false, sm90::kPackedRowBytes, config.tile_n, false);
-  } else if (!config.realign_b && !config.row_classes) {
+  if (!config.realign_b && !config.row_classes) {
     // A dual GEMM's B and B2 each fill half a stage: a K-major half is shared out among the
     // cluster's CTAs whole, one each where there are two (gemm.cuh, load_stage).
     const uint32_t b_rows = uint32_t(config.tile_n / (config.dual ? 2 : config.cluster_m));
@@ -503,7 +495,7 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   if (scales_a.rows > 0) launch.maps.scale_a = scales_map(scales_a, scales_a_view);
   if (scales_b.rows > 0) launch.maps.scale_b = scales_map(scales_b, scales_b_view);
   if (scales_b2.rows > 0) launch.maps.scale_b2 = scales_map(scales_b2, scales_b2_view);
-  if (zeros_scales.rows > 0) launch.maps.zeros = scales_map(zeros_scales, zeros_view);
+  if (zeros.rows > 0) launch.maps.zeros = scales_map(zeros, zeros_view);
   // A persistent grid: one CTA per SM at most, whole clusters, no more than there are work units.
   launch.grid = clamp_grid(cluster_tiles * args.splits, sm_count / cluster) * unsigned(cluster);
   launch_tma(kernel, config, launch, stream);

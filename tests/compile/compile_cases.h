@@ -172,16 +172,16 @@ inline std::vector<CompileCase> realign_cases() {
   return cases;
 }
 
-// 4-bit weights widened in the kernel: u4 B on every tile that takes it (bf16, split where
-// split-K runs), u4 A with zero points on every 64-row tile as transposed decode runs it (f16, f32
-// D), and e2m1 on the widest and narrowest tiles of each side.
+// 4-bit weights widened in the kernel (A, the problem transposed): u4 on every tile (bf16, split
+// where split-K runs), u4 with zero points on every 64-row tile as decode runs them (f16, f32 D),
+// and e2m1 on the widest and narrowest tiles.
 inline std::vector<CompileCase> widen_cases() {
   std::vector<CompileCase> cases;
-  auto add = [&](TileShape tile, bool widen_a, DType format, DType wide, bool zeros, DType out) {
+  auto add = [&](TileShape tile, DType format, DType wide, bool zeros, DType out) {
     KernelConfig config = with_layout(tile, true, true, 1);
-    config.in = widen_a ? format : wide;
-    config.in_b = widen_a ? wide : format;
-    (widen_a ? config.scale_a : config.scale_b) = format == DType::u4 ? ScaleMode::group : ScaleMode::mx;
+    config.in = format;
+    config.in_b = wide;
+    config.scale_a = format == DType::u4 ? ScaleMode::group : ScaleMode::mx;
     config.zeros = zeros;
     config.out = out;
     config.splits = tile.n <= kMaxSplitTileN ? 2 : 1;
@@ -189,11 +189,12 @@ inline std::vector<CompileCase> widen_cases() {
     cases.push_back(at_most_stages(config, " " + std::string(dtype_name(format)) + (zeros ? " zeros" : "")));
   };
   for (TileShape tile : tile_shapes()) {
-    if (!is_narrow(tile)) add(tile, false, DType::u4, DType::bf16, false, DType::bf16);
-    if (tile.m == 64) add(tile, true, DType::u4, DType::f16, true, DType::f32);
+    add(tile, DType::u4, DType::bf16, false, DType::bf16);
+    if (tile.m == 64) add(tile, DType::u4, DType::f16, true, DType::f32);
   }
-  for (TileShape tile : {TileShape{128, 256}, TileShape{64, 128}}) add(tile, false, DType::e2m1, DType::bf16, false, DType::bf16);
-  for (TileShape tile : {TileShape{64, 8}, TileShape{64, 256}}) add(tile, true, DType::e2m1, DType::bf16, false, DType::bf16);
+  for (TileShape tile : {TileShape{128, 256}, TileShape{64, 8}, TileShape{64, 256}}) {
+    add(tile, DType::e2m1, DType::bf16, false, DType::bf16);
+  }
   return cases;
 }
 
