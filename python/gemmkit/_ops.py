@@ -8,7 +8,8 @@ scaled_grouped_mm. An e4m3 output, quantised in 1x128 blocks, comes with its flo
 [..., M, ceil(N/128)] (_torch.new_scales): the *_quantized operators make and return both, and
 the operators that write into out take them as scale_d (None for other outputs); none of them
 has a gradient. scaled_swiglu_mm and scaled_grouped_swiglu_mm (and their _out and _quantized
-forms) are the FP8 dual GEMMs, with the inputs' scales; they have no gradient either."""
+forms) are the FP8 dual GEMMs, with the inputs' scales; they have no gradient either. w4_mm (and
+w4_mm_out) is the product with 4-bit weights (int4_mm, mxfp4_mm), which has no gradient."""
 
 import torch
 
@@ -130,6 +131,15 @@ _lib.define("scaled_grouped_swiglu_mm_quantized(Tensor x, Tensor w, Tensor? w_up
             "Tensor? scale_up, Tensor sizes, str layout, str mode_x, str mode_w, bool interleaved, str epilogue, "
             "str[] names, Tensor[] inputs, int max_sms) -> (Tensor, Tensor)")
 
+# x [M, K] @ W^T for 4-bit weights W [N, K] (gemmkit.int4_mm, mxfp4_mm): w their [N, ceil(K/2)]
+# bytes, format 'int4' (u4 codes with scales, and optional zeros, [ceil(K/group), N] of x's dtype)
+# or 'mxfp4' (e2m1 values with exponents scales [N, ceil(K/32)], group 32, no zeros), checked by
+# _torch.check_w4 (in the fake implementations too). [M, N] of out_dtype (None: x's). Not
+# differentiable: the backward raises.
+_lib.define("w4_mm(Tensor x, Tensor w, Tensor scales, Tensor? zeros, str format, int group, ScalarType? out_dtype) "
+            "-> Tensor")
+_lib.define("w4_mm_out(Tensor x, Tensor w, Tensor scales, Tensor? zeros, Tensor(a!) out, str format, int group) -> ()")
+
 
 def _gemm(a, b, scale_a, scale_b, mode_a, mode_b, out_dtype, alpha, beta, c):
     out = t.new_output(a, b, out_dtype)
@@ -200,6 +210,18 @@ def _swiglu_mm(x, w, w_up, interleaved, epilogue, names, inputs, out_dtype):
 def _swiglu_mm_out(x, w, w_up, out, interleaved, epilogue, names, inputs, outputs, scale_d=None):
     t.launch_swiglu(x, w, w_up, interleaved, out, epilogue, t.epilogue_triples(epilogue, names, [*inputs, *outputs]),
                     scale_d)
+
+
+def _w4_mm(x, w, scales, zeros, format, group, out_dtype):
+    t.check_w4(x, w, scales, zeros, format, group)
+    out = t.new_w4_output(x, w, out_dtype)
+    t.launch_w4(x, w, scales, zeros, format, group, out)
+    return out
+
+
+def _w4_mm_out(x, w, scales, zeros, out, format, group):
+    t.check_w4(x, w, scales, zeros, format, group)
+    t.launch_w4(x, w, scales, zeros, format, group, out)
 
 
 OUTPUT_TYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}  # the *_outputs operators'
@@ -368,6 +390,8 @@ _lib.impl("scaled_swiglu_mm_quantized", _scaled_swiglu_mm_quantized, "CUDA")
 _lib.impl("scaled_grouped_swiglu_mm", _scaled_grouped_swiglu_mm, "CUDA")
 _lib.impl("scaled_grouped_swiglu_mm_out", _scaled_grouped_swiglu_mm_out, "CUDA")
 _lib.impl("scaled_grouped_swiglu_mm_quantized", _scaled_grouped_swiglu_mm_quantized, "CUDA")
+_lib.impl("w4_mm", _w4_mm, "CUDA")
+_lib.impl("w4_mm_out", _w4_mm_out, "CUDA")
 
 
 @torch.library.register_fake("gemmkit::gemm")
@@ -552,6 +576,19 @@ def _scaled_grouped_swiglu_mm_quantized_fake(x, w, w_up, scale_x, scale_w, scale
                                              interleaved, epilogue, names, inputs, max_sms):
     t.check_operator_shapes(epilogue, names, inputs, t.grouped_swiglu_epilogue_dims(x, w, w_up))
     return _with_scales(x.new_empty(t.grouped_swiglu_output_shape(x, w, w_up), dtype=t.QUANTIZED))
+
+
+# The 4-bit weight product's output, [M, N]; its arguments are checked as the kernel's are.
+
+@torch.library.register_fake("gemmkit::w4_mm")
+def _w4_mm_fake(x, w, scales, zeros, format, group, out_dtype):
+    t.check_w4(x, w, scales, zeros, format, group)
+    return x.new_empty(x.size(0), w.size(0), dtype=t.output_dtype(x, out_dtype))
+
+
+@torch.library.register_fake("gemmkit::w4_mm_out")
+def _w4_mm_out_fake(x, w, scales, zeros, out, format, group):
+    t.check_w4(x, w, scales, zeros, format, group)
 
 
 # --- autograd ----------------------------------------------------------------------------------
@@ -974,6 +1011,21 @@ torch.library.register_autograd("gemmkit::scaled_swiglu_mm", _fp8_swiglu_backwar
                                 setup_context=_no_setup_context)
 torch.library.register_autograd("gemmkit::scaled_grouped_swiglu_mm", _fp8_swiglu_backward("scaled_grouped_swiglu_mm"),
                                 setup_context=_no_setup_context)
+
+
+# Products with 4-bit weights have no gradient either: a call on inputs that require grad runs,
+# and its backward raises, naming the function (int4_mm or mxfp4_mm).
+
+def _w4_setup_context(ctx, inputs, output):
+    ctx.function = f"{inputs[4]}_mm"
+
+
+def _w4_backward(ctx, grad):
+    raise RuntimeError(f"gemmkit: {ctx.function} (4-bit weights) is not differentiable; expected inputs that do not "
+                       "require grad (or torch.no_grad())")
+
+
+torch.library.register_autograd("gemmkit::w4_mm", _w4_backward, setup_context=_w4_setup_context)
 
 
 # --- eager autograd ------------------------------------------------------------------------------

@@ -3,7 +3,7 @@ data pointer, dtype, sizes and strides, so any strided view runs as it is, on th
 device and that device's current stream.
 
 A call reaches the launch (`launch_gemm`, `launch_grouped`, `launch_grouped_wgrad`,
-`launch_quantize`) by one of three roads. Where torch has something to record besides autograd
+`launch_quantize`, `launch_w4`) by one of three roads. Where torch has something to record besides autograd
 (torch.compile tracing, fake or other subclass tensors, a dispatch mode, a functorch transform)
 it goes through the custom operators torch.ops.gemmkit.* (`_ops`), whose CUDA kernels are these
 same launches. Where only autograd has (inputs that require grad, eager) it goes through _ops'
@@ -16,6 +16,7 @@ use of one of its functions (or at once where torch is already loaded), not befo
 """
 
 import collections
+import operator
 import re
 
 import torch
@@ -99,6 +100,36 @@ def launch_gemm(a, b, out, scale_a, scale_b, mode_a, mode_b, alpha, beta, c, epi
 
 
 SWIGLU = "silu(acc) * acc2"  # a dual GEMM's epilogue where none is given (gemmkit/gemm.h, GemmOptions::b2)
+
+# 4-bit weights (int4_mm, mxfp4_mm; gemmkit/gemm.h): each format's DType of B, and the dtypes its
+# [N, ceil(K/2)] bytes may come in: uint8, or for MXFP4 torch's float4_e2m1fn_x2 where this torch
+# has it. MXFP4's scales are one ue8m0 exponent a block of MX_BLOCK along K.
+W4_FORMATS = {"int4": _C.DType.u4, "mxfp4": _C.DType.e2m1}
+FLOAT4 = getattr(torch, "float4_e2m1fn_x2", None)
+W4_BYTES = {"int4": (torch.uint8,), "mxfp4": (torch.uint8,) + ((FLOAT4,) if FLOAT4 is not None else ())}
+E8M0 = torch.float8_e8m0fnu
+MX_BLOCK = 32
+
+
+def new_w4_output(x, w, out_dtype):
+    """An empty [M, N] output for x [M, K] and 4-bit weights w [N, ceil(K/2)] (new_output's
+    cheapest form)."""
+    dtype = output_dtype(x, out_dtype)
+    return x.new_empty(x.size(0), w.size(0)) if dtype == x.dtype else x.new_empty(x.size(0), w.size(0), dtype=dtype)
+
+
+def launch_w4(x, w, scales, zeros, format, group, out):
+    """out [M, N] = x [M, K] @ W^T on out's device and current stream, for 4-bit weights W [N, K]
+    (torch.nn.Linear's layout) stored as w, [N, ceil(K/2)] bytes, two K elements a byte: B = W^T,
+    viewed in C++ as K x N of u4 (format 'int4') or e2m1 ('mxfp4') with nibble strides {1, 2 *
+    w.stride(0)} (python/src/module.cpp, gemm_4bit_tensors). int4's scales and zero points
+    [ceil(K/group), N] go as they are; MXFP4's [N, ceil(K/32)] (gpt-oss's layout) as their
+    transpose, B's ceil(K/32) x N, read as float8_e8m0fnu (uint8 exponents viewed so). Checked by
+    check_w4."""
+    if format == "mxfp4":
+        scales = (scales if scales.dtype == E8M0 else scales.view(E8M0)).t()
+    _C.gemm_4bit_tensors(x, w, out, W4_FORMATS[format], scales, zeros, group,
+                         torch._C._cuda_getCurrentRawStream(out.get_device()))
 
 
 def swiglu_output_shape(x, w, w_up):
@@ -552,6 +583,63 @@ def quantized(out, out_dtype):
     """Whether a call's output is e4m3, quantised in 1x128 blocks with its scales (out and
     out_dtype checked by check_output)."""
     return (out_dtype if out is None else out.dtype) == QUANTIZED
+
+
+def check_w4(x, w, scales, zeros, format, group):
+    """The operands of a product with 4-bit weights (int4_mm, mxfp4_mm, torch.ops.gemmkit.w4_mm):
+    x [M, K] bfloat16 or float16; w the weights [N, ceil(K/2)] as bytes (W4_BYTES), named qweight
+    (int4) or weight (mxfp4), the bytes along K contiguous; int4's scales [ceil(K/group), N] of x's
+    dtype and zeros None or as the scales, `group` 32, a power of two from 64, or at least K; MXFP4's
+    scales [N, ceil(K/32)] float8_e8m0fnu or uint8, no zeros, group 32. TypeError for a dtype,
+    ValueError for anything else, naming the argument."""
+    if format not in W4_FORMATS:
+        raise ValueError(f"format: {format!r}; expected 'int4' or 'mxfp4'")
+    int4 = format == "int4"
+    w_name = "qweight" if int4 else "weight"
+    _check_cuda_tensor(x, "x")
+    if x.dim() != 2:
+        raise ValueError(f"x: {x.dim()} dimensions; expected 2, [M, K]")
+    if x.dtype not in (torch.bfloat16, torch.float16):
+        raise TypeError(f"x: dtype {x.dtype} is not supported; expected bfloat16 or float16")
+    k = x.size(1)
+    _check_cuda_tensor(w, w_name)
+    if w.dtype not in W4_BYTES[format]:
+        raise TypeError(f"{w_name}: dtype {w.dtype} is not supported; expected "
+                        + ("uint8, two 4-bit codes a byte along K" if int4 else
+                           " or ".join(str(d).replace("torch.", "") for d in W4_BYTES[format])
+                           + ", two FP4 values a byte along K"))
+    if w.dim() != 2 or w.size(1) != (k + 1) // 2:
+        raise ValueError(f"{w_name}: shape {list(w.shape)}; expected [N, ceil(K/2)] = [N, {(k + 1) // 2}] bytes for "
+                         f"x's K = {k}")
+    if w.size(1) > 1 and w.stride(1) != 1:
+        raise ValueError(f"{w_name}: strides {list(w.stride())}; expected the bytes along K contiguous (stride 1)")
+    n = w.size(0)
+    _check_cuda_tensor(scales, "scales")
+    if int4:
+        if group < 1 or (group < k and (group < 32 or group & (group - 1))):
+            raise ValueError(f"group: {group}; expected 32, a power of two from 64, or at least K = {k} (one scale a "
+                             "column)")
+        if scales.dtype != x.dtype:
+            raise TypeError(f"scales: dtype {scales.dtype}; expected x's, {x.dtype}")
+        shape, text = (-(-k // group), n), f"[ceil(K/{group}), N]"
+    else:
+        if group != MX_BLOCK:
+            raise ValueError(f"group: {group} with format 'mxfp4'; expected {MX_BLOCK} (MX blocks are 32 of K)")
+        if scales.dtype not in (E8M0, torch.uint8):
+            raise TypeError(f"scales: dtype {scales.dtype} is not supported; expected float8_e8m0fnu or uint8 "
+                            "(exponents e, each scale 2^(e - 127))")
+        shape, text = (n, -(-k // MX_BLOCK)), "[N, ceil(K/32)]"
+    if tuple(scales.shape) != shape:
+        raise ValueError(f"scales: shape {list(scales.shape)}; expected {text} = {list(shape)} for K = {k}, N = {n}")
+    if zeros is None:
+        return
+    if not int4:
+        raise ValueError("zeros: given with MXFP4 weights; expected None (zero points are int4's)")
+    _check_cuda_tensor(zeros, "zeros")
+    if zeros.dtype != scales.dtype:
+        raise TypeError(f"zeros: dtype {zeros.dtype}; expected the scales', {scales.dtype}")
+    if zeros.shape != scales.shape:
+        raise ValueError(f"zeros: shape {list(zeros.shape)}; expected the scales', {list(scales.shape)}")
 
 
 def refuse_autograd_of_quantized(named):
@@ -1257,6 +1345,98 @@ def scaled_mm(a, b, scale_a, scale_b, *, mode="tensor", out=None, out_dtype=None
     result = _gemm(a, b, (2, 3), scale_a, scale_b, _mode_pair(mode), out_t, out_dtype, alpha, beta, c, epilogue,
                    tensors, scales_t)
     return _arrays.to_caller(result, kind, out)
+
+
+def int4_mm(x, qweight, scales, zeros=None, *, group=128, out=None, out_dtype=None):
+    """x @ W.T for int4 weights W [N, K] (torch.nn.Linear's layout) with a scale, and optionally a
+    zero point, per `group` K elements of a row (GPTQ's and AWQ's scheme): W[n, k] = (q - zero) *
+    scale, q in 0..15 the code of qweight, scale = scales[k // group, n], zero = zeros[k // group,
+    n], or 8 without zeros (symmetric).
+    - x [..., K] bfloat16 or float16; the leading dimensions are flattened into the product's rows
+      (a view where they can be, else a copy, as linear's).
+    - qweight uint8 [N, ceil(K/2)], two codes a byte along K, the even k in the low nibble (K is
+      x's; for an odd K the last high nibble is not read); any row stride, the bytes of a row
+      contiguous.
+    - scales [ceil(K/group), N] of x's dtype, any strides: N-contiguous, as GPTQ and AWQ store
+      them, is read as it lies, others are copied so first, on every call. zeros None, or the
+      zero points as numbers (AWQ's), of the scales' shape and dtype.
+    - group: the K elements a scale covers, 32, a power of two from 64, or at least K (one scale
+      a column).
+    -> [..., N] of x's dtype, or out_dtype's (bfloat16, float16 or float32); out= a [..., N]
+    tensor to write (its leading dimensions must flatten without a copy), returned.
+    Each weight is dequantised and rounded once to x's type, and the products summed in float32,
+    as a 16-bit product of the dequantised weights would be. Not differentiable: a call on inputs
+    that require grad runs, but its backward raises RuntimeError (out= refuses them). A traced
+    call is one operator, torch.ops.gemmkit.w4_mm (w4_mm_out with out=), format 'int4'."""
+    names = ("x", "qweight", "scales", "zeros", "out")
+    (x, qweight, scales, zeros, out_t), kind = _arrays.to_torch(torch, (x, qweight, scales, zeros, out), names)
+    try:
+        group = operator.index(group)
+    except TypeError:
+        raise TypeError(f"group: {type(group).__name__}; expected an int, the K elements a scale covers") from None
+    result = _w4(x, qweight, scales, zeros, "int4", group, out_t, out_dtype)
+    return _arrays.to_caller(result, kind, out)
+
+
+def mxfp4_mm(x, weight, scales, *, out=None, out_dtype=None):
+    """x @ W.T for MXFP4 weights W [N, K] (torch.nn.Linear's layout; gpt-oss's experts): W[n, k] =
+    v * 2^(e - 127), v the OCP MX FP4 (e2m1) value of weight's code (0, 0.5, 1, 1.5, 2, 3, 4, 6
+    and their negatives) and e = scales[n, k // 32], one exponent a block of 32 along K.
+    - x [..., K] bfloat16 or float16; the leading dimensions are flattened into the product's rows
+      (a view where they can be, else a copy, as linear's).
+    - weight [N, ceil(K/2)] of uint8 (or torch.float4_e2m1fn_x2, where this torch has it), two
+      values a byte along K, the even k in the low nibble (K is x's); gpt-oss's blocks [N, K/32,
+      16] flattened into [N, K/2] are this. Any row stride, the bytes of a row contiguous.
+    - scales [N, ceil(K/32)] of float8_e8m0fnu or uint8 (gpt-oss's layout), any strides; read as
+      their transpose, which is copied N-contiguous first, on every call, unless it lies so (scales
+      stored [ceil(K/32), N] and passed transposed are read as they lie).
+    -> [..., N] of x's dtype, or out_dtype's (bfloat16, float16 or float32); out= a [..., N]
+    tensor to write (its leading dimensions must flatten without a copy), returned.
+    Each weight is rounded once to x's type after scaling (exact unless the scale takes it out of
+    that type's normal range), the products summed in float32. Not differentiable: a call on
+    inputs that require grad runs, but its backward raises RuntimeError (out= refuses them). A
+    traced call is one operator, torch.ops.gemmkit.w4_mm (w4_mm_out with out=), format
+    'mxfp4'."""
+    names = ("x", "weight", "scales", "out")
+    (x, weight, scales, out_t), kind = _arrays.to_torch(torch, (x, weight, scales, out), names)
+    result = _w4(x, weight, scales, None, "mxfp4", MX_BLOCK, out_t, out_dtype)
+    return _arrays.to_caller(result, kind, out)
+
+
+def _w4(x, w, scales, zeros, format, group, out, out_dtype):
+    """int4_mm's and mxfp4_mm's product, x [..., K] flattened into [M, K] rows: launched directly,
+    else through w4_mm, or w4_mm_out into out (viewed as [M, N])."""
+    _check_cuda_tensor(x, "x")
+    if x.dim() == 0:
+        raise ValueError("x: 0 dimensions; expected at least 1, [..., K]")
+    rows = x.unsqueeze(0) if x.dim() == 1 else x.flatten(0, -2)
+    check_w4(rows, w, scales, zeros, format, group)
+    if out_dtype is not None and out_dtype not in OUT_DTYPES:
+        raise TypeError(f"out_dtype: {out_dtype} is not supported; expected bfloat16, float16 or float32")
+    shape = (*x.shape[:-1], w.size(0))
+    flat = None
+    if out is not None:
+        _check_cuda_tensor(out, "out")
+        if out.dtype not in OUT_DTYPES:
+            raise TypeError(f"out: dtype {out.dtype} is not supported; expected bfloat16, float16 or float32")
+        if out_dtype is not None and out.dtype != out_dtype:
+            raise ValueError(f"out: dtype {out.dtype} differs from out_dtype {out_dtype}")
+        if tuple(out.shape) != shape:
+            raise ValueError(f"out: shape {list(out.shape)}; expected x's leading dimensions and N, {list(shape)}")
+        flat = _rows_view(out, "out", rows.size(0), w.size(0))
+    if direct(rows, w, scales, zeros, out):
+        if out is not None:
+            launch_w4(rows, w, scales, zeros, format, group, flat)
+            return out
+        result = new_w4_output(rows, w, out_dtype)
+        launch_w4(rows, w, scales, zeros, format, group, result)
+        return result if x.dim() == 2 else result.view(shape)
+    if out is None:
+        result = torch.ops.gemmkit.w4_mm(rows, w, scales, zeros, format, group, out_dtype)
+        return result if x.dim() == 2 else result.view(shape)
+    refuse_autograd_with_out(rows, scales, zeros, out)
+    torch.ops.gemmkit.w4_mm_out(rows, w, scales, zeros, flat, format, group)
+    return out
 
 
 def scaled_swiglu_mm(x, w, scale_x, scale_w, w_up=None, scale_up=None, *, mode="tensor", interleaved=False,

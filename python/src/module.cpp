@@ -7,7 +7,9 @@
 // arguments, and swiglu_tensors() makes B and B2 of SwiGLU's weights itself
 // (grouped_swiglu_tensors() of the experts' weights, for grouped_gemm()), with FP8 weights' scales
 // given as the two halves' views (scale_b, scale_b2). Each of them takes an e4m3 D's scales as an
-// optional scale_d (GemmOptions::scale_d, block mode).
+// optional scale_d (GemmOptions::scale_d, block mode). gemm_4bit_tensors() takes 4-bit weights
+// as checkpoints store them, [N, ceil(K/2)] bytes, and makes B's u4 or e2m1 view of them itself
+// (packed_weight_view_of, also bound for tests), with group or MX scales.
 // set_scratch_allocator() makes two Python callables (torch's caching allocator, from
 // python/gemmkit/_torch.py) gemmkit's scratch allocator (gemmkit/scratch.h). gemmkit::Error
 // becomes ValueError where the caller passed something gemmkit cannot accept, RuntimeError
@@ -312,6 +314,37 @@ NB_MODULE(_gemmkit, m) {
       "scale_view_of",
       [](nb::handle scales, const char* name, bool of_a) { return gemmkit::python::scale_view_of(scales, name, of_a); },
       nb::arg("scales"), nb::arg("name"), nb::arg("of_a"), "the view of A's (of_a) or B's scales");
+  m.def(
+      "packed_weight_view_of",
+      [](nb::handle bytes, DType dtype, int64_t k, const char* name) {
+        return gemmkit::python::packed_weight_view_of(bytes, dtype, k, name);
+      },
+      nb::arg("bytes"), nb::arg("dtype"), nb::arg("k"), nb::arg("name"),
+      "the K x N view (dtype u4 or e2m1, strides in nibbles {1, 2 * row stride}) of 4-bit weights stored as "
+      "[N, ceil(K/2)] bytes, two K elements a byte");
+  m.def(
+      "gemm_4bit_tensors",
+      [](nb::handle x, nb::handle w, nb::handle d, DType dtype, nb::handle scales, nb::handle zeros, int64_t group,
+         uintptr_t stream) {
+        const TensorView va = gemmkit::python::view_of(x, "x");
+        const char* w_name = dtype == DType::u4 ? "qweight" : "weight";
+        const TensorView vb = gemmkit::python::packed_weight_view_of(w, dtype, va.cols(), w_name);
+        const TensorView vd = gemmkit::python::view_of(d, "out");
+        gemmkit::GemmOptions options;
+        options.stream = stream_of(stream);
+        options.scale_b.mode = dtype == DType::u4 ? ScaleMode::group : ScaleMode::mx;
+        options.scale_b.scales = gemmkit::python::view_of(scales, "scales");
+        options.scale_b.group = group;
+        options.scale_b.zeros = optional_view(zeros, "zeros");
+        nb::gil_scoped_release unlocked;
+        gemmkit::gemm(va, vb, vd, options);
+      },
+      nb::arg("x"), nb::arg("w"), nb::arg("d"), nb::arg("dtype"), nb::arg("scales"), nb::arg("zeros").none(),
+      nb::arg("group"), nb::arg("stream"),
+      "gemm() of 4-bit weights on framework tensors: d [M, N] = x [M, K] @ W^T, W [N, K] given as w, its [N, "
+      "ceil(K/2)] bytes (packed_weight_view_of), read as B = W^T of `dtype`: u4 with group scales ceil(K/group) x N "
+      "of x's dtype and optional zero points of the same (ScaleMode::group, `group` K elements a scale), or e2m1 "
+      "with ue8m0 scales ceil(K/32) x N (ScaleMode::mx, group 0 or 32); scales and zeros are 2-D, any strides");
   m.def(
       "gemm_tensors",
       [](nb::handle a, nb::handle b, nb::handle d, float alpha, float beta, nb::handle c, uintptr_t stream,

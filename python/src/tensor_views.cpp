@@ -71,6 +71,33 @@ TensorView view_of(nb::handle tensor, const char* name) {
   throw nb::value_error((std::string(name) + ": " + std::to_string(shape.size()) + " dimensions; expected 2 or 3").c_str());
 }
 
+TensorView packed_weight_view_of(nb::handle bytes, DType dtype, int64_t k, const char* name) {
+  const std::string prefix = std::string(name) + ": ";
+  if (!is_4bit(dtype)) {
+    throw nb::value_error((prefix + "dtype " + std::string(dtype_name(dtype)) + "; expected u4 or e2m1").c_str());
+  }
+  const nb::tuple shape = nb::tuple(bytes.attr(names().shape));
+  if (shape.size() != 2) {
+    throw nb::value_error(
+        (prefix + std::to_string(shape.size()) + " dimensions; expected 2, [N, ceil(K/2)] bytes").c_str());
+  }
+  const nb::tuple stride = nb::tuple(bytes.attr(names().stride)());
+  const int64_t n = nb::cast<int64_t>(shape[0]), cols = nb::cast<int64_t>(shape[1]);
+  const int64_t row_stride = nb::cast<int64_t>(stride[0]), col_stride = nb::cast<int64_t>(stride[1]);
+  if (k < 0 || cols != (k + 1) / 2) {
+    throw nb::value_error((prefix + "shape [" + std::to_string(n) + ", " + std::to_string(cols) +
+                           "]; expected [N, ceil(K/2)] = [" + std::to_string(n) + ", " + std::to_string((k + 1) / 2) +
+                           "] bytes for K = " + std::to_string(k))
+                              .c_str());
+  }
+  if (cols > 1 && col_stride != 1) {
+    throw nb::value_error((prefix + "strides [" + std::to_string(row_stride) + ", " + std::to_string(col_stride) +
+                           "]; expected the bytes along K contiguous (stride 1)")
+                              .c_str());
+  }
+  return TensorView::matrix(data_of(bytes), dtype, k, n, 1, 2 * row_stride);
+}
+
 TensorView scale_view_of(nb::handle scales, const char* name, bool of_a) {
   const nb::tuple shape = nb::tuple(scales.attr(names().shape));
   if (shape.size() >= 2) return view_of(scales, name);

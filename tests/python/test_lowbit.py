@@ -1,0 +1,444 @@
+"""gemmkit.int4_mm and gemmkit.mxfp4_mm, products with 4-bit weights W [N, K] stored as [N,
+ceil(K/2)] bytes. Without a GPU: the views the binding makes of the bytes (u4 or e2m1, K x N,
+strides in nibbles), the launch's arguments as the C++ checks see them (CPU tensors, refused only
+for their memory), the operator's fake implementation under fake CUDA tensors (output shapes,
+dtypes, one traced operator), the argument errors, the backward's refusal, and the reference's
+own reading of the bytes. On an sm_90 GPU (those tests skip, saying so, elsewhere): the products
+against a double-precision product of the weights dequantised exactly, allowed one rounding of
+each weight to x's type (2^-8 of sum |x||w| for bfloat16, 2^-11 for float16) and 1e-5 of it for
+the float32 sums, as tests/gpu/lowbit_test.cpp's reference (src/reference/compare.h), plus two
+roundings of the output; then layouts, out=, torch.compile, CUDA graphs and autograd. Needs
+torch; skips, saying so, without it."""
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+from fake_cuda import cuda  # noqa: E402
+from gpu_reference import capture  # noqa: E402
+
+import gemmkit  # noqa: E402
+from gemmkit import DType, _gemmkit, _torch  # noqa: E402
+
+BF16, F16, F32, U8, E8M0 = torch.bfloat16, torch.float16, torch.float32, torch.uint8, torch.float8_e8m0fnu
+FLOAT4 = getattr(torch, "float4_e2m1fn_x2", None)
+HALF_ULP = {BF16: 2.0 ** -8, F16: 2.0 ** -11, F32: 2.0 ** -24}
+FP4_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+needs_sm90 = pytest.mark.skipif(not SM90, reason="no sm_90 GPU")
+DEVICE_REFUSALS = ("no NVIDIA driver found", "no CUDA device", "the NVIDIA driver supports")
+
+
+# --- the reference: the weights dequantised exactly, in double ------------------------------------
+
+def codes_of(w, k):
+    """The 4-bit codes [N, K] of weights stored as bytes w [N, ceil(K/2)] (uint8 or float4), the
+    even k in the low nibble."""
+    b = w.view(U8)
+    return torch.stack((b & 15, b >> 4), -1).flatten(1)[:, :k]
+
+
+def int4_weights(qweight, scales, zeros, group, k):
+    """W [N, K] in double: (q - zero) * scale, zero 8 without zeros."""
+    index = torch.arange(k, device=qweight.device) // group
+    s = scales.double()[index].t()
+    z = 8.0 if zeros is None else zeros.double()[index].t()
+    return (codes_of(qweight, k).double() - z) * s
+
+
+def mxfp4_weights(weight, scales, k):
+    """W [N, K] in double: the e2m1 value times 2^(e - 127), e the exponent of its block of 32."""
+    values = torch.tensor(FP4_VALUES, dtype=torch.float64, device=weight.device)[codes_of(weight, k).long()]
+    exponents = scales.view(U8).double()[:, torch.arange(k, device=weight.device) // 32]
+    return values * torch.exp2(exponents - 127)
+
+
+def expect_close(d, x, w):
+    """d [..., N] against x [..., K] @ w.T in double, x bfloat16 or float16: one rounding of each
+    weight to x's type and float32 sums (HALF_ULP[x's type] + 1e-5 of sum |x||w|), and two
+    roundings of the output."""
+    xd = x.double()
+    ref, total = xd @ w.t(), xd.abs() @ w.abs().t()
+    bound = total * (HALF_ULP[x.dtype] + 1e-5) + ref.abs() * 2 * HALF_ULP[d.dtype]
+    assert d.shape == ref.shape
+    assert torch.isfinite(d).all(), "non-finite outputs"
+    error = (d.double() - ref).abs()
+    assert (error <= bound + 1e-30).all(), f"max error {error.max().item()}, over its bound by {(error - bound).max()}"
+
+
+def test_the_reference_reads_the_low_nibble_first():
+    w = torch.tensor([[0x21, 0xF3], [0x8C, 0x07]], dtype=U8)
+    assert codes_of(w, 3).tolist() == [[1, 2, 3], [12, 8, 7]]  # K = 3: the last high nibble is padding
+    scales = torch.tensor([[1.0, 0.5], [2.0, 4.0]], dtype=BF16)  # [ceil(3/2), N]: groups of 2
+    assert int4_weights(w, scales, None, 2, 3).tolist() == [[-7.0, -6.0, -10.0], [2.0, 0.0, -4.0]]
+    zeros = torch.tensor([[1.0, 8.0], [3.0, 7.0]], dtype=BF16)
+    assert int4_weights(w, scales, zeros, 2, 3).tolist() == [[0.0, 1.0, 0.0], [2.0, 0.0, 0.0]]
+    e = torch.tensor([[127], [129]], dtype=U8)  # [N, ceil(3/32)]: 1 and 4
+    assert mxfp4_weights(w, e, 3).tolist() == [[0.5, 1.0, 1.5], [-8.0, -0.0, 24.0]]
+    assert mxfp4_weights(w, e.view(E8M0), 3).tolist() == mxfp4_weights(w, e, 3).tolist()
+
+
+# --- without a GPU: the package, the binding's views, the launch's arguments -----------------------
+
+def test_the_functions_are_the_packages():
+    for name in ("int4_mm", "mxfp4_mm"):
+        assert getattr(gemmkit, name) is getattr(_torch, name) and name in gemmkit.__all__
+    assert hasattr(torch.ops.gemmkit, "w4_mm") and hasattr(torch.ops.gemmkit, "w4_mm_out")
+
+
+def test_the_binding_views_bytes_as_k_x_n_nibbles():
+    storage = torch.zeros(10, 40, dtype=U8)
+    w = storage[:, 3:36]  # N = 10, 33 bytes a row, rows 40 bytes apart: K = 65 or 66
+    v = _gemmkit.packed_weight_view_of(w, DType.u4, 65, "qweight")
+    assert (v.data, v.dtype, v.shape, v.strides) == (w.data_ptr(), DType.u4, [65, 10], [1, 80])
+    v = _gemmkit.packed_weight_view_of(w, DType.e2m1, 66, "weight")
+    assert (v.dtype, v.shape, v.strides) == (DType.e2m1, [66, 10], [1, 80])
+    if FLOAT4 is not None:  # the dtype is the caller's to check
+        f = torch.zeros(4, 16, dtype=U8).view(FLOAT4)
+        assert _gemmkit.packed_weight_view_of(f, DType.e2m1, 32, "weight").strides == [1, 32]
+    with pytest.raises(ValueError, match=r"^qweight: 3 dimensions; expected 2, \[N, ceil\(K/2\)\] bytes$"):
+        _gemmkit.packed_weight_view_of(storage.view(2, 5, 40), DType.u4, 80, "qweight")
+    with pytest.raises(ValueError, match=r"^weight: shape \[10, 33\]; expected \[N, ceil\(K/2\)\] = \[10, 34\] bytes "
+                                         r"for K = 67$"):
+        _gemmkit.packed_weight_view_of(w, DType.e2m1, 67, "weight")
+    with pytest.raises(ValueError, match=r"^qweight: strides \[1, 10\]; expected the bytes along K contiguous"):
+        _gemmkit.packed_weight_view_of(torch.zeros(33, 10, dtype=U8).t(), DType.u4, 66, "qweight")
+    with pytest.raises(ValueError, match="^qweight: dtype bf16; expected u4 or e2m1$"):
+        _gemmkit.packed_weight_view_of(w, DType.bf16, 66, "qweight")
+
+
+@pytest.fixture
+def cpu_launch(monkeypatch):
+    """_torch.launch_w4 on CPU tensors: the stream 0 (torch without CUDA has none to give), so that
+    the call reaches gemmkit's checks, which refuse CPU memory only after every shape, dtype and
+    stride."""
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 0, raising=False)
+    return _torch.launch_w4
+
+
+def refused_for_memory_alone(call):
+    """call() reaches gemmkit and gets past its checks of the views: it is refused for the CPU
+    memory alone (without a GPU: for the missing device, RuntimeError)."""
+    with pytest.raises((RuntimeError, ValueError)) as error:
+        call()
+    text = str(error.value)
+    assert text.startswith(DEVICE_REFUSALS) or "is not device memory" in text, text
+
+
+def test_the_launch_passes_the_views_the_c_api_takes(cpu_launch):
+    m, n, k = 3, 10, 4097  # odd K: 2049 bytes a row
+    x, out = torch.zeros(m, k, dtype=BF16), torch.zeros(m, n, dtype=F32)
+    qweight = torch.zeros(n, 2056, dtype=U8)[:, :2049]  # rows padded to 2056 bytes
+    scales, zeros = torch.zeros(33, n, dtype=BF16), torch.zeros(n, 33, dtype=BF16).t()  # any strides
+    refused_for_memory_alone(lambda: cpu_launch(x, qweight, scales, zeros, "int4", 128, out))
+    refused_for_memory_alone(lambda: cpu_launch(x, qweight, scales[:1], None, "int4", 8192, out))  # per column
+    # gemmkit's own checks see B = W^T (K x N) and scales [ceil(K/group), N] as given.
+    with pytest.raises(ValueError, match=r"^scale_b: shape \[33, 10\]; expected ceil\(K/64\) x N = 65 x 10"):
+        cpu_launch(x, qweight, scales, None, "int4", 64, out)
+    with pytest.raises(ValueError, match=r"^scale_b: dtype f16; expected bf16 \(A's dtype\)"):
+        cpu_launch(x, qweight, scales.half(), None, "int4", 128, out)
+    # MXFP4: scales [N, ceil(K/32)] pass transposed, B's ceil(K/32) x N, uint8 read as e8m0.
+    e = torch.zeros(n, 129, dtype=U8)
+    refused_for_memory_alone(lambda: cpu_launch(x, qweight, e, None, "mxfp4", 32, out))
+    refused_for_memory_alone(lambda: cpu_launch(x, qweight, e.view(E8M0), None, "mxfp4", 32, out))
+    with pytest.raises(ValueError, match=r"^scale_b: shape \[10, 129\]; expected ceil\(K/32\) x N = 129 x 10"):
+        cpu_launch(x, qweight, e.t().contiguous(), None, "mxfp4", 32, out)  # [129, N] given: the wrong way round
+    with pytest.raises(ValueError, match=r"^qweight: shape \[10, 2049\]; expected \[N, ceil\(K/2\)\] = \[10, 2048\]"):
+        cpu_launch(x[:, :4096], qweight, scales, None, "int4", 128, out)
+
+
+# --- without a GPU: the operator under fake tensors, as torch.compile traces it --------------------
+
+def int4_args(m, n, k, group=128, dtype=BF16, zeros=False):
+    """Fake CUDA x [m, k], qweight, scales (and zeros) for int4_mm (inside the `fake` fixture)."""
+    scales = cuda(-(-k // group), n, dtype=dtype)
+    return cuda(m, k, dtype=dtype), cuda(n, (k + 1) // 2, dtype=U8), scales, cuda(*scales.shape, dtype=dtype) if zeros \
+        else None
+
+
+def mxfp4_args(m, n, k, dtype=BF16, weights=U8, scales=U8):
+    return cuda(m, k, dtype=dtype), cuda(n, (k + 1) // 2, dtype=weights), cuda(n, -(-k // 32), dtype=scales)
+
+
+W4_MM = (torch.ops.gemmkit.w4_mm, torch.ops.gemmkit.w4_mm.default)  # as a graph may record them
+W4_MM_OUT = (torch.ops.gemmkit.w4_mm_out, torch.ops.gemmkit.w4_mm_out.default)
+
+
+def test_fake_shapes_and_dtypes(fake):
+    n = 4095
+    x, qweight, scales, zeros = int4_args(33, n, 4160, zeros=True)
+    for d, shape, dtype in [
+            (gemmkit.int4_mm(x, qweight, scales), (33, n), BF16),
+            (gemmkit.int4_mm(x, qweight, scales, zeros, out_dtype=F32), (33, n), F32),
+            (gemmkit.int4_mm(x.view(3, 11, 4160), qweight, scales), (3, 11, n), BF16),  # leading dimensions
+            (gemmkit.int4_mm(x[0], qweight, scales), (n,), BF16),  # one row, 1-D
+            (gemmkit.int4_mm(x.t().contiguous().t(), qweight, scales.t().contiguous().t()), (33, n), BF16),
+            (gemmkit.int4_mm(*int4_args(16, n, 4097, 32, F16, True)[:3], group=32), (16, n), F16),
+            (gemmkit.int4_mm(*int4_args(16, n, 4097, 8192, F16)[:3], group=8192), (16, n), F16),  # per column
+            (gemmkit.int4_mm(*int4_args(1, n, 4097, 4097)[:3], group=4097), (1, n), BF16),  # K itself
+            (gemmkit.mxfp4_mm(*mxfp4_args(33, n, 4097)), (33, n), BF16),
+            (gemmkit.mxfp4_mm(*mxfp4_args(2, n, 4160, F16, scales=E8M0), out_dtype=BF16), (2, n), BF16)]:
+        assert isinstance(d, torch._subclasses.fake_tensor.FakeTensor)
+        assert tuple(d.shape) == shape and d.dtype == dtype and d.device.type == "cuda"
+    if FLOAT4 is not None:
+        d = gemmkit.mxfp4_mm(*mxfp4_args(4, n, 4160, weights=FLOAT4, scales=E8M0))
+        assert tuple(d.shape) == (4, n) and d.dtype == BF16
+    out = cuda(3, 11, n, dtype=F32)
+    assert gemmkit.int4_mm(x.view(3, 11, 4160), qweight, scales, out=out) is out
+    out = cuda(33, n, dtype=F16)
+    assert gemmkit.mxfp4_mm(*mxfp4_args(33, n, 4097, F16), out=out, out_dtype=F16) is out
+
+
+def test_a_traced_call_is_one_operator_with_the_format_and_group(fake):
+    def layer(x, qweight, scales, zeros, weight, e):
+        h = gemmkit.int4_mm(x, qweight, scales, zeros, group=64).relu()
+        return gemmkit.mxfp4_mm(h, weight, e, out_dtype=F32)
+
+    x, qweight, scales, zeros = int4_args(8, 256, 1000, 64, zeros=True)
+    args = (x.view(2, 4, 1000), qweight, scales, zeros, *mxfp4_args(1, 96, 256)[1:])
+    graph, _ = torch._dynamo.export(layer)(*args)  # raises where dynamo would break the graph
+    calls = [node for node in graph.graph.nodes if node.target in W4_MM]
+    assert [node.args[4:] for node in calls] == [("int4", 64, None), ("mxfp4", 32, torch.float32)]
+    d = graph(*args)
+    assert tuple(d.shape) == (2, 4, 96) and d.dtype == F32
+    graph, _ = torch._dynamo.export(lambda x, q, s, o: gemmkit.int4_mm(x, q, s, group=64, out=o))(
+        *args[:3], cuda(2, 4, 256))
+    assert [node.args[5:] for node in graph.graph.nodes if node.target in W4_MM_OUT] == [("int4", 64)]
+
+
+def test_errors_name_the_argument(fake):
+    x, qweight, scales, zeros = int4_args(8, 64, 256, zeros=True)
+    xm, weight, e = mxfp4_args(8, 64, 256)
+    cases = [
+        (TypeError, r"^x: dtype torch.float32 is not supported; expected bfloat16 or float16$",
+         lambda: gemmkit.int4_mm(x.float(), qweight, scales)),
+        (ValueError, r"^x: 0 dimensions; expected at least 1, \[\.\.\., K\]$",
+         lambda: gemmkit.int4_mm(x[0, 0], qweight, scales)),
+        (TypeError, r"^qweight: dtype torch.int8 is not supported; expected uint8, two 4-bit codes a byte along K$",
+         lambda: gemmkit.int4_mm(x, qweight.view(torch.int8), scales)),
+        (ValueError, r"^qweight: shape \[64, 127\]; expected \[N, ceil\(K/2\)\] = \[N, 128\] bytes for x's K = 256$",
+         lambda: gemmkit.int4_mm(x, qweight[:, 1:], scales)),
+        (ValueError, r"^qweight: shape \[2, 32, 128\]; expected \[N, ceil\(K/2\)\]",
+         lambda: gemmkit.int4_mm(x, qweight.view(2, 32, 128), scales)),
+        (ValueError, r"^qweight: shape \[64, 256\]; expected \[N, ceil\(K/2\)\] = \[N, 128\]",  # [N, K] codes
+         lambda: gemmkit.int4_mm(x, cuda(64, 256, dtype=U8), scales)),
+        (ValueError, r"^qweight: strides \[1, 64\]; expected the bytes along K contiguous \(stride 1\)$",
+         lambda: gemmkit.int4_mm(x, cuda(128, 64, dtype=U8).t(), scales)),
+        (TypeError, r"^scales: dtype torch.float16; expected x's, torch.bfloat16$",
+         lambda: gemmkit.int4_mm(x, qweight, scales.half())),
+        (ValueError, r"^scales: shape \[64, 2\]; expected \[ceil\(K/128\), N\] = \[2, 64\] for K = 256, N = 64$",
+         lambda: gemmkit.int4_mm(x, qweight, scales.t())),
+        (ValueError, r"^scales: shape \[2, 64\]; expected \[ceil\(K/64\), N\] = \[4, 64\]",
+         lambda: gemmkit.int4_mm(x, qweight, scales, group=64)),
+        (ValueError, r"^group: 48; expected 32, a power of two from 64, or at least K = 256 \(one scale a column\)$",
+         lambda: gemmkit.int4_mm(x, qweight, scales, group=48)),
+        (ValueError, r"^group: 16; expected 32, a power of two from 64",
+         lambda: gemmkit.int4_mm(x, qweight, cuda(16, 64), group=16)),
+        (ValueError, r"^group: 0; expected", lambda: gemmkit.int4_mm(x, qweight, scales, group=0)),
+        (TypeError, r"^group: float; expected an int", lambda: gemmkit.int4_mm(x, qweight, scales, group=128.0)),
+        (TypeError, r"^zeros: dtype torch.float16; expected the scales', torch.bfloat16$",
+         lambda: gemmkit.int4_mm(x, qweight, scales, zeros.half())),
+        (ValueError, r"^zeros: shape \[1, 64\]; expected the scales', \[2, 64\]$",
+         lambda: gemmkit.int4_mm(x, qweight, scales, zeros[:1])),
+        (TypeError, r"^weight: expected a torch.Tensor or an array with __dlpack__, got list$",
+         lambda: gemmkit.mxfp4_mm(xm, [[1]], e)),
+        (TypeError, r"^weight: dtype torch.int8 is not supported; expected uint8",
+         lambda: gemmkit.mxfp4_mm(xm, weight.view(torch.int8), e)),
+        (ValueError, r"^weight: shape \[64, 64\]; expected \[N, ceil\(K/2\)\] = \[N, 128\] bytes",
+         lambda: gemmkit.mxfp4_mm(xm, weight[:, :64], e)),
+        (TypeError, r"^scales: dtype torch.bfloat16 is not supported; expected float8_e8m0fnu or uint8",
+         lambda: gemmkit.mxfp4_mm(xm, weight, e.to(BF16))),
+        (ValueError, r"^scales: shape \[8, 64\]; expected \[N, ceil\(K/32\)\] = \[64, 8\] for K = 256, N = 64$",
+         lambda: gemmkit.mxfp4_mm(xm, weight, e.t())),  # gpt-oss's [N, K/32], not B's [K/32, N]
+        (TypeError, r"^mxfp4_mm\(\) got an unexpected keyword argument 'zeros'$",
+         lambda: gemmkit.mxfp4_mm(xm, weight, e, zeros=e)),
+        (ValueError, r"^zeros: given with MXFP4 weights; expected None \(zero points are int4's\)$",
+         lambda: torch.ops.gemmkit.w4_mm(xm, weight, e, e, "mxfp4", 32, None)),
+        (ValueError, r"^group: 128 with format 'mxfp4'; expected 32",
+         lambda: torch.ops.gemmkit.w4_mm(xm, weight, e, None, "mxfp4", 128, None)),
+        (ValueError, r"^format: 'int8'; expected 'int4' or 'mxfp4'$",
+         lambda: torch.ops.gemmkit.w4_mm(x, qweight, scales, None, "int8", 128, None)),
+        (ValueError, r"^x: 3 dimensions; expected 2, \[M, K\]$",
+         lambda: torch.ops.gemmkit.w4_mm(x.view(2, 4, 256), qweight, scales, None, "int4", 128, None)),
+        (TypeError, r"^out_dtype: torch.float8_e4m3fn is not supported; expected bfloat16, float16 or float32$",
+         lambda: gemmkit.int4_mm(x, qweight, scales, out_dtype=torch.float8_e4m3fn)),
+        (ValueError, r"^out: shape \[8, 63\]; expected x's leading dimensions and N, \[8, 64\]$",
+         lambda: gemmkit.int4_mm(x, qweight, scales, out=cuda(8, 63))),
+        (ValueError, r"^out: dtype torch.bfloat16 differs from out_dtype torch.float32$",
+         lambda: gemmkit.mxfp4_mm(xm, weight, e, out=cuda(8, 64), out_dtype=F32)),
+        (ValueError, r"^out: shape \[2, 4, 64\] with strides \[64, 128, 1\] cannot be viewed as \[8, 64\] rows",
+         lambda: gemmkit.int4_mm(x.view(2, 4, 256), qweight, scales, out=cuda(4, 2, 64).transpose(0, 1))),
+    ]
+    for error, message, call in cases:
+        with pytest.raises(error, match=message):
+            call()
+
+
+def test_errors_without_fake_tensors():
+    x = torch.zeros(8, 256, dtype=BF16)
+    with pytest.raises(ValueError, match="^x: on cpu; expected a CUDA tensor$"):
+        gemmkit.int4_mm(x, torch.zeros(64, 128, dtype=U8), torch.zeros(2, 64, dtype=BF16))
+    with pytest.raises(TypeError, match="^x: expected a torch.Tensor or an array with __dlpack__, got list$"):
+        gemmkit.mxfp4_mm([[1.0]], torch.zeros(64, 128, dtype=U8), torch.zeros(64, 8, dtype=U8))
+
+
+def test_inputs_that_require_grad_go_through_the_operator_and_out_refuses_them(fake):
+    x, qweight, scales, _ = int4_args(8, 64, 256)
+    x.requires_grad_()
+    d = gemmkit.int4_mm(x, qweight, scales)
+    assert d.requires_grad and d.grad_fn is not None  # the operator's autograd formula, which refuses (below)
+    xm, weight, e = mxfp4_args(8, 64, 256)
+    assert gemmkit.mxfp4_mm(xm.requires_grad_(), weight, e).requires_grad
+    with pytest.raises(RuntimeError, match="^out: gemmkit functions with out= do not support automatic"):
+        gemmkit.int4_mm(x, qweight, scales, out=cuda(8, 64))
+    with torch.no_grad():
+        assert not gemmkit.int4_mm(x, qweight, scales).requires_grad
+
+
+@pytest.fixture
+def cpu_w4():
+    """w4_mm with a CPU kernel, the reference's product in double, for the duration of a test."""
+    from cpu_stand_ins import registered_on_cpu
+
+    def w4_mm(x, w, scales, zeros, format, group, out_dtype):
+        k = x.size(1)
+        weights = int4_weights(w, scales, zeros, group, k) if format == "int4" else mxfp4_weights(w, scales, k)
+        return (x.double() @ weights.t()).to(out_dtype or x.dtype)
+
+    yield from registered_on_cpu({"w4_mm": w4_mm})
+
+
+def test_the_backward_raises_naming_the_function(cpu_w4):
+    x = torch.randn(3, 64, dtype=BF16, requires_grad=True)
+    qweight, scales = torch.randint(0, 256, (5, 32), dtype=U8), torch.rand(1, 5, dtype=BF16).requires_grad_()
+    d = torch.ops.gemmkit.w4_mm(x, qweight, scales, None, "int4", 128, None)
+    assert d.requires_grad and d.dtype == BF16 and d.shape == (3, 5)
+    with pytest.raises(RuntimeError, match=r"^gemmkit: int4_mm \(4-bit weights\) is not differentiable; expected "
+                                           r"inputs that do not require grad \(or torch.no_grad\(\)\)$"):
+        d.sum().backward()
+    e = torch.randint(120, 130, (5, 2), dtype=U8)
+    d = torch.ops.gemmkit.w4_mm(x, qweight, e, None, "mxfp4", 32, torch.float32)
+    assert d.requires_grad and d.dtype == F32
+    with pytest.raises(RuntimeError, match=r"^gemmkit: mxfp4_mm \(4-bit weights\) is not differentiable"):
+        torch.autograd.grad(d.sum(), x)
+    assert x.grad is None and scales.grad is None
+
+
+# --- on an sm_90 GPU: against the double-precision product ---------------------------------------
+
+N = 4095  # odd: a partial tile of columns
+
+
+def random_x(m, k, dtype):
+    return torch.randn(m, k, device="cuda", dtype=torch.float32).to(dtype)
+
+
+def random_scales(*shape, dtype):
+    """Scales in [0.5, 2) of `dtype`."""
+    return (torch.rand(*shape, device="cuda") * 1.5 + 0.5).to(dtype)
+
+
+def random_int4(n, k, group, dtype, zeros):
+    """qweight [n, ceil(k/2)] of random codes (an odd k's padding nibble random too), scales
+    [ceil(k/group), n] in [0.5, 2) and zero points, whole numbers from 0 to 15, or None."""
+    groups = -(-k // group)
+    qweight = torch.randint(0, 256, (n, (k + 1) // 2), device="cuda", dtype=U8)
+    z = torch.randint(0, 16, (groups, n), device="cuda").to(dtype) if zeros else None
+    return qweight, random_scales(groups, n, dtype=dtype), z
+
+
+def random_mxfp4(n, k):
+    """weight [n, ceil(k/2)] of random e2m1 codes and exponents [n, ceil(k/32)], uint8, of 0.5 and
+    1 (126 and 127): scales in [0.5, 2)."""
+    return (torch.randint(0, 256, (n, (k + 1) // 2), device="cuda", dtype=U8),
+            torch.randint(126, 128, (n, -(-k // 32)), device="cuda", dtype=U8))
+
+
+@needs_sm90
+@pytest.mark.parametrize("dtype", [BF16, F16])
+@pytest.mark.parametrize("k", [4160, 4097])  # 32.5 groups of 128; odd, the last byte half padding
+@pytest.mark.parametrize("m", [1, 16, 33, 4096])
+@pytest.mark.parametrize("zeros", [False, True])
+def test_int4_mm_matches_double(m, k, dtype, zeros):
+    x = random_x(m, k, dtype)
+    qweight, scales, z = random_int4(N, k, 128, dtype, zeros)
+    d = gemmkit.int4_mm(x, qweight, scales, z)
+    assert d.shape == (m, N) and d.dtype == dtype
+    expect_close(d, x, int4_weights(qweight, scales, z, 128, k))
+
+
+@needs_sm90
+@pytest.mark.parametrize("dtype", [BF16, F16])
+@pytest.mark.parametrize("k", [4160, 4097])
+@pytest.mark.parametrize("m", [1, 16, 33, 4096])
+def test_mxfp4_mm_matches_double(m, k, dtype):
+    x = random_x(m, k, dtype)
+    weight, e = random_mxfp4(N, k)
+    d = gemmkit.mxfp4_mm(x, weight, e)
+    assert d.shape == (m, N) and d.dtype == dtype
+    expect_close(d, x, mxfp4_weights(weight, e, k))
+
+
+@needs_sm90
+@pytest.mark.parametrize("group", [32, 64, 256, 1000, 8192])  # 1000 and 8192: one scale a column (K = 1000)
+def test_int4_groups_and_scale_layouts(group):
+    k = 1000
+    x = random_x(17, k, BF16)
+    qweight, scales, z = random_int4(257, k, group, BF16, True)
+    w = int4_weights(qweight, scales, z, group, k)
+    expect_close(gemmkit.int4_mm(x, qweight, scales, z, group=group), x, w)
+    # The scales and zero points stored [N, ceil(K/group)] and passed transposed: copied first.
+    expect_close(gemmkit.int4_mm(x, qweight, scales.t().contiguous().t(), z.t().contiguous().t(), group=group), x, w)
+
+
+@needs_sm90
+def test_layouts_leading_dimensions_out_and_out_dtype():
+    k = 4160
+    x = random_x(6 * 11, k, F16)
+    qweight, scales, _ = random_int4(N, k, 128, F16, False)
+    w = int4_weights(qweight, scales, None, 128, k)
+    # x [2, 3, 11, K]: leading dimensions flattened; x column-major; one row as a 1-D x.
+    d = gemmkit.int4_mm(x.view(2, 3, 11, k), qweight, scales)
+    assert d.shape == (2, 3, 11, N)
+    expect_close(d.view(-1, N), x, w)
+    columns = x.t().contiguous().t()
+    expect_close(gemmkit.int4_mm(columns, qweight, scales), columns, w)
+    expect_close(gemmkit.int4_mm(x[5], qweight, scales).unsqueeze(0), x[5:6], w)
+    # Rows of the bytes padded (a slice of a wider buffer), out= and out_dtype.
+    padded = torch.randint(0, 256, (N, 2096), device="cuda", dtype=U8)
+    qpadded = padded[:, 8:8 + k // 2]
+    out = torch.full((2, 33, N), float("nan"), device="cuda", dtype=F32)
+    assert gemmkit.int4_mm(x.view(2, 33, k), qpadded, scales, out=out) is out
+    expect_close(out.view(-1, N), x, int4_weights(qpadded, scales, None, 128, k))
+    expect_close(gemmkit.int4_mm(x, qweight, scales, out_dtype=BF16), x, w)
+    # MXFP4 as the dtypes gpt-oss's checkpoints and torch name them, out= in float32.
+    weight, e = random_mxfp4(N, k)
+    w = mxfp4_weights(weight, e, k)
+    if FLOAT4 is not None:
+        expect_close(gemmkit.mxfp4_mm(x, weight.view(FLOAT4), e.view(E8M0)), x, w)
+    out = torch.full((66, N), float("nan"), device="cuda", dtype=F32)
+    expect_close(gemmkit.mxfp4_mm(x, weight, e, out=out), x, w)
+    # Exponents stored [ceil(K/32), N] and passed transposed: read as they lie.
+    expect_close(gemmkit.mxfp4_mm(x, weight, e.t().contiguous().t()), x, w)
+
+
+@needs_sm90
+def test_compiled_graphed_and_not_differentiable():
+    k = 4097
+    x = random_x(33, k, BF16)
+    qweight, scales, z = random_int4(N, k, 64, BF16, True)
+    weight, e = random_mxfp4(N, k)
+
+    def both(x):
+        return gemmkit.int4_mm(x, qweight, scales, z, group=64), gemmkit.mxfp4_mm(x, weight, e)
+
+    eager = both(x)
+    compiled = torch.compile(both, fullgraph=True)(x)
+    assert all(torch.equal(c, d) for c, d in zip(compiled, eager))
+    graph, captured = capture(lambda: both(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert all(torch.equal(c, d) for c, d in zip(captured, eager))
+    d = gemmkit.int4_mm(x.clone().requires_grad_(), qweight, scales, z, group=64)
+    assert torch.equal(d.detach(), eager[0])
+    with pytest.raises(RuntimeError, match=r"^gemmkit: int4_mm \(4-bit weights\) is not differentiable"):
+        d.sum().backward()
