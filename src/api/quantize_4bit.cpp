@@ -1,8 +1,6 @@
 #include "api/quantize_4bit.h"
 
 #include <algorithm>
-#include <map>
-#include <mutex>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -128,18 +126,8 @@ Quantize4bitProblem validate_4bit(const TensorView& w, const TensorView& q, cons
 
 // The loaded kernel for one variant, looked up without hashing its source again.
 const runtime::LoadedKernel& quantize_4bit_kernel(int device, const Quantize4bitVariant& variant) {
-  static std::mutex mutex;
-  static std::map<std::pair<int, Quantize4bitVariant>, const runtime::LoadedKernel*> kernels;
-  const auto key = std::make_pair(device, variant);
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (auto it = kernels.find(key); it != kernels.end()) return *it->second;
-  }
-  const runtime::LoadedKernel& kernel =
-      runtime::load_kernel(device, quantize_4bit_source(variant), kQuantize4bitKernel, 0);
-  std::lock_guard<std::mutex> lock(mutex);
-  kernels[key] = &kernel;
-  return kernel;
+  return runtime::loaded_once(device, variant,
+                              [&] { return runtime::KernelSpec{quantize_4bit_source(variant), kQuantize4bitKernel, 0}; });
 }
 
 void run_quantize_4bit(const Quantize4bitProblem& problem, cudaStream_t stream) {
