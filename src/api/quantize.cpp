@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <array>
-#include <map>
-#include <mutex>
 #include <sstream>
 #include <utility>
 
@@ -54,17 +52,8 @@ int vector_width(const QuantizeParams& p, DType x_type) {
 
 // The loaded kernel for one type combination, looked up without hashing its source again.
 const runtime::LoadedKernel& quantize_kernel(int device, const QuantizeVariant& variant) {
-  static std::mutex mutex;
-  static std::map<std::pair<int, QuantizeVariant>, const runtime::LoadedKernel*> kernels;
-  const auto key = std::make_pair(device, variant);
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (auto it = kernels.find(key); it != kernels.end()) return *it->second;
-  }
-  const runtime::LoadedKernel& kernel = runtime::load_kernel(device, quantize_source(variant), kQuantizeKernel, 0);
-  std::lock_guard<std::mutex> lock(mutex);
-  kernels[key] = &kernel;
-  return kernel;
+  return runtime::loaded_once(device, variant,
+                              [&] { return runtime::KernelSpec{quantize_source(variant), kQuantizeKernel, 0}; });
 }
 
 void launch_quantize(const runtime::LoadedKernel& kernel, QuantizeParams params, const QuantizeLaunch& launch,

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <map>
-#include <mutex>
 #include <optional>
 #include <unordered_map>
 #include <utility>
@@ -14,6 +12,7 @@
 #include "gemmkit/quantize.h"
 #include "runtime/device.h"
 #include "runtime/driver.h"
+#include "runtime/kernel_cache.h"
 #include "runtime/launch.h"
 #include "runtime/words_hash.h"
 #include "tuning/tuned_configs.h"
@@ -45,18 +44,9 @@ PlanKey plan_key(const Problem& p) {
 
 // The kernel for a config on a device, generated, compiled and loaded on first use.
 const runtime::LoadedKernel& kernel_for(int device, const KernelConfig& config) {
-  static std::mutex mutex;
-  static std::map<std::pair<int, KernelConfig>, const runtime::LoadedKernel*> loaded;
-  const std::pair<int, KernelConfig> key{device, compiled(config)};
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (auto it = loaded.find(key); it != loaded.end()) return *it->second;
-  }
-  const runtime::LoadedKernel& kernel = runtime::load_kernel(device, codegen::gemm_source(config),
-                                                             codegen::gemm_kernel_name(config), config.smem_bytes());
-  std::lock_guard<std::mutex> lock(mutex);
-  loaded[key] = &kernel;
-  return kernel;
+  return runtime::loaded_once(device, compiled(config), [&] {
+    return runtime::KernelSpec{codegen::gemm_source(config), codegen::gemm_kernel_name(config), config.smem_bytes()};
+  });
 }
 
 DeviceLimits limits_of(const runtime::DeviceInfo& info) {

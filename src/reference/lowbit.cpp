@@ -24,7 +24,10 @@ void set_nibble(std::vector<uint8_t>& bytes, int64_t row_bytes, int64_t row, int
 // x rounded to an integer, ties to even (the default rounding mode).
 float rne(float x) { return std::nearbyint(x); }
 
-float to_f16(float x) { return f16_to_float(float_to_f16(x)); }
+// x rounded to the 16-bit scale type (to nearest, ties to even).
+float round_scale(float x, DType type) {
+  return type == DType::bf16 ? bf16_to_float(float_to_bf16(x)) : f16_to_float(float_to_f16(x));
+}
 
 }  // namespace
 
@@ -88,12 +91,13 @@ double mxfp4_value(const Mxfp4Weights& w, int64_t row, int64_t col) {
   return std::ldexp(double(e2m1_to_float(nibble(w.values, ceil_div(w.k, 2), row, col))), int(scale) - 127);
 }
 
-Int4Weights quantize_int4(const float* w, int64_t n, int64_t k, int64_t group, bool zero_points) {
+Int4Weights quantize_int4(const float* w, int64_t n, int64_t k, int64_t group, bool zero_points, DType scale_type) {
   Int4Weights q;
   q.n = n;
   q.k = k;
   q.group = group;
   q.zero_points = zero_points;
+  q.scale_type = scale_type;
   const int64_t row_bytes = ceil_div(k, 2), groups = ceil_div(k, group);
   q.values.assign(size_t(n * row_bytes), 0);
   q.scales.assign(size_t(n * groups), 0.0f);
@@ -102,24 +106,32 @@ Int4Weights quantize_int4(const float* w, int64_t n, int64_t k, int64_t group, b
     for (int64_t g = 0; g < groups; ++g) {
       const int64_t first = g * group, last = std::min(k, first + group);
       float lo = std::numeric_limits<float>::infinity(), hi = -lo, amax = 0.0f;
+      bool finite = true;
       for (int64_t c = first; c < last; ++c) {
         const float x = w[r * k + c];
+        finite = finite && std::isfinite(x);
         lo = std::min(lo, x);
         hi = std::max(hi, x);
         amax = std::max(amax, std::fabs(x));
       }
+      if (!finite) {  // a NaN scale, zero point 8 and every q 8
+        q.scales[size_t(r * groups + g)] = std::numeric_limits<float>::quiet_NaN();
+        for (int64_t c = first; c < last; ++c) set_nibble(q.values, row_bytes, r, c, 8);
+        continue;
+      }
       float scale, zero = 8.0f;
       if (zero_points) {
-        scale = to_f16(std::max(hi - lo, 1e-5f) / 15.0f);
+        scale = round_scale(std::max(hi - lo, 1e-5f) / 15.0f, scale_type);
         zero = std::clamp(rne(-lo / scale), 0.0f, 15.0f);
       } else {
-        scale = to_f16(amax > 0.0f ? 2.0f * amax / 15.0f : 2.0f / 15.0f);
+        scale = round_scale(amax > 0.0f ? 2.0f * amax / 15.0f : 2.0f / 15.0f, scale_type);
       }
       q.scales[size_t(r * groups + g)] = scale;
       q.zeros[size_t(r * groups + g)] = uint8_t(zero);
       for (int64_t c = first; c < last; ++c) {
-        const float value = std::clamp(rne(w[r * k + c] / scale) + zero, 0.0f, 15.0f);
-        set_nibble(q.values, row_bytes, r, c, uint8_t(value));
+        float value = rne(w[r * k + c] / scale) + zero;
+        if (std::isnan(value)) value = zero;  // 0 / 0: a scale that rounded to 0
+        set_nibble(q.values, row_bytes, r, c, uint8_t(std::clamp(value, 0.0f, 15.0f)));
       }
     }
   }

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "gemmkit/tensor.h"
+
 namespace gemmkit::reference {
 
 // ---- e2m1 (OCP MX FP4): sign, 2 exponent bits (bias 1), 1 mantissa bit ------------------------
@@ -32,29 +34,37 @@ struct Mxfp4Weights {
 // OCP MX v1.0 (6.3): per block, shared exponent = floor(log2(amax)) - 2 (e2m1's largest exponent),
 // clamped to [-127, 127]; each value is x / 2^shared rounded as float_to_e2m1 rounds. A block of
 // zeros gets exponent 0 (scale 1); one holding a NaN or an infinity gets the NaN scale 0xFF and
-// zero values. The last block along K may be short.
+// zero values. The last block along K may be short. gemmkit::quantize_mxfp4 computes the same bits
+// on the GPU.
 Mxfp4Weights quantize_mxfp4(const float* w, int64_t n, int64_t k);
 double mxfp4_value(const Mxfp4Weights& w, int64_t row, int64_t col);  // element (row, col), dequantised
 
 // ---- int4 in groups of `group` along K: value = (q - zero) * scale --------------------------
 // q in [0, 15]. Symmetric (GPTQ's sym = True): zero = 8 for every group. With zero points (AWQ,
-// GPTQ's sym = False): a zero in [0, 15] per group. Scales are what checkpoints store, f16 (kept
-// here as the f32 of that f16); group = K is one scale per row (per channel).
+// GPTQ's sym = False): a zero in [0, 15] per group. Scales are what checkpoints store, f16 (GPTQ's
+// and AWQ's) or bf16 (gemm() takes A's type), kept here as the f32 of that value; group = K is
+// one scale per row (per channel).
 struct Int4Weights {
   int64_t n = 0, k = 0, group = 0;
   bool zero_points = false;
-  std::vector<uint8_t> values;  // N x ceil(K / 2) bytes
-  std::vector<float> scales;    // N x ceil(K / group), each exactly an f16
-  std::vector<uint8_t> zeros;   // N x ceil(K / group), zero points (8 where symmetric)
+  DType scale_type = DType::f16;  // f16 or bf16: what every scale is exactly
+  std::vector<uint8_t> values;    // N x ceil(K / 2) bytes
+  std::vector<float> scales;      // N x ceil(K / group), each exactly a value of scale_type (or NaN)
+  std::vector<uint8_t> zeros;     // N x ceil(K / group), zero points (8 where symmetric)
 };
 
 // Round to nearest on the formulas GPTQ (symmetric) and AWQ (zero points) use, in f32, with the
-// scale rounded to the f16 checkpoints store and q computed from that stored scale. Symmetric:
-// scale = 2 amax / 15 (2 / 15 for a group of zeros); q = clamp(rne(x / scale) + 8, 0, 15). Zero
-// points: scale = max(hi - lo, 1e-5) / 15 over the group's lo = min x and hi = max x; zero =
-// clamp(rne(-lo / scale), 0, 15); q = clamp(rne(x / scale) + zero, 0, 15). rne: to nearest, ties
-// to even, as torch.round. The last group along K may be short.
-Int4Weights quantize_int4(const float* w, int64_t n, int64_t k, int64_t group, bool zero_points);
+// scale rounded to the type checkpoints store (scale_type: f16 or bf16, to nearest, ties to even)
+// and q computed from that stored scale. Symmetric: scale = 2 amax / 15 (2 / 15 for a group of
+// zeros); q = clamp(rne(x / scale) + 8, 0, 15). Zero points: scale = max(hi - lo, 1e-5) / 15 over
+// the group's lo = min x and hi = max x; zero = clamp(rne(-lo / scale), 0, 15); q = clamp(rne(x /
+// scale) + zero, 0, 15). rne: to nearest, ties to even, as torch.round. The last group along K
+// may be short. Defined where the formulas are not: a group holding a NaN or an infinity gets a
+// NaN scale, zero point 8 and every q 8; where x / scale is NaN in a finite group (0 / 0, a
+// symmetric scale that rounds to 0), q is the zero point. gemmkit::quantize_int4 computes the same
+// bits on the GPU.
+Int4Weights quantize_int4(const float* w, int64_t n, int64_t k, int64_t group, bool zero_points,
+                          DType scale_type = DType::f16);
 double int4_value(const Int4Weights& w, int64_t row, int64_t col);
 
 // ---- Checkpoint packings ----------------------------------------------------------------------

@@ -4,7 +4,10 @@
 
 #include <cuda.h>
 
+#include <map>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/disk_cache.h"
@@ -23,6 +26,31 @@ struct LoadedKernel {
 // the reference stays valid for the life of the process.
 const LoadedKernel& load_kernel(int device, const std::string& source, const std::string& entry_point,
                                 int smem_bytes);
+
+// What load_kernel takes: a kernel's source, its entry point and its dynamic shared memory.
+struct KernelSpec {
+  std::string source, entry;
+  int smem_bytes = 0;
+};
+
+// The kernel that `key` names on `device`: loaded from make()'s KernelSpec on the first call for
+// that key and device, then found by the key alone (a kernel's source, load_kernel's own key, is
+// long to generate and to compare). One table per caller (each passes a lambda of its own type);
+// thread-safe.
+template <class Key, class Make>
+const LoadedKernel& loaded_once(int device, const Key& key, const Make& make) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, Key>, const LoadedKernel*> kernels;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = kernels.find({device, key}); it != kernels.end()) return *it->second;
+  }
+  const KernelSpec spec = make();
+  const LoadedKernel& kernel = load_kernel(device, spec.source, spec.entry, spec.smem_bytes);
+  std::lock_guard<std::mutex> lock(mutex);
+  kernels[{device, key}] = &kernel;
+  return kernel;
+}
 
 // Marks a loaded kernel as one the caller will not launch (a fused kernel that spills, which
 // the plan replaces by a narrower tile's: dispatch/plan.cpp). Thread-safe. (load_kernel keeps no

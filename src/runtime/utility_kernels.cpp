@@ -1,8 +1,6 @@
 #include "runtime/utility_kernels.h"
 
 #include <algorithm>
-#include <map>
-#include <mutex>
 #include <string_view>
 #include <utility>
 
@@ -23,12 +21,8 @@ namespace {
 const LoadedKernel& utility_kernel(const char* entry) {
   int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
-  static std::mutex mutex;
-  static std::map<std::pair<int, std::string_view>, const LoadedKernel*> kernels;  // entries are literals
-  std::lock_guard<std::mutex> lock(mutex);
-  const LoadedKernel*& kernel = kernels[{device, entry}];
-  if (!kernel) kernel = &load_kernel(device, codegen::reference_source({}), entry, 0);
-  return *kernel;
+  return loaded_once(device, std::string_view(entry),  // entries are literals
+                     [&] { return KernelSpec{codegen::reference_source({}), entry, 0}; });
 }
 
 // A job's kernel parameters. Rows are copied a warp's 512 bytes at a time, 8 warps a block;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "api/quantize.h"
+#include "api/quantize_4bit.h"
 #include "codegen/kernel_files.h"
 #include "codegen/kernel_source.h"
 #include "dispatch/device_limits.h"
@@ -32,9 +33,11 @@ TEST(KernelHeaders, EachCompilesAlone) {
     const std::string name = file.name;
     SCOPED_TRACE(name);
     ++files;
-    // quantize.cuh's kernel_config.cuh comes from its own generator.
-    const std::string source = name == "quantize.cuh" ? quantize_source({DType::bf16, DType::e4m3, DType::f32, false, 8, false})
-                                                      : codegen::expand_includes("#include \"" + name + "\"\n", config_for(name));
+    // quantize.cuh's and quantize_4bit.cuh's kernel_config.cuh come from their own generators.
+    const std::string source =
+        name == "quantize.cuh"        ? quantize_source({DType::bf16, DType::e4m3, DType::f32, false, 8, false})
+        : name == "quantize_4bit.cuh" ? quantize_4bit_source({DType::bf16, DType::u4, DType::bf16, true})
+                                      : codegen::expand_includes("#include \"" + name + "\"\n", config_for(name));
     try {
       runtime::compile_kernel(source, "none");
     } catch (const std::exception& e) {

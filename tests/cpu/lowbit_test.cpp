@@ -1,6 +1,7 @@
 // The 4-bit formats' host reference (src/reference/lowbit.h): e2m1 rounding against a brute-force
-// nearest search, MXFP4 and int4 quantisers on hand-worked vectors and error bounds, and the
-// GPTQ and AWQ packings on hand-packed words and round trips.
+// nearest search, MXFP4 and int4 quantisers on hand-worked vectors and error bounds (int4 with f16
+// and bf16 scales, and the cases the formulas leave open: non-finite groups, scales that round to
+// 0), and the GPTQ and AWQ packings on hand-packed words and round trips.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -135,6 +136,62 @@ TEST(Int4, RandomRowsStayWithinTheirScalesError) {
       }
     }
   }
+}
+
+// bf16 scales: 2 amax / 15 rounded to bf16 rather than f16, and q computed from that scale.
+TEST(Int4, Bf16ScalesRoundToBf16) {
+  // amax 1: 2 / 15 = 0.1333..., f16 0.13330078 (0x3044), bf16 0.13378906 (0x3E09).
+  const std::vector<float> w = {1.0f, -0.5f, 0.2f, 0.0f};
+  const Int4Weights h = quantize_int4(w.data(), 1, 4, 4, false);
+  const Int4Weights b = quantize_int4(w.data(), 1, 4, 4, false, DType::bf16);
+  EXPECT_EQ(h.scale_type, DType::f16);
+  EXPECT_EQ(b.scale_type, DType::bf16);
+  EXPECT_EQ(float_to_f16(h.scales[0]), 0x3044);
+  EXPECT_EQ(float_to_bf16(b.scales[0]), 0x3E09);
+  EXPECT_EQ(bf16_to_float(float_to_bf16(b.scales[0])), b.scales[0]);
+  // 1 / 0.13378906 = 7.47 -> 7 (+ 8 = 15); -0.5 / s = -3.74 -> -4 (4); 0.2 / s = 1.49 -> 1 (9).
+  EXPECT_EQ(b.values[0], 0x4F);
+  EXPECT_EQ(b.values[1], 0x89);
+  // The zero-point formula rounds its scale the same way: (1 - -0.5) / 15 = 0.1 -> bf16 0.10009766.
+  const Int4Weights z = quantize_int4(w.data(), 1, 4, 4, true, DType::bf16);
+  EXPECT_EQ(float_to_bf16(z.scales[0]), 0x3DCD);
+  EXPECT_EQ(z.zeros[0], 5);  // rne(0.5 / 0.10009766 = 4.995)
+}
+
+// A group holding a NaN or an infinity: a NaN scale, zero point 8 and every code 8; the other
+// groups as usual.
+TEST(Int4, NonFiniteGroupsGetNanScales) {
+  for (bool zero_points : {false, true}) {
+    for (float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+      std::vector<float> w = {1.0f, 2.0f, -3.0f, 0.5f, 7.5f, -7.5f, 0.0f, 1.0f};
+      w[2] = bad;
+      const Int4Weights q = quantize_int4(w.data(), 1, 8, 4, zero_points);
+      EXPECT_TRUE(std::isnan(q.scales[0])) << bad;
+      EXPECT_EQ(float_to_f16(q.scales[0]), 0x7E00);
+      EXPECT_EQ(float_to_bf16(q.scales[0]), 0x7FC0);
+      EXPECT_EQ(q.zeros[0], 8);
+      EXPECT_EQ(q.values[0], 0x88);
+      EXPECT_EQ(q.values[1], 0x88);
+      EXPECT_TRUE(std::isnan(int4_value(q, 0, 0)));
+      EXPECT_FALSE(std::isnan(q.scales[1]));
+      EXPECT_EQ(int4_value(q, 0, 4), 7.0);  // scale 1, zero 8 either way: 7.5 -> rne 8 + 8, clamped to 15
+    }
+  }
+}
+
+// A symmetric group so small that its scale rounds to 0 in f16: x / 0 is +-inf for x != 0 (codes
+// 15 and 0) and NaN for x = 0, which takes the zero point (8). Worth 0 either way.
+TEST(Int4, ScaleThatRoundsToZero) {
+  const std::vector<float> w = {1e-9f, -1e-9f, 0.0f, -0.0f};
+  const Int4Weights q = quantize_int4(w.data(), 1, 4, 4, false);
+  EXPECT_EQ(q.scales[0], 0.0f);
+  EXPECT_EQ(q.values[0], 0x0F);
+  EXPECT_EQ(q.values[1], 0x88);
+  EXPECT_EQ(int4_value(q, 0, 0), 0.0);
+  // In bf16 the same scale is representable: 2e-9 / 15 = 1.33e-10.
+  const Int4Weights b = quantize_int4(w.data(), 1, 4, 4, false, DType::bf16);
+  EXPECT_GT(b.scales[0], 0.0f);
+  EXPECT_EQ(b.values[1], 0x88);
 }
 
 // Eight columns of one 8-deep group, q[col][k] = (col + k) % 16, zero point col.
