@@ -41,7 +41,7 @@ ScaleRef scale_ref(const Scale& scale, const TensorView& x, bool is_a, int64_t r
     fail(name + ": mode group given for " + operand + " of dtype " + std::string(dtype_name(x.dtype)) +
          "; expected it only for u4 weights");
   }
-  if (!is_fp8(x.dtype) && !is_4bit(x.dtype)) {
+  if (!is_fp8(x.dtype)) {
     fail(name + ": mode " + std::string(scale_mode_name(scale.mode)) + " given for " + operand + " of dtype " +
          std::string(dtype_name(x.dtype)) + "; expected scales only for e4m3 or e5m2 inputs (mode none otherwise)");
   }

@@ -236,7 +236,6 @@ bool tile_takes_epilogue(TileShape tile, const KernelConfig& facts) {
 }
 
 bool tile_takes_scales(TileShape tile, ScaleMode a, ScaleMode b) {
-  if (a == ScaleMode::group || b == ScaleMode::group) return true;  // 4-bit weights' (widen.cuh)
   const bool block_or_mx = a == ScaleMode::block || a == ScaleMode::mx || b == ScaleMode::block || b == ScaleMode::mx;
   if (tile.m > 128 && block_or_mx) return false;
   return tile.n <= 128 || (a != ScaleMode::mx && b != ScaleMode::mx);
