@@ -79,11 +79,11 @@ __device__ __forceinline__ u32 u4_bias(float zero, bool& exact) {
 
 // Two u4 codes (a code_pair) as a 16-bit pair (q - zero) * scale, rounded once: the codes go
 // into the mantissa of the magic number, from which subtracting `bias2` (magic + zero) is exact,
-// and one multiply by the pair `scale2` rounds. A zero point the bias cannot hold exactly takes
-// f32 arithmetic instead.
-__device__ __forceinline__ u32 widen_u4_pair(u32 word, u32 selector, u32 scale2, u32 bias2, bool exact, float scale,
-                                             float zero) {
-  if (kZeros && !exact) {
+// and one multiply by the pair `scale2` rounds. kExactBias false: a zero point the bias cannot
+// hold exactly, through f32 arithmetic instead.
+template <bool kExactBias>
+__device__ __forceinline__ u32 widen_u4_pair(u32 word, u32 selector, u32 scale2, u32 bias2, float scale, float zero) {
+  if constexpr (!kExactBias) {
     const u32 codes = code_pair(word, selector, 0);
     return pack_pair(kGroupScaleType, (float(codes & 15u) - zero) * scale, (float(codes >> 16) - zero) * scale);
   }
@@ -124,6 +124,28 @@ __device__ __forceinline__ u32 widen_e2m1_pair(u32 word, u32 selector, float sca
 __device__ __forceinline__ float wide_at(u32 address) {
   const u16 bits = u16(ld_shared_u16(address));
   return kGroupScaleType == GEMMKIT_BF16 ? bf16_to_float(bits) : f16_to_float(bits);
+}
+
+// The four 16-deep steps of a K block's fragments from the rows' packed words, with the scales
+// (and zero points) of the block's two groups (widen_fragments).
+template <bool kExactBias>
+__device__ __forceinline__ void widen_steps(u32 (&frag)[16], const uint4 (&rows)[2][2], u32 selector,
+                                            const float (&scale)[2][2], const float (&zero)[2][2],
+                                            const u32 (&scale2)[2][2], const u32 (&bias2)[2][2]) {
+#pragma unroll
+  for (int step = 0; step < 4; ++step) {
+    const int g = step / 2;
+#pragma unroll
+    for (int reg = 0; reg < 4; ++reg) {
+      const int h = reg % 2, far = reg / 2;  // row r + 8h; K elements 8 further where far
+      const int word = 2 * step + far;
+      const uint4& v = rows[h][word / 4];
+      const u32 w = word % 4 == 0 ? v.x : word % 4 == 1 ? v.y : word % 4 == 2 ? v.z : v.w;
+      frag[4 * step + reg] = kAType == GEMMKIT_U4
+                                 ? widen_u4_pair<kExactBias>(w, selector, scale2[g][h], bias2[g][h], scale[g][h], zero[g][h])
+                                 : widen_e2m1_pair(w, selector, scale[g][h], scale2[g][h]);
+    }
+  }
 }
 
 // A consumer thread's A fragments of one K block: four 16-deep steps of four registers, widened
@@ -178,19 +200,15 @@ __device__ __forceinline__ void widen_fragments(u32 (&frag)[16], const u8* a, u3
       }
     }
   }
+  // A warp whose zero points are all exact in the 16-bit bias (integers, as AWQ's) widens the
+  // block in 16-bit arithmetic; one with any other widens it through f32.
+  bool exact_block = true;
 #pragma unroll
-  for (int step = 0; step < 4; ++step) {
-    const int g = step / 2;
-#pragma unroll
-    for (int reg = 0; reg < 4; ++reg) {
-      const int h = reg % 2, far = reg / 2;  // row r + 8h; K elements 8 further where far
-      const int word = 2 * step + far;
-      const uint4& v = rows[h][word / 4];
-      const u32 w = word % 4 == 0 ? v.x : word % 4 == 1 ? v.y : word % 4 == 2 ? v.z : v.w;
-      frag[4 * step + reg] = kAType == GEMMKIT_U4 ? widen_u4_pair(w, selector, scale2[g][h], bias2[g][h], exact[g][h],
-                                                                  scale[g][h], zero[g][h])
-                                                  : widen_e2m1_pair(w, selector, scale[g][h], scale2[g][h]);
-    }
+  for (int g = 0; g < 2; ++g) exact_block = exact_block && exact[g][0] && exact[g][1];
+  if (!kZeros || __all_sync(0xffffffffu, exact_block)) {
+    widen_steps<true>(frag, rows, selector, scale, zero, scale2, bias2);
+  } else {
+    widen_steps<false>(frag, rows, selector, scale, zero, scale2, bias2);
   }
 }
 

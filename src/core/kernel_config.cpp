@@ -41,8 +41,10 @@ static_assert(sizeof(KernelKnobs) == 7 * sizeof(int));
 
 }  // namespace
 
+// 4-bit weights store directly: their widened fragments leave no registers for the row store
+// (128 x 256 and 192 x 176 spilled).
 bool KernelConfig::row_store() const {
-  return kind == KernelKind::tma && !tma_store && tile_m >= 128 && !(tile_m > 128 && splits > 1) && out != DType::e4m3;
+  return kind == KernelKind::tma && !tma_store && tile_m >= 128 && !(tile_m > 128 && splits > 1) && out != DType::e4m3 && !widens();
 }
 
 int KernelConfig::threads() const { return kind == KernelKind::tma ? 128 * (tile_m / 64 + 1) : 256; }

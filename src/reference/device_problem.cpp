@@ -133,7 +133,7 @@ std::string ProblemSpec::describe() const {
     if (scale_b == ScaleMode::block) s << " 128x" << scale_b_block_cols;
     if (scale_b == ScaleMode::group) s << " " << group << (group >= k ? " (per-channel)" : "");
   }
-  if (zeros) s << " zeros";
+  if (zeros) s << (fractional_zeros ? " fractional zeros" : " zeros");
   if (scales_col_major) s << " scales col-major";
   if (pad_scales) s << " scales pad " << pad_scales;
   if (beta != 0.0f) s << " beta " << beta << (c_is_d ? " (C=D)" : "");
@@ -279,7 +279,8 @@ void DeviceProblem::make_zeros(uint64_t seed) {
   std::vector<uint16_t> host(size_t(zeros_b_buf_.elements));
   std::mt19937_64 random(seed);
   for (uint16_t& z : host) {
-    const float value = float(random() % 16);  // an integer, exact in bf16 and f16
+    // Integers (as AWQ's), exact in bf16 and f16; halves where asked (the kernel's other path).
+    const float value = float(random() % 16) + (spec_.fractional_zeros && random() % 5 == 0 ? 0.5f : 0.0f);
     z = type == DType::bf16 ? float_to_bf16(value) : float_to_f16(value);
   }
   runtime::check(cudaMemcpy(zeros_b_buf_.base, host.data(), host.size() * sizeof(uint16_t), cudaMemcpyHostToDevice),

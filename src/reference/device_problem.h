@@ -34,9 +34,11 @@ struct ProblemSpec {
   // elements a byte). Group scales of A's type random in [0.5, 2), mx ones 2^-2 to 2^1, shaped
   // [ceil(K/group), N] (mx: group 32) N-contiguous, or [N, ceil(K/group)] viewed transposed where
   // scales_col_major; with `zeros` (mode group only), zero points of the scales' type, layout and
-  // shape, random integers 0 to 15. A group at least K is per-channel. See gemmkit/gemm.h.
+  // shape, random integers 0 to 15 (with fractional_zeros, one in five plus a half). A group at
+  // least K is per-channel. See gemmkit/gemm.h.
   int64_t group = 128;
   bool zeros = false;
+  bool fractional_zeros = false;
   float input_lo = -1.0f;  // A and B are uniform in [input_lo, 1): 0 makes every product positive
   float alpha = 1.0f, beta = 0.0f;
   bool c_is_d = false;     // beta * D accumulates in place

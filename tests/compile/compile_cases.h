@@ -177,8 +177,9 @@ inline std::vector<CompileCase> realign_cases() {
 // and e2m1 on the widest and narrowest tiles.
 inline std::vector<CompileCase> widen_cases() {
   std::vector<CompileCase> cases;
-  auto add = [&](TileShape tile, DType format, DType wide, bool zeros, DType out) {
+  auto add = [&](TileShape tile, DType format, DType wide, bool zeros, DType out, bool tma_store = true) {
     KernelConfig config = with_layout(tile, true, true, 1);
+    config.tma_store = config.tma_store && tma_store;
     config.in = format;
     config.in_b = wide;
     config.scale_a = format == DType::u4 ? ScaleMode::group : ScaleMode::mx;
@@ -194,6 +195,13 @@ inline std::vector<CompileCase> widen_cases() {
   }
   for (TileShape tile : {TileShape{128, 256}, TileShape{64, 8}, TileShape{64, 256}}) {
     add(tile, DType::e2m1, DType::bf16, false, DType::bf16);
+  }
+  // Without TMA stores (D's rows unaligned): row stores on 128-row tiles, direct ones below.
+  for (TileShape tile : tile_shapes()) {
+    if (is_narrow(tile)) continue;  // they store directly above
+    add(tile, DType::u4, DType::bf16, false, DType::bf16, false);
+    add(tile, DType::e2m1, DType::bf16, false, DType::f32, false);
+    add(tile, DType::u4, DType::f16, true, DType::f16, false);
   }
   return cases;
 }

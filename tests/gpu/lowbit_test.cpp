@@ -32,6 +32,7 @@ struct LowbitCase {
   DType out;
   int64_t group = 128;  // u4 only
   bool zeros = false;   // u4 only
+  bool fractional_zeros = false;  // one zero point in five not an integer (widen.cuh's f32 path)
   int64_t batch = 1;
   bool shared_b = false;          // one B (and its scales) for every batch
   bool scales_col_major = false;  // [N, K/group] viewed transposed
@@ -45,6 +46,7 @@ struct LowbitCase {
     s.scale_b = weights == DType::u4 ? ScaleMode::group : ScaleMode::mx;
     s.group = group;
     s.zeros = zeros;
+    s.fractional_zeros = fractional_zeros;
     s.scales_col_major = scales_col_major;
     s.pad_b = pad_b;
     s.offset_b = offset_b;
@@ -59,7 +61,7 @@ struct LowbitCase {
   }
 
   std::string name() const {
-    std::string text = weights == DType::u4 ? "u4_g" + std::to_string(group) + (zeros ? "_zeros" : "") : "e2m1";
+    std::string text = weights == DType::u4 ? "u4_g" + std::to_string(group) + (fractional_zeros ? "_fractional_zeros" : zeros ? "_zeros" : "") : "e2m1";
     text += "_" + std::string(dtype_name(in)) + "_" + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
             "_to_" + std::string(dtype_name(out));
     if (batch > 1) text += "_batch" + std::to_string(batch) + (shared_b ? "_shared_b" : "");
@@ -99,6 +101,11 @@ const std::vector<LowbitCase> kCases = {
     {.m = 300, .n = 4096, .k = 4096, .in = bf16, .weights = u4, .out = bf16, .group = 128},
     {.m = 200, .n = 700, .k = 1000, .in = bf16, .weights = u4, .out = bf16, .group = 1000, .zeros = true},
     {.m = 4096, .n = 4095, .k = 4160, .in = bf16, .weights = u4, .out = bf16, .group = 128, .zeros = true},
+    // Zero points that are not integers: the warps whose rows hold one widen through f32.
+    {.m = 1, .n = 4095, .k = 4160, .in = bf16, .weights = u4, .out = bf16, .group = 32, .zeros = true,
+     .fractional_zeros = true},
+    {.m = 512, .n = 1000, .k = 4097, .in = f16, .weights = u4, .out = f16, .group = 128, .zeros = true,
+     .fractional_zeros = true},
     // u4 batched (B per batch, and one B shared), padded and offset weights, C, D column-major.
     {.m = 1, .n = 257, .k = 4097, .in = bf16, .weights = u4, .out = f32, .group = 32, .zeros = true, .batch = 2},
     {.m = 64, .n = 4095, .k = 1000, .in = f16, .weights = u4, .out = bf16, .group = 64, .zeros = true, .batch = 3,
