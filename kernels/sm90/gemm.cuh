@@ -122,7 +122,7 @@ static_assert(!kRowClasses || (kClusterM == 1 && kConsumers == 1 && !k8Bit && !k
 // split-K, whose reduction needs registers too, nor grouped (block scales at 128 x 128 spilled
 // 8 bytes in the main loop), and not wider (128 x 144 spills). (Per-tensor
 // 128 x 128 on fp8-large: 0.88x cuBLASLt with two partials, 0.85x with one; H100.)
-constexpr int kLaunchRegisters = (65536 / kThreads < 255 ? 65536 / kThreads : 255) / 8 * 8;
+constexpr int kLaunchRegisters = (65536 / kThreads / kCtasPerSm < 255 ? 65536 / kThreads / kCtasPerSm : 255) / 8 * 8;
 constexpr bool kTwoPartials = !kPromoteReadsStage && kGranules == 1 && kTileN <= 128 &&
                               (kConsumers == 1 || (kConsumers == 2 && !kSplitK && !kGrouped));
 constexpr int kProducerRegisters = kRealign ? 128 : 56;
@@ -677,7 +677,7 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
   if (kTmaStore && t % 32 == 0) tma_store_wait_read<0>();
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
+extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     gemmkit_gemm(const __grid_constant__ KernelMaps maps, const GemmParams p) {
   extern __shared__ u8 smem_raw[];
   u8* smem = reinterpret_cast<u8*>((reinterpret_cast<u64>(smem_raw) + kSmemAlignment - 1) &

@@ -195,6 +195,7 @@ std::string config_header(const KernelConfig& requested) {
     << "constexpr int kStages = " << config.stages << ";\n"
     << "constexpr int kGroupM = " << config.group_m << ";\n"
     << "constexpr int kClusterM = " << config.cluster_m << ";\n"
+    << "constexpr int kCtasPerSm = " << config.ctas_per_sm() << ";\n"
     << "constexpr bool kSplitK = " << bool_text(config.splits > 1) << ";\n"
     << "constexpr bool kAKMajor = " << bool_text(config.a_k_major) << ";\n"
     << "constexpr bool kBKMajor = " << bool_text(config.b_k_major) << ";\n"

@@ -47,6 +47,10 @@ bool KernelConfig::row_store() const {
   return kind == KernelKind::tma && !tma_store && tile_m >= 128 && !(tile_m > 128 && splits > 1) && out != DType::e4m3 && !widens();
 }
 
+int KernelConfig::ctas_per_sm() const {
+  return kind == KernelKind::tma && widens() && is_narrow({tile_m, tile_n}) ? 2 : 1;
+}
+
 int KernelConfig::threads() const { return kind == KernelKind::tma ? 128 * (tile_m / 64 + 1) : 256; }
 
 int KernelConfig::smem_bytes() const { return kind == KernelKind::tma ? tma_smem_bytes(*this) : 0; }
@@ -128,6 +132,8 @@ int64_t row_class_width(int64_t k) { return ceil_div(k + 7, 64) * 64; }
 int max_ring_stages(const KernelConfig& c) { return c.widens() ? 16 : 8; }
 
 int max_stages(KernelConfig c, int smem_limit) {
+  // CTAs that share an SM share its shared memory; each also keeps 1 KB for the system.
+  if (c.ctas_per_sm() > 1) smem_limit = (smem_limit + 1024) / c.ctas_per_sm() - 1024;
   c.stages = 0;
   while (c.stages < max_ring_stages(c)) {
     ++c.stages;

@@ -176,7 +176,9 @@ std::vector<Candidate> streaming_candidates(const Problem& p, const KernelConfig
   c.store_buffers = store_buffers_for(c, limits.smem_per_block);
   c.stages = max_stages(c, limits.smem_per_block);
   const int64_t tiles = tile_rows(c, p.m) * ceil_div(p.n, tile.n) * p.batch;
-  const int64_t pick = streaming_splits(tiles, k_blocks, limits);
+  DeviceLimits slots = limits;  // CTAs that share an SM count as SMs of their own
+  slots.sm_count *= c.ctas_per_sm();
+  const int64_t pick = streaming_splits(tiles, k_blocks, slots);
   std::vector<Candidate> candidates;
   for (int64_t splits = 1; splits <= max_splits(k_blocks); ++splits) {
     c.splits = int(splits);
@@ -497,8 +499,7 @@ bool fits(const KernelConfig& c, const DeviceLimits& limits) {
          !(c.realign_a && c.stage_a) && !(c.realign_b && c.stage_b) &&
          (!c.row_classes || (c.tile_m == 64 && c.tile_n <= kRowClassesMaxN && !c.tma_store && c.cluster_m == 1 && c.a_k_major && !c.a_batched &&
                              !c.b_batched && !(c.stage_a || c.stage_b || c.realign_a || c.realign_b))) &&
-         c.store_buffers >= 1 && c.store_buffers <= 8 && c.stages >= 2 && c.stages <= max_ring_stages(c) &&
-         tma_smem_bytes(c) <= limits.smem_per_block;
+         c.store_buffers >= 1 && c.store_buffers <= 8 && c.stages >= 2 && c.stages <= max_stages(c, limits.smem_per_block);
 }
 
 }  // namespace gemmkit

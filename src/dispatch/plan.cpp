@@ -45,7 +45,8 @@ PlanKey plan_key(const Problem& p) {
 // The kernel for a config on a device, generated, compiled and loaded on first use.
 const runtime::LoadedKernel& kernel_for(int device, const KernelConfig& config) {
   return runtime::loaded_once(device, compiled(config), [&] {
-    return runtime::KernelSpec{codegen::gemm_source(config), codegen::gemm_kernel_name(config), config.smem_bytes()};
+    return runtime::KernelSpec{codegen::gemm_source(config), codegen::gemm_kernel_name(config), config.smem_bytes(),
+                               config.ctas_per_sm()};
   });
 }
 

@@ -45,7 +45,7 @@ LoadedKernels& loaded_kernels() {
 }  // namespace
 
 const LoadedKernel& load_kernel(int device, const std::string& source, const std::string& entry_point,
-                                int smem_bytes) {
+                                int smem_bytes, int ctas_per_sm) {
   LoadedKernels& loaded = loaded_kernels();
   // One lock over compile and load: a second thread asking for the same kernel waits rather
   // than compiling it again.
@@ -75,6 +75,10 @@ const LoadedKernel& load_kernel(int device, const std::string& source, const std
   if (smem_bytes > 48 * 1024) {
     check(d.func_set_attribute(kernel->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes),
           "cuFuncSetAttribute(max dynamic shared memory)");
+  }
+  if (ctas_per_sm > 1) {
+    check(d.func_set_attribute(kernel->function, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100),
+          "cuFuncSetAttribute(shared memory carveout)");
   }
   check(d.func_get_attribute(&kernel->registers, CU_FUNC_ATTRIBUTE_NUM_REGS, kernel->function),
         "cuFuncGetAttribute(registers)");

@@ -22,15 +22,18 @@ struct LoadedKernel {
 };
 
 // The kernel `entry_point` of `source` loaded on `device` (the current device must be
-// `device`), with its dynamic shared-memory limit raised to `smem_bytes`. Thread-safe;
-// the reference stays valid for the life of the process.
+// `device`), with its dynamic shared-memory limit raised to `smem_bytes`, and where
+// `ctas_per_sm` is above 1, the SM's shared memory at its largest, so that they fit beside each
+// other. Thread-safe; the reference stays valid for the life of the process.
 const LoadedKernel& load_kernel(int device, const std::string& source, const std::string& entry_point,
-                                int smem_bytes);
+                                int smem_bytes, int ctas_per_sm = 1);
 
-// What load_kernel takes: a kernel's source, its entry point and its dynamic shared memory.
+// What load_kernel takes: a kernel's source, its entry point, its dynamic shared memory and the
+// CTAs that share an SM.
 struct KernelSpec {
   std::string source, entry;
   int smem_bytes = 0;
+  int ctas_per_sm = 1;
 };
 
 // The kernel that `key` names on `device`: loaded from make()'s KernelSpec on the first call for
@@ -46,7 +49,7 @@ const LoadedKernel& loaded_once(int device, const Key& key, const Make& make) {
     if (auto it = kernels.find({device, key}); it != kernels.end()) return *it->second;
   }
   const KernelSpec spec = make();
-  const LoadedKernel& kernel = load_kernel(device, spec.source, spec.entry, spec.smem_bytes);
+  const LoadedKernel& kernel = load_kernel(device, spec.source, spec.entry, spec.smem_bytes, spec.ctas_per_sm);
   std::lock_guard<std::mutex> lock(mutex);
   kernels[{device, key}] = &kernel;
   return kernel;

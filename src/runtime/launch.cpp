@@ -496,8 +496,9 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   if (scales_b.rows > 0) launch.maps.scale_b = scales_map(scales_b, scales_b_view);
   if (scales_b2.rows > 0) launch.maps.scale_b2 = scales_map(scales_b2, scales_b2_view);
   if (zeros.rows > 0) launch.maps.zeros = scales_map(zeros, zeros_view);
-  // A persistent grid: one CTA per SM at most, whole clusters, no more than there are work units.
-  launch.grid = clamp_grid(cluster_tiles * args.splits, sm_count / cluster) * unsigned(cluster);
+  // A persistent grid: as many CTAs as fit on the SMs at most (ctas_per_sm), whole clusters, no
+  // more than there are work units.
+  launch.grid = clamp_grid(cluster_tiles * args.splits, sm_count * config.ctas_per_sm() / cluster) * unsigned(cluster);
   launch_tma(kernel, config, launch, stream);
   if (splits == 1 && !stages) last = {&kernel, config, words, sm_count, launch};
   return true;
