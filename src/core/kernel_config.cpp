@@ -48,7 +48,7 @@ bool KernelConfig::row_store() const {
 }
 
 int KernelConfig::ctas_per_sm() const {
-  return kind == KernelKind::tma && widens() && is_narrow({tile_m, tile_n}) ? 2 : 1;
+  return kind == KernelKind::tma && widens() && is_narrow({tile_m, tile_n}) ? 3 : 1;
 }
 
 int KernelConfig::threads() const { return kind == KernelKind::tma ? 128 * (tile_m / 64 + 1) : 256; }

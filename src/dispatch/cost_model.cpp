@@ -159,9 +159,12 @@ std::optional<TileShape> streaming_tile(const Problem& p, const KernelConfig& co
 //   unsplit, against cuBLASLt's 34.2);
 // - 2112x8x7168, 33 tiles: 20.6 unsplit, 18.8 in two parts, 17.7 in four;
 // - 1280x8x8192, 20 tiles: 20.4 unsplit, 14.7 in four, 14.9 in six.
-int64_t streaming_splits(int64_t tiles, int64_t k_blocks, const DeviceLimits& limits) {
+// 4-bit weights' K blocks take about four times a 16-bit block's time to widen and a quarter of its
+// bytes to load: parts a quarter as deep still cover their start and their reduction.
+int64_t streaming_splits(int64_t tiles, int64_t k_blocks, bool widens, const DeviceLimits& limits) {
   if (tiles * 2 > limits.sm_count) return 1;
-  const int64_t min_blocks = tiles * 3 >= limits.sm_count ? 2 * kMinSplitBlocks : kMinSplitBlocks;
+  const int64_t min_part = widens ? kMinSplitBlocks / 4 : kMinSplitBlocks;
+  const int64_t min_blocks = tiles * 3 >= limits.sm_count ? 2 * min_part : min_part;
   return std::max<int64_t>(1, std::min({limits.sm_count / tiles, k_blocks / min_blocks, int64_t(kMaxSplits)}));
 }
 
@@ -178,9 +181,10 @@ std::vector<Candidate> streaming_candidates(const Problem& p, const KernelConfig
   const int64_t tiles = tile_rows(c, p.m) * ceil_div(p.n, tile.n) * p.batch;
   DeviceLimits slots = limits;  // CTAs that share an SM count as SMs of their own
   slots.sm_count *= c.ctas_per_sm();
-  const int64_t pick = streaming_splits(tiles, k_blocks, slots);
+  const int64_t pick = streaming_splits(tiles, k_blocks, c.widens(), slots);
   std::vector<Candidate> candidates;
-  for (int64_t splits = 1; splits <= max_splits(k_blocks); ++splits) {
+  // 4-bit weights may split deeper than max_splits allows (streaming_splits).
+  for (int64_t splits = 1; splits <= std::max(max_splits(k_blocks), pick); ++splits) {
     c.splits = int(splits);
     candidates.push_back({c, 1.0 + std::abs(std::log2(double(splits) / double(pick)))});
   }

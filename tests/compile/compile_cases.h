@@ -177,17 +177,20 @@ inline std::vector<CompileCase> realign_cases() {
 // and e2m1 on the widest and narrowest tiles.
 inline std::vector<CompileCase> widen_cases() {
   std::vector<CompileCase> cases;
-  auto add = [&](TileShape tile, DType format, DType wide, bool zeros, DType out, bool tma_store = true) {
+  auto add = [&](TileShape tile, DType format, DType wide, bool zeros, DType out, bool tma_store = true,
+                 int splits = 2, bool has_c = false) {
     KernelConfig config = with_layout(tile, true, true, 1);
     config.tma_store = config.tma_store && tma_store;
     config.in = format;
     config.in_b = wide;
     config.scale_a = format == DType::u4 ? ScaleMode::group : ScaleMode::mx;
     config.zeros = zeros;
-    config.out = out;
-    config.splits = tile.n <= kMaxSplitTileN ? 2 : 1;
+    config.out = config.c = out;
+    config.has_c = has_c;
+    config.splits = tile.n <= kMaxSplitTileN ? splits : 1;
     if (!tile_takes_widening(tile, config)) return;
-    cases.push_back(at_most_stages(config, " " + std::string(dtype_name(format)) + (zeros ? " zeros" : "")));
+    cases.push_back(at_most_stages(config, " " + std::string(dtype_name(format)) + (zeros ? " zeros" : "") +
+                                               (has_c ? " with C" : "")));
   };
   for (TileShape tile : tile_shapes()) {
     add(tile, DType::u4, DType::bf16, false, DType::bf16);
@@ -195,6 +198,17 @@ inline std::vector<CompileCase> widen_cases() {
   }
   for (TileShape tile : {TileShape{128, 256}, TileShape{64, 8}, TileShape{64, 256}}) {
     add(tile, DType::e2m1, DType::bf16, false, DType::bf16);
+  }
+  // Narrow tiles, which share their SM (ctas_per_sm), in each format and type, split or not.
+  for (TileShape tile : tile_shapes()) {
+    if (!is_narrow(tile)) continue;
+    for (int splits : {1, 2}) {
+      add(tile, DType::u4, DType::f16, false, DType::f32, false, splits);
+      add(tile, DType::u4, DType::bf16, true, DType::bf16, false, splits);
+      add(tile, DType::e2m1, DType::f16, false, DType::f32, false, splits);
+      add(tile, DType::e2m1, DType::bf16, false, DType::f16, false, splits);
+      add(tile, DType::u4, DType::bf16, false, DType::f32, false, splits, true);
+    }
   }
   // Without TMA stores (D's rows unaligned): row stores on 128-row tiles, direct ones below.
   for (TileShape tile : tile_shapes()) {
