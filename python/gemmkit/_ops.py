@@ -1028,6 +1028,21 @@ def _w4_backward(ctx, grad):
 torch.library.register_autograd("gemmkit::w4_mm", _w4_backward, setup_context=_w4_setup_context)
 
 
+# FP8 quantisation has no gradient: its results never require grad, traced as in eager (whose
+# direct launch makes plain tensors). Without this they required grad with no backward, and
+# torch.compile dropped x's gradient with only a warning.
+
+def _quantize_setup_context(ctx, inputs, output):
+    ctx.mark_non_differentiable(*output)
+
+
+def _quantize_backward(ctx, grad_q, grad_scales):
+    raise RuntimeError("gemmkit: quantize is not differentiable")  # unreachable: no output requires grad
+
+
+torch.library.register_autograd("gemmkit::quantize", _quantize_backward, setup_context=_quantize_setup_context)
+
+
 # --- eager autograd ------------------------------------------------------------------------------
 # Where nothing is being traced, autograd records gemmkit's products through these Functions
 # rather than through the operators: the same kernels (the operators' CUDA implementations

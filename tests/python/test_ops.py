@@ -52,6 +52,16 @@ def test_fake_quantize_shapes(fake, mode, block, scales):
     assert q.shape == (2, 100, 260) and q.dtype == torch.float8_e5m2 and s.shape[0] == 2
 
 
+def test_quantized_results_never_require_grad(fake):
+    # Traced, as in eager: x's gradient cannot silently stop at the quantisation.
+    x = cuda(100, 260).requires_grad_()
+    for mode in ("tensor", "rowwise", "block", "mx"):
+        q, s = gemmkit.quantize(x, mode=mode)
+        assert not q.requires_grad and not s.requires_grad, mode
+    q, s = torch.ops.gemmkit.quantize(x, E4M3, 1, 128, F32, False)
+    assert not q.requires_grad and not s.requires_grad
+
+
 def test_fake_out_is_returned(fake):
     out = cuda(8, 4, dtype=F32)
     assert gemmkit.mm(cuda(8, 16), cuda(16, 4), out=out) is out
