@@ -22,9 +22,14 @@ constexpr int64_t kMaxPartialBytes = int64_t(32) << 20;
 constexpr double kSplitOverheadBlocks = 10.0;
 constexpr int64_t kClusteredGroupRows = 1024;  // choose_grouped_config
 
-// The most parts K blocks may be split into: at least kMinSplitBlocks each, at most kMaxSplits.
-int64_t max_splits(int64_t k_blocks) {
-  return std::min<int64_t>(kMaxSplits, std::max<int64_t>(1, k_blocks / kMinSplitBlocks));
+// The fewest K blocks a split part takes. 4-bit weights' blocks take about four times a 16-bit
+// block's time to widen and a quarter of its bytes to load: parts a quarter as deep still cover
+// their start and their reduction.
+int64_t min_split_blocks(bool widens) { return widens ? kMinSplitBlocks / 4 : kMinSplitBlocks; }
+
+// The most parts K blocks may be split into: at least min_split_blocks each, at most kMaxSplits.
+int64_t max_splits(int64_t k_blocks, bool widens = false) {
+  return std::min<int64_t>(kMaxSplits, std::max<int64_t>(1, k_blocks / min_split_blocks(widens)));
 }
 
 
@@ -159,12 +164,9 @@ std::optional<TileShape> streaming_tile(const Problem& p, const KernelConfig& co
 //   unsplit, against cuBLASLt's 34.2);
 // - 2112x8x7168, 33 tiles: 20.6 unsplit, 18.8 in two parts, 17.7 in four;
 // - 1280x8x8192, 20 tiles: 20.4 unsplit, 14.7 in four, 14.9 in six.
-// 4-bit weights' K blocks take about four times a 16-bit block's time to widen and a quarter of its
-// bytes to load: parts a quarter as deep still cover their start and their reduction.
 int64_t streaming_splits(int64_t tiles, int64_t k_blocks, bool widens, const DeviceLimits& limits) {
   if (tiles * 2 > limits.sm_count) return 1;
-  const int64_t min_part = widens ? kMinSplitBlocks / 4 : kMinSplitBlocks;
-  const int64_t min_blocks = tiles * 3 >= limits.sm_count ? 2 * min_part : min_part;
+  const int64_t min_blocks = (tiles * 3 >= limits.sm_count ? 2 : 1) * min_split_blocks(widens);
   return std::max<int64_t>(1, std::min({limits.sm_count / tiles, k_blocks / min_blocks, int64_t(kMaxSplits)}));
 }
 
@@ -183,8 +185,7 @@ std::vector<Candidate> streaming_candidates(const Problem& p, const KernelConfig
   slots.sm_count *= c.ctas_per_sm();
   const int64_t pick = streaming_splits(tiles, k_blocks, c.widens(), slots);
   std::vector<Candidate> candidates;
-  // 4-bit weights may split deeper than max_splits allows (streaming_splits).
-  for (int64_t splits = 1; splits <= std::max(max_splits(k_blocks), pick); ++splits) {
+  for (int64_t splits = 1; splits <= max_splits(k_blocks, c.widens()); ++splits) {
     c.splits = int(splits);
     candidates.push_back({c, 1.0 + std::abs(std::log2(double(splits) / double(pick)))});
   }
