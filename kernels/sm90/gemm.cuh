@@ -394,13 +394,14 @@ __device__ __forceinline__ void issue_k_block(float* acc, RingSlot slot, const S
   wgmma_commit();
 }
 
-// 4-bit weights (widen.cuh): widens the K block in `slot` (first K element k) into this thread's
-// fragments and commits its wgmma group, A from those registers, into `acc`.
-__device__ __forceinline__ void issue_widened_k_block(float* acc, u32 (&fragments)[16], const u8* a, u32 scales,
-                                                      RingSlot slot, const StageDescriptors& stages, int slice, int t,
-                                                      int k, const GemmParams& p, bool accumulate) {
+// 4-bit weights (widen.cuh): widens the K block in `slot` into this thread's fragments and
+// commits its wgmma group, A from those registers, into `acc`.
+__device__ __forceinline__ void issue_widened_k_block(float* acc, u32 (&fragments)[16], u32 stages_a, u32 stage_scales,
+                                                      const WidenLanes& lanes, RingSlot slot,
+                                                      const StageDescriptors& stages, bool accumulate) {
   if constexpr (kWidenA) {
-    widen_fragments(fragments, a, scales, slice, t, k, p);
+    widen_fragments(fragments, stages_a + slot.stage * kStageBytesA, stage_scales + slot.stage * kStageScaleBytes,
+                    lanes);
     const u32 low_b = stages.low_b(slot.stage);
     wgmma_fence();
 #pragma unroll
@@ -608,6 +609,7 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
       // its stage back to the producer.
       u32 previous = 0;  // the stage of the K block before
       u32 fragments[2][16];  // 4-bit weights' widened A fragments, alternate K blocks' (kWidenA only)
+      const WidenLanes lanes = kWidenA ? widen_lanes(slice, t, p) : WidenLanes{};
       const int shift = kRowClasses ? row_class(p, w.row).shift : 0;
       const int first_block = kSplitK ? w.k_begin : 0;  // unsplit, the slot holds no K range
       for (int i = 0; i < k_count; ++i, previous = slot.stage, slot = slot.next()) {
@@ -623,13 +625,10 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
         mbarrier_wait(&full[slot.stage], slot.phase);
         if constexpr (kWidenA) {
           // Block i's fragments go where block i - 2's were, whose wgmma the wait below block i - 1 retired.
-          const u8* a = stages_a + slot.stage * kStageBytesA;
-          const u32 scales = stage_scales + slot.stage * kStageScaleBytes;
-          const int k = (first_block + i) * kTileK;
           if (i % 2 == 0) {
-            issue_widened_k_block(acc, fragments[0], a, scales, slot, stages, slice, t, k, p, i > 0);
+            issue_widened_k_block(acc, fragments[0], smem_u32(stages_a), stage_scales, lanes, slot, stages, i > 0);
           } else {
-            issue_widened_k_block(acc, fragments[1], a, scales, slot, stages, slice, t, k, p, i > 0);
+            issue_widened_k_block(acc, fragments[1], smem_u32(stages_a), stage_scales, lanes, slot, stages, i > 0);
           }
         } else {
           issue_k_block(acc, slot, stages, i > 0);

@@ -148,15 +148,27 @@ __device__ __forceinline__ void widen_steps(u32 (&frag)[16], const uint4 (&rows)
   }
 }
 
-// A consumer thread's A fragments of one K block: four 16-deep steps of four registers, widened
-// from the stage's packed slice `a` (this warpgroup's 64 rows from `slice` on) with its scales
-// `scales`. K block k: its first K element. wgmma's register layout for A: warp w takes rows
-// 16w to 16w + 15; a thread (lane l) rows r = 16w + l / 4 and r + 8, K elements 2 (l % 4) + {0, 1}
-// (registers 0: row r, 1: row r + 8) and those plus 8 (registers 2 and 3).
-__device__ __forceinline__ void widen_fragments(u32 (&frag)[16], const u8* a, u32 scales, int slice, int t, int k,
-                                                const GemmParams& p) {
+// Where a consumer thread's fragments lie in every stage, worked out once before the main loop
+// (inside it, ptxas recomputed them for each K block). wgmma's register layout for A: warp w
+// takes rows 16w to 16w + 15; a thread (lane l) rows r = 16w + l / 4 and r + 8, K elements
+// 2 (l % 4) + {0, 1} (registers 0: row r, 1: row r + 8) and those plus 8 (registers 2 and 3).
+struct WidenLanes {
+  u32 row;           // byte offset of row r's packed bytes in a stage's A slice (r + 8: 8 rows on)
+  u32 scale;         // byte offset of row r's scale in a group's scales (r + 8: 8 scales on)
+  u32 selector;      // the PRMT selector of the thread's byte in each word (code_pair)
+  bool two_groups;   // groups of 32: a K block's steps 2 and 3 take its second group
+};
+
+// This warpgroup's `slice` (64 rows) of the stage, for thread t.
+__device__ __forceinline__ WidenLanes widen_lanes(int slice, int t, const GemmParams& p) {
   const int r = slice * 64 + (t / 32) * 16 + (t % 32) / 4, lane_byte = t % 4;
-  const u32 selector = u32(lane_byte) | u32(lane_byte + 4) << 8;
+  return {u32(r) * kPackedRowBytes, u32(r) * u32(kWidenScaleBytes), u32(lane_byte) | u32(lane_byte + 4) << 8,
+          widen_group_shift(p) == 5};
+}
+
+// A consumer thread's A fragments of one K block: four 16-deep steps of four registers, widened
+// from the stage's packed slice at `a` with its scales at `scales` (shared-memory addresses).
+__device__ __forceinline__ void widen_fragments(u32 (&frag)[16], u32 a, u32 scales, const WidenLanes& lanes) {
   // Each row's 32 bytes as two 16-byte loads: word w holds step w / 2's bytes (K elements 8 on
   // where w is odd); the thread's byte in each is byte lane_byte.
   uint4 rows[2][2];
@@ -164,16 +176,14 @@ __device__ __forceinline__ void widen_fragments(u32 (&frag)[16], const u8* a, u3
   for (int h = 0; h < 2; ++h) {
 #pragma unroll
     for (int part = 0; part < 2; ++part) {
-      const u32 at = smem_u32(a) + u32(r + 8 * h) * kPackedRowBytes + u32(16 * part);
+      const u32 at = a + lanes.row + u32(8 * h) * kPackedRowBytes + u32(16 * part);
       asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
                    : "=r"(rows[h][part].x), "=r"(rows[h][part].y), "=r"(rows[h][part].z), "=r"(rows[h][part].w)
                    : "r"(at));
     }
   }
-  // The scales of the two rows in the slot's first group, and in its second where groups are 32
+  // The scales of the two rows in the block's first group, and in its second where groups are 32
   // deep (steps 2 and 3 take it).
-  const int shift = widen_group_shift(p);
-  const bool two_groups = ((k + 32) >> shift) != (k >> shift);
   float scale[2][2], zero[2][2];
   u32 scale2[2][2], bias2[2][2];
   bool exact[2][2];
@@ -181,17 +191,17 @@ __device__ __forceinline__ void widen_fragments(u32 (&frag)[16], const u8* a, u3
   for (int g = 0; g < 2; ++g) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int group = two_groups ? g : 0;
-      const u32 row = u32(group * kWidenRows + r + 8 * h);
+      const u32 at = scales + lanes.scale + u32(8 * h * kWidenScaleBytes) +
+                     (g == 1 && lanes.two_groups ? u32(kWidenRows * kWidenScaleBytes) : 0u);
       if constexpr (kAType == GEMMKIT_U4) {
-        scale[g][h] = wide_at(scales + row * 2);
-        zero[g][h] = kZeros ? wide_at(scales + kWidenScalePart + row * 2) : 8.0f;
-        const u32 bits = ld_shared_u16(scales + row * 2);
+        scale[g][h] = wide_at(at);
+        zero[g][h] = kZeros ? wide_at(at + kWidenScalePart) : 8.0f;
+        const u32 bits = ld_shared_u16(at);
         scale2[g][h] = bits | bits << 16;
         exact[g][h] = true;  // the bias of 8 (magic + 8's bits: the code 8 in the mantissa)
         bias2[g][h] = kZeros ? u4_bias(zero[g][h], exact[g][h]) : kU4MagicPair + 0x00080008u;
       } else {
-        scale[g][h] = ue8m0_to_float(ld_shared_u8(scales + row));
+        scale[g][h] = ue8m0_to_float(ld_shared_u8(at));
         zero[g][h] = 0.0f;
         const u32 bits = __float_as_uint(scale[g][h]) >> 16;  // a power of two (or NaN): exact in bf16
         scale2[g][h] = bits | bits << 16;
@@ -206,9 +216,9 @@ __device__ __forceinline__ void widen_fragments(u32 (&frag)[16], const u8* a, u3
 #pragma unroll
   for (int g = 0; g < 2; ++g) exact_block = exact_block && exact[g][0] && exact[g][1];
   if (!kZeros || __all_sync(0xffffffffu, exact_block)) {
-    widen_steps<true>(frag, rows, selector, scale, zero, scale2, bias2);
+    widen_steps<true>(frag, rows, lanes.selector, scale, zero, scale2, bias2);
   } else {
-    widen_steps<false>(frag, rows, selector, scale, zero, scale2, bias2);
+    widen_steps<false>(frag, rows, lanes.selector, scale, zero, scale2, bias2);
   }
 }
 
