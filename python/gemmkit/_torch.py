@@ -615,16 +615,12 @@ def check_w4(x, w, scales, zeros, format, group):
         raise ValueError(f"{w_name}: strides {list(w.stride())}; expected the bytes along K contiguous (stride 1)")
     n = w.size(0)
     _check_cuda_tensor(scales, "scales")
+    check_w4_group(format, group, k)
     if int4:
-        if group < 1 or (group < k and (group < 32 or group & (group - 1))):
-            raise ValueError(f"group: {group}; expected 32, a power of two from 64, or at least K = {k} (one scale a "
-                             "column)")
         if scales.dtype != x.dtype:
             raise TypeError(f"scales: dtype {scales.dtype}; expected x's, {x.dtype}")
         shape, text = (-(-k // group), n), f"[ceil(K/{group}), N]"
     else:
-        if group != MX_BLOCK:
-            raise ValueError(f"group: {group} with format 'mxfp4'; expected {MX_BLOCK} (MX blocks are 32 of K)")
         if scales.dtype not in (E8M0, torch.uint8):
             raise TypeError(f"scales: dtype {scales.dtype} is not supported; expected float8_e8m0fnu or uint8 "
                             "(exponents e, each scale 2^(e - 127))")
@@ -640,6 +636,25 @@ def check_w4(x, w, scales, zeros, format, group):
         raise TypeError(f"zeros: dtype {zeros.dtype}; expected the scales', {scales.dtype}")
     if zeros.shape != scales.shape:
         raise ValueError(f"zeros: shape {list(zeros.shape)}; expected the scales', {list(scales.shape)}")
+
+
+def check_w4_group(format, group, k):
+    """ValueError unless `group` (an int) suits 4-bit weights of `format` with K = k, as gemm()
+    takes them: int4 32, a power of two from 64, or at least K (one scale a column); MXFP4 32."""
+    if format == "int4":
+        if group < 1 or (group < k and (group < 32 or group & (group - 1))):
+            raise ValueError(f"group: {group}; expected 32, a power of two from 64, or at least K = {k} (one scale a "
+                             "column)")
+    elif group != MX_BLOCK:
+        raise ValueError(f"group: {group} with format 'mxfp4'; expected {MX_BLOCK} (MX blocks are 32 of K)")
+
+
+def group_index(group):
+    """`group` as an int, or TypeError naming it."""
+    try:
+        return operator.index(group)
+    except TypeError:
+        raise TypeError(f"group: {type(group).__name__}; expected an int, the K elements a scale covers") from None
 
 
 def refuse_autograd_of_quantized(named):
@@ -1370,11 +1385,7 @@ def int4_mm(x, qweight, scales, zeros=None, *, group=128, out=None, out_dtype=No
     call is one operator, torch.ops.gemmkit.w4_mm (w4_mm_out with out=), format 'int4'."""
     names = ("x", "qweight", "scales", "zeros", "out")
     (x, qweight, scales, zeros, out_t), kind = _arrays.to_torch(torch, (x, qweight, scales, zeros, out), names)
-    try:
-        group = operator.index(group)
-    except TypeError:
-        raise TypeError(f"group: {type(group).__name__}; expected an int, the K elements a scale covers") from None
-    result = _w4(x, qweight, scales, zeros, "int4", group, out_t, out_dtype)
+    result = _w4(x, qweight, scales, zeros, "int4", group_index(group), out_t, out_dtype)
     return _arrays.to_caller(result, kind, out)
 
 
