@@ -35,6 +35,8 @@ _TORCH_FUNCTIONS = {
     "mm": "alpha * a @ b + beta * c, a [M, K] and b [K, N] of bfloat16 or float16",
     "mxfp4_mm": "x @ W.T for MXFP4 weights W [N, K] as [N, K/2] bytes, e8m0 scales per 32 of K",
     "quantize": "x in FP8, a scale per block (tensor, row, 1x128, 128x128, mx): (q, scales)",
+    "quantize_int4": "weights W [N, K] to int4_mm's (qweight, scales, zeros or None), GPTQ or AWQ rounding",
+    "quantize_mxfp4": "weights W [N, K] to mxfp4_mm's (weight, scales), OCP MX rounding",
     "scaled_grouped_mm": "grouped_mm of FP8 inputs with their scales, as torch._scaled_grouped_mm",
     "scaled_grouped_swiglu_mm": "grouped_swiglu_mm of FP8 inputs with their scales (MoE up-projection)",
     "scaled_mm": "the FP8 product (a * scales) @ (b * scales); scales per tensor, row, block, mx",

@@ -9,7 +9,8 @@ scaled_grouped_mm. An e4m3 output, quantised in 1x128 blocks, comes with its flo
 the operators that write into out take them as scale_d (None for other outputs); none of them
 has a gradient. scaled_swiglu_mm and scaled_grouped_swiglu_mm (and their _out and _quantized
 forms) are the FP8 dual GEMMs, with the inputs' scales; they have no gradient either. w4_mm (and
-w4_mm_out) is the product with 4-bit weights (int4_mm, mxfp4_mm), which has no gradient."""
+w4_mm_out) is the product with 4-bit weights (int4_mm, mxfp4_mm), which has no gradient;
+quantize_w4 makes its inputs (quantize_int4, quantize_mxfp4), whose results never require grad."""
 
 import torch
 
@@ -139,6 +140,13 @@ _lib.define("scaled_grouped_swiglu_mm_quantized(Tensor x, Tensor w, Tensor? w_up
 _lib.define("w4_mm(Tensor x, Tensor w, Tensor scales, Tensor? zeros, str format, int group, ScalarType? out_dtype) "
             "-> Tensor")
 _lib.define("w4_mm_out(Tensor x, Tensor w, Tensor scales, Tensor? zeros, Tensor(a!) out, str format, int group) -> ()")
+# w4_mm's inputs from weights w [N, K] (bfloat16, float16 or float32; gemmkit.quantize_int4,
+# quantize_mxfp4): (w's [N, ceil(K/2)] bytes, scales, zero points or None), format 'int4' (scales
+# and zeros [ceil(K/group), N] of scales_dtype, bfloat16 or float16) or 'mxfp4' (group 32, no
+# zeros, scales_dtype uint8: exponents [N, ceil(K/32)], stored [ceil(K/32), N] and returned
+# transposed), checked by _torch.check_quantize_w4. Not differentiable: no result requires grad.
+_lib.define("quantize_w4(Tensor w, str format, int group, bool zeros, ScalarType scales_dtype) "
+            "-> (Tensor, Tensor, Tensor?)")
 
 
 def _gemm(a, b, scale_a, scale_b, mode_a, mode_b, out_dtype, alpha, beta, c):
@@ -222,6 +230,13 @@ def _w4_mm(x, w, scales, zeros, format, group, out_dtype):
 def _w4_mm_out(x, w, scales, zeros, out, format, group):
     t.check_w4(x, w, scales, zeros, format, group)
     t.launch_w4(x, w, scales, zeros, format, group, out)
+
+
+def _quantize_w4(w, format, group, zeros, scales_dtype):
+    t.check_quantize_w4(w, format, group, zeros, scales_dtype)
+    results = t.new_quantize_w4_outputs(w, format, group, zeros, scales_dtype)
+    t.launch_quantize_w4(w, *results, format, group)
+    return results
 
 
 OUTPUT_TYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}  # the *_outputs operators'
@@ -392,6 +407,7 @@ _lib.impl("scaled_grouped_swiglu_mm_out", _scaled_grouped_swiglu_mm_out, "CUDA")
 _lib.impl("scaled_grouped_swiglu_mm_quantized", _scaled_grouped_swiglu_mm_quantized, "CUDA")
 _lib.impl("w4_mm", _w4_mm, "CUDA")
 _lib.impl("w4_mm_out", _w4_mm_out, "CUDA")
+_lib.impl("quantize_w4", _quantize_w4, "CUDA")
 
 
 @torch.library.register_fake("gemmkit::gemm")
@@ -589,6 +605,12 @@ def _w4_mm_fake(x, w, scales, zeros, format, group, out_dtype):
 @torch.library.register_fake("gemmkit::w4_mm_out")
 def _w4_mm_out_fake(x, w, scales, zeros, out, format, group):
     t.check_w4(x, w, scales, zeros, format, group)
+
+
+@torch.library.register_fake("gemmkit::quantize_w4")
+def _quantize_w4_fake(w, format, group, zeros, scales_dtype):
+    t.check_quantize_w4(w, format, group, zeros, scales_dtype)
+    return t.new_quantize_w4_outputs(w, format, group, zeros, scales_dtype)
 
 
 # --- autograd ----------------------------------------------------------------------------------
@@ -1028,19 +1050,24 @@ def _w4_backward(ctx, grad):
 torch.library.register_autograd("gemmkit::w4_mm", _w4_backward, setup_context=_w4_setup_context)
 
 
-# FP8 quantisation has no gradient: its results never require grad, traced as in eager (whose
-# direct launch makes plain tensors). Without this they required grad with no backward, and
-# torch.compile dropped x's gradient with only a warning.
+# Quantisation (FP8, and 4-bit weights) has no gradient: its results never require grad, traced as
+# in eager (whose direct launch makes plain tensors). Without this they required grad with no
+# backward, and torch.compile dropped x's gradient with only a warning.
 
 def _quantize_setup_context(ctx, inputs, output):
-    ctx.mark_non_differentiable(*output)
+    ctx.mark_non_differentiable(*(result for result in output if result is not None))  # zeros may be None
 
 
-def _quantize_backward(ctx, grad_q, grad_scales):
-    raise RuntimeError("gemmkit: quantize is not differentiable")  # unreachable: no output requires grad
+def _quantize_backward(operator):
+    def backward(ctx, *grads):
+        raise RuntimeError(f"gemmkit: {operator} is not differentiable")  # unreachable: no output requires grad
+    return backward
 
 
-torch.library.register_autograd("gemmkit::quantize", _quantize_backward, setup_context=_quantize_setup_context)
+torch.library.register_autograd("gemmkit::quantize", _quantize_backward("quantize"),
+                                setup_context=_quantize_setup_context)
+torch.library.register_autograd("gemmkit::quantize_w4", _quantize_backward("quantize_w4"),
+                                setup_context=_quantize_setup_context)
 
 
 # --- eager autograd ------------------------------------------------------------------------------

@@ -3,13 +3,13 @@ data pointer, dtype, sizes and strides, so any strided view runs as it is, on th
 device and that device's current stream.
 
 A call reaches the launch (`launch_gemm`, `launch_grouped`, `launch_grouped_wgrad`,
-`launch_quantize`, `launch_w4`) by one of three roads. Where torch has something to record besides autograd
-(torch.compile tracing, fake or other subclass tensors, a dispatch mode, a functorch transform)
-it goes through the custom operators torch.ops.gemmkit.* (`_ops`), whose CUDA kernels are these
-same launches. Where only autograd has (inputs that require grad, eager) it goes through _ops'
-autograd Functions, which launch them too and record the operators' own backward formulas.
-Otherwise it launches directly: torch's dispatcher would only add host time. Arrays of other
-libraries come in through DLPack (`_arrays`).
+`launch_quantize`, `launch_w4`, `launch_quantize_w4`) by one of three roads. Where torch has
+something to record besides autograd (torch.compile tracing, fake or other subclass tensors, a
+dispatch mode, a functorch transform) it goes through the custom operators torch.ops.gemmkit.*
+(`_ops`), whose CUDA kernels are these same launches. Where only autograd has (inputs that
+require grad, eager) it goes through _ops' autograd Functions, which launch them too and record
+the operators' own backward formulas. Otherwise it launches directly: torch's dispatcher would
+only add host time. Arrays of other libraries come in through DLPack (`_arrays`).
 
 Importing this module imports torch and registers the operators; gemmkit imports it on the first
 use of one of its functions (or at once where torch is already loaded), not before.
@@ -109,6 +109,7 @@ FLOAT4 = getattr(torch, "float4_e2m1fn_x2", None)
 W4_BYTES = {"int4": (torch.uint8,), "mxfp4": (torch.uint8,) + ((FLOAT4,) if FLOAT4 is not None else ())}
 E8M0 = torch.float8_e8m0fnu
 MX_BLOCK = 32
+W4_SCALE_DTYPES = (torch.bfloat16, torch.float16)  # int4's scales (and zero points)
 
 
 def new_w4_output(x, w, out_dtype):
@@ -130,6 +131,30 @@ def launch_w4(x, w, scales, zeros, format, group, out):
         scales = (scales if scales.dtype == E8M0 else scales.view(E8M0)).t()
     _C.gemm_4bit_tensors(x, w, out, W4_FORMATS[format], scales, zeros, group,
                          torch._C._cuda_getCurrentRawStream(out.get_device()))
+
+
+def new_quantize_w4_outputs(w, format, group, zeros, scales_dtype):
+    """Empty (qweight, scales, zeros or None) for 4-bit weights of w [N, K], as int4_mm and
+    mxfp4_mm take them: [N, ceil(K/2)] bytes; int4's scales (and zeros) [ceil(K/group), N] of
+    scales_dtype, row-major; MXFP4's uint8 exponents [N, ceil(K/32)] stored [ceil(K/32), N] and
+    returned transposed, the layout mxfp4_mm reads without copying them first."""
+    n, k = w.shape
+    qweight = w.new_empty(n, (k + 1) // 2, dtype=torch.uint8)
+    if format == "mxfp4":
+        return qweight, w.new_empty(-(-k // MX_BLOCK), n, dtype=torch.uint8).t(), None
+    scales = w.new_empty(-(-k // group), n, dtype=scales_dtype)
+    return qweight, scales, torch.empty_like(scales) if zeros else None
+
+
+def launch_quantize_w4(w, qweight, scales, zeros, format, group):
+    """qweight, scales (and zeros) = w [N, K] quantised to 4 bits (new_quantize_w4_outputs' tensors)
+    on w's device and current stream: gemmkit::quantize_int4 or quantize_mxfp4 on the views
+    gemm_4bit_tensors makes (python/src/module.cpp, quantize_4bit_tensors), MXFP4's uint8 scales
+    read as float8_e8m0fnu. Checked by check_quantize_w4."""
+    if format == "mxfp4":
+        scales = scales.view(E8M0)
+    _C.quantize_4bit_tensors(w, qweight, scales, zeros, W4_FORMATS[format], group,
+                             torch._C._cuda_getCurrentRawStream(w.get_device()))
 
 
 def swiglu_output_shape(x, w, w_up):
@@ -615,16 +640,12 @@ def check_w4(x, w, scales, zeros, format, group):
         raise ValueError(f"{w_name}: strides {list(w.stride())}; expected the bytes along K contiguous (stride 1)")
     n = w.size(0)
     _check_cuda_tensor(scales, "scales")
+    check_w4_group(format, group, k)
     if int4:
-        if group < 1 or (group < k and (group < 32 or group & (group - 1))):
-            raise ValueError(f"group: {group}; expected 32, a power of two from 64, or at least K = {k} (one scale a "
-                             "column)")
         if scales.dtype != x.dtype:
             raise TypeError(f"scales: dtype {scales.dtype}; expected x's, {x.dtype}")
         shape, text = (-(-k // group), n), f"[ceil(K/{group}), N]"
     else:
-        if group != MX_BLOCK:
-            raise ValueError(f"group: {group} with format 'mxfp4'; expected {MX_BLOCK} (MX blocks are 32 of K)")
         if scales.dtype not in (E8M0, torch.uint8):
             raise TypeError(f"scales: dtype {scales.dtype} is not supported; expected float8_e8m0fnu or uint8 "
                             "(exponents e, each scale 2^(e - 127))")
@@ -640,6 +661,50 @@ def check_w4(x, w, scales, zeros, format, group):
         raise TypeError(f"zeros: dtype {zeros.dtype}; expected the scales', {scales.dtype}")
     if zeros.shape != scales.shape:
         raise ValueError(f"zeros: shape {list(zeros.shape)}; expected the scales', {list(scales.shape)}")
+
+
+def check_w4_group(format, group, k):
+    """ValueError unless `group` (an int) suits 4-bit weights of `format` with K = k, as gemm()
+    takes them: int4 32, a power of two from 64, or at least K (one scale a column); MXFP4 32."""
+    if format == "int4":
+        if group < 1 or (group < k and (group < 32 or group & (group - 1))):
+            raise ValueError(f"group: {group}; expected 32, a power of two from 64, or at least K = {k} (one scale a "
+                             "column)")
+    elif group != MX_BLOCK:
+        raise ValueError(f"group: {group} with format 'mxfp4'; expected {MX_BLOCK} (MX blocks are 32 of K)")
+
+
+def group_index(group):
+    """`group` as an int, or TypeError naming it."""
+    try:
+        return operator.index(group)
+    except TypeError:
+        raise TypeError(f"group: {type(group).__name__}; expected an int, the K elements a scale covers") from None
+
+
+def check_quantize_w4(w, format, group, zeros, scales_dtype):
+    """The arguments of a 4-bit quantisation (quantize_int4, quantize_mxfp4,
+    torch.ops.gemmkit.quantize_w4): w [N, K] bfloat16, float16 or float32 (torch.nn.Linear's
+    layout, any strides); `group` as check_w4 takes it for `format`; int4's scales_dtype bfloat16
+    or float16, MXFP4's uint8 and no zeros. TypeError for a dtype, ValueError for anything else,
+    naming the argument."""
+    if format not in W4_FORMATS:
+        raise ValueError(f"format: {format!r}; expected 'int4' or 'mxfp4'")
+    _check_cuda_tensor(w, "w")
+    if w.dim() != 2:
+        raise ValueError(f"w: {w.dim()} dimensions; expected 2, [N, K] (torch.nn.Linear's weight)")
+    if w.dtype not in OUT_DTYPES:
+        raise TypeError(f"w: dtype {w.dtype} is not supported; expected bfloat16, float16 or float32")
+    check_w4_group(format, group, w.size(1))
+    if format == "int4":
+        if scales_dtype not in W4_SCALE_DTYPES:
+            raise TypeError(f"scales_dtype: {scales_dtype} is not supported; expected torch.bfloat16 or "
+                            "torch.float16 (int4_mm takes scales of x's dtype)")
+        return
+    if zeros:
+        raise ValueError("zeros: True with format 'mxfp4'; expected False (zero points are int4's)")
+    if scales_dtype != torch.uint8:
+        raise TypeError(f"scales_dtype: {scales_dtype} with format 'mxfp4'; expected torch.uint8 (e8m0 exponents)")
 
 
 def refuse_autograd_of_quantized(named):
@@ -1370,11 +1435,7 @@ def int4_mm(x, qweight, scales, zeros=None, *, group=128, out=None, out_dtype=No
     call is one operator, torch.ops.gemmkit.w4_mm (w4_mm_out with out=), format 'int4'."""
     names = ("x", "qweight", "scales", "zeros", "out")
     (x, qweight, scales, zeros, out_t), kind = _arrays.to_torch(torch, (x, qweight, scales, zeros, out), names)
-    try:
-        group = operator.index(group)
-    except TypeError:
-        raise TypeError(f"group: {type(group).__name__}; expected an int, the K elements a scale covers") from None
-    result = _w4(x, qweight, scales, zeros, "int4", group, out_t, out_dtype)
+    result = _w4(x, qweight, scales, zeros, "int4", group_index(group), out_t, out_dtype)
     return _arrays.to_caller(result, kind, out)
 
 
@@ -1437,6 +1498,63 @@ def _w4(x, w, scales, zeros, format, group, out, out_dtype):
     refuse_autograd_with_out(rows, scales, zeros, out)
     torch.ops.gemmkit.w4_mm_out(rows, w, scales, zeros, flat, format, group)
     return out
+
+
+def quantize_int4(w, *, group=128, zeros=False, scales_dtype=None):
+    """(qweight, scales, zeros): weights w [N, K] (torch.nn.Linear's layout; bfloat16, float16 or
+    float32, any strides, on the GPU) quantised to int4 in groups of `group` K elements of a row,
+    exactly the inputs int4_mm(x, qweight, scales, zeros, group=group) takes: qweight uint8 [N,
+    ceil(K/2)] (two codes a byte, the even k in the low nibble; an odd K's last high nibble 0),
+    scales [ceil(K/group), N] of scales_dtype (bfloat16 or float16; by default w's dtype, bfloat16
+    for float32 w), and the zero points as numbers of the scales' shape and dtype, or None.
+    - zeros=False: symmetric (GPTQ's sym=True), scale = 2 amax / 15, q = rne(w / scale) + 8.
+    - zeros=True: AWQ's (GPTQ's sym=False), scale = max(hi - lo, 1e-5) / 15 over the group's
+      min lo and max hi, zero = rne(-lo / scale), q = rne(w / scale) + zero.
+    Each in float32 with every operation rounded to nearest (rne: ties to even), the scale
+    rounded to scales_dtype first and q computed from it, clamped to 0..15, so that int4_mm(x,
+    ...) is x @ W.T for W = (q - zero) * scale, the dequantised weights. A group holding a NaN or
+    an infinity gets a NaN scale, zero point 8 and every code 8. group: 32, a power of two from
+    64, or at least K (one scale a row). gemmkit::quantize_int4 (gemmkit/quantize.h, which states
+    every rule) on w's device and current stream. Not differentiable: the results never require
+    grad. A traced call is one operator, torch.ops.gemmkit.quantize_w4, format 'int4'."""
+    (w,), kind = _arrays.to_torch(torch, (w,), ("w",))
+    group = group_index(group)
+    if not isinstance(zeros, bool):
+        raise TypeError(f"zeros: {type(zeros).__name__}; expected True or False (whether to compute zero points)")
+    if scales_dtype is None:  # w's 16-bit type, which int4_mm's x then has
+        scales_dtype = w.dtype if isinstance(w, torch.Tensor) and w.dtype in W4_SCALE_DTYPES else torch.bfloat16
+    return _quantize_w4(w, "int4", group, zeros, scales_dtype, kind)
+
+
+def quantize_mxfp4(w):
+    """(weight, scales): weights w [N, K] (torch.nn.Linear's layout; bfloat16, float16 or float32,
+    any strides, on the GPU) quantised to MXFP4 (OCP MX v1.0), exactly the inputs mxfp4_mm(x,
+    weight, scales) takes: weight uint8 [N, ceil(K/2)] of e2m1 codes (two a byte, the even k in the
+    low nibble; an odd K's last high nibble 0), scales uint8 [N, ceil(K/32)], the e8m0 exponent e of
+    each block of 32 along K (scale 2^(e - 127); gpt-oss's layout). Per block, in float32, amax =
+    max |w|: the shared exponent s = floor(log2(amax)) - 2 (0 for a block of zeros), clamped to
+    [-127, 127] and stored as e = s + 127, and each value w / 2^s rounded to e2m1 to nearest, ties
+    to even, saturating at +-6, the sign kept (-0 is code 8). A block holding a NaN or an infinity
+    gets e = 255 (NaN) and every code 0. The scales are stored [ceil(K/32), N] and returned as their transpose (strides
+    (1, N)), which mxfp4_mm reads without a copy (.contiguous() gives them row-major).
+    gemmkit::quantize_mxfp4 (gemmkit/quantize.h) on w's device and current stream. Not
+    differentiable: the results never require grad. A traced call is one operator,
+    torch.ops.gemmkit.quantize_w4, format 'mxfp4'."""
+    (w,), kind = _arrays.to_torch(torch, (w,), ("w",))
+    weight, scales, _ = _quantize_w4(w, "mxfp4", MX_BLOCK, False, torch.uint8, kind)
+    return weight, scales
+
+
+def _quantize_w4(w, format, group, zeros, scales_dtype, kind):
+    """quantize_int4's and quantize_mxfp4's (qweight, scales, zeros or None): launched directly,
+    else through quantize_w4; in the caller's library (`kind`)."""
+    check_quantize_w4(w, format, group, zeros, scales_dtype)
+    if direct(w, autograd=False):
+        results = new_quantize_w4_outputs(w, format, group, zeros, scales_dtype)
+        launch_quantize_w4(w, *results, format, group)
+    else:
+        results = torch.ops.gemmkit.quantize_w4(w, format, group, zeros, scales_dtype)
+    return _arrays.to_caller(tuple(results), kind)
 
 
 def scaled_swiglu_mm(x, w, scale_x, scale_w, w_up=None, scale_up=None, *, mode="tensor", interleaved=False,

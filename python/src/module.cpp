@@ -9,7 +9,8 @@
 // given as the two halves' views (scale_b, scale_b2). Each of them takes an e4m3 D's scales as an
 // optional scale_d (GemmOptions::scale_d, block mode). gemm_4bit_tensors() takes 4-bit weights
 // as checkpoints store them, [N, ceil(K/2)] bytes, and makes B's u4 or e2m1 view of them itself
-// (packed_weight_view_of, also bound for tests), with group or MX scales.
+// (packed_weight_view_of, also bound for tests), with group or MX scales; quantize_4bit_tensors()
+// makes such weights from [N, K] ones with the same views (quantize_int4, quantize_mxfp4).
 // set_scratch_allocator() makes two Python callables (torch's caching allocator, from
 // python/gemmkit/_torch.py) gemmkit's scratch allocator (gemmkit/scratch.h). gemmkit::Error
 // becomes ValueError where the caller passed something gemmkit cannot accept, RuntimeError
@@ -345,6 +346,37 @@ NB_MODULE(_gemmkit, m) {
       "ceil(K/2)] bytes (packed_weight_view_of), read as B = W^T of `dtype`: u4 with group scales ceil(K/group) x N "
       "of x's dtype and optional zero points of the same (ScaleMode::group, `group` K elements a scale), or e2m1 "
       "with ue8m0 scales ceil(K/32) x N (ScaleMode::mx, group 0 or 32); scales and zeros are 2-D, any strides");
+  m.def(
+      "quantize_4bit_tensors",
+      [](nb::handle w, nb::handle q, nb::handle scales, nb::handle zeros, DType dtype, int64_t group,
+         uintptr_t stream) {
+        const bool u4 = dtype == DType::u4;
+        const TensorView vw = gemmkit::python::view_of(w, "w");
+        if (vw.rank != 2) throw nb::value_error("w: 3 dimensions; expected 2, [N, K]");
+        // B = W^T, K x N, as gemm() takes it (and gemm_4bit_tensors passes it).
+        const TensorView w_kn =
+            TensorView::matrix(vw.data, vw.dtype, vw.cols(), vw.rows(), vw.col_stride(), vw.row_stride());
+        const TensorView vq = gemmkit::python::packed_weight_view_of(q, dtype, vw.cols(), u4 ? "qweight" : "weight");
+        TensorView vs = gemmkit::python::view_of(scales, "scales");
+        // MXFP4's [N, ceil(K/32)] exponents are B's ceil(K/32) x N scales transposed.
+        if (!u4) vs = TensorView::matrix(vs.data, vs.dtype, vs.cols(), vs.rows(), vs.col_stride(), vs.row_stride());
+        if (!u4 && !zeros.is_none()) throw nb::value_error("zeros: given with MXFP4 weights; expected None");
+        const std::optional<TensorView> vz = optional_view(zeros, "zeros");
+        gemmkit::QuantizeOptions options;
+        options.stream = stream_of(stream);
+        nb::gil_scoped_release unlocked;
+        if (u4) {
+          gemmkit::quantize_int4(w_kn, vq, vs, vz, group, options);
+        } else {
+          gemmkit::quantize_mxfp4(w_kn, vq, vs, options);
+        }
+      },
+      nb::arg("w"), nb::arg("q"), nb::arg("scales"), nb::arg("zeros").none(), nb::arg("dtype"), nb::arg("group"),
+      nb::arg("stream"),
+      "quantize_int4() (dtype u4) or quantize_mxfp4() (e2m1) on framework tensors, the views gemm_4bit_tensors "
+      "takes: w [N, K] (torch.nn.Linear's layout, any strides) read as B = W^T, K x N; q its [N, ceil(K/2)] bytes "
+      "(packed_weight_view_of); u4's scales and optional zeros ceil(K/group) x N of bf16 or f16, as they are; "
+      "e2m1's ue8m0 scales [N, ceil(K/32)], read as their transpose (group 32, no zeros)");
   m.def(
       "gemm_tensors",
       [](nb::handle a, nb::handle b, nb::handle d, float alpha, float beta, nb::handle c, uintptr_t stream,
