@@ -11,7 +11,10 @@ lines and JSON are the CLI's, with torch in cuBLASLt's (and cuBLAS's) place:
                        problem's scaling mode, or per-tensor on the same buffers (marked *) where
                        it refuses the mode (mx on Hopper, block at M = 1, ...); for grouped lines
                        torch._grouped_mm, or torch._scaled_grouped_mm (rowwise), as
-                       _bench_grouped.py says
+                       _bench_grouped.py says; for 4-bit weights (gemmkit.int4_mm, mxfp4_mm)
+                       torch._weight_int4pack_mm on the same int4 codes, scales and zero
+                       points, or torch.mm on the MXFP4 weights dequantised (marked *), both
+                       outputs checked once a line, as _bench_lowbit.py says
   --baseline compiled  the same calls compiled by torch.compile(mode="max-autotune-no-cudagraphs"),
                        which autotunes Triton kernels against them (minutes per suite)
 
@@ -46,7 +49,8 @@ except ModuleNotFoundError as error:
     raise
 import torch  # noqa: E402
 
-from ._bench_buffers import BufferSet, run_ours, set_bytes, uniform  # noqa: E402
+from . import _bench_lowbit as lowbit  # noqa: E402
+from ._bench_buffers import BufferSet, run_ours, uniform  # noqa: E402
 from ._bench_block import SIZES, run_blocks  # noqa: E402
 from ._bench_grouped import bench_grouped_row  # noqa: E402
 
@@ -86,32 +90,52 @@ def torch_function(p, per_tensor):
     return lambda a, b, sa, sb, out: mm(a, b, out_dtype=out.dtype)
 
 
+def torch_calls(p, pool):
+    """torch's calls for problem p, ([(function of tensors, those of a buffer set, note)], why
+    torch cannot run it at all or ""): the problem's own call first (note ""), then, for FP8 with
+    finer scales, per-tensor scales on the same buffers; lines with 4-bit weights as
+    _bench_lowbit.torch_calls says."""
+    if p.w4:
+        return lowbit.torch_calls(p, pool)
+    fp8_finer = p.mode not in (_C.ScaleMode.none, _C.ScaleMode.tensor)
+
+    def arguments(s):
+        return s.a, s.b, getattr(s, "sa", None), getattr(s, "sb", None), s.d_torch
+    return [(torch_function(p, per_tensor), arguments, "per-tensor stand-in" if per_tensor else "")
+            for per_tensor in ((False, True) if fp8_finer else (False,))], ""
+
+
 def baseline(p, pool, kind):
     """(launcher of a set index, note, why not the problem's own call) for torch's side, or
-    (None, "", why) where torch cannot run it: the problem's own call first, then, for FP8 with
-    finer scales, per-tensor scales on the same buffers."""
-    why = ""
-    fp8_finer = p.mode not in (_C.ScaleMode.none, _C.ScaleMode.tensor)
-    for per_tensor in (False, True) if fp8_finer else (False,):
-        function = torch_function(p, per_tensor)
+    (None, "", why) where torch cannot run it: the first of torch_calls that runs on set 0. The
+    launcher keeps torch's output in the set's d_torch (a new tensor where torch writes one)."""
+    calls, why = torch_calls(p, pool)
+    for function, arguments, note in calls:
         if kind == "compiled":  # one compilation: every set has the same shapes and strides
             function = torch.compile(function, mode="max-autotune-no-cudagraphs", dynamic=False)
 
-        def launch(i, function=function):
+        def launch(i, function=function, arguments=arguments):
             s = pool[i]
-            return function(s.a, s.b, getattr(s, "sa", None), getattr(s, "sb", None), s.d_torch)
+            s.d_torch = function(*arguments(s))
 
         try:
             launch(0)
             torch.cuda.synchronize()
         except Exception as error:  # torch refuses the mode, layout or shape
-            why += ("; per-tensor: " if per_tensor else "") + (str(error).strip().splitlines() or ["?"])[0]
+            refusal = (f"{note}: " if note else "") + (str(error).strip().splitlines() or ["?"])[0]
+            why = f"{why}; {refusal}" if why else refusal
             continue
-        return launch, ("per-tensor stand-in" if per_tensor else ""), why
+        return launch, note, why
     return None, "", why
 
 
 def config_of(p, s):
+    if s.w4:  # as gemm_4bit_tensors views them (_torch.launch_w4)
+        b = _C.packed_weight_view_of(s.w, p.b_dtype, p.k, "w")
+        scales = s.scales.t() if lowbit.is_mxfp4(p) else s.scales
+        zeros = None if s.zeros is None else _C.view_of(s.zeros, "zeros")
+        return bench.chosen_config(_C.view_of(s.a, "a"), b, _C.view_of(s.d, "d"), mode_b=p.mode,
+                                   scale_b=_C.view_of(scales, "scales"), group=p.group, zeros=zeros)
     views = [_C.view_of(t, n) for t, n in ((s.a, "a"), (s.b, "b"), (s.d, "d"))]
     if not s.fp8:
         return bench.chosen_config(*views)
@@ -148,7 +172,7 @@ def bench_problem(p, timer, info, kind, say):
     """One suite problem's record; its lines go to say()."""
     name = BASELINES[kind]
     free, _ = torch.cuda.mem_get_info()
-    sets = bench.buffer_set_count(set_bytes(p), info["l2_bytes"], free)
+    sets = bench.buffer_set_count(p.bytes + (lowbit.torch_bytes(p) if p.w4 else 0), info["l2_bytes"], free)
     pool = [BufferSet(p) for _ in range(sets)]
     r = bench.BenchRecord()
     r.m, r.n, r.k, r.batch, r.layout, r.dtype = p.m, p.n, p.k, p.batch, p.layout, p.type_spec
@@ -160,16 +184,21 @@ def bench_problem(p, timer, info, kind, say):
     if why:
         instead = "timing it with per-tensor scales instead" if theirs else "no baseline"
         say(f"{name} cannot run {shape_of(p)} ({why}): {instead}")
+    if p.w4:  # both outputs against float64 once, before timing: torch's conventions were read, not run
+        run_ours(p, pool[0])
+        outputs = {"ours": pool[0].d, name: pool[0].d_torch} if theirs else {"ours": pool[0].d}
+        for who, differs in lowbit.check(p, pool[0], outputs).items():
+            say(f"{shape_of(p)}: {differs}")
+            if who != "ours":  # torch's time is then not of this product: the note marks it
+                r.baseline_note = f"{r.baseline_note}; {differs}" if r.baseline_note else differs
     medians = timer.median_us(sets, launchers)
     r.ours_us = medians[0]
     r.baseline_us = medians[1] if theirs is not None else math.nan
-    copy = copy_launcher(set_bytes(p), sets)
+    copy = copy_launcher(p.bytes, sets)
     r.copy_us = timer.median_us(sets, [copy])[0] if copy else math.nan
     r.speedup = r.baseline_us / r.ours_us
-    in_bytes = 1 if p.mode != _C.ScaleMode.none else 2
-    out_bytes = 4 if p.out_dtype == _C.DType.f32 else 2
     r.tflops = bench.gemm_tflops(p.m, p.n, p.k, p.batch, r.ours_us)
-    r.gbps = bench.gemm_gbps(p.m, p.n, p.k, p.batch, in_bytes, out_bytes, r.ours_us)
+    r.gbps = p.bytes / (r.ours_us * 1e-6) / 1e9  # as the CLI's: 4-bit weights' scales and zeros included
     note = f" ({r.baseline_note})" if r.baseline_note else ""
     say(f"  {shape_of(p)} {r.config}: ours {r.ours_us:.1f} us, {name} {r.baseline_us:.1f} us{note}, "
         f"copy {r.copy_us:.1f} us ({sets} buffer sets)")
@@ -337,10 +366,11 @@ def main(argv=None):
         if fused:
             raise ValueError(f"{suite.name}:{fused.line}: a line under `epilogue {fused.epilogue}`, which only "
                              "gemmkit bench times so far; expected a suite without epilogue lines")
-        four_bit = next((p for p in lines if ",w4:" in p.type_spec), None)
-        if four_bit:
-            raise ValueError(f"{suite.name}:{four_bit.line}: 4-bit weights ({four_bit.type_spec}), which only "
-                             "gemmkit bench times so far; expected a suite without w4 lines")
+        batched_w4 = next((p for p in lines if p.w4 and p.batch > 1), None)
+        if batched_w4:
+            raise ValueError(f"{suite.name}:{batched_w4.line}: 4-bit weights over a batch of {batched_w4.batch} "
+                             f"({batched_w4.type_spec}), which only gemmkit bench times (gemmkit.int4_mm and mxfp4_mm "
+                             "take one weight matrix); expected w4 lines without a batch")
         if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
             raise SystemExit("gemmkit.bench: needs an sm_90 GPU (H100, H200)")
         if args.block:

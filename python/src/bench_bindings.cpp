@@ -41,6 +41,11 @@ void bind_bench(nb::module_& parent) {
       .def_ro("line", &SuiteProblem::line)
       .def_ro("epilogue", &SuiteProblem::epilogue, "the fused epilogue's text of an `epilogue` line above (empty: none)")
       .def_prop_ro("b_dtype", &SuiteProblem::b_dtype)
+      .def_prop_ro("w4", &SuiteProblem::w4, "whether B is 4-bit weights (u4 or e2m1)")
+      .def_ro("group", &SuiteProblem::group, "4-bit weights: the K elements a scale covers (int4gG: G; mxfp4: 32)")
+      .def_ro("zeros", &SuiteProblem::zeros, "4-bit weights: whether u4 B has zero points (int4gGz)")
+      .def_prop_ro("bytes", &SuiteProblem::bytes,
+                   "what the GEMM reads and writes at the least (gemm_bytes; 4-bit B's scales and zeros included)")
       .def_prop_ro("type_spec", [](const SuiteProblem& p) { return type_spec(p); });
 
   nb::class_<GroupedProblem>(m, "GroupedProblem", "one `grouped` line of a suite file")
@@ -161,15 +166,17 @@ void bind_bench(nb::module_& parent) {
       "chosen_config",
       [](const gemmkit::TensorView& a, const gemmkit::TensorView& b, const gemmkit::TensorView& d,
          gemmkit::ScaleMode mode_a, std::optional<gemmkit::TensorView> scale_a, gemmkit::ScaleMode mode_b,
-         std::optional<gemmkit::TensorView> scale_b) {
+         std::optional<gemmkit::TensorView> scale_b, int64_t group, std::optional<gemmkit::TensorView> zeros) {
         gemmkit::GemmOptions options;
         options.scale_a = {mode_a, scale_a.value_or(gemmkit::TensorView{})};
-        options.scale_b = {mode_b, scale_b.value_or(gemmkit::TensorView{})};
+        options.scale_b = {mode_b, scale_b.value_or(gemmkit::TensorView{}), group, zeros};
         return chosen_config(a, b, d, options);
       },
       nb::arg("a"), nb::arg("b"), nb::arg("d"), nb::arg("mode_a") = gemmkit::ScaleMode::none,
       nb::arg("scale_a") = nb::none(), nb::arg("mode_b") = gemmkit::ScaleMode::none, nb::arg("scale_b") = nb::none(),
-      "the kernel configuration gemm() runs for the problem on the current device");
+      nb::arg("group") = 0, nb::arg("zeros") = nb::none(),
+      "the kernel configuration gemm() runs for the problem on the current device (4-bit weights: b their "
+      "packed_weight_view_of, mode_b group or mx, and B's group and zero points as gemm_4bit_tensors sets them)");
 
   m.def(
       "device_info",

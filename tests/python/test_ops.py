@@ -231,12 +231,7 @@ def test_the_python_bench_reports_bad_suites_in_one_line(tmp_path):
     assert fused.returncode != 0
     assert fused.stderr.strip() == (f"gemmkit.bench: {bad}:3: a line under `epilogue relu(acc)`, which only gemmkit "
                                     "bench times so far; expected a suite without epilogue lines")
-    # So are 4-bit weights' lines.
-    bad.write_text("64 64 64\n1 4096 4096 NT bf16,w4:int4g128\n")
-    four_bit = run_bench("--suite", str(bad))
-    assert four_bit.returncode != 0
-    assert four_bit.stderr.strip() == (f"gemmkit.bench: {bad}:2: 4-bit weights (bf16,w4:int4g128), which only gemmkit "
-                                       "bench times so far; expected a suite without w4 lines")
+    # (4-bit weights' lines: test_bench_lowbit.py.)
 
 
 def test_views_are_read_from_the_tensors():
