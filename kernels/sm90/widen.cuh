@@ -120,21 +120,54 @@ __device__ __forceinline__ u32 widen_e2m1_pair(u32 word, u32 selector, float sca
   return out;
 }
 
-// A 16-bit scale or zero point in shared memory, as float.
-__device__ __forceinline__ float wide_at(u32 address) {
-  const u16 bits = u16(ld_shared_u16(address));
-  return kGroupScaleType == GEMMKIT_BF16 ? bf16_to_float(bits) : f16_to_float(bits);
+// A 16-bit scale or zero point's bits as float.
+__device__ __forceinline__ float wide_value(u32 bits) {
+  return kGroupScaleType == GEMMKIT_BF16 ? bf16_to_float(u16(bits)) : f16_to_float(u16(bits));
+}
+
+// The scales (and zero points) of a thread's two rows, r and r + 8, in one K group: as floats
+// for the f32 path, as 16-bit pairs for the 16-bit one.
+struct GroupScales {
+  float scale[2], zero[2];
+  u32 scale2[2], bias2[2];
+  bool exact;  // every zero point exact in the 16-bit bias
+};
+
+// Row r's scale at `at` in a group's scales (its zero point kWidenScalePart further on), row
+// r + 8's 8 scales on.
+__device__ __forceinline__ GroupScales group_scales(u32 at) {
+  GroupScales g;
+  g.exact = true;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const u32 row = at + u32(8 * h * kWidenScaleBytes);
+    if constexpr (kAType == GEMMKIT_U4) {
+      const u32 bits = ld_shared_u16(row);
+      g.scale[h] = wide_value(bits);
+      g.scale2[h] = bits | bits << 16;
+      g.zero[h] = kZeros ? wide_value(ld_shared_u16(row + kWidenScalePart)) : 8.0f;
+      bool exact = true;  // the bias of 8 (magic + 8's bits: the code 8 in the mantissa)
+      g.bias2[h] = kZeros ? u4_bias(g.zero[h], exact) : kU4MagicPair + 0x00080008u;
+      g.exact = g.exact && exact;
+    } else {
+      g.scale[h] = ue8m0_to_float(ld_shared_u8(row));
+      g.zero[h] = 0.0f;
+      const u32 bits = __float_as_uint(g.scale[h]) >> 16;  // a power of two (or NaN): exact in bf16
+      g.scale2[h] = bits | bits << 16;
+      g.bias2[h] = 0;
+    }
+  }
+  return g;
 }
 
 // The four 16-deep steps of a K block's fragments from the rows' packed words, with the scales
 // (and zero points) of the block's two groups (widen_fragments).
 template <bool kExactBias>
 __device__ __forceinline__ void widen_steps(u32 (&frag)[16], const uint4 (&rows)[2][2], u32 selector,
-                                            const float (&scale)[2][2], const float (&zero)[2][2],
-                                            const u32 (&scale2)[2][2], const u32 (&bias2)[2][2]) {
+                                            const GroupScales (&groups)[2]) {
 #pragma unroll
   for (int step = 0; step < 4; ++step) {
-    const int g = step / 2;
+    const GroupScales& g = groups[step / 2];
 #pragma unroll
     for (int reg = 0; reg < 4; ++reg) {
       const int h = reg % 2, far = reg / 2;  // row r + 8h; K elements 8 further where far
@@ -142,8 +175,8 @@ __device__ __forceinline__ void widen_steps(u32 (&frag)[16], const uint4 (&rows)
       const uint4& v = rows[h][word / 4];
       const u32 w = word % 4 == 0 ? v.x : word % 4 == 1 ? v.y : word % 4 == 2 ? v.z : v.w;
       frag[4 * step + reg] = kAType == GEMMKIT_U4
-                                 ? widen_u4_pair<kExactBias>(w, selector, scale2[g][h], bias2[g][h], scale[g][h], zero[g][h])
-                                 : widen_e2m1_pair(w, selector, scale[g][h], scale2[g][h]);
+                                 ? widen_u4_pair<kExactBias>(w, selector, g.scale2[h], g.bias2[h], g.scale[h], g.zero[h])
+                                 : widen_e2m1_pair(w, selector, g.scale[h], g.scale2[h]);
     }
   }
 }
@@ -182,43 +215,21 @@ __device__ __forceinline__ void widen_fragments(u32 (&frag)[16], u32 a, u32 scal
                    : "r"(at));
     }
   }
-  // The scales of the two rows in the block's first group, and in its second where groups are 32
-  // deep (steps 2 and 3 take it).
-  float scale[2][2], zero[2][2];
-  u32 scale2[2][2], bias2[2][2];
-  bool exact[2][2];
-#pragma unroll
-  for (int g = 0; g < 2; ++g) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const u32 at = scales + lanes.scale + u32(8 * h * kWidenScaleBytes) +
-                     (g == 1 && lanes.two_groups ? u32(kWidenRows * kWidenScaleBytes) : 0u);
-      if constexpr (kAType == GEMMKIT_U4) {
-        scale[g][h] = wide_at(at);
-        zero[g][h] = kZeros ? wide_at(at + kWidenScalePart) : 8.0f;
-        const u32 bits = ld_shared_u16(at);
-        scale2[g][h] = bits | bits << 16;
-        exact[g][h] = true;  // the bias of 8 (magic + 8's bits: the code 8 in the mantissa)
-        bias2[g][h] = kZeros ? u4_bias(zero[g][h], exact[g][h]) : kU4MagicPair + 0x00080008u;
-      } else {
-        scale[g][h] = ue8m0_to_float(ld_shared_u8(at));
-        zero[g][h] = 0.0f;
-        const u32 bits = __float_as_uint(scale[g][h]) >> 16;  // a power of two (or NaN): exact in bf16
-        scale2[g][h] = bits | bits << 16;
-        bias2[g][h] = 0;
-        exact[g][h] = true;
-      }
-    }
+  // The scales of the block's first group, and of its second where groups are 32 deep (steps 2
+  // and 3 take it); else the first again, read once.
+  GroupScales groups[2];
+  groups[0] = group_scales(scales + lanes.scale);
+  if (lanes.two_groups) {
+    groups[1] = group_scales(scales + lanes.scale + u32(kWidenRows * kWidenScaleBytes));
+  } else {
+    groups[1] = groups[0];
   }
   // A warp whose zero points are all exact in the 16-bit bias (integers, as AWQ's) widens the
   // block in 16-bit arithmetic; one with any other widens it through f32.
-  bool exact_block = true;
-#pragma unroll
-  for (int g = 0; g < 2; ++g) exact_block = exact_block && exact[g][0] && exact[g][1];
-  if (!kZeros || __all_sync(0xffffffffu, exact_block)) {
-    widen_steps<true>(frag, rows, lanes.selector, scale, zero, scale2, bias2);
+  if (!kZeros || __all_sync(0xffffffffu, groups[0].exact && groups[1].exact)) {
+    widen_steps<true>(frag, rows, lanes.selector, groups);
   } else {
-    widen_steps<false>(frag, rows, lanes.selector, scale, zero, scale2, bias2);
+    widen_steps<false>(frag, rows, lanes.selector, groups);
   }
 }
 
