@@ -15,11 +15,20 @@
 #   python3 -m pip download -d .whl --only-binary=:all: --python-version 3.12 \
 #     --platform manylinux2014_x86_64 scikit-build-core nanobind nlohmann-json pytest
 # and add matplotlib to the list for the plot tests in the virtual environment), else from PyPI.
-# Arguments go to both pytest runs (e.g. -k graph). Where GEMMKIT_TORCH_INSTALL is set (by
-# .ci/run), the torch run first waits for the file $GEMMKIT_TORCH_INSTALL.status, the exit status
-# of a torch install, and fails where that install did.
+# Arguments go to both pytest runs (e.g. -k graph). GEMMKIT_PYTHON_SHARD=I/N runs the I-th of N
+# shares of the torch run's test files (every Nth file from the I-th, in name order), the run
+# without torch with the first: for GPU machines whose one call cannot hold the whole suite.
+# Where GEMMKIT_TORCH_INSTALL is set (by .ci/run), the torch run first waits for the file
+# $GEMMKIT_TORCH_INSTALL.status, the exit status of a torch install, and fails where that install
+# did.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+shard=${GEMMKIT_PYTHON_SHARD:-1/1}
+if ! [[ $shard =~ ^([1-9][0-9]*)/([1-9][0-9]*)$ ]] || [ "${BASH_REMATCH[1]}" -gt "${BASH_REMATCH[2]}" ]; then
+  echo "GEMMKIT_PYTHON_SHARD: $shard; expected I/N with 1 <= I <= N" >&2
+  exit 2
+fi
+share=${BASH_REMATCH[1]} shares=${BASH_REMATCH[2]}
 out=$PWD/build/python venv=$PWD/build/python/venv
 if [ -d .whl ]; then source=(--no-index --find-links .whl); else source=(); fi
 pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
@@ -58,7 +67,7 @@ run_pytest() {
 }
 args=("$@")
 tests=(tests/python)
-run_pytest "without torch ($venv)" "$venv/bin/python"
+if [ "$share" -eq 1 ]; then run_pytest "without torch ($venv)" "$venv/bin/python"; fi
 if [ -n "${GEMMKIT_TORCH_INSTALL:-}" ]; then  # .ci/run's torch install, begun in the background
   echo "== waiting for torch to be installed ($GEMMKIT_TORCH_INSTALL.log)"
   while [ ! -e "$GEMMKIT_TORCH_INSTALL.status" ]; do sleep 2; done
@@ -68,7 +77,7 @@ if [ -n "${GEMMKIT_TORCH_INSTALL:-}" ]; then  # .ci/run's torch install, begun i
     exit 1
   fi
 fi
-mapfile -t tests < <(grep -l 'importorskip("torch"' tests/python/test_*.py)
+mapfile -t tests < <(grep -l 'importorskip("torch"' tests/python/test_*.py | awk -v i="$share" -v n="$shares" '(NR - i) % n == 0')
 run_pytest "with the torch of $(command -v python3)" env PYTHONPATH="$pythonpath" python3
 if [ "$failed" -eq 0 ] && [ "$ran" -eq 0 ]; then
   echo "python tests: no test matches ${args[*]}" >&2
