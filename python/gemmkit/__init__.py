@@ -30,6 +30,8 @@ _TORCH_FUNCTIONS = {
     "enable_compile_fusion": "torch.compile runs products and the elementwise work after them as one gemmkit call",
     "grouped_mm": "one product per group (MoE expert) in one launch, as torch._grouped_mm",
     "grouped_swiglu_mm": "the MoE up-projection: swiglu_mm per expert's rows, one grouped dual GEMM",
+    "int4_from_awq": "an AWQ checkpoint's qweight, qzeros, scales as int4_mm's (qweight, scales, zeros)",
+    "int4_from_gptq": "a GPTQ checkpoint's qweight, qzeros, scales as int4_mm's (qweight, scales, zeros or None)",
     "int4_mm": "x @ W.T for int4 weights W [N, K] as [N, K/2] bytes, group scales (and zero points)",
     "linear": "input @ weight.T + bias, as torch.nn.functional.linear",
     "mm": "alpha * a @ b + beta * c, a [M, K] and b [K, N] of bfloat16 or float16",
