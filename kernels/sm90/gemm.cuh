@@ -74,7 +74,11 @@ namespace gemmkit::sm90 {
 
 constexpr u32 kRowBytes = kStageRowBytes;  // a K slice's row: one 128-byte swizzle row
 constexpr int kConsumers = kTileM / 64;
-constexpr int kThreads = 128 * (kConsumers + 1);
+// Narrow 4-bit tiles run several CTAs an SM, whose producer is one warp (warp 4, after the
+// consumer warpgroup) rather than a warpgroup holding registers for its one TMA thread: four CTAs
+// then keep 96 registers a thread (kernel_config.cpp).
+constexpr bool kProducerWarp = kWidenA && kConsumers == 1 && kCtasPerSm > 1;
+constexpr int kThreads = kProducerWarp ? 160 : 128 * (kConsumers + 1);
 constexpr u32 kSwizzleAtom = 1024;      // 8 rows of 128 bytes
 constexpr u32 kMajorBlock = 64 * kRowBytes;  // one 64-wide MN block of an MN-major (16-bit) tile
 constexpr int kBlocksN = (kTileN + 63) / 64;  // 64-wide blocks of an N-major B slice (the last may be partial)
@@ -693,7 +697,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   const u32 column_scales = smem_u32(smem + kSmem.column_scales);  // kColumnScales only
   const u32 mx_floats = smem_u32(smem + kSmem.mx_floats);  // kMxB only
 
-  const int warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
+  // The producer is warpgroup 0, or the warp after the consumers' (kProducerWarp).
+  const int warpgroup =
+      __shfl_sync(0xffffffffu, kProducerWarp ? (threadIdx.x < 128 ? 1 : 0) : int(threadIdx.x / 128), 0);
   const int t = threadIdx.x % 128;
   const int rank = kClusterM == 1 ? 0 : int(cluster_rank());
   if (threadIdx.x == 0) {
@@ -725,7 +731,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // Each role makes its scheduler after its registers are reallocated: made before, its values
   // lived across the reallocation, and one spilled (grouped kernels with an e4m3 D, 4 bytes).
   if (warpgroup == 0) {
-    registers_decrease<kProducerRegisters>();
+    if (!kProducerWarp) registers_decrease<kProducerRegisters>();
     const Scheduler tiles(p, group_table);
     if (t == 0 && !kRealignA) tma_prefetch_descriptor(&maps.a);
     if (t == 0 && !kRealignB) tma_prefetch_descriptor(&maps.b);
@@ -755,7 +761,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       });
     }
   } else {
-    registers_increase<kConsumerRegisters>();
+    if (!kProducerWarp) registers_increase<kConsumerRegisters>();
     const Scheduler tiles(p, group_table);
     wait_for_prerequisite_grids();
     if (kClusterM > 1) cluster_wait();

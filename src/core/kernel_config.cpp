@@ -48,10 +48,15 @@ bool KernelConfig::row_store() const {
 }
 
 int KernelConfig::ctas_per_sm() const {
-  return kind == KernelKind::tma && widens() && is_narrow({tile_m, tile_n}) ? 3 : 1;
+  return kind == KernelKind::tma && widens() && tile_m == 64 && is_narrow({tile_m, tile_n}) ? 4 : 1;
 }
 
-int KernelConfig::threads() const { return kind == KernelKind::tma ? 128 * (tile_m / 64 + 1) : 256; }
+// A TMA kernel: a producer warpgroup and one consumer warpgroup for each 64 rows of the tile;
+// where several CTAs share an SM (one consumer warpgroup), a producer warp (gemm.cuh: kProducerWarp).
+int KernelConfig::threads() const {
+  if (kind != KernelKind::tma) return 256;
+  return ctas_per_sm() > 1 ? 160 : 128 * (tile_m / 64 + 1);
+}
 
 int KernelConfig::smem_bytes() const { return kind == KernelKind::tma ? tma_smem_bytes(*this) : 0; }
 

@@ -93,10 +93,12 @@ struct KernelConfig : KernelFacts, KernelKnobs {
   KernelKind kind = KernelKind::tma;
 
   int threads() const;
-  // CTAs that share an SM: three on narrow tiles that widen 4-bit weights, whose single consumer
+  // CTAs that share an SM: four on narrow tiles that widen 4-bit weights, whose single consumer
   // warpgroup is bound by the widening's latency (one warp a scheduler; widen.cuh), so the other
-  // CTAs' warps fill its gaps; one elsewhere. Each gets a third of the registers and shared
-  // memory. (Four spilled on 64 x 16; lowbit's decode rows, H200: see docs/experiments.md.)
+  // CTAs' warps fill its gaps; one elsewhere. Each gets a quarter of the registers and shared
+  // memory, 96 registers a thread with a producer warp instead of a warpgroup (threads(); three
+  // CTAs with a producer warpgroup ran 1-15 % slower on lowbit's decode rows, H200: see
+  // docs/experiments.md).
   int ctas_per_sm() const;
   // Where TMA cannot store D: whether D is still written through shared memory, a row at a time
   // (epilogue.cuh, store_tile_rows), where its columns are contiguous. Tiles of 128 rows or more
