@@ -399,13 +399,13 @@ __device__ __forceinline__ void issue_k_block(float* acc, RingSlot slot, const S
 }
 
 // 4-bit weights (widen.cuh): widens the K block in `slot` into this thread's fragments and
-// commits its wgmma group, A from those registers, into `acc`.
-__device__ __forceinline__ void issue_widened_k_block(float* acc, u32 (&fragments)[16], u32 stages_a, u32 stage_scales,
-                                                      const WidenLanes& lanes, RingSlot slot,
-                                                      const StageDescriptors& stages, bool accumulate) {
+// commits its wgmma group, A from those registers, into `acc`; row_scales: its rows' group scales.
+__device__ __forceinline__ void issue_widened_k_block(float* acc, u32 (&fragments)[16], float (&row_scales)[2],
+                                                      u32 stages_a, u32 stage_scales, const WidenLanes& lanes,
+                                                      RingSlot slot, const StageDescriptors& stages, bool accumulate) {
   if constexpr (kWidenA) {
-    widen_fragments(fragments, stages_a + slot.stage * kStageBytesA, stage_scales + slot.stage * kStageScaleBytes,
-                    lanes);
+    widen_fragments(fragments, row_scales, stages_a + slot.stage * kStageBytesA,
+                    stage_scales + slot.stage * kStageScaleBytes, lanes);
     const u32 low_b = stages.low_b(slot.stage);
     wgmma_fence();
 #pragma unroll
@@ -613,6 +613,15 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
       // its stage back to the producer.
       u32 previous = 0;  // the stage of the K block before
       u32 fragments[2][16];  // 4-bit weights' widened A fragments, alternate K blocks' (kWidenA only)
+      // kGroupPartials: each K block's partial accumulator, promoted by its rows' group scales
+      // once its wgmma is done (ptxas serialises every wgmma of the loop where one is read while
+      // another block's is in flight, C7514).
+      float partial[kGroupPartials ? kTileN / 2 : 1];
+      float row_scales[2];
+      if (kGroupPartials) {
+#pragma unroll
+        for (int j = 0; j < kTileN / 2; ++j) acc[j] = 0.0f;
+      }
       const WidenLanes lanes = kWidenA ? widen_lanes(slice, t, p) : WidenLanes{};
       const int shift = kRowClasses ? row_class(p, w.row).shift : 0;
       const int first_block = kSplitK ? w.k_begin : 0;  // unsplit, the slot holds no K range
@@ -628,11 +637,14 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
         }
         mbarrier_wait(&full[slot.stage], slot.phase);
         if constexpr (kWidenA) {
-          // Block i's fragments go where block i - 2's were, whose wgmma the wait below block i - 1 retired.
-          if (i % 2 == 0) {
-            issue_widened_k_block(acc, fragments[0], smem_u32(stages_a), stage_scales, lanes, slot, stages, i > 0);
+          // Block i's fragments go where block i - 2's were, whose wgmma the wait below block i - 1
+          // retired (with group partials, where block i - 1's were: its wgmma is done).
+          if (kGroupPartials || i % 2 == 0) {
+            issue_widened_k_block(kGroupPartials ? partial : acc, fragments[0], row_scales, smem_u32(stages_a),
+                                  stage_scales, lanes, slot, stages, !kGroupPartials && i > 0);
           } else {
-            issue_widened_k_block(acc, fragments[1], smem_u32(stages_a), stage_scales, lanes, slot, stages, i > 0);
+            issue_widened_k_block(kGroupPartials ? partial : acc, fragments[1], row_scales, smem_u32(stages_a),
+                                  stage_scales, lanes, slot, stages, !kGroupPartials && i > 0);
           }
         } else {
           issue_k_block(acc, slot, stages, i > 0);
@@ -641,13 +653,19 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
           store_tile_tma<kDeferFrom, kGroups>(acc, deferred, p, deferred_at, t, buffers, &map_d);
           have_deferred = false;
         }
+        if (kGroupPartials) {
+          wgmma_wait<0>();
+          if (warp_leader) release_stage(&empty[slot.stage]);
+          promote_group_partial(acc, partial, row_scales);
+          continue;
+        }
         wgmma_wait<1>();
         if (i > 0 && warp_leader) release_stage(&empty[previous]);
       }
       wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < kTileN / 2; ++i) fence_register(acc[i]);
-      if (warp_leader) release_stage(&empty[previous]);
+      if (!kGroupPartials && warp_leader) release_stage(&empty[previous]);
     }
 
     if (kColumnScales) {

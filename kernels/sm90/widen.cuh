@@ -12,7 +12,14 @@
 // nibble), and the byte 4 further along (K elements 8 on). A weight is rounded once, to the
 // 16-bit type.
 //
-// kernel_config.cuh (generated) defines kAType, kBType and kZeros (u4 with zero points).
+// With kGroupPartials (u4 on narrow tiles, groups of 64 K or more: one group a K block), the
+// weights are widened to the exact integers q - zero, and each K block multiplies into a partial
+// accumulator of its own, added to the accumulator times the rows' group scales once its wgmma is
+// done (promote_group_partial): a multiply a weight pair fewer in the decode loop, for one an
+// accumulator a K block, and no rounding of the weights.
+//
+// kernel_config.cuh (generated) defines kAType, kBType, kZeros (u4 with zero points) and
+// kGroupPartials.
 #pragma once
 
 #include "common.cuh"
@@ -32,6 +39,7 @@ constexpr u32 kWidenScalePart = widen_scale_part_bytes(kWidenRows, kWidenScaleBy
 // TMA's bytes per stage: the packed rows and every scale (and zero point) of the two groups.
 constexpr u32 kWidenTmaBytes = kPackedBytes + u32(2 * kWidenRows * kWidenScaleBytes) * (kZeros ? 2 : 1);
 static_assert(!is_4bit_type(kBType), "4-bit weights are A (the plan transposes their problems)");
+static_assert(!kGroupPartials || (kAType == GEMMKIT_U4 && kTileN <= 32), "group partials: u4 weights on narrow tiles");
 static_assert(!kWidenA || kStageWordsA + kStageWordsB == 0, "a 4-bit A's scales are the stage's only ones");
 static_assert(!kWidenA || (kTileK == 64 && kAKMajor && !kRealignA && !kRowClasses && kClusterM == 1 && !kDual &&
                            !kGrouped && kWidenRows * kWidenScaleBytes % 16 == 0),
@@ -80,16 +88,24 @@ __device__ __forceinline__ u32 u4_bias(float zero, bool& exact) {
 // Two u4 codes (a code_pair) as a 16-bit pair (q - zero) * scale, rounded once: the codes go
 // into the mantissa of the magic number, from which subtracting `bias2` (magic + zero) is exact,
 // and one multiply by the pair `scale2` rounds. kExactBias false: a zero point the bias cannot
-// hold exactly, through f32 arithmetic instead.
+// hold exactly, through f32 arithmetic instead. With kGroupPartials, q - zero alone (exact with
+// an exact bias).
 template <bool kExactBias>
 __device__ __forceinline__ u32 widen_u4_pair(u32 word, u32 selector, u32 scale2, u32 bias2, float scale, float zero) {
   if constexpr (!kExactBias) {
     const u32 codes = code_pair(word, selector, 0);
-    return pack_pair(kGroupScaleType, (float(codes & 15u) - zero) * scale, (float(codes >> 16) - zero) * scale);
+    const float s = kGroupPartials ? 1.0f : scale;
+    return pack_pair(kGroupScaleType, (float(codes & 15u) - zero) * s, (float(codes >> 16) - zero) * s);
   }
   const u32 biased = code_pair(word, selector, kU4MagicPair);  // magic + q
   u32 out;
-  if (kGroupScaleType == GEMMKIT_BF16) {
+  if (kGroupPartials) {
+    if (kGroupScaleType == GEMMKIT_BF16) {
+      asm("sub.rn.bf16x2 %0, %1, %2;" : "=r"(out) : "r"(biased), "r"(bias2));
+    } else {
+      asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(out) : "r"(biased), "r"(bias2));
+    }
+  } else if (kGroupScaleType == GEMMKIT_BF16) {
     asm("{\n.reg .b32 q;\nsub.rn.bf16x2 q, %1, %2;\nmul.rn.bf16x2 %0, q, %3;\n}"
         : "=r"(out) : "r"(biased), "r"(bias2), "r"(scale2));
   } else {
@@ -201,7 +217,9 @@ __device__ __forceinline__ WidenLanes widen_lanes(int slice, int t, const GemmPa
 
 // A consumer thread's A fragments of one K block: four 16-deep steps of four registers, widened
 // from the stage's packed slice at `a` with its scales at `scales` (shared-memory addresses).
-__device__ __forceinline__ void widen_fragments(u32 (&frag)[16], u32 a, u32 scales, const WidenLanes& lanes) {
+// row_scales: the scales of the thread's rows r and r + 8 in the block's first group.
+__device__ __forceinline__ void widen_fragments(u32 (&frag)[16], float (&row_scales)[2], u32 a, u32 scales,
+                                                const WidenLanes& lanes) {
   // Each row's 32 bytes as two 16-byte loads: word w holds step w / 2's bytes (K elements 8 on
   // where w is odd); the thread's byte in each is byte lane_byte.
   uint4 rows[2][2];
@@ -224,12 +242,25 @@ __device__ __forceinline__ void widen_fragments(u32 (&frag)[16], u32 a, u32 scal
   } else {
     groups[1] = groups[0];
   }
+  row_scales[0] = groups[0].scale[0];
+  row_scales[1] = groups[0].scale[1];
   // A warp whose zero points are all exact in the 16-bit bias (integers, as AWQ's) widens the
   // block in 16-bit arithmetic; one with any other widens it through f32.
   if (!kZeros || __all_sync(0xffffffffu, groups[0].exact && groups[1].exact)) {
     widen_steps<true>(frag, rows, lanes.selector, groups);
   } else {
     widen_steps<false>(frag, rows, lanes.selector, groups);
+  }
+}
+
+// kGroupPartials, once the wgmma of `partial` is done: acc += partial * the scale of its row
+// (`row_scales`: rows r and r + 8, as wgmma's accumulator layout holds them: registers 4j and
+// 4j + 1 row r, 4j + 2 and 4j + 3 r + 8).
+__device__ __forceinline__ void promote_group_partial(float* acc, float* partial, const float (&row_scales)[2]) {
+#pragma unroll
+  for (int i = 0; i < kTileN / 2; ++i) {
+    fence_register(partial[i]);
+    acc[i] += partial[i] * row_scales[(i / 2) % 2];
   }
 }
 

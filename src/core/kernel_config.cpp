@@ -32,7 +32,7 @@ auto key(const KernelConfig& c) {
                          c.stages, c.group_m, c.cluster_m, c.splits, c.a_k_major, c.b_k_major, c.a_batched,
                          c.b_batched, c.tma_store, c.d_by_columns, c.store_buffers, c.has_c, c.in, c.out, c.c, c.in_b,
                          c.scale_a, c.scale_b, c.scale_a_mn, c.scale_b_mn, c.stage_a, c.stage_b, c.realign_a,
-                         c.realign_b, c.row_classes, c.group_layout, c.group_along_k, c.group_capacity, c.dual, c.zeros);
+                         c.realign_b, c.row_classes, c.group_layout, c.group_along_k, c.group_capacity, c.dual, c.zeros, c.group_partials);
 }
 
 // key() names every knob: one added to KernelKnobs changes its size and must join it (and the
@@ -93,7 +93,7 @@ std::string KernelConfig::name() const {
         : group_along_k                         ? " grouped-k"
         : group_layout == GroupLayout::masked ? " grouped-masked"
                                                 : " grouped")
-    << (dual ? " dual" : "") << (widens() ? " widen" : "") << fused;
+    << (dual ? " dual" : "") << (widens() ? " widen" : "") << (group_partials ? " group-partials" : "") << fused;
   return s.str();
 }
 
@@ -118,6 +118,7 @@ KernelConfig with_tile(KernelConfig c, TileShape tile) {
   c.tile_m = tile.m;
   c.tile_n = tile.n;
   if (is_narrow(tile) || c.row_classes) c.tma_store = c.d_by_columns = false;
+  c.group_partials = c.group_partials && is_narrow(tile);
   return realigns_on(tile) ? c : staged_instead(c);
 }
 

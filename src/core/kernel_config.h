@@ -66,8 +66,11 @@ struct KernelFacts {
   bool dual = false;
   // 4-bit weights (`in` u4 or e2m1, K-major; the plan runs their problems transposed): the TMA
   // kernel's consumers widen them into registers, to B's 16-bit type (kernels/sm90/widen.cuh);
-  // `zeros`: u4 with zero points.
+  // `zeros`: u4 with zero points. `group_partials`: u4 on a narrow tile (decode) with groups of 64
+  // K or more, whose group scales multiply a partial accumulator per K block after the wgmma
+  // rather than each widened weight before it (with_tile clears it on other tiles).
   bool zeros = false;
+  bool group_partials = false;
 
   bool grouped() const { return group_capacity > 0; }
   bool widens() const { return is_4bit(in) || is_4bit(in_b); }

@@ -121,6 +121,7 @@ KernelConfig typed_config(const Problem& p) {
   if (p.scale_a.mode == ScaleMode::block) config.scale_a_mn = int(p.scale_a.block_rows);
   if (p.scale_b.mode == ScaleMode::block) config.scale_b_mn = int(p.scale_b.block_cols);
   config.zeros = p.scale_a.zeros.data != nullptr || p.scale_b.zeros.data != nullptr;
+  config.group_partials = p.a.dtype == DType::u4 && p.scale_a.block_cols >= 64;  // with_tile keeps it on narrow tiles
   config.out = p.d.dtype;
   config.has_c = p.has_c();
   config.c = p.has_c() ? p.c.dtype : p.d.dtype;

@@ -178,8 +178,9 @@ inline std::vector<CompileCase> realign_cases() {
 inline std::vector<CompileCase> widen_cases() {
   std::vector<CompileCase> cases;
   auto add = [&](TileShape tile, DType format, DType wide, bool zeros, DType out, bool tma_store = true,
-                 int splits = 2, bool has_c = false) {
+                 int splits = 2, bool has_c = false, bool group_partials = false) {
     KernelConfig config = with_layout(tile, true, true, 1);
+    config.group_partials = group_partials;
     config.tma_store = config.tma_store && tma_store;
     config.in = format;
     config.in_b = wide;
@@ -208,6 +209,10 @@ inline std::vector<CompileCase> widen_cases() {
       add(tile, DType::e2m1, DType::f16, false, DType::f32, false, splits);
       add(tile, DType::e2m1, DType::bf16, false, DType::f16, false, splits);
       add(tile, DType::u4, DType::bf16, false, DType::f32, false, splits, true);
+      // u4 in groups of 64 K or more: group scales after the wgmma.
+      add(tile, DType::u4, DType::f16, false, DType::f32, false, splits, false, true);
+      add(tile, DType::u4, DType::bf16, true, DType::bf16, false, splits, false, true);
+      add(tile, DType::u4, DType::bf16, false, DType::f32, false, splits, true, true);
     }
   }
   // Without TMA stores (D's rows unaligned): row stores on 128-row tiles, direct ones below.

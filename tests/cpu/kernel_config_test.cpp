@@ -126,6 +126,7 @@ TEST(ConfigKernelConfig, EveryFieldTakesPartInComparison) {
       [](KernelConfig& c) { c.b_batched = true; },          [](KernelConfig& c) { c.tma_store = false; },
       [](KernelConfig& c) { c.has_c = true; },              [](KernelConfig& c) { c.in = DType::f16; },
       [](KernelConfig& c) { c.out = DType::f32; },          [](KernelConfig& c) { c.c = DType::f32; },
+      [](KernelConfig& c) { c.zeros = true; },              [](KernelConfig& c) { c.group_partials = true; },
   };
   std::set<KernelConfig> distinct = {base};
   for (size_t i = 0; i < changes.size(); ++i) {
@@ -136,6 +137,28 @@ TEST(ConfigKernelConfig, EveryFieldTakesPartInComparison) {
     distinct.insert(changed);
   }
   EXPECT_EQ(distinct.size(), changes.size() + 1);
+}
+
+// Narrow tiles that widen 4-bit weights run four CTAs an SM, each with a producer warp, and
+// promote u4 group partials; other tiles keep one CTA, a producer warpgroup and widened scales.
+TEST(ConfigKernelConfig, NarrowFourBitTilesShareTheirSmAndPromoteGroupPartials) {
+  KernelConfig u4;
+  u4.in = DType::u4;
+  u4.scale_a = ScaleMode::group;
+  u4.group_partials = true;
+  const KernelConfig narrow = with_tile(u4, {64, 16});
+  EXPECT_TRUE(narrow.group_partials);
+  EXPECT_EQ(narrow.ctas_per_sm(), 4);
+  EXPECT_EQ(narrow.threads(), 160);
+  EXPECT_NE(narrow.name().find("group-partials"), std::string::npos) << narrow.name();
+  const KernelConfig wide = with_tile(u4, {128, 128});
+  EXPECT_FALSE(wide.group_partials);
+  EXPECT_EQ(wide.ctas_per_sm(), 1);
+  EXPECT_EQ(wide.threads(), 384);
+  KernelConfig bf16;
+  const KernelConfig dense = with_tile(bf16, {64, 16});
+  EXPECT_EQ(dense.ctas_per_sm(), 1);
+  EXPECT_EQ(dense.threads(), 256);
 }
 
 TEST(ConfigKernelConfig, NameShowsTileStagesClusterMajornessAndStore) {

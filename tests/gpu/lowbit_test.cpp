@@ -106,6 +106,11 @@ const std::vector<LowbitCase> kCases = {
      .fractional_zeros = true},
     {.m = 512, .n = 1000, .k = 4097, .in = f16, .weights = u4, .out = f16, .group = 128, .zeros = true,
      .fractional_zeros = true},
+    // Decode's narrow tiles with groups of 64 or more promote a partial a K block (widen.cuh): its
+    // f32 path, and C.
+    {.m = 8, .n = 4095, .k = 4097, .in = bf16, .weights = u4, .out = bf16, .group = 128, .zeros = true,
+     .fractional_zeros = true},
+    {.m = 16, .n = 257, .k = 4160, .in = bf16, .weights = u4, .out = f32, .group = 64, .with_c = true},
     // u4 batched (B per batch, and one B shared), padded and offset weights, C, D column-major.
     {.m = 1, .n = 257, .k = 4097, .in = bf16, .weights = u4, .out = f32, .group = 32, .zeros = true, .batch = 2},
     {.m = 64, .n = 4095, .k = 1000, .in = f16, .weights = u4, .out = bf16, .group = 64, .zeros = true, .batch = 3,
