@@ -4,7 +4,9 @@
 // set; warm-up runs; then timed runs of ours and cuBLASLt (with a fused epilogue, also cuBLASLt's
 // own fused epilogue where one computes it, and our GEMM without it), alternating, each after an
 // empty kernel it cannot overlap and between two events (tuning/gpu_timer.h); the medians are
-// reported. Once at the start, the device-to-device copy bandwidth, the
+// reported. A line with 4-bit weights, which cuBLASLt cannot run, then times the dense GEMMs of its
+// shape (16-bit and FP8, ours and cuBLASLt's) on buffer sets of their own, cuBLASLt's 16-bit one
+// its baseline. Once at the start, the device-to-device copy bandwidth, the
 // yardstick for each problem's GB/s; and after each problem's runs, a copy that moves as many
 // bytes, the yardstick at its size. A suite's grouped lines run after its dense ones
 // (grouped_bench.cpp). --overhead times host calls instead (overhead.cpp), --chain chains of GEMMs
@@ -18,6 +20,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <utility>
 
 #include "api/prepare.h"
 #include "api/validate.h"
@@ -113,6 +116,59 @@ std::map<std::string, double> measure_peaks(const std::vector<SuiteProblem>& pro
     peaks[std::string(dtype_name(type))] = tflops;
   }
   return peaks;
+}
+
+// The dense GEMMs a line with 4-bit weights is set against (BenchRecord::dense16_us and the
+// rest): its shape, layout, batch and output type with B in A's 16-bit type, plain; and the same
+// with both operands e4m3, per-tensor scales.
+SuiteProblem dense16_problem(const SuiteProblem& sp) {
+  SuiteProblem p = sp;
+  p.in_b.reset();
+  p.mode = ScaleMode::none;
+  p.group = 0;
+  p.zeros = false;
+  p.epilogue.clear();
+  return p;
+}
+
+SuiteProblem fp8_problem(const SuiteProblem& sp) {
+  SuiteProblem p = dense16_problem(sp);
+  p.in_dtype = DType::e4m3;
+  p.mode = ScaleMode::tensor;
+  return p;
+}
+
+// Medians of ours and cuBLASLt on a problem of the suite's kind, on buffer sets of its own as a
+// line's are, alternating; cuBLASLt's NaN where it cannot run the problem (noted where it has no
+// algorithm for it).
+std::pair<double, double> time_both(const SuiteProblem& sp, baseline::CublasLt& cublaslt, const tuning::GpuTimer& timer,
+                                    cudaStream_t stream, const runtime::DeviceInfo& info, Progress& progress) {
+  const reference::ProblemSpec spec = bench_spec(sp);
+  const std::vector<std::unique_ptr<reference::DeviceProblem>> pool = buffer_sets(spec, info);
+  std::vector<GemmOptions> options;
+  std::vector<Problem> lt_problems;
+  for (const auto& set : pool) {
+    options.push_back(set->options(stream));
+    Problem p = validate_gemm(set->a(), set->b(), set->d(), options.back());
+    p.device = info.ordinal;
+    lt_problems.push_back(p);
+  }
+  std::vector<std::function<void(int)>> launchers = {[&](int s) {
+    const reference::DeviceProblem& set = *pool[size_t(s)];
+    gemm(set.a(), set.b(), set.d(), options[size_t(s)]);
+  }};
+  bool with_baseline = cublaslt.supports(lt_problems[0]);
+  if (with_baseline) {
+    try {
+      cublaslt.run(lt_problems[0], stream);  // plans it; throws if cuBLASLt has no algorithm
+      launchers.push_back([&](int s) { cublaslt.run(lt_problems[size_t(s)], stream); });
+    } catch (const Error& e) {
+      progress.note("cuBLASLt cannot run " + spec.describe() + ": " + e.what());
+      with_baseline = false;
+    }
+  }
+  const std::vector<double> medians = timer.median_us(int(pool.size()), launchers);
+  return {medians[0], with_baseline ? medians[1] : NAN};
 }
 
 // "bf16 712 TFLOP/s, e4m3 1325 TFLOP/s"
@@ -356,6 +412,13 @@ int run_bench(const BenchOptions& options) {
     record.baseline_us = with_baseline ? medians[1] : NAN;
     if (with_lt_fused) record.baseline_fused_us = medians[2];
     if (compared) record.unfused_us = medians.back();
+    // 4-bit weights, which cuBLASLt cannot run: the dense GEMMs of the shape, cuBLASLt's 16-bit
+    // one the baseline, noted as a stand-in.
+    if (sp.w4()) {
+      const auto [dense16, dense16_lt] = time_both(dense16_problem(sp), cublaslt, timer, stream, info, progress);
+      const auto [fp8, fp8_lt] = time_both(fp8_problem(sp), cublaslt, timer, stream, info, progress);
+      set_dense_times(record, dense16, dense16_lt, fp8, fp8_lt);
+    }
     // Timed apart: a run right after a copy would pay for writing back the copy's dirty lines.
     const CopyBuffers copies(set_bytes(spec), sets);
     if (copies.memory) record.copy_us = timer.median_us(sets, {[&](int s) { copies.copy(s, stream); }})[0];
@@ -363,15 +426,19 @@ int run_bench(const BenchOptions& options) {
     record.tflops = gemm_tflops(spec.m, spec.n, spec.k, spec.batch, record.ours_us);
     record.gbps = sp.bytes() / (record.ours_us * 1e-6) / 1e9;
     records.push_back(record);
-    char line[640], unfused[64] = "", lt_fused[64] = "";
+    char line[768], unfused[64] = "", lt_fused[64] = "", dense[160] = "";
     if (compared) std::snprintf(unfused, sizeof unfused, " (unfused %.1f us)", record.unfused_us);
     if (with_lt_fused) {
       std::snprintf(lt_fused, sizeof lt_fused, ", %s %.1f us", record.baseline_epilogue.c_str(), record.baseline_fused_us);
     }
-    std::snprintf(line, sizeof line, "  %s %s %s: ours %.1f us%s, cuBLASLt %.1f us%s%s, copy %.1f us (%d buffer sets)",
+    if (sp.w4()) {
+      std::snprintf(dense, sizeof dense, "; 16-bit: ours %.1f us, cuBLASLt %.1f us; fp8: ours %.1f us, cuBLASLt %.1f us",
+                    record.dense16_us, record.dense16_baseline_us, record.fp8_us, record.fp8_baseline_us);
+    }
+    std::snprintf(line, sizeof line, "  %s %s %s: ours %.1f us%s, cuBLASLt %.1f us%s%s, copy %.1f us (%d buffer sets)%s",
                   shape_name(record).c_str(), record.dtype.c_str(), record.config.c_str(), record.ours_us, unfused,
                   record.baseline_us, record.baseline_note.empty() ? "" : (" (" + record.baseline_note + ")").c_str(),
-                  lt_fused, record.copy_us, sets);
+                  lt_fused, record.copy_us, sets, dense);
     progress.done(line);
   }
   progress.finish();

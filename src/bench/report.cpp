@@ -156,6 +156,17 @@ std::string summary_line(const BenchSummary& s, const std::string& baseline, con
 
 }  // namespace
 
+void set_dense_times(BenchRecord& r, double dense16_us, double dense16_baseline_us, double fp8_us,
+                     double fp8_baseline_us) {
+  r.dense16_us = dense16_us;
+  r.dense16_baseline_us = dense16_baseline_us;
+  r.fp8_us = fp8_us;
+  r.fp8_baseline_us = fp8_baseline_us;
+  r.baseline_us = dense16_baseline_us;
+  r.baseline_note = std::isnan(dense16_baseline_us) ? "" : "16-bit GEMM of the same shape";
+  r.speedup = r.baseline_us / r.ours_us;  // as bench has it: NaN without a baseline
+}
+
 std::string chosen_config(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options) {
   int device = 0;
   cudaGetDevice(&device);
@@ -196,9 +207,13 @@ std::string shape_name(const BenchRecord& r) {
 }
 
 std::string format_table(const std::vector<BenchRecord>& records, double copy_gbps, const std::string& baseline) {
-  // The baseline's fused epilogue has columns where some record has an epilogue.
+  // The dense GEMMs of 4-bit weights' shapes have columns where some record has them, the
+  // baseline's fused epilogue where some record has an epilogue.
+  const bool dense =
+      std::any_of(records.begin(), records.end(), [](const BenchRecord& r) { return std::isfinite(r.dense16_us); });
   const bool fused = std::any_of(records.begin(), records.end(), [](const BenchRecord& r) { return !r.epilogue.empty(); });
   Row header = {"shape", "layout", "dtype", "ours us", baseline + " us", "speedup"};
+  if (dense) header.insert(header.end(), {"16-bit us", "fp8 us", baseline + "-fp8 us"});
   if (fused) header.insert(header.end(), {baseline + "-fused us", "ours/" + baseline + "-fused"});
   header.insert(header.end(), {"TFLOP/s", "GB/s", "%copy", "%copy@size", "config"});
   std::vector<Row> rows = {header};
@@ -209,6 +224,7 @@ std::string format_table(const std::vector<BenchRecord>& records, double copy_gb
       notes.push_back(r.baseline_note);
     Row row = {shape_name(r), r.layout, r.dtype, num("%.2f", r.ours_us), num("%.2f", r.baseline_us) + marker,
                num("%.2fx", r.speedup)};
+    if (dense) row.insert(row.end(), {num("%.2f", r.dense16_us), num("%.2f", r.fp8_us), num("%.2f", r.fp8_baseline_us)});
     if (fused) row.insert(row.end(), {num("%.2f", r.baseline_fused_us), num("%.2fx", ratio(r.ours_us, r.baseline_fused_us))});
     row.insert(row.end(), {num("%.1f", r.tflops), num("%.1f", r.gbps), num("%.1f", 100 * copy_fraction(r.gbps, copy_gbps)),
                            num("%.1f", 100 * sized_copy_fraction(r)), r.config});
@@ -281,7 +297,11 @@ nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSumma
                     {"epilogue", json_text(r.epilogue)},
                     {"baseline_epilogue", json_text(r.baseline_epilogue)},
                     {"baseline_fused_us", json_num(r.baseline_fused_us)},
-                    {"fused_over_baseline_fused", json_num(ratio(r.ours_us, r.baseline_fused_us))}});
+                    {"fused_over_baseline_fused", json_num(ratio(r.ours_us, r.baseline_fused_us))},
+                    {"dense16_us", json_num(r.dense16_us)},
+                    {"dense16_baseline_us", json_num(r.dense16_baseline_us)},
+                    {"fp8_us", json_num(r.fp8_us)},
+                    {"fp8_baseline_us", json_num(r.fp8_baseline_us)}});
   nlohmann::json summary = {
       {"count", s.count},
       {"stand_ins", s.stand_ins},

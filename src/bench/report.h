@@ -36,7 +36,21 @@ struct BenchRecord {
   // its median on the same buffers (NaN: no match, or the baseline could not run it).
   std::string baseline_epilogue;
   double baseline_fused_us = std::numeric_limits<double>::quiet_NaN();
+  // A line with 4-bit weights (bench: cuBLASLt has no such GEMM) against dense GEMMs of its shape,
+  // layout, batch and output type, each on buffers of its own: B in A's 16-bit type, ours and
+  // cuBLASLt's (which bench also makes baseline_us, noted), and both operands e4m3 with per-tensor
+  // scales, ours and cuBLASLt's. NaN: not such a line, or the baseline could not run it.
+  double dense16_us = std::numeric_limits<double>::quiet_NaN();
+  double dense16_baseline_us = std::numeric_limits<double>::quiet_NaN();
+  double fp8_us = std::numeric_limits<double>::quiet_NaN();
+  double fp8_baseline_us = std::numeric_limits<double>::quiet_NaN();
 };
+
+// A line with 4-bit weights, which the baseline cannot run: the medians of the dense GEMMs of its
+// shape (BenchRecord::dense16_us and the rest; NaN where not run), and the baseline's 16-bit one
+// as its baseline_us and speedup, noted "16-bit GEMM of the same shape" where it ran.
+void set_dense_times(BenchRecord& r, double dense16_us, double dense16_baseline_us, double fp8_us,
+                     double fp8_baseline_us);
 
 // The configuration gemmkit::gemm picks for a problem on the current device, with " tuned"
 // appended where it is a tuning winner: a record's config.
@@ -67,8 +81,10 @@ std::string shape_name(const BenchRecord& r);
 // against a copy of the record's own size (sized_copy_fraction). A record with a baseline_note
 // has "*" after its baseline time, and a line "* <baseline> us: <note>" follows the table for
 // each distinct note. `baseline` names what the records' baseline_us timed (the CLI's cuBLASLt;
-// torch in the Python package's bench). Where a record has an epilogue, two columns follow the
-// speedup: the baseline's fused time ("cuBLASLt-fused us") and ours (fused) over it.
+// torch in the Python package's bench). Where a record has a dense16_us (4-bit weights), three
+// columns follow the speedup: our 16-bit and FP8 GEMMs of its shape ("16-bit us", "fp8 us") and
+// the baseline's FP8 one ("cuBLASLt-fp8 us"). Where a record has an epilogue, two columns follow
+// those: the baseline's fused time ("cuBLASLt-fused us") and ours (fused) over it.
 std::string format_table(const std::vector<BenchRecord>& records, double copy_gbps,
                          const std::string& baseline = "cuBLASLt");
 
@@ -97,9 +113,10 @@ std::string format_fused_summary(const std::vector<BenchRecord>& records, const 
 
 // {"records": [{m, n, k, batch, layout, dtype, ours_us, baseline_us, baseline_note, speedup,
 // tflops, gbps, copy_fraction, copy_us, sized_copy_fraction, config, unfused_us, epilogue,
-// baseline_epilogue, baseline_fused_us, fused_over_baseline_fused}, ...], "summary": {count,
-// stand_ins, geomean_speedup, worst_shape, worst_speedup, copy_gbps, baseline}}; NaN and empty
-// texts (baseline_note, epilogue, baseline_epilogue) are null.
+// baseline_epilogue, baseline_fused_us, fused_over_baseline_fused, dense16_us,
+// dense16_baseline_us, fp8_us, fp8_baseline_us}, ...], "summary": {count, stand_ins,
+// geomean_speedup, worst_shape, worst_speedup, copy_gbps, baseline}}; NaN and empty texts
+// (baseline_note, epilogue, baseline_epilogue) are null.
 nlohmann::json to_json(const std::vector<BenchRecord>& records, const BenchSummary& s,
                        double copy_gbps, const std::string& baseline = "cuBLASLt");
 

@@ -177,7 +177,9 @@ TEST(Report, JsonHasEveryFieldAndNullForNaN) {
   EXPECT_TRUE(r0["baseline_epilogue"].is_null());  // nor cuBLASLt's own fused epilogue
   EXPECT_TRUE(r0["baseline_fused_us"].is_null());
   EXPECT_TRUE(r0["fused_over_baseline_fused"].is_null());
-  EXPECT_EQ(r0.size(), 21u);  // the fields above, nothing else
+  for (const char* key : {"dense16_us", "dense16_baseline_us", "fp8_us", "fp8_baseline_us"})
+    EXPECT_TRUE(r0.at(key).is_null()) << key;  // not a line with 4-bit weights
+  EXPECT_EQ(r0.size(), 25u);  // the fields above, nothing else
 
   const auto& r1 = j["records"][1];
   EXPECT_TRUE(r1["baseline_us"].is_null());
@@ -272,6 +274,146 @@ TEST(Report, JsonCarriesBaselineNotesAndTheStandInCount) {
   EXPECT_EQ(j["summary"]["stand_ins"], 2);
   EXPECT_EQ(j["summary"]["worst_shape"], "1x2112x7168 NT e4m3:bf16 block (per-tensor stand-in)");
   EXPECT_EQ(nlohmann::json::parse(j.dump()), j);
+}
+
+// Records of bench lines with 4-bit weights: the dense GEMMs of their shape, cuBLASLt's 16-bit one
+// the baseline where it ran.
+BenchRecord w4_record(int64_t m, double ours, double dense16, double dense16_baseline, double fp8, double fp8_baseline) {
+  BenchRecord r = record(m, 8192, 8192, ours, kNaN, "tma 64x8 s16 widen");
+  r.dtype = "bf16,w4:int4g128";
+  set_dense_times(r, dense16, dense16_baseline, fp8, fp8_baseline);
+  return r;
+}
+
+// A bf16 line, then 4-bit lines: every time; no cuBLASLt FP8 time; no cuBLASLt 16-bit time.
+std::vector<BenchRecord> w4_records() {
+  return {record(4096, 2112, 7168, 123.456, 130.0, "tma 128x256x64 s4"), w4_record(1, 25.0, 40.0, 38.0, 22.0, 21.5),
+          w4_record(16, 84.0, 44.0, 42.0, 30.0, kNaN), w4_record(4096, 700.0, 650.0, kNaN, 400.0, 380.0)};
+}
+
+TEST(Report, W4RecordsTakeTheBaselines16BitGemmAsAStandIn) {
+  const std::vector<BenchRecord> records = w4_records();
+  const BenchRecord& r = records[1];
+  EXPECT_DOUBLE_EQ(r.dense16_us, 40.0);
+  EXPECT_DOUBLE_EQ(r.dense16_baseline_us, 38.0);
+  EXPECT_DOUBLE_EQ(r.fp8_us, 22.0);
+  EXPECT_DOUBLE_EQ(r.fp8_baseline_us, 21.5);
+  EXPECT_DOUBLE_EQ(r.baseline_us, 38.0);
+  EXPECT_DOUBLE_EQ(r.speedup, 38.0 / 25.0);
+  EXPECT_EQ(r.baseline_note, "16-bit GEMM of the same shape");
+  // Without the baseline's 16-bit time: no baseline, nothing noted.
+  EXPECT_TRUE(std::isnan(records[3].baseline_us));
+  EXPECT_TRUE(std::isnan(records[3].speedup));
+  EXPECT_EQ(records[3].baseline_note, "");
+  EXPECT_DOUBLE_EQ(records[3].dense16_us, 650.0);
+  // Other records have none of it.
+  for (double us : {records[0].dense16_us, records[0].dense16_baseline_us, records[0].fp8_us, records[0].fp8_baseline_us})
+    EXPECT_TRUE(std::isnan(us));
+}
+
+TEST(Report, W4RowsShowTheDenseGemmsOfTheirShape) {
+  std::vector<BenchRecord> records = w4_records();
+  const std::vector<std::string> lines = lines_of(format_table(records, 3000.0));
+  ASSERT_EQ(lines.size(), 6u);  // header, four rows, one footnote
+  const std::string& header = lines[0];
+  // After the speedup over the baseline, before TFLOP/s.
+  EXPECT_LT(header.find("speedup"), header.find("16-bit us"));
+  EXPECT_LT(header.find("16-bit us"), header.find(" fp8 us"));
+  EXPECT_LT(header.find(" fp8 us"), header.find("cuBLASLt-fp8 us"));
+  EXPECT_LT(header.find("cuBLASLt-fp8 us"), header.find("TFLOP/s"));
+  const std::vector<std::vector<std::string>> cells = {
+      // cuBLASLt us, speedup, 16-bit us, fp8 us, cuBLASLt-fp8 us
+      {"130.00", "1.05x", "-", "-", "-"},
+      {"38.00*", "1.52x", "40.00", "22.00", "21.50"},
+      {"42.00*", "0.50x", "44.00", "30.00", "-"},
+      {"-", "-", "650.00", "400.00", "380.00"}};
+  for (size_t i = 0; i < cells.size(); ++i) {
+    const std::string& line = lines[i + 1];
+    EXPECT_EQ(cell_under(header, line, "cuBLASLt us"), cells[i][0]) << line;
+    EXPECT_EQ(cell_under(header, line, "speedup"), cells[i][1]) << line;
+    EXPECT_EQ(cell_under(header, line, "16-bit us"), cells[i][2]) << line;
+    EXPECT_EQ(cell_under(header, line, " fp8 us"), cells[i][3]) << line;
+    EXPECT_EQ(cell_under(header, line, "cuBLASLt-fp8 us"), cells[i][4]) << line;
+  }
+  EXPECT_EQ(lines[5], "* cuBLASLt us: 16-bit GEMM of the same shape");
+  const size_t at = header.find("config");
+  EXPECT_EQ(lines[1].find("tma 128x256x64 s4"), at);
+  EXPECT_EQ(lines[2].find("tma 64x8 s16 widen"), at);
+
+  // Named after the baseline; before the fused epilogue's columns.
+  EXPECT_NE(format_table(records, 3000.0, "torch").find("torch-fp8 us"), std::string::npos);
+  records[2].epilogue = "silu(acc)";
+  const std::string fused = lines_of(format_table(records, 3000.0))[0];
+  EXPECT_LT(fused.find("cuBLASLt-fp8 us"), fused.find("cuBLASLt-fused us"));
+
+  // Without a dense16_us, no such columns.
+  for (BenchRecord& r : records) r.dense16_us = kNaN;
+  const std::string table = format_table(records, 3000.0);
+  for (const char* column : {"16-bit us", "fp8 us"}) EXPECT_EQ(table.find(column), std::string::npos) << column;
+}
+
+// Tables without lines with 4-bit weights, as they were before those lines had columns.
+TEST(Report, TablesWithoutW4RowsAreUnchanged) {
+  std::vector<BenchRecord> records = {record(4096, 2112, 7168, 123.456, 130.0, "tma 128x256x64 s4"),
+                                      record(1, 16, 64, 7.5, kNaN, "simt 64x64x32 s2", 8),
+                                      record(1, 2112, 7168, 8.0, 4.0, "gemv")};
+  records[2].dtype = "e4m3:bf16 block";
+  records[2].baseline_note = "per-tensor stand-in";
+  records[2].copy_us = 6.0;
+  EXPECT_EQ(format_table(records, 3000.0),
+            "shape           layout  dtype            ours us  cuBLASLt us  speedup  TFLOP/s    GB/s  %copy  %copy@size  config\n"
+            "4096x2112x7168  NT      bf16              123.46       130.00    1.05x   1004.5   861.0   28.7           -  tma 128x256x64 s4\n"
+            "1x16x64x8       NT      bf16                7.50            -        -      0.0     2.4    0.1           -  simt 64x64x32 s2\n"
+            "1x2112x7168     NT      e4m3:bf16 block     8.00        4.00*    0.50x      3.8  3787.0  126.2        75.0  gemv\n"
+            "* cuBLASLt us: per-tensor stand-in\n");
+  records[0].epilogue = "gelu_tanh(acc + bias[n])";
+  records[0].baseline_epilogue = "GELU_BIAS";
+  records[0].baseline_fused_us = 125.0;
+  EXPECT_EQ(format_table(records, kNaN, "torch"),
+            "shape           layout  dtype            ours us  torch us  speedup  torch-fused us  ours/torch-fused  TFLOP/s    GB/s  %copy  %copy@size  config\n"
+            "4096x2112x7168  NT      bf16              123.46    130.00    1.05x          125.00             0.99x   1004.5   861.0      -           -  tma 128x256x64 s4\n"
+            "1x16x64x8       NT      bf16                7.50         -        -               -                 -      0.0     2.4      -           -  simt 64x64x32 s2\n"
+            "1x2112x7168     NT      e4m3:bf16 block     8.00     4.00*    0.50x               -                 -      3.8  3787.0      -        75.0  gemv\n"
+            "* torch us: per-tensor stand-in\n");
+}
+
+TEST(Report, JsonCarriesTheDenseGemmsOfW4Rows) {
+  const std::vector<BenchRecord> records = w4_records();
+  const nlohmann::json j = to_json(records, summarize(records), 3000.0);
+  ASSERT_EQ(j["records"].size(), 4u);
+  const auto& w4 = j["records"][1];
+  EXPECT_DOUBLE_EQ(w4["dense16_us"].get<double>(), 40.0);
+  EXPECT_DOUBLE_EQ(w4["dense16_baseline_us"].get<double>(), 38.0);
+  EXPECT_DOUBLE_EQ(w4["fp8_us"].get<double>(), 22.0);
+  EXPECT_DOUBLE_EQ(w4["fp8_baseline_us"].get<double>(), 21.5);
+  EXPECT_DOUBLE_EQ(w4["baseline_us"].get<double>(), 38.0);  // the 16-bit GEMM's, noted
+  EXPECT_EQ(w4["baseline_note"], "16-bit GEMM of the same shape");
+  EXPECT_DOUBLE_EQ(j["records"][2]["fp8_us"].get<double>(), 30.0);
+  EXPECT_TRUE(j["records"][2]["fp8_baseline_us"].is_null());
+  EXPECT_DOUBLE_EQ(j["records"][3]["dense16_us"].get<double>(), 650.0);
+  EXPECT_TRUE(j["records"][3]["dense16_baseline_us"].is_null());
+  EXPECT_TRUE(j["records"][3]["baseline_us"].is_null());
+  EXPECT_TRUE(j["records"][3]["baseline_note"].is_null());
+  for (const char* key : {"dense16_us", "dense16_baseline_us", "fp8_us", "fp8_baseline_us"})
+    EXPECT_TRUE(j["records"][0].at(key).is_null()) << key;
+  EXPECT_NE(j.dump().find("\"fp8_baseline_us\":null"), std::string::npos);
+  EXPECT_EQ(nlohmann::json::parse(j.dump()), j);
+}
+
+TEST(Report, SummaryCountsW4RowsAgainstTheStandIn) {
+  const std::vector<BenchRecord> records = w4_records();
+  const BenchSummary s = summarize(records);
+  EXPECT_EQ(s.count, 3);  // the 4-bit line without cuBLASLt's 16-bit time is left out
+  EXPECT_EQ(s.stand_ins, 2);
+  EXPECT_NEAR(s.geomean_speedup, std::cbrt(130.0 / 123.456 * 38.0 / 25.0 * 42.0 / 84.0), 1e-12);
+  EXPECT_DOUBLE_EQ(s.worst_speedup, 0.5);
+  EXPECT_EQ(s.worst_shape, "16x8192x8192 NT bf16,w4:int4g128 (16-bit GEMM of the same shape)");
+  EXPECT_EQ(format_summary(s),
+            "summary: 3 shapes, geomean speedup 0.93x over cuBLASLt (2 of them against a stand-in), worst 0.50x at "
+            "16x8192x8192 NT bf16,w4:int4g128 (16-bit GEMM of the same shape)");
+  const nlohmann::json j = to_json(records, s, 3000.0);
+  EXPECT_EQ(j["summary"]["count"], 3);
+  EXPECT_EQ(j["summary"]["stand_ins"], 2);
 }
 
 TEST(Report, GbpsOfFp8CountsOneBytePerInputElement) {
