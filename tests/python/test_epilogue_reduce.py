@@ -534,7 +534,10 @@ def test_reductions_under_torch_compile_match_eager():
     torch._dynamo.reset()
     (d, db, ta), (cd, cdb, cta) = results
     assert torch.equal(d, cd)
-    # the atomics' order may differ from run to run: sums to their rounding, maxima exactly
-    assert torch.allclose(db, cdb, rtol=1e-5, atol=1e-5) and torch.equal(ta, cta)
+    # the atomics' order may differ from run to run: two orders of a column's m f32 additions lie
+    # within 2 m units of rounding of its terms' magnitudes (dh's, which d holds doubled) of each
+    # other (a column summing near zero can differ past rtol 1e-5: an H200 run did); maxima exactly
+    bound = 2 * m * 2.0**-24 * (d / 2).abs().sum(0) + 1e-6
+    assert ((db - cdb).abs() <= bound).all() and torch.equal(ta, cta)
     dh, bound = backward_reference(dy, w.t(), pre)
     expect_reduced(cdb, *reduced(dh, bound, "sum", (0,)), "db")
