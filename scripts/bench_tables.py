@@ -31,7 +31,7 @@ RESULTS = "bench/results"
 DEVICES = {"h100": "NVIDIA H100 80GB HBM3", "h200": "NVIDIA H200"}
 # Suites in the order BENCHMARKS.md lists them; "chains" are `bench --chain` results.
 SUITES = ["dense-large", "small", "medium", "dense-decode", "unaligned", "unaligned-d", "fp8-large",
-          "fp8-decode", "fp8-mx", "fp8-odd", "chain-gemms", "chains", "moe", "moe-decode", "overhead"]
+          "fp8-decode", "fp8-mx", "fp8-odd", "lowbit", "chain-gemms", "chains", "moe", "moe-decode", "overhead"]
 NAME = re.compile(r"^(?P<suite>.+?)-(?P<device>h100|h200)-(?P<commit>[0-9a-f]{7})(?:-(?P<tag>[A-Za-z0-9-]+))?\.(?:json|txt)$")
 # Result files of a suite's ordinary run (not experiments, forced configs or partial runs).
 PLAIN_TAG = re.compile(r"^(pass\d|run\d|gpu-check|untuned)$")
@@ -81,8 +81,11 @@ def suite_table(data):
     s = data["summary"]
     baseline = s.get("baseline", "cuBLASLt")
     copy = s.get("copy_gbps")
-    rows = [["shape", "layout", "dtype", "ours us", baseline + " us", "speedup", "TFLOP/s", "GB/s", "%copy",
-             "%copy@size", "config"]]
+    # Lines with 4-bit weights carry the dense GEMMs of their shape (report.h, dense16_us and on).
+    dense = any(r.get("dense16_us") is not None for r in data["records"])
+    rows = [["shape", "layout", "dtype", "ours us", baseline + " us", "speedup"] +
+            (["16-bit us", "fp8 us", baseline + "-fp8 us"] if dense else []) +
+            ["TFLOP/s", "GB/s", "%copy", "%copy@size", "config"]]
     notes = []
     for r in data["records"]:
         note = r.get("baseline_note")
@@ -95,8 +98,9 @@ def suite_table(data):
         if sized is None:
             sized = ratio(r.get("copy_us"), r.get("ours_us"))
         rows.append([shape_name(r), r["layout"], r["dtype"], num("%.2f", r.get("ours_us")),
-                     num("%.2f", r.get("baseline_us")) + ("*" if note else ""), num("%.2fx", r.get("speedup")),
-                     num("%.1f", r.get("tflops")), num("%.1f", r.get("gbps")),
+                     num("%.2f", r.get("baseline_us")) + ("*" if note else ""), num("%.2fx", r.get("speedup"))] +
+                    ([num("%.2f", r.get(k)) for k in ("dense16_us", "fp8_us", "fp8_baseline_us")] if dense else []) +
+                    [num("%.1f", r.get("tflops")), num("%.1f", r.get("gbps")),
                      num("%.1f", None if fraction is None else 100 * fraction),
                      num("%.1f", None if sized is None else 100 * sized), r.get("config", "")])
     config = len(rows[0]) - 1
