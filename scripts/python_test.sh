@@ -15,9 +15,10 @@
 #   python3 -m pip download -d .whl --only-binary=:all: --python-version 3.12 \
 #     --platform manylinux2014_x86_64 scikit-build-core nanobind nlohmann-json pytest
 # and add matplotlib to the list for the plot tests in the virtual environment), else from PyPI.
-# Arguments go to both pytest runs (e.g. -k graph). GEMMKIT_PYTHON_SHARD=I/N runs the I-th of N
-# shares of the torch run's test files (every Nth file from the I-th, in name order), the run
-# without torch with the first: for GPU machines whose one call cannot hold the whole suite.
+# Arguments go to both pytest runs (e.g. -k graph); each lists its 15 slowest tests, to plan
+# shards by. GEMMKIT_PYTHON_SHARD=I/N runs the I-th of N shares of the torch run's test files
+# (every Nth file from the I-th, in name order), the run without torch with the first: for GPU
+# machines whose one call cannot hold the whole suite.
 # Where GEMMKIT_TORCH_INSTALL is set (by .ci/run), the torch run first waits for the file
 # $GEMMKIT_TORCH_INSTALL.status, the exit status of a torch install, and fails where that install
 # did.
@@ -55,7 +56,7 @@ run_pytest() {
   local name=$1 status=0
   shift
   echo "== python tests, $name"
-  "$@" -m pytest -q -rs -p no:cacheprovider "${tests[@]}" "${args[@]}" || status=$?
+  "$@" -m pytest -q -rs --durations=15 -p no:cacheprovider "${tests[@]}" "${args[@]}" || status=$?
   if [ "$status" -eq 5 ] && [ "${#args[@]}" -gt 0 ]; then
     echo "(none of these tests matches ${args[*]})"
   elif [ "$status" -ne 0 ]; then
