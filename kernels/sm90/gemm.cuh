@@ -610,7 +610,7 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
       }
     } else {
       // One wgmma group stays in flight: after committing K block i, wait for i - 1 and hand
-      // its stage back to the producer.
+      // its stage back to the producer (with group partials, for i itself: see below).
       u32 previous = 0;  // the stage of the K block before
       u32 fragments[2][16];  // 4-bit weights' widened A fragments, alternate K blocks' (kWidenA only)
       // kGroupPartials: each K block's partial accumulator, promoted by its rows' group scales
