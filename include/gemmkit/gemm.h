@@ -41,8 +41,10 @@ namespace gemmkit {
 // points, as numbers) or 8 where there are none (symmetric, GPTQ's). group is 32 or a power of two
 // from 64; one at least K is per-channel (one scale a column). The weights are rounded to A's type
 // once dequantised, as a 16-bit GEMM on dequantised weights would round them, and multiplied in
-// it. Scales read fastest N-contiguous (GPTQ's and AWQ's [K/group, N] layout); gpt-oss's
-// [N, K/32] MXFP4 scales are that transposed, which any strides express.
+// it; in decode (a few rows of A) with u4 groups of 64 or more, q - z is multiplied instead
+// (exact for integer z) and each group's sums scaled in f32. Scales read fastest N-contiguous
+// (GPTQ's and AWQ's [K/group, N] layout); gpt-oss's [N, K/32] MXFP4 scales are that transposed,
+// which any strides express.
 enum class ScaleMode { none, tensor, rowwise, block, mx, group };
 
 std::string_view scale_mode_name(ScaleMode mode);  // "none", "tensor", "rowwise", "block", "mx", "group"

@@ -1430,9 +1430,11 @@ def int4_mm(x, qweight, scales, zeros=None, *, group=128, out=None, out_dtype=No
     -> [..., N] of x's dtype, or out_dtype's (bfloat16, float16 or float32); out= a [..., N]
     tensor to write (its leading dimensions must flatten without a copy), returned.
     Each weight is dequantised and rounded once to x's type, and the products summed in float32,
-    as a 16-bit product of the dequantised weights would be. Not differentiable: a call on inputs
-    that require grad runs, but its backward raises RuntimeError (out= refuses them). A traced
-    call is one operator, torch.ops.gemmkit.w4_mm (w4_mm_out with out=), format 'int4'."""
+    as a 16-bit product of the dequantised weights would be; in decode (up to 32 rows of x) with
+    groups of 64 or more, q - zero is multiplied instead (exact for integer zero points) and each
+    group's sums scaled in float32. Not differentiable: a call on inputs that require grad runs,
+    but its backward raises RuntimeError (out= refuses them). A traced call is one operator,
+    torch.ops.gemmkit.w4_mm (w4_mm_out with out=), format 'int4'."""
     names = ("x", "qweight", "scales", "zeros", "out")
     (x, qweight, scales, zeros, out_t), kind = _arrays.to_torch(torch, (x, qweight, scales, zeros, out), names)
     result = _w4(x, qweight, scales, zeros, "int4", group_index(group), out_t, out_dtype)

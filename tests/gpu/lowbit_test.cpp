@@ -1,6 +1,7 @@
 // 4-bit weights (B u4 in groups along K, or e2m1 with MX scales) against a bf16 or f16 A, checked
 // against the double-precision reference, which dequantises every weight exactly: the kernels'
-// one rounding of each weight to A's type is within the comparison's allowance (compare.h).
+// one rounding of each weight to A's type (or, in decode with groups of 64 or more, of each
+// group's f32 sums) is within the comparison's allowance (compare.h).
 // A table of cases: M from 1 (decode) past a tile, one large problem of each format, N odd, K
 // with a partial last group or odd; groups 32, 64, 128 and per-channel, with and without zero
 // points; D bf16, f16 and f32; scales N-contiguous and transposed (gpt-oss's [N, K/32]);
