@@ -35,6 +35,7 @@ _TORCH_FUNCTIONS = {
     "int4_mm": "x @ W.T for int4 weights W [N, K] as [N, K/2] bytes, group scales (and zero points)",
     "linear": "input @ weight.T + bias, as torch.nn.functional.linear",
     "mm": "alpha * a @ b + beta * c, a [M, K] and b [K, N] of bfloat16 or float16",
+    "mxfp4_from_gpt_oss": "gpt-oss's MXFP4 blocks and scales as mxfp4_mm's (weight, scales), read without a copy",
     "mxfp4_mm": "x @ W.T for MXFP4 weights W [N, K] as [N, K/2] bytes, e8m0 scales per 32 of K",
     "quantize": "x in FP8, a scale per block (tensor, row, 1x128, 128x128, mx): (q, scales)",
     "quantize_int4": "weights W [N, K] to int4_mm's (qweight, scales, zeros or None), GPTQ or AWQ rounding",

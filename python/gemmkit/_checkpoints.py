@@ -1,4 +1,4 @@
-"""int4 weights as GPTQ and AWQ checkpoints store them, turned into int4_mm's inputs.
+"""4-bit weights as checkpoints store them, turned into int4_mm's and mxfp4_mm's inputs.
 
 Both pack eight 4-bit codes into an int32, the first in the low bits, but along different
 dimensions, and neither is a strided view of a K x N matrix of codes that the kernels could read
@@ -9,8 +9,10 @@ as it lies (gemmkit/gemm.h wants K's codes adjacent, two a byte):
   AWQ:         qweight [K, N/8], word (k, j) holding columns 8j + ORDER[t] in nibble t (AWQ's
                interleaving for its fast dequantisation); qzeros [G, N/8] in the same order,
                without offset;
-and scales [G, N] (float16 or bfloat16) in both, which int4_mm reads as they lie. These run
-once, when a checkpoint is loaded, as plain torch operations on the tensors' device.
+and scales [G, N] (float16 or bfloat16) in both, which int4_mm reads as they lie. gpt-oss's
+MXFP4 tensors are mxfp4_mm's layout already but for their exponents, [N, K/32] with K's blocks
+adjacent, which mxfp4_mm would copy N-contiguous on every call. These run once, when a checkpoint
+is loaded, as plain torch operations on the tensors' device.
 """
 
 import torch
@@ -71,6 +73,30 @@ def int4_from_awq(qweight, qzeros, scales, *, group=128):
     codes = _nibbles(qweight)[..., in_order].flatten(1)[:, :n].t()  # [K, N/8, 8] -> [N, K]
     zeros = _nibbles(qzeros)[..., in_order].flatten(1)[:, :n]
     return _pack_rows(codes), scales, zeros.to(scales.dtype)
+
+
+def mxfp4_from_gpt_oss(blocks, scales):
+    """(weight, scales) for mxfp4_mm from gpt-oss's MXFP4 tensors (its `*.blocks` and `*.scales`):
+    blocks uint8 [..., N, K/32, 16], 32 FP4 values a block, two a byte, the even one in the low
+    nibble, become weight [..., N, K/2] (a view where blocks is contiguous); scales [..., N, K/32]
+    of uint8 or float8_e8m0fnu (exponents biased by 127) come back with their shape, dtype and
+    values, stored N-contiguous (strides (..., 1, N)), which mxfp4_mm reads as they lie instead of
+    copying them so on every call. Leading dimensions (gpt-oss's experts) are kept: [e] of both is
+    expert e's. TypeError for a dtype, ValueError for a shape, naming the argument."""
+    if not isinstance(blocks, torch.Tensor) or blocks.dtype != torch.uint8:
+        raise TypeError(f"blocks: {getattr(blocks, 'dtype', type(blocks).__name__)}; expected a torch.Tensor of "
+                        "uint8, two FP4 values a byte")
+    if blocks.dim() < 3 or blocks.size(-1) != 16:
+        raise ValueError(f"blocks: shape {list(blocks.shape)}; expected [..., N, K/32, 16], 16 bytes a block of 32")
+    exponent_types = (torch.uint8, getattr(torch, "float8_e8m0fnu", torch.uint8))
+    if not isinstance(scales, torch.Tensor) or scales.dtype not in exponent_types:
+        raise TypeError(f"scales: {getattr(scales, 'dtype', type(scales).__name__)}; expected a torch.Tensor of "
+                        "uint8 or float8_e8m0fnu exponents")
+    if scales.shape != blocks.shape[:-1]:
+        raise ValueError(f"scales: shape {list(scales.shape)}; expected blocks' [..., N, K/32] = "
+                         f"{list(blocks.shape[:-1])}")
+    weight = blocks.reshape(*blocks.shape[:-2], blocks.size(-2) * 16)
+    return weight, scales.transpose(-1, -2).contiguous().transpose(-1, -2)
 
 
 def _nibbles(words):

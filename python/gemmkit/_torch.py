@@ -2078,4 +2078,4 @@ def quantize(x, dtype=None, mode="tensor", *, block=None, power_of_two=False):
 
 
 from . import _ops  # noqa: E402,F401  (registers the operators, whose kernels are the launches above)
-from ._checkpoints import int4_from_awq, int4_from_gptq  # noqa: E402,F401  (gemmkit.int4_from_*)
+from ._checkpoints import int4_from_awq, int4_from_gptq, mxfp4_from_gpt_oss  # noqa: E402,F401  (gemmkit.*_from_*)

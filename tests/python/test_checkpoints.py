@@ -1,11 +1,13 @@
 """gemmkit.int4_from_gptq and gemmkit.int4_from_awq: GPTQ's and AWQ's int32-packed checkpoints as
-int4_mm's inputs. On the CPU (they are torch operations on any device): the words of the C++
-reference's packing tests (tests/cpu/lowbit_test.cpp, Int4Packing) unpacked to the codes they
-were packed from; random codes and zero points packed here as each format's text states and
-unpacked back, N not a multiple of 8 and K odd after the conversion; symmetric zero points
-returned as None; act-order g_idx refused; the argument errors. On an sm_90 GPU: int4_mm on the
-converted weights against the double product of the checkpoint's own dequantisation. Needs torch;
-skips, saying so, without it."""
+int4_mm's inputs; gemmkit.mxfp4_from_gpt_oss: gpt-oss's MXFP4 tensors as mxfp4_mm's. On the CPU
+(they are torch operations on any device): the words of the C++ reference's packing tests
+(tests/cpu/lowbit_test.cpp, Int4Packing) unpacked to the codes they were packed from; random codes
+and zero points packed here as each format's text states and unpacked back, N not a multiple of 8
+and K odd after the conversion; symmetric zero points returned as None; act-order g_idx refused;
+gpt-oss's blocks flattened and its exponents' values kept, stored N-contiguous per expert; the
+argument errors. On an sm_90 GPU: int4_mm on the converted weights against the double product of
+the checkpoint's own dequantisation, and mxfp4_mm on gpt-oss's converted tensors equal to it on
+them as they are. Needs torch; skips, saying so, without it."""
 
 import pytest
 
@@ -154,3 +156,51 @@ def test_converted_checkpoints_multiply_as_they_dequantise(dtype):
         ref = x.double() @ expected_w.cuda().t()
         bound = (x.double().abs() @ expected_w.abs().cuda().t()) * 2.0 ** -7 + 1e-3
         assert ((d.double() - ref).abs() <= bound).all(), convert.__name__
+
+
+def gpt_oss_case(experts, n, k, seed, exponents=U8):
+    """gpt-oss's blocks [E, N, K/32, 16] (random bytes: every FP4 code) and scales [E, N, K/32]
+    (exponents 2^-3 .. 2^2)."""
+    generator = torch.Generator().manual_seed(seed)
+    blocks = torch.randint(0, 256, (experts, n, k // 32, 16), generator=generator, dtype=torch.int64).to(U8)
+    scales = torch.randint(124, 130, (experts, n, k // 32), generator=generator, dtype=torch.int64).to(U8)
+    return blocks, scales.view(exponents)
+
+
+@pytest.mark.parametrize("exponents", [U8] + ([torch.float8_e8m0fnu] if hasattr(torch, "float8_e8m0fnu") else []))
+def test_gpt_oss_blocks_flatten_and_exponents_come_back_n_contiguous(exponents):
+    experts, n, k = 3, 40, 192
+    blocks, scales = gpt_oss_case(experts, n, k, seed=5, exponents=exponents)
+    weight, stored = gemmkit.mxfp4_from_gpt_oss(blocks, scales)
+    assert weight.dtype == U8 and weight.shape == (experts, n, k // 2)
+    for e in range(experts):  # row n's bytes: its blocks in K's order
+        assert torch.equal(weight[e], blocks[e].reshape(n, k // 2))
+    assert weight.data_ptr() == blocks.data_ptr()  # a view of contiguous blocks
+    assert stored.dtype == exponents and stored.shape == scales.shape
+    assert torch.equal(stored.view(U8), scales.view(U8))
+    assert stored[1].stride() == (1, n)  # one expert's [N, K/32], N-contiguous as mxfp4_mm reads it
+    weight2, stored2 = gemmkit.mxfp4_from_gpt_oss(blocks[0], scales[0])  # one expert, no leading dimension
+    assert weight2.shape == (n, k // 2) and stored2.stride() == (1, n)
+
+
+def test_gpt_oss_errors_name_the_argument():
+    blocks, scales = gpt_oss_case(1, 8, 64, seed=6)
+    with pytest.raises(TypeError, match="blocks"):
+        gemmkit.mxfp4_from_gpt_oss(blocks.to(I32), scales)
+    with pytest.raises(ValueError, match="blocks"):
+        gemmkit.mxfp4_from_gpt_oss(blocks.reshape(1, 8, 4, 8), scales)
+    with pytest.raises(TypeError, match="scales"):
+        gemmkit.mxfp4_from_gpt_oss(blocks, scales.to(F16))
+    with pytest.raises(ValueError, match="scales"):
+        gemmkit.mxfp4_from_gpt_oss(blocks, scales[..., :1])
+
+
+@needs_sm90
+def test_gpt_oss_converted_multiplies_as_it_lies():
+    n, k = 264, 1024
+    blocks, scales = gpt_oss_case(2, n, k, seed=7)
+    weight, stored = gemmkit.mxfp4_from_gpt_oss(blocks.cuda(), scales.cuda())
+    x = torch.randn(5, k, device="cuda").to(BF16)
+    for e in range(2):  # the checkpoint's layout (exponents copied each call) gives the same bits
+        as_it_lies = gemmkit.mxfp4_mm(x, blocks[e].cuda().reshape(n, k // 2), scales[e].cuda())
+        assert torch.equal(gemmkit.mxfp4_mm(x, weight[e], stored[e]), as_it_lies)
