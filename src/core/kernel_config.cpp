@@ -32,7 +32,8 @@ auto key(const KernelConfig& c) {
                          c.stages, c.group_m, c.cluster_m, c.splits, c.a_k_major, c.b_k_major, c.a_batched,
                          c.b_batched, c.tma_store, c.d_by_columns, c.store_buffers, c.has_c, c.in, c.out, c.c, c.in_b,
                          c.scale_a, c.scale_b, c.scale_a_mn, c.scale_b_mn, c.stage_a, c.stage_b, c.realign_a,
-                         c.realign_b, c.row_classes, c.group_layout, c.group_along_k, c.group_capacity, c.dual, c.zeros, c.group_partials);
+                         c.realign_b, c.row_classes, c.group_layout, c.group_along_k, c.group_capacity, c.dual, c.zeros,
+                         c.group_partials);
 }
 
 // key() names every knob: one added to KernelKnobs changes its size and must join it (and the
