@@ -21,13 +21,15 @@ namespace gemmkit::sm90 {
 constexpr int kFallbackTile = 64;
 constexpr int kFallbackDepth = 16;
 
-// 4-bit operands' values rounded to the other operand's 16-bit type, as the TMA kernel widens them.
+// 4-bit operands' values rounded to the other operand's 16-bit type, as the TMA kernel widens them;
+// against an 8-bit one (W4A8), exact, as the TMA kernel scales its sums.
 __device__ __forceinline__ float load_operand(const GemmMatrix& m, int type, const GemmScale& s, int mode, int batch,
                                               i64 row, i64 col) {
   const float value = operand_value(m, type, s, mode, batch, row, col);
-  if (!is_4bit_type(type)) return value;
-  const u32 rounded = pack_pair(kGroupScaleType, value, 0.0f) & 0xffffu;
-  return kGroupScaleType == GEMMKIT_BF16 ? bf16_to_float(u16(rounded)) : f16_to_float(u16(rounded));
+  const int wide = is_4bit_type(kAType) ? kBType : kAType;
+  if (!is_4bit_type(type) || wide == GEMMKIT_E4M3) return value;
+  const u32 rounded = pack_pair(wide, value, 0.0f) & 0xffffu;
+  return wide == GEMMKIT_BF16 ? bf16_to_float(u16(rounded)) : f16_to_float(u16(rounded));
 }
 
 extern "C" __global__ void __launch_bounds__(256) gemmkit_fallback(const GemmParams p) {

@@ -33,7 +33,8 @@
 // at a time, and B from 8 shifted copies (row_classes.cuh); a tile's rows lie kRowStep apart in D.
 //
 // 4-bit weights (kWidenA: A u4 or e2m1) come packed into the stage with their scales; the
-// consumers widen their fragments into registers and multiply from there (widen.cuh).
+// consumers widen their fragments into registers and multiply from there (widen.cuh); against
+// 8-bit B (W4A8), in the 8-bit loop, each K block's partial promoted by the weights' group scales.
 //
 // kernel_config.cuh (generated) defines the configuration: kTileM, kTileN, kTileK, kStages,
 // kGroupM, kClusterM, kSplitK, kAKMajor, kBKMajor, kAType, kBType, kOutType, kCType, kHasC,
@@ -86,7 +87,7 @@ constexpr int kBlocksN = (kTileN + 63) / 64;  // 64-wide blocks of an N-major B 
 // through one buffer per consumer, row by row, where TMA cannot store it.
 constexpr SmemLayout kSmem =
     smem_layout({kTileM, kTileN, kStages, kBKMajor, kTmaStore ? kStoreBuffers : kRowStore ? 1 : 0, kRealignA, kRealignB,
-                 kScaleA, kScaleB, kScaleMNA, kScaleMNB, kGroupCapacity, kDual, kWidenRows, kWidenScaleBytes, kZeros});
+                 kScaleA, kScaleB, kScaleMNA, kScaleMNB, kGroupCapacity, kDual, kWidenRows, kPackedRowBytes, kWidenScaleBytes, kZeros});
 static_assert(kSmem.total == kSmemBytes, "the kernel's shared-memory layout differs from the host's");
 static_assert(kSmem.stage_scales == kStageScaleBytes && kSmem.stage_b == (kBKMajor ? kTileN : kBlocksN * 64) * kRowBytes,
               "the stage layout differs from what the producer loads");
@@ -127,7 +128,7 @@ static_assert(!kRowClasses || (kClusterM == 1 && kConsumers == 1 && !k8Bit && !k
 // 8 bytes in the main loop), and not wider (128 x 144 spills). (Per-tensor
 // 128 x 128 on fp8-large: 0.88x cuBLASLt with two partials, 0.85x with one; H100.)
 constexpr int kLaunchRegisters = (65536 / kThreads / kCtasPerSm < 255 ? 65536 / kThreads / kCtasPerSm : 255) / 8 * 8;
-constexpr bool kTwoPartials = !kPromoteReadsStage && kGranules == 1 && kTileN <= 128 &&
+constexpr bool kTwoPartials = !kPromoteReadsStage && kGranules == 1 && kTileN <= 128 && !kWidenA &&
                               (kConsumers == 1 || (kConsumers == 2 && !kSplitK && !kGrouped));
 constexpr int kProducerRegisters = kRealign ? 128 : 56;
 constexpr int kConsumerShare = (kLaunchRegisters * (kConsumers + 1) - kProducerRegisters) / kConsumers / 8 * 8;
@@ -400,7 +401,7 @@ __device__ __forceinline__ void issue_k_block(float* acc, RingSlot slot, const S
 
 // 4-bit weights (widen.cuh): widens the K block in `slot` into this thread's fragments and
 // commits its wgmma group, A from those registers, into `acc`; row_scales: its rows' group scales.
-__device__ __forceinline__ void issue_widened_k_block(float* acc, u32 (&fragments)[16], float (&row_scales)[2],
+__device__ __forceinline__ void issue_widened_k_block(float* acc, u32 (&fragments)[16], RowScales& row_scales,
                                                       u32 stages_a, u32 stage_scales, const WidenLanes& lanes,
                                                       RingSlot slot, const StageDescriptors& stages, bool accumulate) {
   if constexpr (kWidenA) {
@@ -425,12 +426,16 @@ __device__ __forceinline__ void issue_widened_k_block(float* acc, u32 (&fragment
 // The wait for the next K block's data comes while the last granule multiplies, not between its
 // promotion and the next block's wgmma, where the tensor cores may be waiting for this warpgroup.
 // kColInBlock: the tile's first column modulo 128 (promote.cuh). skew: where the tile's scales lie.
+// W4A8 (kWidenA): A's fragments are widened from the stage's packed weights (at `stages_a`, the
+// thread's bytes where `lanes` says) before the K block's first wgmma, and its group scales take
+// the place of A's inner scales.
 template <int kColInBlock>
 __device__ __forceinline__ void multiply_8bit(float* acc, const ScaleSkew& skew, int k_count, RingSlot& slot, int slice,
-                                              int t, const StageDescriptors& stages, u32 stage_scales,
-                                              u32 mx_float_buffers, u64* full, u64* empty) {
+                                              int t, const StageDescriptors& stages, u32 stages_a, const WidenLanes& lanes,
+                                              u32 stage_scales, u32 mx_float_buffers, u64* full, u64* empty) {
   constexpr int kSteps = kRowBytes / 32 / kGranules;  // k32 wgmma steps per granule
   float partial[kTileN / 2];
+  u32 fragments[16];  // W4A8's widened A (unused otherwise)
 #pragma unroll
   for (int i = 0; i < kTileN / 2; ++i) acc[i] = 0.0f;
   mbarrier_wait(&full[slot.stage], slot.phase);
@@ -446,14 +451,21 @@ __device__ __forceinline__ void multiply_8bit(float* acc, const ScaleSkew& skew,
     // Read now, before the first wgmma: ptxas would place loads issued after it among the wgmma
     // instructions, where the tensor cores wait for them.
     const KBlockScales k_scales = read_k_block_scales(scales, skew, skew.k_first + i, slice, t);
+    RowScales group_scales{};
+    if constexpr (kWidenA) widen_fragments(fragments, group_scales, stages_a + s * kStageBytesA, scales, lanes);
 #pragma unroll
     for (int g = 0; g < kGranules; ++g) {
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kSteps; ++kk) {
         const u32 step = (g * kSteps + kk) * k_step(true);
-        wgmma_tile(partial, smem_descriptor(low_a + step, kSwizzleAtom), smem_descriptor(low_b + step, kSwizzleAtom),
-                   kk > 0 ? 1u : 0u);
+        if constexpr (kWidenA) {
+          wgmma_tile_registers(partial, fragments + 4 * (g * kSteps + kk), smem_descriptor(low_b + step, kSwizzleAtom),
+                               kk > 0 ? 1u : 0u);
+        } else {
+          wgmma_tile(partial, smem_descriptor(low_a + step, kSwizzleAtom), smem_descriptor(low_b + step, kSwizzleAtom),
+                     kk > 0 ? 1u : 0u);
+        }
       }
       wgmma_commit();
       if (g == kGranules - 1 && i + 1 < k_count) {
@@ -464,7 +476,7 @@ __device__ __forceinline__ void multiply_8bit(float* acc, const ScaleSkew& skew,
 #pragma unroll
       for (int j = 0; j < kTileN / 2; ++j) fence_register(partial[j]);
       if (g == kGranules - 1 && !kPromoteReadsStage && t % 32 == 0) release_stage(&empty[s]);
-      promote<kColInBlock>(acc, partial, k_scales, scales, mx_floats, g, t);
+      promote<kColInBlock>(acc, partial, kWidenA ? group_scales : a_scales(k_scales, g), k_scales, scales, mx_floats, g, t);
     }
     if (kPromoteReadsStage && t % 32 == 0) release_stage(&empty[s]);
   }
@@ -475,15 +487,17 @@ __device__ __forceinline__ void multiply_8bit(float* acc, const ScaleSkew& skew,
 template <int kColInBlock = 0>
 __device__ __forceinline__ void multiply_8bit_at(int col_in_block, float* acc, const ScaleSkew& skew, int k_count,
                                                  RingSlot& slot, int slice, int t, const StageDescriptors& stages,
-                                                 u32 stage_scales, u32 mx_float_buffers, u64* full, u64* empty) {
+                                                 u32 stages_a, const WidenLanes& lanes, u32 stage_scales,
+                                                 u32 mx_float_buffers, u64* full, u64* empty) {
   if constexpr (kColInBlock + kColStep < 128) {
     if (col_in_block != kColInBlock) {
-      multiply_8bit_at<kColInBlock + kColStep>(col_in_block, acc, skew, k_count, slot, slice, t, stages,
-                                                stage_scales, mx_float_buffers, full, empty);
+      multiply_8bit_at<kColInBlock + kColStep>(col_in_block, acc, skew, k_count, slot, slice, t, stages, stages_a,
+                                                lanes, stage_scales, mx_float_buffers, full, empty);
       return;
     }
   }
-  multiply_8bit<kColInBlock>(acc, skew, k_count, slot, slice, t, stages, stage_scales, mx_float_buffers, full, empty);
+  multiply_8bit<kColInBlock>(acc, skew, k_count, slot, slice, t, stages, stages_a, lanes, stage_scales,
+                             mx_float_buffers, full, empty);
 }
 
 // Waits for all but the newest `in_flight` wgmma groups, hands the K block's `stage` back and
@@ -495,7 +509,7 @@ __device__ __forceinline__ void finish_k_block(float* acc, float* partial, const
 #pragma unroll
   for (int j = 0; j < kTileN / 2; ++j) fence_register(partial[j]);
   if (t % 32 == 0) release_stage(&empty[stage]);
-  promote<0>(acc, partial, scales, 0, 0, 0, t);  // tiles up to 128 wide: kColStep = 128
+  promote<0>(acc, partial, a_scales(scales, 0), scales, 0, 0, 0, t);  // tiles up to 128 wide: kColStep = 128
 }
 
 // kBlocks K blocks, alternating between two partial accumulators: block j + 1 is issued before
@@ -597,6 +611,7 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
                   {row_outer_scale(p, w.batch, d_row(slice_row, t, 0)),
                    row_outer_scale(p, w.batch, d_row(slice_row, t, 1))},
                   column_scales, w.batch};
+    const WidenLanes lanes = kWidenA ? widen_lanes(slice, t, p) : WidenLanes{};
     if constexpr (k8Bit) {
       // The unit's first K block: unsplit, the slot holds no K range.
       const ScaleSkew skew = scale_skew(w.row, kSplitK ? w.k_begin : 0);
@@ -605,8 +620,8 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
       } else {
         // From lane 0, so that the compiler knows the branch on it is uniform.
         const int col_in_block = __shfl_sync(0xffffffffu, w.col % 128, 0);
-        multiply_8bit_at(col_in_block, acc, skew, k_count, slot, slice, t, stages, stage_scales, mx_float_buffers,
-                         full, empty);
+        multiply_8bit_at(col_in_block, acc, skew, k_count, slot, slice, t, stages, smem_u32(stages_a), lanes,
+                         stage_scales, mx_float_buffers, full, empty);
       }
     } else {
       // One wgmma group stays in flight: after committing K block i, wait for i - 1 and hand
@@ -617,12 +632,11 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
       // once its wgmma is done (ptxas serialises every wgmma of the loop where one is read while
       // another block's is in flight, C7514).
       float partial[kGroupPartials ? kTileN / 2 : 1];
-      float row_scales[2];
+      RowScales row_scales;
       if (kGroupPartials) {
 #pragma unroll
         for (int j = 0; j < kTileN / 2; ++j) acc[j] = 0.0f;
       }
-      const WidenLanes lanes = kWidenA ? widen_lanes(slice, t, p) : WidenLanes{};
       const int shift = kRowClasses ? row_class(p, w.row).shift : 0;
       const int first_block = kSplitK ? w.k_begin : 0;  // unsplit, the slot holds no K range
       for (int i = 0; i < k_count; ++i, previous = slot.stage, slot = slot.next()) {
@@ -656,7 +670,9 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
         if (kGroupPartials) {
           wgmma_wait<0>();
           if (warp_leader) release_stage(&empty[slot.stage]);
-          promote_group_partial(acc, partial, row_scales);
+#pragma unroll
+          for (int j = 0; j < kTileN / 2; ++j) fence_register(partial[j]);
+          promote<0>(acc, partial, row_scales, KBlockScales{}, 0, 0, 0, t);
           continue;
         }
         wgmma_wait<1>();

@@ -16,7 +16,7 @@
 
 namespace gemmkit::sm90 {
 
-constexpr bool k8Bit = kAType == GEMMKIT_E4M3 || kAType == GEMMKIT_E5M2;
+constexpr bool k8Bit = kBType == GEMMKIT_E4M3 || kBType == GEMMKIT_E5M2;  // A too, or 4-bit weights (W4A8)
 constexpr bool kInnerA = is_inner_scale(kScaleA), kInnerB = is_inner_scale(kScaleB);
 constexpr bool kInnerScales = kInnerA || kInnerB;
 constexpr int kGranuleK = kScaleA == GEMMKIT_SCALE_MX || kScaleB == GEMMKIT_SCALE_MX ? 32 : 128;
@@ -42,6 +42,8 @@ constexpr int kStageWordsB = stage_scale_words_b(kScaleB, kScaleMNB, kTileN, kDu
 constexpr u32 kStageScaleBytes =
     stage_scale_bytes(kScaleA, kScaleMNA, kScaleB, kScaleMNB, kTileM, kTileN, kDual, kGrouped) +
     widen_scale_bytes(is_4bit_type(kAType) ? kTileM : 0, kAType == GEMMKIT_U4 ? 2 : 1, kZeros);
+constexpr u32 kWidenScaleOffset =  // where a 4-bit A's scales start: after the others (B's, in W4A8)
+    stage_scale_bytes(kScaleA, kScaleMNA, kScaleB, kScaleMNB, kTileM, kTileN, kDual, kGrouped);
 constexpr u32 kScaleOffsetB = kStageWordsA > 0 ? scale_part_bytes(kStageWordsA) : 0;
 constexpr u32 kScaleHalfB = kDual ? scale_part_bytes(kStageWordsB / 2) : 0;
 constexpr u32 kTmaScaleBytes = 4 * (kStageWordsA + kStageWordsB);  // TMA's bytes per stage: every word
@@ -159,15 +161,24 @@ __device__ __forceinline__ void convert_mx_scales(u32 floats, u32 scales, int t)
                : "memory");
 }
 
-// A's scale of fragment row h for granule g.
-__device__ __forceinline__ float a_scale(const KBlockScales& k, int h, int g) {
-  if (!kInnerA) return 1.0f;
-  return kMxA ? ue8m0_to_float(k.a[h] >> (8 * g)) : __uint_as_float(k.a[h]);
+// A's scales of the thread's fragment rows (r and r + 8) for granule g.
+struct RowScales {
+  float row[2];
+};
+__device__ __forceinline__ RowScales a_scales(const KBlockScales& k, int g) {
+  RowScales s{{1.0f, 1.0f}};
+  if constexpr (kInnerA) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) s.row[h] = kMxA ? ue8m0_to_float(k.a[h] >> (8 * g)) : __uint_as_float(k.a[h]);
+  }
+  return s;
 }
 
-// acc += partial * (A's scale of the row) * (B's scale of the column) for granule g of a K block
-// whose scales are staged at shared address `scales` (B's mx ones converted at `mx_floats`).
-// Without inner scales this is a plain sum.
+// acc += partial * (A's scale of the row: `rows`) * (B's scale of the column) for granule g of a
+// K block whose scales are staged at shared address `scales` (B's mx ones converted at
+// `mx_floats`). A's scales are its inner ones (a_scales), or 4-bit weights' group scales
+// (widen.cuh); without any this is a plain sum. wgmma's accumulator layout: registers 4j and
+// 4j + 1 hold row r, 4j + 2 and 4j + 3 row r + 8.
 // With 128x128 B blocks, which block a column group lies in depends only on the tile's first
 // column modulo 128, kColInBlock: a multiple of kColStep, since tiles start at multiples of their
 // width (tiles that divide 128 lie in one block, whichever it is, and other modes need no
@@ -179,9 +190,9 @@ __device__ __forceinline__ float a_scale(const KBlockScales& k, int h, int g) {
 constexpr int kColStep = !kCoarseB || 128 % kHalfN == 0 ? 128 : (kHalfN & -kHalfN);  // else gcd(kHalfN, 128)
 
 template <int kColInBlock>
-__device__ __forceinline__ void promote(float* acc, const float* partial, const KBlockScales& k, u32 scales,
-                                        u32 mx_floats, int g, int t) {
-  const float a0 = a_scale(k, 0, g), a1 = a_scale(k, 1, g);
+__device__ __forceinline__ void promote(float* acc, const float* partial, const RowScales& rows, const KBlockScales& k,
+                                        u32 scales, u32 mx_floats, int g, int t) {
+  const float a0 = rows.row[0], a1 = rows.row[1];
 #pragma unroll
   for (int j = 0; j < kTileN / 8; ++j) {
     // The scales of the thread's column pair and its two rows.

@@ -7,8 +7,9 @@
 // memory beside each K block's data, and the consumers multiply by them when they promote.
 // The SIMT kernels and the reference dequantise element by element.
 //
-// kernel_config.cuh (generated) defines kScaleA and kScaleB (modes) and, for the TMA kernel,
-// kScaleMNA and kScaleMNB: M (N) elements per block scale of A (B), 1 or 128.
+// kernel_config.cuh (generated) defines kScaleA and kScaleB (modes), kGroupScaleType (a u4
+// operand's group scales' and zero points' type: bf16 or f16) and, for the TMA kernel, kScaleMNA
+// and kScaleMNB: M (N) elements per block scale of A (B), 1 or 128.
 #pragma once
 
 #include "kernel_config.cuh"
@@ -25,9 +26,6 @@ __device__ __forceinline__ constexpr bool is_inner_scale(int mode) {
 __device__ __forceinline__ constexpr int scale_k_block(int mode) {
   return mode == GEMMKIT_SCALE_BLOCK ? 128 : mode == GEMMKIT_SCALE_MX ? 32 : 0;
 }
-
-// A 4-bit operand's group scales and zero points are of the other operand's (16-bit) type.
-constexpr int kGroupScaleType = is_4bit_type(kAType) ? kBType : kAType;
 
 __device__ __forceinline__ float scale_at(const GemmScale& s, int mode, i64 index) {
   return load_as_float(s.data, mode == GEMMKIT_SCALE_MX ? GEMMKIT_UE8M0 : mode == GEMMKIT_SCALE_GROUP ? kGroupScaleType : GEMMKIT_F32,

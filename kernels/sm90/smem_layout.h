@@ -40,6 +40,7 @@ struct SmemShape {
   int group_capacity;          // groups the table holds (grouped kernels), else 0
   bool dual;                   // a dual GEMM's: B's half of the tile's columns, then B2's
   int widen_rows;              // a 4-bit A's rows per stage (its tile rows), else 0
+  int widen_row_bytes;         // a row's packed bytes per stage: half its K block (32, or 64 against 8-bit B)
   int widen_scale_bytes;       // bytes of one of its scales: 2 (u4's group scales) or 1 (e2m1's ue8m0)
   bool widen_zeros;            // u4 with zero points
 };
@@ -91,10 +92,10 @@ GEMMKIT_HOST_DEVICE constexpr unsigned column_scale_bytes(int scale_b, int tile_
 }
 GEMMKIT_HOST_DEVICE constexpr unsigned mx_float_bytes(int scale_b, int tile_n) { return scale_b == GEMMKIT_SCALE_MX ? 4 * tile_n * 4 : 0; }
 
-// A 4-bit A's stage (widen.cuh): its packed rows, 64 K elements in 32 bytes each, as its slice;
-// among the stage's scales, those of two K groups by the rows (the K block's first group and the
-// next, where groups are 32 deep), then its zero points likewise, each part from a 128-byte boundary.
-constexpr unsigned kPackedRowBytes = 32;
+// A 4-bit A's stage (widen.cuh): its packed rows, a K block's elements two a byte, as its slice;
+// after the stage's other scales, those of two K groups by the rows (the K block's first group and
+// the next, where groups are 32 deep), then its zero points likewise, each part from a 128-byte
+// boundary.
 GEMMKIT_HOST_DEVICE constexpr unsigned widen_scale_part_bytes(int rows, int scale_bytes) {
   return unsigned(2 * rows * scale_bytes + 127) / 128 * 128;
 }
@@ -121,7 +122,7 @@ GEMMKIT_HOST_DEVICE constexpr SmemLayout smem_layout(const SmemShape& s) {
   SmemLayout l{};
   const unsigned stages = unsigned(s.stages), consumers = unsigned(s.tile_m / 64);
   const unsigned rows_a = unsigned(s.tile_m), rows_b = unsigned(b_slice_rows(s.tile_n, s.b_k_major));
-  l.stage_a = rows_a * (s.widen_rows > 0 ? kPackedRowBytes : kStageRowBytes);
+  l.stage_a = rows_a * (s.widen_rows > 0 ? unsigned(s.widen_row_bytes) : kStageRowBytes);
   l.stage_b = rows_b * kStageRowBytes;
   l.stage_scales = stage_scale_bytes(s.scale_a, s.scale_a_mn, s.scale_b, s.scale_b_mn, s.tile_m, s.tile_n, s.dual,
                                      s.group_capacity > 0) +

@@ -1,6 +1,6 @@
 // 4-bit weights in the TMA kernel (gemm.cuh): u4 codes with group scales (and zero points), or
-// e2m1 values with ue8m0 scales, widened to the other operand's 16-bit type in the consumers'
-// registers and multiplied from there (wgmma takes A from registers).
+// e2m1 values with ue8m0 scales, widened to the other operand's type in the consumers' registers
+// and multiplied from there (wgmma takes A from registers): bf16 or f16 (W4A16), or e4m3 (W4A8).
 //
 // The weights are A, K-major (the plan runs every problem with 4-bit weights transposed: D^T =
 // W X^T, the weights' rows along M). Per stage, the TMA thread loads their packed rows (64 K
@@ -15,11 +15,17 @@
 // With kGroupPartials (u4 on narrow tiles, groups of 64 K or more: one group a K block), the
 // weights are widened to the exact integers q - zero, and each K block multiplies into a partial
 // accumulator of its own, added to the accumulator times the rows' group scales once its wgmma is
-// done (promote_group_partial): a multiply a weight pair fewer in the decode loop, for one an
+// done (promote.cuh, promote): a multiply a weight pair fewer in the decode loop, for one an
 // accumulator a K block, and no rounding of the weights.
 //
-// kernel_config.cuh (generated) defines kAType, kBType, kZeros (u4 with zero points) and
-// kGroupPartials.
+// Against e4m3 B (W4A8: u4 weights in groups of 128 K or more, one a K block), a K block is 128
+// deep and a row's packed bytes 64. The weights widen to the exact e4m3 integers q - zero, and the
+// K block's partial accumulator is promoted as an 8-bit K block is (promote.cuh, multiply_8bit),
+// its rows' group scales as A's scales. A zero point with q - zero not exact in e4m3 (other than
+// an integer from -1 to 16) widens to NaN, which reaches D.
+//
+// kernel_config.cuh (generated) defines kAType, kBType, kGroupScaleType, kZeros (u4 with zero
+// points) and kGroupPartials.
 #pragma once
 
 #include "common.cuh"
@@ -32,32 +38,36 @@
 namespace gemmkit::sm90 {
 
 constexpr bool kWidenA = is_4bit_type(kAType);
+constexpr bool kWidenTo8Bit = kWidenA && kBType == GEMMKIT_E4M3;  // W4A8
 constexpr int kWidenRows = kWidenA ? kTileM : 0;  // the weights' rows a stage holds
 constexpr int kWidenScaleBytes = kAType == GEMMKIT_U4 ? 2 : 1;
+constexpr u32 kPackedRowBytes = u32(kTileK) / 2;  // a row's K block, two codes a byte
 constexpr u32 kPackedBytes = u32(kWidenRows) * kPackedRowBytes;
 constexpr u32 kWidenScalePart = widen_scale_part_bytes(kWidenRows, kWidenScaleBytes);
 // TMA's bytes per stage: the packed rows and every scale (and zero point) of the two groups.
 constexpr u32 kWidenTmaBytes = kPackedBytes + u32(2 * kWidenRows * kWidenScaleBytes) * (kZeros ? 2 : 1);
 static_assert(!is_4bit_type(kBType), "4-bit weights are A (the plan transposes their problems)");
 static_assert(!kGroupPartials || (kAType == GEMMKIT_U4 && kTileN <= 32), "group partials: u4 weights on narrow tiles");
-static_assert(!kWidenA || kStageWordsA + kStageWordsB == 0, "a 4-bit A's scales are the stage's only ones");
-static_assert(!kWidenA || (kTileK == 64 && kAKMajor && !kRealignA && !kRowClasses && kClusterM == 1 && !kDual &&
+static_assert(!kWidenA || kStageWordsA == 0, "a 4-bit A's scales are its group scales alone");
+static_assert(!kWidenTo8Bit || (kAType == GEMMKIT_U4 && !kMxB), "W4A8: u4 weights, B's scales not mx");
+static_assert(!kWidenA || (kTileK == (kWidenTo8Bit ? 128 : 64) && kAKMajor && !kRealignA && !kRowClasses && kClusterM == 1 && !kDual &&
                            !kGrouped && kWidenRows * kWidenScaleBytes % 16 == 0),
-              "4-bit weights: 16-bit K blocks, K-major, read by TMA, unclustered, dense, whole 16-byte scale boxes");
+              "4-bit weights: K blocks of 128 bytes of B, K-major, read by TMA, unclustered, dense, whole 16-byte scale boxes");
 
 // log2 of the weights' K elements per scale: a power of two, 32 at least (validate.cpp).
 __device__ __forceinline__ int widen_group_shift(const GemmParams& p) { return __ffsll(p.scale_a.block_cols) - 1; }
 
 // By the TMA thread: K block `k` (its first K element) of the weights' rows from `row` (their
-// matrix's batch `batch`) into the stage's A slice `a` and scales `scales`, on `full`. The maps
+// matrix's batch `batch`) into the stage's A slice `a` and its scales `scales` (their group
+// scales kWidenScaleOffset on), on `full`. The maps
 // (launch.cpp) take the packed bytes as rows of ceil(K / 2) bytes, and the scales and zero points
 // with the rows contiguous, by K group.
 __device__ __forceinline__ void load_packed_stage(const GemmParams& p, const KernelMaps& maps, u8* a, u32 scales,
                                                   u64* full, int batch, i64 row, int k) {
   const int group = k >> widen_group_shift(p);
   tma_load_3d(a, &maps.a, full, k / 2, int(row), batch);
-  tma_load_3d(scales, &maps.scale_a, full, int(row), group, batch);
-  if (kZeros) tma_load_3d(scales + kWidenScalePart, &maps.zeros, full, int(row), group, batch);
+  tma_load_3d(scales + kWidenScaleOffset, &maps.scale_a, full, int(row), group, batch);
+  if (kZeros) tma_load_3d(scales + kWidenScaleOffset + kWidenScalePart, &maps.zeros, full, int(row), group, batch);
 }
 
 // The pair of codes in byte `q` (0-3) of `word`: the low nibble in bits 0-3, the high one in
@@ -73,15 +83,15 @@ __device__ __forceinline__ u32 code_pair(u32 word, u32 selector, u32 magic) {
 
 // The 16-bit magic number whose mantissa takes a u4 code exactly: 128 (bf16) or 1024 (f16), each
 // with a unit in the last place of 1.
-constexpr float kU4Magic = kGroupScaleType == GEMMKIT_BF16 ? 128.0f : 1024.0f;
-constexpr u32 kU4MagicPair = kGroupScaleType == GEMMKIT_BF16 ? 0x43004300u : 0x64006400u;
+constexpr float kU4Magic = kBType == GEMMKIT_BF16 ? 128.0f : 1024.0f;
+constexpr u32 kU4MagicPair = kBType == GEMMKIT_BF16 ? 0x43004300u : 0x64006400u;
 
 // A 16-bit pair (both halves) of magic + zero, the bias widen_u4_pair subtracts; `exact` where it
 // holds magic + zero exactly (an integer zero point from 0 to 127: AWQ's are 0 to 15).
 __device__ __forceinline__ u32 u4_bias(float zero, bool& exact) {
-  const u32 pair = pack_pair(kGroupScaleType, kU4Magic + zero, kU4Magic + zero);
+  const u32 pair = pack_pair(kBType, kU4Magic + zero, kU4Magic + zero);
   const u16 half = u16(pair & 0xffffu);
-  exact = (kGroupScaleType == GEMMKIT_BF16 ? bf16_to_float(half) : f16_to_float(half)) - kU4Magic == zero;
+  exact = (kBType == GEMMKIT_BF16 ? bf16_to_float(half) : f16_to_float(half)) - kU4Magic == zero;
   return pair;
 }
 
@@ -95,17 +105,17 @@ __device__ __forceinline__ u32 widen_u4_pair(u32 word, u32 selector, u32 scale2,
   if constexpr (!kExactBias) {
     const u32 codes = code_pair(word, selector, 0);
     const float s = kGroupPartials ? 1.0f : scale;
-    return pack_pair(kGroupScaleType, (float(codes & 15u) - zero) * s, (float(codes >> 16) - zero) * s);
+    return pack_pair(kBType, (float(codes & 15u) - zero) * s, (float(codes >> 16) - zero) * s);
   }
   const u32 biased = code_pair(word, selector, kU4MagicPair);  // magic + q
   u32 out;
   if (kGroupPartials) {
-    if (kGroupScaleType == GEMMKIT_BF16) {
+    if (kBType == GEMMKIT_BF16) {
       asm("sub.rn.bf16x2 %0, %1, %2;" : "=r"(out) : "r"(biased), "r"(bias2));
     } else {
       asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(out) : "r"(biased), "r"(bias2));
     }
-  } else if (kGroupScaleType == GEMMKIT_BF16) {
+  } else if (kBType == GEMMKIT_BF16) {
     asm("{\n.reg .b32 q;\nsub.rn.bf16x2 q, %1, %2;\nmul.rn.bf16x2 %0, q, %3;\n}"
         : "=r"(out) : "r"(biased), "r"(bias2), "r"(scale2));
   } else {
@@ -122,8 +132,8 @@ __device__ __forceinline__ u32 widen_u4_pair(u32 word, u32 selector, u32 scale2,
 // bf16 pair (scale2). f16, whose range the scales overrun: through f32.
 __device__ __forceinline__ u32 widen_e2m1_pair(u32 word, u32 selector, float scale, u32 scale2) {
   const u32 codes = code_pair(word, selector, 0);  // magnitude and sign of the low code in bits 0-3, the high one's 16-19
-  if (kGroupScaleType != GEMMKIT_BF16) {
-    return pack_pair(kGroupScaleType, e2m1_to_float(codes) * scale, e2m1_to_float(codes >> 16) * scale);
+  if (kBType != GEMMKIT_BF16) {
+    return pack_pair(kBType, e2m1_to_float(codes) * scale, e2m1_to_float(codes >> 16) * scale);
   }
   const u32 low_bytes = (codes & 7u) | ((codes >> 8) & 0x700u);  // PRMT selectors: bytes 0 and 2 from the tables
   u32 low, high, pair;
@@ -136,13 +146,46 @@ __device__ __forceinline__ u32 widen_e2m1_pair(u32 word, u32 selector, float sca
   return out;
 }
 
+// W4A8: the f16 pair whose halves take a u4 code in their mantissas' ones: 1024 (low half: the
+// code in bits 0-3) and 64 (high half: the code in bits 20-23, mantissa bits 4-7), so that one
+// PRMT puts a byte in both halves and one LOP3 keeps a code of each.
+constexpr u32 kU4QuadMagic = 0x54006400u;
+constexpr u32 kU4QuadBias8 = 0x54806408u;  // (1024 + 8, 64 + 8): the symmetric zero point
+
+// The f16 pair (1024 + zero, 64 + zero) that widen_u4_quad subtracts; NaN where some q - zero is
+// not exact in e4m3 (a zero point other than an integer from -1 to 16).
+__device__ __forceinline__ u32 u4_quad_bias(float zero) {
+  const bool exact = zero == rintf(zero) && zero >= -1.0f && zero <= 16.0f;
+  return exact ? pack_pair(GEMMKIT_F16, 1024.0f + zero, 64.0f + zero) : 0x7e007e00u;
+}
+
+// W4A8: four u4 codes as a register of wgmma's 8-bit A fragment, e4m3 values q - zero, exact.
+// The thread's two bytes lie among the eight of (lo, hi): `first` and `second` are PRMT selectors
+// that copy one of them into bytes 0 and 2. Each byte's two codes go into an f16 pair's mantissas
+// (kU4QuadMagic), the bias (u4_quad_bias) is subtracted exactly, and the pair converts to two
+// e4m3 bytes, the even K element's first.
+__device__ __forceinline__ u32 widen_u4_quad(u32 lo, u32 hi, u32 first, u32 second, u32 bias) {
+  u32 e4m3[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    u32 spread, pair, value;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(spread) : "r"(lo), "r"(hi), "r"(half == 0 ? first : second));
+    asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(pair) : "r"(spread), "r"(0x00f0000fu), "r"(kU4QuadMagic));
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(value) : "r"(pair), "r"(bias));
+    u16 bytes;
+    asm("cvt.rn.satfinite.e4m3x2.f16x2 %0, %1;" : "=h"(bytes) : "r"(value));
+    e4m3[half] = bytes;
+  }
+  return e4m3[0] | e4m3[1] << 16;
+}
+
 // A 16-bit scale or zero point's bits as float.
 __device__ __forceinline__ float wide_value(u32 bits) {
   return kGroupScaleType == GEMMKIT_BF16 ? bf16_to_float(u16(bits)) : f16_to_float(u16(bits));
 }
 
 // The scales (and zero points) of a thread's two rows, r and r + 8, in one K group: as floats
-// for the f32 path, as 16-bit pairs for the 16-bit one.
+// for the f32 path, as 16-bit pairs for the 16-bit one (W4A8: the biases alone).
 struct GroupScales {
   float scale[2], zero[2];
   u32 scale2[2], bias2[2];
@@ -163,7 +206,11 @@ __device__ __forceinline__ GroupScales group_scales(u32 at) {
       g.scale2[h] = bits | bits << 16;
       g.zero[h] = kZeros ? wide_value(ld_shared_u16(row + kWidenScalePart)) : 8.0f;
       bool exact = true;  // the bias of 8 (magic + 8's bits: the code 8 in the mantissa)
-      g.bias2[h] = kZeros ? u4_bias(g.zero[h], exact) : kU4MagicPair + 0x00080008u;
+      if (kWidenTo8Bit) {
+        g.bias2[h] = kZeros ? u4_quad_bias(g.zero[h]) : kU4QuadBias8;
+      } else {
+        g.bias2[h] = kZeros ? u4_bias(g.zero[h], exact) : kU4MagicPair + 0x00080008u;
+      }
       g.exact = g.exact && exact;
     } else {
       g.scale[h] = ue8m0_to_float(ld_shared_u8(row));
@@ -200,26 +247,46 @@ __device__ __forceinline__ void widen_steps(u32 (&frag)[16], const uint4 (&rows)
 // Where a consumer thread's fragments lie in every stage, worked out once before the main loop
 // (inside it, ptxas recomputed them for each K block). wgmma's register layout for A: warp w
 // takes rows 16w to 16w + 15; a thread (lane l) rows r = 16w + l / 4 and r + 8, K elements
-// 2 (l % 4) + {0, 1} (registers 0: row r, 1: row r + 8) and those plus 8 (registers 2 and 3).
+// 2 (l % 4) + {0, 1} (registers 0: row r, 1: row r + 8) and those plus 8 (registers 2 and 3);
+// 8-bit (k32 steps), K elements 4 (l % 4) + {0, ..., 3}, and those plus 16.
 struct WidenLanes {
   u32 row;           // byte offset of row r's packed bytes in a stage's A slice (r + 8: 8 rows on)
   u32 scale;         // byte offset of row r's scale in a group's scales (r + 8: 8 scales on)
-  u32 selector;      // the PRMT selector of the thread's byte in each word (code_pair)
+  u32 selector;      // the PRMT selector of the thread's byte in each word (code_pair; W4A8: its first byte's)
+  u32 selector2;     // W4A8: its second byte's (widen_u4_quad)
   bool two_groups;   // groups of 32: a K block's steps 2 and 3 take its second group
 };
 
 // This warpgroup's `slice` (64 rows) of the stage, for thread t.
 __device__ __forceinline__ WidenLanes widen_lanes(int slice, int t, const GemmParams& p) {
   const int r = slice * 64 + (t / 32) * 16 + (t % 32) / 4, lane_byte = t % 4;
-  return {u32(r) * kPackedRowBytes, u32(r) * u32(kWidenScaleBytes), u32(lane_byte) | u32(lane_byte + 4) << 8,
+  const u32 first = 2 * lane_byte, second = first + 1;  // W4A8: the thread's bytes among a step's eight
+  const u32 selector = kWidenTo8Bit ? first | first << 8 : u32(lane_byte) | u32(lane_byte + 4) << 8;
+  return {u32(r) * kPackedRowBytes, u32(r) * u32(kWidenScaleBytes), selector, second | second << 8,
           widen_group_shift(p) == 5};
 }
 
-// A consumer thread's A fragments of one K block: four 16-deep steps of four registers, widened
-// from the stage's packed slice at `a` with its scales at `scales` (shared-memory addresses).
-// row_scales: the scales of the thread's rows r and r + 8 in the block's first group.
-__device__ __forceinline__ void widen_fragments(u32 (&frag)[16], float (&row_scales)[2], u32 a, u32 scales,
-                                                const WidenLanes& lanes) {
+// W4A8: the fragments of a K block in one group, four 32-deep steps. Each row's 64 bytes as four
+// 16-byte loads, one a step: bytes 0-7 its K elements 0-15 (registers 0 and 1: rows r and r + 8),
+// bytes 8-15 the next 16 (registers 2 and 3).
+__device__ __forceinline__ void widen_fragments_8bit(u32 (&frag)[16], u32 a, const GroupScales& g,
+                                                     const WidenLanes& lanes) {
+#pragma unroll
+  for (int step = 0; step < 4; ++step) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint4 v;
+      const u32 at = a + lanes.row + u32(8 * h) * kPackedRowBytes + u32(16 * step);
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(at));
+      frag[4 * step + h] = widen_u4_quad(v.x, v.y, lanes.selector, lanes.selector2, g.bias2[h]);
+      frag[4 * step + 2 + h] = widen_u4_quad(v.z, v.w, lanes.selector, lanes.selector2, g.bias2[h]);
+    }
+  }
+}
+
+// W4A16: the fragments of a K block, four 16-deep steps, with the scales of its groups (widen_fragments).
+__device__ __forceinline__ void widen_fragments_16bit(u32 (&frag)[16], RowScales& row_scales, u32 a, u32 scales,
+                                                      const WidenLanes& lanes) {
   // Each row's 32 bytes as two 16-byte loads: word w holds step w / 2's bytes (K elements 8 on
   // where w is odd); the thread's byte in each is byte lane_byte.
   uint4 rows[2][2];
@@ -242,8 +309,7 @@ __device__ __forceinline__ void widen_fragments(u32 (&frag)[16], float (&row_sca
   } else {
     groups[1] = groups[0];
   }
-  row_scales[0] = groups[0].scale[0];
-  row_scales[1] = groups[0].scale[1];
+  row_scales = {{groups[0].scale[0], groups[0].scale[1]}};
   // A warp whose zero points are all exact in the 16-bit bias (integers, as AWQ's) widens the
   // block in 16-bit arithmetic; one with any other widens it through f32.
   if (!kZeros || __all_sync(0xffffffffu, groups[0].exact && groups[1].exact)) {
@@ -253,15 +319,21 @@ __device__ __forceinline__ void widen_fragments(u32 (&frag)[16], float (&row_sca
   }
 }
 
-// kGroupPartials, once the wgmma of `partial` is done: acc += partial * the scale of its row
-// (`row_scales`: rows r and r + 8, as wgmma's accumulator layout holds them: registers 4j and
-// 4j + 1 row r, 4j + 2 and 4j + 3 r + 8).
-__device__ __forceinline__ void promote_group_partial(float* acc, float* partial, const float (&row_scales)[2]) {
-#pragma unroll
-  for (int i = 0; i < kTileN / 2; ++i) {
-    fence_register(partial[i]);
-    acc[i] += partial[i] * row_scales[(i / 2) % 2];
+// A consumer thread's A fragments of one K block: four 16-deep steps of four registers (W4A8: four
+// 32-deep ones), widened from the stage's packed slice at `a` with its scales (`scales`: the
+// stage's; shared-memory addresses). row_scales: the scales of the thread's rows r and r + 8 in
+// the block's first group.
+__device__ __forceinline__ void widen_fragments(u32 (&frag)[16], RowScales& row_scales, u32 a, u32 scales,
+                                                const WidenLanes& lanes) {
+  scales += kWidenScaleOffset;
+  if constexpr (kWidenTo8Bit) {
+    const GroupScales g = group_scales(scales + lanes.scale);
+    row_scales = {{g.scale[0], g.scale[1]}};
+    widen_fragments_8bit(frag, a, g, lanes);
+  } else {
+    widen_fragments_16bit(frag, row_scales, a, scales, lanes);
   }
 }
+
 
 }  // namespace gemmkit::sm90

@@ -88,12 +88,14 @@ ScaleRef scale_ref(const Scale& scale, const TensorView& x, bool is_a, int64_t r
        operand + " (" + std::to_string(rows) + " x " + std::to_string(cols) + "); expected " + expected);
 }
 
-// The scales of 4-bit weights B (K x N) against A of 16-bit type `wide`: u4 in mode group, its
-// scales (and zero points) of A's type, ceil(K/group) x N; e2m1 in mode mx, ue8m0, ceil(K/32) x N.
-// A group at least K (one scale a column) is kept as the smallest power of two from 64 that
-// covers K, so that the kernels find a K element's group by a shift.
+// The scales of 4-bit weights B (K x N) against A of type `wide`: u4 in mode group, its scales
+// (and zero points) ceil(K/group) x N of A's type (bf16 or f16) or, against an e4m3 A, either; e2m1
+// in mode mx, ue8m0, ceil(K/32) x N. Against e4m3 A, groups of 128 K or more (the kernel promotes
+// every K block of 128 by one group's scales). A group at least K (one scale a column) is kept as
+// the smallest power of two from 128 that covers K, so that the kernels find a K element's group
+// by a shift.
 ScaleRef weight_scale_ref(const Scale& scale, const TensorView& b, DType wide, int64_t k, int64_t n) {
-  const bool u4 = b.dtype == DType::u4;
+  const bool u4 = b.dtype == DType::u4, eight_bit = is_fp8(wide);
   const ScaleMode wanted = u4 ? ScaleMode::group : ScaleMode::mx;
   if (scale.mode != wanted) {
     fail("scale_b: mode " + std::string(scale_mode_name(scale.mode)) + " for B of dtype " +
@@ -104,10 +106,11 @@ ScaleRef weight_scale_ref(const Scale& scale, const TensorView& b, DType wide, i
   int64_t group = 32;
   if (u4) {
     group = scale.group;
-    const bool power = group >= 32 && (group & (group - 1)) == 0;
+    const bool power = group >= (eight_bit ? 128 : 32) && (group & (group - 1)) == 0;
     if (group < 1 || (group < k && !power)) {
-      fail("scale_b: group " + std::to_string(group) + "; expected 32, a power of two from 64, or at least K = " +
-           std::to_string(k) + " (one scale a column)");
+      fail("scale_b: group " + std::to_string(group) +
+           (eight_bit ? " against an e4m3 A; expected a power of two from 128" : "; expected 32, a power of two from 64") +
+           ", or at least K = " + std::to_string(k) + " (one scale a column)");
     }
   } else if (scale.group != 0 && scale.group != 32) {
     fail("scale_b: group " + std::to_string(scale.group) + " with mode mx; expected 0 or 32 (MX blocks are 32 of K)");
@@ -115,9 +118,9 @@ ScaleRef weight_scale_ref(const Scale& scale, const TensorView& b, DType wide, i
   const TensorView& t = scale.scales;
   check_form(t, "scale_b");
   const DType type = u4 ? wide : DType::ue8m0;
-  if (t.dtype != type) {
-    fail("scale_b: dtype " + std::string(dtype_name(t.dtype)) + "; expected " + std::string(dtype_name(type)) +
-         (u4 ? " (A's dtype)" : ""));
+  if (u4 && eight_bit ? t.dtype != DType::bf16 && t.dtype != DType::f16 : t.dtype != type) {
+    fail("scale_b: dtype " + std::string(dtype_name(t.dtype)) + "; expected " +
+         (u4 && eight_bit ? std::string("bf16 or f16") : std::string(dtype_name(type)) + (u4 ? " (A's dtype)" : "")));
   }
   const int64_t groups = ceil_div(k, group);
   auto check_shape = [&](const TensorView& v, const char* name) {
@@ -141,7 +144,7 @@ ScaleRef weight_scale_ref(const Scale& scale, const TensorView& b, DType wide, i
   ScaleRef ref;
   ref.mode = scale.mode;
   ref.m = matrix_ref(t);
-  ref.block_rows = group < k ? group : std::max<int64_t>(64, int64_t(std::bit_ceil(uint64_t(k))));
+  ref.block_rows = group < k ? group : std::max<int64_t>(128, int64_t(std::bit_ceil(uint64_t(k))));
   ref.block_cols = 1;
   if (scale.zeros) {
     const TensorView& z = *scale.zeros;
@@ -266,10 +269,12 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
   if (a.dtype != DType::bf16 && a.dtype != DType::f16 && !is_fp8(a.dtype)) {
     fail("A: dtype " + std::string(dtype_name(a.dtype)) + " is not supported; expected bf16, f16, e4m3 or e5m2");
   }
-  const bool weights_4bit = is_4bit(b.dtype) && !is_fp8(a.dtype);
-  if (is_fp8(a.dtype) ? !is_fp8(b.dtype) : b.dtype != a.dtype && !weights_4bit) {
+  // 4-bit weights against a 16-bit A (W4A16), and u4 ones against an e4m3 A (W4A8).
+  const bool weights_4bit = is_4bit(b.dtype) && (!is_fp8(a.dtype) || (a.dtype == DType::e4m3 && b.dtype == DType::u4));
+  if (is_fp8(a.dtype) ? !is_fp8(b.dtype) && !weights_4bit : b.dtype != a.dtype && !weights_4bit) {
     fail("B: dtype " + std::string(dtype_name(b.dtype)) + " does not go with A's " + std::string(dtype_name(a.dtype)) +
-         "; expected A and B both bf16, both f16, each e4m3 or e5m2, or A bf16 or f16 and B 4-bit (u4 or e2m1)");
+         "; expected A and B both bf16, both f16, each e4m3 or e5m2, A bf16 or f16 and B 4-bit (u4 or e2m1), or A "
+         "e4m3 and B u4");
   }
   if (weights_4bit) {
     check_weight_layout(b);
@@ -317,6 +322,13 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
   const ScaleRef scale_b = weights_4bit ? weight_scale_ref(options.scale_b, b, a.dtype, k, n)
                                         : scale_ref(options.scale_b, b, /*is_a=*/false, k, n, "scale_b", "B");
   const ScaleRef scale_b2 = scale_b2_ref(options, scale_b, k, n);
+  // W4A8 promotes each K block of 128 by its weights' group scales and, in block mode, A's.
+  if (weights_4bit && is_fp8(a.dtype) &&
+      (scale_a.mode == ScaleMode::mx || (scale_a.mode == ScaleMode::block && scale_a.block_rows != 1))) {
+    fail("scale_a: mode " + std::string(scale_mode_name(scale_a.mode)) +
+         (scale_a.mode == ScaleMode::block ? " in 128x128 blocks" : "") +
+         " with 4-bit weights B; expected none, tensor, rowwise or block in 1x128 blocks");
+  }
   if (scale_a.mode != ScaleMode::none) check_batch(options.scale_a.scales, "scale_a");
   if (scale_b.mode != ScaleMode::none) check_batch(options.scale_b.scales, "scale_b");
   if (scale_b.zeros.data) check_batch(*options.scale_b.zeros, "scale_b.zeros");

@@ -35,7 +35,8 @@ void operand_config(std::ostringstream& s, const OperandTypes& t) {
     << "constexpr int kCType = " << type_code(t.c) << ";\n"
     << "constexpr bool kHasC = " << bool_text(t.has_c) << ";\n"
     << "constexpr int kScaleA = " << scale_code(t.scale_a) << ";\n"
-    << "constexpr int kScaleB = " << scale_code(t.scale_b) << ";\n";
+    << "constexpr int kScaleB = " << scale_code(t.scale_b) << ";\n"
+    << "constexpr int kGroupScaleType = " << type_code(t.group_scale) << ";\n";
 }
 
 constexpr const char* kCloseNamespace = "\n}  // namespace gemmkit::sm90\n";
@@ -152,17 +153,21 @@ std::string wgmma_function(int tile_n, DType a, DType b, bool a_k_major, bool b_
 
 std::string wgmma_registers_function(int tile_n, DType type, bool b_k_major) {
   const int registers = tile_n / 2;
+  const int k = 32 / dtype_size(type);  // 32 bytes of K, as wgmma_function's
   std::ostringstream s;
-  s << "// D(64x" << tile_n << ", f32) += A(64x16) * B(16x" << tile_n << "), A from registers (four a thread, in\n"
+  s << "// D(64x" << tile_n << ", f32) += A(64x" << k << ") * B(" << k << "x" << tile_n
+    << "), A from registers (four a thread, in\n"
     << "// wgmma's fragment layout), B from shared memory; `accumulate` = 0 overwrites D instead.\n"
     << "__device__ __forceinline__ void wgmma_tile_registers(float* d, const u32* a, u64 desc_b, u32 accumulate) {\n"
     << "  asm volatile(\n"
     << "      \"{\\n.reg .pred p;\\nsetp.ne.b32 p, %" << registers + 5 << ", 0;\\n\"\n"
-    << "      \"wgmma.mma_async.sync.aligned.m64n" << tile_n << "k16.f32." << dtype_name(type) << "." << dtype_name(type)
-    << " {";
+    << "      \"wgmma.mma_async.sync.aligned.m64n" << tile_n << "k" << k << ".f32." << dtype_name(type) << "."
+    << dtype_name(type) << " {";
   for (int i = 0; i < registers; ++i) s << (i ? ", " : "") << "%" << i;
   s << "}, {%" << registers << ", %" << registers + 1 << ", %" << registers + 2 << ", %" << registers + 3 << "}, %"
-    << registers + 4 << ", p, 1, 1, " << (b_k_major ? 0 : 1) << ";\\n}\\n\"\n      : ";
+    << registers + 4 << ", p, 1, 1";
+  if (!is_fp8(type)) s << ", " << (b_k_major ? 0 : 1);
+  s << ";\\n}\\n\"\n      : ";
   for (int i = 0; i < registers; ++i) s << (i ? ", " : "") << "\"+f\"(d[" << i << "])";
   s << "\n      : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(desc_b), \"r\"(accumulate));\n}\n";
   return s.str();
@@ -183,7 +188,7 @@ std::string config_header(const KernelConfig& requested) {
   // The TMA kernel applies a 4-bit A's scales as it widens it (widen.cuh), not as it promotes.
   const bool widen_a = config.kind == KernelKind::tma && is_4bit(config.in);
   operand_config(s, {config.in, config.in_b, config.out, config.has_c, config.c,
-                     widen_a ? ScaleMode::none : config.scale_a, config.scale_b});
+                     widen_a ? ScaleMode::none : config.scale_a, config.scale_b, config.group_scale});
   if (config.kind == KernelKind::gemv) s << "constexpr int kGemvColumns = " << config.tile_n / 8 << ";\n";
   s << "constexpr bool kDual = " << bool_text(config.dual) << ";\n";
   s << "constexpr bool kZeros = " << bool_text(config.zeros) << ";\n";
@@ -219,9 +224,8 @@ std::string config_header(const KernelConfig& requested) {
     << "constexpr int kGroupCapacity = " << config.group_capacity << ";\n\n"
     << wgmma_function(config.tile_n, config.wide_a(), config.wide_b(), config.a_k_major, config.b_k_major)
     // Every kernel declares the register form, which gemm.cuh names outside templates; only
-    // kernels widening 4-bit weights call it (FP8 kernels' is a bf16 one, never emitted).
-    << wgmma_registers_function(config.tile_n, is_fp8(config.wide_b()) ? DType::bf16 : config.wide_b(),
-                                config.b_k_major);
+    // kernels widening 4-bit weights call it (other kernels' is a bf16 one, never emitted).
+    << wgmma_registers_function(config.tile_n, config.widens() ? config.wide_b() : DType::bf16, config.b_k_major);
   return s.str() + epilogue_config(config);
 }
 

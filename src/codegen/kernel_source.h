@@ -29,6 +29,7 @@ struct OperandTypes {
   bool has_c = false;
   DType c = DType::f32;
   ScaleMode scale_a = ScaleMode::none, scale_b = ScaleMode::none;
+  DType group_scale = DType::bf16;  // a u4 operand's group scales and zero points: bf16 or f16
 };
 
 // The double-precision reference kernel for operands of `types` (its output is f64), with the

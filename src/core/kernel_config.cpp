@@ -24,7 +24,8 @@ sm90::SmemShape smem_shape(const KernelConfig& c) {
   const bool widen_a = is_4bit(c.in);
   return {c.tile_m, c.tile_n, c.stages, c.b_k_major, c.tma_store ? c.store_buffers : c.row_store() ? 1 : 0,
           c.realign_a, c.realign_b, widen_a ? 0 : int(c.scale_a), int(c.scale_b), c.scale_a_mn, c.scale_b_mn,
-          c.group_capacity, c.dual, widen_a ? c.tile_m : 0, c.in == DType::u4 ? 2 : 1, c.zeros};
+          c.group_capacity, c.dual, widen_a ? c.tile_m : 0, widen_a ? c.tile_k() / 2 : 0, c.in == DType::u4 ? 2 : 1,
+          c.zeros};
 }
 
 auto key(const KernelConfig& c) {
@@ -33,7 +34,7 @@ auto key(const KernelConfig& c) {
                          c.b_batched, c.tma_store, c.d_by_columns, c.store_buffers, c.has_c, c.in, c.out, c.c, c.in_b,
                          c.scale_a, c.scale_b, c.scale_a_mn, c.scale_b_mn, c.stage_a, c.stage_b, c.realign_a,
                          c.realign_b, c.row_classes, c.group_layout, c.group_along_k, c.group_capacity, c.dual, c.zeros,
-                         c.group_partials);
+                         c.group_partials, c.group_scale);
 }
 
 // key() names every knob: one added to KernelKnobs changes its size and must join it (and the

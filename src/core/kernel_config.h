@@ -71,6 +71,7 @@ struct KernelFacts {
   // rather than each widened weight before it (with_tile clears it on other tiles).
   bool zeros = false;
   bool group_partials = false;
+  DType group_scale = DType::bf16;  // u4's group scales and zero points: bf16 or f16
 
   bool grouped() const { return group_capacity > 0; }
   bool widens() const { return is_4bit(in) || is_4bit(in_b); }

@@ -65,6 +65,12 @@ MatrixRef packed_bytes(const MatrixRef& m, bool is_a) {
 
 bool Problem::pads_groups_along_k() const { return groups.along_k && is_fp8(a.dtype); }
 
+DType Problem::group_scale_type() const {
+  if (scale_a.mode == ScaleMode::group) return scale_a.m.dtype;
+  if (scale_b.mode == ScaleMode::group) return scale_b.m.dtype;
+  return DType::bf16;
+}
+
 ProblemWords problem_words(const Problem& p) {
   ProblemWords w{};
   size_t i = 0;

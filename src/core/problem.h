@@ -96,6 +96,8 @@ struct Problem {  // every field goes into problem_words
   // block a group more than K.
   bool pads_groups_along_k() const;
   int64_t padded_group_k() const { return pads_groups_along_k() ? k + kGroupKBlock * batch : k; }
+  // The dtype of a u4 operand's group scales (and zero points): bf16 or f16; bf16 where there are none.
+  DType group_scale_type() const;
   static constexpr int64_t kGroupKBlock = 128;
 };
 

@@ -65,7 +65,7 @@ double promotion_cost(const KernelConfig& c) {
 // Each consumer warpgroup stores its 64 rows in about the time 10 K blocks of them take to
 // multiply, so a tile's epilogue costs 10 * 64 / tile_m of its own K blocks. Fitted on an H100
 // to fp8-large's K = 512 shapes, where 192 x 128 ran 1.22x faster than 128 x 176 per-tensor.
-double epilogue_blocks(const KernelConfig& c) { return is_fp8(c.in) ? 10.0 * 64 / c.tile_m : 0.0; }
+double epilogue_blocks(const KernelConfig& c) { return is_fp8(c.wide_a()) ? 10.0 * 64 / c.tile_m : 0.0; }
 
 // A cluster's CTAs share B's loads but wait for each other's stages, and 8-bit consumers stall at
 // every promotion: full-height 8-bit tiles run unclustered (fp8-large, H100, per-tensor 0.85x
@@ -254,7 +254,10 @@ ScaleMode promoted_scale(const KernelConfig& c, bool a) {
 
 bool tile_takes_widening(TileShape tile, const KernelConfig& c) {
   if (!c.widens()) return true;
-  return is_4bit(c.in) && tile.m % 64 == 0 && !c.grouped() && !c.dual;
+  // Against 8-bit B (W4A8), the fragments beside a partial accumulator take tiles at most 128 x
+  // 176, as 8-bit inputs' partials do (tile_shapes).
+  const bool fits_partial = !is_fp8(c.in_b) || (tile.m <= 128 && tile.n <= 176);
+  return is_4bit(c.in) && tile.m % 64 == 0 && fits_partial && !c.grouped() && !c.dual;
 }
 
 int store_buffers_for(KernelConfig c, int smem_limit) {

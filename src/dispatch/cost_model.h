@@ -49,7 +49,7 @@ bool tile_takes_scales(TileShape tile, ScaleMode a, ScaleMode b);
 ScaleMode promoted_scale(const KernelConfig& c, bool a);
 
 // Whether the tile's kernel can widen the config's 4-bit weights: A's (the problem transposed),
-// on dense, single GEMMs (unclustered: see rank_candidates).
+// on dense, single GEMMs (unclustered: see rank_candidates); against 8-bit B, at most 128 x 176.
 bool tile_takes_widening(TileShape tile, const KernelConfig& c);
 
 // Epilogue staging buffers per consumer warpgroup: two, or one where two would leave the ring

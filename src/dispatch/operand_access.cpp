@@ -82,9 +82,9 @@ KernelConfig fallback_config(const KernelFacts& facts) {
   f.stages = 0;
   f.tma_store = false;
   std::tie(f.has_c, f.in, f.in_b, f.out, f.c, f.scale_a, f.scale_b, f.scale_a_mn, f.scale_b_mn, f.epilogue,
-           f.epilogue_transposed, f.dual, f.zeros) =
+           f.epilogue_transposed, f.dual, f.zeros, f.group_scale) =
       std::tie(facts.has_c, facts.in, facts.in_b, facts.out, facts.c, facts.scale_a, facts.scale_b, facts.scale_a_mn,
-               facts.scale_b_mn, facts.epilogue, facts.epilogue_transposed, facts.dual, facts.zeros);
+               facts.scale_b_mn, facts.epilogue, facts.epilogue_transposed, facts.dual, facts.zeros, facts.group_scale);
   return f;
 }
 
@@ -121,7 +121,9 @@ KernelConfig typed_config(const Problem& p) {
   if (p.scale_a.mode == ScaleMode::block) config.scale_a_mn = int(p.scale_a.block_rows);
   if (p.scale_b.mode == ScaleMode::block) config.scale_b_mn = int(p.scale_b.block_cols);
   config.zeros = p.scale_a.zeros.data != nullptr || p.scale_b.zeros.data != nullptr;
-  config.group_partials = p.a.dtype == DType::u4 && p.scale_a.block_cols >= 64;  // with_tile keeps it on narrow tiles
+  // With 16-bit B (W4A8 promotes every K block anyway); with_tile keeps it on narrow tiles.
+  config.group_partials = p.a.dtype == DType::u4 && !is_fp8(p.b.dtype) && p.scale_a.block_cols >= 64;
+  config.group_scale = p.group_scale_type();
   config.out = p.d.dtype;
   config.has_c = p.has_c();
   config.c = p.has_c() ? p.c.dtype : p.d.dtype;
@@ -236,12 +238,16 @@ KernelConfig problem_config(const Problem& p) {
       return fallback_config(config);
     } else if (is_4bit(p.a.dtype)) {
       // 4-bit weights: their packed bytes read K-major by TMA, or staged so; B read by TMA or
-      // staged (none realign).
+      // staged (none realign), K-major where it is 8-bit (W4A8), as wgmma reads it.
       const TmaAccess packed = tma_access(packed_bytes(p.a, true), p.batch, p.m, ceil_div(p.k, 2));
       config.stage_a = !(packed.ok && packed.cols_contiguous);
-      config.stage_b = !b.ok;
+      config.stage_b = is_fp8(p.b.dtype) ? !(b.ok && !b.cols_contiguous) : !b.ok;
       a = TmaAccess{true, true};
-      if (!b.ok) b = TmaAccess{true, along_cols(p.b)};
+      if (is_fp8(p.b.dtype)) {
+        b = TmaAccess{true, false};
+      } else if (!b.ok) {
+        b = TmaAccess{true, along_cols(p.b)};
+      }
     } else if (is_fp8(p.a.dtype)) {
       config.stage_a = !(a.ok && a.cols_contiguous);
       config.stage_b = !(b.ok && !b.cols_contiguous);

@@ -19,7 +19,7 @@ int current_device() {
 void gpu_gemm(const Problem& p, double* ref, double* ref_abs, cudaStream_t stream) {
   const auto& kernel = runtime::load_kernel(
       current_device(), codegen::reference_source({p.a.dtype, p.b.dtype, DType::f32, p.has_c(), p.has_c() ? p.c.dtype : DType::f32,
-                                                 p.scale_a.mode, p.scale_b.mode}),
+                                                 p.scale_a.mode, p.scale_b.mode, p.group_scale_type()}),
       codegen::kReferenceKernel, 0);
   runtime::launch_reference(kernel, p, ref, ref_abs, stream);
 }

@@ -467,7 +467,7 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
                               config.tile_m);
     map_b = cached_tensor_map(q.b, 8, row_class_width(p.k), p.n, false, k_box, config.tile_n);
   } else if (widen_a) {  // packed rows, unswizzled: the consumers read their fragments from them (widen.cuh)
-    map_a = cached_tensor_map(q.a, p.batch, p.m, k_a, true, sm90::kPackedRowBytes, config.tile_m, false);
+    map_a = cached_tensor_map(q.a, p.batch, p.m, k_a, true, k_box / 2, config.tile_m, false);
   } else if (!config.realign_a) {
     map_a = cached_tensor_map(q.a, p.rows_batch(), p.m, q.k, config.a_k_major, config.a_k_major ? k_box : 64,
                               config.a_k_major ? config.tile_m : 64);

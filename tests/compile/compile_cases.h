@@ -174,24 +174,29 @@ inline std::vector<CompileCase> realign_cases() {
 
 // 4-bit weights widened in the kernel (A, the problem transposed): u4 on every tile (bf16, split
 // where split-K runs), u4 with zero points on every 64-row tile as decode runs them (f16, f32 D),
-// and e2m1 on the widest and narrowest tiles.
+// and e2m1 on the widest and narrowest tiles. W4A8 (u4 against e4m3 B) on every tile that takes it,
+// B's scales per column and in 128x1 blocks; group scales bf16, f16 with zero points.
 inline std::vector<CompileCase> widen_cases() {
   std::vector<CompileCase> cases;
   auto add = [&](TileShape tile, DType format, DType wide, bool zeros, DType out, bool tma_store = true,
-                 int splits = 2, bool has_c = false, bool group_partials = false) {
+                 int splits = 2, bool has_c = false, bool group_partials = false,
+                 ScaleMode scale_b = ScaleMode::none) {
     KernelConfig config = with_layout(tile, true, true, 1);
     config.group_partials = group_partials;
     config.tma_store = config.tma_store && tma_store;
     config.in = format;
     config.in_b = wide;
+    config.scale_b = scale_b;
+    config.group_scale = !is_fp8(wide) ? wide : zeros ? DType::f16 : DType::bf16;
     config.scale_a = format == DType::u4 ? ScaleMode::group : ScaleMode::mx;
     config.zeros = zeros;
     config.out = config.c = out;
     config.has_c = has_c;
     config.splits = tile.n <= kMaxSplitTileN ? splits : 1;
     if (!tile_takes_widening(tile, config)) return;
-    cases.push_back(at_most_stages(config, " " + std::string(dtype_name(format)) + (zeros ? " zeros" : "") +
-                                               (has_c ? " with C" : "")));
+    cases.push_back(at_most_stages(config, " " + std::string(dtype_name(format)) + " x " + std::string(dtype_name(wide)) +
+                                               (zeros ? " zeros" : "") + (has_c ? " with C" : "") +
+                                               (scale_b != ScaleMode::none ? " B " + std::string(scale_mode_name(scale_b)) : "")));
   };
   for (TileShape tile : tile_shapes()) {
     add(tile, DType::u4, DType::bf16, false, DType::bf16);
@@ -214,6 +219,12 @@ inline std::vector<CompileCase> widen_cases() {
       add(tile, DType::u4, DType::bf16, true, DType::bf16, false, splits, false, true);
       add(tile, DType::u4, DType::bf16, false, DType::f32, false, splits, true, true);
     }
+  }
+  for (TileShape tile : tile_shapes()) {
+    const bool narrow = is_narrow(tile);
+    add(tile, DType::u4, DType::e4m3, false, DType::bf16, !narrow, 2, false, false, ScaleMode::rowwise);
+    add(tile, DType::u4, DType::e4m3, true, DType::f32, !narrow, 1, false, false, ScaleMode::block);
+    if (tile.m == 64) add(tile, DType::u4, DType::e4m3, true, DType::bf16, false, 2, true, false, ScaleMode::block);
   }
   // Without TMA stores (D's rows unaligned): row stores on 128-row tiles, direct ones below.
   for (TileShape tile : tile_shapes()) {
