@@ -461,5 +461,22 @@ TEST(Compare, ToleranceBoundary) {
   EXPECT_EQ(r.first_bad, probe_index(j));
 }
 
+// The accumulation allowance by operand types (compare.h): FP8 on either side takes FP8's, W4A8
+// in either order included; 4-bit weights against a 16-bit operand take that type's rounding.
+TEST(Compare, AllowanceFollowsTheOperandTypes) {
+  const auto allowance = [](DType a, DType b) {
+    Problem p;
+    p.a.dtype = a;
+    p.b.dtype = b;
+    return accumulation_tolerance(p);
+  };
+  EXPECT_EQ(allowance(DType::bf16, DType::bf16), 1e-5);
+  EXPECT_EQ(allowance(DType::e4m3, DType::e5m2), 0x1p-10);
+  EXPECT_EQ(allowance(DType::e4m3, DType::u4), 0x1p-10);
+  EXPECT_EQ(allowance(DType::u4, DType::e4m3), 0x1p-10);  // run transposed: the weights are A
+  EXPECT_EQ(allowance(DType::bf16, DType::u4), 0x1p-8 + 1e-5);
+  EXPECT_EQ(allowance(DType::e2m1, DType::f16), 0x1p-11 + 1e-5);
+}
+
 }  // namespace
 }  // namespace gemmkit::reference
