@@ -14,13 +14,26 @@ int current_device() {
   return device;
 }
 
+// The type of the 4-bit operand's group scales (B's, or A's in a transposed problem); bf16, the
+// generated default, where neither has them.
+DType group_scale_type(const Problem& p) {
+  if (p.scale_b.mode == ScaleMode::group) return p.scale_b.m.dtype;
+  if (p.scale_a.mode == ScaleMode::group) return p.scale_a.m.dtype;
+  return DType::bf16;
+}
+
 }  // namespace
 
 void gpu_gemm(const Problem& p, double* ref, double* ref_abs, cudaStream_t stream) {
-  const auto& kernel = runtime::load_kernel(
-      current_device(), codegen::reference_source({p.a.dtype, p.b.dtype, DType::f32, p.has_c(), p.has_c() ? p.c.dtype : DType::f32,
-                                                 p.scale_a.mode, p.scale_b.mode}),
-      codegen::kReferenceKernel, 0);
+  const codegen::OperandTypes types{.a = p.a.dtype,
+                                    .b = p.b.dtype,
+                                    .out = DType::f32,
+                                    .has_c = p.has_c(),
+                                    .c = p.has_c() ? p.c.dtype : DType::f32,
+                                    .scale_a = p.scale_a.mode,
+                                    .scale_b = p.scale_b.mode,
+                                    .group_scale = group_scale_type(p)};
+  const auto& kernel = runtime::load_kernel(current_device(), codegen::reference_source(types), codegen::kReferenceKernel, 0);
   runtime::launch_reference(kernel, p, ref, ref_abs, stream);
 }
 
