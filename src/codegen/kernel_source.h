@@ -29,7 +29,9 @@ struct OperandTypes {
   bool has_c = false;
   DType c = DType::f32;
   ScaleMode scale_a = ScaleMode::none, scale_b = ScaleMode::none;
-  DType group_scale = DType::bf16;  // a u4 operand's group scales and zero points: bf16 or f16
+  // The type of a 4-bit operand's group scales and zero points (scale mode group): bf16 or f16,
+  // the 16-bit A's own type, or either against an e4m3 A (W4A8), so it cannot be inferred.
+  DType group_scale = DType::bf16;
 };
 
 // The double-precision reference kernel for operands of `types` (its output is f64), with the

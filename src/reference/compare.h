@@ -39,8 +39,12 @@ Comparison compare(const Problem& p, const void* host_d, const double* ref, cons
 // accumulator, 4 * 2^-12. On an H100, positive inputs at K = 16384 (every error of one sign)
 // came out 2^-11 low with 128-deep granules; kept in the tensor cores over all of K, the same
 // model gives 2^-4.
-// 4-bit weights (either operand u4 or e2m1, the other bf16 or f16): the reference multiplies
-// each weight dequantised exactly, the kernels round it to the other operand's 16-bit type
+// FP8 activations against u4 weights (W4A8: e4m3 x u4, or u4 x e4m3 in a transposed problem)
+// take FP8's allowance too: each weight's q - zero is an integer of at most 15 in magnitude, exact
+// in e4m3, so the tensor cores sum a 128-deep block's exact FP8 products as in an FP8 GEMM, and
+// the group's (and A's 1x128 block's) scale multiplies that sum in f32, a rounding of 2^-24.
+// 4-bit weights against a 16-bit operand (either operand u4 or e2m1, the other bf16 or f16):
+// the reference multiplies each weight dequantised exactly, the kernels round it to the other operand's 16-bit type
 // first (gemmkit/gemm.h), a relative error of at most that type's unit roundoff (bf16 2^-8,
 // f16 2^-11) per weight in its normal range, so at most that much of sum |A||B| in all; the products of two 16-bit
 // values are exact in f32 and summed there, the 1e-5 of 16-bit inputs on top. A u4 weight

@@ -79,15 +79,20 @@ void poison_outside(void* base, int64_t offset, DType type, int64_t rows, int64_
 }
 
 // What DeviceProblem cannot build around 4-bit weights (weight_strides checks B's layout). It
-// builds some problems gemmkit rejects (e2m1 with group scales, u4 with mx ones, group 48, ...),
-// for tests of that.
+// builds some problems gemmkit rejects (e2m1 with group scales, u4 with mx ones, group 48, e5m2 A
+// with u4 B, ...), for tests of that.
 void check_4bit_spec(const ProblemSpec& spec) {
   auto fail = [&](const std::string& why) { throw Error(ErrorCode::invalid_argument, spec.describe() + ": " + why); };
-  if (is_4bit(spec.in)) fail("4-bit A; 4-bit weights are B's (in_b u4 or e2m1, against a bf16 or f16 A)");
+  if (is_4bit(spec.in)) fail("4-bit A; 4-bit weights are B's (in_b u4 or e2m1, against a bf16, f16 or e4m3 A)");
   if (spec.scale_a == ScaleMode::group) fail("scale_a group; group scales are 4-bit B's");
   if (spec.scale_b == ScaleMode::group) {
     if (spec.group < 1) fail("group " + std::to_string(spec.group) + "; expected at least 1");
-    if (spec.in != DType::bf16 && spec.in != DType::f16) fail("group scales are of A's type, which must be bf16 or f16");
+    // Zero points are written as 16-bit words (make_zeros).
+    const DType type = spec.group_scale_dtype();
+    if (type != DType::bf16 && type != DType::f16) {
+      fail("group scales of type " + std::string(dtype_name(type)) +
+           " (A's where group_scale_type is unset); expected bf16 or f16");
+    }
   }
   if (spec.zeros && spec.scale_b != ScaleMode::group) {
     fail("zero points go with group scales (scale_b group), not mode " + std::string(scale_mode_name(spec.scale_b)));
@@ -131,7 +136,10 @@ std::string ProblemSpec::describe() const {
   if (scale_b != ScaleMode::none) {
     s << " scale_b " << scale_mode_name(scale_b);
     if (scale_b == ScaleMode::block) s << " 128x" << scale_b_block_cols;
-    if (scale_b == ScaleMode::group) s << " " << group << (group >= k ? " (per-channel)" : "");
+    if (scale_b == ScaleMode::group) {
+      s << " " << group << (group >= k ? " (per-channel)" : "");
+      if (group_scale_dtype() != in) s << " " << dtype_name(group_scale_dtype()) << " scales";
+    }
   }
   if (zeros) s << (fractional_zeros ? " fractional zeros" : " zeros");
   if (scales_col_major) s << " scales col-major";
@@ -254,8 +262,9 @@ std::pair<int64_t, int64_t> scale_shape(const ProblemSpec& spec, bool is_a) {
 Scale DeviceProblem::make_scale(ScaleMode mode, bool is_a, Buffer& buffer, uint64_t seed) {
   if (mode == ScaleMode::none) return {};
   const auto [scale_rows, scale_cols] = scale_shape(spec_, is_a);
-  // Group scales (of 4-bit weights) are of the other operand's, A's, 16-bit type.
-  const DType type = mode == ScaleMode::mx ? DType::ue8m0 : mode == ScaleMode::group ? spec_.in : DType::f32;
+  const DType type = mode == ScaleMode::mx      ? DType::ue8m0
+                     : mode == ScaleMode::group ? spec_.group_scale_dtype()
+                                                : DType::f32;
   const Strides st = operand_strides(scale_rows, scale_cols, spec_.scales_col_major, spec_.pad_scales, false);
   buffer = allocate(type, 0, st.span, spec_.batch);
   if (mode == ScaleMode::mx) {

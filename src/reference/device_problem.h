@@ -28,17 +28,21 @@ struct ProblemSpec {
   int64_t scale_a_block_rows = 1, scale_b_block_cols = 128;
   bool scales_col_major = false;
   int64_t pad_scales = 0;  // extra elements in the scale tensors' leading dimension
-  // 4-bit weights (in_b u4 or e2m1 against a bf16 or f16 A; scale_b group or mx): random codes
-  // (random bytes: every code), B K-contiguous (layout ?T only), strides {1, ld} with ld K rounded
-  // up to even (align_leading: to 32 elements, 16 bytes) plus pad_b; pad_b and offset_b even (two
-  // elements a byte). Group scales of A's type random in [0.5, 2), mx ones 2^-2 to 2^1, shaped
-  // [ceil(K/group), N] (mx: group 32) N-contiguous, or [N, ceil(K/group)] viewed transposed where
-  // scales_col_major; with `zeros` (mode group only), zero points of the scales' type, layout and
-  // shape, random integers 0 to 15 (with fractional_zeros, one in five plus a half). A group at
-  // least K is per-channel. See gemmkit/gemm.h.
+  // 4-bit weights (in_b u4 or e2m1 against a bf16 or f16 A, or u4 against an e4m3 A (W4A8, with
+  // scale_a as for FP8); scale_b group or mx): random codes (random bytes: every code), B
+  // K-contiguous (layout ?T only), strides {1, ld} with ld K rounded up to even (align_leading: to
+  // 32 elements, 16 bytes) plus pad_b; pad_b and offset_b even (two elements a byte). Group scales
+  // of group_scale_dtype() random in [0.5, 2), mx ones 2^-2 to 2^1, shaped [ceil(K/group), N] (mx:
+  // group 32) N-contiguous, or [N, ceil(K/group)] viewed transposed where scales_col_major; with
+  // `zeros` (mode group only), zero points of the scales' type, layout and shape, random integers
+  // 0 to 15 (with fractional_zeros, one in five plus a half). A group at least K is per-channel.
+  // See gemmkit/gemm.h.
   int64_t group = 128;
   bool zeros = false;
   bool fractional_zeros = false;
+  // The group scales' (and zero points') type, bf16 or f16. Unset: A's type where A is 16-bit
+  // (the only choice there), bf16 where A is FP8 (which leaves it free).
+  std::optional<DType> group_scale_type;
   float input_lo = -1.0f;  // A and B are uniform in [input_lo, 1): 0 makes every product positive
   float alpha = 1.0f, beta = 0.0f;
   bool c_is_d = false;     // beta * D accumulates in place
@@ -55,6 +59,7 @@ struct ProblemSpec {
   bool nan_outside = false;
 
   DType b_type() const { return in_b.value_or(in); }
+  DType group_scale_dtype() const { return group_scale_type.value_or(is_fp8(in) ? DType::bf16 : in); }
   std::string describe() const;
   // Throws gemmkit::Error(invalid_argument) where an operand is too large for 64-bit
   // addressing (check_addressable in core/problem.h), naming the sizes.
@@ -70,7 +75,8 @@ class DeviceProblem {
  public:
   // Allocates on the current device and fills A, B (and C) with uniform values in [-1, 1) (A and
   // B: [input_lo, 1); 4-bit B: random codes). Throws Error(invalid_argument) for a 4-bit B the
-  // spec cannot lay out (see ProblemSpec), or 4-bit A.
+  // spec cannot lay out (see ProblemSpec), group scales of a type other than bf16 or f16, or
+  // 4-bit A.
   DeviceProblem(const ProblemSpec& spec, uint64_t seed);
   ~DeviceProblem();
   DeviceProblem(const DeviceProblem&) = delete;

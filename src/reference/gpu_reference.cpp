@@ -17,10 +17,15 @@ int current_device() {
 }  // namespace
 
 void gpu_gemm(const Problem& p, double* ref, double* ref_abs, cudaStream_t stream) {
-  const auto& kernel = runtime::load_kernel(
-      current_device(), codegen::reference_source({p.a.dtype, p.b.dtype, DType::f32, p.has_c(), p.has_c() ? p.c.dtype : DType::f32,
-                                                 p.scale_a.mode, p.scale_b.mode, p.group_scale_type()}),
-      codegen::kReferenceKernel, 0);
+  const codegen::OperandTypes types{.a = p.a.dtype,
+                                    .b = p.b.dtype,
+                                    .out = DType::f32,
+                                    .has_c = p.has_c(),
+                                    .c = p.has_c() ? p.c.dtype : DType::f32,
+                                    .scale_a = p.scale_a.mode,
+                                    .scale_b = p.scale_b.mode,
+                                    .group_scale = p.group_scale_type()};
+  const auto& kernel = runtime::load_kernel(current_device(), codegen::reference_source(types), codegen::kReferenceKernel, 0);
   runtime::launch_reference(kernel, p, ref, ref_abs, stream);
 }
 

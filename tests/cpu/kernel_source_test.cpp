@@ -138,5 +138,15 @@ TEST(KernelSource, ReferenceSourceHasTheReferenceKernel) {
   EXPECT_NE(source, reference_source({}));
 }
 
+// W4A8's group scales may be bf16 or f16 whatever A is: the reference kernel for each reads its
+// own type, so the two sources (the kernel cache's keys) differ.
+TEST(KernelSource, ReferenceSourceDependsOnTheGroupScalesType) {
+  const OperandTypes bf16_scales{.a = DType::e4m3, .b = DType::u4, .scale_b = ScaleMode::group};
+  OperandTypes f16_scales = bf16_scales;
+  f16_scales.group_scale = DType::f16;
+  EXPECT_EQ(bf16_scales.group_scale, DType::bf16);
+  EXPECT_FALSE(reference_source(bf16_scales) == reference_source(f16_scales)) << "the same source for both types";
+}
+
 }  // namespace
 }  // namespace gemmkit::codegen

@@ -1,4 +1,5 @@
-// Checks of the host-side numerics, the CPU reference GEMM and the result comparison.
+// Checks of the host-side numerics, the CPU reference GEMM, the result comparison and the GPU
+// tests' problem specs (what can be checked of them without a GPU).
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -10,8 +11,10 @@
 #include <utility>
 #include <vector>
 
+#include "gemmkit/error.h"
 #include "reference/compare.h"
 #include "reference/cpu_reference.h"
+#include "reference/device_problem.h"
 #include "reference/host_numeric.h"
 
 namespace gemmkit::reference {
@@ -459,6 +462,61 @@ TEST(Compare, ToleranceBoundary) {
   r = compare(j.p, j.d.image(), j.ref.data(), j.ref_abs.data());
   EXPECT_FALSE(r.passed()) << r.summary();
   EXPECT_EQ(r.first_bad, probe_index(j));
+}
+
+// The accumulation allowance by operand types (compare.h): FP8 on either side takes FP8's, W4A8
+// in either order included; 4-bit weights against a 16-bit operand take that type's rounding.
+TEST(Compare, AllowanceFollowsTheOperandTypes) {
+  const auto allowance = [](DType a, DType b) {
+    Problem p;
+    p.a.dtype = a;
+    p.b.dtype = b;
+    return accumulation_tolerance(p);
+  };
+  EXPECT_EQ(allowance(DType::bf16, DType::bf16), 1e-5);
+  EXPECT_EQ(allowance(DType::e4m3, DType::e5m2), 0x1p-10);
+  EXPECT_EQ(allowance(DType::e4m3, DType::u4), 0x1p-10);
+  EXPECT_EQ(allowance(DType::u4, DType::e4m3), 0x1p-10);  // run transposed: the weights are A
+  EXPECT_EQ(allowance(DType::bf16, DType::u4), 0x1p-8 + 1e-5);
+  EXPECT_EQ(allowance(DType::e2m1, DType::f16), 0x1p-11 + 1e-5);
+}
+
+// ---- the test problems' spec (device_problem.h) for W4A8 ----
+
+// Group scales default to A's type for 16-bit A (today's only choice) and to bf16 for e4m3, and
+// take either where set; describe() names them where they are not A's type.
+TEST(W4a8Spec, GroupScalesTypeDefaultsAndIsDescribed) {
+  ProblemSpec spec{.m = 8, .n = 257, .k = 1000, .in = DType::f16, .in_b = DType::u4};
+  spec.scale_b = ScaleMode::group;
+  EXPECT_EQ(spec.group_scale_dtype(), DType::f16);
+  EXPECT_EQ(spec.describe().find(" scales"), std::string::npos) << spec.describe();
+  spec.in = DType::e4m3;
+  EXPECT_EQ(spec.group_scale_dtype(), DType::bf16);
+  spec.group_scale_type = DType::f16;
+  spec.scale_a = ScaleMode::block;
+  EXPECT_EQ(spec.group_scale_dtype(), DType::f16);
+  const std::string text = spec.describe();
+  EXPECT_NE(text.find("e4m3*u4"), std::string::npos) << text;
+  EXPECT_NE(text.find("scale_a block 1x128"), std::string::npos) << text;
+  EXPECT_NE(text.find("scale_b group 128 f16 scales"), std::string::npos) << text;
+}
+
+// Group scales of a type other than bf16 or f16 are refused before anything is allocated (no GPU
+// needed), naming the type.
+TEST(W4a8Spec, DeviceProblemRefusesOtherGroupScaleTypes) {
+  ProblemSpec spec{.m = 8, .n = 64, .k = 256, .in = DType::e4m3, .in_b = DType::u4};
+  spec.scale_b = ScaleMode::group;
+  for (DType type : {DType::f32, DType::e4m3}) {
+    spec.group_scale_type = type;
+    try {
+      DeviceProblem problem(spec, 1);
+      ADD_FAILURE() << dtype_name(type) << " group scales were taken";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+      EXPECT_NE(std::string(e.what()).find("group scales of type " + std::string(dtype_name(type))), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // validate_gemm never dereferences them.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -424,6 +425,176 @@ TEST(ValidateFp8, QuantizedDsScalesApartFromEverything) {
   expect_rejected(x, "scale_d", {"overlaps D"});
   x.options.scale_d.scales.data = x.a.data;
   expect_rejected(x, "scale_d", {"overlaps A"});
+}
+
+// ---- W4A8: e4m3 activations against u4 weights ----
+
+constexpr int64_t WK = 1000;  // K of the W4A8 problems: 8 groups of 128 (the last partial), 4 of 256, 32 MX blocks
+
+// e4m3 A (M x WK) against u4 weights B (WK x N: a checkpoint's [N, WK/2] bytes) with group scales
+// of `type`, ceil(WK/group) x N, N-contiguous, and zero points of the same shape and type where
+// `zeros`; the activations unscaled.
+Args w4a8_args(int64_t group, DType type = DType::bf16, bool zeros = false) {
+  Args x;
+  x.a = TensorView::row_major(address(0), DType::e4m3, M, WK);
+  x.b = TensorView::matrix(address(1), DType::u4, WK, N, 1, WK);
+  x.d = TensorView::row_major(address(2), DType::bf16, M, N);
+  const int64_t groups = (WK + group - 1) / group;
+  x.options.scale_b.mode = ScaleMode::group;
+  x.options.scale_b.group = group;
+  x.options.scale_b.scales = TensorView::row_major(address(3), type, groups, N);
+  if (zeros) x.options.scale_b.zeros = TensorView::row_major(address(4), type, groups, N);
+  return x;
+}
+
+// The activations' scales, f32 (mx: ue8m0), of `rows` x `cols`.
+Scale activation_scales(ScaleMode mode, int64_t rows, int64_t cols) {
+  return {mode, TensorView::row_major(address(5), mode == ScaleMode::mx ? DType::ue8m0 : DType::f32, rows, cols)};
+}
+
+// Every activation scaling W4A8 takes, with every weight grouping and group scales' type, with
+// and without zero points: the Problem keeps each as given.
+TEST(ValidateW4a8, TakesEveryActivationScalingAndWeightGrouping) {
+  struct ActivationScaling {
+    Scale scale;
+    int64_t block_rows, block_cols;
+  };
+  const ActivationScaling scalings[] = {
+      {{}, 1, 1},
+      {activation_scales(ScaleMode::tensor, 1, 1), M, WK},
+      {activation_scales(ScaleMode::rowwise, M, 1), 1, WK},
+      {activation_scales(ScaleMode::block, M, 8), 1, 128},  // 1x128: M x ceil(WK/128)
+  };
+  // 128 and 256: groups; 1000 (WK itself), 1500 and 2048: one group a column (per-channel).
+  for (int64_t group : {128, 256, 1000, 1500, 2048}) {
+    for (DType type : {DType::bf16, DType::f16}) {
+      for (bool zeros : {false, true}) {
+        for (const ActivationScaling& scaling : scalings) {
+          SCOPED_TRACE("group " + std::to_string(group) + " " + std::string(dtype_name(type)) +
+                       (zeros ? " zeros" : "") + " scale_a " + std::string(scale_mode_name(scaling.scale.mode)));
+          Args x = w4a8_args(group, type, zeros);
+          x.options.scale_a = scaling.scale;
+          const Problem p = validate(x);
+          EXPECT_EQ(p.a.dtype, DType::e4m3);
+          EXPECT_EQ(p.b.dtype, DType::u4);
+          EXPECT_EQ(p.scale_a.mode, scaling.scale.mode);
+          if (scaling.scale.mode != ScaleMode::none) {
+            EXPECT_EQ(p.scale_a.m.data, scaling.scale.scales.data);
+            EXPECT_EQ(p.scale_a.block_rows, scaling.block_rows);
+            EXPECT_EQ(p.scale_a.block_cols, scaling.block_cols);
+          }
+          EXPECT_EQ(p.scale_b.mode, ScaleMode::group);
+          EXPECT_EQ(p.scale_b.m.data, address(3));
+          EXPECT_EQ(p.scale_b.m.dtype, type);
+          EXPECT_EQ(p.scale_b.block_cols, 1);
+          if (group < WK) {
+            EXPECT_EQ(p.scale_b.block_rows, group);
+          } else {  // per-channel: a power of two that covers WK, so that a shift finds the group
+            EXPECT_GE(p.scale_b.block_rows, WK);
+            EXPECT_TRUE(std::has_single_bit(uint64_t(p.scale_b.block_rows))) << p.scale_b.block_rows;
+          }
+          EXPECT_EQ(p.scale_b.zeros.data, zeros ? address(4) : nullptr);
+          if (zeros) EXPECT_EQ(p.scale_b.zeros.dtype, type);
+        }
+      }
+    }
+  }
+}
+
+TEST(ValidateW4a8, TakesEveryOutputTypeAndC) {
+  for (DType out : {DType::bf16, DType::f16, DType::f32}) {
+    Args x = w4a8_args(128, DType::f16, true);
+    x.d.dtype = out;
+    x.options.beta = -1.5f;
+    x.options.c = TensorView::row_major(address(6), out, M, N);
+    const Problem p = validate(x);
+    EXPECT_EQ(p.d.dtype, out);
+    EXPECT_TRUE(p.has_c());
+    EXPECT_EQ(p.c.dtype, out);
+    EXPECT_EQ(p.beta, -1.5f);
+  }
+}
+
+// Batched activations against weights per batch, or one set of weights (and scales) for all.
+TEST(ValidateW4a8, TakesBatchedAndSharedWeights) {
+  constexpr int64_t batch = 3, ld = WK + 24;  // weights padded, columns still on bytes
+  Args shared = w4a8_args(256, DType::bf16, true);
+  shared.a = TensorView::batched(address(0), DType::e4m3, batch, M, WK, M * WK, WK, 1);
+  shared.d = TensorView::batched(address(2), DType::bf16, batch, M, N, M * N, N, 1);
+  shared.options.scale_a = {ScaleMode::rowwise, TensorView::batched(address(5), DType::f32, batch, M, 1, M, 1, 1)};
+  const Problem p = validate(shared);
+  EXPECT_EQ(p.batch, batch);
+  EXPECT_EQ(p.b.batch_stride, 0);
+  EXPECT_EQ(p.scale_b.m.batch_stride, 0);
+  EXPECT_EQ(p.scale_a.m.batch_stride, M);
+
+  Args batched = shared;
+  batched.b = TensorView::batched(address(1), DType::u4, batch, WK, N, N * ld, 1, ld);
+  batched.options.scale_b.scales = TensorView::batched(address(3), DType::bf16, batch, 4, N, 4 * N, N, 1);
+  batched.options.scale_b.zeros = TensorView::batched(address(4), DType::bf16, batch, 4, N, 4 * N, N, 1);
+  const Problem q = validate(batched);
+  EXPECT_EQ(q.b.batch_stride, N * ld);
+  EXPECT_EQ(q.b.col_stride, ld);
+  EXPECT_EQ(q.scale_b.m.batch_stride, 4 * N);
+  EXPECT_EQ(q.scale_b.zeros.batch_stride, 4 * N);
+}
+
+// Scales (and zero points) stored [N, WK/group], as some checkpoints keep them, viewed transposed.
+TEST(ValidateW4a8, TakesTransposedScales) {
+  Args x = w4a8_args(128, DType::f16, true);
+  x.options.scale_b.scales = TensorView::matrix(address(3), DType::f16, 8, N, 1, 8);
+  x.options.scale_b.zeros = TensorView::matrix(address(4), DType::f16, 8, N, 1, 8);
+  x.options.scale_a = activation_scales(ScaleMode::block, M, 8);
+  const Problem p = validate(x);
+  EXPECT_EQ(p.scale_b.m.row_stride, 1);
+  EXPECT_EQ(p.scale_b.m.col_stride, 8);
+  EXPECT_EQ(p.scale_b.zeros.col_stride, 8);
+}
+
+// Groups of 32 and 64 only go with 16-bit activations: an e4m3 A's tensor cores sum 128-deep blocks.
+TEST(ValidateW4a8, RefusesGroupsUnder128) {
+  for (int64_t group : {32, 64}) {
+    expect_rejected(w4a8_args(group), "scale_b", {"group " + std::to_string(group)});
+    expect_rejected(w4a8_args(group, DType::f16, true), "scale_b", {"group " + std::to_string(group)});
+    Args wide = w4a8_args(group);  // the same weights against bf16 activations: taken
+    wide.a.dtype = DType::bf16;
+    EXPECT_EQ(validate(wide).scale_b.block_rows, group);
+  }
+}
+
+TEST(ValidateW4a8, RefusesMxfp4Weights) {
+  Args x = w4a8_args(128);
+  x.b.dtype = DType::e2m1;
+  x.options.scale_b = {ScaleMode::mx, TensorView::row_major(address(3), DType::ue8m0, 32, N)};  // ceil(WK/32) x N
+  expect_rejected(x, "B", {"e2m1", "not supported yet"});
+}
+
+TEST(ValidateW4a8, RefusesE5m2Activations) {
+  Args x = w4a8_args(128);
+  x.a.dtype = DType::e5m2;
+  expect_rejected(x, "B", {"u4", "e5m2"});
+}
+
+// The activations' scales the kernels cannot apply beside the weights': MX (1x32 ue8m0) and
+// 128x128 blocks (ceil(M/128) x ceil(WK/128)).
+TEST(ValidateW4a8, RefusesMxAndSquareBlockActivationScales) {
+  Args mx = w4a8_args(128);
+  mx.options.scale_a = activation_scales(ScaleMode::mx, M, 32);
+  expect_rejected(mx, "scale_a", {"mx"});
+  Args square = w4a8_args(128);
+  square.options.scale_a = activation_scales(ScaleMode::block, 1, 8);
+  expect_rejected(square, "scale_a", {"128"});
+}
+
+// Group scales are bf16 or f16, whichever (A, being e4m3, does not decide), and zero points take
+// the scales' type.
+TEST(ValidateW4a8, RefusesScalesOfOtherTypes) {
+  for (DType type : {DType::f32, DType::ue8m0}) {
+    expect_rejected(w4a8_args(128, type), "scale_b", {std::string(dtype_name(type))});
+  }
+  Args mixed = w4a8_args(128, DType::f16, true);
+  mixed.options.scale_b.zeros->dtype = DType::bf16;
+  expect_rejected(mixed, "scale_b.zeros", {"bf16"});
 }
 
 }  // namespace

@@ -1,23 +1,31 @@
-// 4-bit weights (B u4 in groups along K, or e2m1 with MX scales) against a bf16 or f16 A, checked
-// against the double-precision reference, which dequantises every weight exactly: the kernels'
-// one rounding of each weight to A's type (or, in decode with groups of 64 or more, of each
-// group's f32 sums) is within the comparison's allowance (compare.h).
+// 4-bit weights (B u4 in groups along K, or e2m1 with MX scales) against a bf16 or f16 A, and u4
+// against e4m3 activations (W4A8), checked against the double-precision reference, which
+// dequantises every weight exactly: the kernels' one rounding of each weight to A's type (or, in
+// decode with groups of 64 or more, of each group's f32 sums) is within the comparison's
+// allowance, and so are W4A8's FP8 tensor-core sums (compare.h).
 // A table of cases: M from 1 (decode) past a tile, one large problem of each format, N odd, K
-// with a partial last group or odd; groups 32, 64, 128 and per-channel, with and without zero
-// points; D bf16, f16 and f32; scales N-contiguous and transposed (gpt-oss's [N, K/32]);
-// batched B and one B shared by the batch; padded and offset weights with poison around them;
-// alpha and beta * C. D starts NaN-poisoned. Then the arguments gemm must refuse, naming the one
-// at fault, without writing D. Skips without an sm_90 device.
+// with a partial last group or odd; groups 32, 64, 128 and per-channel (W4A8: 128, 256 and
+// per-channel), with and without zero points; D bf16, f16 and f32; scales N-contiguous and
+// transposed (gpt-oss's [N, K/32]); W4A8's group scales bf16 and f16 and its activations' scales
+// none, tensor, rowwise and 1x128 blocks; batched B and one B shared by the batch; padded and
+// offset weights with poison around them; alpha and beta * C. D starts NaN-poisoned. Then the
+// arguments gemm must refuse, naming the one at fault, without writing D, and W4A8's NaN for
+// zero points off AWQ's integers. Skips without an sm_90 device.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
 
+#include <cmath>
+#include <cstdint>
 #include <initializer_list>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "gemmkit/error.h"
 #include "gpu_test.h"
+#include "reference/host_numeric.h"
 #include "runtime/driver.h"
 
 namespace gemmkit {
@@ -28,12 +36,15 @@ using reference::ProblemSpec;
 
 struct LowbitCase {
   int64_t m, n, k;
-  DType in;       // A's type: bf16 or f16
+  DType in;       // A's type: bf16 or f16; e4m3 (W4A8) with u4 weights
   DType weights;  // u4 (ScaleMode::group) or e2m1 (ScaleMode::mx)
   DType out;
   int64_t group = 128;  // u4 only
   bool zeros = false;   // u4 only
   bool fractional_zeros = false;  // one zero point in five not an integer (widen.cuh's f32 path)
+  // W4A8: the activations' scales (block: 1x128), and the group scales' type (unset: bf16).
+  ScaleMode scale_a = ScaleMode::none;
+  std::optional<DType> group_scales;
   int64_t batch = 1;
   bool shared_b = false;          // one B (and its scales) for every batch
   bool scales_col_major = false;  // [N, K/group] viewed transposed
@@ -48,6 +59,8 @@ struct LowbitCase {
     s.group = group;
     s.zeros = zeros;
     s.fractional_zeros = fractional_zeros;
+    s.scale_a = scale_a;
+    s.group_scale_type = group_scales;
     s.scales_col_major = scales_col_major;
     s.pad_b = pad_b;
     s.offset_b = offset_b;
@@ -63,7 +76,10 @@ struct LowbitCase {
 
   std::string name() const {
     std::string text = weights == DType::u4 ? "u4_g" + std::to_string(group) + (fractional_zeros ? "_fractional_zeros" : zeros ? "_zeros" : "") : "e2m1";
-    text += "_" + std::string(dtype_name(in)) + "_" + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
+    text += "_" + std::string(dtype_name(in));
+    if (scale_a != ScaleMode::none) text += "_" + std::string(scale_mode_name(scale_a));
+    if (group_scales) text += "_" + std::string(dtype_name(*group_scales)) + "_scales";
+    text += "_" + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
             "_to_" + std::string(dtype_name(out));
     if (batch > 1) text += "_batch" + std::to_string(batch) + (shared_b ? "_shared_b" : "");
     if (scales_col_major) text += "_scales_t";
@@ -77,7 +93,9 @@ struct LowbitCase {
   }
 };
 
-constexpr DType bf16 = DType::bf16, f16 = DType::f16, f32 = DType::f32, u4 = DType::u4, e2m1 = DType::e2m1;
+constexpr DType bf16 = DType::bf16, f16 = DType::f16, f32 = DType::f32, u4 = DType::u4, e2m1 = DType::e2m1,
+                e4m3 = DType::e4m3;
+constexpr ScaleMode tensor = ScaleMode::tensor, rowwise = ScaleMode::rowwise, block = ScaleMode::block;
 
 // K: 4160 = 32.5 groups of 128 (and 65 of 64), 1000 = 31.25 groups of 32 (7.8 of 128), 4097 odd
 // (a column's last byte half padding). Per-channel groups are K rounded up to a power of two, and
@@ -137,6 +155,54 @@ const std::vector<LowbitCase> kCases = {
     {.m = 64, .n = 300, .k = 1001, .in = bf16, .weights = e2m1, .out = bf16, .pad_b = 4, .offset_b = 2,
      .nan_outside = true},
     {.m = 4096, .n = 257, .k = 4160, .in = bf16, .weights = e2m1, .out = bf16},
+    // W4A8: e4m3 activations, u4 weights in groups of 128, 256 or per-channel. M from decode up,
+    // the activations' four scale modes, group scales bf16 and f16, with and without zero points.
+    {.m = 1, .n = 4095, .k = 4160, .in = e4m3, .weights = u4, .out = bf16, .group = 128},
+    {.m = 1, .n = 257, .k = 1000, .in = e4m3, .weights = u4, .out = f16, .group = 128, .zeros = true,
+     .scale_a = tensor, .group_scales = f16},
+    {.m = 1, .n = 4096, .k = 4096, .in = e4m3, .weights = u4, .out = bf16, .group = 128, .zeros = true,
+     .scale_a = block},
+    {.m = 8, .n = 4095, .k = 4160, .in = e4m3, .weights = u4, .out = f32, .group = 256, .zeros = true,
+     .scale_a = rowwise, .group_scales = f16},
+    {.m = 8, .n = 257, .k = 4097, .in = e4m3, .weights = u4, .out = bf16, .group = 128, .scale_a = block},
+    {.m = 16, .n = 4095, .k = 1000, .in = e4m3, .weights = u4, .out = bf16, .group = 1000, .scale_a = tensor,
+     .group_scales = f16},
+    {.m = 16, .n = 257, .k = 4160, .in = e4m3, .weights = u4, .out = f32, .group = 8192, .zeros = true,
+     .scale_a = block},
+    {.m = 17, .n = 4095, .k = 4097, .in = e4m3, .weights = u4, .out = bf16, .group = 256, .zeros = true,
+     .scale_a = rowwise},
+    {.m = 17, .n = 257, .k = 1000, .in = e4m3, .weights = u4, .out = f16, .group = 128, .group_scales = f16},
+    {.m = 64, .n = 4095, .k = 4160, .in = e4m3, .weights = u4, .out = bf16, .group = 128, .zeros = true,
+     .scale_a = block, .group_scales = f16, .scales_col_major = true},
+    {.m = 64, .n = 257, .k = 4097, .in = e4m3, .weights = u4, .out = f32, .group = 256, .scale_a = rowwise,
+     .scales_col_major = true},
+    {.m = 128, .n = 4095, .k = 1000, .in = e4m3, .weights = u4, .out = f16, .group = 128, .zeros = true,
+     .scale_a = tensor},
+    {.m = 129, .n = 1000, .k = 4097, .in = e4m3, .weights = u4, .out = bf16, .group = 8192, .scale_a = rowwise,
+     .group_scales = f16, .scales_col_major = true},
+    {.m = 300, .n = 4096, .k = 4096, .in = e4m3, .weights = u4, .out = bf16, .group = 128, .scale_a = block},
+    {.m = 4096, .n = 4095, .k = 4160, .in = e4m3, .weights = u4, .out = bf16, .group = 128, .zeros = true,
+     .scale_a = block},
+    // W4A8 batched (B per batch, and one B shared), padded and offset weights with poison around
+    // them, C (in decode too), D column-major.
+    {.m = 128, .n = 257, .k = 4160, .in = e4m3, .weights = u4, .out = f32, .group = 128, .zeros = true,
+     .scale_a = block, .group_scales = f16, .batch = 3},
+    {.m = 1, .n = 257, .k = 4097, .in = e4m3, .weights = u4, .out = f32, .group = 128, .zeros = true,
+     .scale_a = rowwise, .batch = 2},
+    {.m = 64, .n = 4095, .k = 1000, .in = e4m3, .weights = u4, .out = bf16, .group = 256, .zeros = true,
+     .scale_a = block, .group_scales = f16, .batch = 3, .shared_b = true},
+    {.m = 17, .n = 257, .k = 4160, .in = e4m3, .weights = u4, .out = f16, .group = 128, .scale_a = tensor, .batch = 2,
+     .shared_b = true, .scales_col_major = true},
+    {.m = 200, .n = 512, .k = 1000, .in = e4m3, .weights = u4, .out = f32, .group = 128, .zeros = true,
+     .scale_a = block, .pad_b = 6, .offset_b = 4, .pad_scales = 3, .nan_outside = true},
+    {.m = 1, .n = 300, .k = 1001, .in = e4m3, .weights = u4, .out = bf16, .group = 256, .zeros = true,
+     .group_scales = f16, .pad_b = 2, .nan_outside = true},
+    {.m = 100, .n = 257, .k = 1000, .in = e4m3, .weights = u4, .out = f32, .group = 128, .scale_a = rowwise,
+     .with_c = true},
+    {.m = 8, .n = 4095, .k = 4160, .in = e4m3, .weights = u4, .out = bf16, .group = 128, .zeros = true,
+     .scale_a = block, .group_scales = f16, .with_c = true},
+    {.m = 64, .n = 257, .k = 4160, .in = e4m3, .weights = u4, .out = bf16, .group = 256, .zeros = true,
+     .scale_a = tensor, .d_col_major = true},
 };
 
 // Matrix 0 of a batched view, as a rank-2 view every batch shares.
@@ -285,6 +351,109 @@ TEST_F(LowbitErrors, BadArgumentsAreRejectedByNameAndLeaveDUntouched) {
   wrong_mode.prepare_output(nullptr);
   expect_rejected(wrong_mode.a(), wrong_mode.b(), wrong_mode.d(), wrong_mode.options(nullptr), {"scale_b: mode group"});
   expect_d_untouched(wrong_mode);
+}
+
+// W4A8's refusals, each by name with D untouched: groups under 128, e2m1 weights (not yet),
+// e5m2 activations, and the activations' scale modes the kernels do not take with 4-bit weights
+// (mx, and 128x128 blocks).
+TEST_F(LowbitErrors, W4a8CombinationsItDoesNotTakeAreRejectedByName) {
+  const auto expect_refused = [](const ProblemSpec& spec, std::initializer_list<const char*> needles) {
+    SCOPED_TRACE(spec.describe());
+    DeviceProblem problem(spec, testing::fresh_seed());
+    problem.prepare_output(nullptr);
+    expect_rejected(problem.a(), problem.b(), problem.d(), problem.options(nullptr), needles);
+    expect_d_untouched(problem);
+  };
+  ProblemSpec w4a8{.m = 16, .n = 96, .k = 512, .in = DType::e4m3, .out = DType::bf16, .in_b = DType::u4};
+  w4a8.scale_b = ScaleMode::group;
+  w4a8.zeros = true;
+  for (int64_t group : {32, 64}) {
+    ProblemSpec spec = w4a8;
+    spec.group = group;
+    const std::string named = "group " + std::to_string(group);
+    expect_refused(spec, {"scale_b", named.c_str()});
+  }
+  ProblemSpec mxfp4 = w4a8;
+  mxfp4.in_b = DType::e2m1;
+  mxfp4.scale_b = ScaleMode::mx;
+  mxfp4.zeros = false;
+  expect_refused(mxfp4, {"B: ", "e2m1", "not supported yet"});
+  ProblemSpec e5m2 = w4a8;
+  e5m2.in = DType::e5m2;
+  expect_refused(e5m2, {"B: ", "u4", "e5m2"});
+  ProblemSpec mx_activations = w4a8;
+  mx_activations.scale_a = ScaleMode::mx;
+  expect_refused(mx_activations, {"scale_a", "mx"});
+  ProblemSpec square_blocks = w4a8;  // A's scales ceil(16/128) x ceil(512/128) = 1 x 4
+  square_blocks.scale_a = ScaleMode::block;
+  square_blocks.scale_a_block_rows = 128;
+  expect_refused(square_blocks, {"scale_a", "128"});
+}
+
+// W4A8 widens each weight's q - zero exactly to e4m3, which AWQ's zero points (integers 0 to 15)
+// allow; a zero point off them (a fraction, or 16) makes NaN of every output it reaches: the whole
+// column of the user's D that its weight row feeds (M 1, 64 and 300; D row- and column-major),
+// and nothing else, which matches the reference.
+using W4a8ZeroPoints = testing::GpuTest;
+
+TEST_F(W4a8ZeroPoints, ZeroPointsOffTheIntegersGiveNanInTheirColumnsOnly) {
+  struct OffGrid {
+    int64_t group, column;
+    float zero;
+  };
+  // K 1000: groups 0 to 7 of 128, the last partial.
+  const std::vector<OffGrid> off_grid = {{0, 3, 7.5f}, {7, 200, 16.0f}, {3, 256, 0.25f}};
+  const std::set<int64_t> nan_columns = {3, 200, 256};
+  struct Run {
+    int64_t m;
+    ScaleMode scale_a;
+    DType group_scales;
+    bool d_col_major;
+  };
+  for (const Run& run : {Run{1, ScaleMode::none, DType::bf16, false}, Run{64, ScaleMode::rowwise, DType::f16, true},
+                         Run{300, ScaleMode::block, DType::bf16, false}}) {
+    ProblemSpec spec{.m = run.m, .n = 257, .k = 1000, .in = DType::e4m3, .out = DType::bf16, .in_b = DType::u4};
+    spec.scale_a = run.scale_a;
+    spec.scale_b = ScaleMode::group;
+    spec.group = 128;
+    spec.zeros = true;
+    spec.group_scale_type = run.group_scales;
+    spec.d_col_major = run.d_col_major;
+    SCOPED_TRACE(spec.describe());
+    DeviceProblem problem(spec, testing::fresh_seed());
+    const GemmOptions options = problem.options(nullptr);
+    const TensorView& zeros = *options.scale_b.zeros;
+    for (const OffGrid& z : off_grid) {
+      const uint16_t bits = zeros.dtype == DType::bf16 ? reference::float_to_bf16(z.zero) : reference::float_to_f16(z.zero);
+      const int64_t index = z.group * zeros.row_stride() + z.column * zeros.col_stride();
+      char* at = static_cast<char*>(zeros.data) + index * int64_t(dtype_size(zeros.dtype));
+      ASSERT_EQ(cudaMemcpy(at, &bits, sizeof bits, cudaMemcpyHostToDevice), cudaSuccess);
+    }
+    problem.prepare_output(nullptr);
+    gemm(problem.a(), problem.b(), problem.d(), options);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+    const std::vector<char> host = problem.copy_output();  // offset_d 0: D's view starts the buffer
+    const TensorView d = problem.d();
+    int64_t misplaced = 0;
+    for (int64_t i = 0; i < spec.m; ++i) {
+      for (int64_t j = 0; j < spec.n; ++j) {
+        const double value = reference::load_element(host.data(), d.dtype, i * d.row_stride() + j * d.col_stride());
+        const bool nan_expected = nan_columns.count(j) > 0;
+        if (nan_expected ? std::isnan(value) : std::isfinite(value)) continue;
+        if (misplaced++ == 0) {
+          ADD_FAILURE() << "D(" << i << ", " << j << ") = " << value << "; expected "
+                        << (nan_expected ? "NaN" : "a finite value");
+        }
+      }
+    }
+    EXPECT_EQ(misplaced, 0);
+    // Everything else as the reference, which dequantises the off-grid zero points as they are.
+    const reference::Comparison result = problem.check(nullptr);
+    EXPECT_EQ(result.nan, spec.m * int64_t(nan_columns.size())) << result.summary();
+    EXPECT_EQ(result.bad, result.nan) << result.summary();
+    EXPECT_EQ(result.written_outside, 0) << result.summary();
+  }
 }
 
 // What DeviceProblem cannot lay out for 4-bit weights it refuses, naming the spec.
