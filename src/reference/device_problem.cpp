@@ -83,11 +83,11 @@ void poison_outside(void* base, int64_t offset, DType type, int64_t rows, int64_
 // for tests of that.
 void check_4bit_spec(const ProblemSpec& spec) {
   auto fail = [&](const std::string& why) { throw Error(ErrorCode::invalid_argument, spec.describe() + ": " + why); };
-  if (is_4bit(spec.in)) fail("4-bit A; 4-bit weights are B's (in_b u4 or e2m1, against a bf16 or f16 A)");
+  if (is_4bit(spec.in)) fail("4-bit A; 4-bit weights are B's (in_b u4 or e2m1, against a bf16, f16 or e4m3 A)");
   if (spec.scale_a == ScaleMode::group) fail("scale_a group; group scales are 4-bit B's");
   if (spec.scale_b == ScaleMode::group) {
     if (spec.group < 1) fail("group " + std::to_string(spec.group) + "; expected at least 1");
-    if (spec.in != DType::bf16 && spec.in != DType::f16) fail("group scales are of A's type, which must be bf16 or f16");
+    if (spec.in == DType::f32) fail("group scales of an f32 A; expected A bf16, f16 (scales of its type) or 8-bit");
   }
   if (spec.zeros && spec.scale_b != ScaleMode::group) {
     fail("zero points go with group scales (scale_b group), not mode " + std::string(scale_mode_name(spec.scale_b)));
@@ -127,6 +127,7 @@ std::string ProblemSpec::describe() const {
   if (scale_a != ScaleMode::none) {
     s << " scale_a " << scale_mode_name(scale_a);
     if (scale_a == ScaleMode::block) s << " " << scale_a_block_rows << "x128";
+    if (scale_a_col_major && *scale_a_col_major != scales_col_major) s << (*scale_a_col_major ? " col-major" : " row-major");
   }
   if (scale_b != ScaleMode::none) {
     s << " scale_b " << scale_mode_name(scale_b);
@@ -245,6 +246,12 @@ std::pair<int64_t, int64_t> scale_blocks(const ProblemSpec& spec, bool is_a) {
   return {block_rows, block_cols};
 }
 
+DType scale_dtype(const ProblemSpec& spec, ScaleMode mode) {
+  if (mode == ScaleMode::mx) return DType::ue8m0;
+  if (mode == ScaleMode::group) return is_fp8(spec.in) ? DType::bf16 : spec.in;
+  return DType::f32;
+}
+
 std::pair<int64_t, int64_t> scale_shape(const ProblemSpec& spec, bool is_a) {
   const int64_t rows = is_a ? spec.m : spec.k, cols = is_a ? spec.k : spec.n;
   const auto [block_rows, block_cols] = scale_blocks(spec, is_a);
@@ -254,9 +261,9 @@ std::pair<int64_t, int64_t> scale_shape(const ProblemSpec& spec, bool is_a) {
 Scale DeviceProblem::make_scale(ScaleMode mode, bool is_a, Buffer& buffer, uint64_t seed) {
   if (mode == ScaleMode::none) return {};
   const auto [scale_rows, scale_cols] = scale_shape(spec_, is_a);
-  // Group scales (of 4-bit weights) are of the other operand's, A's, 16-bit type.
-  const DType type = mode == ScaleMode::mx ? DType::ue8m0 : mode == ScaleMode::group ? spec_.in : DType::f32;
-  const Strides st = operand_strides(scale_rows, scale_cols, spec_.scales_col_major, spec_.pad_scales, false);
+  const DType type = scale_dtype(spec_, mode);
+  const bool col_major = is_a ? spec_.scale_a_col_major.value_or(spec_.scales_col_major) : spec_.scales_col_major;
+  const Strides st = operand_strides(scale_rows, scale_cols, col_major, spec_.pad_scales, false);
   buffer = allocate(type, 0, st.span, spec_.batch);
   if (mode == ScaleMode::mx) {
     runtime::fill_random(buffer.base, type, buffer.elements, seed, 0.25f, 4.0f, nullptr);

@@ -27,11 +27,16 @@ struct ProblemSpec {
   ScaleMode scale_a = ScaleMode::none, scale_b = ScaleMode::none;
   int64_t scale_a_block_rows = 1, scale_b_block_cols = 128;
   bool scales_col_major = false;
+  // A's scales' layout where it differs from scales_col_major's: W4A8 (e4m3 A against 4-bit B)
+  // with A's 1x128 scales M-contiguous, as quantize() lays them out, beside N-contiguous group
+  // scales.
+  std::optional<bool> scale_a_col_major;
   int64_t pad_scales = 0;  // extra elements in the scale tensors' leading dimension
-  // 4-bit weights (in_b u4 or e2m1 against a bf16 or f16 A; scale_b group or mx): random codes
-  // (random bytes: every code), B K-contiguous (layout ?T only), strides {1, ld} with ld K rounded
-  // up to even (align_leading: to 32 elements, 16 bytes) plus pad_b; pad_b and offset_b even (two
-  // elements a byte). Group scales of A's type random in [0.5, 2), mx ones 2^-2 to 2^1, shaped
+  // 4-bit weights (in_b u4 or e2m1 against a bf16 or f16 A, or u4 against an e4m3 A scaled by
+  // scale_a; scale_b group or mx): random codes (random bytes: every code), B K-contiguous (layout
+  // ?T only), strides {1, ld} with ld K rounded up to even (align_leading: to 32 elements, 16
+  // bytes) plus pad_b; pad_b and offset_b even (two elements a byte). Group scales of A's type
+  // (bf16 for an 8-bit A, scale_dtype) random in [0.5, 2), mx ones 2^-2 to 2^1, shaped
   // [ceil(K/group), N] (mx: group 32) N-contiguous, or [N, ceil(K/group)] viewed transposed where
   // scales_col_major; with `zeros` (mode group only), zero points of the scales' type, layout and
   // shape, random integers 0 to 15 (with fractional_zeros, one in five plus a half). A group at
@@ -60,6 +65,10 @@ struct ProblemSpec {
   // addressing (check_addressable in core/problem.h), naming the sizes.
   void check_addressable() const;
 };
+
+// The type of scales in `mode`: ue8m0 for mx; for group (4-bit B's) A's type, or bf16 where A is
+// 8-bit (W4A8); f32 otherwise.
+DType scale_dtype(const ProblemSpec& spec, ScaleMode mode);
 
 // Rows and columns of A's (is_a) or B's blocks that share a scale in the spec's mode, and the
 // rows and columns of the scale tensor that takes.
