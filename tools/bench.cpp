@@ -6,7 +6,8 @@
 // empty kernel it cannot overlap and between two events (tuning/gpu_timer.h); the medians are
 // reported. A line with 4-bit weights, which cuBLASLt cannot run, then times the dense GEMMs of its
 // shape (16-bit and FP8, ours and cuBLASLt's) on buffer sets of their own, cuBLASLt's 16-bit one
-// its baseline. Once at the start, the device-to-device copy bandwidth, the
+// its baseline (W4A8 lines: its FP8 one, see w4_dense_times). Once at the start, the
+// device-to-device copy bandwidth, the
 // yardstick for each problem's GB/s; and after each problem's runs, a copy that moves as many
 // bytes, the yardstick at its size. A suite's grouped lines run after its dense ones
 // (grouped_bench.cpp). --overhead times host calls instead (overhead.cpp), --chain chains of GEMMs
@@ -89,7 +90,7 @@ double measure_copy_gbps(cudaStream_t stream, int sm_clock_khz) {
 std::map<std::string, double> measure_peaks(const std::vector<SuiteProblem>& problems, baseline::CublasLt& cublaslt,
                                             cudaStream_t stream, const runtime::DeviceInfo& info) {
   std::vector<DType> types = {DType::bf16};
-  if (std::any_of(problems.begin(), problems.end(), [](const SuiteProblem& p) { return p.fp8(); })) {
+  if (std::any_of(problems.begin(), problems.end(), [](const SuiteProblem& p) { return p.fp8() || p.w4a8(); })) {
     types.push_back(DType::e4m3);
   }
   constexpr int64_t kSize = 8192;
@@ -119,12 +120,15 @@ std::map<std::string, double> measure_peaks(const std::vector<SuiteProblem>& pro
 }
 
 // The dense GEMMs a line with 4-bit weights is set against (BenchRecord::dense16_us and the
-// rest): its shape, layout, batch and output type with B in A's 16-bit type, plain; and the same
-// with both operands e4m3, per-tensor scales.
+// rest): its shape, layout, batch and output type with both operands in A's 16-bit type (bf16
+// for a W4A8 line's e4m3 A), plain; and the same with both operands e4m3, per-tensor scales, or
+// for a W4A8 line scaled as its A is, B in the mode cuBLASLt pairs with A's (rowwise: per
+// channel; block: 1x128 A, 128x128 B).
 SuiteProblem dense16_problem(const SuiteProblem& sp) {
   SuiteProblem p = sp;
+  if (is_fp8(p.in_dtype)) p.in_dtype = DType::bf16;
   p.in_b.reset();
-  p.mode = ScaleMode::none;
+  p.mode = p.mode_a = ScaleMode::none;
   p.group = 0;
   p.zeros = false;
   p.epilogue.clear();
@@ -134,15 +138,21 @@ SuiteProblem dense16_problem(const SuiteProblem& sp) {
 SuiteProblem fp8_problem(const SuiteProblem& sp) {
   SuiteProblem p = dense16_problem(sp);
   p.in_dtype = DType::e4m3;
-  p.mode = ScaleMode::tensor;
+  p.mode = sp.w4a8() ? sp.mode_a : ScaleMode::tensor;
   return p;
 }
 
 // Medians of ours and cuBLASLt on a problem of the suite's kind, on buffer sets of its own as a
-// line's are, alternating; cuBLASLt's NaN where it cannot run the problem (noted where it has no
-// algorithm for it).
-std::pair<double, double> time_both(const SuiteProblem& sp, baseline::CublasLt& cublaslt, const tuning::GpuTimer& timer,
-                                    cudaStream_t stream, const runtime::DeviceInfo& info, Progress& progress) {
+// line's are, alternating. Where cuBLASLt rejects an FP8 problem's scaling it runs per-tensor
+// scales on the same buffers, noted "per-tensor stand-in" as on FP8 lines; its time is NaN where
+// it cannot run the problem at all (noted where it has no algorithm for it).
+struct DenseTimes {
+  double ours_us = NAN, baseline_us = NAN;
+  std::string baseline_note;
+};
+
+DenseTimes time_both(const SuiteProblem& sp, baseline::CublasLt& cublaslt, const tuning::GpuTimer& timer,
+                     cudaStream_t stream, const runtime::DeviceInfo& info, Progress& progress) {
   const reference::ProblemSpec spec = bench_spec(sp);
   const std::vector<std::unique_ptr<reference::DeviceProblem>> pool = buffer_sets(spec, info);
   std::vector<GemmOptions> options;
@@ -157,18 +167,45 @@ std::pair<double, double> time_both(const SuiteProblem& sp, baseline::CublasLt& 
     const reference::DeviceProblem& set = *pool[size_t(s)];
     gemm(set.a(), set.b(), set.d(), options[size_t(s)]);
   }};
-  bool with_baseline = cublaslt.supports(lt_problems[0]);
-  if (with_baseline) {
+  DenseTimes times;
+  const auto plans = [&]() {  // plans it; false, noted, where cuBLASLt has no algorithm
     try {
-      cublaslt.run(lt_problems[0], stream);  // plans it; throws if cuBLASLt has no algorithm
-      launchers.push_back([&](int s) { cublaslt.run(lt_problems[size_t(s)], stream); });
+      cublaslt.run(lt_problems[0], stream);
+      return true;
     } catch (const Error& e) {
       progress.note("cuBLASLt cannot run " + spec.describe() + ": " + e.what());
-      with_baseline = false;
+      return false;
     }
+  };
+  bool with_baseline = cublaslt.supports(lt_problems[0]) && plans();
+  if (!with_baseline && sp.fp8()) {
+    for (Problem& p : lt_problems) p = cublaslt.per_tensor_stand_in(p);
+    with_baseline = cublaslt.supports(lt_problems[0]) && plans();
+    if (with_baseline) times.baseline_note = "per-tensor stand-in";
   }
+  if (with_baseline) launchers.push_back([&](int s) { cublaslt.run(lt_problems[size_t(s)], stream); });
   const std::vector<double> medians = timer.median_us(int(pool.size()), launchers);
-  return {medians[0], with_baseline ? medians[1] : NAN};
+  times.ours_us = medians[0];
+  if (with_baseline) times.baseline_us = medians[1];
+  return times;
+}
+
+// A line with 4-bit weights: the dense GEMMs of its shape timed and set on its record. The
+// starred baseline is cuBLASLt's 16-bit GEMM for 16-bit activations. For a W4A8 line it is
+// cuBLASLt's FP8 GEMM with A scaled as the line's is (or its per-tensor stand-in where cuBLASLt
+// takes no such scales): the line multiplies the same e4m3 activations on the same FP8 tensor
+// cores, and what it replaces in a model is that W8A8 GEMM, whose weights move twice the bytes;
+// against the 16-bit GEMM it would be credited for the 8-bit activations and math, which are not
+// its weights' doing. Where cuBLASLt runs no FP8 GEMM of the shape, the 16-bit one stands in.
+void w4_dense_times(const SuiteProblem& sp, BenchRecord& record, baseline::CublasLt& cublaslt,
+                    const tuning::GpuTimer& timer, cudaStream_t stream, const runtime::DeviceInfo& info,
+                    Progress& progress) {
+  const DenseTimes dense16 = time_both(dense16_problem(sp), cublaslt, timer, stream, info, progress);
+  const DenseTimes fp8 = time_both(fp8_problem(sp), cublaslt, timer, stream, info, progress);
+  if (!sp.w4a8()) return set_dense_times(record, dense16.ours_us, dense16.baseline_us, fp8.ours_us, fp8.baseline_us);
+  const std::string scales = std::string(scale_mode_name(sp.mode_a)) + " scales";
+  set_w4a8_dense_times(record, dense16.ours_us, dense16.baseline_us, fp8.ours_us, fp8.baseline_us,
+                       fp8.baseline_note.empty() ? scales : fp8.baseline_note + " for " + scales);
 }
 
 // "bf16 712 TFLOP/s, e4m3 1325 TFLOP/s"
@@ -265,7 +302,7 @@ int run_bench(const BenchOptions& options) {
   for (const SuiteProblem& sp : problems) {
     const reference::ProblemSpec spec = bench_spec(sp);
     progress.begin(spec.describe());
-    const bool fp8 = is_fp8(spec.in);
+    const bool fp8 = sp.fp8();  // both operands FP8: cuBLASLt may run a per-tensor stand-in
     const std::vector<std::unique_ptr<reference::DeviceProblem>> pool = buffer_sets(spec, info);
     const int sets = int(pool.size());
     // --epilogue (else the suite line's): our side fused, its tensors per buffer set; our GEMM
@@ -412,13 +449,9 @@ int run_bench(const BenchOptions& options) {
     record.baseline_us = with_baseline ? medians[1] : NAN;
     if (with_lt_fused) record.baseline_fused_us = medians[2];
     if (compared) record.unfused_us = medians.back();
-    // 4-bit weights, which cuBLASLt cannot run: the dense GEMMs of the shape, cuBLASLt's 16-bit
-    // one the baseline, noted as a stand-in.
-    if (sp.w4()) {
-      const auto [dense16, dense16_lt] = time_both(dense16_problem(sp), cublaslt, timer, stream, info, progress);
-      const auto [fp8, fp8_lt] = time_both(fp8_problem(sp), cublaslt, timer, stream, info, progress);
-      set_dense_times(record, dense16, dense16_lt, fp8, fp8_lt);
-    }
+    // 4-bit weights, which cuBLASLt cannot run: the dense GEMMs of the shape, one of cuBLASLt's
+    // the baseline, noted as a stand-in.
+    if (sp.w4()) w4_dense_times(sp, record, cublaslt, timer, stream, info, progress);
     // Timed apart: a run right after a copy would pay for writing back the copy's dirty lines.
     const CopyBuffers copies(set_bytes(spec), sets);
     if (copies.memory) record.copy_us = timer.median_us(sets, {[&](int s) { copies.copy(s, stream); }})[0];
@@ -432,8 +465,9 @@ int run_bench(const BenchOptions& options) {
       std::snprintf(lt_fused, sizeof lt_fused, ", %s %.1f us", record.baseline_epilogue.c_str(), record.baseline_fused_us);
     }
     if (sp.w4()) {
-      std::snprintf(dense, sizeof dense, "; 16-bit: ours %.1f us, cuBLASLt %.1f us; fp8: ours %.1f us, cuBLASLt %.1f us",
-                    record.dense16_us, record.dense16_baseline_us, record.fp8_us, record.fp8_baseline_us);
+      std::snprintf(dense, sizeof dense, "; 16-bit: ours %.1f us, cuBLASLt %.1f us; fp8 %s: ours %.1f us, cuBLASLt %.1f us",
+                    record.dense16_us, record.dense16_baseline_us,
+                    std::string(scale_mode_name(fp8_problem(sp).mode)).c_str(), record.fp8_us, record.fp8_baseline_us);
     }
     std::snprintf(line, sizeof line, "  %s %s %s: ours %.1f us%s, cuBLASLt %.1f us%s%s, copy %.1f us (%d buffer sets)%s",
                   shape_name(record).c_str(), record.dtype.c_str(), record.config.c_str(), record.ours_us, unfused,

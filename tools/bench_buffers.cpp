@@ -23,7 +23,11 @@ bool scales_col_major_for_cublaslt(const reference::ProblemSpec& spec) {
 
 reference::ProblemSpec bench_spec(const SuiteProblem& p) {
   reference::ProblemSpec spec = to_spec(p);
-  if (is_fp8(spec.in)) spec.scales_col_major = scales_col_major_for_cublaslt(spec);
+  if (p.fp8()) spec.scales_col_major = scales_col_major_for_cublaslt(spec);
+  // W4A8, which cuBLASLt cannot run: the layouts a model's pipeline hands gemm(), A's 1x128
+  // scales M-contiguous as quantize() writes them, the group scales N-contiguous as GPTQ and AWQ
+  // store them.
+  if (p.w4a8()) spec.scale_a_col_major = spec.scale_a == ScaleMode::block;
   return spec;
 }
 

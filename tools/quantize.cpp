@@ -14,7 +14,8 @@ int run_quantize(const std::vector<SuiteProblem>& problems) {
   for (const SuiteProblem& p : problems) {
     if (!p.fp8()) {
       throw Error(ErrorCode::invalid_argument, "quantize: line " + std::to_string(p.line) + " (" + dtype_spec(p) +
-                                                   ") has 16-bit inputs; expected FP8 problems only");
+                                                   ") has " + (p.w4() ? "4-bit weights" : "16-bit inputs") +
+                                                   "; expected FP8 problems only");
     }
   }
   runtime::require_device();

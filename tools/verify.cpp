@@ -23,7 +23,8 @@ reference::ProblemSpec to_spec(const SuiteProblem& p) {
   // FP8: both operands scaled in the line's mode; block keeps ProblemSpec's defaults, 1x128 blocks
   // for A (activations) and 128x128 for B (weights), DeepSeek-V3's recipe.
   if (p.fp8()) spec.scale_a = spec.scale_b = p.mode;
-  if (p.w4()) {  // 4-bit weights: B's scales alone, in the format's mode
+  if (p.w4()) {  // 4-bit weights: B's scales in the format's mode; A's, of W4A8 lines, in mode_a
+    spec.scale_a = p.mode_a;
     spec.scale_b = p.mode;
     spec.group = p.group;
     spec.zeros = p.zeros;
@@ -52,7 +53,7 @@ Problem stand_in_problem(const SuiteProblem& sp, int device) {
     const ScaleMode mode = is_a ? spec.scale_a : spec.scale_b;
     if (mode == ScaleMode::none) continue;
     const auto [rows, cols] = reference::scale_shape(spec, is_a);
-    const DType type = mode == ScaleMode::mx ? DType::ue8m0 : mode == ScaleMode::group ? spec.in : DType::f32;
+    const DType type = reference::scale_dtype(spec, mode);
     Scale& scale = is_a ? options.scale_a : options.scale_b;
     scale.mode = mode;
     scale.scales = view(rows, cols, false, type, base + (3 + is_a) * gap, rows * cols);

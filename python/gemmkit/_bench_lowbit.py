@@ -6,6 +6,10 @@ _bench_buffers.w4_weights draws; torch runs, from the same codes, scales and zer
              converted once a buffer set, before timing, by torch._convert_weight_to_int4pack
   mxfp4      torch.mm on the weights dequantised to A's type once a buffer set (exact for the
              bench's exponents): a stand-in, noted (torch has no MXFP4 GEMM on Hopper)
+  W4A8       (e4m3 A against int4gG[z]) torch._scaled_mm of the same e4m3 A, scaled as the line's
+             is, against random e4m3 weights [N, K] (per channel for rowwise A, 128x128 blocks for
+             block A), or per-tensor where torch refuses those scales: a stand-in of the same
+             shape, noted (torch has no W4A8 GEMM); its output, of other weights, is not checked
 
 tinygemm's conventions in torch 2.11, read from aten/src/ATen/native/cuda/int4mm.cu (every
 TORCH_CHECK condition below stands verbatim in 2.11's libtorch_cuda.so) and from torch.testing's
@@ -28,13 +32,15 @@ kernel's reading of those bytes is proved only on the GPU, by check() on every i
 import torch
 
 from . import _gemmkit as _C
-from ._bench_buffers import TORCH_DTYPES
+from ._bench_buffers import TORCH_DTYPES, scales_for, uniform
 from ._bench_grouped import HALF_ULP, SAMPLED_ROWS, spread
 
 INT4_GROUPS = (32, 64, 128, 256)  # tinygemm's
 SAMPLED_COLUMNS = 64
 FP4_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
 MXFP4_NOTE = "torch.mm on the weights dequantised to A's type (torch has no MXFP4 GEMM on Hopper)"
+W4A8_NOTE = "torch._scaled_mm on e4m3 weights of the same shape (torch has no W4A8 GEMM)"
+FP8_SUMS = 2.0 ** -10  # FP8 products' accumulation bound, as tests/python/gpu_reference.py's
 
 
 def is_mxfp4(p):
@@ -109,9 +115,29 @@ def mxfp4_weights(w, scales, k, dtype):
     return (values * torch.exp2(exponents - 127)).to(dtype)
 
 
+def w4a8_calls(p, pool):
+    """torch's calls for W4A8 line p: torch._scaled_mm of each set's e4m3 A and its scales (sa)
+    against e4m3 weights [N, K] made for it, scaled in the mode torch pairs with A's; then the
+    same with per-tensor scales of 1, for where torch refuses those."""
+    for s in pool:
+        s.torch_w = uniform((p.n, p.k), torch.float8_e4m3fn, False, s.a.device)
+        s.torch_sb = scales_for(p.mode_a, p.k, p.n, False, 1, s.a.device)
+    one = torch.ones((), device=pool[0].a.device)
+
+    def scaled(a, w, sa, sb, out):
+        return torch._scaled_mm(a, w.t(), sa, sb, out_dtype=out.dtype, use_fast_accum=False)
+    calls = [(scaled, lambda s: (s.a, s.torch_w, s.sa, s.torch_sb, s.d_torch), W4A8_NOTE)]
+    if p.mode_a != _C.ScaleMode.tensor:
+        calls.append((scaled, lambda s: (s.a, s.torch_w, one, one, s.d_torch), f"{W4A8_NOTE}, per-tensor scales"))
+    return calls, ""
+
+
 def torch_calls(p, pool):
     """torch's calls for w4 line p as bench.baseline takes them, ([(function, arguments of a buffer
-    set, note)], why torch cannot run it or ""), its weights converted on every set of the pool."""
+    set, note)], why torch cannot run it or ""), its weights converted (W4A8: made) on every set of
+    the pool."""
+    if p.w4a8:
+        return w4a8_calls(p, pool)
     k = p.k
     if is_mxfp4(p):
         out_dtype = TORCH_DTYPES[p.out_dtype]
@@ -138,7 +164,10 @@ def torch_calls(p, pool):
 
 
 def torch_bytes(p):
-    """The bytes a buffer set holds for torch beside the line's own: its copy of the weights."""
+    """The bytes a buffer set holds for torch beside the line's own: its copy of the weights (W4A8:
+    its e4m3 weights)."""
+    if p.w4a8:
+        return p.n * p.k
     if is_mxfp4(p):
         return p.n * p.k * 2
     return p.n * p.k // 2 + -(-p.k // p.group) * p.n * 4
@@ -159,18 +188,35 @@ def exact_weights(p, s, columns):
     return (codes(w, p.k).double() - zero) * scale, ((8.0 - zero) * scale).abs()
 
 
+def scaled_activations(p, s, rows):
+    """Rows `rows` of A in double, times their scales where the line has them (W4A8: x * x_scale)."""
+    x = s.a[rows].double()
+    if not p.w4a8:
+        return x
+    sa = s.sa.double()
+    if p.mode_a == _C.ScaleMode.tensor:
+        return x * sa
+    if p.mode_a == _C.ScaleMode.block:
+        return x * sa[rows].repeat_interleave(128, 1)[:, :p.k]
+    return x * sa[rows]
+
+
 def check(p, s, outputs):
     """{who: "<who> differs ..."} for each of `outputs` ({who: output [M, N]} on set s) that differs
     from a float64 product of sampled rows and columns by more than the bound. The bound: one rounding
     of each weight and of torch's zero term to A's type, float32 sums (K * 2^-24 of the product of
-    the magnitudes), then the output's rounding."""
+    the magnitudes), then the output's rounding; for W4A8 (exact e4m3 activations and weights'
+    integers) FP8 sums' 2^-10 of the product of the magnitudes, then the output's rounding."""
     rows = spread(p.m, SAMPLED_ROWS)
     columns = spread(p.n, SAMPLED_COLUMNS)
-    x = s.a[rows].double()
+    x = scaled_activations(p, s, rows)
     weights, zero_terms = exact_weights(p, s, columns)
     ref = x @ weights.t()
     magnitude = x.abs() @ weights.abs().t()
-    rounding = HALF_ULP[s.a.dtype] * (magnitude + x.abs() @ zero_terms.t()) + p.k * 2.0 ** -24 * magnitude
+    if p.w4a8:
+        rounding = FP8_SUMS * magnitude
+    else:
+        rounding = HALF_ULP[s.a.dtype] * (magnitude + x.abs() @ zero_terms.t()) + p.k * 2.0 ** -24 * magnitude
     differs = {}
     for who, out in outputs.items():
         bound = ref.abs() * HALF_ULP[out.dtype] + rounding * (1 + HALF_ULP[out.dtype])

@@ -135,11 +135,14 @@ _lib.define("scaled_grouped_swiglu_mm_quantized(Tensor x, Tensor w, Tensor? w_up
 # x [M, K] @ W^T for 4-bit weights W [N, K] (gemmkit.int4_mm, mxfp4_mm): w their [N, ceil(K/2)]
 # bytes, format 'int4' (u4 codes with scales, and optional zeros, [ceil(K/group), N] of x's dtype)
 # or 'mxfp4' (e2m1 values with exponents scales [N, ceil(K/32)], group 32, no zeros), checked by
-# _torch.check_w4 (in the fake implementations too). [M, N] of out_dtype (None: x's). Not
+# _torch.check_w4 (in the fake implementations too). An e4m3 x (int4 only, W4A8) comes with
+# x_scale, float32, per tensor, per row ([M, 1] or [M]) or per 1x128 block ([M, ceil(K/128)]), and
+# bfloat16 or float16 scales. [M, N] of out_dtype (None: x's; bfloat16 for e4m3 x). Not
 # differentiable: the backward raises.
-_lib.define("w4_mm(Tensor x, Tensor w, Tensor scales, Tensor? zeros, str format, int group, ScalarType? out_dtype) "
-            "-> Tensor")
-_lib.define("w4_mm_out(Tensor x, Tensor w, Tensor scales, Tensor? zeros, Tensor(a!) out, str format, int group) -> ()")
+_lib.define("w4_mm(Tensor x, Tensor w, Tensor scales, Tensor? zeros, str format, int group, ScalarType? out_dtype, "
+            "Tensor? x_scale=None) -> Tensor")
+_lib.define("w4_mm_out(Tensor x, Tensor w, Tensor scales, Tensor? zeros, Tensor(a!) out, str format, int group, "
+            "Tensor? x_scale=None) -> ()")
 # w4_mm's inputs from weights w [N, K] (bfloat16, float16 or float32; gemmkit.quantize_int4,
 # quantize_mxfp4): (w's [N, ceil(K/2)] bytes, scales, zero points or None), format 'int4' (scales
 # and zeros [ceil(K/group), N] of scales_dtype, bfloat16 or float16) or 'mxfp4' (group 32, no
@@ -220,16 +223,16 @@ def _swiglu_mm_out(x, w, w_up, out, interleaved, epilogue, names, inputs, output
                     scale_d)
 
 
-def _w4_mm(x, w, scales, zeros, format, group, out_dtype):
-    t.check_w4(x, w, scales, zeros, format, group)
+def _w4_mm(x, w, scales, zeros, format, group, out_dtype, x_scale=None):
+    t.check_w4(x, w, scales, zeros, format, group, x_scale)
     out = t.new_w4_output(x, w, out_dtype)
-    t.launch_w4(x, w, scales, zeros, format, group, out)
+    t.launch_w4(x, w, scales, zeros, format, group, out, x_scale)
     return out
 
 
-def _w4_mm_out(x, w, scales, zeros, out, format, group):
-    t.check_w4(x, w, scales, zeros, format, group)
-    t.launch_w4(x, w, scales, zeros, format, group, out)
+def _w4_mm_out(x, w, scales, zeros, out, format, group, x_scale=None):
+    t.check_w4(x, w, scales, zeros, format, group, x_scale)
+    t.launch_w4(x, w, scales, zeros, format, group, out, x_scale)
 
 
 def _quantize_w4(w, format, group, zeros, scales_dtype):
@@ -597,14 +600,14 @@ def _scaled_grouped_swiglu_mm_quantized_fake(x, w, w_up, scale_x, scale_w, scale
 # The 4-bit weight product's output, [M, N]; its arguments are checked as the kernel's are.
 
 @torch.library.register_fake("gemmkit::w4_mm")
-def _w4_mm_fake(x, w, scales, zeros, format, group, out_dtype):
-    t.check_w4(x, w, scales, zeros, format, group)
+def _w4_mm_fake(x, w, scales, zeros, format, group, out_dtype, x_scale=None):
+    t.check_w4(x, w, scales, zeros, format, group, x_scale)
     return x.new_empty(x.size(0), w.size(0), dtype=t.output_dtype(x, out_dtype))
 
 
 @torch.library.register_fake("gemmkit::w4_mm_out")
-def _w4_mm_out_fake(x, w, scales, zeros, out, format, group):
-    t.check_w4(x, w, scales, zeros, format, group)
+def _w4_mm_out_fake(x, w, scales, zeros, out, format, group, x_scale=None):
+    t.check_w4(x, w, scales, zeros, format, group, x_scale)
 
 
 @torch.library.register_fake("gemmkit::quantize_w4")
@@ -1036,7 +1039,8 @@ torch.library.register_autograd("gemmkit::scaled_grouped_swiglu_mm", _fp8_swiglu
 
 
 # Products with 4-bit weights have no gradient either: a call on inputs that require grad runs,
-# and its backward raises, naming the function (int4_mm or mxfp4_mm).
+# and its backward raises, naming the function (int4_mm or mxfp4_mm), as scaled_mm's does for FP8
+# products; an e4m3 x and its x_scale (W4A8) likewise.
 
 def _w4_setup_context(ctx, inputs, output):
     ctx.function = f"{inputs[4]}_mm"

@@ -110,6 +110,10 @@ W4_BYTES = {"int4": (torch.uint8,), "mxfp4": (torch.uint8,) + ((FLOAT4,) if FLOA
 E8M0 = torch.float8_e8m0fnu
 MX_BLOCK = 32
 W4_SCALE_DTYPES = (torch.bfloat16, torch.float16)  # int4's scales (and zero points)
+# int4_mm's FP8 activations (W4A8), scaled by x_scale: one float32 scale (tensor), one a row
+# (rowwise) or one a row per X_SCALE_BLOCK of K (block, 1x128).
+W4A8_X = torch.float8_e4m3fn
+X_SCALE_BLOCK = 128
 
 
 def new_w4_output(x, w, out_dtype):
@@ -119,18 +123,20 @@ def new_w4_output(x, w, out_dtype):
     return x.new_empty(x.size(0), w.size(0)) if dtype == x.dtype else x.new_empty(x.size(0), w.size(0), dtype=dtype)
 
 
-def launch_w4(x, w, scales, zeros, format, group, out):
+def launch_w4(x, w, scales, zeros, format, group, out, x_scale=None):
     """out [M, N] = x [M, K] @ W^T on out's device and current stream, for 4-bit weights W [N, K]
     (torch.nn.Linear's layout) stored as w, [N, ceil(K/2)] bytes, two K elements a byte: B = W^T,
     viewed in C++ as K x N of u4 (format 'int4') or e2m1 ('mxfp4') with nibble strides {1, 2 *
     w.stride(0)} (python/src/module.cpp, gemm_4bit_tensors). int4's scales and zero points
     [ceil(K/group), N] go as they are; MXFP4's [N, ceil(K/32)] (gpt-oss's layout) as their
-    transpose, B's ceil(K/32) x N, read as float8_e8m0fnu (uint8 exponents viewed so). Checked by
+    transpose, B's ceil(K/32) x N, read as float8_e8m0fnu (uint8 exponents viewed so). An e4m3 x
+    is scaled by x_scale, A's scales in the mode its shape says (x_scale_mode). Checked by
     check_w4."""
     if format == "mxfp4":
         scales = (scales if scales.dtype == E8M0 else scales.view(E8M0)).t()
+    mode_a = _C.ScaleMode.none if x_scale is None else MODES[x_scale_mode(x_scale, x.size(0), x.size(1))]
     _C.gemm_4bit_tensors(x, w, out, W4_FORMATS[format], scales, zeros, group,
-                         torch._C._cuda_getCurrentRawStream(out.get_device()))
+                         torch._C._cuda_getCurrentRawStream(out.get_device()), mode_a, x_scale)
 
 
 def new_quantize_w4_outputs(w, format, group, zeros, scales_dtype):
@@ -610,13 +616,59 @@ def quantized(out, out_dtype):
     return (out_dtype if out is None else out.dtype) == QUANTIZED
 
 
-def check_w4(x, w, scales, zeros, format, group):
+def x_scale_mode(x_scale, m, k):
+    """The mode of x_scale, float32 scales of e4m3 x [M, K] (int4_mm's, W4A8), by its shape: 'tensor'
+    (one element), 'rowwise' ([M, 1] or [M], one a row) or 'block' ([M, ceil(K/128)], 1x128
+    blocks); None for any other shape. Where two modes fit (M = 1, or K <= 128) they scale alike."""
+    shape = tuple(x_scale.shape)
+    if x_scale.numel() == 1:
+        return "tensor"
+    if shape in ((m, 1), (m,)):
+        return "rowwise"
+    if shape == (m, -(-k // X_SCALE_BLOCK)):
+        return "block"
+    return None
+
+
+def x_scale_rows(x, x_scale):
+    """x_scale for x [..., K] as for x's rows [M, K]: [..., 1] as [M, 1] and [..., ceil(K/128)] as
+    [M, ceil(K/128)] (a view where they can be, else a copy); others as given (check_w4 judges them)."""
+    if x_scale is None or x.dim() == 2 or not isinstance(x_scale, torch.Tensor) or x_scale.numel() == 1:
+        return x_scale
+    lead, blocks = tuple(x.shape[:-1]), -(-x.size(-1) // X_SCALE_BLOCK)
+    for cols in (1, blocks):
+        if tuple(x_scale.shape) == (*lead, cols):
+            return x_scale.reshape(-1, cols)
+    return x_scale
+
+
+def check_x_scale(x, x_scale):
+    """x_scale for x [M, K] (check_w4): None for 16-bit x; for e4m3 x float32 of a shape
+    x_scale_mode knows."""
+    if x.dtype != W4A8_X:
+        if x_scale is not None:
+            raise ValueError(f"x_scale: given with {x.dtype} x; expected None (scales go with float8_e4m3fn x)")
+        return
+    blocks = -(-x.size(1) // X_SCALE_BLOCK)
+    forms = (f"one element (tensor), [..., 1] or [M] (one a row of x: rowwise) or [..., ceil(K/128)] = [..., "
+             f"{blocks}] (1x128 blocks), the leading dimensions x's")
+    if x_scale is None:
+        raise ValueError(f"x_scale: None with float8_e4m3fn x; expected x's float32 scales: {forms}")
+    _check_cuda_tensor(x_scale, "x_scale")
+    if x_scale.dtype != torch.float32:
+        raise TypeError(f"x_scale: dtype {x_scale.dtype}; expected float32")
+    if x_scale_mode(x_scale, x.size(0), x.size(1)) is None:
+        raise ValueError(f"x_scale: shape {list(x_scale.shape)}; expected {forms}")
+
+
+def check_w4(x, w, scales, zeros, format, group, x_scale=None):
     """The operands of a product with 4-bit weights (int4_mm, mxfp4_mm, torch.ops.gemmkit.w4_mm):
-    x [M, K] bfloat16 or float16; w the weights [N, ceil(K/2)] as bytes (W4_BYTES), named qweight
-    (int4) or weight (mxfp4), the bytes along K contiguous; int4's scales [ceil(K/group), N] of x's
-    dtype and zeros None or as the scales, `group` 32, a power of two from 64, or at least K; MXFP4's
-    scales [N, ceil(K/32)] float8_e8m0fnu or uint8, no zeros, group 32. TypeError for a dtype,
-    ValueError for anything else, naming the argument."""
+    x [M, K] bfloat16 or float16, or for int4 float8_e4m3fn with x_scale (check_x_scale); w the
+    weights [N, ceil(K/2)] as bytes (W4_BYTES), named qweight (int4) or weight (mxfp4), the bytes
+    along K contiguous; int4's scales [ceil(K/group), N] of x's dtype (e4m3 x: bfloat16 or float16)
+    and zeros None or as the scales, `group` 32, a power of two from 64 (e4m3 x: from 128), or at
+    least K; MXFP4's scales [N, ceil(K/32)] float8_e8m0fnu or uint8, no zeros, group 32. TypeError
+    for a dtype, ValueError for anything else, naming the argument."""
     if format not in W4_FORMATS:
         raise ValueError(f"format: {format!r}; expected 'int4' or 'mxfp4'")
     int4 = format == "int4"
@@ -624,8 +676,14 @@ def check_w4(x, w, scales, zeros, format, group):
     _check_cuda_tensor(x, "x")
     if x.dim() != 2:
         raise ValueError(f"x: {x.dim()} dimensions; expected 2, [M, K]")
-    if x.dtype not in (torch.bfloat16, torch.float16):
-        raise TypeError(f"x: dtype {x.dtype} is not supported; expected bfloat16 or float16")
+    if x.dtype == W4A8_X and not int4:
+        raise TypeError(f"x: dtype {x.dtype} with MXFP4 weights; expected bfloat16 or float16 (float8_e4m3fn x goes "
+                        "with int4 weights)")
+    if x.dtype not in (torch.bfloat16, torch.float16, W4A8_X):
+        raise TypeError(f"x: dtype {x.dtype} is not supported; expected bfloat16 or float16"
+                        + (", or float8_e4m3fn with x_scale" if int4 else ""))
+    check_x_scale(x, x_scale)
+    fp8_x = x.dtype == W4A8_X
     k = x.size(1)
     _check_cuda_tensor(w, w_name)
     if w.dtype not in W4_BYTES[format]:
@@ -642,7 +700,12 @@ def check_w4(x, w, scales, zeros, format, group):
     _check_cuda_tensor(scales, "scales")
     check_w4_group(format, group, k)
     if int4:
-        if scales.dtype != x.dtype:
+        if fp8_x and group < k and group < X_SCALE_BLOCK:
+            raise ValueError(f"group: {group} with float8_e4m3fn x; expected a power of two from 128, or at least K = "
+                             f"{k} (one scale a column)")
+        if fp8_x and scales.dtype not in W4_SCALE_DTYPES:
+            raise TypeError(f"scales: dtype {scales.dtype}; expected bfloat16 or float16 with float8_e4m3fn x")
+        if not fp8_x and scales.dtype != x.dtype:
             raise TypeError(f"scales: dtype {scales.dtype}; expected x's, {x.dtype}")
         shape, text = (-(-k // group), n), f"[ceil(K/{group}), N]"
     else:
@@ -1412,32 +1475,40 @@ def scaled_mm(a, b, scale_a, scale_b, *, mode="tensor", out=None, out_dtype=None
     return _arrays.to_caller(result, kind, out)
 
 
-def int4_mm(x, qweight, scales, zeros=None, *, group=128, out=None, out_dtype=None):
+def int4_mm(x, qweight, scales, zeros=None, *, group=128, out=None, out_dtype=None, x_scale=None):
     """x @ W.T for int4 weights W [N, K] (torch.nn.Linear's layout) with a scale, and optionally a
     zero point, per `group` K elements of a row (GPTQ's and AWQ's scheme): W[n, k] = (q - zero) *
     scale, q in 0..15 the code of qweight, scale = scales[k // group, n], zero = zeros[k // group,
-    n], or 8 without zeros (symmetric).
-    - x [..., K] bfloat16 or float16; the leading dimensions are flattened into the product's rows
-      (a view where they can be, else a copy, as linear's).
+    n], or 8 without zeros (symmetric). With FP8 activations (W4A8) the product is (x * x_scale)
+    @ W.T.
+    - x [..., K] bfloat16 or float16, or float8_e4m3fn with x_scale; the leading dimensions are
+      flattened into the product's rows (a view where they can be, else a copy, as linear's).
+    - x_scale: float32 scales of an e4m3 x, required with it (and None for 16-bit x): one element
+      (a 0-d tensor: per tensor), [..., 1] or [M] (one a row, per token: rowwise), or [..., ceil(K/
+      128)] (one a row per 128 of K: 1x128 blocks, as quantize(x, 1, 128) returns them); the
+      leading dimensions are x's, flattened as x's are.
     - qweight uint8 [N, ceil(K/2)], two codes a byte along K, the even k in the low nibble (K is
       x's; for an odd K the last high nibble is not read); any row stride, the bytes of a row
       contiguous.
-    - scales [ceil(K/group), N] of x's dtype, any strides: N-contiguous, as GPTQ and AWQ store
-      them, is read as it lies, others are copied so first, on every call. zeros None, or the
-      zero points as numbers (AWQ's), of the scales' shape and dtype.
-    - group: the K elements a scale covers, 32, a power of two from 64, or at least K (one scale
-      a column).
-    -> [..., N] of x's dtype, or out_dtype's (bfloat16, float16 or float32); out= a [..., N]
-    tensor to write (its leading dimensions must flatten without a copy), returned.
+    - scales [ceil(K/group), N] of x's dtype (e4m3 x: bfloat16 or float16), any strides:
+      N-contiguous, as GPTQ and AWQ store them, is read as it lies, others are copied so first, on
+      every call. zeros None, or the zero points as numbers (AWQ's), of the scales' shape and dtype.
+    - group: the K elements a scale covers, 32, a power of two from 64 (e4m3 x: from 128), or at
+      least K (one scale a column).
+    -> [..., N] of x's dtype (e4m3 x: bfloat16), or out_dtype's (bfloat16, float16 or float32);
+    out= a [..., N] tensor to write (its leading dimensions must flatten without a copy), returned.
     Each weight is dequantised and rounded once to x's type, and the products summed in float32,
     as a 16-bit product of the dequantised weights would be; in decode (up to 32 rows of x) with
     groups of 64 or more, q - zero is multiplied instead (exact for integer zero points) and each
-    group's sums scaled in float32. Not differentiable: a call on inputs that require grad runs,
-    but its backward raises RuntimeError (out= refuses them). A traced call is one operator,
-    torch.ops.gemmkit.w4_mm (w4_mm_out with out=), format 'int4'."""
-    names = ("x", "qweight", "scales", "zeros", "out")
-    (x, qweight, scales, zeros, out_t), kind = _arrays.to_torch(torch, (x, qweight, scales, zeros, out), names)
-    result = _w4(x, qweight, scales, zeros, "int4", group_index(group), out_t, out_dtype)
+    group's sums scaled in float32. An e4m3 x is multiplied in FP8 as gemmkit.scaled_mm multiplies
+    it, with the weights' q - zero, exact in e4m3, and their scales applied to each group's float32
+    sums. Not differentiable: a call on inputs that require grad runs, but its backward raises
+    RuntimeError (out= refuses them). A traced call is one operator, torch.ops.gemmkit.w4_mm
+    (w4_mm_out with out=), format 'int4', with x_scale as its keyword argument."""
+    names = ("x", "qweight", "scales", "zeros", "out", "x_scale")
+    (x, qweight, scales, zeros, out_t, x_scale), kind = _arrays.to_torch(
+        torch, (x, qweight, scales, zeros, out, x_scale), names)
+    result = _w4(x, qweight, scales, zeros, "int4", group_index(group), out_t, out_dtype, x_scale)
     return _arrays.to_caller(result, kind, out)
 
 
@@ -1466,14 +1537,15 @@ def mxfp4_mm(x, weight, scales, *, out=None, out_dtype=None):
     return _arrays.to_caller(result, kind, out)
 
 
-def _w4(x, w, scales, zeros, format, group, out, out_dtype):
-    """int4_mm's and mxfp4_mm's product, x [..., K] flattened into [M, K] rows: launched directly,
-    else through w4_mm, or w4_mm_out into out (viewed as [M, N])."""
+def _w4(x, w, scales, zeros, format, group, out, out_dtype, x_scale=None):
+    """int4_mm's and mxfp4_mm's product, x [..., K] flattened into [M, K] rows (and x_scale with
+    them): launched directly, else through w4_mm, or w4_mm_out into out (viewed as [M, N])."""
     _check_cuda_tensor(x, "x")
     if x.dim() == 0:
         raise ValueError("x: 0 dimensions; expected at least 1, [..., K]")
     rows = x.unsqueeze(0) if x.dim() == 1 else x.flatten(0, -2)
-    check_w4(rows, w, scales, zeros, format, group)
+    x_scale = x_scale_rows(x, x_scale)
+    check_w4(rows, w, scales, zeros, format, group, x_scale)
     if out_dtype is not None and out_dtype not in OUT_DTYPES:
         raise TypeError(f"out_dtype: {out_dtype} is not supported; expected bfloat16, float16 or float32")
     shape = (*x.shape[:-1], w.size(0))
@@ -1487,18 +1559,18 @@ def _w4(x, w, scales, zeros, format, group, out, out_dtype):
         if tuple(out.shape) != shape:
             raise ValueError(f"out: shape {list(out.shape)}; expected x's leading dimensions and N, {list(shape)}")
         flat = _rows_view(out, "out", rows.size(0), w.size(0))
-    if direct(rows, w, scales, zeros, out):
+    if direct(rows, w, scales, zeros, out, x_scale):
         if out is not None:
-            launch_w4(rows, w, scales, zeros, format, group, flat)
+            launch_w4(rows, w, scales, zeros, format, group, flat, x_scale)
             return out
         result = new_w4_output(rows, w, out_dtype)
-        launch_w4(rows, w, scales, zeros, format, group, result)
+        launch_w4(rows, w, scales, zeros, format, group, result, x_scale)
         return result if x.dim() == 2 else result.view(shape)
     if out is None:
-        result = torch.ops.gemmkit.w4_mm(rows, w, scales, zeros, format, group, out_dtype)
+        result = torch.ops.gemmkit.w4_mm(rows, w, scales, zeros, format, group, out_dtype, x_scale=x_scale)
         return result if x.dim() == 2 else result.view(shape)
-    refuse_autograd_with_out(rows, scales, zeros, out)
-    torch.ops.gemmkit.w4_mm_out(rows, w, scales, zeros, flat, format, group)
+    refuse_autograd_with_out(rows, scales, zeros, out, x_scale)
+    torch.ops.gemmkit.w4_mm_out(rows, w, scales, zeros, flat, format, group, x_scale=x_scale)
     return out
 
 

@@ -14,7 +14,9 @@ lines and JSON are the CLI's, with torch in cuBLASLt's (and cuBLAS's) place:
                        _bench_grouped.py says; for 4-bit weights (gemmkit.int4_mm, mxfp4_mm)
                        torch._weight_int4pack_mm on the same int4 codes, scales and zero
                        points, or torch.mm on the MXFP4 weights dequantised (marked *), both
-                       outputs checked once a line, as _bench_lowbit.py says
+                       outputs checked once a line; for W4A8 (e4m3 activations) torch._scaled_mm
+                       on e4m3 weights of the same shape (marked *: torch has no W4A8 GEMM), ours
+                       alone checked; as _bench_lowbit.py says
   --baseline compiled  the same calls compiled by torch.compile(mode="max-autotune-no-cudagraphs"),
                        which autotunes Triton kernels against them (minutes per suite)
 
@@ -134,8 +136,9 @@ def config_of(p, s):
         b = _C.packed_weight_view_of(s.w, p.b_dtype, p.k, "w")
         scales = s.scales.t() if lowbit.is_mxfp4(p) else s.scales
         zeros = None if s.zeros is None else _C.view_of(s.zeros, "zeros")
-        return bench.chosen_config(_C.view_of(s.a, "a"), b, _C.view_of(s.d, "d"), mode_b=p.mode,
-                                   scale_b=_C.view_of(scales, "scales"), group=p.group, zeros=zeros)
+        scale_a = _C.scale_view_of(s.sa, "x_scale", True) if p.w4a8 else None
+        return bench.chosen_config(_C.view_of(s.a, "a"), b, _C.view_of(s.d, "d"), mode_a=p.mode_a, scale_a=scale_a,
+                                   mode_b=p.mode, scale_b=_C.view_of(scales, "scales"), group=p.group, zeros=zeros)
     views = [_C.view_of(t, n) for t, n in ((s.a, "a"), (s.b, "b"), (s.d, "d"))]
     if not s.fp8:
         return bench.chosen_config(*views)
@@ -186,7 +189,9 @@ def bench_problem(p, timer, info, kind, say):
         say(f"{name} cannot run {shape_of(p)} ({why}): {instead}")
     if p.w4:  # both outputs against float64 once, before timing: torch's conventions were read, not run
         run_ours(p, pool[0])
-        outputs = {"ours": pool[0].d, name: pool[0].d_torch} if theirs else {"ours": pool[0].d}
+        # A W4A8 line's torch runs other weights (a stand-in): ours alone is checked.
+        theirs_checked = theirs is not None and not p.w4a8
+        outputs = {"ours": pool[0].d, name: pool[0].d_torch} if theirs_checked else {"ours": pool[0].d}
         for who, differs in lowbit.check(p, pool[0], outputs).items():
             say(f"{shape_of(p)}: {differs}")
             if who != "ours":  # torch's time is then not of this product: the note marks it

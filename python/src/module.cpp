@@ -9,7 +9,8 @@
 // given as the two halves' views (scale_b, scale_b2). Each of them takes an e4m3 D's scales as an
 // optional scale_d (GemmOptions::scale_d, block mode). gemm_4bit_tensors() takes 4-bit weights
 // as checkpoints store them, [N, ceil(K/2)] bytes, and makes B's u4 or e2m1 view of them itself
-// (packed_weight_view_of, also bound for tests), with group or MX scales; quantize_4bit_tensors()
+// (packed_weight_view_of, also bound for tests), with group or MX scales and, for an e4m3 A
+// (W4A8), A's scales in mode_a; quantize_4bit_tensors()
 // makes such weights from [N, K] ones with the same views (quantize_int4, quantize_mxfp4).
 // set_scratch_allocator() makes two Python callables (torch's caching allocator, from
 // python/gemmkit/_torch.py) gemmkit's scratch allocator (gemmkit/scratch.h). gemmkit::Error
@@ -326,7 +327,7 @@ NB_MODULE(_gemmkit, m) {
   m.def(
       "gemm_4bit_tensors",
       [](nb::handle x, nb::handle w, nb::handle d, DType dtype, nb::handle scales, nb::handle zeros, int64_t group,
-         uintptr_t stream) {
+         uintptr_t stream, ScaleMode mode_a, nb::handle scale_a) {
         const TensorView va = gemmkit::python::view_of(x, "x");
         const char* w_name = dtype == DType::u4 ? "qweight" : "weight";
         const TensorView vb = gemmkit::python::packed_weight_view_of(w, dtype, va.cols(), w_name);
@@ -337,15 +338,17 @@ NB_MODULE(_gemmkit, m) {
         options.scale_b.scales = gemmkit::python::view_of(scales, "scales");
         options.scale_b.group = group;
         options.scale_b.zeros = optional_view(zeros, "zeros");
+        if (!scale_a.is_none()) options.scale_a = {mode_a, gemmkit::python::scale_view_of(scale_a, "x_scale", true)};
         nb::gil_scoped_release unlocked;
         gemmkit::gemm(va, vb, vd, options);
       },
       nb::arg("x"), nb::arg("w"), nb::arg("d"), nb::arg("dtype"), nb::arg("scales"), nb::arg("zeros").none(),
-      nb::arg("group"), nb::arg("stream"),
+      nb::arg("group"), nb::arg("stream"), nb::arg("mode_a") = ScaleMode::none, nb::arg("scale_a") = nb::none(),
       "gemm() of 4-bit weights on framework tensors: d [M, N] = x [M, K] @ W^T, W [N, K] given as w, its [N, "
       "ceil(K/2)] bytes (packed_weight_view_of), read as B = W^T of `dtype`: u4 with group scales ceil(K/group) x N "
       "of x's dtype and optional zero points of the same (ScaleMode::group, `group` K elements a scale), or e2m1 "
-      "with ue8m0 scales ceil(K/32) x N (ScaleMode::mx, group 0 or 32); scales and zeros are 2-D, any strides");
+      "with ue8m0 scales ceil(K/32) x N (ScaleMode::mx, group 0 or 32); scales and zeros are 2-D, any strides; an "
+      "e4m3 x (W4A8) is scaled by scale_a in mode_a (tensor, rowwise or block), viewed as gemm_tensors' scale_a");
   m.def(
       "quantize_4bit_tensors",
       [](nb::handle w, nb::handle q, nb::handle scales, nb::handle zeros, DType dtype, int64_t group,

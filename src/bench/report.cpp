@@ -167,6 +167,15 @@ void set_dense_times(BenchRecord& r, double dense16_us, double dense16_baseline_
   r.speedup = r.baseline_us / r.ours_us;  // as bench has it: NaN without a baseline
 }
 
+void set_w4a8_dense_times(BenchRecord& r, double dense16_us, double dense16_baseline_us, double fp8_us,
+                          double fp8_baseline_us, const std::string& fp8_scaling) {
+  set_dense_times(r, dense16_us, dense16_baseline_us, fp8_us, fp8_baseline_us);
+  if (std::isnan(fp8_baseline_us)) return;
+  r.baseline_us = fp8_baseline_us;
+  r.baseline_note = "FP8 GEMM of the same shape, " + fp8_scaling;
+  r.speedup = r.baseline_us / r.ours_us;
+}
+
 std::string chosen_config(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options) {
   int device = 0;
   cudaGetDevice(&device);

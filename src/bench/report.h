@@ -37,9 +37,11 @@ struct BenchRecord {
   std::string baseline_epilogue;
   double baseline_fused_us = std::numeric_limits<double>::quiet_NaN();
   // A line with 4-bit weights (bench: cuBLASLt has no such GEMM) against dense GEMMs of its shape,
-  // layout, batch and output type, each on buffers of its own: B in A's 16-bit type, ours and
-  // cuBLASLt's (which bench also makes baseline_us, noted), and both operands e4m3 with per-tensor
-  // scales, ours and cuBLASLt's. NaN: not such a line, or the baseline could not run it.
+  // layout, batch and output type, each on buffers of its own: both operands 16-bit (A's type,
+  // bf16 for an e4m3 A), ours and cuBLASLt's (which bench also makes baseline_us, noted), and
+  // both operands e4m3 with per-tensor scales (W4A8 lines: scaled as A is), ours and cuBLASLt's
+  // (a W4A8 line's baseline_us, noted, where it ran). NaN: not such a line, or the baseline could
+  // not run it.
   double dense16_us = std::numeric_limits<double>::quiet_NaN();
   double dense16_baseline_us = std::numeric_limits<double>::quiet_NaN();
   double fp8_us = std::numeric_limits<double>::quiet_NaN();
@@ -51,6 +53,13 @@ struct BenchRecord {
 // as its baseline_us and speedup, noted "16-bit GEMM of the same shape" where it ran.
 void set_dense_times(BenchRecord& r, double dense16_us, double dense16_baseline_us, double fp8_us,
                      double fp8_baseline_us);
+
+// The same for a W4A8 line (e4m3 activations against 4-bit weights), except that the baseline's
+// FP8 GEMM is its baseline_us where it ran, noted "FP8 GEMM of the same shape, " and `fp8_scaling`
+// (how the baseline scaled it, e.g. "rowwise scales"); where it did not, its 16-bit one, as
+// set_dense_times has it.
+void set_w4a8_dense_times(BenchRecord& r, double dense16_us, double dense16_baseline_us, double fp8_us,
+                          double fp8_baseline_us, const std::string& fp8_scaling);
 
 // The configuration gemmkit::gemm picks for a problem on the current device, with " tuned"
 // appended where it is a tuning winner: a record's config.

@@ -76,11 +76,16 @@ bool numeric(const std::string& field) {
 }
 
 // The format of 4-bit weights, what follows "w4:" in the dtype field `field` (as written):
-// int4gG (u4 in groups of G along K), int4gGz (with zero points) or mxfp4 (e2m1, mx).
+// int4gG (u4 in groups of G along K), int4gGz (with zero points) or mxfp4 (e2m1, mx). Against an
+// e4m3 A (p.in_dtype) only int4 in groups of 128 or more: gemmkit takes no other W4A8 weights.
 void parse_w4_format(const std::string& format, const std::string& field, SuiteProblem& p, const std::string& where) {
   const std::string spec = lower(format);
   const std::string named = "4-bit weight format " + quoted(format) + " in dtype " + quoted(field);
+  const bool fp8_a = is_fp8(p.in_dtype);
   if (spec == "mxfp4") {
+    if (fp8_a)
+      fail(where, named + " with e4m3 activations; expected int4gG or int4gGz (MXFP4 weights take bf16 or f16 "
+                          "activations)");
     p.in_b = DType::e2m1;
     p.mode = ScaleMode::mx;
     p.group = 32;
@@ -103,6 +108,9 @@ void parse_w4_format(const std::string& format, const std::string& field, SuiteP
   const bool power_of_two = ec == std::errc() && group >= 64 && (group & (group - 1)) == 0;
   if (!power_of_two && !(ec == std::errc() && group == 32))
     fail(where, "group size " + quoted(group_text) + " in dtype " + quoted(field) + "; expected 32 or a power of two >= 64");
+  if (fp8_a && group < 128)
+    fail(where, "group size " + quoted(group_text) + " in dtype " + quoted(field) +
+                    " with e4m3 activations; expected a power of two >= 128");
   p.in_b = DType::u4;
   p.mode = ScaleMode::group;
   p.group = group;
@@ -110,19 +118,21 @@ void parse_w4_format(const std::string& format, const std::string& field, SuiteP
 }
 
 // A dtype field naming 4-bit weights: A,w4:FORMAT or A,w4:FORMAT:OUT, `w4` where ",w4:" starts.
-// FORMAT holds no colon, so OUT is what follows the first colon after "w4:".
+// FORMAT holds no colon, so OUT is what follows the first colon after "w4:". An e4m3 A (W4A8)
+// is scaled per token unless the line's mode field says otherwise.
 void parse_w4_dtype(const std::string& field, size_t w4, SuiteProblem& p, const std::string& where) {
   const std::string spec = lower(field);
   const auto a = dtype_of(spec.substr(0, w4));
-  if (!a || (*a != DType::bf16 && *a != DType::f16))
+  if (!a || (*a != DType::bf16 && *a != DType::f16 && *a != DType::e4m3))
     fail(where, "activation type " + quoted(field.substr(0, w4)) + " in dtype " + quoted(field) +
-                    " with 4-bit weights; expected bf16 or f16 (e.g. bf16,w4:int4g128)");
+                    " with 4-bit weights; expected bf16, f16 or e4m3 (e.g. bf16,w4:int4g128)");
+  p.in_dtype = *a;
   const size_t format_at = w4 + std::string_view(",w4:").size();
   const size_t colon = spec.find(':', format_at);
   parse_w4_format(field.substr(format_at, colon == std::string::npos ? std::string::npos : colon - format_at), field,
                   p, where);
-  p.in_dtype = *a;
-  p.out_dtype = *a;
+  p.out_dtype = *a == DType::e4m3 ? DType::bf16 : *a;
+  p.mode_a = *a == DType::e4m3 ? ScaleMode::rowwise : ScaleMode::none;
   if (colon != std::string::npos) {
     const auto out = dtype_of(spec.substr(colon + 1));
     if (!out || (*out != DType::bf16 && *out != DType::f16 && *out != DType::f32))
@@ -137,8 +147,8 @@ void parse_w4_dtype(const std::string& field, size_t w4, SuiteProblem& p, const 
 void parse_dtype(const std::string& field, SuiteProblem& p, const std::string& where) {
   const std::string spec = lower(field);
   if (spec.rfind("w4:", 0) == 0)
-    fail(where, "dtype " + quoted(field) + " names no activation type; expected A,w4:FORMAT with A bf16 or f16 "
-                "(e.g. bf16,w4:int4g128)");
+    fail(where, "dtype " + quoted(field) + " names no activation type; expected A,w4:FORMAT with A bf16, f16 or "
+                "e4m3 (e.g. bf16,w4:int4g128)");
   if (const size_t w4 = spec.find(",w4:"); w4 != std::string::npos) return parse_w4_dtype(field, w4, p, where);
   const size_t colon = spec.find(':');
   const std::string in_text = spec.substr(0, colon);
@@ -208,21 +218,24 @@ std::string join(const std::vector<std::string>& fields) {
 
 }  // namespace
 
-bool SuiteProblem::fp8() const { return is_fp8(in_dtype); }
+bool SuiteProblem::fp8() const { return is_fp8(in_dtype) && !w4(); }
 
 bool SuiteProblem::w4() const { return is_4bit(b_dtype()); }
+
+bool SuiteProblem::w4a8() const { return w4() && is_fp8(in_dtype); }
 
 double SuiteProblem::bytes() const { return gemm_bytes(m, n, k, batch, in_dtype, b_dtype(), out_dtype, group, zeros); }
 
 double gemm_bytes(int64_t m, int64_t n, int64_t k, int64_t batch, DType a, DType b, DType d, int64_t group, bool zeros) {
   double per_batch = double(m) * double(k) * dtype_size(a) + double(m) * double(n) * dtype_size(d);
   if (!is_4bit(b)) return (per_batch + double(k) * double(n) * dtype_size(b)) * double(batch);
-  // Two codes a byte; then ceil(K / block) scales a column, one byte each (ue8m0) for e2m1, A's
-  // type for u4, whose zero points are as many again. A u4 group of 0 or less: one scale a column.
+  // Two codes a byte; then ceil(K / block) scales a column, one byte each (ue8m0) for e2m1, two
+  // (bf16 or f16, whatever A is) for u4, whose zero points are as many again. A u4 group of 0 or
+  // less: one scale a column.
   const bool mx = b == DType::e2m1;
   const int64_t block = mx ? 32 : group > 0 ? group : std::max<int64_t>(k, 1);
   const double scales = double(k / block + (k % block != 0)) * double(n);
-  per_batch += double(k) * double(n) / 2 + scales * (mx ? 1 : dtype_size(a) * (zeros ? 2 : 1));
+  per_batch += double(k) * double(n) / 2 + scales * (mx ? 1 : 2 * (zeros ? 2 : 1));
   return per_batch * double(batch);
 }
 
@@ -263,12 +276,25 @@ SuiteProblem parse_problem(const std::vector<std::string>& fields, const std::st
     fail(where, "layout " + quoted(fields[3]) + " with 4-bit weights " + quoted(fields[4]) +
                     "; expected NT or TT (B stored N x K, K-contiguous, two codes a byte along K)");
 
-  // After the dtype: [mode] [batch]. A mode only follows 8-bit inputs; a number is the batch.
+  // After the dtype: [mode] [batch]. A mode only follows 8-bit inputs (W4A8: A's alone); a number
+  // is the batch.
   size_t next = 5;
   if (fields.size() > next) {
     const std::string& field = fields[next];
     const auto mode = mode_of(field);
-    if (!p.fp8()) {
+    if (p.w4a8()) {
+      const bool a_mode = mode && *mode != ScaleMode::mx;
+      const bool other_mode = (mode && !a_mode) || lower(field) == scale_mode_name(ScaleMode::group);
+      if (a_mode) {
+        p.mode_a = *mode;
+        ++next;
+      } else if (other_mode || !numeric(field) || fields.size() > 6) {
+        fail(where, std::string(other_mode ? "" : "unknown ") + "scaling mode " + quoted(field) +
+                        " for the e4m3 activations of " + quoted(fields[4]) +
+                        "; expected tensor, rowwise or block (A's scales, block 1x128; the weight format sets B's)" +
+                        (fields.size() > 6 ? "" : " (or a batch)"));
+      }
+    } else if (!p.fp8()) {
       if (mode || lower(field) == scale_mode_name(ScaleMode::group)) {
         fail(where, "scaling mode " + quoted(field) + " with " +
                         (p.w4() ? "4-bit weights " + quoted(fields[4]) +
@@ -470,7 +496,8 @@ std::string dtype_spec(const SuiteProblem& p) {
   std::string in(dtype_name(p.in_dtype));
   if (p.w4()) {
     in += p.b_dtype() == DType::e2m1 ? ",w4:mxfp4" : ",w4:int4g" + std::to_string(p.group) + (p.zeros ? "z" : "");
-    return p.out_dtype == p.in_dtype ? in : in + ":" + std::string(dtype_name(p.out_dtype));
+    const DType default_out = is_fp8(p.in_dtype) ? DType::bf16 : p.in_dtype;
+    return p.out_dtype == default_out ? in : in + ":" + std::string(dtype_name(p.out_dtype));
   }
   if (p.in_b && *p.in_b != p.in_dtype) (in += ",") += dtype_name(*p.in_b);
   if (p.in_dtype == p.out_dtype && !p.in_b) return in;
@@ -479,6 +506,7 @@ std::string dtype_spec(const SuiteProblem& p) {
 
 
 std::string type_spec(const SuiteProblem& p) {
+  if (p.w4a8()) return dtype_spec(p) + " " + std::string(scale_mode_name(p.mode_a));
   if (!p.fp8()) return dtype_spec(p);
   return dtype_spec(p) + " " + std::string(scale_mode_name(p.mode));
 }

@@ -1,5 +1,5 @@
 // Benchmark suites: plain-text lists of GEMM problems, one `M N K [layout] [dtype] [mode] [batch]`
-// a line (4-bit weights in the dtype: `bf16,w4:int4g128`), or a grouped GEMM, `grouped OP G M N
+// a line (4-bit weights in the dtype: `bf16,w4:int4g128`, `e4m3,w4:int4g128`), or a grouped GEMM, `grouped OP G M N
 // K dtype [mode] dist` (bench only: gemmkit bench and python -m gemmkit.bench); `epilogue TEXT`
 // lines fuse an epilogue into the lines below them (gemmkit bench only).
 #pragma once
@@ -22,12 +22,16 @@ struct SuiteProblem {
   std::string layout = "NT";  // NN, NT, TN or TT; row-major convention, first letter A, second B
   DType in_dtype = DType::bf16, out_dtype = DType::bf16;
   // B's type where it differs from A's: the other 8-bit type (e4m3 x e5m2), or 4-bit weights
-  // (u4 for int4gG, e2m1 for mxfp4) against a bf16 or f16 A.
+  // (u4 for int4gG, e2m1 for mxfp4) against a bf16 or f16 A, or u4 against an e4m3 A (W4A8).
   std::optional<DType> in_b;
   // How both FP8 operands are scaled (gemmkit/gemm.h): tensor unless the line names another
-  // mode. 4-bit weights: B's mode, as the format names it (group for int4, mx for mxfp4), A
-  // unscaled. None for 16-bit inputs.
+  // mode. 4-bit weights: B's mode, as the format names it (group for int4, mx for mxfp4). None
+  // for 16-bit inputs.
   ScaleMode mode = ScaleMode::none;
+  // A's scales where they are not `mode`'s: W4A8 lines (e4m3 A against 4-bit B) scale A in
+  // rowwise (per token, the default), tensor or block (1x128) mode, f32; none on every other
+  // line (16-bit A is unscaled, FP8 lines scale both operands in `mode`).
+  ScaleMode mode_a = ScaleMode::none;
   // 4-bit weights: the K elements of B one scale covers (int4gG: G; mxfp4: 32), and whether u4
   // B has zero points (int4gGz); 0 and false otherwise.
   int64_t group = 0;
@@ -38,8 +42,9 @@ struct SuiteProblem {
   std::string epilogue;
 
   DType b_dtype() const { return in_b.value_or(in_dtype); }
-  bool fp8() const;  // A is e4m3 or e5m2 (and then so is B)
-  bool w4() const;   // B is 4-bit weights (u4 or e2m1; A bf16 or f16)
+  bool fp8() const;   // A and B are both 8-bit (e4m3 or e5m2)
+  bool w4() const;    // B is 4-bit weights (u4 or e2m1; A bf16 or f16, or e4m3 for W4A8)
+  bool w4a8() const;  // B is 4-bit weights against an e4m3 A
   // What the GEMM reads and writes at the least, in bytes: gemm_bytes() of its sizes and types.
   double bytes() const;
 };
@@ -47,28 +52,32 @@ struct SuiteProblem {
 // What an M x N x K GEMM over `batch` matrices reads and writes at the least, in bytes: A, B
 // and D once each per batch entry, dtype_size() bytes an element, except a 4-bit B (u4, e2m1):
 // half a byte an element, plus its scales, ceil(K/group) x N of them, and as many zero points
-// where `zeros`. u4 scales (group mode) and zero points are A's type; e2m1's (mx) are one-byte
-// ue8m0, one per 32 of K whatever `group` says. FP8 scales are left out (as gemm_gbps leaves
-// them out). `group` and `zeros` are read for a u4 B only.
+// where `zeros`. u4 scales (group mode) and zero points are two bytes each (bf16 or f16: A's type
+// for 16-bit A, bf16 for an e4m3 A); e2m1's (mx) are one-byte ue8m0, one per 32 of K whatever
+// `group` says. FP8 scales (f32, A's of a W4A8 line too) are left out (as gemm_gbps leaves them
+// out). `group` and `zeros` are read for a u4 B only.
 double gemm_bytes(int64_t m, int64_t n, int64_t k, int64_t batch, DType a, DType b, DType d, int64_t group = 0,
                   bool zeros = false);
 
 // Parses one problem from its fields: M, N, K, then optionally layout, dtype, scaling mode and
 // batch, in that order. The dtype is IN or IN:OUT: IN is bf16, f16, e4m3, e5m2, A,B (two 8-bit
-// types, e.g. e4m3,e5m2) or A,w4:FORMAT (4-bit weights against A bf16 or f16); OUT is bf16, f16
-// or f32 (or e4m3, quantised in 1x128 blocks, except with 4-bit weights) and defaults to A's
-// type for 16-bit A and to bf16 for 8-bit A. fp16/float16, bfloat16 and fp32/float32 are
-// accepted, in any case. FORMAT is
-//   int4gG    u4 B, one scale of A's type per G of K (group mode), G 32 or a power of two >= 64
+// types, e.g. e4m3,e5m2) or A,w4:FORMAT (4-bit weights against A bf16 or f16, or e4m3: W4A8);
+// OUT is bf16, f16 or f32 (or e4m3, quantised in 1x128 blocks, except with 4-bit weights) and
+// defaults to A's type for 16-bit A and to bf16 for 8-bit A. fp16/float16, bfloat16 and
+// fp32/float32 are accepted, in any case. FORMAT is
+//   int4gG    u4 B, one scale per G of K (group mode), G 32 or a power of two >= 64 (e4m3 A: a
+//             power of two >= 128); the scales are A's type, bf16 for e4m3 A
 //   int4gGz   the same with zero points (AWQ's)
-//   mxfp4     e2m1 B, one ue8m0 scale per 32 of K (mx mode)
+//   mxfp4     e2m1 B, one ue8m0 scale per 32 of K (mx mode); bf16 or f16 A only
 // and holds no colon, so the colon of "w4:" belongs to IN and OUT follows the next one:
-// bf16,w4:int4g128, f16,w4:int4g32z:f32, bf16,w4:mxfp4:f16. 4-bit weights need B stored N x K
-// (K-contiguous): layout NT or TT. The mode (tensor, rowwise, block or mx) may follow an 8-bit
-// dtype only and defaults to tensor (4-bit weights: the format sets it); a sixth field that is a
-// number is the batch. `where` prefixes every error message, e.g. "dense.txt:12" or "command
-// line". Throws gemmkit::Error(invalid_argument) on anything malformed, and on a problem too
-// large for 64-bit addressing (check_addressable in core/problem.h).
+// bf16,w4:int4g128, f16,w4:int4g32z:f32, bf16,w4:mxfp4:f16, e4m3,w4:int4g128. 4-bit weights
+// need B stored N x K (K-contiguous): layout NT or TT. The mode (tensor, rowwise, block or mx)
+// may follow an 8-bit dtype only and defaults to tensor; with 4-bit weights the format sets B's
+// mode, and a W4A8 line's mode field, tensor, rowwise or block (1x128), is A's (mode_a; rowwise
+// by default). A field after the dtype that is a number is the batch. `where` prefixes every
+// error message, e.g. "dense.txt:12" or "command line". Throws gemmkit::Error(invalid_argument)
+// on anything malformed, and on a problem too large for 64-bit addressing (check_addressable in
+// core/problem.h).
 SuiteProblem parse_problem(const std::vector<std::string>& fields, const std::string& where);
 
 // Parses a whole field as a base-10 integer no smaller than `min`; `what` names it and `where`
@@ -145,12 +154,14 @@ std::vector<SuiteProblem> load_suite(const std::string& path);  // dense lines o
 
 // The dtype field, canonical: "bf16" when 16-bit input and output types match, else "IN:OUT",
 // e.g. "bf16:f32"; FP8 always as "IN:OUT", e.g. "e4m3:bf16" or "e4m3,e5m2:f32"; 4-bit weights
-// as "A,w4:FORMAT", with ":OUT" only where OUT is not A's type: "bf16,w4:int4g128",
-// "f16,w4:int4g64z:f32", "bf16,w4:mxfp4". Parses back as given.
+// as "A,w4:FORMAT", with ":OUT" only where OUT is not the default (A's type, bf16 for e4m3 A):
+// "bf16,w4:int4g128", "f16,w4:int4g64z:f32", "bf16,w4:mxfp4", "e4m3,w4:int4g128". Parses back
+// as given.
 std::string dtype_spec(const SuiteProblem& p);
 
 // The dtype and, for FP8, the mode, as a suite line has them: "bf16", "e4m3:bf16 block",
-// "bf16,w4:mxfp4" (4-bit weights: the dtype alone, which names the mode).
+// "bf16,w4:mxfp4" (4-bit weights: the dtype alone, which names B's mode), "e4m3,w4:int4g128
+// rowwise" (W4A8: A's mode after it).
 std::string type_spec(const SuiteProblem& p);
 
 }  // namespace gemmkit::tools

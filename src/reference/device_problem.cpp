@@ -132,6 +132,7 @@ std::string ProblemSpec::describe() const {
   if (scale_a != ScaleMode::none) {
     s << " scale_a " << scale_mode_name(scale_a);
     if (scale_a == ScaleMode::block) s << " " << scale_a_block_rows << "x128";
+    if (scale_a_col_major && *scale_a_col_major != scales_col_major) s << (*scale_a_col_major ? " col-major" : " row-major");
   }
   if (scale_b != ScaleMode::none) {
     s << " scale_b " << scale_mode_name(scale_b);
@@ -253,6 +254,12 @@ std::pair<int64_t, int64_t> scale_blocks(const ProblemSpec& spec, bool is_a) {
   return {block_rows, block_cols};
 }
 
+DType scale_dtype(const ProblemSpec& spec, ScaleMode mode) {
+  if (mode == ScaleMode::mx) return DType::ue8m0;
+  if (mode == ScaleMode::group) return spec.group_scale_dtype();
+  return DType::f32;
+}
+
 std::pair<int64_t, int64_t> scale_shape(const ProblemSpec& spec, bool is_a) {
   const int64_t rows = is_a ? spec.m : spec.k, cols = is_a ? spec.k : spec.n;
   const auto [block_rows, block_cols] = scale_blocks(spec, is_a);
@@ -262,10 +269,9 @@ std::pair<int64_t, int64_t> scale_shape(const ProblemSpec& spec, bool is_a) {
 Scale DeviceProblem::make_scale(ScaleMode mode, bool is_a, Buffer& buffer, uint64_t seed) {
   if (mode == ScaleMode::none) return {};
   const auto [scale_rows, scale_cols] = scale_shape(spec_, is_a);
-  const DType type = mode == ScaleMode::mx      ? DType::ue8m0
-                     : mode == ScaleMode::group ? spec_.group_scale_dtype()
-                                                : DType::f32;
-  const Strides st = operand_strides(scale_rows, scale_cols, spec_.scales_col_major, spec_.pad_scales, false);
+  const DType type = scale_dtype(spec_, mode);
+  const bool col_major = is_a ? spec_.scale_a_col_major.value_or(spec_.scales_col_major) : spec_.scales_col_major;
+  const Strides st = operand_strides(scale_rows, scale_cols, col_major, spec_.pad_scales, false);
   buffer = allocate(type, 0, st.span, spec_.batch);
   if (mode == ScaleMode::mx) {
     runtime::fill_random(buffer.base, type, buffer.elements, seed, 0.25f, 4.0f, nullptr);

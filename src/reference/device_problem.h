@@ -27,6 +27,10 @@ struct ProblemSpec {
   ScaleMode scale_a = ScaleMode::none, scale_b = ScaleMode::none;
   int64_t scale_a_block_rows = 1, scale_b_block_cols = 128;
   bool scales_col_major = false;
+  // A's scales' layout where it differs from scales_col_major's: W4A8 (e4m3 A against 4-bit B)
+  // with A's 1x128 scales M-contiguous, as quantize() lays them out, beside N-contiguous group
+  // scales.
+  std::optional<bool> scale_a_col_major;
   int64_t pad_scales = 0;  // extra elements in the scale tensors' leading dimension
   // 4-bit weights (in_b u4 or e2m1 against a bf16 or f16 A, or u4 against an e4m3 A (W4A8, with
   // scale_a as for FP8); scale_b group or mx): random codes (random bytes: every code), B
@@ -65,6 +69,10 @@ struct ProblemSpec {
   // addressing (check_addressable in core/problem.h), naming the sizes.
   void check_addressable() const;
 };
+
+// The type of scales in `mode`: ue8m0 for mx; for group (4-bit B's) group_scale_dtype(); f32
+// otherwise.
+DType scale_dtype(const ProblemSpec& spec, ScaleMode mode);
 
 // Rows and columns of A's (is_a) or B's blocks that share a scale in the spec's mode, and the
 // rows and columns of the scale tensor that takes.

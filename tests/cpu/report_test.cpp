@@ -311,6 +311,32 @@ TEST(Report, W4RecordsTakeTheBaselines16BitGemmAsAStandIn) {
     EXPECT_TRUE(std::isnan(us));
 }
 
+TEST(Report, W4a8RecordsTakeTheBaselinesFp8GemmWhereItRan) {
+  BenchRecord r = record(16, 28672, 8192, 20.0, kNaN, "tma 64x16 s8 widen");
+  r.dtype = "e4m3,w4:int4g128 rowwise";
+  set_w4a8_dense_times(r, 60.0, 58.0, 32.0, 30.0, "rowwise scales");
+  EXPECT_DOUBLE_EQ(r.baseline_us, 30.0);
+  EXPECT_DOUBLE_EQ(r.speedup, 1.5);
+  EXPECT_EQ(r.baseline_note, "FP8 GEMM of the same shape, rowwise scales");
+  EXPECT_DOUBLE_EQ(r.dense16_us, 60.0);
+  EXPECT_DOUBLE_EQ(r.dense16_baseline_us, 58.0);
+  EXPECT_DOUBLE_EQ(r.fp8_us, 32.0);
+  EXPECT_DOUBLE_EQ(r.fp8_baseline_us, 30.0);
+  // Without the baseline's FP8 time its 16-bit one stands in, as on 16-bit lines; without either, none.
+  set_w4a8_dense_times(r, 60.0, 58.0, 32.0, kNaN, "rowwise scales");
+  EXPECT_DOUBLE_EQ(r.baseline_us, 58.0);
+  EXPECT_EQ(r.baseline_note, "16-bit GEMM of the same shape");
+  set_w4a8_dense_times(r, 60.0, kNaN, 32.0, kNaN, "rowwise scales");
+  EXPECT_TRUE(std::isnan(r.baseline_us) && std::isnan(r.speedup));
+  EXPECT_EQ(r.baseline_note, "");
+  // The note is the table's footnote.
+  set_w4a8_dense_times(r, 60.0, 58.0, 32.0, 31.0, "per-tensor stand-in for rowwise scales");
+  const std::vector<std::string> lines = lines_of(format_table({r}, 3000.0));
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(cell_under(lines[0], lines[1], "cuBLASLt us"), "31.00*");
+  EXPECT_EQ(lines[2], "* cuBLASLt us: FP8 GEMM of the same shape, per-tensor stand-in for rowwise scales");
+}
+
 TEST(Report, W4RowsShowTheDenseGemmsOfTheirShape) {
   std::vector<BenchRecord> records = w4_records();
   const std::vector<std::string> lines = lines_of(format_table(records, 3000.0));

@@ -229,7 +229,13 @@ TEST(Suite, RejectsMalformedLinesNamingFileLineAndText) {
       // 4-bit weights
       {"1 2 3 NT bf16,w4", "'bf16,w4'"},
       {"1 2 3 NT w4:int4g128", "'w4:int4g128'"},
-      {"1 2 3 NT e4m3,w4:int4g128", "'e4m3'"},
+      {"1 2 3 NT e5m2,w4:int4g128", "'e5m2'"},
+      {"1 2 3 NT e4m3,w4:mxfp4", "'mxfp4'"},
+      {"1 2 3 NT e4m3,w4:int4g64", "'64'"},
+      {"1 2 3 NT e4m3,w4:int4g128 mx", "'mx'"},
+      {"1 2 3 NT e4m3,w4:int4g128 rows", "'rows'"},
+      {"1 2 3 NT e4m3,w4:int4g128 2 3", "'2'"},  // the mode comes before the batch
+      {"1 2 3 NT e4m3,w4:int4g128 rowwise 2 3", "'1 2 3 NT e4m3,w4:int4g128 rowwise 2 3'"},
       {"1 2 3 NT bf16,w4:", "''"},
       {"1 2 3 NT bf16,w4:int4", "'int4'"},
       {"1 2 3 NT bf16,w4:int4g", "''"},
@@ -499,15 +505,33 @@ TEST(Suite, FourBitWeightsNeedBStoredNByK) {
 TEST(Suite, RejectsMalformedFourBitDtypesWithOneLine) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"w4:int4g128",
-       "dtype 'w4:int4g128' names no activation type; expected A,w4:FORMAT with A bf16 or f16 (e.g. bf16,w4:int4g128)"},
-      {"e4m3,w4:int4g128",
-       "activation type 'e4m3' in dtype 'e4m3,w4:int4g128' with 4-bit weights; expected bf16 or f16 (e.g. "
+       "dtype 'w4:int4g128' names no activation type; expected A,w4:FORMAT with A bf16, f16 or e4m3 (e.g. "
+       "bf16,w4:int4g128)"},
+      {"e5m2,w4:int4g128",
+       "activation type 'e5m2' in dtype 'e5m2,w4:int4g128' with 4-bit weights; expected bf16, f16 or e4m3 (e.g. "
        "bf16,w4:int4g128)"},
       {"f32,w4:mxfp4",
-       "activation type 'f32' in dtype 'f32,w4:mxfp4' with 4-bit weights; expected bf16 or f16 (e.g. bf16,w4:int4g128)"},
-      {"bf16:f32,w4:int4g128",
-       "activation type 'bf16:f32' in dtype 'bf16:f32,w4:int4g128' with 4-bit weights; expected bf16 or f16 (e.g. "
+       "activation type 'f32' in dtype 'f32,w4:mxfp4' with 4-bit weights; expected bf16, f16 or e4m3 (e.g. "
        "bf16,w4:int4g128)"},
+      {"bf16:f32,w4:int4g128",
+       "activation type 'bf16:f32' in dtype 'bf16:f32,w4:int4g128' with 4-bit weights; expected bf16, f16 or e4m3 "
+       "(e.g. bf16,w4:int4g128)"},
+      {"e4m3:bf16,w4:int4g128",
+       "activation type 'e4m3:bf16' in dtype 'e4m3:bf16,w4:int4g128' with 4-bit weights; expected bf16, f16 or e4m3 "
+       "(e.g. bf16,w4:int4g128)"},
+      {"e4m3,w4:mxfp4",
+       "4-bit weight format 'mxfp4' in dtype 'e4m3,w4:mxfp4' with e4m3 activations; expected int4gG or int4gGz "
+       "(MXFP4 weights take bf16 or f16 activations)"},
+      {"E4M3,w4:MXFP4:f32",
+       "4-bit weight format 'MXFP4' in dtype 'E4M3,w4:MXFP4:f32' with e4m3 activations; expected int4gG or int4gGz "
+       "(MXFP4 weights take bf16 or f16 activations)"},
+      {"e4m3,w4:int4g32", "group size '32' in dtype 'e4m3,w4:int4g32' with e4m3 activations; expected a power of "
+                          "two >= 128"},
+      {"e4m3,w4:int4g64z", "group size '64' in dtype 'e4m3,w4:int4g64z' with e4m3 activations; expected a power of "
+                           "two >= 128"},
+      {"e4m3,w4:int4g96", "group size '96' in dtype 'e4m3,w4:int4g96'; expected 32 or a power of two >= 64"},
+      {"e4m3,w4:int4g128:e4m3", "output type 'e4m3' in dtype 'e4m3,w4:int4g128:e4m3'; expected bf16, f16 or f32 "
+                                "after 4-bit weights (A,w4:FORMAT:OUT)"},
       {"bf16,w4:int8g128",
        "unknown 4-bit weight format 'int8g128' in dtype 'bf16,w4:int8g128'; expected int4gG, int4gGz (with zero "
        "points) or mxfp4, G 32 or a power of two >= 64"},
@@ -577,6 +601,84 @@ TEST(Suite, FourBitWeightsTakeNoModeField) {
   EXPECT_EQ(parse("1 2 3 NT bf16,w4:int4g128 3").at(0).batch, 3);
 }
 
+TEST(Suite, ParsesW4a8LinesWithTheirActivationScales) {
+  using gemmkit::ScaleMode;
+  auto p = parse(
+      "1 8192 8192 NT e4m3,w4:int4g128\n"               // 0: A per token, D bf16
+      "16 28672 8192 NT e4m3,w4:int4g128z:f16 block\n"  // 1: zero points, 1x128 activation scales
+      "64 8192 28672 TT E4M3,W4:INT4G256:F32 Tensor 3\n"  // 2: any case, a batch
+      "4 4096 4096 NT e4m3,w4:int4g4096 rowwise 2\n"    // 3: per-channel groups, the default mode named
+      "4 4096 4096 NT e4m3,w4:int4g128:bf16 5\n");      // 4: a number after the dtype is the batch
+  ASSERT_EQ(p.size(), 5u);
+  for (const auto& q : p) {
+    EXPECT_TRUE(q.w4());
+    EXPECT_TRUE(q.w4a8());
+    EXPECT_FALSE(q.fp8());
+    EXPECT_EQ(q.in_dtype, DType::e4m3);
+    EXPECT_EQ(q.in_b, DType::u4);
+    EXPECT_EQ(q.mode, ScaleMode::group);  // B's, as the format names it
+  }
+  EXPECT_EQ(std::tie(p[0].mode_a, p[0].out_dtype, p[0].group, p[0].zeros, p[0].batch),
+            std::make_tuple(ScaleMode::rowwise, DType::bf16, int64_t(128), false, int64_t(1)));
+  EXPECT_EQ(std::tie(p[1].mode_a, p[1].out_dtype, p[1].group, p[1].zeros, p[1].batch),
+            std::make_tuple(ScaleMode::block, DType::f16, int64_t(128), true, int64_t(1)));
+  EXPECT_EQ(std::tie(p[2].mode_a, p[2].out_dtype, p[2].group, p[2].layout, p[2].batch),
+            std::make_tuple(ScaleMode::tensor, DType::f32, int64_t(256), std::string("TT"), int64_t(3)));
+  EXPECT_EQ(std::tie(p[3].mode_a, p[3].group, p[3].batch), std::make_tuple(ScaleMode::rowwise, int64_t(4096), int64_t(2)));
+  EXPECT_EQ(std::tie(p[4].mode_a, p[4].out_dtype, p[4].batch),
+            std::make_tuple(ScaleMode::rowwise, DType::bf16, int64_t(5)));
+  // Other lines have no activation scales of their own.
+  for (const char* line : {"1 2 3 NT bf16,w4:int4g128", "1 2 3 NT e4m3 rowwise", "1 2 3 NT bf16"}) {
+    SCOPED_TRACE(line);
+    const SuiteProblem q = parse(line).at(0);
+    EXPECT_EQ(q.mode_a, ScaleMode::none);
+    EXPECT_FALSE(q.w4a8());
+  }
+  // The command-line form takes the same fields.
+  const SuiteProblem q = parse_problem({"16", "8192", "8192", "nt", "e4m3,w4:int4g128", "block"}, "command line");
+  EXPECT_EQ(q.mode_a, ScaleMode::block);
+  EXPECT_TRUE(q.w4a8());
+}
+
+TEST(Suite, W4a8LinesNameTheActivationsModeOnly) {
+  const std::string expected =
+      "; expected tensor, rowwise or block (A's scales, block 1x128; the weight format sets B's)";
+  EXPECT_EQ(parse_error("1 2 3 NT e4m3,w4:int4g128 mx"),
+            "test.txt:1: scaling mode 'mx' for the e4m3 activations of 'e4m3,w4:int4g128'" + expected + " (or a batch)");
+  EXPECT_EQ(parse_error("1 2 3 NT e4m3,w4:int4g128z group 2"),
+            "test.txt:1: scaling mode 'group' for the e4m3 activations of 'e4m3,w4:int4g128z'" + expected);
+  EXPECT_EQ(parse_error("1 2 3 NT e4m3,w4:int4g128 blocks"),
+            "test.txt:1: unknown scaling mode 'blocks' for the e4m3 activations of 'e4m3,w4:int4g128'" + expected +
+                " (or a batch)");
+  EXPECT_EQ(parse_error("1 2 3 NT e4m3,w4:int4g128 2 3"),
+            "test.txt:1: unknown scaling mode '2' for the e4m3 activations of 'e4m3,w4:int4g128'" + expected);
+  EXPECT_EQ(parse_error("1 2 3 NT e4m3,w4:int4g128 rowwise 0"),
+            "test.txt:1: batch '0' is too small; expected an integer >= 1");
+  EXPECT_EQ(parse_error("1 2 3 NN e4m3,w4:int4g128"),
+            "test.txt:1: layout 'NN' with 4-bit weights 'e4m3,w4:int4g128'; expected NT or TT (B stored N x K, "
+            "K-contiguous, two codes a byte along K)");
+}
+
+TEST(Suite, W4a8SpecsRoundTripWithTheActivationsMode) {
+  using gemmkit::ScaleMode;
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      // given, dtype_spec, type_spec
+      {"e4m3,w4:int4g128", "e4m3,w4:int4g128", "e4m3,w4:int4g128 rowwise"},
+      {"e4m3,w4:int4g128:bf16 tensor", "e4m3,w4:int4g128", "e4m3,w4:int4g128 tensor"},
+      {"E4M3,W4:INT4G128Z:FP16 Block", "e4m3,w4:int4g128z:f16", "e4m3,w4:int4g128z:f16 block"},
+      {"e4m3,w4:int4g512:f32 rowwise", "e4m3,w4:int4g512:f32", "e4m3,w4:int4g512:f32 rowwise"},
+  };
+  for (const auto& [given, dtype, type] : cases) {
+    SCOPED_TRACE(given);
+    const SuiteProblem p = parse("1 1 1 NT " + given + " 2").at(0);
+    EXPECT_EQ(dtype_spec(p), dtype);
+    EXPECT_EQ(type_spec(p), type);
+    const SuiteProblem q = parse("1 1 1 NT " + type_spec(p) + " 2").at(0);
+    EXPECT_EQ(std::tie(q.in_dtype, q.in_b, q.out_dtype, q.mode, q.mode_a, q.group, q.zeros, q.batch),
+              std::tie(p.in_dtype, p.in_b, p.out_dtype, p.mode, p.mode_a, p.group, p.zeros, p.batch));
+  }
+}
+
 TEST(Suite, GroupedLinesTakeNoFourBitWeights) {
   std::istringstream in("grouped fwd 8 64 64 64 bf16,w4:int4g128 balanced\n");
   try {
@@ -628,6 +730,12 @@ TEST(Suite, BytesCountFourBitWeightsAtHalfAByteWithTheirScales) {
   EXPECT_DOUBLE_EQ(parse("16 28672 8192 NT bf16,w4:int4g128").at(0).bytes(), a + b + scales + d);
   EXPECT_DOUBLE_EQ(parse("16 28672 8192 NT bf16,w4:int4g128z").at(0).bytes(), a + b + 2 * scales + d);
   EXPECT_DOUBLE_EQ(parse("16 28672 8192 NT bf16,w4:int4g128:f32 3").at(0).bytes(), 3 * (a + b + scales + 2 * d));
+  // W4A8: A at a byte an element, its f32 scales left out as FP8 lines' are; the group scales
+  // (bf16) and zero points at two bytes each.
+  EXPECT_DOUBLE_EQ(parse("16 28672 8192 NT e4m3,w4:int4g128").at(0).bytes(), a / 2 + b + scales + d);
+  EXPECT_DOUBLE_EQ(parse("16 28672 8192 NT e4m3,w4:int4g128z:f32 block").at(0).bytes(), a / 2 + b + 2 * scales + 2 * d);
+  EXPECT_DOUBLE_EQ(gemm_bytes(16, 28672, 8192, 1, DType::e4m3, DType::u4, DType::bf16, 128),
+                   gemm_bytes(16, 28672, 8192, 1, DType::bf16, DType::u4, DType::bf16, 128) - a / 2);
   // A partial group at the end of K takes a scale: K = 100 in groups of 64 is 2 a column.
   EXPECT_DOUBLE_EQ(parse("1 10 100 NT f16,w4:int4g64z").at(0).bytes(), 100 * 2 + 100 * 10 / 2 + 2 * 10 * 2 * 2 + 10 * 2);
   // mxfp4: one byte per 32 of K, K = 2880 being 90 a column.
@@ -705,10 +813,13 @@ TEST(Suite, ShippedLowbitParses) {
   for (int64_t m : {1, 4096})
     for (auto [n, k] : {std::pair<int64_t, int64_t>{8192, 8192}, {28672, 8192}, {8192, 28672}})
       want.insert({m, n, k, "bf16,w4:int4g128z"});
+  for (int64_t m : {1, 16, 64, 512, 4096})
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{8192, 8192}, {28672, 8192}, {8192, 28672}})
+      want.insert({m, n, k, "e4m3,w4:int4g128 rowwise"});
   for (int64_t m : {1, 16, 512, 4096})
     for (auto [n, k] : {std::pair<int64_t, int64_t>{5760, 2880}, {2880, 2880}}) want.insert({m, n, k, "bf16,w4:mxfp4"});
   for (const auto& p : problems) {
-    got.insert({p.m, p.n, p.k, dtype_spec(p)});
+    got.insert({p.m, p.n, p.k, type_spec(p)});
     EXPECT_TRUE(p.w4());
     EXPECT_EQ(p.layout, "NT");
     EXPECT_EQ(p.batch, 1);

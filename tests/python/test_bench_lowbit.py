@@ -1,6 +1,7 @@
 """python -m gemmkit.bench's lines with 4-bit weights (bench/suites/lowbit.txt): gemmkit.int4_mm
 against torch._weight_int4pack_mm on the same codes, scales and zero points, gemmkit.mxfp4_mm
-against torch.mm on the weights dequantised (gemmkit/_bench_lowbit.py). Without a GPU: the lines
+against torch.mm on the weights dequantised, W4A8 (e4m3 activations) against torch._scaled_mm on
+e4m3 weights of the shape, a stand-in (gemmkit/_bench_lowbit.py). Without a GPU: the lines
 as the bench reads them, its refusals (batched w4 lines; the lines torch's int4 kernel cannot run,
 and why), both sides' operands built on the CPU, and torch's CPU int4 kernel on them against a
 float64 product of the weights as gemmkit reads them, which proves the scales_and_zeros layout,
@@ -8,7 +9,7 @@ the zero convention and the groups, and that the wrong ones fail the bench's che
 CUDA kernel reads the repacked bytes so (the even k in the high nibble) only a GPU run proves: on
 an sm_90 GPU (those tests skip, saying so, elsewhere) torch's CUDA int4 product against the same
 check, then int4, int4 with zero points, MXFP4 and a line torch refuses, end to end, with both
-times in the JSON. Needs torch; skips, saying so, without it."""
+times in the JSON, and W4A8 lines likewise. Needs torch; skips, saying so, without it."""
 
 import json
 import math
@@ -27,7 +28,7 @@ from gemmkit._gemmkit import bench  # noqa: E402
 
 SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 needs_sm90 = pytest.mark.skipif(not SM90, reason="no sm_90 GPU")
-BF16, U8 = torch.bfloat16, torch.uint8
+BF16, U8, E4M3 = torch.bfloat16, torch.uint8, torch.float8_e4m3fn
 
 
 def lines(tmp_path, text):
@@ -63,11 +64,17 @@ def gemmkit_weights(p, s):
 
 def test_the_lowbit_suite_reads_as_the_cli_writes_it():
     suite = bench.load_bench_suite(python_bench.suite_path("lowbit"))
-    assert len(suite.dense) == 50 and not suite.grouped
+    assert len(suite.dense) == 65 and not suite.grouped
     seen = set()
     for p in suite.dense:
-        assert p.w4 and p.batch == 1 and p.layout == "NT" and p.in_dtype == p.out_dtype == DType.bf16, p.type_spec
+        assert p.w4 and p.batch == 1 and p.layout == "NT" and p.out_dtype == DType.bf16, p.type_spec
         seen.add(p.type_spec)
+        if p.w4a8:  # e4m3 A, a byte an element, scaled per token (its f32 scales left out of the bytes)
+            assert (p.in_dtype, p.mode_a, p.b_dtype, p.mode, p.group, p.zeros) == (
+                DType.e4m3, ScaleMode.rowwise, DType.u4, ScaleMode.group, 128, False), p.type_spec
+            assert p.bytes == p.m * p.k + p.n * p.k // 2 + -(-p.k // 128) * p.n * 2 + p.m * p.n * 2
+            continue
+        assert p.in_dtype == DType.bf16 and p.mode_a == ScaleMode.none, p.type_spec
         if p.type_spec == "bf16,w4:mxfp4":
             assert (p.b_dtype, p.mode, p.group, p.zeros) == (DType.e2m1, ScaleMode.mx, 32, False)
             scale_bytes = -(-p.k // 32) * p.n
@@ -78,7 +85,7 @@ def test_the_lowbit_suite_reads_as_the_cli_writes_it():
             assert lowbit.int4_refusal(p) == "", p.type_spec  # torch runs every int4 line of the suite
         # What the copy yardstick moves and GB/s counts: A, the packed codes, scales, zeros and D.
         assert p.bytes == p.m * p.k * 2 + p.n * p.k // 2 + scale_bytes + p.m * p.n * 2
-    assert seen == {"bf16,w4:int4g128", "bf16,w4:int4g128z", "bf16,w4:mxfp4"}
+    assert seen == {"bf16,w4:int4g128", "bf16,w4:int4g128z", "bf16,w4:mxfp4", "e4m3,w4:int4g128 rowwise"}
 
 
 def test_batched_w4_lines_are_refused_in_one_line(tmp_path):
@@ -213,6 +220,52 @@ def test_mxfp4_lines_run_torch_mm_on_the_dequantised_weights(tmp_path):
     assert lowbit.check(f16, s, {"torch": out}) == {}
 
 
+@pytest.mark.parametrize("mode", ["tensor", "rowwise", "block"])
+def test_w4a8_buffer_sets_hold_e4m3_activations_their_scales_and_bf16_group_scales(tmp_path, mode):
+    p = line(tmp_path, f"3 40 300 NT e4m3,w4:int4g128z {mode}\n")
+    s = BufferSet(p, device="cpu")
+    assert s.w4 and not s.fp8 and p.w4a8 and p.mode_a == getattr(ScaleMode, mode)
+    assert s.a.shape == (3, 300) and s.a.dtype == E4M3 and bool(s.a.float().abs().max() <= 1)
+    shape, strides = {"tensor": ((), ()), "rowwise": ((3, 1), (1, 1)), "block": ((3, 3), (1, 3))}[mode]
+    assert s.sa.shape == shape and s.sa.stride() == strides and s.sa.dtype == torch.float32  # block: M-contiguous
+    assert bool((s.sa >= 0.5).all() and (s.sa <= 2).all())
+    assert s.w.shape == (40, 150) and s.scales.shape == s.zeros.shape == (3, 40)
+    assert s.scales.dtype == s.zeros.dtype == BF16
+    assert s.d.dtype == BF16 and bool(s.d.isnan().all())
+
+
+@pytest.mark.parametrize("mode", ["tensor", "rowwise", "block"])
+def test_w4a8_lines_time_torch_scaled_mm_on_e4m3_weights_as_a_stand_in(tmp_path, mode):
+    p = line(tmp_path, f"4 48 384 NT e4m3,w4:int4g128 {mode}\n")
+    s = BufferSet(p, device="cpu")
+    calls, why = lowbit.torch_calls(p, [s])
+    assert why == ""
+    assert [note for _, _, note in calls] == [lowbit.W4A8_NOTE] + (
+        [] if mode == "tensor" else [f"{lowbit.W4A8_NOTE}, per-tensor scales"])
+    assert s.torch_w.shape == (48, 384) and s.torch_w.dtype == E4M3
+    assert s.torch_sb.shape == {"tensor": (), "rowwise": (1, 48), "block": (3, 1)}[mode]
+    assert lowbit.torch_bytes(p) == 48 * 384  # its e4m3 weights
+    function, arguments, _ = calls[-1]  # per-tensor (torch's CPU _scaled_mm takes no other scales)
+    a, w, *_ = arguments(s)
+    assert a is s.a and w is s.torch_w
+    out = function(*arguments(s))
+    assert out.shape == (4, 48) and out.dtype == BF16
+
+
+@pytest.mark.parametrize("mode", ["tensor", "rowwise", "block"])
+def test_the_check_of_w4a8_lines_multiplies_x_by_its_scales(tmp_path, mode):
+    p = line(tmp_path, f"5 32 300 NT e4m3,w4:int4g128z {mode}\n")
+    torch.manual_seed(7)
+    s = BufferSet(p, device="cpu")
+    x = s.a.double()
+    scale = s.sa.double().reshape(()) if mode == "tensor" else s.sa.double()
+    x_scaled = x * (scale.repeat_interleave(128, 1)[:, :p.k] if mode == "block" else scale)
+    exact = x_scaled @ gemmkit_weights(p, s).t()
+    assert lowbit.check(p, s, {"ours": exact.to(BF16)}) == {}
+    unscaled = (x @ gemmkit_weights(p, s).t()).to(BF16)
+    assert list(lowbit.check(p, s, {"ours": unscaled})) == ["ours"]
+
+
 # --- on an sm_90 GPU -----------------------------------------------------------------------------
 
 @needs_sm90
@@ -252,3 +305,22 @@ def test_w4_lines_run_against_torch(tmp_path):
     for r in records[2], records[4]:
         assert r["baseline_us"] > 0 and r["baseline_note"] == lowbit.MXFP4_NOTE, r
     assert records[3]["baseline_us"] is None
+
+
+@needs_sm90
+def test_w4a8_lines_run_against_torch_scaled_mm(tmp_path):
+    suite, out = tmp_path / "lowbit-w4a8.txt", tmp_path / "out.json"
+    suite.write_text("""16 4096 4096 NT e4m3,w4:int4g128
+1 4096 4096 NT e4m3,w4:int4g128z
+64 4096 4096 NT e4m3,w4:int4g128 block
+4 256 256 NT e4m3,w4:int4g128:f32 tensor
+""")
+    shown = run_bench("--suite", str(suite), "--json", str(out), "--warmup", "1", "--runs", "3")
+    assert shown.returncode == 0, shown.stderr
+    assert "differs" not in shown.stderr, shown.stderr
+    records = json.loads(out.read_text())["records"]
+    assert [r["dtype"] for r in records] == ["e4m3,w4:int4g128 rowwise", "e4m3,w4:int4g128z rowwise",
+                                             "e4m3,w4:int4g128 block", "e4m3,w4:int4g128:f32 tensor"]
+    for r in records:
+        assert r["ours_us"] > 0 and math.isfinite(r["gbps"]) and r["config"], r
+        assert r["baseline_us"] > 0 and r["baseline_note"].startswith(lowbit.W4A8_NOTE), r
