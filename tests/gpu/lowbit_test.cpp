@@ -10,7 +10,7 @@
 // none, tensor, rowwise and 1x128 blocks; batched B and one B shared by the batch; padded and
 // offset weights with poison around them; alpha and beta * C. D starts NaN-poisoned. Then the
 // arguments gemm must refuse, naming the one at fault, without writing D, and W4A8's NaN for
-// zero points off AWQ's integers. Skips without an sm_90 device.
+// zero points that e4m3 cannot subtract exactly. Skips without an sm_90 device.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
@@ -377,7 +377,7 @@ TEST_F(LowbitErrors, W4a8CombinationsItDoesNotTakeAreRejectedByName) {
   mxfp4.in_b = DType::e2m1;
   mxfp4.scale_b = ScaleMode::mx;
   mxfp4.zeros = false;
-  expect_refused(mxfp4, {"B: ", "e2m1", "not supported yet"});
+  expect_refused(mxfp4, {"B: ", "e2m1", "e4m3", "not supported yet"});
   ProblemSpec e5m2 = w4a8;
   e5m2.in = DType::e5m2;
   expect_refused(e5m2, {"B: ", "u4", "e5m2"});
@@ -391,9 +391,11 @@ TEST_F(LowbitErrors, W4a8CombinationsItDoesNotTakeAreRejectedByName) {
 }
 
 // W4A8 widens each weight's q - zero exactly to e4m3, which AWQ's zero points (integers 0 to 15)
-// allow; a zero point off them (a fraction, or 16) makes NaN of every output it reaches: the whole
-// column of the user's D that its weight row feeds (M 1, 64 and 300; D row- and column-major),
-// and nothing else, which matches the reference.
+// allow; a zero point with which it cannot (a fraction, or 17: q - 17 down to -17 needs 5
+// significant bits) makes NaN of every output it reaches: the whole column of the user's D that
+// its weight row feeds (M 1, 64 and 300; D row- and column-major), and nothing else, which
+// matches the reference. (Integers just outside 0 to 15, -1 and 16, are exact too: not tested
+// either way.)
 using W4a8ZeroPoints = testing::GpuTest;
 
 TEST_F(W4a8ZeroPoints, ZeroPointsOffTheIntegersGiveNanInTheirColumnsOnly) {
@@ -402,7 +404,7 @@ TEST_F(W4a8ZeroPoints, ZeroPointsOffTheIntegersGiveNanInTheirColumnsOnly) {
     float zero;
   };
   // K 1000: groups 0 to 7 of 128, the last partial.
-  const std::vector<OffGrid> off_grid = {{0, 3, 7.5f}, {7, 200, 16.0f}, {3, 256, 0.25f}};
+  const std::vector<OffGrid> off_grid = {{0, 3, 7.5f}, {7, 200, 17.0f}, {3, 256, 0.25f}};
   const std::set<int64_t> nan_columns = {3, 200, 256};
   struct Run {
     int64_t m;
