@@ -22,8 +22,9 @@ namespace {
 
 // Everything of a normalised problem that choose_config reads: equal keys, equal plans. Of the
 // pointers only their 16-byte alignment matters.
-// Scales enter by their modes and blocks: the kernels read their strides at run time; a fused
-// epilogue by its code (interned: one pointer per code), its tensors likewise.
+// Scales enter by their modes and blocks, 4-bit weights' also by their dtype (W4A8 takes bf16 or
+// f16): the kernels read their strides at run time; a fused epilogue by its code (interned: one
+// pointer per code), its tensors likewise.
 using PlanKey = std::array<int64_t, 28>;
 
 PlanKey plan_key(const Problem& p) {
@@ -37,7 +38,7 @@ PlanKey plan_key(const Problem& p) {
           p.scale_a.block_rows, p.scale_a.block_cols, p.scale_b.block_rows, p.scale_b.block_cols,
           int64_t(p.grouped()) | int64_t(p.groups.layout) << 1 | int64_t(p.groups.along_k) << 3 |
               int64_t(p.epilogue.transposed) << 4 | int64_t(p.scale_a.zeros.data != nullptr) << 5 |
-              int64_t(p.scale_b.zeros.data != nullptr) << 6,
+              int64_t(p.scale_b.zeros.data != nullptr) << 6 | int64_t(p.group_scale_type()) << 7,
           p.max_sms, int64_t(reinterpret_cast<uintptr_t>(p.epilogue.code)),
           p.dual() ? alignment(p.b2.data) : -1, p.b2.batch_stride, p.b2.row_stride, p.b2.col_stride};
 }

@@ -472,5 +472,28 @@ TEST_F(LowbitErrors, DeviceProblemRefusesLayoutsItCannotBuild) {
   EXPECT_THROW(DeviceProblem(spec, 1), Error);  // zero points without group scales
 }
 
+// The plans a process keeps for its shapes key on the group scales' dtype, which W4A8 leaves free:
+// the same problem with bf16, then f16, then bf16 scales and zero points each matches the
+// reference (one plan for all three read f16 scales as bf16).
+using W4a8Plans = testing::GpuTest;
+
+TEST_F(W4a8Plans, TheSameShapeWithEachScalesTypeMatchesTheReference) {
+  for (DType type : {DType::bf16, DType::f16, DType::bf16}) {
+    ProblemSpec spec{.m = 17, .n = 257, .k = 1000, .in = DType::e4m3, .out = DType::bf16, .in_b = DType::u4};
+    spec.scale_a = ScaleMode::block;
+    spec.scale_b = ScaleMode::group;
+    spec.group = 128;
+    spec.zeros = true;
+    spec.group_scale_type = type;
+    SCOPED_TRACE(spec.describe());
+    DeviceProblem problem(spec, testing::fresh_seed());
+    problem.prepare_output(nullptr);
+    gemm(problem.a(), problem.b(), problem.d(), problem.options(nullptr));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const reference::Comparison result = problem.check(nullptr);
+    EXPECT_TRUE(result.passed()) << result.summary();
+  }
+}
+
 }  // namespace
 }  // namespace gemmkit
