@@ -30,8 +30,8 @@ namespace gemmkit {
 // DeepSeek-V3's recipe is block with activations 1x128 (A: M x ceil(K/128)) and weights
 // 128x128. Scales live on the device, so a CUDA graph replays with whatever they hold then.
 //
-// 4-bit weights (B of dtype u4 or e2m1, against a bf16 or f16 A; or u4 against an e4m3 A: W4A8)
-// take their own modes:
+// 4-bit weights (B of dtype u4 or e2m1, against a bf16, f16 or e4m3 A; e4m3: W4A8) take their own
+// modes:
 //
 //   mode     B       blocks                      B's scales                dtype
 //   group    u4      `group` along K (GPTQ,      ceil(K/group) x N         A's (bf16 or f16); W4A8:
@@ -50,7 +50,8 @@ namespace gemmkit {
 // W4A8: A e4m3 with scale_a none, tensor, rowwise or block in 1x128 blocks; each weight's q - z
 // is multiplied exactly as e4m3 (z an integer from -1 to 16: AWQ's 0 to 15; any other z makes
 // the outputs its weights reach NaN), each 128-deep K block's products summed by the tensor cores
-// as FP8 GEMMs sum them, then scaled by its group's scale (and A's block scale) in f32.
+// as FP8 GEMMs sum them, then scaled by its group's scale (and A's block scale) in f32; e2m1
+// values likewise exact, each 32 of K summed apart and scaled by its ue8m0 scale.
 enum class ScaleMode { none, tensor, rowwise, block, mx, group };
 
 std::string_view scale_mode_name(ScaleMode mode);  // "none", "tensor", "rowwise", "block", "mx", "group"
@@ -141,7 +142,7 @@ struct GemmOptions {
 // A and B are both bf16 or both f16, or each e4m3 or e5m2 (e.g. e4m3 x e5m2 for gradients), or
 // A bf16 or f16 and B 4-bit weights (u4 or e2m1, with scale_b as the modes above say; a
 // checkpoint's [N, K/2] bytes are B K x N with strides {1, K}, counted in elements), or A e4m3
-// and B u4 (W4A8);
+// and B 4-bit (W4A8);
 // D is bf16, f16, f32, or e4m3 quantised in 1x128 blocks (options.scale_d); accumulation is f32. FP8 products are summed by the tensor cores in
 // 128-deep (MXFP8: 32-deep) chunks, each added to an f32 accumulator with its block scales.
 // Runs asynchronously on options.stream, on the device that holds the tensors.

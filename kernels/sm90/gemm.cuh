@@ -87,7 +87,8 @@ constexpr int kBlocksN = (kTileN + 63) / 64;  // 64-wide blocks of an N-major B 
 // through one buffer per consumer, row by row, where TMA cannot store it.
 constexpr SmemLayout kSmem =
     smem_layout({kTileM, kTileN, kStages, kBKMajor, kTmaStore ? kStoreBuffers : kRowStore ? 1 : 0, kRealignA, kRealignB,
-                 kScaleA, kScaleB, kScaleMNA, kScaleMNB, kGroupCapacity, kDual, kWidenRows, kPackedRowBytes, kWidenScaleBytes, kZeros});
+                 kScaleA, kScaleB, kScaleMNA, kScaleMNB, kGroupCapacity, kDual, kWidenRows, kPackedRowBytes,
+                 kWidenScaleBytes, kWidenGroups, kZeros});
 static_assert(kSmem.total == kSmemBytes, "the kernel's shared-memory layout differs from the host's");
 static_assert(kSmem.stage_scales == kStageScaleBytes && kSmem.stage_b == (kBKMajor ? kTileN : kBlocksN * 64) * kRowBytes,
               "the stage layout differs from what the producer loads");
@@ -436,6 +437,7 @@ __device__ __forceinline__ void multiply_8bit(float* acc, const ScaleSkew& skew,
   constexpr int kSteps = kRowBytes / 32 / kGranules;  // k32 wgmma steps per granule
   float partial[kTileN / 2];
   u32 fragments[16];  // W4A8's widened A (unused otherwise)
+  RowScales group_scales[kGranules];
 #pragma unroll
   for (int i = 0; i < kTileN / 2; ++i) acc[i] = 0.0f;
   mbarrier_wait(&full[slot.stage], slot.phase);
@@ -451,8 +453,7 @@ __device__ __forceinline__ void multiply_8bit(float* acc, const ScaleSkew& skew,
     // Read now, before the first wgmma: ptxas would place loads issued after it among the wgmma
     // instructions, where the tensor cores wait for them.
     const KBlockScales k_scales = read_k_block_scales(scales, skew, skew.k_first + i, slice, t);
-    RowScales group_scales{};
-    if constexpr (kWidenA) widen_fragments(fragments, group_scales, stages_a + s * kStageBytesA, scales, lanes);
+    if constexpr (kWidenA) widen_fragments_8bit(fragments, group_scales, stages_a + s * kStageBytesA, scales, lanes);
 #pragma unroll
     for (int g = 0; g < kGranules; ++g) {
       wgmma_fence();
@@ -476,7 +477,8 @@ __device__ __forceinline__ void multiply_8bit(float* acc, const ScaleSkew& skew,
 #pragma unroll
       for (int j = 0; j < kTileN / 2; ++j) fence_register(partial[j]);
       if (g == kGranules - 1 && !kPromoteReadsStage && t % 32 == 0) release_stage(&empty[s]);
-      promote<kColInBlock>(acc, partial, kWidenA ? group_scales : a_scales(k_scales, g), k_scales, scales, mx_floats, g, t);
+      promote<kColInBlock>(acc, partial, kWidenA ? group_scales[g] : a_scales(k_scales, g), k_scales, scales, mx_floats, g,
+                           t);
     }
     if (kPromoteReadsStage && t % 32 == 0) release_stage(&empty[s]);
   }

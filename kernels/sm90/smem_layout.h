@@ -42,6 +42,7 @@ struct SmemShape {
   int widen_rows;              // a 4-bit A's rows per stage (its tile rows), else 0
   int widen_row_bytes;         // a row's packed bytes per stage: half its K block (32, or 64 against 8-bit B)
   int widen_scale_bytes;       // bytes of one of its scales: 2 (u4's group scales) or 1 (e2m1's ue8m0)
+  int widen_groups;            // K groups of its scales per stage: 2, or 4 (e2m1 against 8-bit B)
   bool widen_zeros;            // u4 with zero points
 };
 
@@ -93,14 +94,14 @@ GEMMKIT_HOST_DEVICE constexpr unsigned column_scale_bytes(int scale_b, int tile_
 GEMMKIT_HOST_DEVICE constexpr unsigned mx_float_bytes(int scale_b, int tile_n) { return scale_b == GEMMKIT_SCALE_MX ? 4 * tile_n * 4 : 0; }
 
 // A 4-bit A's stage (widen.cuh): its packed rows, a K block's elements two a byte, as its slice;
-// after the stage's other scales, those of two K groups by the rows (the K block's first group and
-// the next, where groups are 32 deep), then its zero points likewise, each part from a 128-byte
-// boundary.
-GEMMKIT_HOST_DEVICE constexpr unsigned widen_scale_part_bytes(int rows, int scale_bytes) {
-  return unsigned(2 * rows * scale_bytes + 127) / 128 * 128;
+// after the stage's other scales, those of `groups` K groups by the rows (the K block's first group
+// and the next, where groups of 32 split a 64-deep block; e2m1's four against 8-bit B), then its
+// zero points likewise, each part from a 128-byte boundary.
+GEMMKIT_HOST_DEVICE constexpr unsigned widen_scale_part_bytes(int rows, int scale_bytes, int groups) {
+  return unsigned(groups * rows * scale_bytes + 127) / 128 * 128;
 }
-GEMMKIT_HOST_DEVICE constexpr unsigned widen_scale_bytes(int rows, int scale_bytes, bool zeros) {
-  return rows == 0 ? 0 : widen_scale_part_bytes(rows, scale_bytes) * (zeros ? 2 : 1);
+GEMMKIT_HOST_DEVICE constexpr unsigned widen_scale_bytes(int rows, int scale_bytes, int groups, bool zeros) {
+  return rows == 0 ? 0 : widen_scale_part_bytes(rows, scale_bytes, groups) * (zeros ? 2 : 1);
 }
 
 // A grouped kernel's table: each group's first work unit and row end, and the units' total.
@@ -126,7 +127,7 @@ GEMMKIT_HOST_DEVICE constexpr SmemLayout smem_layout(const SmemShape& s) {
   l.stage_b = rows_b * kStageRowBytes;
   l.stage_scales = stage_scale_bytes(s.scale_a, s.scale_a_mn, s.scale_b, s.scale_b_mn, s.tile_m, s.tile_n, s.dual,
                                      s.group_capacity > 0) +
-                   widen_scale_bytes(s.widen_rows, s.widen_scale_bytes, s.widen_zeros);
+                   widen_scale_bytes(s.widen_rows, s.widen_scale_bytes, s.widen_groups, s.widen_zeros);
   l.landing = ((s.realign_a ? rows_a : 0) + (s.realign_b ? rows_b : 0)) * kLandingRowBytes;
   l.stage = l.stage_a + l.stage_b + l.stage_scales;
   const bool realign = s.realign_a || s.realign_b;

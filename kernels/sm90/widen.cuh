@@ -43,13 +43,14 @@ constexpr int kWidenRows = kWidenA ? kTileM : 0;  // the weights' rows a stage h
 constexpr int kWidenScaleBytes = kAType == GEMMKIT_U4 ? 2 : 1;
 constexpr u32 kPackedRowBytes = u32(kTileK) / 2;  // a row's K block, two codes a byte
 constexpr u32 kPackedBytes = u32(kWidenRows) * kPackedRowBytes;
-constexpr u32 kWidenScalePart = widen_scale_part_bytes(kWidenRows, kWidenScaleBytes);
-// TMA's bytes per stage: the packed rows and every scale (and zero point) of the two groups.
-constexpr u32 kWidenTmaBytes = kPackedBytes + u32(2 * kWidenRows * kWidenScaleBytes) * (kZeros ? 2 : 1);
+constexpr int kWidenGroups = kWidenedMx ? 4 : 2;  // K groups of scales a stage holds (smem_layout.h)
+constexpr u32 kWidenScalePart = widen_scale_part_bytes(kWidenRows, kWidenScaleBytes, kWidenGroups);
+// TMA's bytes per stage: the packed rows and every scale (and zero point) of its groups.
+constexpr u32 kWidenTmaBytes = kPackedBytes + u32(kWidenGroups * kWidenRows * kWidenScaleBytes) * (kZeros ? 2 : 1);
 static_assert(!is_4bit_type(kBType), "4-bit weights are A (the plan transposes their problems)");
 static_assert(!kGroupPartials || (kAType == GEMMKIT_U4 && kTileN <= 32), "group partials: u4 weights on narrow tiles");
 static_assert(!kWidenA || kStageWordsA == 0, "a 4-bit A's scales are its group scales alone");
-static_assert(!kWidenTo8Bit || (kAType == GEMMKIT_U4 && !kMxB), "W4A8: u4 weights, B's scales not mx");
+static_assert(!kWidenTo8Bit || !kMxB, "W4A8: B's scales not mx");
 static_assert(!kWidenA || (kTileK == (kWidenTo8Bit ? 128 : 64) && kAKMajor && !kRealignA && !kRowClasses && kClusterM == 1 && !kDual &&
                            !kGrouped && kWidenRows * kWidenScaleBytes % 16 == 0),
               "4-bit weights: K blocks of 128 bytes of B, K-major, read by TMA, unclustered, dense, whole 16-byte scale boxes");
@@ -179,6 +180,24 @@ __device__ __forceinline__ u32 widen_u4_quad(u32 lo, u32 hi, u32 first, u32 seco
   return e4m3[0] | e4m3[1] << 16;
 }
 
+// W4A8 with e2m1 weights (MXFP4 under FP8): four e2m1 codes as a register of wgmma's 8-bit A
+// fragment, e4m3 values, exact (0.5 to 6 and their negatives; the ue8m0 scales are applied as the
+// granules are promoted). The thread's two bytes of the eight in (lo, hi), chosen by `selector`
+// into bytes 0 and 1: their magnitudes' e4m3 bytes from a table by PRMT (the codes' low three bits
+// select), and each code's sign bit (bit 3 of its nibble) replicated by PRMT's sign mode into a
+// byte mask, of which the sign bits are kept.
+__device__ __forceinline__ u32 widen_e2m1_quad(u32 lo, u32 hi, u32 selector) {
+  u32 codes, magnitudes, signs, out;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(codes) : "r"(lo), "r"(hi), "r"(selector));
+  // e4m3 of 0, 0.5, 1, 1.5 (bytes 0-3) and 2, 3, 4, 6 (bytes 4-7).
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(magnitudes) : "r"(0x3c383000u), "r"(0x4c484440u), "r"(codes & 0x7777u));
+  // Byte i replicates the top bit of the byte holding code i's sign: codes << 4 byte 0 (code 0),
+  // codes byte 0 (code 1), codes << 4 byte 1 (code 2), codes byte 1 (code 3).
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(signs) : "r"(codes), "r"(codes << 4), "r"(0x9d8cu));
+  asm("lop3.b32 %0, %1, %2, %3, 0xf8;" : "=r"(out) : "r"(magnitudes), "r"(signs), "r"(0x80808080u));
+  return out;
+}
+
 // A 16-bit scale or zero point's bits as float.
 __device__ __forceinline__ float wide_value(u32 bits) {
   return kGroupScaleType == GEMMKIT_BF16 ? bf16_to_float(u16(bits)) : f16_to_float(u16(bits));
@@ -252,7 +271,8 @@ __device__ __forceinline__ void widen_steps(u32 (&frag)[16], const uint4 (&rows)
 struct WidenLanes {
   u32 row;           // byte offset of row r's packed bytes in a stage's A slice (r + 8: 8 rows on)
   u32 scale;         // byte offset of row r's scale in a group's scales (r + 8: 8 scales on)
-  u32 selector;      // the PRMT selector of the thread's byte in each word (code_pair; W4A8: its first byte's)
+  u32 selector;      // the PRMT selector of the thread's byte in each word (code_pair; W4A8: its first
+                     // byte's, or for e2m1 both bytes')
   u32 selector2;     // W4A8: its second byte's (widen_u4_quad)
   bool two_groups;   // groups of 32: a K block's steps 2 and 3 take its second group
 };
@@ -261,16 +281,28 @@ struct WidenLanes {
 __device__ __forceinline__ WidenLanes widen_lanes(int slice, int t, const GemmParams& p) {
   const int r = slice * 64 + (t / 32) * 16 + (t % 32) / 4, lane_byte = t % 4;
   const u32 first = 2 * lane_byte, second = first + 1;  // W4A8: the thread's bytes among a step's eight
-  const u32 selector = kWidenTo8Bit ? first | first << 8 : u32(lane_byte) | u32(lane_byte + 4) << 8;
+  const u32 selector = !kWidenTo8Bit           ? u32(lane_byte) | u32(lane_byte + 4) << 8
+                       : kAType == GEMMKIT_U4 ? first | first << 8
+                                              : first | second << 4;
   return {u32(r) * kPackedRowBytes, u32(r) * u32(kWidenScaleBytes), selector, second | second << 8,
           widen_group_shift(p) == 5};
 }
 
-// W4A8: the fragments of a K block in one group, four 32-deep steps. Each row's 64 bytes as four
-// 16-byte loads, one a step: bytes 0-7 its K elements 0-15 (registers 0 and 1: rows r and r + 8),
-// bytes 8-15 the next 16 (registers 2 and 3).
-__device__ __forceinline__ void widen_fragments_8bit(u32 (&frag)[16], u32 a, const GroupScales& g,
-                                                     const WidenLanes& lanes) {
+// W4A8: a consumer thread's A fragments of one K block, four 32-deep steps of four registers,
+// from the stage's packed slice at `a` with its scales (`scales`: the stage's; shared-memory
+// addresses). Each row's 64 bytes as four 16-byte loads, one a step: bytes 0-7 its K elements
+// 0-15 (registers 0 and 1: rows r and r + 8), bytes 8-15 the next 16 (registers 2 and 3). u4: the
+// block is one group, whose scales are the rows' (row_scales[0]); e2m1: four groups of 32, one a
+// step, each a granule of the promotion with its rows' ue8m0 scales (row_scales[g]).
+__device__ __forceinline__ void widen_fragments_8bit(u32 (&frag)[16], RowScales (&row_scales)[kGranules], u32 a,
+                                                     u32 scales, const WidenLanes& lanes) {
+  scales += kWidenScaleOffset + lanes.scale;
+  const GroupScales g = group_scales(scales);  // u4: the biases of its zero points
+#pragma unroll
+  for (int granule = 0; granule < kGranules; ++granule) {
+    const GroupScales s = granule == 0 ? g : group_scales(scales + u32(granule * kWidenRows * kWidenScaleBytes));
+    row_scales[granule] = {{s.scale[0], s.scale[1]}};
+  }
 #pragma unroll
   for (int step = 0; step < 4; ++step) {
 #pragma unroll
@@ -278,15 +310,24 @@ __device__ __forceinline__ void widen_fragments_8bit(u32 (&frag)[16], u32 a, con
       uint4 v;
       const u32 at = a + lanes.row + u32(8 * h) * kPackedRowBytes + u32(16 * step);
       asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(at));
-      frag[4 * step + h] = widen_u4_quad(v.x, v.y, lanes.selector, lanes.selector2, g.bias2[h]);
-      frag[4 * step + 2 + h] = widen_u4_quad(v.z, v.w, lanes.selector, lanes.selector2, g.bias2[h]);
+      if constexpr (kAType == GEMMKIT_U4) {
+        frag[4 * step + h] = widen_u4_quad(v.x, v.y, lanes.selector, lanes.selector2, g.bias2[h]);
+        frag[4 * step + 2 + h] = widen_u4_quad(v.z, v.w, lanes.selector, lanes.selector2, g.bias2[h]);
+      } else {
+        frag[4 * step + h] = widen_e2m1_quad(v.x, v.y, lanes.selector);
+        frag[4 * step + 2 + h] = widen_e2m1_quad(v.z, v.w, lanes.selector);
+      }
     }
   }
 }
 
-// W4A16: the fragments of a K block, four 16-deep steps, with the scales of its groups (widen_fragments).
-__device__ __forceinline__ void widen_fragments_16bit(u32 (&frag)[16], RowScales& row_scales, u32 a, u32 scales,
-                                                      const WidenLanes& lanes) {
+// W4A16: a consumer thread's A fragments of one K block, four 16-deep steps of four registers,
+// widened from the stage's packed slice at `a` with its scales (`scales`: the stage's;
+// shared-memory addresses). row_scales: the scales of the thread's rows r and r + 8 in the block's
+// first group.
+__device__ __forceinline__ void widen_fragments(u32 (&frag)[16], RowScales& row_scales, u32 a, u32 scales,
+                                                const WidenLanes& lanes) {
+  scales += kWidenScaleOffset;
   // Each row's 32 bytes as two 16-byte loads: word w holds step w / 2's bytes (K elements 8 on
   // where w is odd); the thread's byte in each is byte lane_byte.
   uint4 rows[2][2];
@@ -319,21 +360,6 @@ __device__ __forceinline__ void widen_fragments_16bit(u32 (&frag)[16], RowScales
   }
 }
 
-// A consumer thread's A fragments of one K block: four 16-deep steps of four registers (W4A8: four
-// 32-deep ones), widened from the stage's packed slice at `a` with its scales (`scales`: the
-// stage's; shared-memory addresses). row_scales: the scales of the thread's rows r and r + 8 in
-// the block's first group.
-__device__ __forceinline__ void widen_fragments(u32 (&frag)[16], RowScales& row_scales, u32 a, u32 scales,
-                                                const WidenLanes& lanes) {
-  scales += kWidenScaleOffset;
-  if constexpr (kWidenTo8Bit) {
-    const GroupScales g = group_scales(scales + lanes.scale);
-    row_scales = {{g.scale[0], g.scale[1]}};
-    widen_fragments_8bit(frag, a, g, lanes);
-  } else {
-    widen_fragments_16bit(frag, row_scales, a, scales, lanes);
-  }
-}
 
 
 }  // namespace gemmkit::sm90

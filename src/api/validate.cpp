@@ -269,16 +269,12 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
   if (a.dtype != DType::bf16 && a.dtype != DType::f16 && !is_fp8(a.dtype)) {
     fail("A: dtype " + std::string(dtype_name(a.dtype)) + " is not supported; expected bf16, f16, e4m3 or e5m2");
   }
-  // 4-bit weights against a 16-bit A (W4A16), and u4 ones against an e4m3 A (W4A8).
-  const bool weights_4bit = is_4bit(b.dtype) && (!is_fp8(a.dtype) || (a.dtype == DType::e4m3 && b.dtype == DType::u4));
-  if (a.dtype == DType::e4m3 && b.dtype == DType::e2m1) {
-    fail("B: dtype e2m1 (MXFP4 weights) against an e4m3 A is not supported yet; expected u4 weights against an e4m3 "
-         "A, or e2m1 ones against a bf16 or f16 A");
-  }
+  // 4-bit weights against a 16-bit A (W4A16) or an e4m3 one (W4A8).
+  const bool weights_4bit = is_4bit(b.dtype) && (!is_fp8(a.dtype) || a.dtype == DType::e4m3);
   if (is_fp8(a.dtype) ? !is_fp8(b.dtype) && !weights_4bit : b.dtype != a.dtype && !weights_4bit) {
     fail("B: dtype " + std::string(dtype_name(b.dtype)) + " does not go with A's " + std::string(dtype_name(a.dtype)) +
-         "; expected A and B both bf16, both f16, each e4m3 or e5m2, A bf16 or f16 and B 4-bit (u4 or e2m1), or A "
-         "e4m3 and B u4");
+         "; expected A and B both bf16, both f16, each e4m3 or e5m2, or A bf16, f16 or e4m3 and B 4-bit (u4 or "
+         "e2m1)");
   }
   if (weights_4bit) {
     check_weight_layout(b);

@@ -77,15 +77,12 @@ bool numeric(const std::string& field) {
 
 // The format of 4-bit weights, what follows "w4:" in the dtype field `field` (as written):
 // int4gG (u4 in groups of G along K), int4gGz (with zero points) or mxfp4 (e2m1, mx). Against an
-// e4m3 A (p.in_dtype) only int4 in groups of 128 or more: gemmkit takes no other W4A8 weights.
+// e4m3 A (p.in_dtype), int4 in groups of 128 or more, or mxfp4.
 void parse_w4_format(const std::string& format, const std::string& field, SuiteProblem& p, const std::string& where) {
   const std::string spec = lower(format);
   const std::string named = "4-bit weight format " + quoted(format) + " in dtype " + quoted(field);
   const bool fp8_a = is_fp8(p.in_dtype);
   if (spec == "mxfp4") {
-    if (fp8_a)
-      fail(where, named + " with e4m3 activations; expected int4gG or int4gGz (MXFP4 weights take bf16 or f16 "
-                          "activations)");
     p.in_b = DType::e2m1;
     p.mode = ScaleMode::mx;
     p.group = 32;

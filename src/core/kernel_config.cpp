@@ -25,7 +25,7 @@ sm90::SmemShape smem_shape(const KernelConfig& c) {
   return {c.tile_m, c.tile_n, c.stages, c.b_k_major, c.tma_store ? c.store_buffers : c.row_store() ? 1 : 0,
           c.realign_a, c.realign_b, widen_a ? 0 : int(c.scale_a), int(c.scale_b), c.scale_a_mn, c.scale_b_mn,
           c.group_capacity, c.dual, widen_a ? c.tile_m : 0, widen_a ? c.tile_k() / 2 : 0, c.in == DType::u4 ? 2 : 1,
-          c.zeros};
+          c.widen_groups(), c.zeros};
 }
 
 auto key(const KernelConfig& c) {
@@ -63,6 +63,8 @@ int KernelConfig::threads() const {
 int KernelConfig::smem_bytes() const { return kind == KernelKind::tma ? tma_smem_bytes(*this) : 0; }
 
 int KernelConfig::tile_k() const { return kRowBytes / dtype_size(wide_a()); }
+
+int KernelConfig::widen_groups() const { return in == DType::e2m1 && is_fp8(in_b) ? 4 : 2; }
 
 int KernelConfig::stage_bytes() const { return int(sm90::smem_layout(smem_shape(*this)).stage); }
 

@@ -114,6 +114,9 @@ struct KernelConfig : KernelFacts, KernelKnobs {
   bool row_store() const;
   int smem_bytes() const;  // dynamic shared memory the launch reserves
   int tile_k() const;      // K elements per ring stage: 128 bytes' worth (64 16-bit, 128 8-bit)
+  // K groups of a 4-bit A's scales a stage holds (widen.cuh): a K block's first and the next, or
+  // e2m1's four of a 128-deep block against 8-bit B.
+  int widen_groups() const;
   // One ring stage: the A and B slices of one K block, and the block and mx scales staged with them.
   int stage_bytes() const;
   // Width in bytes of one TMA store box of D: 128, or 64 or 32 where the tile's row of D is

@@ -195,16 +195,16 @@ InnerScales inner_scales(const ScaleRef& s, bool is_a, const Problem& p, int til
 }
 
 // A 4-bit A's scales or zero points `m` (M x K groups), as the TMA kernel reads them
-// (widen.cuh): the weights' rows contiguous, a box of the tile's rows by two K groups; staged so
+// (widen.cuh): the weights' rows contiguous, a box of the tile's rows by `groups` K groups; staged so
 // where TMA cannot read them as they lie (gpt-oss's [N, K/32] MXFP4 scales, transposed with the
 // problem).
-InnerScales widened_scales(const MatrixRef& m, const Problem& p, int tile) {
+InnerScales widened_scales(const MatrixRef& m, const Problem& p, int tile, int groups) {
   InnerScales s;
   s.rows = p.m;
   s.cols = ceil_div(p.k, p.scale_a.block_cols);
   s.cols_contiguous = false;
   s.box_inner = uint32_t(tile);
-  s.box_outer = 2;
+  s.box_outer = uint32_t(groups);
   s.m = m;
   if (!tma_reads(m, p.batch, s.rows, s.cols, s.cols_contiguous)) {
     s.staged = staged_operand(m, p.batch, s.rows, s.cols, !s.cols_contiguous, true);
@@ -356,12 +356,13 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   // Inner scales the kernel cannot read as they are: A's copy after A's, B's and B2's after the
   // rest of B's scratch (each a whole number of 128-byte rows, so each starts aligned).
   const int tile_b = config.dual ? config.tile_n / 2 : config.tile_n;  // one operand's columns
-  const InnerScales scales_a = widen_a ? widened_scales(p.scale_a.m, p, config.tile_m)
+  const InnerScales scales_a = widen_a ? widened_scales(p.scale_a.m, p, config.tile_m, config.widen_groups())
                                        : inner_scales(p.scale_a, true, p, config.tile_m, config.grouped());
   const InnerScales scales_b = inner_scales(p.scale_b, false, p, tile_b, false);
   const InnerScales scales_b2 = inner_scales(p.scale_b2, false, p, tile_b, false);
   // A u4 A's zero points, staged after its scales.
-  const InnerScales zeros = widen_a && p.scale_a.zeros.data ? widened_scales(p.scale_a.zeros, p, config.tile_m)
+  const InnerScales zeros = widen_a && p.scale_a.zeros.data
+                                ? widened_scales(p.scale_a.zeros, p, config.tile_m, config.widen_groups())
                                                            : InnerScales{};
   needs.staged_a_bytes = staged_a.bytes + scales_a.staged.bytes + zeros.staged.bytes;
   const size_t b_scratch = config.row_classes

@@ -174,8 +174,8 @@ inline std::vector<CompileCase> realign_cases() {
 
 // 4-bit weights widened in the kernel (A, the problem transposed): u4 on every tile (bf16, split
 // where split-K runs), u4 with zero points on every 64-row tile as decode runs them (f16, f32 D),
-// and e2m1 on the widest and narrowest tiles. W4A8 (u4 against e4m3 B) on every tile that takes it,
-// B's scales per column and in 128x1 blocks; group scales bf16, f16 with zero points.
+// and e2m1 on the widest and narrowest tiles. W4A8 (u4 and e2m1 against e4m3 B) on every tile that
+// takes it, B's scales per column and in 128x1 blocks; u4's group scales bf16, f16 with zero points.
 inline std::vector<CompileCase> widen_cases() {
   std::vector<CompileCase> cases;
   auto add = [&](TileShape tile, DType format, DType wide, bool zeros, DType out, bool tma_store = true,
@@ -225,6 +225,8 @@ inline std::vector<CompileCase> widen_cases() {
     add(tile, DType::u4, DType::e4m3, false, DType::bf16, !narrow, 2, false, false, ScaleMode::rowwise);
     add(tile, DType::u4, DType::e4m3, true, DType::f32, !narrow, 1, false, false, ScaleMode::block);
     if (tile.m == 64) add(tile, DType::u4, DType::e4m3, true, DType::bf16, false, 2, true, false, ScaleMode::block);
+    add(tile, DType::e2m1, DType::e4m3, false, DType::bf16, !narrow, 2, false, false, ScaleMode::rowwise);
+    if (tile.m == 64) add(tile, DType::e2m1, DType::e4m3, false, DType::f32, false, 1, true, false, ScaleMode::block);
   }
   // Without TMA stores (D's rows unaligned): row stores on 128-row tiles, direct ones below.
   for (TileShape tile : tile_shapes()) {

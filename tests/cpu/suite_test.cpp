@@ -230,7 +230,6 @@ TEST(Suite, RejectsMalformedLinesNamingFileLineAndText) {
       {"1 2 3 NT bf16,w4", "'bf16,w4'"},
       {"1 2 3 NT w4:int4g128", "'w4:int4g128'"},
       {"1 2 3 NT e5m2,w4:int4g128", "'e5m2'"},
-      {"1 2 3 NT e4m3,w4:mxfp4", "'mxfp4'"},
       {"1 2 3 NT e4m3,w4:int4g64", "'64'"},
       {"1 2 3 NT e4m3,w4:int4g128 mx", "'mx'"},
       {"1 2 3 NT e4m3,w4:int4g128 rows", "'rows'"},
@@ -519,12 +518,6 @@ TEST(Suite, RejectsMalformedFourBitDtypesWithOneLine) {
       {"e4m3:bf16,w4:int4g128",
        "activation type 'e4m3:bf16' in dtype 'e4m3:bf16,w4:int4g128' with 4-bit weights; expected bf16, f16 or e4m3 "
        "(e.g. bf16,w4:int4g128)"},
-      {"e4m3,w4:mxfp4",
-       "4-bit weight format 'mxfp4' in dtype 'e4m3,w4:mxfp4' with e4m3 activations; expected int4gG or int4gGz "
-       "(MXFP4 weights take bf16 or f16 activations)"},
-      {"E4M3,w4:MXFP4:f32",
-       "4-bit weight format 'MXFP4' in dtype 'E4M3,w4:MXFP4:f32' with e4m3 activations; expected int4gG or int4gGz "
-       "(MXFP4 weights take bf16 or f16 activations)"},
       {"e4m3,w4:int4g32", "group size '32' in dtype 'e4m3,w4:int4g32' with e4m3 activations; expected a power of "
                           "two >= 128"},
       {"e4m3,w4:int4g64z", "group size '64' in dtype 'e4m3,w4:int4g64z' with e4m3 activations; expected a power of "
@@ -627,6 +620,11 @@ TEST(Suite, ParsesW4a8LinesWithTheirActivationScales) {
   EXPECT_EQ(std::tie(p[3].mode_a, p[3].group, p[3].batch), std::make_tuple(ScaleMode::rowwise, int64_t(4096), int64_t(2)));
   EXPECT_EQ(std::tie(p[4].mode_a, p[4].out_dtype, p[4].batch),
             std::make_tuple(ScaleMode::rowwise, DType::bf16, int64_t(5)));
+  // MXFP4 weights under e4m3 activations: mx scales, groups of 32.
+  const SuiteProblem mx = parse("1 5760 2880 NT e4m3,w4:mxfp4:f32 block").at(0);
+  EXPECT_TRUE(mx.w4a8());
+  EXPECT_EQ(std::tie(mx.in_b, mx.mode, mx.group, mx.mode_a, mx.out_dtype),
+            std::make_tuple(DType::e2m1, ScaleMode::mx, int64_t(32), ScaleMode::block, DType::f32));
   // Other lines have no activation scales of their own.
   for (const char* line : {"1 2 3 NT bf16,w4:int4g128", "1 2 3 NT e4m3 rowwise", "1 2 3 NT bf16"}) {
     SCOPED_TRACE(line);
@@ -817,7 +815,10 @@ TEST(Suite, ShippedLowbitParses) {
     for (auto [n, k] : {std::pair<int64_t, int64_t>{8192, 8192}, {28672, 8192}, {8192, 28672}})
       want.insert({m, n, k, "e4m3,w4:int4g128 rowwise"});
   for (int64_t m : {1, 16, 512, 4096})
-    for (auto [n, k] : {std::pair<int64_t, int64_t>{5760, 2880}, {2880, 2880}}) want.insert({m, n, k, "bf16,w4:mxfp4"});
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{5760, 2880}, {2880, 2880}}) {
+      want.insert({m, n, k, "bf16,w4:mxfp4"});
+      want.insert({m, n, k, "e4m3,w4:mxfp4 rowwise"});
+    }
   for (const auto& p : problems) {
     got.insert({p.m, p.n, p.k, type_spec(p)});
     EXPECT_TRUE(p.w4());

@@ -562,11 +562,16 @@ TEST(ValidateW4a8, RefusesGroupsUnder128) {
   }
 }
 
-TEST(ValidateW4a8, RefusesMxfp4Weights) {
+// MXFP4 weights under FP8 activations: their ue8m0 scales in mode mx, a group of 32 each.
+TEST(ValidateW4a8, TakesMxfp4Weights) {
   Args x = w4a8_args(128);
   x.b.dtype = DType::e2m1;
   x.options.scale_b = {ScaleMode::mx, TensorView::row_major(address(3), DType::ue8m0, 32, N)};  // ceil(WK/32) x N
-  expect_rejected(x, "B", {"e2m1", "e4m3", "not supported yet"});
+  const Problem p = validate(x);
+  EXPECT_EQ(p.scale_b.mode, ScaleMode::mx);
+  EXPECT_EQ(p.scale_b.block_rows, 32);
+  x.options.scale_b.scales.dtype = DType::bf16;
+  expect_rejected(x, "scale_b", {"ue8m0"});
 }
 
 TEST(ValidateW4a8, RefusesE5m2Activations) {

@@ -1,4 +1,4 @@
-// 4-bit weights (B u4 in groups along K, or e2m1 with MX scales) against a bf16 or f16 A, and u4
+// 4-bit weights (B u4 in groups along K, or e2m1 with MX scales) against a bf16 or f16 A, and
 // against e4m3 activations (W4A8), checked against the double-precision reference, which
 // dequantises every weight exactly: the kernels' one rounding of each weight to A's type (or, in
 // decode with groups of 64 or more, of each group's f32 sums) is within the comparison's
@@ -36,7 +36,7 @@ using reference::ProblemSpec;
 
 struct LowbitCase {
   int64_t m, n, k;
-  DType in;       // A's type: bf16 or f16; e4m3 (W4A8) with u4 weights
+  DType in;       // A's type: bf16 or f16; e4m3 (W4A8)
   DType weights;  // u4 (ScaleMode::group) or e2m1 (ScaleMode::mx)
   DType out;
   int64_t group = 128;  // u4 only
@@ -203,6 +203,21 @@ const std::vector<LowbitCase> kCases = {
      .scale_a = block, .group_scales = f16, .with_c = true},
     {.m = 64, .n = 257, .k = 4160, .in = e4m3, .weights = u4, .out = bf16, .group = 256, .zeros = true,
      .scale_a = tensor, .d_col_major = true},
+    // MXFP4 weights under e4m3 activations (promoted every 32 of K by their ue8m0 scales): M from
+    // decode up, every activation scaling, gpt-oss's transposed scales, batched, poisoned, C.
+    {.m = 1, .n = 4095, .k = 4160, .in = e4m3, .weights = e2m1, .out = bf16, .scale_a = rowwise},
+    {.m = 1, .n = 257, .k = 4097, .in = e4m3, .weights = e2m1, .out = f16, .scale_a = block, .scales_col_major = true,
+     .pad_scales = 5},
+    {.m = 16, .n = 4095, .k = 1000, .in = e4m3, .weights = e2m1, .out = f32, .scale_a = tensor},
+    {.m = 17, .n = 257, .k = 4160, .in = e4m3, .weights = e2m1, .out = bf16},
+    {.m = 64, .n = 4095, .k = 4097, .in = e4m3, .weights = e2m1, .out = bf16, .scale_a = block,
+     .scales_col_major = true},
+    {.m = 300, .n = 1000, .k = 1000, .in = e4m3, .weights = e2m1, .out = f32, .scale_a = rowwise, .batch = 3},
+    {.m = 4096, .n = 257, .k = 4160, .in = e4m3, .weights = e2m1, .out = bf16, .scale_a = block},
+    {.m = 64, .n = 300, .k = 1001, .in = e4m3, .weights = e2m1, .out = bf16, .scale_a = rowwise, .pad_b = 4,
+     .offset_b = 2, .nan_outside = true},
+    {.m = 8, .n = 257, .k = 4160, .in = e4m3, .weights = e2m1, .out = f16, .scale_a = block, .batch = 2,
+     .shared_b = true, .with_c = true},
 };
 
 // Matrix 0 of a batched view, as a rank-2 view every batch shares.
@@ -353,8 +368,7 @@ TEST_F(LowbitErrors, BadArgumentsAreRejectedByNameAndLeaveDUntouched) {
   expect_d_untouched(wrong_mode);
 }
 
-// W4A8's refusals, each by name with D untouched: groups under 128, e2m1 weights (not yet),
-// e5m2 activations, and the activations' scale modes the kernels do not take with 4-bit weights
+// W4A8's refusals, each by name with D untouched: u4 groups under 128, e5m2 activations, and the activations' scale modes the kernels do not take with 4-bit weights
 // (mx, and 128x128 blocks).
 TEST_F(LowbitErrors, W4a8CombinationsItDoesNotTakeAreRejectedByName) {
   const auto expect_refused = [](const ProblemSpec& spec, std::initializer_list<const char*> needles) {
@@ -373,11 +387,6 @@ TEST_F(LowbitErrors, W4a8CombinationsItDoesNotTakeAreRejectedByName) {
     const std::string named = "group " + std::to_string(group);
     expect_refused(spec, {"scale_b", named.c_str()});
   }
-  ProblemSpec mxfp4 = w4a8;
-  mxfp4.in_b = DType::e2m1;
-  mxfp4.scale_b = ScaleMode::mx;
-  mxfp4.zeros = false;
-  expect_refused(mxfp4, {"B: ", "e2m1", "e4m3", "not supported yet"});
   ProblemSpec e5m2 = w4a8;
   e5m2.in = DType::e5m2;
   expect_refused(e5m2, {"B: ", "u4", "e5m2"});
