@@ -85,10 +85,11 @@ class BufferSet:
 def run_ours(p, s):
     """gemmkit's run of the problem on buffer set s."""
     if s.w4:
+        x_scale = s.sa if p.w4a8 else None
         if p.b_dtype == _C.DType.e2m1:
-            gemmkit.mxfp4_mm(s.a, s.w, s.scales, out=s.d)
+            gemmkit.mxfp4_mm(s.a, s.w, s.scales, out=s.d, x_scale=x_scale)
         else:
-            gemmkit.int4_mm(s.a, s.w, s.scales, s.zeros, group=p.group, out=s.d, x_scale=s.sa if p.w4a8 else None)
+            gemmkit.int4_mm(s.a, s.w, s.scales, s.zeros, group=p.group, out=s.d, x_scale=x_scale)
     elif s.fp8:
         gemmkit.scaled_mm(s.a, s.b, s.sa, s.sb, mode=p.mode.name, out=s.d)
     elif p.batch > 1:

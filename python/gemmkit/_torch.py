@@ -663,7 +663,7 @@ def check_x_scale(x, x_scale):
 
 def check_w4(x, w, scales, zeros, format, group, x_scale=None):
     """The operands of a product with 4-bit weights (int4_mm, mxfp4_mm, torch.ops.gemmkit.w4_mm):
-    x [M, K] bfloat16 or float16, or for int4 float8_e4m3fn with x_scale (check_x_scale); w the
+    x [M, K] bfloat16 or float16, or float8_e4m3fn with x_scale (check_x_scale); w the
     weights [N, ceil(K/2)] as bytes (W4_BYTES), named qweight (int4) or weight (mxfp4), the bytes
     along K contiguous; int4's scales [ceil(K/group), N] of x's dtype (e4m3 x: bfloat16 or float16)
     and zeros None or as the scales, `group` 32, a power of two from 64 (e4m3 x: from 128), or at
@@ -676,12 +676,9 @@ def check_w4(x, w, scales, zeros, format, group, x_scale=None):
     _check_cuda_tensor(x, "x")
     if x.dim() != 2:
         raise ValueError(f"x: {x.dim()} dimensions; expected 2, [M, K]")
-    if x.dtype == W4A8_X and not int4:
-        raise TypeError(f"x: dtype {x.dtype} with MXFP4 weights; expected bfloat16 or float16 (float8_e4m3fn x goes "
-                        "with int4 weights)")
     if x.dtype not in (torch.bfloat16, torch.float16, W4A8_X):
-        raise TypeError(f"x: dtype {x.dtype} is not supported; expected bfloat16 or float16"
-                        + (", or float8_e4m3fn with x_scale" if int4 else ""))
+        raise TypeError(f"x: dtype {x.dtype} is not supported; expected bfloat16 or float16, or float8_e4m3fn with "
+                        "x_scale")
     check_x_scale(x, x_scale)
     fp8_x = x.dtype == W4A8_X
     k = x.size(1)
@@ -1512,28 +1509,31 @@ def int4_mm(x, qweight, scales, zeros=None, *, group=128, out=None, out_dtype=No
     return _arrays.to_caller(result, kind, out)
 
 
-def mxfp4_mm(x, weight, scales, *, out=None, out_dtype=None):
+def mxfp4_mm(x, weight, scales, *, out=None, out_dtype=None, x_scale=None):
     """x @ W.T for MXFP4 weights W [N, K] (torch.nn.Linear's layout; gpt-oss's experts): W[n, k] =
     v * 2^(e - 127), v the OCP MX FP4 (e2m1) value of weight's code (0, 0.5, 1, 1.5, 2, 3, 4, 6
-    and their negatives) and e = scales[n, k // 32], one exponent a block of 32 along K.
-    - x [..., K] bfloat16 or float16; the leading dimensions are flattened into the product's rows
-      (a view where they can be, else a copy, as linear's).
+    and their negatives) and e = scales[n, k // 32], one exponent a block of 32 along K. With FP8
+    activations (W4A8) the product is (x * x_scale) @ W.T.
+    - x [..., K] bfloat16 or float16, or float8_e4m3fn with x_scale (as int4_mm takes them); the
+      leading dimensions are flattened into the product's rows (a view where they can be, else a
+      copy, as linear's).
     - weight [N, ceil(K/2)] of uint8 (or torch.float4_e2m1fn_x2, where this torch has it), two
       values a byte along K, the even k in the low nibble (K is x's); gpt-oss's blocks [N, K/32,
       16] flattened into [N, K/2] are this. Any row stride, the bytes of a row contiguous.
     - scales [N, ceil(K/32)] of float8_e8m0fnu or uint8 (gpt-oss's layout), any strides; read as
       their transpose, which is copied N-contiguous first, on every call, unless it lies so (scales
       stored [ceil(K/32), N] and passed transposed are read as they lie).
-    -> [..., N] of x's dtype, or out_dtype's (bfloat16, float16 or float32); out= a [..., N]
-    tensor to write (its leading dimensions must flatten without a copy), returned.
+    -> [..., N] of x's dtype (e4m3 x: bfloat16), or out_dtype's (bfloat16, float16 or float32);
+    out= a [..., N] tensor to write (its leading dimensions must flatten without a copy), returned.
     Each weight is rounded once to x's type after scaling (exact unless the scale takes it out of
-    that type's normal range), the products summed in float32. Not differentiable: a call on
-    inputs that require grad runs, but its backward raises RuntimeError (out= refuses them). A
-    traced call is one operator, torch.ops.gemmkit.w4_mm (w4_mm_out with out=), format
-    'mxfp4'."""
-    names = ("x", "weight", "scales", "out")
-    (x, weight, scales, out_t), kind = _arrays.to_torch(torch, (x, weight, scales, out), names)
-    result = _w4(x, weight, scales, None, "mxfp4", MX_BLOCK, out_t, out_dtype)
+    that type's normal range), the products summed in float32. An e4m3 x is multiplied in FP8,
+    with the weights' values, exact in e4m3, and each 32 of K's float32 sums scaled by its
+    exponent. Not differentiable: a call on inputs that require grad runs, but its backward raises
+    RuntimeError (out= refuses them). A traced call is one operator, torch.ops.gemmkit.w4_mm
+    (w4_mm_out with out=), format 'mxfp4', with x_scale as its keyword argument."""
+    names = ("x", "weight", "scales", "out", "x_scale")
+    (x, weight, scales, out_t, x_scale), kind = _arrays.to_torch(torch, (x, weight, scales, out, x_scale), names)
+    result = _w4(x, weight, scales, None, "mxfp4", MX_BLOCK, out_t, out_dtype, x_scale)
     return _arrays.to_caller(result, kind, out)
 
 

@@ -64,15 +64,20 @@ def gemmkit_weights(p, s):
 
 def test_the_lowbit_suite_reads_as_the_cli_writes_it():
     suite = bench.load_bench_suite(python_bench.suite_path("lowbit"))
-    assert len(suite.dense) == 65 and not suite.grouped
+    assert len(suite.dense) == 73 and not suite.grouped
     seen = set()
     for p in suite.dense:
         assert p.w4 and p.batch == 1 and p.layout == "NT" and p.out_dtype == DType.bf16, p.type_spec
         seen.add(p.type_spec)
         if p.w4a8:  # e4m3 A, a byte an element, scaled per token (its f32 scales left out of the bytes)
-            assert (p.in_dtype, p.mode_a, p.b_dtype, p.mode, p.group, p.zeros) == (
-                DType.e4m3, ScaleMode.rowwise, DType.u4, ScaleMode.group, 128, False), p.type_spec
-            assert p.bytes == p.m * p.k + p.n * p.k // 2 + -(-p.k // 128) * p.n * 2 + p.m * p.n * 2
+            assert (p.in_dtype, p.mode_a, p.zeros) == (DType.e4m3, ScaleMode.rowwise, False), p.type_spec
+            if p.b_dtype == DType.e2m1:  # MXFP4: a ue8m0 byte per 32 of K
+                assert (p.mode, p.group) == (ScaleMode.mx, 32), p.type_spec
+                scale_bytes = -(-p.k // 32) * p.n
+            else:
+                assert (p.b_dtype, p.mode, p.group) == (DType.u4, ScaleMode.group, 128), p.type_spec
+                scale_bytes = -(-p.k // 128) * p.n * 2
+            assert p.bytes == p.m * p.k + p.n * p.k // 2 + scale_bytes + p.m * p.n * 2
             continue
         assert p.in_dtype == DType.bf16 and p.mode_a == ScaleMode.none, p.type_spec
         if p.type_spec == "bf16,w4:mxfp4":
@@ -85,7 +90,8 @@ def test_the_lowbit_suite_reads_as_the_cli_writes_it():
             assert lowbit.int4_refusal(p) == "", p.type_spec  # torch runs every int4 line of the suite
         # What the copy yardstick moves and GB/s counts: A, the packed codes, scales, zeros and D.
         assert p.bytes == p.m * p.k * 2 + p.n * p.k // 2 + scale_bytes + p.m * p.n * 2
-    assert seen == {"bf16,w4:int4g128", "bf16,w4:int4g128z", "bf16,w4:mxfp4", "e4m3,w4:int4g128 rowwise"}
+    assert seen == {"bf16,w4:int4g128", "bf16,w4:int4g128z", "bf16,w4:mxfp4", "e4m3,w4:int4g128 rowwise",
+                    "e4m3,w4:mxfp4 rowwise"}
 
 
 def test_batched_w4_lines_are_refused_in_one_line(tmp_path):

@@ -320,8 +320,7 @@ def test_w4a8_errors_name_the_argument(fake):
         (TypeError, r"^x: dtype torch.float8_e5m2 is not supported; expected bfloat16 or float16, or float8_e4m3fn "
                     r"with x_scale$",
          lambda: gemmkit.int4_mm(cuda(8, 256, dtype=torch.float8_e5m2), qweight, scales, x_scale=rows)),
-        (TypeError, r"^x: dtype torch.float8_e4m3fn with MXFP4 weights; expected bfloat16 or float16 "
-                    r"\(float8_e4m3fn x goes with int4 weights\)$",
+        (ValueError, r"^x_scale: None with float8_e4m3fn x",
          lambda: gemmkit.mxfp4_mm(cuda(8, 256, dtype=E4M3), weight, e)),
         (ValueError, r"^group: 64 with float8_e4m3fn x; expected a power of two from 128, or at least K = 256 \(one "
                      r"scale a column\)$",
@@ -353,7 +352,8 @@ def test_errors_name_the_argument(fake):
         (TypeError, r"^x: dtype torch.float32 is not supported; expected bfloat16 or float16, or float8_e4m3fn with "
                     r"x_scale$",
          lambda: gemmkit.int4_mm(x.float(), qweight, scales)),
-        (TypeError, r"^x: dtype torch.float32 is not supported; expected bfloat16 or float16$",
+        (TypeError, r"^x: dtype torch.float32 is not supported; expected bfloat16 or float16, or float8_e4m3fn with "
+                    r"x_scale$",
          lambda: gemmkit.mxfp4_mm(xm.float(), weight, e)),
         (ValueError, r"^x: 0 dimensions; expected at least 1, \[\.\.\., K\]$",
          lambda: gemmkit.int4_mm(x[0, 0], qweight, scales)),
@@ -635,6 +635,19 @@ def test_int4_mm_w4a8_matches_double(m, k, mode, zeros):
     d = gemmkit.int4_mm(x, qweight, scales, z, x_scale=x_scale)
     assert d.shape == (m, N) and d.dtype == BF16
     expect_close_fp8(d, scaled_x(x, x_scale), int4_weights(qweight, scales, z, 128, k))
+
+
+@needs_sm90
+@pytest.mark.parametrize("mode", ["tensor", "rowwise", "block"])
+@pytest.mark.parametrize("k", [4160, 4097])  # 130 and 128.03 blocks of 32: a partial last one, an odd K
+@pytest.mark.parametrize("m", [1, 16, 4096])
+def test_mxfp4_mm_w4a8_matches_double(m, k, mode):
+    x = random_x(m, k, BF16).to(E4M3)
+    x_scale = random_x_scale(mode, m, k)
+    weight, e = random_mxfp4(N, k)
+    d = gemmkit.mxfp4_mm(x, weight, e, x_scale=x_scale)
+    assert d.shape == (m, N) and d.dtype == BF16
+    expect_close_fp8(d, scaled_x(x, x_scale), mxfp4_weights(weight, e, k))
 
 
 @needs_sm90
