@@ -35,8 +35,7 @@ namespace gemmkit {
 //
 //   mode     B       blocks                      B's scales                dtype
 //   group    u4      `group` along K (GPTQ,      ceil(K/group) x N         A's (bf16 or f16); W4A8:
-//                    AWQ: 32, 64, 128, ...;                                bf16 or f16
-//                    W4A8: 128, 256, ...)
+//                    AWQ: 32, 64, 128, ...)                                bf16 or f16
 //   mx       e2m1    32 along K (MXFP4)          ceil(K/32) x N            ue8m0
 //
 // A u4 value q is worth (q - z) * s, with z from `zeros` (the scales' shape and dtype: AWQ's zero
@@ -50,8 +49,9 @@ namespace gemmkit {
 // W4A8: A e4m3 with scale_a none, tensor, rowwise or block in 1x128 blocks; each weight's q - z
 // is multiplied exactly as e4m3 (z an integer from -1 to 16: AWQ's 0 to 15; any other z makes
 // the outputs its weights reach NaN), each 128-deep K block's products summed by the tensor cores
-// as FP8 GEMMs sum them, then scaled by its group's scale (and A's block scale) in f32; e2m1
-// values likewise exact, each 32 of K summed apart and scaled by its ue8m0 scale.
+// as FP8 GEMMs sum them (groups of 32 and 64: each group's), then scaled by its group's scale
+// (and A's block scale) in f32; e2m1 values likewise exact, each 32 of K summed apart and scaled
+// by its ue8m0 scale.
 enum class ScaleMode { none, tensor, rowwise, block, mx, group };
 
 std::string_view scale_mode_name(ScaleMode mode);  // "none", "tensor", "rowwise", "block", "mx", "group"

@@ -19,9 +19,9 @@ namespace gemmkit::sm90 {
 constexpr bool k8Bit = kBType == GEMMKIT_E4M3 || kBType == GEMMKIT_E5M2;  // A too, or 4-bit weights (W4A8)
 constexpr bool kInnerA = is_inner_scale(kScaleA), kInnerB = is_inner_scale(kScaleB);
 constexpr bool kInnerScales = kInnerA || kInnerB;
-// e2m1 weights against 8-bit B (widen.cuh) promote per 32 of K too, by their ue8m0 scales.
-constexpr bool kWidenedMx = kAType == GEMMKIT_E2M1 && (kBType == GEMMKIT_E4M3 || kBType == GEMMKIT_E5M2);
-constexpr int kGranuleK = kScaleA == GEMMKIT_SCALE_MX || kScaleB == GEMMKIT_SCALE_MX || kWidenedMx ? 32 : 128;
+// 4-bit weights against 8-bit B (W4A8, widen.cuh) promote each of their groups: kWidenGranuleK (generated)
+// is 32 for e2m1 (MX), a u4 group of 32 or 64, or 128.
+constexpr int kGranuleK = kScaleA == GEMMKIT_SCALE_MX || kScaleB == GEMMKIT_SCALE_MX ? 32 : kWidenGranuleK;
 constexpr int kGranules = 128 / kGranuleK;  // per K block of 128 8-bit elements
 // A stage's scales (smem_layout.h, stage_scale_words_a), each operand's from a 128-byte boundary:
 // - A: a 1x128 block's f32 per tile row; mx, four rows of exponents, one per granule, each a byte
@@ -43,7 +43,7 @@ constexpr int kStageWordsB = stage_scale_words_b(kScaleB, kScaleMNB, kTileN, kDu
 // A 4-bit A's scales (and zero points) follow, where there are no others (widen.cuh).
 constexpr u32 kStageScaleBytes =
     stage_scale_bytes(kScaleA, kScaleMNA, kScaleB, kScaleMNB, kTileM, kTileN, kDual, kGrouped) +
-    widen_scale_bytes(is_4bit_type(kAType) ? kTileM : 0, kAType == GEMMKIT_U4 ? 2 : 1, kWidenedMx ? 4 : 2, kZeros);
+    widen_scale_bytes(is_4bit_type(kAType) ? kTileM : 0, kAType == GEMMKIT_U4 ? 2 : 1, kWidenGranuleK == 32 ? 4 : 2, kZeros);
 constexpr u32 kWidenScaleOffset =  // where a 4-bit A's scales start: after the others (B's, in W4A8)
     stage_scale_bytes(kScaleA, kScaleMNA, kScaleB, kScaleMNB, kTileM, kTileN, kDual, kGrouped);
 constexpr u32 kScaleOffsetB = kStageWordsA > 0 ? scale_part_bytes(kStageWordsA) : 0;

@@ -18,14 +18,14 @@
 // done (promote.cuh, promote): a multiply a weight pair fewer in the decode loop, for one an
 // accumulator a K block, and no rounding of the weights.
 //
-// Against e4m3 B (W4A8: u4 weights in groups of 128 K or more, one a K block), a K block is 128
-// deep and a row's packed bytes 64. The weights widen to the exact e4m3 integers q - zero, and the
-// K block's partial accumulator is promoted as an 8-bit K block is (promote.cuh, multiply_8bit),
-// its rows' group scales as A's scales. A zero point with q - zero not exact in e4m3 (other than
-// an integer from -1 to 16) widens to NaN, which reaches D.
+// Against e4m3 B (W4A8), a K block is 128 deep and a row's packed bytes 64. u4 weights widen to
+// the exact e4m3 integers q - zero, e2m1 ones to their exact e4m3 values, and each group's partial
+// accumulator (kWidenGranuleK: 32, 64 or 128 K) is promoted as an 8-bit granule is (promote.cuh,
+// multiply_8bit), its rows' group scales as A's scales. A zero point with q - zero not exact in
+// e4m3 (other than an integer from -1 to 16) widens to NaN, which reaches D.
 //
 // kernel_config.cuh (generated) defines kAType, kBType, kGroupScaleType, kZeros (u4 with zero
-// points) and kGroupPartials.
+// points), kGroupPartials and kWidenGranuleK.
 #pragma once
 
 #include "common.cuh"
@@ -43,7 +43,7 @@ constexpr int kWidenRows = kWidenA ? kTileM : 0;  // the weights' rows a stage h
 constexpr int kWidenScaleBytes = kAType == GEMMKIT_U4 ? 2 : 1;
 constexpr u32 kPackedRowBytes = u32(kTileK) / 2;  // a row's K block, two codes a byte
 constexpr u32 kPackedBytes = u32(kWidenRows) * kPackedRowBytes;
-constexpr int kWidenGroups = kWidenedMx ? 4 : 2;  // K groups of scales a stage holds (smem_layout.h)
+constexpr int kWidenGroups = kWidenGranuleK == 32 ? 4 : 2;  // K groups of scales a stage holds (smem_layout.h)
 constexpr u32 kWidenScalePart = widen_scale_part_bytes(kWidenRows, kWidenScaleBytes, kWidenGroups);
 // TMA's bytes per stage: the packed rows and every scale (and zero point) of its groups.
 constexpr u32 kWidenTmaBytes = kPackedBytes + u32(kWidenGroups * kWidenRows * kWidenScaleBytes) * (kZeros ? 2 : 1);
@@ -291,20 +291,22 @@ __device__ __forceinline__ WidenLanes widen_lanes(int slice, int t, const GemmPa
 // W4A8: a consumer thread's A fragments of one K block, four 32-deep steps of four registers,
 // from the stage's packed slice at `a` with its scales (`scales`: the stage's; shared-memory
 // addresses). Each row's 64 bytes as four 16-byte loads, one a step: bytes 0-7 its K elements
-// 0-15 (registers 0 and 1: rows r and r + 8), bytes 8-15 the next 16 (registers 2 and 3). u4: the
-// block is one group, whose scales are the rows' (row_scales[0]); e2m1: four groups of 32, one a
-// step, each a granule of the promotion with its rows' ue8m0 scales (row_scales[g]).
+// 0-15 (registers 0 and 1: rows r and r + 8), bytes 8-15 the next 16 (registers 2 and 3). Each
+// group of the block (one of 128 K or more, two of 64, four of 32: e2m1's, or u4's) is a granule
+// of the promotion, with its rows' scales (row_scales[g]) and, u4, its zero points' biases.
 __device__ __forceinline__ void widen_fragments_8bit(u32 (&frag)[16], RowScales (&row_scales)[kGranules], u32 a,
                                                      u32 scales, const WidenLanes& lanes) {
+  constexpr int kStepsPerGranule = 4 / kGranules;
   scales += kWidenScaleOffset + lanes.scale;
-  const GroupScales g = group_scales(scales);  // u4: the biases of its zero points
+  GroupScales groups[kGranules];
 #pragma unroll
   for (int granule = 0; granule < kGranules; ++granule) {
-    const GroupScales s = granule == 0 ? g : group_scales(scales + u32(granule * kWidenRows * kWidenScaleBytes));
-    row_scales[granule] = {{s.scale[0], s.scale[1]}};
+    groups[granule] = group_scales(scales + u32(granule * kWidenRows * kWidenScaleBytes));
+    row_scales[granule] = {{groups[granule].scale[0], groups[granule].scale[1]}};
   }
 #pragma unroll
   for (int step = 0; step < 4; ++step) {
+    const GroupScales& g = groups[step / kStepsPerGranule];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       uint4 v;

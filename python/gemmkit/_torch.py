@@ -666,8 +666,7 @@ def check_w4(x, w, scales, zeros, format, group, x_scale=None):
     x [M, K] bfloat16 or float16, or float8_e4m3fn with x_scale (check_x_scale); w the
     weights [N, ceil(K/2)] as bytes (W4_BYTES), named qweight (int4) or weight (mxfp4), the bytes
     along K contiguous; int4's scales [ceil(K/group), N] of x's dtype (e4m3 x: bfloat16 or float16)
-    and zeros None or as the scales, `group` 32, a power of two from 64 (e4m3 x: from 128), or at
-    least K; MXFP4's scales [N, ceil(K/32)] float8_e8m0fnu or uint8, no zeros, group 32. TypeError
+    and zeros None or as the scales, `group` 32, a power of two from 64, or at least K; MXFP4's scales [N, ceil(K/32)] float8_e8m0fnu or uint8, no zeros, group 32. TypeError
     for a dtype, ValueError for anything else, naming the argument."""
     if format not in W4_FORMATS:
         raise ValueError(f"format: {format!r}; expected 'int4' or 'mxfp4'")
@@ -697,9 +696,6 @@ def check_w4(x, w, scales, zeros, format, group, x_scale=None):
     _check_cuda_tensor(scales, "scales")
     check_w4_group(format, group, k)
     if int4:
-        if fp8_x and group < k and group < X_SCALE_BLOCK:
-            raise ValueError(f"group: {group} with float8_e4m3fn x; expected a power of two from 128, or at least K = "
-                             f"{k} (one scale a column)")
         if fp8_x and scales.dtype not in W4_SCALE_DTYPES:
             raise TypeError(f"scales: dtype {scales.dtype}; expected bfloat16 or float16 with float8_e4m3fn x")
         if not fp8_x and scales.dtype != x.dtype:
@@ -1490,8 +1486,8 @@ def int4_mm(x, qweight, scales, zeros=None, *, group=128, out=None, out_dtype=No
     - scales [ceil(K/group), N] of x's dtype (e4m3 x: bfloat16 or float16), any strides:
       N-contiguous, as GPTQ and AWQ store them, is read as it lies, others are copied so first, on
       every call. zeros None, or the zero points as numbers (AWQ's), of the scales' shape and dtype.
-    - group: the K elements a scale covers, 32, a power of two from 64 (e4m3 x: from 128), or at
-      least K (one scale a column).
+    - group: the K elements a scale covers, 32, a power of two from 64, or at least K (one scale a
+      column).
     -> [..., N] of x's dtype (e4m3 x: bfloat16), or out_dtype's (bfloat16, float16 or float32);
     out= a [..., N] tensor to write (its leading dimensions must flatten without a copy), returned.
     Each weight is dequantised and rounded once to x's type, and the products summed in float32,

@@ -90,10 +90,9 @@ ScaleRef scale_ref(const Scale& scale, const TensorView& x, bool is_a, int64_t r
 
 // The scales of 4-bit weights B (K x N) against A of type `wide`: u4 in mode group, its scales
 // (and zero points) ceil(K/group) x N of A's type (bf16 or f16) or, against an e4m3 A, either; e2m1
-// in mode mx, ue8m0, ceil(K/32) x N. Against e4m3 A, groups of 128 K or more (the kernel promotes
-// every K block of 128 by one group's scales). A group at least K (one scale a column) is kept as
-// the smallest power of two from 128 that covers K, so that the kernels find a K element's group
-// by a shift.
+// in mode mx, ue8m0, ceil(K/32) x N. A group at least K (one scale a column) is kept as the
+// smallest power of two from 128 that covers K, so that the kernels find a K element's group by a
+// shift.
 ScaleRef weight_scale_ref(const Scale& scale, const TensorView& b, DType wide, int64_t k, int64_t n) {
   const bool u4 = b.dtype == DType::u4, eight_bit = is_fp8(wide);
   const ScaleMode wanted = u4 ? ScaleMode::group : ScaleMode::mx;
@@ -106,11 +105,10 @@ ScaleRef weight_scale_ref(const Scale& scale, const TensorView& b, DType wide, i
   int64_t group = 32;
   if (u4) {
     group = scale.group;
-    const bool power = group >= (eight_bit ? 128 : 32) && (group & (group - 1)) == 0;
+    const bool power = group >= 32 && (group & (group - 1)) == 0;
     if (group < 1 || (group < k && !power)) {
-      fail("scale_b: group " + std::to_string(group) +
-           (eight_bit ? " against an e4m3 A; expected a power of two from 128" : "; expected 32, a power of two from 64") +
-           ", or at least K = " + std::to_string(k) + " (one scale a column)");
+      fail("scale_b: group " + std::to_string(group) + "; expected 32, a power of two from 64, or at least K = " +
+           std::to_string(k) + " (one scale a column)");
     }
   } else if (scale.group != 0 && scale.group != 32) {
     fail("scale_b: group " + std::to_string(scale.group) + " with mode mx; expected 0 or 32 (MX blocks are 32 of K)");

@@ -76,12 +76,11 @@ bool numeric(const std::string& field) {
 }
 
 // The format of 4-bit weights, what follows "w4:" in the dtype field `field` (as written):
-// int4gG (u4 in groups of G along K), int4gGz (with zero points) or mxfp4 (e2m1, mx). Against an
-// e4m3 A (p.in_dtype), int4 in groups of 128 or more, or mxfp4.
+// int4gG (u4 in groups of G along K), int4gGz (with zero points) or mxfp4 (e2m1, mx), against a
+// 16-bit or an e4m3 A alike.
 void parse_w4_format(const std::string& format, const std::string& field, SuiteProblem& p, const std::string& where) {
   const std::string spec = lower(format);
   const std::string named = "4-bit weight format " + quoted(format) + " in dtype " + quoted(field);
-  const bool fp8_a = is_fp8(p.in_dtype);
   if (spec == "mxfp4") {
     p.in_b = DType::e2m1;
     p.mode = ScaleMode::mx;
@@ -105,9 +104,6 @@ void parse_w4_format(const std::string& format, const std::string& field, SuiteP
   const bool power_of_two = ec == std::errc() && group >= 64 && (group & (group - 1)) == 0;
   if (!power_of_two && !(ec == std::errc() && group == 32))
     fail(where, "group size " + quoted(group_text) + " in dtype " + quoted(field) + "; expected 32 or a power of two >= 64");
-  if (fp8_a && group < 128)
-    fail(where, "group size " + quoted(group_text) + " in dtype " + quoted(field) +
-                    " with e4m3 activations; expected a power of two >= 128");
   p.in_b = DType::u4;
   p.mode = ScaleMode::group;
   p.group = group;

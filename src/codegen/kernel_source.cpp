@@ -193,6 +193,7 @@ std::string config_header(const KernelConfig& requested) {
   s << "constexpr bool kDual = " << bool_text(config.dual) << ";\n";
   s << "constexpr bool kZeros = " << bool_text(config.zeros) << ";\n";
   s << "constexpr bool kGroupPartials = " << bool_text(config.group_partials) << ";\n";
+  s << "constexpr int kWidenGranuleK = " << config.widen_granule << ";\n";
   if (config.kind != KernelKind::tma) return s.str() + epilogue_config(config);
   s << "constexpr int kTileM = " << config.tile_m << ";\n"
     << "constexpr int kTileN = " << config.tile_n << ";\n"

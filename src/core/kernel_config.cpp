@@ -34,7 +34,7 @@ auto key(const KernelConfig& c) {
                          c.b_batched, c.tma_store, c.d_by_columns, c.store_buffers, c.has_c, c.in, c.out, c.c, c.in_b,
                          c.scale_a, c.scale_b, c.scale_a_mn, c.scale_b_mn, c.stage_a, c.stage_b, c.realign_a,
                          c.realign_b, c.row_classes, c.group_layout, c.group_along_k, c.group_capacity, c.dual, c.zeros,
-                         c.group_partials, c.group_scale);
+                         c.group_partials, c.group_scale, c.widen_granule);
 }
 
 // key() names every knob: one added to KernelKnobs changes its size and must join it (and the
@@ -64,7 +64,7 @@ int KernelConfig::smem_bytes() const { return kind == KernelKind::tma ? tma_smem
 
 int KernelConfig::tile_k() const { return kRowBytes / dtype_size(wide_a()); }
 
-int KernelConfig::widen_groups() const { return in == DType::e2m1 && is_fp8(in_b) ? 4 : 2; }
+int KernelConfig::widen_groups() const { return widen_granule == 32 ? 4 : 2; }
 
 int KernelConfig::stage_bytes() const { return int(sm90::smem_layout(smem_shape(*this)).stage); }
 

@@ -72,6 +72,9 @@ struct KernelFacts {
   bool zeros = false;
   bool group_partials = false;
   DType group_scale = DType::bf16;  // u4's group scales and zero points: bf16 or f16
+  // Against 8-bit B (W4A8), the K elements each partial accumulator covers (one group of the
+  // weights' scales, promote.cuh): 128, a u4 group of 32 or 64, or e2m1's 32; 128 elsewhere.
+  int widen_granule = 128;
 
   bool grouped() const { return group_capacity > 0; }
   bool widens() const { return is_4bit(in) || is_4bit(in_b); }
@@ -115,7 +118,7 @@ struct KernelConfig : KernelFacts, KernelKnobs {
   int smem_bytes() const;  // dynamic shared memory the launch reserves
   int tile_k() const;      // K elements per ring stage: 128 bytes' worth (64 16-bit, 128 8-bit)
   // K groups of a 4-bit A's scales a stage holds (widen.cuh): a K block's first and the next, or
-  // e2m1's four of a 128-deep block against 8-bit B.
+  // against 8-bit B the four of a 128-deep block in groups of 32.
   int widen_groups() const;
   // One ring stage: the A and B slices of one K block, and the block and mx scales staged with them.
   int stage_bytes() const;

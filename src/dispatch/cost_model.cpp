@@ -255,8 +255,10 @@ ScaleMode promoted_scale(const KernelConfig& c, bool a) {
 bool tile_takes_widening(TileShape tile, const KernelConfig& c) {
   if (!c.widens()) return true;
   // Against 8-bit B (W4A8), the fragments beside a partial accumulator take tiles at most 128 x
-  // 176, as 8-bit inputs' partials do (tile_shapes).
-  const bool fits_partial = !is_fp8(c.in_b) || (tile.m <= 128 && tile.n <= 176);
+  // 176, as 8-bit inputs' partials do (tile_shapes); 128 x 160 in groups under 128 (u4 in groups
+  // of 32 with zero points spilled 48 bytes on 128 x 176).
+  const int widest = c.widen_granule < 128 ? 160 : 176;
+  const bool fits_partial = !is_fp8(c.in_b) || (tile.m <= 128 && tile.n <= widest);
   return is_4bit(c.in) && tile.m % 64 == 0 && fits_partial && !c.grouped() && !c.dual;
 }
 

@@ -124,6 +124,9 @@ KernelConfig typed_config(const Problem& p) {
   // With 16-bit B (W4A8 promotes every K block anyway); with_tile keeps it on narrow tiles.
   config.group_partials = p.a.dtype == DType::u4 && !is_fp8(p.b.dtype) && p.scale_a.block_cols >= 64;
   config.group_scale = p.group_scale_type();
+  if (is_4bit(p.a.dtype) && is_fp8(p.b.dtype)) {
+    config.widen_granule = p.a.dtype == DType::e2m1 ? 32 : int(std::min<int64_t>(p.scale_a.block_cols, 128));
+  }
   config.out = p.d.dtype;
   config.has_c = p.has_c();
   config.c = p.has_c() ? p.c.dtype : p.d.dtype;

@@ -180,7 +180,7 @@ inline std::vector<CompileCase> widen_cases() {
   std::vector<CompileCase> cases;
   auto add = [&](TileShape tile, DType format, DType wide, bool zeros, DType out, bool tma_store = true,
                  int splits = 2, bool has_c = false, bool group_partials = false,
-                 ScaleMode scale_b = ScaleMode::none) {
+                 ScaleMode scale_b = ScaleMode::none, int granule = 128) {
     KernelConfig config = with_layout(tile, true, true, 1);
     config.group_partials = group_partials;
     config.tma_store = config.tma_store && tma_store;
@@ -188,6 +188,7 @@ inline std::vector<CompileCase> widen_cases() {
     config.in_b = wide;
     config.scale_b = scale_b;
     config.group_scale = !is_fp8(wide) ? wide : zeros ? DType::f16 : DType::bf16;
+    if (is_fp8(wide)) config.widen_granule = format == DType::e2m1 ? 32 : granule;
     config.scale_a = format == DType::u4 ? ScaleMode::group : ScaleMode::mx;
     config.zeros = zeros;
     config.out = config.c = out;
@@ -195,6 +196,7 @@ inline std::vector<CompileCase> widen_cases() {
     config.splits = tile.n <= kMaxSplitTileN ? splits : 1;
     if (!tile_takes_widening(tile, config)) return;
     cases.push_back(at_most_stages(config, " " + std::string(dtype_name(format)) + " x " + std::string(dtype_name(wide)) +
+                                               (config.widen_granule != 128 ? " g" + std::to_string(config.widen_granule) : "") +
                                                (zeros ? " zeros" : "") + (has_c ? " with C" : "") +
                                                (scale_b != ScaleMode::none ? " B " + std::string(scale_mode_name(scale_b)) : "")));
   };
@@ -227,6 +229,10 @@ inline std::vector<CompileCase> widen_cases() {
     if (tile.m == 64) add(tile, DType::u4, DType::e4m3, true, DType::bf16, false, 2, true, false, ScaleMode::block);
     add(tile, DType::e2m1, DType::e4m3, false, DType::bf16, !narrow, 2, false, false, ScaleMode::rowwise);
     if (tile.m == 64) add(tile, DType::e2m1, DType::e4m3, false, DType::f32, false, 1, true, false, ScaleMode::block);
+    if (tile.n >= 128 || narrow) {  // u4 in groups of 32 and 64: four or two granules a K block
+      add(tile, DType::u4, DType::e4m3, true, DType::bf16, !narrow, 2, false, false, ScaleMode::block, 32);
+      add(tile, DType::u4, DType::e4m3, false, DType::f32, !narrow, 1, true, false, ScaleMode::rowwise, 64);
+    }
   }
   // Without TMA stores (D's rows unaligned): row stores on 128-row tiles, direct ones below.
   for (TileShape tile : tile_shapes()) {

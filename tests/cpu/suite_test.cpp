@@ -230,7 +230,6 @@ TEST(Suite, RejectsMalformedLinesNamingFileLineAndText) {
       {"1 2 3 NT bf16,w4", "'bf16,w4'"},
       {"1 2 3 NT w4:int4g128", "'w4:int4g128'"},
       {"1 2 3 NT e5m2,w4:int4g128", "'e5m2'"},
-      {"1 2 3 NT e4m3,w4:int4g64", "'64'"},
       {"1 2 3 NT e4m3,w4:int4g128 mx", "'mx'"},
       {"1 2 3 NT e4m3,w4:int4g128 rows", "'rows'"},
       {"1 2 3 NT e4m3,w4:int4g128 2 3", "'2'"},  // the mode comes before the batch
@@ -518,10 +517,6 @@ TEST(Suite, RejectsMalformedFourBitDtypesWithOneLine) {
       {"e4m3:bf16,w4:int4g128",
        "activation type 'e4m3:bf16' in dtype 'e4m3:bf16,w4:int4g128' with 4-bit weights; expected bf16, f16 or e4m3 "
        "(e.g. bf16,w4:int4g128)"},
-      {"e4m3,w4:int4g32", "group size '32' in dtype 'e4m3,w4:int4g32' with e4m3 activations; expected a power of "
-                          "two >= 128"},
-      {"e4m3,w4:int4g64z", "group size '64' in dtype 'e4m3,w4:int4g64z' with e4m3 activations; expected a power of "
-                           "two >= 128"},
       {"e4m3,w4:int4g96", "group size '96' in dtype 'e4m3,w4:int4g96'; expected 32 or a power of two >= 64"},
       {"e4m3,w4:int4g128:e4m3", "output type 'e4m3' in dtype 'e4m3,w4:int4g128:e4m3'; expected bf16, f16 or f32 "
                                 "after 4-bit weights (A,w4:FORMAT:OUT)"},
@@ -620,6 +615,9 @@ TEST(Suite, ParsesW4a8LinesWithTheirActivationScales) {
   EXPECT_EQ(std::tie(p[3].mode_a, p[3].group, p[3].batch), std::make_tuple(ScaleMode::rowwise, int64_t(4096), int64_t(2)));
   EXPECT_EQ(std::tie(p[4].mode_a, p[4].out_dtype, p[4].batch),
             std::make_tuple(ScaleMode::rowwise, DType::bf16, int64_t(5)));
+  // Groups of 32 and 64 under e4m3 activations too.
+  EXPECT_EQ(parse("1 2 3 NT e4m3,w4:int4g32z").at(0).group, 32);
+  EXPECT_EQ(parse("1 2 3 NT e4m3,w4:int4g64").at(0).group, 64);
   // MXFP4 weights under e4m3 activations: mx scales, groups of 32.
   const SuiteProblem mx = parse("1 5760 2880 NT e4m3,w4:mxfp4:f32 block").at(0);
   EXPECT_TRUE(mx.w4a8());

@@ -4,8 +4,8 @@
 // decode with groups of 64 or more, of each group's f32 sums) is within the comparison's
 // allowance, and so are W4A8's FP8 tensor-core sums (compare.h).
 // A table of cases: M from 1 (decode) past a tile, one large problem of each format, N odd, K
-// with a partial last group or odd; groups 32, 64, 128 and per-channel (W4A8: 128, 256 and
-// per-channel), with and without zero points; D bf16, f16 and f32; scales N-contiguous and
+// with a partial last group or odd; groups 32, 64, 128 and per-channel (W4A8: also 256, and
+// MXFP4), with and without zero points; D bf16, f16 and f32; scales N-contiguous and
 // transposed (gpt-oss's [N, K/32]); W4A8's group scales bf16 and f16 and its activations' scales
 // none, tensor, rowwise and 1x128 blocks; batched B and one B shared by the batch; padded and
 // offset weights with poison around them; alpha and beta * C. D starts NaN-poisoned. Then the
@@ -218,6 +218,16 @@ const std::vector<LowbitCase> kCases = {
      .offset_b = 2, .nan_outside = true},
     {.m = 8, .n = 257, .k = 4160, .in = e4m3, .weights = e2m1, .out = f16, .scale_a = block, .batch = 2,
      .shared_b = true, .with_c = true},
+    // W4A8 with u4 groups of 32 and 64 (two or four promotions a K block), zero points among them.
+    {.m = 1, .n = 4095, .k = 4160, .in = e4m3, .weights = u4, .out = bf16, .group = 32, .zeros = true,
+     .scale_a = rowwise},
+    {.m = 16, .n = 257, .k = 1000, .in = e4m3, .weights = u4, .out = f32, .group = 64, .scale_a = block,
+     .group_scales = f16},
+    {.m = 64, .n = 4095, .k = 4097, .in = e4m3, .weights = u4, .out = bf16, .group = 32, .scale_a = tensor},
+    {.m = 300, .n = 1000, .k = 4160, .in = e4m3, .weights = u4, .out = f16, .group = 64, .zeros = true,
+     .scale_a = block, .scales_col_major = true},
+    {.m = 4096, .n = 257, .k = 1000, .in = e4m3, .weights = u4, .out = bf16, .group = 32, .zeros = true,
+     .scale_a = rowwise, .group_scales = f16},
 };
 
 // Matrix 0 of a batched view, as a rank-2 view every batch shares.
@@ -368,8 +378,8 @@ TEST_F(LowbitErrors, BadArgumentsAreRejectedByNameAndLeaveDUntouched) {
   expect_d_untouched(wrong_mode);
 }
 
-// W4A8's refusals, each by name with D untouched: u4 groups under 128, e5m2 activations, and the activations' scale modes the kernels do not take with 4-bit weights
-// (mx, and 128x128 blocks).
+// W4A8's refusals, each by name with D untouched: e5m2 activations, and the activations' scale
+// modes the kernels do not take with 4-bit weights (mx, and 128x128 blocks).
 TEST_F(LowbitErrors, W4a8CombinationsItDoesNotTakeAreRejectedByName) {
   const auto expect_refused = [](const ProblemSpec& spec, std::initializer_list<const char*> needles) {
     SCOPED_TRACE(spec.describe());
@@ -381,12 +391,6 @@ TEST_F(LowbitErrors, W4a8CombinationsItDoesNotTakeAreRejectedByName) {
   ProblemSpec w4a8{.m = 16, .n = 96, .k = 512, .in = DType::e4m3, .out = DType::bf16, .in_b = DType::u4};
   w4a8.scale_b = ScaleMode::group;
   w4a8.zeros = true;
-  for (int64_t group : {32, 64}) {
-    ProblemSpec spec = w4a8;
-    spec.group = group;
-    const std::string named = "group " + std::to_string(group);
-    expect_refused(spec, {"scale_b", named.c_str()});
-  }
   ProblemSpec e5m2 = w4a8;
   e5m2.in = DType::e5m2;
   expect_refused(e5m2, {"B: ", "u4", "e5m2"});
