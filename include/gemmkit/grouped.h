@@ -47,8 +47,15 @@ inline constexpr int64_t kMaxGroups = 1024;
 // [G, max_m]). options.beta must be 0. A and B must be TMA-addressable: 16-byte-aligned bases and
 // strides, FP8 A K-major; FP8 B that is not K-major (an input gradient's weights as they lie) is
 // first copied K-major, each group's, into the stream's workspace (a capture cannot grow it: make
-// one call of the size before). options.max_sms caps the SMs the kernel runs on. Throws
-// gemmkit::Error naming the argument at fault.
+// one call of the size before). options.max_sms caps the SMs the kernel runs on.
+// 4-bit weights (MoE experts in int4 or MXFP4): B u4 or e2m1, [G, K, N] with K contiguous (the
+// checkpoint's [G, N, K/2] bytes), with scale_b and its zero points as gemm() takes them for one
+// matrix (gemm.h), batched by group ([G, ceil(K/group), N]); A bf16 or f16, or e4m3 with scale_a
+// none, tensor or rowwise (not yet 1x128 blocks); no fused epilogue yet. The kernel runs them
+// transposed, each group's tokens as columns: a group with no tokens reads none of its weights.
+// Weights or tokens TMA cannot read as they lie (K not a multiple of 32 for the packed bytes) are
+// first copied into the stream's workspace, every call. Throws gemmkit::Error naming the argument
+// at fault.
 void grouped_gemm(const TensorView& a, const TensorView& b, const TensorView& d, const GroupSizes& sizes,
                   const GemmOptions& options = {});
 

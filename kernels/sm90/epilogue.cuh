@@ -65,10 +65,14 @@ struct TileOrigin {
   int first_stored;  // rows above it are the tile above's (first_stored_row)
   i64 col;  // first column of the tile
   int first_stored_col;  // columns left of it are the tile to the left's (first_stored_col)
+  int col_end;  // groups along N (kColEnds): columns from it on are not stored (else N: col_end())
   float row_scale[2];
   u32 column_scales;
   int group;  // the fused epilogue's batch: the batch, or a grouped tile's group
 };
+
+// Columns from it on are not stored: N, or a grouped tile's group end along N.
+__device__ __forceinline__ i64 col_end(const GemmParams& p, const TileOrigin& at) { return kColEnds ? at.col_end : p.n; }
 
 // By each thread t of a consumer warpgroup: starts copying its share of the column scales of the
 // tile at (batch, col), a scale per accumulator column to shared address `dst` (zeros past D's last column). The warpgroup waits
@@ -119,7 +123,7 @@ __device__ __forceinline__ float evaluate(const float* acc, const GemmParams& p,
   const float value2 = kDual ? p.alpha * (acc[4 * j2 + 2 * h + e] * row_scale * column_scale(at, t, j2, e)) : 0.0f;
   // Elements outside D (those TMA clips, a grouped tile's rows past its group) are computed and
   // not stored: a fused epilogue reads D's last row or column for them and writes nothing.
-  const bool inside = row < at.row_end && col < p.n && counted;
+  const bool inside = row < at.row_end && col < col_end(p, at) && counted;
   return fused_value(value, value2, p, at.group, min(row, p.m - 1), min(col, p.n - 1), inside, red);
 }
 
@@ -275,7 +279,7 @@ __device__ __forceinline__ void store_tile_direct(float* acc, const GemmParams& 
       for (int e = 0; e < 2; ++e) {
         const i64 row = d_row(at.row, t, h);
         i64 col = at.col + fragment_col(t, j) + e;
-        if (row < at.row_end && (!kShiftLastRow || row >= at.first_stored) && col < p.n &&
+        if (row < at.row_end && (!kShiftLastRow || row >= at.first_stored) && col < col_end(p, at) &&
             (!kShiftLastCol || col >= at.first_stored_col)) {
           const float value = output_value(acc, p, at, t, j, h, e);
           i64 index = at.batch * p.d.batch_stride + row * p.d.row_stride + col * p.d.col_stride;

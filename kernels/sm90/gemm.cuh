@@ -314,6 +314,7 @@ __device__ __forceinline__ void publish(Work& slot, const Work& w) {
   slot.row = w.row;
   slot.col = w.col;
   if (kRowEnds) slot.row_end = w.row_end;
+  if (kColEnds) slot.col_end = w.col_end;
   if (kGroupedK) {
     slot.k_first = w.k_first;
     slot.k_size = w.k_size;
@@ -609,7 +610,8 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
     // latency from the epilogue.
     const i64 slice_row = w.row + slice * 64;
     // D's batch: the group's, but for contiguous groups, which share one D.
-    TileOrigin at{kGroupedRows ? 0 : w.batch, slice_row, kRowEnds ? w.row_end : int(p.m), 0, w.col, first_stored_col(p, w.col),
+    TileOrigin at{kGroupedRows || kGroupedCols ? 0 : w.batch, slice_row, kRowEnds ? w.row_end : int(p.m), 0, w.col,
+                  first_stored_col(p, w.col), kColEnds ? w.col_end : 0,
                   {row_outer_scale(p, w.batch, d_row(slice_row, t, 0)),
                    row_outer_scale(p, w.batch, d_row(slice_row, t, 1))},
                   column_scales, w.batch};

@@ -13,6 +13,13 @@
 // A group's first tile row starts at its first row; its last reaches past its rows (into the next
 // group's in A, or past A, which TMA fills with zeros), computing rows nobody stores.
 //
+// Groups along N (kGroupedN: the problem transposed, so that the kernel widens 4-bit weights as
+// A) are the same with rows and columns swapped: group g owns ceil(cols_g / kTileCols) tile
+// columns of its tokens (B's columns) by every tile row of its weights (A, batched by group);
+// bands of kGroupM tile columns are walked row by row, and each unit carries its group's column
+// end, past which the epilogue (storing directly) writes nothing. An empty group owns no units,
+// so its weights are never read.
+//
 // Groups along K (kGroupedK, the weight gradient: D_g = A_g B_g, each group's K range its own
 // rows of tokens) take the dense order over the batch of groups instead (GroupedKScheduler), each
 // unit with its group's K range from the table. 16-bit operands are read MN-major as they lie, and
@@ -31,11 +38,17 @@ namespace gemmkit::sm90 {
 
 // Contiguous groups share one A and D, each group's rows after the one before's; masked groups
 // are A's and D's batches, valid up to their counts. Groups along K share A and B, D batched.
-constexpr bool kGroupedRows = kGrouped && !kGroupsMasked && !kGroupedK;
-// The sizes are cumulative ends (contiguous groups, rows or K), not counts (masked).
+// Along N, the same holds of B's and D's columns (contiguous: kGroupedCols).
+constexpr bool kGroupedRows = kGrouped && !kGroupsMasked && !kGroupedK && !kGroupedN;
+constexpr bool kGroupedCols = kGrouped && !kGroupsMasked && kGroupedN;
+// The sizes are cumulative ends (contiguous groups, rows, columns or K), not counts (masked).
 constexpr bool kGroupEnds = kGrouped && !kGroupsMasked;
 // Rows of a cluster's tile row.
 constexpr int kClusterRows = kTileM * kClusterM;
+// A group's tokens a line of its units covers: a cluster row of tiles, or along N a tile column.
+constexpr int kLineTokens = kGroupedN ? kTileCols : kClusterRows;
+static_assert(!kGroupedN || (kGrouped && !kGroupedK && kClusterM == 1 && !kTmaStore && !kRowStore),
+              "groups along N run unclustered, D stored directly (up to each group's column end)");
 static_assert(!kGrouped || (kGroupCapacity >= 32 && (kGroupCapacity & (kGroupCapacity - 1)) == 0),
               "the table of groups holds a power of two, at least one per lane of a warp");
 static_assert(!kGrouped || (!kSplitK && !kRowClasses && !kRealignA && !kRealignB && !kDByColumns),
@@ -54,18 +67,18 @@ struct GroupTable {
 
 // By the 32 lanes of one warp: fills `table` from p.group_sizes, once the grids before this one
 // (which may write the sizes) are done, clamped (group_ends.cuh) so that no tile reaches outside
-// D (or K): contiguous ends to at least the end before and at most M (K for groups along K),
-// counts to [0, M]. (The caller's opt-in check that traps on them instead is a kernel of its own,
+// D (or K): contiguous ends to at least the end before and at most M (K for groups along K, N
+// along N), counts to [0, M] (along N, [0, N]). (The caller's opt-in check that traps on them instead is a kernel of its own,
 // group_check.cuh.) Groups along K take only the ends: their units are the dense order's.
 // Lane l takes groups [l * kPerLane, (l + 1) * kPerLane), so that the units' running sum is a
 // sequential pass per lane and one warp scan.
 __device__ __forceinline__ void build_group_table(const GemmParams& p, GroupTable table, int lane) {
   constexpr int kPerLane = kGroupCapacity > 32 ? kGroupCapacity / 32 : 1;  // dense kernels: 0 groups
-  const u32 tiles_n = u32(p.order.tiles_n);
+  const u32 across = u32(kGroupedN ? p.order.rows : p.order.tiles_n);  // units a line of tokens
   wait_for_prerequisite_grids();
   i64 end[kPerLane];
   const i64 end_before = clamped_group_sizes<kPerLane>(p.group_sizes, p.group_sizes_64, int(p.batch),
-                                                       kGroupedK ? p.k : p.m, kGroupEnds, lane, end);
+                                                       kGroupedK ? p.k : kGroupedN ? p.n : p.m, kGroupEnds, lane, end);
   if (kGroupedK) {
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) table.ends[lane * kPerLane + i] = u32(end[i]);
@@ -75,8 +88,8 @@ __device__ __forceinline__ void build_group_table(const GemmParams& p, GroupTabl
   u32 sum = 0;
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
-    const i64 rows = end[i] - (i == 0 ? end_before : kGroupedRows ? end[i - 1] : 0);
-    units[i] = u32((rows + kClusterRows - 1) / kClusterRows) * tiles_n;
+    const i64 tokens = end[i] - (i == 0 ? end_before : kGroupEnds ? end[i - 1] : 0);
+    units[i] = u32((tokens + kLineTokens - 1) / kLineTokens) * across;
     sum += units[i];
   }
   u32 before = sum;  // inclusive scan of the lanes' sums, then exclusive
@@ -96,11 +109,11 @@ __device__ __forceinline__ void build_group_table(const GemmParams& p, GroupTabl
 }
 
 struct GroupedScheduler : PersistentUnits {
-  static constexpr u32 kGroup = kGroupM / kClusterM;  // cluster rows per band
+  static constexpr u32 kGroup = kGroupM / kClusterM;  // lines (cluster rows; along N, tile columns) per band
   const u32* units;
   const u32* ends;
   int groups;
-  u32 tiles_n;
+  u32 across;  // a line's units: tile columns (along N, tile rows)
   int col_shift_from, col_shift_to;
   int k_blocks;
 
@@ -111,7 +124,7 @@ struct GroupedScheduler : PersistentUnits {
         units(GroupTable(group_table).units),
         ends(GroupTable(group_table).ends),
         groups(int(p.batch)),
-        tiles_n(u32(p.order.tiles_n)),
+        across(u32(kGroupedN ? p.order.rows : p.order.tiles_n)),
         col_shift_from(p.order.col_shift_from),
         col_shift_to(p.order.col_shift_to),
         k_blocks(int((p.k + kTileK - 1) / kTileK)) {}
@@ -125,18 +138,25 @@ struct GroupedScheduler : PersistentUnits {
       if (g + step < groups && units[g + step] <= unit) g += step;
     }
     const u32 in_group = unit - units[g];
-    const u32 rows = (units[g + 1] - units[g]) / tiles_n;  // the group's cluster rows of tiles
-    const u32 first = in_group / (kGroup * tiles_n) * kGroup;
-    const u32 band_rows = min(kGroup, rows - first);
-    const u32 in_band = in_group - first * tiles_n;
-    const u32 col = in_band / band_rows;
-    const u32 tile_row = first + in_band - col * band_rows;
+    const u32 lines = (units[g + 1] - units[g]) / across;  // the group's lines of tiles
+    const u32 first = in_group / (kGroup * across) * kGroup;
+    const u32 band_lines = min(kGroup, lines - first);
+    const u32 in_band = in_group - first * across;
+    const u32 other = in_band / band_lines;  // the tile column (along N, tile row)
+    const u32 line = first + in_band - other * band_lines;
+    const int start = (kGroupedRows || kGroupedCols) && g > 0 ? int(ends[g - 1]) : 0;  // the group's first token
     Work w;
     w.batch = g;
-    w.row = int((kGroupedRows && g > 0 ? ends[g - 1] : 0) + (tile_row * kClusterM + rank) * kTileM);
-    w.row_end = int(ends[g]);
-    w.col = int(col * kTileCols);
-    if (kShiftLastCol && w.col == col_shift_from) w.col = col_shift_to;
+    if (kGroupedN) {
+      w.row = int(other * kTileM);
+      w.col = start + int(line * kTileCols);
+      w.col_end = int(ends[g]);
+    } else {
+      w.row = start + int((line * kClusterM + rank) * kTileM);
+      w.row_end = int(ends[g]);
+      w.col = int(other * kTileCols);
+      if (kShiftLastCol && w.col == col_shift_from) w.col = col_shift_to;
+    }
     w.split = 0;
     w.k_begin = 0;
     w.k_end = k_blocks;

@@ -20,19 +20,24 @@
 
 namespace gemmkit::sm90 {
 
-// Work units carry their group's row end (groups of rows; groups along K store all of D's rows).
-constexpr bool kRowEnds = kGrouped && !kGroupedK;
+// Work units carry their group's row end (groups of rows; groups along K store all of D's rows),
+// or along N its column end.
+constexpr bool kRowEnds = kGrouped && !kGroupedK && !kGroupedN;
+constexpr bool kColEnds = kGroupedN;
 
 // One work unit of a CTA: a tile (its batch, or group, and first row and column) and the K
 // blocks of it to multiply; `tile` numbers the CTA's tile among all tiles, `split` its part of
-// K; grouped kernels store only the tile's rows above `row_end`; groups along K (the weight
-// gradient) multiply k_size elements of K from k_first on.
+// K; grouped kernels store only the tile's rows above `row_end` (along N, its columns left of
+// `col_end`); groups along K (the weight gradient) multiply k_size elements of K from k_first on.
 struct Work {
   int batch;
   int row, col;  // below 2^31: the host picks this kernel only where TMA addresses A and B
   int split, k_begin, k_end;
   u32 tile;
-  int row_end;
+  union {  // one or the other: groups of rows, or along N (40 bytes a slot, kWorkSlotBytes)
+    int row_end;
+    int col_end;
+  };
   int k_first, k_size;
 };
 
@@ -60,8 +65,8 @@ __device__ __forceinline__ int first_stored_row(const GemmParams& p, int row) {
 // with the values the tile to the left stored, which only C could make differ (hence the box
 // multiple). (H100, NT, 385x4096x4096 transposed on 64x208 tiles: 25.7 us, 32.2 unmoved.)
 // Not where B's block or mx scales, or an e4m3 D's 1x128 blocks, need tiles to start on their
-// blocks, nor with row classes.
-constexpr bool kShiftLastCol = !kRowClasses && !is_inner_scale(kScaleB) && kOutType != GEMMKIT_E4M3;
+// blocks, nor with row classes, nor grouped along N (each group's tile columns start at its first).
+constexpr bool kShiftLastCol = !kRowClasses && !is_inner_scale(kScaleB) && kOutType != GEMMKIT_E4M3 && !kGroupedN;
 
 // The first column a tile multiplied from `col` stores.
 __device__ __forceinline__ int first_stored_col(const GemmParams& p, int col) {

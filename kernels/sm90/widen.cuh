@@ -52,8 +52,9 @@ static_assert(!kGroupPartials || (kAType == GEMMKIT_U4 && kTileN <= 32), "group 
 static_assert(!kWidenA || kStageWordsA == 0, "a 4-bit A's scales are its group scales alone");
 static_assert(!kWidenTo8Bit || !kMxB, "W4A8: B's scales not mx");
 static_assert(!kWidenA || (kTileK == (kWidenTo8Bit ? 128 : 64) && kAKMajor && !kRealignA && !kRowClasses && kClusterM == 1 && !kDual &&
-                           !kGrouped && kWidenRows * kWidenScaleBytes % 16 == 0),
-              "4-bit weights: K blocks of 128 bytes of B, K-major, read by TMA, unclustered, dense, whole 16-byte scale boxes");
+                           (!kGrouped || kGroupedN) && kWidenRows * kWidenScaleBytes % 16 == 0),
+              "4-bit weights: K blocks of 128 bytes of B, K-major, read by TMA, unclustered, dense or grouped along N, "
+              "whole 16-byte scale boxes");
 
 // log2 of the weights' K elements per scale: a power of two, 32 at least (validate.cpp).
 __device__ __forceinline__ int widen_group_shift(const GemmParams& p) { return __ffsll(p.scale_a.block_cols) - 1; }

@@ -79,12 +79,12 @@ std::string tensor_name(const std::string& name) { return "options.epilogue.tens
 // The batch an epilogue tensor may have (rank 3): D's, or the groups'.
 std::string batch_text(const Problem& p) { return p.grouped() ? "G = " + std::to_string(p.batch) : std::to_string(p.batch); }
 
-bool rows_shared(const Problem& p) { return p.rows_batch() == 1 && p.batch > 1; }  // contiguous groups
+bool rows_shared(const Problem& p) { return p.d_batch() == 1 && p.batch > 1; }  // contiguous groups
 
 // The index form and expected shapes of a tensor read as `shape` (or written: matrix, `output`).
 std::string expected_shapes(const Problem& p, epilogue::Shape shape, bool output) {
   const std::string m = std::to_string(p.m), n = std::to_string(p.n), b = batch_text(p);
-  if (output) return p.rows_batch() > 1 ? "[" + b + ", " + m + ", " + n + "] (D's shape)" : "[" + m + ", " + n + "] (D's shape)";
+  if (output) return p.d_batch() > 1 ? "[" + b + ", " + m + ", " + n + "] (D's shape)" : "[" + m + ", " + n + "] (D's shape)";
   switch (shape) {
     case epilogue::Shape::row_vector: return "[1, " + n + "] or [" + b + ", 1, " + n + "]";
     case epilogue::Shape::column_vector:
@@ -99,7 +99,7 @@ bool fits(const TensorView& t, const Problem& p, epilogue::Shape shape, bool out
   const bool along_m = shape == epilogue::Shape::column_vector || shape == epilogue::Shape::matrix;
   const bool along_n = shape == epilogue::Shape::row_vector || shape == epilogue::Shape::matrix;
   if (t.rows() != (along_m ? p.m : 1) || t.cols() != (along_n ? p.n : 1)) return false;
-  if (output) return p.rows_batch() > 1 ? t.rank == 3 && t.batch() == p.batch : t.rank == 2 || t.batch() == 1;
+  if (output) return p.d_batch() > 1 ? t.rank == 3 && t.batch() == p.batch : t.rank == 2 || t.batch() == 1;
   if (t.rank == 2) return true;
   if (along_m && rows_shared(p)) return false;
   return t.batch() == p.batch;
@@ -156,7 +156,7 @@ MatrixRef checked_tensor(const Epilogue& e, const std::string& name, const Probl
          "; expected a device pointer to " + std::string(dtype_name(t.dtype)) + " elements");
   }
   // A reduction's rank-2 output takes every batch's values: it is one matrix.
-  const int64_t batches = reduced ? (t.rank == 3 ? t.batch() : 1) : p.rows_batch();
+  const int64_t batches = reduced ? (t.rank == 3 ? t.batch() : 1) : p.d_batch();
   if (output) check_no_self_overlap(t, batches, tensor_name(name).c_str());
   zeroed_bytes = 0;
   if (reduced) {

@@ -66,9 +66,29 @@ Problem validate_grouped(const TensorView& a, const TensorView& b, const TensorV
   check_sizes_and_budget(sizes, options);
   const int64_t groups = sizes.count;
   check_form(b, "B");
-  if (is_4bit(b.dtype)) {
-    fail("B: dtype " + std::string(dtype_name(b.dtype)) +
-         "; grouped_gemm takes no 4-bit weights yet (expected bf16, f16, e4m3 or e5m2)");
+  if (is_4bit(b.dtype)) {  // the kernels' 4-bit paths take no fused epilogue, nor FP8 A's blocks, yet
+    if (!options.epilogue.text.empty()) {
+      fail("options.epilogue: given with 4-bit weights B; expected none (grouped_gemm fuses no epilogue on 4-bit "
+           "weights yet)");
+    }
+    if (is_fp8(a.dtype) && options.scale_a.mode == ScaleMode::block) {
+      fail("scale_a: mode block with 4-bit weights B; expected none, tensor or rowwise (grouped_gemm takes no 1x128 "
+           "activation blocks on 4-bit weights yet)");
+    }
+    if (b.rank == 3 && b.batch() > 1 && b.batch_stride() % 2 != 0) {
+      fail("B: strides " + strides_text(b) + " for 4-bit weights; expected an even group stride (two elements a byte, "
+           "each group's weights from a byte)");
+    }
+    // The kernel reads a group's scales (and zero points) where it reads its weights (widen.cuh).
+    auto batched = [](const TensorView& v) { return v.rank == 3 && v.batch() > 1 && v.batch_stride() != 0; };
+    const TensorView& scales = options.scale_b.scales;
+    for (auto [v, name] : {std::pair{&scales, "scale_b"}, std::pair{options.scale_b.zeros ? &*options.scale_b.zeros : &scales,
+                                                                  "scale_b.zeros"}}) {
+      if (v->data != nullptr && batched(*v) != batched(b)) {
+        fail(std::string(name) + ": " + (batched(*v) ? "batched" : "shared by every group") + " but B is " +
+             (batched(b) ? "batched" : "shared") + "; expected [G, ceil(K/group), N], one per group, as B is [G, K, N]");
+      }
+    }
   }
   if (b.rank != 3 || b.batch() != groups) {
     fail("B: shape " + shape_text(b) + "; expected [G, K, N] with G = sizes.count = " + std::to_string(groups));
@@ -113,12 +133,22 @@ Problem validate_grouped(const TensorView& a, const TensorView& b, const TensorV
       }
       scale->scales = first_matrix(s);
     }
+    if (options.scale_b.zeros) {  // u4 weights' zero points, batched (or shared) as their scales
+      const TensorView& z = *options.scale_b.zeros;
+      check_form(z, "scale_b.zeros");
+      if (z.rank == 3 && z.batch() != groups) {
+        fail("scale_b.zeros: shape " + shape_text(z) + "; expected a batch of G = " + std::to_string(groups) +
+             " (one tensor of zero points per group) or a rank-2 tensor for every group");
+      }
+      first.scale_b.zeros = first_matrix(z);
+    }
     if (options.b2) first.b2 = first_matrix(*options.b2);
     p = validate_gemm(a, first_matrix(b), d, first);
     p.batch = groups;
     p.b.batch_stride = b.batch_stride();
     if (options.b2) p.b2.batch_stride = options.b2->batch_stride();
     if (options.scale_b.mode != ScaleMode::none) p.scale_b.m.batch_stride = options.scale_b.scales.batch_stride();
+    if (options.scale_b.zeros) p.scale_b.zeros.batch_stride = options.scale_b.zeros->batch_stride();
     if (options.scale_b2.mode != ScaleMode::none) p.scale_b2.m.batch_stride = options.scale_b2.scales.batch_stride();
   }
   if (p.k == 0 && p.m > 0 && p.n > 0) fail("A: K = 0; expected K >= 1 for grouped_gemm");
@@ -194,7 +224,7 @@ void check_grouped_memory(const TensorView& a, const TensorView& b, const Tensor
     const TensorView words = TensorView::row_major(const_cast<void*>(sizes.data), DType::f32, 1,
                                                    sizes.count * (sizes.int64 ? 2 : 1));
     problem.device = operands_device(a, b, d, options, problem);
-    const Operand both[] = {{&d, problem.rows_batch(), "D"}, {&words, 1, "sizes"}};
+    const Operand both[] = {{&d, problem.d_batch(), "D"}, {&words, 1, "sizes"}};
     check_device_memory(both);
   }
   check_apart(a, b, d, options, problem);
@@ -206,7 +236,7 @@ PreparedGemm prepare_grouped(const TensorView& a, const TensorView& b, const Ten
   if (device != kOperandsDevice) problem.device = device;
   if (problem.m == 0 || problem.n == 0) return {problem, true};
   check_grouped_memory(a, b, d, sizes, options, problem, device);
-  return {problem, false};
+  return {normalize(problem), false};
 }
 
 PreparedGemm prepare_grouped_wgrad(const TensorView& x, const TensorView& y, const TensorView& d,
@@ -222,8 +252,13 @@ void run_prepared(const PreparedGemm& prepared, cudaStream_t stream) {
   if (prepared.empty) return;
   runtime::DeviceGuard guard(prepared.problem.device);
   const Problem& p = prepared.problem;
-  if (p.groups.check) runtime::check_group_sizes(p.groups, p.batch, p.groups.along_k ? p.k : p.m, stream);
-  if (p.groups.zero_unowned) runtime::zero_unowned_rows(p.d, p.groups, p.batch, p.m, p.n, stream);
+  if (p.groups.check) {
+    runtime::check_group_sizes(p.groups, p.batch, p.groups.along_k ? p.k : p.groups.along_n ? p.n : p.m, stream);
+  }
+  if (p.groups.zero_unowned) {  // D's rows, as the caller's problem has them
+    const Problem rows = p.groups.along_n ? transposed_problem(p) : p;
+    runtime::zero_unowned_rows(rows.d, rows.groups, rows.batch, rows.m, rows.n, stream);
+  }
   run_plan(make_plan(prepared.problem, nullptr, stream), prepared.problem, stream);
 }
 

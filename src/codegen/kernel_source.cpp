@@ -222,6 +222,7 @@ std::string config_header(const KernelConfig& requested) {
     << "constexpr bool kGrouped = " << bool_text(config.grouped()) << ";\n"
     << "constexpr bool kGroupsMasked = " << bool_text(config.grouped() && config.group_layout == GroupLayout::masked) << ";\n"
     << "constexpr bool kGroupedK = " << bool_text(config.grouped() && config.group_along_k) << ";\n"
+    << "constexpr bool kGroupedN = " << bool_text(config.grouped() && config.group_along_n) << ";\n"
     << "constexpr int kGroupCapacity = " << config.group_capacity << ";\n\n"
     << wgmma_function(config.tile_n, config.wide_a(), config.wide_b(), config.a_k_major, config.b_k_major)
     // Every kernel declares the register form, which gemm.cuh names outside templates; only

@@ -33,7 +33,7 @@ auto key(const KernelConfig& c) {
                          c.stages, c.group_m, c.cluster_m, c.splits, c.a_k_major, c.b_k_major, c.a_batched,
                          c.b_batched, c.tma_store, c.d_by_columns, c.store_buffers, c.has_c, c.in, c.out, c.c, c.in_b,
                          c.scale_a, c.scale_b, c.scale_a_mn, c.scale_b_mn, c.stage_a, c.stage_b, c.realign_a,
-                         c.realign_b, c.row_classes, c.group_layout, c.group_along_k, c.group_capacity, c.dual, c.zeros,
+                         c.realign_b, c.row_classes, c.group_layout, c.group_along_k, c.group_along_n, c.group_capacity, c.dual, c.zeros,
                          c.group_partials, c.group_scale, c.widen_granule);
 }
 
@@ -95,8 +95,8 @@ std::string KernelConfig::name() const {
     << (realign_b ? " realign-B" : "") << (row_classes ? " row-classes" : "")
     << (!grouped()                              ? ""
         : group_along_k                         ? " grouped-k"
-        : group_layout == GroupLayout::masked ? " grouped-masked"
-                                                : " grouped")
+        : group_layout == GroupLayout::masked ? (group_along_n ? " grouped-masked-n" : " grouped-masked")
+                                                : (group_along_n ? " grouped-n" : " grouped"))
     << (dual ? " dual" : "") << (widens() ? " widen" : "") << (group_partials ? " group-partials" : "") << fused;
   return s.str();
 }

@@ -55,6 +55,7 @@ struct KernelFacts {
   // 0 for dense problems.
   GroupLayout group_layout = GroupLayout::contiguous;
   bool group_along_k = false;  // the groups split K (the weight gradient), not the rows
+  bool group_along_n = false;  // the groups split N (tokens as columns: 4-bit weights), not the rows
   int group_capacity = 0;
   // A fused epilogue's device code (core/problem.h, EpilogueRef: one pointer per code), null for
   // none; transposed: the kernel runs D^T's problem and hands the epilogue (col, row).

@@ -90,7 +90,7 @@ ProblemWords problem_words(const Problem& p) {
   w[i++] = p.device;
   w[i++] = address(p.groups.sizes);
   w[i++] = int64_t(p.groups.layout) | int64_t(p.groups.int64) << 8 | int64_t(p.groups.check) << 9 |
-            int64_t(p.groups.along_k) << 10 | int64_t(p.groups.zero_unowned) << 11;
+            int64_t(p.groups.along_k) << 10 | int64_t(p.groups.zero_unowned) << 11 | int64_t(p.groups.along_n) << 12;
   w[i++] = p.max_sms;
   w[i++] = address(p.epilogue.code);
   w[i++] = int64_t(p.epilogue.tensor_count) | int64_t(p.epilogue.transposed) << 8;
@@ -123,6 +123,7 @@ Problem transposed_problem(const Problem& p) {
   t.scale_a = transposed(p.scale_b);
   t.scale_b = transposed(p.scale_a);
   t.epilogue.transposed = !p.epilogue.transposed;
+  if (p.grouped()) t.groups.along_n = !p.groups.along_n;
   return t;
 }
 

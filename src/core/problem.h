@@ -35,13 +35,17 @@ struct ScaleRef {
 // A, C and D are one matrix of M_total = m rows split among the groups by the ends at `sizes`;
 // masked: A, C and D are batched by group, group g's valid rows counted at sizes[g]. Along K (the
 // weight gradient, contiguous): A (M x K) and B (K x N) are shared, K split among the groups by
-// the ends, C and D batched by group. Dense problems have no sizes.
+// the ends, C and D batched by group. Along N: the groups of rows transposed (transposed_problem;
+// 4-bit weights, which the kernel widens as A): A batched by group, B, C and D's columns the
+// groups' tokens, split (contiguous) or counted (masked) as the rows were. Dense problems have no
+// sizes.
 struct GroupRef {
   GroupLayout layout = GroupLayout::contiguous;
   const void* sizes = nullptr;
   bool int64 = false;
   bool check = false;  // trap on sizes out of range, rather than clamp them
   bool along_k = false;
+  bool along_n = false;
   bool zero_unowned = false;  // zero D's rows no group owns, before the GEMM
 
   bool grouped() const { return sizes != nullptr; }
@@ -87,10 +91,12 @@ struct Problem {  // every field goes into problem_words
   // D quantised in 1x128 blocks along its rows: never run transposed either.
   bool quantizes_d() const { return scale_d.data != nullptr; }
   bool grouped() const { return groups.grouped(); }
-  // The batch of A's, C's and D's rows: 1 where contiguous groups share one matrix.
-  int64_t rows_batch() const {
-    return grouped() && groups.layout == GroupLayout::contiguous && !groups.along_k ? 1 : batch;
-  }
+  // Contiguous groups of tokens (rows, or columns along N) share one matrix of them: A or B, and D.
+  bool shares_tokens() const { return grouped() && groups.layout == GroupLayout::contiguous && !groups.along_k; }
+  // The batch of A's rows, of B's columns, and of C's and D's: 1 where their tokens are shared.
+  int64_t rows_batch() const { return shares_tokens() && !groups.along_n ? 1 : batch; }
+  int64_t cols_batch() const { return shares_tokens() && groups.along_n ? 1 : batch; }
+  int64_t d_batch() const { return shares_tokens() ? 1 : batch; }
   // Groups along K with FP8 operands (the FP8 weight gradient) are staged K-major, each group's K
   // from a whole block of kGroupKBlock on (kernels/sm90/stage.cuh); the copies' K, at most one
   // block a group more than K.

@@ -259,7 +259,7 @@ bool tile_takes_widening(TileShape tile, const KernelConfig& c) {
   // of 32 with zero points spilled 48 bytes on 128 x 176).
   const int widest = c.widen_granule < 128 ? 160 : 176;
   const bool fits_partial = !is_fp8(c.in_b) || (tile.m <= 128 && tile.n <= widest);
-  return is_4bit(c.in) && tile.m % 64 == 0 && fits_partial && !c.grouped() && !c.dual;
+  return is_4bit(c.in) && tile.m % 64 == 0 && fits_partial && (!c.grouped() || c.group_along_n) && !c.dual;
 }
 
 int store_buffers_for(KernelConfig c, int smem_limit) {
@@ -459,6 +459,10 @@ KernelConfig choose_grouped_config(const Problem& p, const DeviceLimits& limits,
   dense.groups = {};
   if (p.groups.along_k) {
     dense.k = std::max<int64_t>(1, ceil_div(p.k, p.batch));
+  } else if (p.groups.along_n) {
+    if (p.groups.layout == GroupLayout::contiguous) dense.n = std::max<int64_t>(1, ceil_div(p.n, p.batch));
+    dense.b.batch_stride = dense.n * p.k;
+    dense.d.batch_stride = dense.n * p.m;
   } else {
     if (p.groups.layout == GroupLayout::contiguous) dense.m = std::max<int64_t>(2, ceil_div(p.m, p.batch));
     dense.a.batch_stride = dense.m * p.k;
@@ -486,7 +490,8 @@ KernelConfig choose_grouped_config(const Problem& p, const DeviceLimits& limits,
   // faster unclustered at G = 128 (the training suite's 1.10-1.16x), 1.02-1.06x at 32 x 512;
   // zipf:1.2 0.99-1.22x; balanced rows 0.99-1.02x at G = 128 and 0.91-1.00x at 32 x 512, which a
   // router's counts never are. 8 x 4096 rows keep their clusters (0.92-1.01x unclustered).
-  if (p.groups.layout == GroupLayout::contiguous && !p.groups.along_k && dense.m < kClusteredGroupRows) {
+  if (p.groups.layout == GroupLayout::contiguous && !p.groups.along_k && !p.groups.along_n &&
+      dense.m < kClusteredGroupRows) {
     config.cluster_m = 1;
   }
   config = with_tile(config, {config.tile_m, config.tile_n});

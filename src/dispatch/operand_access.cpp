@@ -141,6 +141,10 @@ KernelConfig typed_config(const Problem& p) {
 bool grouped_operands_readable(const Problem& p) {
   // FP8 along K: both operands staged, K grown by a block a group (launch.cpp).
   if (p.pads_groups_along_k()) return p.padded_group_k() < kCoordinateLimit;
+  // 4-bit weights, and the tokens against them, staged where TMA cannot read them (as dense ones).
+  if (is_4bit(p.a.dtype) || is_4bit(p.b.dtype)) {
+    return p.m < kCoordinateLimit && p.n < kCoordinateLimit && p.k < kCoordinateLimit;
+  }
   const TmaAccess a = tma_access(p.a, p.rows_batch(), p.m, p.k), b = tma_access(p.b, p.batch, p.k, p.n);
   if (!a.ok || p.k >= kCoordinateLimit) return false;
   if (p.groups.along_k) return b.ok && !a.cols_contiguous;  // the kernel clears A's K rows
@@ -153,6 +157,24 @@ bool grouped_operands_readable(const Problem& p) {
 
 KernelConfig grouped_problem_config(const Problem& p) {
   KernelConfig config = typed_config(p);
+  config.group_layout = p.groups.layout;
+  config.group_along_k = p.groups.along_k;
+  config.group_along_n = p.groups.along_n;
+  config.group_capacity = int(std::max<uint64_t>(32, std::bit_ceil(uint64_t(p.batch))));
+  if (p.groups.along_n) {
+    // 4-bit weights as A (the groups of rows transposed: normalize), batched by group, and the
+    // tokens as B, shared where contiguous: each read K-major by TMA, or staged so (as dense
+    // 4-bit problems are); D stored directly, up to each group's last column.
+    const TmaAccess packed = tma_access(packed_bytes(p.a, true), p.batch, p.m, ceil_div(p.k, 2));
+    const TmaAccess b = tma_access(p.b, p.cols_batch(), p.k, p.n);
+    config.stage_a = !(packed.ok && packed.cols_contiguous);
+    config.stage_b = !(b.ok && !b.cols_contiguous);
+    config.a_k_major = config.b_k_major = true;
+    config.a_batched = p.batch > 1 && p.a.batch_stride != 0;
+    config.b_batched = p.cols_batch() > 1 && p.b.batch_stride != 0;
+    config.tma_store = false;
+    return config;
+  }
   const int64_t rows_batch = p.rows_batch();
   const TmaAccess b = tma_access(p.b, p.batch, p.k, p.n);
   config.a_k_major = tma_access(p.a, rows_batch, p.m, p.k).cols_contiguous;
@@ -169,9 +191,6 @@ KernelConfig grouped_problem_config(const Problem& p) {
   Problem rows = p;  // D as the kernel stores it: one matrix for contiguous groups
   rows.batch = rows_batch;
   config.tma_store = tma_can_store(rows) && tma_access(p.d, rows_batch, p.m, p.n).cols_contiguous;
-  config.group_layout = p.groups.layout;
-  config.group_along_k = p.groups.along_k;
-  config.group_capacity = int(std::max<uint64_t>(32, std::bit_ceil(uint64_t(p.batch))));
   return config;
 }
 

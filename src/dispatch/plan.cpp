@@ -37,6 +37,7 @@ PlanKey plan_key(const Problem& p) {
           p.b.col_stride, alignment(p.d.data), p.d.batch_stride, p.d.row_stride, p.d.col_stride,
           p.scale_a.block_rows, p.scale_a.block_cols, p.scale_b.block_rows, p.scale_b.block_cols,
           int64_t(p.grouped()) | int64_t(p.groups.layout) << 1 | int64_t(p.groups.along_k) << 3 |
+              int64_t(p.groups.along_n) << 8 |
               int64_t(p.epilogue.transposed) << 4 | int64_t(p.scale_a.zeros.data != nullptr) << 5 |
               int64_t(p.scale_b.zeros.data != nullptr) << 6 | int64_t(p.group_scale_type()) << 7,
           p.max_sms, int64_t(reinterpret_cast<uintptr_t>(p.epilogue.code)),
@@ -135,10 +136,11 @@ bool decode_for_narrow_tiles(const Problem& p) {
 }  // namespace
 
 Problem normalize(const Problem& p) {
+  // The kernel widens 4-bit weights as A (widen.cuh): grouped, its groups then lie along N.
+  if (is_4bit(p.b.dtype)) return transposed_problem(p);
   // The grouped kernel stores D by rows, whatever its layout; a dual GEMM's pairs lie along N, an
   // e4m3 D's scale blocks along its rows.
   if (p.grouped() || p.dual() || p.quantizes_d()) return p;
-  if (is_4bit(p.b.dtype)) return transposed_problem(p);  // the kernel widens 4-bit weights as A (widen.cuh)
   const bool d_by_columns = p.d.col_stride != 1 && p.d.row_stride == 1 && p.n > 1;
   const bool column_vector = p.n == 1 && p.m > 1 && p.k > 0 && p.a.col_stride == 1;  // GEMV as one row
   if (!d_by_columns && !column_vector && !decode_for_narrow_tiles(p)) return p;
@@ -177,7 +179,7 @@ namespace {
 // them into D and its scales, the same rule. A grouped problem's values start as zeros, so that
 // rows no group owns quantise to zeros with scale 1.
 void run_then_quantize(const Problem& p, cudaStream_t stream) {
-  const int64_t matrices = p.rows_batch();
+  const int64_t matrices = p.d_batch();
   const size_t bytes = size_t(matrices * p.m * p.n) * sizeof(float);
   void* values = nullptr;
   runtime::check(cudaMallocAsync(&values, bytes, stream), "cudaMallocAsync(values of an e4m3 D)");
@@ -213,7 +215,7 @@ void run_plan(const Plan& plan, const Problem& normalized, cudaStream_t stream) 
   if (runtime::launch_gemm(*plan.kernel, plan.config, p, plan.sm_count, stream)) return;
   if (p.grouped()) {  // no other kernel takes groups
     throw Error(ErrorCode::invalid_argument,
-                "grouped GEMM: no kernel can run it: its FP8 operands' staged copies need more workspace, which "
+                "grouped GEMM: no kernel can run it: its operands' staged copies (FP8 or 4-bit) need more workspace, which "
                 "cannot grow while the stream is captured (make one call of this size before capturing it, or set "
                 "a scratch allocator: gemmkit/scratch.h), or it has 2^31 tiles or more");
   }

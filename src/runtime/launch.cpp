@@ -322,14 +322,16 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   }
   const int cluster = config.cluster_m;
   // The kernel's tile order (gemm.cuh, TileScheduler): cluster rows of tiles by tile columns.
-  // Grouped, the kernel counts each group's rows itself: at most one more cluster row per group
-  // than the groups' rows together make.
+  // Grouped, the kernel counts each group's rows (or columns, along N) itself: at most one more
+  // cluster row (tile column) per group than the groups' rows (columns) together make.
   TileOrder& order = args.order;
   order.rows = ceil_div(tile_rows(config, p.m), cluster);
   const int tile_cols = config.tile_cols(config.tile_n);  // D's columns a tile stores
   order.tiles_n = ceil_div(p.n, tile_cols);
-  const bool rows_split = p.grouped() && p.groups.layout == GroupLayout::contiguous && !p.groups.along_k;
-  const int64_t cluster_tiles = rows_split ? (order.rows + p.batch) * order.tiles_n : order.rows * order.tiles_n * p.batch;
+  const bool tokens_split = p.shares_tokens();
+  const int64_t cluster_tiles = !tokens_split        ? order.rows * order.tiles_n * p.batch
+                                : p.groups.along_n ? order.rows * (order.tiles_n + p.batch)
+                                                   : (order.rows + p.batch) * order.tiles_n;
   // Split-K: no part may be empty.
   const int64_t splits = std::min<int64_t>(config.splits, ceil_div(p.k, config.tile_k()));
   if (cluster_tiles * splits >= kMaxWorkUnits) return false;
@@ -348,8 +350,8 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   const bool widen_a = is_4bit(p.a.dtype);
   const MatrixRef operand_a = widen_a ? packed_bytes(p.a, true) : p.a;
   const int64_t k_a = widen_a ? ceil_div(p.k, 2) : staged_k;
-  const StagedOperand staged_a = staged_operand(operand_a, p.batch, p.m, k_a, !config.a_k_major, config.stage_a);
-  const StagedOperand staged_b = staged_operand(p.b, p.batch, staged_k, p.n, config.b_k_major, config.stage_b);
+  const StagedOperand staged_a = staged_operand(operand_a, p.rows_batch(), p.m, k_a, !config.a_k_major, config.stage_a);
+  const StagedOperand staged_b = staged_operand(p.b, p.cols_batch(), staged_k, p.n, config.b_k_major, config.stage_b);
   // A dual GEMM's B2 is staged with B, its copy after B's in B's scratch.
   const StagedOperand staged_b2 =
       staged_operand(p.b2, p.batch, staged_k, p.n, config.b_k_major, config.stage_b && config.dual);
@@ -477,7 +479,7 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
     // A dual GEMM's B and B2 each fill half a stage: a K-major half is shared out among the
     // cluster's CTAs whole, one each where there are two (gemm.cuh, load_stage).
     const uint32_t b_rows = uint32_t(config.tile_n / (config.dual ? 2 : config.cluster_m));
-    map_b = cached_tensor_map(q.b, p.batch, q.k, p.n, !config.b_k_major, config.b_k_major ? k_box : 64,
+    map_b = cached_tensor_map(q.b, p.cols_batch(), q.k, p.n, !config.b_k_major, config.b_k_major ? k_box : 64,
                               config.b_k_major ? b_rows : 64);
     launch.maps.b2 = config.dual ? cached_tensor_map(q.b2, p.batch, q.k, p.n, !config.b_k_major,
                                                     config.b_k_major ? k_box : 64, config.b_k_major ? b_rows : 64)
@@ -488,7 +490,7 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
     // where D is stored by columns.
     const uint32_t box_cols = uint32_t(config.store_box_bytes() / dtype_size(p.d.dtype));
     launch.maps.d = config.d_by_columns ? cached_tensor_map(p.d, p.batch, p.m, p.n, false, 16, box_cols)
-                                       : cached_tensor_map(p.d, p.rows_batch(), p.m, p.n, true, box_cols, 16);
+                                       : cached_tensor_map(p.d, p.d_batch(), p.m, p.n, true, box_cols, 16);
   }
   const auto scales_map = [&](const InnerScales& s, const MatrixRef& view) {
     return cached_tensor_map(view, p.batch, s.rows, s.cols, s.cols_contiguous, s.box_inner, s.box_outer, false);

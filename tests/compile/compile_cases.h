@@ -176,12 +176,20 @@ inline std::vector<CompileCase> realign_cases() {
 // where split-K runs), u4 with zero points on every 64-row tile as decode runs them (f16, f32 D),
 // and e2m1 on the widest and narrowest tiles. W4A8 (u4 and e2m1 against e4m3 B) on every tile that
 // takes it, B's scales per column and in 128x1 blocks; u4's group scales bf16, f16 with zero points.
+// Grouped along N (experts' weights, their tokens as columns), contiguous and masked, in each
+// format against bf16 and e4m3, on decode's narrow tiles and prefill's widest, stored directly.
 inline std::vector<CompileCase> widen_cases() {
   std::vector<CompileCase> cases;
   auto add = [&](TileShape tile, DType format, DType wide, bool zeros, DType out, bool tma_store = true,
                  int splits = 2, bool has_c = false, bool group_partials = false,
-                 ScaleMode scale_b = ScaleMode::none, int granule = 128) {
+                 ScaleMode scale_b = ScaleMode::none, int granule = 128, int groups = 0,
+                 GroupLayout layout = GroupLayout::contiguous) {
     KernelConfig config = with_layout(tile, true, true, 1);
+    config.group_capacity = groups;
+    config.group_layout = layout;
+    config.group_along_n = groups > 0;
+    config.a_batched = groups > 0;
+    config.b_batched = groups > 0 && layout == GroupLayout::masked;
     config.group_partials = group_partials;
     config.tma_store = config.tma_store && tma_store;
     config.in = format;
@@ -195,6 +203,7 @@ inline std::vector<CompileCase> widen_cases() {
     config.has_c = has_c;
     config.splits = tile.n <= kMaxSplitTileN ? splits : 1;
     if (!tile_takes_widening(tile, config)) return;
+    if (config.grouped()) config.splits = 1;
     cases.push_back(at_most_stages(config, " " + std::string(dtype_name(format)) + " x " + std::string(dtype_name(wide)) +
                                                (config.widen_granule != 128 ? " g" + std::to_string(config.widen_granule) : "") +
                                                (zeros ? " zeros" : "") + (has_c ? " with C" : "") +
@@ -240,6 +249,16 @@ inline std::vector<CompileCase> widen_cases() {
     add(tile, DType::u4, DType::bf16, false, DType::bf16, false);
     add(tile, DType::e2m1, DType::bf16, false, DType::f32, false);
     add(tile, DType::u4, DType::f16, true, DType::f16, false);
+  }
+  for (TileShape tile : {TileShape{64, 8}, TileShape{64, 16}, TileShape{64, 32}, TileShape{128, 128}, TileShape{128, 160}}) {
+    for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked}) {
+      const bool narrow = is_narrow(tile);
+      add(tile, DType::u4, DType::bf16, false, DType::bf16, false, 1, false, narrow, ScaleMode::none, 128, 128, layout);
+      add(tile, DType::u4, DType::f16, true, DType::f16, false, 1, false, false, ScaleMode::none, 128, 1024, layout);
+      add(tile, DType::e2m1, DType::bf16, false, DType::bf16, false, 1, false, false, ScaleMode::none, 128, 128, layout);
+      add(tile, DType::u4, DType::e4m3, true, DType::bf16, false, 1, false, false, ScaleMode::rowwise, 128, 32, layout);
+      add(tile, DType::e2m1, DType::e4m3, false, DType::bf16, false, 1, false, false, ScaleMode::rowwise, 32, 128, layout);
+    }
   }
   return cases;
 }
