@@ -1,14 +1,18 @@
 // grouped_gemm's argument checks (api/prepare.h, prepare_grouped) and the config of a grouped
-// problem, without a GPU. Pointers are fake device addresses.
+// problem, without a GPU, 4-bit weights among them. Pointers are fake device addresses.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "api/prepare.h"
 #include "config_tests.h"
+#include "core/checked_math.h"
 #include "dispatch/cost_model.h"
 #include "dispatch/plan.h"
 #include "gemmkit/error.h"
@@ -154,6 +158,136 @@ TEST(GroupedValidate, EmptyRowsOrColumnsRunNothing) {
   x.a = TensorView::row_major(address(0), DType::bf16, 0, K);
   x.d = TensorView::row_major(address(2), DType::bf16, 0, N);
   EXPECT_TRUE(api::prepare_grouped(x.a, x.b, x.d, x.sizes, x.options, 0).empty);
+}
+
+// ---- 4-bit weights (W4A16, W4A8) ----------------------------------------------------------
+// The experts' weights as checkpoints store them, [G, N, K/2] bytes: B [G, K, N] with strides
+// {N K, 1, K} in elements (nibbles); u4 with group scales [G, ceil(K/group), N] (A's type against
+// a 16-bit A; bf16 or f16 against e4m3) and zero points of their shape and type, or e2m1 with
+// ue8m0 scales [G, ceil(K/32), N]. A's scales (e4m3 A): rowwise [M_total, 1] (masked [G, 64, 1]),
+// tensor [1, 1] (masked [G, 1, 1]), or 1x128 blocks.
+struct Lowbit {
+  DType in = DType::bf16;
+  DType weights = DType::u4;
+  int64_t group = 128;  // u4
+  bool zeros = false;   // u4
+  DType scale_type = DType::bf16;  // u4's scales
+  ScaleMode scale_a = ScaleMode::none;
+  int64_t k = K;
+
+  int64_t block() const { return weights == DType::u4 ? group : 32; }  // K elements a scale covers
+  std::string describe() const {
+    return std::string(dtype_name(in)) + " x " + std::string(dtype_name(weights)) + " group " + std::to_string(block()) +
+           (zeros ? " zeros" : "") + " " + std::string(dtype_name(scale_type)) + " scales, scale_a " +
+           std::string(scale_mode_name(scale_a)) + ", K " + std::to_string(k);
+  }
+};
+
+Args lowbit(const Lowbit& w, bool masked_groups) {
+  Args x = masked_groups ? masked() : Args{};
+  const int64_t k = w.k, rows = masked_groups ? 64 : M, batch = masked_groups ? G : 1;
+  auto view = [&](int slot, DType type, int64_t r, int64_t c) {  // [G, r, c] masked, [r, c] contiguous, row-major
+    return masked_groups ? TensorView::batched(address(slot), type, batch, r, c, r * c, c, 1)
+                         : TensorView::row_major(address(slot), type, r, c);
+  };
+  x.a = view(0, w.in, rows, k);
+  x.b = TensorView::batched(address(1), w.weights, G, k, N, N * k, 1, k);
+  const bool u4 = w.weights == DType::u4;
+  const int64_t groups = ceil_div(k, w.block());
+  const DType scale_type = u4 ? w.scale_type : DType::ue8m0;
+  x.options.scale_b = {u4 ? ScaleMode::group : ScaleMode::mx,
+                       TensorView::batched(address(5), scale_type, G, groups, N, groups * N, N, 1), u4 ? w.group : 0};
+  if (w.zeros) x.options.scale_b.zeros = TensorView::batched(address(6), scale_type, G, groups, N, groups * N, N, 1);
+  if (w.scale_a == ScaleMode::rowwise) x.options.scale_a = {ScaleMode::rowwise, view(4, DType::f32, rows, 1)};
+  if (w.scale_a == ScaleMode::tensor) x.options.scale_a = {ScaleMode::tensor, view(4, DType::f32, 1, 1)};
+  if (w.scale_a == ScaleMode::block) x.options.scale_a = {ScaleMode::block, view(4, DType::f32, rows, ceil_div(k, 128))};
+  return x;
+}
+
+// Each accepted, contiguous and masked: B and its scales (and zero points) batched by group, a
+// scale's K elements as the dense kernels take them (per-channel: K rounded up to a power of two
+// from 128).
+TEST(GroupedLowbitValidate, TakesFourBitWeightsWithPerGroupScales) {
+  const DType bf16 = DType::bf16, f16 = DType::f16, e4m3 = DType::e4m3, e2m1 = DType::e2m1;
+  const std::vector<Lowbit> cases = {
+      {.group = 128},
+      {.in = f16, .zeros = true, .scale_type = f16},
+      {.group = 32, .zeros = true},
+      {.in = f16, .group = 64, .scale_type = f16},
+      {.group = 256, .zeros = true},                 // per-channel: a group of K
+      {.group = 1000, .k = 1000},                    // per-channel, K 1000 (1024 a block)
+      {.zeros = true, .k = 1000},                    // the last group partial
+      {.in = bf16, .weights = e2m1},
+      {.in = f16, .weights = e2m1, .k = 2880},
+      {.in = e4m3, .zeros = true, .scale_type = f16, .scale_a = ScaleMode::rowwise},
+      {.in = e4m3, .scale_a = ScaleMode::tensor},
+      {.in = e4m3, .group = 32, .scale_type = f16},  // scale_a none
+      {.in = e4m3, .weights = e2m1, .scale_a = ScaleMode::rowwise, .k = 2880},
+  };
+  for (const Lowbit& w : cases) {
+    for (bool masked_groups : {false, true}) {
+      SCOPED_TRACE(w.describe() + (masked_groups ? ", masked" : ", contiguous"));
+      const Args x = lowbit(w, masked_groups);
+      const Problem p = prepare(x);
+      const int64_t scale_batch_stride = x.options.scale_b.scales.batch_stride();
+      const int64_t block = w.block() < w.k ? w.block() : std::max<int64_t>(128, int64_t(std::bit_ceil(uint64_t(w.k))));
+      EXPECT_EQ(p.batch, G);
+      EXPECT_EQ(p.b.dtype, w.weights);
+      EXPECT_EQ(p.b.batch_stride, N * w.k);
+      EXPECT_EQ(p.scale_b.mode, x.options.scale_b.mode);
+      EXPECT_EQ(p.scale_b.m.batch_stride, scale_batch_stride);
+      EXPECT_EQ(p.scale_b.block_rows, block);
+      EXPECT_EQ(p.scale_b.zeros.data != nullptr, w.zeros);
+      if (w.zeros) EXPECT_EQ(p.scale_b.zeros.batch_stride, scale_batch_stride);
+      EXPECT_EQ(p.scale_a.mode, w.scale_a);
+    }
+  }
+}
+
+// Refused by name, contiguous and masked: what grouped_gemm does not take with 4-bit weights
+// (W4A8 with A's 1x128 block scales, yet; a fused epilogue; a dual GEMM's B2; scales or zero
+// points not batched by G; zero points for e2m1), and what gemm() refuses of 4-bit weights too.
+TEST(GroupedLowbitValidate, RefusesByName) {
+  for (bool masked_groups : {false, true}) {
+    SCOPED_TRACE(masked_groups ? "masked" : "contiguous");
+    const Args w4a8 = lowbit({.in = DType::e4m3, .zeros = true, .scale_a = ScaleMode::rowwise}, masked_groups);
+    const Args w4a16 = lowbit({.zeros = true}, masked_groups);
+    Args x = lowbit({.in = DType::e4m3, .scale_a = ScaleMode::block}, masked_groups);
+    expect_rejected(x, "scale_a", {"block", "not supported yet"});
+    x = w4a16;
+    x.options.epilogue.text = "silu(acc)";
+    expect_rejected(x, "options.epilogue", {});
+    x = w4a8;
+    x.options.b2 = x.b;
+    expect_rejected(x, "options.b2", {});
+    for (const Args& y : {w4a16, w4a8}) {
+      x = y;
+      const TensorView s = x.options.scale_b.scales;
+      x.options.scale_b.scales = TensorView::batched(s.data, s.dtype, G - 1, s.rows(), s.cols(), s.batch_stride(),
+                                                     s.row_stride(), s.col_stride());
+      expect_rejected(x, "scale_b", {"7"});
+      x = y;
+      x.options.scale_b.zeros->sizes[0] = G - 1;
+      expect_rejected(x, "scale_b.zeros", {"7"});
+    }
+    x = lowbit({.weights = DType::e2m1}, masked_groups);
+    x.options.scale_b.zeros = x.options.scale_b.scales;
+    expect_rejected(x, "scale_b", {"zero points", "e2m1"});
+    // As gemm() refuses them: scales not of A's type (W4A16), of the wrong shape, of u4's mode for
+    // e2m1; weights N-contiguous.
+    x = w4a16;
+    x.options.scale_b.scales.dtype = DType::f16;
+    expect_rejected(x, "scale_b", {"dtype f16"});
+    x = w4a16;
+    x.options.scale_b.group = 64;  // the scales hold ceil(K/128) rows
+    expect_rejected(x, "scale_b", {"shape"});
+    x = lowbit({.weights = DType::e2m1}, masked_groups);
+    x.options.scale_b.mode = ScaleMode::group;
+    expect_rejected(x, "scale_b", {"mode group"});
+    x = w4a16;
+    x.b = TensorView::batched(address(1), DType::u4, G, K, N, N * K, N, 1);
+    expect_rejected(x, "B", {"strides"});
+  }
 }
 
 // The weight gradient: x = dD [M, N], y = A [M, K] (row-major), d = dW [G, N, K].

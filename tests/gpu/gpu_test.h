@@ -1,9 +1,12 @@
-// Shared pieces of the GPU tests: skipping without an sm_90 device, and one checked GEMM run.
+// Shared pieces of the GPU tests: skipping without an sm_90 device, one checked GEMM run, and a
+// refused call's untouched D.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <random>
+#include <string>
+#include <vector>
 
 #include "api/validate.h"
 #include "dispatch/plan.h"
@@ -71,6 +74,13 @@ inline void expect_correct(const reference::ProblemSpec& spec, const KernelConfi
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << spec.describe();
   const reference::Comparison result = problem.check(nullptr);
   EXPECT_TRUE(result.passed()) << spec.describe() << " [" << config << "]: " << result.summary();
+}
+
+// The problem's D is left as prepare_output poisoned it (a refused call wrote nothing).
+inline void expect_d_untouched(const reference::DeviceProblem& problem) {
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<char> d = problem.copy_output();
+  EXPECT_EQ(d, std::vector<char>(d.size(), char(0xff))) << problem.spec().describe() << ": D was written";
 }
 
 // Replays a captured graph of `problem`'s GEMM with D poisoned, expects the reference's result,

@@ -19,6 +19,7 @@
 #include "dispatch/cost_model.h"
 #include "gemmkit/grouped.h"
 #include "gpu_test.h"
+#include "grouped_problem.h"
 #include "reference/compare.h"
 #include "reference/gpu_reference.h"
 #include "runtime/driver.h"
@@ -28,244 +29,20 @@ namespace {
 
 using reference::DeviceProblem;
 using reference::ProblemSpec;
+using testing::batched;
+using testing::compare_with;
 using testing::fresh_seed;
-
-struct GroupedCase {
-  GroupLayout layout = GroupLayout::contiguous;
-  std::vector<int64_t> rows;  // each group's
-  int64_t n = 256, k = 512;
-  std::string layout_ab = "NT";  // NT: weights stored [G, N, K] (forward); NN: [G, K, N] (input gradient)
-  DType in = DType::bf16, out = DType::bf16;
-  ScaleMode scales = ScaleMode::none;  // FP8: A's and B's (block: A 1x128, B 128x128)
-  bool int64 = false;
-  int64_t extra_rows = 5;  // contiguous: rows of A and D past the last group's end; masked: max_m past the largest group
-
-  int64_t groups() const { return int64_t(rows.size()); }
-  int64_t total() const { return std::accumulate(rows.begin(), rows.end(), int64_t(0)); }
-  std::string describe() const {
-    std::string s = std::string(layout == GroupLayout::masked ? "masked" : "contiguous") + " G=" +
-                    std::to_string(groups()) + " N=" + std::to_string(n) + " K=" + std::to_string(k) + " " + layout_ab +
-                    " " + std::string(dtype_name(in)) + "->" + std::string(dtype_name(out)) + " scales " +
-                    std::string(scale_mode_name(scales)) + " rows {";
-    for (size_t g = 0; g < rows.size() && g < 12; ++g) s += (g ? "," : "") + std::to_string(rows[g]);
-    return s + (rows.size() > 12 ? ",...}" : "}");
-  }
-};
-
-// Matrix g of a [batch] view (a rank-2 view is its own only matrix).
-TensorView matrix_of(const TensorView& t, int64_t g) {
-  const int64_t offset = g * t.batch_stride() * dtype_size(t.dtype);
-  return TensorView::matrix(static_cast<char*>(t.data) + offset, t.dtype, t.rows(), t.cols(), t.row_stride(),
-                            t.col_stride());
-}
-
-// Rows [first, first + count) of a matrix view.
-TensorView rows_of(const TensorView& t, int64_t first, int64_t count) {
-  const int64_t offset = first * t.row_stride() * dtype_size(t.dtype);
-  return TensorView::matrix(static_cast<char*>(t.data) + offset, t.dtype, count, t.cols(), t.row_stride(),
-                            t.col_stride());
-}
-
-// The view as [batch, rows, cols], also where it is one matrix.
-TensorView batched(const TensorView& t) {
-  if (t.rank == 3) return t;
-  return TensorView::batched(t.data, t.dtype, 1, t.rows(), t.cols(), t.rows() * t.cols(), t.row_stride(), t.col_stride());
-}
-
-// The double-precision reference of one group's GEMM: its values and the sums of |A||B| (and |C|).
-struct Reference {
-  std::vector<double> values, abs_values;
-};
-
-Reference reference_of(const Problem& p) {
-  const int64_t count = p.m * p.n;
-  double* ref = nullptr;
-  runtime::check(cudaMalloc(reinterpret_cast<void**>(&ref), size_t(std::max<int64_t>(count, 1)) * 2 * sizeof(double)),
-                 "cudaMalloc");
-  Reference r{std::vector<double>(static_cast<size_t>(count)), std::vector<double>(static_cast<size_t>(count))};
-  reference::gpu_gemm(p, ref, ref + count, nullptr);
-  runtime::check(cudaMemcpy(r.values.data(), ref, count * sizeof(double), cudaMemcpyDeviceToHost), "copy ref");
-  runtime::check(cudaMemcpy(r.abs_values.data(), ref + count, count * sizeof(double), cudaMemcpyDeviceToHost), "copy");
-  cudaFree(ref);
-  return r;
-}
-
-// D of problem p (its view into the buffer at `base`, whose host image is `host`) against `ref`.
-reference::Comparison compare_with(const Reference& ref, const Problem& p, const std::vector<char>& host,
-                                   const char* base) {
-  const char* host_d = host.data() + (static_cast<const char*>(p.d.data) - base);
-  return reference::compare(p, host_d, ref.values.data(), ref.abs_values.data());
-}
-
-// A grouped problem on the buffers of a dense batched one: A, B and D batched by group (masked),
-// or batch 0 of A and D holding every group's rows (contiguous).
-class GroupedProblem {
- public:
-  explicit GroupedProblem(const GroupedCase& c) : case_(c), dense_(spec(c), fresh_seed()) {
-    const bool masked = c.layout == GroupLayout::masked;
-    a_ = masked ? batched(dense_.a()) : matrix_of(dense_.a(), 0);
-    b_ = batched(dense_.b());
-    d_ = masked ? batched(dense_.d()) : matrix_of(dense_.d(), 0);
-    options_ = dense_.options(nullptr);
-    if (!masked && c.scales != ScaleMode::none) options_.scale_a.scales = matrix_of(options_.scale_a.scales, 0);
-    if (c.scales != ScaleMode::none) options_.scale_b.scales = batched(options_.scale_b.scales);
-    if (masked && c.scales != ScaleMode::none) options_.scale_a.scales = batched(options_.scale_a.scales);
-    std::vector<int64_t> sizes(c.rows);
-    if (!masked) std::partial_sum(sizes.begin(), sizes.end(), sizes.begin());
-    set_sizes(sizes);
-  }
-  ~GroupedProblem() { cudaFree(sizes_); }
-  GroupedProblem(const GroupedProblem&) = delete;
-  GroupedProblem& operator=(const GroupedProblem&) = delete;
-
-  // The sizes array as the kernel reads it: contiguous ends or masked counts.
-  void set_sizes(const std::vector<int64_t>& values, cudaStream_t stream = nullptr) {
-    const size_t word = case_.int64 ? 8 : 4;
-    if (!sizes_) runtime::check(cudaMalloc(&sizes_, values.size() * word), "cudaMalloc sizes");
-    std::vector<char> bytes(values.size() * word);
-    for (size_t g = 0; g < values.size(); ++g) {
-      if (case_.int64) {
-        std::memcpy(&bytes[g * 8], &values[g], 8);
-      } else {
-        const int32_t v = int32_t(values[g]);
-        std::memcpy(&bytes[g * 4], &v, 4);
-      }
-    }
-    runtime::check(cudaMemcpyAsync(sizes_, bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream), "copy sizes");
-    runtime::check(cudaStreamSynchronize(stream), "copy sizes");
-  }
-
-  GroupSizes sizes() const { return {case_.layout, sizes_, case_.int64, case_.groups(), check_, zero_unowned_}; }
-  void run(cudaStream_t stream = nullptr, int max_sms = 0) {
-    GemmOptions o = options_;
-    o.stream = stream;
-    o.max_sms = max_sms;
-    grouped_gemm(a_, b_, d_, sizes(), o);
-  }
-  void check_sizes() { check_ = true; }
-  void zero_unowned() { zero_unowned_ = true; }
-  // cuBLAS's grouped GEMM on the same operands and the case's rows, as bench runs it.
-  void run_cublas(baseline::CublasGrouped& cublas) const {
-    std::string why;
-    std::optional<baseline::CublasGrouped::Call> call =
-        baseline::CublasGrouped::plan(a_, b_, d_, case_.layout, case_.rows, &why);
-    ASSERT_TRUE(call) << case_.describe() << ": " << why;
-    baseline::CublasGrouped::upload(*call);
-    cublas.run(*call, nullptr);
-  }
-  // The problem as grouped_gemm plans it, for forced configs.
-  Problem problem() const { return api::prepare_grouped(a_, b_, d_, sizes(), options_).problem; }
-  void poison(cudaStream_t stream = nullptr) { dense_.prepare_output(stream); }
-
-  // Each group's rows (`rows`, which may differ from the case's) against the reference of its
-  // GEMM, every other element of D's view zero where the sizes zero unowned rows, and every other
-  // element of D's buffer still all-ones bytes.
-  void expect_correct(const std::vector<int64_t>& rows, const std::string& what) const {
-    const std::vector<char> host = dense_.copy_output();
-    const char* base = static_cast<const char*>(dense_.d().data);
-    const size_t bytes = size_t(dtype_size(case_.out));
-    std::vector<bool> owned(host.size() / bytes, false);
-    int64_t first = 0;
-    for (int64_t g = 0; g < case_.groups(); ++g) {
-      const int64_t count = rows[size_t(g)];
-      const int64_t start = case_.layout == GroupLayout::masked ? 0 : first;
-      first += count;
-      if (count == 0) continue;
-      const Problem p = group_problem(g, start, count);
-      const reference::Comparison result = compare_group(p, host, base);
-      EXPECT_TRUE(result.passed()) << what << " " << case_.describe() << ", group " << g << " (" << count
-                                   << " rows): " << result.summary();
-      const int64_t at = (static_cast<const char*>(p.d.data) - base) / int64_t(bytes);
-      for (int64_t r = 0; r < count; ++r) {
-        for (int64_t j = 0; j < p.n; ++j) owned[size_t(at + r * p.d.row_stride + j)] = true;
-      }
-    }
-    std::vector<bool> zeroed(owned.size(), false);
-    const TensorView d = batched(d_);
-    for (int64_t b = 0; zero_unowned_ && b < d.batch(); ++b) {
-      for (int64_t r = 0; r < d.rows(); ++r) {
-        for (int64_t j = 0; j < d.cols(); ++j) {
-          const size_t i = size_t(b * d.batch_stride() + r * d.row_stride() + j * d.col_stride());
-          zeroed[i] = !owned[i];
-        }
-      }
-    }
-    int64_t written = 0, not_zeroed = 0;
-    for (size_t i = 0; i < owned.size(); ++i) {
-      if (owned[i]) continue;
-      for (size_t b = 0; b < bytes; ++b) {
-        (zeroed[i] ? not_zeroed : written) += host[i * bytes + b] != (zeroed[i] ? char(0) : char(0xff)) ? 1 : 0;
-      }
-    }
-    EXPECT_EQ(written, 0) << what << " " << case_.describe() << ": bytes written outside every group's rows";
-    EXPECT_EQ(not_zeroed, 0) << what << " " << case_.describe() << ": bytes of rows no group owns not zeroed";
-  }
-
-  // Rows [start, start + count) of group g's matrix of D against the reference of that part of its
-  // GEMM: for problems too large to check whole (contiguous groups; start counts from D's row 0).
-  void expect_rows_correct(int64_t g, int64_t start, int64_t count, const std::string& what) const {
-    const Problem p = group_problem(g, start, count);
-    std::vector<char> host(size_t(count * p.d.row_stride) * dtype_size(case_.out));
-    runtime::check(cudaMemcpy(host.data(), p.d.data, host.size(), cudaMemcpyDeviceToHost), "copy rows");
-    const reference::Comparison result =
-        compare_with(reference_of(p), p, host, static_cast<const char*>(p.d.data));
-    EXPECT_TRUE(result.passed()) << what << " " << case_.describe() << ", group " << g << " rows " << start
-                                 << " + " << count << ": " << result.summary();
-  }
-
- private:
-  static ProblemSpec spec(const GroupedCase& c) {
-    ProblemSpec s;
-    const int64_t largest = *std::max_element(c.rows.begin(), c.rows.end());
-    s.m = (c.layout == GroupLayout::masked ? largest : c.total()) + c.extra_rows;
-    s.n = c.n;
-    s.k = c.k;
-    s.batch = c.groups();
-    s.layout = c.layout_ab;
-    s.in = c.in;
-    s.out = c.out;
-    s.scale_a = s.scale_b = c.scales;
-    s.scale_a_block_rows = 1;
-    s.scale_b_block_cols = 128;
-    return s;
-  }
-
-  // Group g's GEMM on its rows [start, start + count) of its matrix of A and D.
-  Problem group_problem(int64_t g, int64_t start, int64_t count) const {
-    const bool masked = case_.layout == GroupLayout::masked;
-    const TensorView a = rows_of(matrix_of(a_, masked ? g : 0), start, count);
-    const TensorView d = rows_of(matrix_of(d_, masked ? g : 0), start, count);
-    GemmOptions o = options_;
-    if (case_.scales != ScaleMode::none) {
-      const TensorView sa = matrix_of(options_.scale_a.scales, masked ? g : 0);
-      o.scale_a.scales = case_.scales == ScaleMode::tensor ? sa : rows_of(sa, start, count);
-      o.scale_b.scales = matrix_of(options_.scale_b.scales, g);
-    }
-    return validate_gemm(a, matrix_of(b_, g), d, o);
-  }
-
-  static reference::Comparison compare_group(const Problem& p, const std::vector<char>& host, const char* base) {
-    return compare_with(reference_of(p), p, host, base);
-  }
-
-  GroupedCase case_;
-  DeviceProblem dense_;
-  TensorView a_, b_, d_;
-  GemmOptions options_;
-  void* sizes_ = nullptr;
-  bool check_ = false;
-  bool zero_unowned_ = false;
-};
+using testing::GroupedCase;
+using testing::GroupedProblem;
+using testing::kEdgeRows;
+using testing::matrix_of;
+using testing::Reference;
+using testing::reference_of;
+using testing::rows_of;
 
 class GroupedGemm : public testing::GpuTest {
  protected:
-  void expect_correct(const GroupedCase& c) {
-    GroupedProblem problem(c);
-    problem.poison();
-    problem.run();
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << c.describe();
-    problem.expect_correct(c.rows, "grouped_gemm");
-  }
+  void expect_correct(const GroupedCase& c) { testing::expect_grouped_correct(c, "grouped_gemm"); }
 };
 
 // The weight gradient, d_g = x_g^T y_g + beta * C_g, on the buffers of a dense batched problem
@@ -373,9 +150,6 @@ class WgradProblem {
   void* sizes_ = nullptr;
 };
 
-// Empty groups first, in the middle and last; one row; sizes off every tile multiple.
-const std::vector<int64_t> kEdgeRows = {0, 1, 300, 0, 129, 64, 257, 0};
-
 TEST_F(GroupedGemm, ContiguousForwardWithEmptyAndOddGroups) { expect_correct({.rows = kEdgeRows}); }
 
 TEST_F(GroupedGemm, ContiguousInputGradientWithNMajorWeights) {
@@ -469,31 +243,10 @@ TEST_F(GroupedGemm, RowsPast2To31ElementsAndTensorsPast4GB) {
 // too, each replay zeroing the rows its sizes leave unowned.
 TEST_F(GroupedGemm, GraphReplaysWithNewSizes) {
   for (bool zero_unowned : {false, true}) {
-    GroupedCase c{.rows = {100, 50, 0, 200}, .n = 256, .k = 256, .extra_rows = 300};
-    GroupedProblem problem(c);
-    if (zero_unowned) problem.zero_unowned();
-    cudaStream_t stream = nullptr;
-    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-    problem.run(stream);  // plans and compiles outside the capture
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    cudaGraph_t graph = nullptr;
-    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    problem.run(stream);
-    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-    cudaGraphExec_t exec = nullptr;
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-    for (const std::vector<int64_t>& rows : {std::vector<int64_t>{0, 300, 250, 0}, std::vector<int64_t>{7, 1, 1, 1}}) {
-      std::vector<int64_t> ends(rows);
-      std::partial_sum(ends.begin(), ends.end(), ends.begin());
-      problem.set_sizes(ends, stream);
-      problem.poison(stream);
-      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-      problem.expect_correct(rows, zero_unowned ? "graph replay, unowned rows zeroed" : "graph replay");
-    }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(stream);
+    GroupedProblem problem(
+        {.rows = {100, 50, 0, 200}, .n = 256, .k = 256, .extra_rows = 300, .zero_unowned = zero_unowned});
+    testing::expect_graph_replays_correct(problem, {{0, 300, 250, 0}, {7, 1, 1, 1}},
+                                          zero_unowned ? "graph replay, unowned rows zeroed" : "graph replay");
   }
 }
 

@@ -33,6 +33,7 @@ namespace {
 
 using reference::DeviceProblem;
 using reference::ProblemSpec;
+using testing::expect_d_untouched;
 
 struct LowbitCase {
   int64_t m, n, k;
@@ -279,13 +280,6 @@ void expect_rejected(const TensorView& a, const TensorView& b, const TensorView&
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "expected '" << needle << "' in: " << e.what();
     }
   }
-}
-
-// Each problem's D is left as prepare_output poisoned it.
-void expect_d_untouched(const DeviceProblem& problem) {
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<char> d = problem.copy_output();
-  EXPECT_EQ(d, std::vector<char>(d.size(), char(0xff))) << problem.spec().describe() << ": D was written";
 }
 
 // A device buffer of `bytes`, zeroed.
