@@ -119,29 +119,6 @@ std::map<std::string, double> measure_peaks(const std::vector<SuiteProblem>& pro
   return peaks;
 }
 
-// The dense GEMMs a line with 4-bit weights is set against (BenchRecord::dense16_us and the
-// rest): its shape, layout, batch and output type with both operands in A's 16-bit type (bf16
-// for a W4A8 line's e4m3 A), plain; and the same with both operands e4m3, per-tensor scales, or
-// for a W4A8 line scaled as its A is, B in the mode cuBLASLt pairs with A's (rowwise: per
-// channel; block: 1x128 A, 128x128 B).
-SuiteProblem dense16_problem(const SuiteProblem& sp) {
-  SuiteProblem p = sp;
-  if (is_fp8(p.in_dtype)) p.in_dtype = DType::bf16;
-  p.in_b.reset();
-  p.mode = p.mode_a = ScaleMode::none;
-  p.group = 0;
-  p.zeros = false;
-  p.epilogue.clear();
-  return p;
-}
-
-SuiteProblem fp8_problem(const SuiteProblem& sp) {
-  SuiteProblem p = dense16_problem(sp);
-  p.in_dtype = DType::e4m3;
-  p.mode = sp.w4a8() ? sp.mode_a : ScaleMode::tensor;
-  return p;
-}
-
 // Medians of ours and cuBLASLt on a problem of the suite's kind, on buffer sets of its own as a
 // line's are, alternating. Where cuBLASLt rejects an FP8 problem's scaling it runs per-tensor
 // scales on the same buffers, noted "per-tensor stand-in" as on FP8 lines; its time is NaN where

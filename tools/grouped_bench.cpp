@@ -5,7 +5,10 @@
 // the line's epilogue, and then without it too), of
 // gemmkit::gemm on the dense GEMM of every group's rows at once (the compute floor) and of cuBLAS's
 // grouped GEMM (16-bit fwd, dgrad and masked rows), each after an empty kernel it cannot overlap
-// and between two events; the medians are reported.
+// and between two events; the medians are reported. A row with 4-bit weights, for which cuBLAS
+// has no grouped GEMM, then times gemmkit's grouped GEMM of the same groups in 16-bit (W4A16) or
+// FP8 scaled as its A is (W4A8) on buffer sets of its own, its starred baseline, as a dense
+// line's stand-ins are timed (bench.cpp).
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -35,10 +38,18 @@ TensorView as_batch(const TensorView& t) {
   return TensorView::batched(t.data, t.dtype, 1, t.rows(), t.cols(), t.rows() * t.cols(), t.row_stride(), t.col_stride());
 }
 
+// The scale as batched operands take it: its scales (and zero points) [batch, rows, cols].
+Scale batched(Scale scale) {
+  scale.scales = as_batch(scale.scales);
+  if (scale.zeros) scale.zeros = as_batch(*scale.zeros);
+  return scale;
+}
+
 // One buffer set of a grouped row, on the buffers of two dense problems: `dense`, the dense GEMM
 // of every group's rows at once (the compute floor), and `groups`, batched one matrix per group,
-// whose B holds the weights [G, K, N]. Contiguous groups have their rows in dense's A and D;
-// masked ones in groups' ([G, max_m, ...]), with A's scales alike and B's from `groups`. wgrad
+// whose B holds the weights [G, K, N] (4-bit: packed along K, with their scales [G, ceil(K/g),
+// N] and zero points). Contiguous groups have their rows in dense's A and D; masked ones in
+// groups' ([G, max_m, ...]), with A's scales alike and B's from `groups`. wgrad
 // rows read x = dD and y = X from dense's A (stored [M, N]) and B ([M, K]) and write groups' D,
 // with groups' scales (FP8: one set a group).
 struct GroupedSet {
@@ -66,11 +77,8 @@ struct GroupedSet {
     d = masked ? as_batch(rows.d()) : rows.d();
     b = as_batch(groups.b());
     options = rows.options(nullptr);
-    if (is_fp8(dense_spec.in)) {
-      if (masked) options.scale_a.scales = as_batch(options.scale_a.scales);
-      options.scale_b = groups.options(nullptr).scale_b;
-      options.scale_b.scales = as_batch(options.scale_b.scales);
-    }
+    if (masked && is_fp8(dense_spec.in)) options.scale_a = batched(options.scale_a);
+    if (dense_spec.scale_b != ScaleMode::none) options.scale_b = batched(groups.options(nullptr).scale_b);
   }
 };
 
@@ -85,16 +93,23 @@ std::unique_ptr<void, CudaFree> device_sizes(const GroupedProblem& p) {
   return owned;
 }
 
+void time_stand_in(const GroupedProblem& p, GroupedRecord& record, cudaStream_t stream,
+                   baseline::CublasGrouped& cublas, const tuning::GpuTimer& timer, const runtime::DeviceInfo& info,
+                   int max_sms);
+
 // Times one row that gemmkit runs: fills the record's times and, where cuBLAS cannot run the
-// row, its note. Returns how many buffer sets it cycled through.
+// row, its note; a row with 4-bit weights gets its stand-in baseline (time_stand_in). Where
+// `floors` is false, only our grouped GEMM is timed (a stand-in's), ours_us alone set. Returns
+// how many buffer sets it cycled through.
 int time_row(const GroupedProblem& p, GroupedRecord& record, cudaStream_t stream, baseline::CublasGrouped& cublas,
              const tuning::GpuTimer& timer, const runtime::DeviceInfo& info, const ConfigOverrides& overrides,
-             int max_sms) {
+             int max_sms, bool floors = true) {
   const bool masked = p.op == GroupedOp::masked, wgrad = p.op == GroupedOp::wgrad;
   // Block scales in the layouts torch and DeepGEMM take (A's 1x128 M-major, B's 128x128 K-major),
-  // which the TMA kernel reads as they are; other scales row-major, as grouped_gemm's tests have them.
-  reference::ProblemSpec dense_spec = to_spec(p.dense);
-  dense_spec.scales_col_major = dense_spec.scale_a == ScaleMode::block;
+  // which the TMA kernel reads as they are; other scales row-major, as grouped_gemm's tests have
+  // them; 4-bit weights' scales N-contiguous, as GPTQ, AWQ and a dense line's have them (W4A8's
+  // 1x128 A scales M-major): the layouts of a dense line's buffers (bench_spec).
+  const reference::ProblemSpec dense_spec = bench_spec(p.dense);
   reference::ProblemSpec groups_spec = dense_spec;
   groups_spec.batch = p.groups();
   groups_spec.m = masked ? p.m : wgrad ? dense_spec.m : 1;  // contiguous: only its weights are used
@@ -206,13 +221,15 @@ int time_row(const GroupedProblem& p, GroupedRecord& record, cudaStream_t stream
     const reference::DeviceProblem& dense = pool[size_t(s)]->dense;
     gemm(dense.a(), dense.b(), dense.d(), dense.options(stream));
   };
-  std::vector<std::function<void(int)>> launchers = {ours, dense_floor};
+  std::vector<std::function<void(int)>> launchers = {ours};
+  if (floors) launchers.push_back(dense_floor);
 
   // cuBLAS runs the same groups on the same buffers where it can; its sizes come from the host.
+  // It has no grouped GEMM of 4-bit weights: those rows' baseline is a stand-in of gemmkit's.
   std::vector<baseline::CublasGrouped::Call> calls;
   std::string why = "the weight gradient is not planned for it";
   for (size_t s = 0; s < pool.size(); ++s) {
-    if (wgrad) break;
+    if (wgrad || !floors || p.dense.w4()) break;
     const GroupedSet& set = *pool[s];
     std::optional<baseline::CublasGrouped::Call> call =
         baseline::CublasGrouped::plan(set.a, set.b, plain(int(s)), sizes.layout, p.rows, &why);
@@ -231,17 +248,52 @@ int time_row(const GroupedProblem& p, GroupedRecord& record, cudaStream_t stream
   }
   if (with_baseline) {
     launchers.push_back([&](int s) { cublas.run(calls[size_t(s)], stream); });
-  } else {
+  } else if (floors && !p.dense.w4()) {
     record.note = "no cuBLAS baseline: " + why;
   }
 
-  if (compared) launchers.push_back(unfused);
+  if (compared && floors) launchers.push_back(unfused);
   const std::vector<double> medians = timer.median_us(sets, launchers);
   record.ours_us = medians[0];
+  if (!floors) return sets;
   record.dense_us = medians[1];
   if (with_baseline) record.baseline_us = medians[2];
   if (compared) record.unfused_us = medians.back();
+  if (p.dense.w4()) time_stand_in(p, record, stream, cublas, timer, info, max_sms);
   return sets;
+}
+
+// A row with 4-bit weights: gemmkit's grouped GEMM of the same groups (grouped_stand_in) in FP8
+// scaled as the row's A is (W4A8) or in 16-bit (W4A16, and W4A8 where the FP8 one is rejected),
+// timed as the row is on buffer sets of its own, our side's config left to the heuristic as on a
+// dense line's stand-ins, and set as the row's baseline (set_grouped_stand_in). Where neither
+// runs, the row has no baseline and its note says why.
+void time_stand_in(const GroupedProblem& p, GroupedRecord& record, cudaStream_t stream,
+                   baseline::CublasGrouped& cublas, const tuning::GpuTimer& timer, const runtime::DeviceInfo& info,
+                   int max_sms) {
+  std::vector<std::string> refusals;
+  // Our grouped GEMM of the stand-in's median; NaN, its refusal kept, where gemmkit rejects it.
+  const auto median_of = [&](const GroupedProblem& stand_in) {
+    GroupedRecord r = grouped_record(stand_in);
+    try {
+      time_row(stand_in, r, stream, cublas, timer, info, ConfigOverrides{}, max_sms, /*floors=*/false);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::invalid_argument) throw;
+      refusals.push_back(type_spec(stand_in.dense) + ": " + e.what());
+    }
+    return r.ours_us;
+  };
+  const double fp8_us = p.dense.w4a8() ? median_of(grouped_stand_in(p, true)) : NAN;
+  if (!std::isnan(fp8_us)) {
+    set_grouped_stand_in(record, fp8_us, std::string(scale_mode_name(p.dense.mode_a)) + " scales");
+  } else {
+    set_grouped_stand_in(record, median_of(grouped_stand_in(p, false)), "");
+  }
+  if (!refusals.empty()) {
+    std::string text;
+    for (const std::string& refusal : refusals) text += (text.empty() ? "" : "; ") + refusal;
+    record.note = "gemmkit's grouped GEMM rejects the stand-in " + text;
+  }
 }
 
 }  // namespace
@@ -259,9 +311,11 @@ std::vector<GroupedRecord> run_grouped_rows(const std::vector<GroupedProblem>& r
     if (record.note.empty()) {
       try {
         const int sets = time_row(p, record, stream, cublas, timer, info, overrides, max_sms);
-        char line[512];
-        std::snprintf(line, sizeof line, "  %s: ours %.1f us, dense floor %.1f us, cuBLAS %.1f us (%d buffer sets)",
-                      name.c_str(), record.ours_us, record.dense_us, record.baseline_us, sets);
+        char line[768];
+        const bool stand_in = !record.baseline_note.empty();
+        std::snprintf(line, sizeof line, "  %s: ours %.1f us, dense floor %.1f us, %s %.1f us%s (%d buffer sets)",
+                      name.c_str(), record.ours_us, record.dense_us, stand_in ? "stand-in" : "cuBLAS",
+                      record.baseline_us, stand_in ? (" (" + record.baseline_note + ")").c_str() : "", sets);
         progress.done(line);
       } catch (const Error& e) {
         if (e.code() != ErrorCode::invalid_argument) throw;

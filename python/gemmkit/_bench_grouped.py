@@ -21,6 +21,9 @@ _scaled_grouped_mm, except that
   - FP8 rows in tensor or block mode run with rowwise scales of 1 on the same FP8 buffers:
     torch's grouped FP8 product scales rowwise only;
 both said in the row's note. Where torch raises, the row has no baseline and its note says why.
+Rows with 4-bit weights (lowbit.txt's grouped rows) are listed, not run: torch has no grouped
+4-bit product to set beside ours, and gemmkit bench times them against gemmkit's own 16-bit or
+FP8 grouped GEMM.
 Once per row, before timing, ours and (where it ran the row's own product) torch's outputs are
 checked against a float64 product of sampled rows of sampled groups; a difference past the bound
 of tests/python/gpu_reference.py goes in the note.
@@ -234,6 +237,8 @@ def check(p, s, outputs):
 def bench_grouped_row(p, r, timer, info, compiled, name, say):
     """Times grouped line p into r, its record from bench.grouped_record(); lines go to say()."""
     row = bench.grouped_name(r)
+    if not r.note and p.dense.w4:
+        r.note = "not run: grouped rows with 4-bit weights are timed by gemmkit bench only"
     if not r.note and fp8_mode(p) and p.op in ("dgrad", "wgrad"):
         r.note = "not run: FP8 gradient rows are timed by gemmkit bench only"
     if r.note:  # gemmkit does not run the row

@@ -95,7 +95,7 @@ def grouped_shape(record, against):
     the copy bandwidth) is the roofline's bandwidth roof."""
     dtype = str(record["dtype"])
     label = (f"{record['op']} G={record['groups']} {record['rows']}x{record['n']}x{record['k']} {dtype} "
-             f"{record['dist']}" + _epilogue_label(record))
+             f"{record['dist']}" + _epilogue_label(record) + ("*" if record.get("baseline_note") else ""))
     return Shape(label, dtype, _number(record.get("ours_us")), _number(record.get("baseline_us")),
                  _number(record.get("tflops")), _number(record.get("bytes")), _number(record.get("speedup")), against,
                  grouped=True, epilogue=record.get("epilogue"), unfused_us=_number(record.get("unfused_us")))
@@ -244,7 +244,8 @@ def draw_speedups(axes, shapes, summary):
     axes.set_ylim(-0.6, len(timed) - 0.4)
     against = timed[0].against if len(parts) == 1 else "each row's baseline"
     axes.set_xlabel(f"speedup over {against} (baseline time / gemmkit time; > 1: gemmkit is faster)")
-    note = "; * baseline timed with per-tensor scales" if any(s.label.endswith("*") for s in timed) else ""
+    note = ("; * the baseline ran a stand-in (per-tensor scales, or another product of the shape: the "
+            "bench table's notes)" if any(s.label.endswith("*") for s in timed) else "")
     axes.set_title(f"per shape, geometric mean {', and '.join(means)}{note}", fontsize=10, wrap=True)
     low, high = min(timed[0].speedup, 1.0), max(timed[-1].speedup, 1.0)
     margin = (high - low) * 0.05 + 0.01

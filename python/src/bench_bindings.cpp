@@ -126,7 +126,9 @@ void bind_bench(nb::module_& parent) {
       .def_rw("ours_us", &GroupedRecord::ours_us)
       .def_rw("dense_us", &GroupedRecord::dense_us)
       .def_rw("baseline_us", &GroupedRecord::baseline_us)
-      .def_rw("note", &GroupedRecord::note);
+      .def_rw("note", &GroupedRecord::note)
+      .def_rw("baseline_note", &GroupedRecord::baseline_note,
+              "the stand-in the baseline ran (gemmkit bench's 4-bit rows); empty: the row itself");
   m.def("grouped_record", &grouped_record, nb::arg("problem"),
         "the row's record before timing; its note says \"not run: ...\" where gemmkit does not run it");
   m.def("group_size_values", &group_size_values, nb::arg("problem"),
@@ -141,7 +143,8 @@ void bind_bench(nb::module_& parent) {
       .def_ro("worst_name", &RatioSummary::worst_name);
   nb::class_<GroupedSummary>(m, "GroupedSummary")
       .def_ro("roofline", &GroupedSummary::roofline)
-      .def_ro("speedup", &GroupedSummary::speedup);
+      .def_ro("speedup", &GroupedSummary::speedup)
+      .def_ro("stand_ins", &GroupedSummary::stand_ins);
   m.def("summarize_grouped", &summarize_grouped, nb::arg("records"), nb::arg("copy_gbps"));
   m.def("format_grouped_table", &format_grouped_table, nb::arg("records"), nb::arg("copy_gbps"), nb::arg("baseline"));
   m.def("format_grouped_summary", &format_grouped_summary, nb::arg("summary"), nb::arg("baseline"));

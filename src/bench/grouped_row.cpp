@@ -18,13 +18,6 @@ std::string not_run_reason(const GroupedProblem& p) {
   return "";
 }
 
-// A, B and D of `batch` M x N x K products in the row's types.
-double operand_bytes(const GroupedProblem& p, int64_t batch, int64_t m, int64_t n, int64_t k) {
-  const SuiteProblem& t = p.dense;
-  return double(batch) * (double(m) * double(k) * dtype_size(t.in_dtype) + double(k) * double(n) * dtype_size(t.b_dtype()) +
-                          double(m) * double(n) * dtype_size(t.out_dtype));
-}
-
 }  // namespace
 
 GroupedRecord grouped_record(const GroupedProblem& p) {
@@ -61,8 +54,19 @@ double grouped_set_bytes(const GroupedProblem& p) {
   // of B each.
   const bool masked = p.op == GroupedOp::masked, wgrad = p.op == GroupedOp::wgrad;
   const int64_t group_m = masked ? p.m : wgrad ? dense.m : 1;
-  return operand_bytes(p, 1, dense.m, dense.n, dense.k) +
-         operand_bytes(p, p.groups(), group_m, dense.n, wgrad ? 1 : dense.k);
+  // A, B and D of `batch` M x N x K products in the row's types (4-bit weights packed, with their
+  // scales).
+  const auto operands = [&](int64_t batch, int64_t m, int64_t n, int64_t k) {
+    return gemm_bytes(m, n, k, batch, dense.in_dtype, dense.b_dtype(), dense.out_dtype, dense.group, dense.zeros);
+  };
+  return operands(1, dense.m, dense.n, dense.k) + operands(p.groups(), group_m, dense.n, wgrad ? 1 : dense.k);
+}
+
+GroupedProblem grouped_stand_in(const GroupedProblem& p, bool fp8) {
+  GroupedProblem stand_in = p;
+  stand_in.dense = fp8 ? fp8_problem(p.dense) : dense16_problem(p.dense);
+  stand_in.dense.epilogue = p.dense.epilogue;
+  return stand_in;
 }
 
 }  // namespace gemmkit::tools

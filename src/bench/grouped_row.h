@@ -24,7 +24,15 @@ std::vector<int32_t> group_size_values(const GroupedProblem& p);
 // Bytes of one buffer set of the row, what buffer_set_count() takes: A, B and D of the dense GEMM
 // of every group's rows (the compute floor, whose A and D the contiguous groups share), and the
 // groups' own operands: their weights [G, N, K] (masked: with A [G, max_m, K] and D [G, max_m,
-// N]; wgrad: the gradients [G, N, K] instead). FP8 scales are left out.
+// N]; wgrad: the gradients [G, N, K] instead), as gemm_bytes counts them (4-bit weights packed,
+// with their scales; FP8 scales left out).
 double grouped_set_bytes(const GroupedProblem& p);
+
+// A row with 4-bit weights, for which no cuBLAS grouped GEMM exists: the same groups (G, rows,
+// N, K, op, distribution and epilogue) with the types of the dense line's stand-ins
+// (bench/suite.h), 16-bit (dense16_problem: W4A16's A type, bf16 for W4A8) or, where `fp8`, e4m3
+// with A scaled as the row's A is (fp8_problem: W4A8's mode_a for both operands), which gemmkit
+// bench times through gemmkit's own grouped GEMM as the row's baseline.
+GroupedProblem grouped_stand_in(const GroupedProblem& p, bool fp8);
 
 }  // namespace gemmkit::tools

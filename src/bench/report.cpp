@@ -107,16 +107,51 @@ struct Speedup {
   bool stand_in;  // the baseline ran a stand-in
 };
 
-BenchSummary summarize_speedups(const std::vector<Speedup>& speedups) {
+// What a summary calls a row whose baseline may have run a stand-in: its name, then
+// " (<baseline_note>)" where it did.
+Speedup speedup_entry(const std::string& name, double value, const std::string& baseline_note) {
+  return {baseline_note.empty() ? name : name + " (" + baseline_note + ")", value, !baseline_note.empty()};
+}
+
+// The speedups' geomean and worst, and how many of those summarized ran against a stand-in.
+std::pair<RatioSummary, int> summarize_speedup_ratios(const std::vector<Speedup>& speedups) {
   std::vector<std::pair<std::string, double>> ratios;
   int stand_ins = 0;
   for (const Speedup& e : speedups) {
     ratios.emplace_back(e.name, e.value);
     stand_ins += e.stand_in && usable(e.value);
   }
-  const RatioSummary r = summarize_ratios(ratios);
+  return {summarize_ratios(ratios), stand_ins};
+}
+
+BenchSummary summarize_speedups(const std::vector<Speedup>& speedups) {
+  const auto [r, stand_ins] = summarize_speedup_ratios(speedups);
   return {r.geomean, r.worst_name, r.worst, r.count, stand_ins};
 }
+
+// " (6 of them against a stand-in)", or nothing without stand-ins.
+std::string stand_ins_text(int stand_ins) {
+  return stand_ins == 0 ? "" : " (" + std::to_string(stand_ins) + " of them against a stand-in)";
+}
+
+// A table's baseline times that ran a stand-in: "*" after the time, and a line "* <baseline> us:
+// <note>" under the table for each distinct note, in order of appearance.
+class StandInNotes {
+ public:
+  std::string mark(const std::string& note) {
+    if (note.empty()) return "";
+    if (std::find(notes_.begin(), notes_.end(), note) == notes_.end()) notes_.push_back(note);
+    return "*";
+  }
+  std::string lines(const std::string& baseline) const {
+    std::string text;
+    for (const std::string& note : notes_) text += "* " + baseline + " us: " + note + "\n";
+    return text;
+  }
+
+ private:
+  std::vector<std::string> notes_;
+};
 
 // "4096x2112x7168": the sizes joined by x. Appended piece by piece: GCC 12 warns (-Wrestrict,
 // wrongly) about "x" + std::to_string(...).
@@ -146,11 +181,9 @@ RatioSummary fused_ratios(const std::vector<BenchRecord>& records, const std::st
 // The summary line; `noun` names what was counted ("shape", "chain").
 std::string summary_line(const BenchSummary& s, const std::string& baseline, const std::string& noun) {
   if (s.count == 0) return "summary: no " + noun + "s with a " + baseline + " baseline";
-  const std::string stand_ins =
-      s.stand_ins == 0 ? ""
-                       : " (" + std::to_string(s.stand_ins) + " of them against a stand-in)";
   return "summary: " + std::to_string(s.count) + " " + noun + (s.count == 1 ? "" : "s") +
-         ", geomean speedup " + num("%.2fx", s.geomean_speedup) + " over " + baseline + stand_ins + ", worst " +
+         ", geomean speedup " + num("%.2fx", s.geomean_speedup) + " over " + baseline + stand_ins_text(s.stand_ins) +
+         ", worst " +
          num("%.2fx", s.worst_speedup) + " at " + s.worst_shape;
 }
 
@@ -174,6 +207,14 @@ void set_w4a8_dense_times(BenchRecord& r, double dense16_us, double dense16_base
   r.baseline_us = fp8_baseline_us;
   r.baseline_note = "FP8 GEMM of the same shape, " + fp8_scaling;
   r.speedup = r.baseline_us / r.ours_us;
+}
+
+void set_grouped_stand_in(GroupedRecord& r, double us, const std::string& fp8_scaling) {
+  r.baseline_us = us;
+  r.baseline_note = std::isnan(us) ? ""
+                    : fp8_scaling.empty()
+                        ? "gemmkit's 16-bit grouped GEMM of the same groups"
+                        : "gemmkit's FP8 grouped GEMM of the same groups, " + fp8_scaling;
 }
 
 std::string chosen_config(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options) {
@@ -226,13 +267,10 @@ std::string format_table(const std::vector<BenchRecord>& records, double copy_gb
   if (fused) header.insert(header.end(), {baseline + "-fused us", "ours/" + baseline + "-fused"});
   header.insert(header.end(), {"TFLOP/s", "GB/s", "%copy", "%copy@size", "config"});
   std::vector<Row> rows = {header};
-  std::vector<std::string> notes;  // distinct, in order of appearance
+  StandInNotes stand_ins;
   for (const auto& r : records) {
-    const std::string marker = r.baseline_note.empty() ? "" : "*";
-    if (!marker.empty() && std::find(notes.begin(), notes.end(), r.baseline_note) == notes.end())
-      notes.push_back(r.baseline_note);
-    Row row = {shape_name(r), r.layout, r.dtype, num("%.2f", r.ours_us), num("%.2f", r.baseline_us) + marker,
-               num("%.2fx", r.speedup)};
+    Row row = {shape_name(r), r.layout, r.dtype, num("%.2f", r.ours_us),
+               num("%.2f", r.baseline_us) + stand_ins.mark(r.baseline_note), num("%.2fx", r.speedup)};
     if (dense) row.insert(row.end(), {num("%.2f", r.dense16_us), num("%.2f", r.fp8_us), num("%.2f", r.fp8_baseline_us)});
     if (fused) row.insert(row.end(), {num("%.2f", r.baseline_fused_us), num("%.2fx", ratio(r.ours_us, r.baseline_fused_us))});
     row.insert(row.end(), {num("%.1f", r.tflops), num("%.1f", r.gbps), num("%.1f", 100 * copy_fraction(r.gbps, copy_gbps)),
@@ -241,18 +279,12 @@ std::string format_table(const std::vector<BenchRecord>& records, double copy_gb
   }
   // Text columns (the first three and config) align left, numbers right.
   const size_t config = rows[0].size() - 1;
-  std::string table = align_columns(rows, [&](size_t c) { return c < 3 || c == config; });
-  for (const std::string& note : notes) table += "* " + baseline + " us: " + note + "\n";
-  return table;
+  return align_columns(rows, [&](size_t c) { return c < 3 || c == config; }) + stand_ins.lines(baseline);
 }
 
 BenchSummary summarize(const std::vector<BenchRecord>& records) {
   std::vector<Speedup> speedups;
-  for (const auto& r : records) {
-    std::string name = record_name(r);
-    if (!r.baseline_note.empty()) name += " (" + r.baseline_note + ")";
-    speedups.push_back({name, r.speedup, !r.baseline_note.empty()});
-  }
+  for (const auto& r : records) speedups.push_back(speedup_entry(record_name(r), r.speedup, r.baseline_note));
   return summarize_speedups(speedups);
 }
 
@@ -329,6 +361,10 @@ double roofline_fraction(const GroupedRecord& r, double copy_gbps) {
   return ratio(std::fmax(r.dense_us, memory_floor_us(r.bytes, copy_gbps)), r.ours_us);
 }
 
+double memory_fraction(const GroupedRecord& r, double copy_gbps) {
+  return ratio(memory_floor_us(r.bytes, copy_gbps), r.ours_us);
+}
+
 double grouped_speedup(const GroupedRecord& r) { return ratio(r.baseline_us, r.ours_us); }
 
 std::string grouped_name(const GroupedRecord& r) {
@@ -339,8 +375,9 @@ std::string grouped_name(const GroupedRecord& r) {
 std::string format_grouped_table(const std::vector<GroupedRecord>& records, double copy_gbps,
                                  const std::string& baseline) {
   std::vector<Row> rows = {{"op", "G", "MxNxK", "dtype", "dist", "ours us", "TFLOP/s", "dense us", "memory us",
-                            "roofline", baseline + " us", "speedup", "note"}};
+                            "%memory", "roofline", baseline + " us", "speedup", "note"}};
   std::vector<std::string> notes;  // distinct, in order of appearance
+  StandInNotes stand_ins;
   for (const GroupedRecord& r : records) {
     std::string marker;
     if (!r.note.empty()) {
@@ -350,37 +387,45 @@ std::string format_grouped_table(const std::vector<GroupedRecord>& records, doub
     }
     rows.push_back({r.op, std::to_string(r.groups), dims_text({r.m, r.n, r.k}), r.dtype, r.dist, num("%.2f", r.ours_us),
                     num("%.1f", gemm_tflops(r.rows, r.n, r.k, 1, r.ours_us)), num("%.2f", r.dense_us),
-                    num("%.2f", memory_floor_us(r.bytes, copy_gbps)), num("%.2f", roofline_fraction(r, copy_gbps)),
-                    num("%.2f", r.baseline_us), num("%.2fx", grouped_speedup(r)), marker});
+                    num("%.2f", memory_floor_us(r.bytes, copy_gbps)), num("%.1f", 100 * memory_fraction(r, copy_gbps)),
+                    num("%.2f", roofline_fraction(r, copy_gbps)),
+                    num("%.2f", r.baseline_us) + stand_ins.mark(r.baseline_note), num("%.2fx", grouped_speedup(r)),
+                    marker});
   }
   // Text columns (op, MxNxK, dtype, dist, note) align left, numbers right.
-  std::string table = align_columns(rows, [](size_t c) { return c == 0 || (c >= 2 && c <= 4) || c == 12; });
+  std::string table = align_columns(rows, [](size_t c) { return c == 0 || (c >= 2 && c <= 4) || c == 13; });
+  table += stand_ins.lines(baseline);
   for (size_t i = 0; i < notes.size(); ++i) table += note_mark(i + 1) + " " + notes[i] + "\n";
   return table;
 }
 
 GroupedSummary summarize_grouped(const std::vector<GroupedRecord>& records, double copy_gbps) {
-  std::vector<std::pair<std::string, double>> fractions, speedups;
+  std::vector<std::pair<std::string, double>> fractions;
+  std::vector<Speedup> speedups;
   for (const GroupedRecord& r : records) {
     fractions.emplace_back(grouped_name(r), roofline_fraction(r, copy_gbps));
-    speedups.emplace_back(grouped_name(r), grouped_speedup(r));
+    speedups.push_back(speedup_entry(grouped_name(r), grouped_speedup(r), r.baseline_note));
   }
+  const auto [speedup, stand_ins] = summarize_speedup_ratios(speedups);
   std::vector<std::pair<std::string, double>> fused;
   for (const GroupedRecord& r : records) {
     if (!r.epilogue.empty()) fused.emplace_back(grouped_name(r), ratio(r.ours_us, r.unfused_us));
   }
-  return {summarize_ratios(fractions), summarize_ratios(speedups), summarize_ratios(fused, /*higher_is_worse=*/true)};
+  return {summarize_ratios(fractions), speedup, stand_ins, summarize_ratios(fused, /*higher_is_worse=*/true)};
 }
 
 std::string format_grouped_summary(const GroupedSummary& s, const std::string& baseline) {
   // "N rows<which>, geomean <what> X, worst Y at <row>", or "no rows<which>".
-  const auto line = [](const RatioSummary& r, const std::string& which, const std::string& what, const char* format) {
+  // (`extra` after <which> where there are rows.)
+  const auto line = [](const RatioSummary& r, const std::string& which, const std::string& what, const char* format,
+                       const std::string& extra = "") {
     if (r.count == 0) return "grouped summary: no rows" + which;
-    return "grouped summary: " + std::to_string(r.count) + (r.count == 1 ? " row" : " rows") + which + ", geomean " +
-           what + " " + num(format, r.geomean) + ", worst " + num(format, r.worst) + " at " + r.worst_name;
+    return "grouped summary: " + std::to_string(r.count) + (r.count == 1 ? " row" : " rows") + which + extra +
+           ", geomean " + what + " " + num(format, r.geomean) + ", worst " + num(format, r.worst) + " at " +
+           r.worst_name;
   };
   std::string text = line(s.roofline, " run", "roofline fraction", "%.2f") + "\n" +
-                     line(s.speedup, " with a " + baseline + " baseline", "speedup", "%.2fx");
+                     line(s.speedup, " with a " + baseline + " baseline", "speedup", "%.2fx", stand_ins_text(s.stand_ins));
   if (s.fused.count > 0) text += "\n" + line(s.fused, " with a fused epilogue", "fused over unfused", "%.3fx");
   return text;
 }
@@ -402,8 +447,10 @@ nlohmann::json grouped_json(const std::vector<GroupedRecord>& records, const Gro
                     {"tflops", json_num(gemm_tflops(r.rows, r.n, r.k, 1, r.ours_us))},
                     {"dense_us", json_num(r.dense_us)},
                     {"memory_us", json_num(memory_floor_us(r.bytes, copy_gbps))},
+                    {"memory_fraction", json_num(memory_fraction(r, copy_gbps))},
                     {"roofline_fraction", json_num(roofline_fraction(r, copy_gbps))},
                     {"baseline_us", json_num(r.baseline_us)},
+                    {"baseline_note", json_text(r.baseline_note)},
                     {"speedup", json_num(grouped_speedup(r))},
                     {"epilogue", json_text(r.epilogue)},
                     {"unfused_us", json_num(r.unfused_us)},
@@ -416,9 +463,11 @@ nlohmann::json grouped_json(const std::vector<GroupedRecord>& records, const Gro
                           {"worst", json_num(r.worst)},
                           {"worst_row", r.count > 0 ? nlohmann::json(r.worst_name) : nlohmann::json(nullptr)}};
   };
+  nlohmann::json speedup = summary(s.speedup);
+  speedup["stand_ins"] = s.stand_ins;
   return {{"records", list},
           {"summary",
-           {{"roofline", summary(s.roofline)}, {"speedup", summary(s.speedup)}, {"fused", summary(s.fused)},
+           {{"roofline", summary(s.roofline)}, {"speedup", speedup}, {"fused", summary(s.fused)},
             {"baseline", baseline}}}};
 }
 

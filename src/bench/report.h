@@ -152,7 +152,19 @@ struct GroupedRecord {
   // Why the row ("not run: ...") or its baseline is missing, or what the baseline ran instead of
   // the row's own product; empty where both ran it.
   std::string note;
+  // Empty where the baseline ran the row; else the stand-in it is, set by set_grouped_stand_in:
+  // a row with 4-bit weights has gemmkit's grouped GEMM of the same groups in 16-bit or FP8 as
+  // its baseline, starred in the table as a dense row's stand-in is.
+  std::string baseline_note;
 };
+
+// A grouped row with 4-bit weights, for which no cuBLAS grouped GEMM exists: gemmkit's own grouped
+// GEMM of the same groups (grouped_stand_in) timed at `us` becomes its baseline_us, noted
+// "gemmkit's 16-bit grouped GEMM of the same groups" (`fp8_scaling` empty: a W4A16 row's, or a
+// W4A8 row's where the FP8 one did not run) or "gemmkit's FP8 grouped GEMM of the same groups, "
+// and `fp8_scaling` (e.g. "rowwise scales"), as set_w4a8_dense_times notes a dense W4A8 line's.
+// NaN: no baseline and no note.
+void set_grouped_stand_in(GroupedRecord& r, double us, const std::string& fp8_scaling);
 
 // Moving `bytes` at the copy bandwidth (copy_gbps counts each byte read and written), in
 // microseconds; NaN when the bandwidth is unknown.
@@ -160,16 +172,21 @@ double memory_floor_us(double bytes, double copy_gbps);
 // The larger floor (dense GEMM or memory) over our time: 1 at the floor; NaN where we did not
 // run or neither floor is known.
 double roofline_fraction(const GroupedRecord& r, double copy_gbps);
+// The memory floor over our time: the share of the copy bandwidth our time moves the row's bytes
+// at (a dense row's %copy); NaN where we did not run or the bandwidth is unknown.
+double memory_fraction(const GroupedRecord& r, double copy_gbps);
 // baseline_us / ours_us; NaN when either is unknown.
 double grouped_speedup(const GroupedRecord& r);
 // "fwd G=8 32768x4096x7168 bf16 skew:10"
 std::string grouped_name(const GroupedRecord& r);
 
 // Aligned table, one row per record: op, G, MxNxK, dtype, dist, ours us and TFLOP/s, the dense
-// and memory floors, the roofline fraction, the baseline's us (the column named after
-// `baseline`) and the speedup over it. A record with a note has its number ([1], [2], ...) in
-// the last column, and a line "[n] <note>" follows the table for each distinct note. Missing
-// values print as "-".
+// and memory floors, the memory floor's share of our time (%memory), the roofline fraction, the
+// baseline's us (the column named after `baseline`) and the speedup over it. A record with a
+// baseline_note has "*" after its baseline time, and a line "* <baseline> us: <note>" follows
+// the table for each distinct one; a record with a note has its number ([1], [2], ...) in the
+// last column, and a line "[n] <note>" follows for each distinct note. Missing values print as
+// "-".
 std::string format_grouped_table(const std::vector<GroupedRecord>& records, double copy_gbps,
                                  const std::string& baseline = "cuBLAS");
 
@@ -186,21 +203,24 @@ struct RatioSummary {
 // baseline of those it ran too. Rows not run count in neither.
 struct GroupedSummary {
   RatioSummary roofline, speedup;
+  int stand_ins = 0;  // of speedup's count, the rows whose baseline is a stand-in (baseline_note)
   RatioSummary fused;  // ours over our unfused time, on rows with an epilogue (the highest worst)
 };
 GroupedSummary summarize_grouped(const std::vector<GroupedRecord>& records, double copy_gbps);
 
 // Two lines: "grouped summary: 21 rows run, geomean roofline fraction 0.81, worst 0.52 at <row>"
 // and "grouped summary: 14 rows with a cuBLAS baseline, geomean speedup 1.20x, worst 0.95x at
-// <row>" (`baseline` naming it); "no rows run" / "no rows with a cuBLAS baseline" where there are
-// none. Where rows have an epilogue, a third: "grouped summary: 4 rows with a fused epilogue,
+// <row>" (`baseline` naming it; with stand-ins, "baseline (6 of them against a stand-in),
+// geomean ...", and a worst row against one named with its baseline_note, as format_summary has
+// them); "no rows run" / "no rows with a cuBLAS baseline" where there are none. Where rows have an epilogue, a third: "grouped summary: 4 rows with a fused epilogue,
 // geomean fused over unfused 1.012x, worst 1.030x at <row>".
 std::string format_grouped_summary(const GroupedSummary& s, const std::string& baseline = "cuBLAS");
 
 // {"records": [{op, groups, m, n, k, dtype, dist, rows, bytes, ours_us, tflops, dense_us,
-// memory_us, roofline_fraction, baseline_us, speedup, note}, ...], "summary": {"roofline":
-// {count, geomean, worst, worst_row}, "speedup": {the same}, baseline}}; NaN and an empty note
-// are null.
+// memory_us, memory_fraction, roofline_fraction, baseline_us, baseline_note, speedup, epilogue,
+// unfused_us, fused_over_unfused, note}, ...], "summary": {"roofline": {count, geomean, worst,
+// worst_row}, "speedup": {the same, and stand_ins}, "fused": {as roofline}, baseline}}; NaN and
+// empty texts (note, baseline_note, epilogue) are null.
 nlohmann::json grouped_json(const std::vector<GroupedRecord>& records, const GroupedSummary& s, double copy_gbps,
                             const std::string& baseline = "cuBLAS");
 

@@ -209,6 +209,47 @@ std::string join(const std::vector<std::string>& fields) {
   return s;
 }
 
+// The field after dtype field `dtype` (already parsed into p) read as its scaling mode, as dense
+// lines (`grouped` false) and grouped lines have it: FP8 inputs' mode, both operands' (p.mode:
+// tensor, rowwise, block, or on a dense line mx), or a W4A8 line's A's (p.mode_a: tensor,
+// rowwise or block; the weight format sets B's). Returns true where the field is p's mode; false,
+// p untouched, where it names no mode and may be a batch (`batch`: a dense line's number there;
+// a dense line's 16-bit inputs take no mode, so any field but a mode's name). Fails on a mode p
+// cannot take and, where no batch may stand there, on anything else.
+bool read_mode(const std::string& field, const std::string& dtype, SuiteProblem& p, bool grouped, bool batch,
+               const std::string& where) {
+  const auto mode = mode_of(field);
+  const bool named = mode || lower(field) == scale_mode_name(ScaleMode::group);
+  const std::string or_batch = batch ? " (or a batch)" : "";
+  if (p.w4a8()) {
+    if (mode && *mode != ScaleMode::mx) {
+      p.mode_a = *mode;
+      return true;
+    }
+    if (!named && batch && numeric(field)) return false;
+    fail(where, std::string(named ? "" : "unknown ") + "scaling mode " + quoted(field) +
+                    " for the e4m3 activations of " + quoted(dtype) +
+                    "; expected tensor, rowwise or block (A's scales, block 1x128; the weight format sets B's)" +
+                    or_batch);
+  }
+  if (!p.fp8()) {  // 16-bit inputs, or 16-bit activations of 4-bit weights
+    if (!named && !grouped) return false;
+    const std::string why = p.w4() ? "the weight format sets the mode: group for int4, mx for mxfp4"
+                                   : "a mode goes with e4m3 or e5m2 inputs only";
+    fail(where, "scaling mode " + quoted(field) + " with " +
+                    (p.w4() ? "4-bit weights " + quoted(dtype) : std::string(dtype_name(p.in_dtype)) + " inputs") +
+                    "; " + (grouped ? why : "expected a batch (" + why + ")"));
+  }
+  if (mode && !(grouped && *mode == ScaleMode::mx)) {
+    p.mode = *mode;
+    return true;
+  }
+  if (!mode && batch && numeric(field)) return false;
+  fail(where, "unknown scaling mode " + quoted(field) +
+                  (grouped ? " for a grouped line; expected tensor, rowwise or block"
+                           : "; expected tensor, rowwise, block or mx" + or_batch));
+}
+
 }  // namespace
 
 bool SuiteProblem::fp8() const { return is_fp8(in_dtype) && !w4(); }
@@ -219,16 +260,20 @@ bool SuiteProblem::w4a8() const { return w4() && is_fp8(in_dtype); }
 
 double SuiteProblem::bytes() const { return gemm_bytes(m, n, k, batch, in_dtype, b_dtype(), out_dtype, group, zeros); }
 
-double gemm_bytes(int64_t m, int64_t n, int64_t k, int64_t batch, DType a, DType b, DType d, int64_t group, bool zeros) {
-  double per_batch = double(m) * double(k) * dtype_size(a) + double(m) * double(n) * dtype_size(d);
-  if (!is_4bit(b)) return (per_batch + double(k) * double(n) * dtype_size(b)) * double(batch);
+double weight_bytes(int64_t n, int64_t k, DType b, int64_t group, bool zeros) {
+  if (!is_4bit(b)) return double(k) * double(n) * dtype_size(b);
   // Two codes a byte; then ceil(K / block) scales a column, one byte each (ue8m0) for e2m1, two
   // (bf16 or f16, whatever A is) for u4, whose zero points are as many again. A u4 group of 0 or
   // less: one scale a column.
   const bool mx = b == DType::e2m1;
   const int64_t block = mx ? 32 : group > 0 ? group : std::max<int64_t>(k, 1);
   const double scales = double(k / block + (k % block != 0)) * double(n);
-  per_batch += double(k) * double(n) / 2 + scales * (mx ? 1 : 2 * (zeros ? 2 : 1));
+  return double(k) * double(n) / 2 + scales * (mx ? 1 : 2 * (zeros ? 2 : 1));
+}
+
+double gemm_bytes(int64_t m, int64_t n, int64_t k, int64_t batch, DType a, DType b, DType d, int64_t group, bool zeros) {
+  const double per_batch =
+      double(m) * double(k) * dtype_size(a) + weight_bytes(n, k, b, group, zeros) + double(m) * double(n) * dtype_size(d);
   return per_batch * double(batch);
 }
 
@@ -270,43 +315,13 @@ SuiteProblem parse_problem(const std::vector<std::string>& fields, const std::st
                     "; expected NT or TT (B stored N x K, K-contiguous, two codes a byte along K)");
 
   // After the dtype: [mode] [batch]. A mode only follows 8-bit inputs (W4A8: A's alone); a number
-  // is the batch.
+  // is the batch, where one may still follow.
   size_t next = 5;
-  if (fields.size() > next) {
-    const std::string& field = fields[next];
-    const auto mode = mode_of(field);
-    if (p.w4a8()) {
-      const bool a_mode = mode && *mode != ScaleMode::mx;
-      const bool other_mode = (mode && !a_mode) || lower(field) == scale_mode_name(ScaleMode::group);
-      if (a_mode) {
-        p.mode_a = *mode;
-        ++next;
-      } else if (other_mode || !numeric(field) || fields.size() > 6) {
-        fail(where, std::string(other_mode ? "" : "unknown ") + "scaling mode " + quoted(field) +
-                        " for the e4m3 activations of " + quoted(fields[4]) +
-                        "; expected tensor, rowwise or block (A's scales, block 1x128; the weight format sets B's)" +
-                        (fields.size() > 6 ? "" : " (or a batch)"));
-      }
-    } else if (!p.fp8()) {
-      if (mode || lower(field) == scale_mode_name(ScaleMode::group)) {
-        fail(where, "scaling mode " + quoted(field) + " with " +
-                        (p.w4() ? "4-bit weights " + quoted(fields[4]) +
-                                      "; expected a batch (the weight format sets the mode: group for int4, mx for mxfp4)"
-                                : std::string(dtype_name(p.in_dtype)) +
-                                      " inputs; expected a batch (a mode goes with e4m3 or e5m2 inputs only)"));
-      }
-      if (fields.size() > 6)
-        fail(where, std::string("expected 3 to 6 fields for ") + (p.w4() ? "4-bit weights" : "16-bit inputs") +
-                        " (M N K [layout] [dtype] [batch]), got " + std::to_string(fields.size()) + ": " +
-                        quoted(join(fields)));
-    } else if (mode) {
-      p.mode = *mode;
-      ++next;
-    } else if (!numeric(field) || fields.size() > 6) {
-      fail(where, "unknown scaling mode " + quoted(field) + "; expected tensor, rowwise, block or mx" +
-                      (fields.size() > 6 ? "" : " (or a batch)"));
-    }
-  }
+  if (fields.size() > next && read_mode(fields[next], fields[4], p, false, fields.size() <= 6, where)) ++next;
+  if (!p.fp8() && !p.w4a8() && fields.size() > 6)
+    fail(where, std::string("expected 3 to 6 fields for ") + (p.w4() ? "4-bit weights" : "16-bit inputs") +
+                    " (M N K [layout] [dtype] [batch]), got " + std::to_string(fields.size()) + ": " +
+                    quoted(join(fields)));
   if (fields.size() > next) p.batch = parse_int(fields[next], "batch", 1, where);
   check_sizes(p, p.m, p.n, p.k, p.batch, where);
   return p;
@@ -339,7 +354,9 @@ double GroupedProblem::bytes() const {
   const double a = dtype_size(dense.in_dtype), b = dtype_size(dense.b_dtype()), d = dtype_size(dense.out_dtype);
   // wgrad reads dD [M, N] and X [M, K] and writes a [N, K] gradient per group.
   if (op == GroupedOp::wgrad) return total * (double(n) * a + double(k) * b) + busy * double(n) * double(k) * d;
-  return total * double(dense.k) * a + busy * double(dense.k) * double(dense.n) * b + total * double(dense.n) * d;
+  // Each busy group's weights: 4-bit ones packed, with their scales and zero points.
+  const double weights = weight_bytes(dense.n, dense.k, dense.b_dtype(), dense.group, dense.zeros);
+  return total * double(dense.k) * a + busy * weights + total * double(dense.n) * d;
 }
 
 GroupDist parse_dist(const std::string& field, const std::string& where) {
@@ -386,19 +403,12 @@ GroupedProblem parse_grouped(const std::vector<std::string>& fields, const std::
   p.n = parse_int(fields[4], "N", 0, where);
   p.k = parse_int(fields[5], "K", 0, where);
   parse_dtype(fields[6], p.dense, where);
-  if (p.dense.w4())
-    fail(where, "4-bit weights " + quoted(fields[6]) +
-                    " on a grouped line; expected bf16, f16, e4m3, e5m2 or two 8-bit types A,B (IN or IN:OUT): "
-                    "grouped GEMMs take no 4-bit weights");
-  if (fields.size() == 9) {
-    const auto mode = mode_of(fields[7]);
-    if (!p.dense.fp8())
-      fail(where, "scaling mode " + quoted(fields[7]) + " with " + std::string(dtype_name(p.dense.in_dtype)) +
-                      " inputs; a mode goes with e4m3 or e5m2 inputs only");
-    if (!mode || *mode == ScaleMode::mx)
-      fail(where, "unknown scaling mode " + quoted(fields[7]) + " for a grouped line; expected tensor, rowwise or block");
-    p.dense.mode = *mode;
-  }
+  // 4-bit weights are packed along K, the contraction of the forward's weights [G, N, K] only.
+  if (p.dense.w4() && p.op != GroupedOp::fwd && p.op != GroupedOp::masked)
+    fail(where, "4-bit weights " + quoted(fields[6]) + " on a grouped " + quoted(fields[1]) +
+                    " line; expected fwd or masked (the weights [G, N, K], two codes a byte along K, are the "
+                    "forward's B only)");
+  if (fields.size() == 9) read_mode(fields[7], fields[6], p.dense, true, false, where);
   p.dist = parse_dist(fields.back(), where);
   // Checked as if every group had all M rows: masked A and D are that, contiguous ones less.
   check_sizes(p.dense, p.m, p.n, p.k, groups, where);
@@ -502,6 +512,24 @@ std::string type_spec(const SuiteProblem& p) {
   if (p.w4a8()) return dtype_spec(p) + " " + std::string(scale_mode_name(p.mode_a));
   if (!p.fp8()) return dtype_spec(p);
   return dtype_spec(p) + " " + std::string(scale_mode_name(p.mode));
+}
+
+SuiteProblem dense16_problem(const SuiteProblem& sp) {
+  SuiteProblem p = sp;
+  if (is_fp8(p.in_dtype)) p.in_dtype = DType::bf16;
+  p.in_b.reset();
+  p.mode = p.mode_a = ScaleMode::none;
+  p.group = 0;
+  p.zeros = false;
+  p.epilogue.clear();
+  return p;
+}
+
+SuiteProblem fp8_problem(const SuiteProblem& sp) {
+  SuiteProblem p = dense16_problem(sp);
+  p.in_dtype = DType::e4m3;
+  p.mode = sp.w4a8() ? sp.mode_a : ScaleMode::tensor;
+  return p;
 }
 
 }  // namespace gemmkit::tools

@@ -1,6 +1,7 @@
 // Benchmark suites: plain-text lists of GEMM problems, one `M N K [layout] [dtype] [mode] [batch]`
-// a line (4-bit weights in the dtype: `bf16,w4:int4g128`, `e4m3,w4:int4g128`), or a grouped GEMM, `grouped OP G M N
-// K dtype [mode] dist` (bench only: gemmkit bench and python -m gemmkit.bench); `epilogue TEXT`
+// a line (4-bit weights in the dtype: `bf16,w4:int4g128`, `e4m3,w4:int4g128`), or a grouped GEMM,
+// `grouped OP G M N K dtype [mode] dist` (4-bit weights too: `grouped masked 128 4 5760 2880
+// e4m3,w4:mxfp4 balanced`; bench only: gemmkit bench and python -m gemmkit.bench); `epilogue TEXT`
 // lines fuse an epilogue into the lines below them (gemmkit bench only).
 #pragma once
 
@@ -59,6 +60,11 @@ struct SuiteProblem {
 double gemm_bytes(int64_t m, int64_t n, int64_t k, int64_t batch, DType a, DType b, DType d, int64_t group = 0,
                   bool zeros = false);
 
+// B's share of gemm_bytes(): one K x N matrix of weights of type `b`, dtype_size() bytes an
+// element, or 4-bit (u4, e2m1) packed two a byte with their scales and zero points as gemm_bytes
+// counts them.
+double weight_bytes(int64_t n, int64_t k, DType b, int64_t group = 0, bool zeros = false);
+
 // Parses one problem from its fields: M, N, K, then optionally layout, dtype, scaling mode and
 // batch, in that order. The dtype is IN or IN:OUT: IN is bf16, f16, e4m3, e5m2, A,B (two 8-bit
 // types, e.g. e4m3,e5m2) or A,w4:FORMAT (4-bit weights against A bf16 or f16, or e4m3: W4A8);
@@ -109,15 +115,18 @@ struct GroupedProblem {
 
   int64_t groups() const { return int64_t(rows.size()); }
   // What every group's GEMM reads and writes at the least: the rows of A and D the groups own,
-  // and the weights of each group that has rows (FP8 scales left out), in bytes.
+  // and the weights of each group that has rows (4-bit ones packed, with their scales and zero
+  // points, as weight_bytes counts them; FP8 scales left out), in bytes.
   double bytes() const;
 };
 
 // Parses a grouped line's fields: `grouped`, then OP (fwd, dgrad, wgrad, masked), G (1 to
 // kMaxGroups of gemmkit/grouped.h), M (masked: max_m), N, K, a dtype as parse_problem() takes
-// it (but not 4-bit weights, which grouped lines do not take), for FP8 optionally a mode (tensor,
-// rowwise or block: A 1x128, B 128x128 per group), and the distribution (parse_dist). Errors as
-// parse_problem()'s.
+// it, for FP8 optionally a mode (tensor, rowwise or block: A 1x128, B 128x128 per group), and the
+// distribution (parse_dist). 4-bit weights (A,w4:FORMAT, e.g. bf16,w4:mxfp4 or
+// e4m3,w4:int4g128z) go on fwd and masked lines only, each group's weights as a dense line's
+// [N, K] (the format sets B's scales, a set per group); a W4A8 line's mode field is A's (tensor,
+// rowwise or block; rowwise by default), as on dense lines. Errors as parse_problem()'s.
 GroupedProblem parse_grouped(const std::vector<std::string>& fields, const std::string& where);
 
 // A distribution as a line names it: balanced, skew:R (R > 0), zipf:S (S >= 0), random:SEED or
@@ -158,6 +167,15 @@ std::vector<SuiteProblem> load_suite(const std::string& path);  // dense lines o
 // "bf16,w4:int4g128", "f16,w4:int4g64z:f32", "bf16,w4:mxfp4", "e4m3,w4:int4g128". Parses back
 // as given.
 std::string dtype_spec(const SuiteProblem& p);
+
+// The dense GEMMs a line with 4-bit weights is set against (gemmkit bench: BenchRecord::dense16_us
+// and the rest; a grouped row's stand-in baseline, grouped_stand_in): dense16_problem is its
+// shape, layout, batch and output type with both operands in A's 16-bit type (bf16 for a W4A8
+// line's e4m3 A), plain, without the epilogue; fp8_problem the same with both operands e4m3,
+// per-tensor scales, or for a W4A8 line scaled as its A is, B in the mode cuBLASLt pairs with A's
+// (rowwise: per channel; block: 1x128 A, 128x128 B).
+SuiteProblem dense16_problem(const SuiteProblem& sp);
+SuiteProblem fp8_problem(const SuiteProblem& sp);
 
 // The dtype and, for FP8, the mode, as a suite line has them: "bf16", "e4m3:bf16 block",
 // "bf16,w4:mxfp4" (4-bit weights: the dtype alone, which names B's mode), "e4m3,w4:int4g128

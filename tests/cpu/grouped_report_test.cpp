@@ -80,12 +80,12 @@ TEST(GroupedReport, TableHasAColumnEachAndNumberedNotes) {
   const std::vector<std::string> table = lines(format_grouped_table(records, kCopyGbps));
   ASSERT_EQ(table.size(), 7u);  // header, 4 rows, 2 notes
   for (const char* column : {"op", "G", "MxNxK", "dtype", "dist", "ours us", "TFLOP/s", "dense us", "memory us",
-                             "roofline", "cuBLAS us", "speedup", "note"}) {
+                             "%memory", "roofline", "cuBLAS us", "speedup", "note"}) {
     EXPECT_NE(table[0].find(column), std::string::npos) << column;
   }
-  // 2 * 32768 * 4096 * 7168 flops in 4000 us: 481.0 TFLOP/s.
+  // 2 * 32768 * 4096 * 7168 flops in 4000 us: 481.0 TFLOP/s; the memory floor 10% of our time.
   for (const char* cell : {"fwd", "32768x4096x7168", "bf16", "balanced", "4000.00", "481.0", "3000.00", "400.00",
-                           "0.75", "5000.00", "1.25x"}) {
+                           "10.0", "0.75", "5000.00", "1.25x"}) {
     EXPECT_NE(table[1].find(cell), std::string::npos) << cell << " in " << table[1];
   }
   EXPECT_EQ(table[1].find('['), std::string::npos);
@@ -98,6 +98,60 @@ TEST(GroupedReport, TableHasAColumnEachAndNumberedNotes) {
   EXPECT_EQ(table[6], "[2] not run: gemmkit has no weight-gradient kernel yet");
   // Columns line up: every row as long as the header up to its last number.
   EXPECT_EQ(table[1].find("0.75") + 4, table[0].find("roofline") + 8);
+}
+
+// A row with 4-bit weights: gemmkit's grouped GEMM of the same groups in 16-bit or FP8 as its
+// baseline, starred as a dense row's stand-in is, counted apart in the summary, in the JSON.
+GroupedRecord four_bit(double ours, double stand_in_us, const std::string& fp8_scaling) {
+  GroupedRecord r = forward(ours, 100, kNaN);
+  r.op = "masked";
+  r.groups = 128;
+  r.m = 4;
+  r.rows = 512;
+  r.n = 5760;
+  r.k = 2880;
+  r.dtype = fp8_scaling.empty() ? "bf16,w4:mxfp4" : "e4m3,w4:mxfp4 rowwise";
+  r.bytes = 1.2e9;  // 400 us at the copy bandwidth
+  set_grouped_stand_in(r, stand_in_us, fp8_scaling);
+  return r;
+}
+
+TEST(GroupedReport, FourBitRowsStarTheirStandInBaseline) {
+  const GroupedRecord w4a16 = four_bit(500, 1000, ""), w4a8 = four_bit(800, 600, "rowwise scales");
+  EXPECT_EQ(w4a16.baseline_note, "gemmkit's 16-bit grouped GEMM of the same groups");
+  EXPECT_EQ(w4a8.baseline_note, "gemmkit's FP8 grouped GEMM of the same groups, rowwise scales");
+  EXPECT_DOUBLE_EQ(w4a16.baseline_us, 1000.0);
+  EXPECT_DOUBLE_EQ(grouped_speedup(w4a16), 2.0);
+  EXPECT_DOUBLE_EQ(memory_fraction(w4a16, kCopyGbps), 0.8);
+  EXPECT_TRUE(std::isnan(memory_fraction(w4a16, kNaN)));
+  const GroupedRecord none = four_bit(500, kNaN, "");
+  EXPECT_TRUE(none.baseline_note.empty() && std::isnan(none.baseline_us));
+
+  const std::vector<GroupedRecord> records = {forward(4000, 3000, 5000), w4a16, w4a8, four_bit(700, 1400, "")};
+  const std::vector<std::string> table = lines(format_grouped_table(records, kCopyGbps));
+  ASSERT_EQ(table.size(), 7u);  // header, 4 rows, 2 stand-ins' lines
+  EXPECT_NE(table[2].find("1000.00*"), std::string::npos) << table[2];
+  EXPECT_NE(table[2].find("80.0"), std::string::npos) << table[2];  // %memory: 400 us of 500
+  EXPECT_NE(table[3].find("600.00*"), std::string::npos) << table[3];
+  EXPECT_EQ(table[1].find('*'), std::string::npos);
+  EXPECT_EQ(table[5], "* cuBLAS us: gemmkit's 16-bit grouped GEMM of the same groups");
+  EXPECT_EQ(table[6], "* cuBLAS us: gemmkit's FP8 grouped GEMM of the same groups, rowwise scales");
+
+  const GroupedSummary s = summarize_grouped(records, kCopyGbps);
+  EXPECT_EQ(s.speedup.count, 4);
+  EXPECT_EQ(s.stand_ins, 3);
+  EXPECT_EQ(s.speedup.worst_name,
+            "masked G=128 4x5760x2880 e4m3,w4:mxfp4 rowwise balanced (gemmkit's FP8 grouped GEMM of the same groups, "
+            "rowwise scales)");
+  const std::string summary = format_grouped_summary(s);
+  EXPECT_NE(summary.find("\ngrouped summary: 4 rows with a cuBLAS baseline (3 of them against a stand-in), geomean "
+                         "speedup "),
+            std::string::npos)
+      << summary;
+  const nlohmann::json j = grouped_json(records, s, kCopyGbps);
+  EXPECT_EQ(j["records"][1]["baseline_note"], "gemmkit's 16-bit grouped GEMM of the same groups");
+  EXPECT_DOUBLE_EQ(j["records"][1]["memory_fraction"].get<double>(), 0.8);
+  EXPECT_EQ(j["summary"]["speedup"]["stand_ins"], 3);
 }
 
 TEST(GroupedReport, SummaryLeavesOutWhatDidNotRun) {
@@ -184,12 +238,16 @@ TEST(GroupedReport, JsonHasEveryFieldAndNullForWhatIsMissing) {
   EXPECT_DOUBLE_EQ(r["roofline_fraction"].get<double>(), 0.75);
   EXPECT_DOUBLE_EQ(r["baseline_us"].get<double>(), 5000.0);
   EXPECT_DOUBLE_EQ(r["speedup"].get<double>(), 1.25);
+  EXPECT_DOUBLE_EQ(r["memory_fraction"].get<double>(), 0.1);
   EXPECT_TRUE(r["note"].is_null());
-  for (const char* field : {"epilogue", "unfused_us", "fused_over_unfused"}) EXPECT_TRUE(r[field].is_null()) << field;
-  EXPECT_EQ(r.size(), 20u);  // the fields above, nothing else
+  for (const char* field : {"epilogue", "unfused_us", "fused_over_unfused", "baseline_note"}) {
+    EXPECT_TRUE(r[field].is_null()) << field;
+  }
+  EXPECT_EQ(r.size(), 22u);  // the fields above, nothing else
 
   const nlohmann::json& missing = j["records"][1];
-  for (const char* field : {"ours_us", "tflops", "dense_us", "roofline_fraction", "baseline_us", "speedup"}) {
+  for (const char* field : {"ours_us", "tflops", "dense_us", "memory_fraction", "roofline_fraction", "baseline_us",
+                            "speedup"}) {
     EXPECT_TRUE(missing[field].is_null()) << field;
   }
   EXPECT_EQ(missing["note"], "not run: no kernel");
@@ -199,6 +257,7 @@ TEST(GroupedReport, JsonHasEveryFieldAndNullForWhatIsMissing) {
   EXPECT_DOUBLE_EQ(summary["roofline"]["geomean"].get<double>(), 0.75);
   EXPECT_EQ(summary["roofline"]["worst_row"], "fwd G=8 32768x4096x7168 bf16 balanced");
   EXPECT_DOUBLE_EQ(summary["speedup"]["worst"].get<double>(), 1.25);
+  EXPECT_EQ(summary["speedup"]["stand_ins"], 0);
   EXPECT_EQ(summary["baseline"], "cuBLAS");
   EXPECT_EQ(summary["fused"]["count"], 0);
   EXPECT_EQ(summary.size(), 4u);

@@ -94,6 +94,117 @@ TEST(GroupedSuite, TakesFp8TypesAndModes) {
   EXPECT_EQ(type_spec(grouped("grouped dgrad 8 64 64 64 f16:f32 balanced").dense), "f16:f32");
 }
 
+// 4-bit weights on grouped lines, spelled as on dense lines: each group's weights [N, K] as a
+// dense line's B, the format setting B's mode, a W4A8 line's mode field A's.
+TEST(GroupedSuite, TakesFourBitWeightsAsDenseLinesSpellThem) {
+  struct Case {
+    std::string line, type;
+    DType a, b;
+    ScaleMode mode, mode_a;
+    int64_t group;
+    bool zeros;
+  };
+  const std::vector<Case> cases = {
+      {"grouped masked 128 4 5760 2880 bf16,w4:mxfp4 balanced", "bf16,w4:mxfp4", DType::bf16, DType::e2m1,
+       ScaleMode::mx, ScaleMode::none, 32, false},
+      {"grouped fwd 8 128 4096 7168 bf16,w4:int4g128 balanced", "bf16,w4:int4g128", DType::bf16, DType::u4,
+       ScaleMode::group, ScaleMode::none, 128, false},
+      {"grouped masked 8 16 4096 7168 f16,w4:int4g64z:f32 random:1", "f16,w4:int4g64z:f32", DType::f16, DType::u4,
+       ScaleMode::group, ScaleMode::none, 64, true},
+      {"grouped masked 8 16 4096 7168 e4m3,w4:int4g128 balanced", "e4m3,w4:int4g128 rowwise", DType::e4m3, DType::u4,
+       ScaleMode::group, ScaleMode::rowwise, 128, false},
+      {"grouped masked 8 16 4096 7168 e4m3,w4:int4g128 Tensor balanced", "e4m3,w4:int4g128 tensor", DType::e4m3,
+       DType::u4, ScaleMode::group, ScaleMode::tensor, 128, false},
+      {"grouped fwd 8 128 4096 7168 e4m3,w4:int4g128z block skew:2", "e4m3,w4:int4g128z block", DType::e4m3, DType::u4,
+       ScaleMode::group, ScaleMode::block, 128, true},
+      {"grouped fwd 128 4096 2880 2880 E4M3,W4:MXFP4 rowwise random:1", "e4m3,w4:mxfp4 rowwise", DType::e4m3,
+       DType::e2m1, ScaleMode::mx, ScaleMode::rowwise, 32, false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.line);
+    const GroupedProblem p = grouped(c.line);
+    const SuiteProblem& t = p.dense;
+    EXPECT_TRUE(t.w4());
+    EXPECT_EQ(type_spec(t), c.type);
+    EXPECT_EQ(t.in_dtype, c.a);
+    EXPECT_EQ(t.b_dtype(), c.b);
+    EXPECT_EQ(std::tie(t.mode, t.mode_a, t.group, t.zeros), std::tie(c.mode, c.mode_a, c.group, c.zeros));
+    // The dense floor: every group's rows against one expert's weights, stored N x K.
+    EXPECT_EQ(std::tie(t.m, t.n, t.k, t.layout), std::make_tuple(sum(p.rows), p.n, p.k, std::string("NT")));
+  }
+  // OUT defaults as on dense lines: A's type, bf16 for e4m3 A.
+  EXPECT_EQ(grouped("grouped masked 8 16 64 64 f16,w4:int4g64 balanced").dense.out_dtype, DType::f16);
+  EXPECT_EQ(grouped("grouped masked 8 16 64 64 e4m3,w4:int4g128 balanced").dense.out_dtype, DType::bf16);
+  EXPECT_EQ(grouped("grouped masked 8 16 64 64 f16,w4:int4g64z:f32 balanced").dense.out_dtype, DType::f32);
+}
+
+// Masked decode at max_m 1 with random weights: the experts whose count rounds to 0 read no
+// weights. Bytes: every row's A and D, and each busy expert's packed weights with their scales
+// (and zero points) as a dense line's B counts them.
+TEST(GroupedSuite, FourBitBytesCountThePackedWeightsOfBusyGroups) {
+  const GroupedProblem mx = grouped("grouped masked 128 1 5760 2880 e4m3,w4:mxfp4 random:1");
+  const int64_t rows = sum(mx.rows);
+  const int64_t busy = std::count_if(mx.rows.begin(), mx.rows.end(), [](int64_t r) { return r > 0; });
+  ASSERT_GT(busy, 0);
+  ASSERT_LT(busy, 128);
+  EXPECT_EQ(rows, busy);  // max_m 1: a busy expert has one row
+  // e4m3 A a byte, bf16 D; e2m1 weights half a byte and a ue8m0 scale per 32 of K.
+  EXPECT_DOUBLE_EQ(mx.bytes(), double(rows) * 2880 + double(busy) * (5760.0 * 2880 / 2 + 5760.0 * 90) +
+                                   double(rows) * 5760 * 2);
+  EXPECT_DOUBLE_EQ(weight_bytes(5760, 2880, DType::e2m1), 5760.0 * 2880 / 2 + 5760.0 * 90);
+  // u4 in groups of 128 with zero points: bf16 scales and zeros per 128 of K (ceil(200 / 128) = 2).
+  const GroupedProblem int4 = grouped("grouped fwd 2 10 64 200 bf16,w4:int4g128z skew:1000");
+  EXPECT_EQ(int4.rows, (std::vector<int64_t>{10, 0}));
+  EXPECT_DOUBLE_EQ(int4.bytes(), 10.0 * 200 * 2 + (64.0 * 200 / 2 + 2 * 64 * 2 * 2) + 10.0 * 64 * 2);
+  // 16- and 8-bit weights as before: dtype_size() bytes an element.
+  EXPECT_DOUBLE_EQ(weight_bytes(64, 200, DType::bf16), 64.0 * 200 * 2);
+}
+
+TEST(GroupedSuite, BadFourBitLinesNameTheToken) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"grouped dgrad 8 64 64 64 bf16,w4:int4g128 balanced",
+       "4-bit weights 'bf16,w4:int4g128' on a grouped 'dgrad' line; expected fwd or masked"},
+      {"grouped wgrad 8 64 64 64 e4m3,w4:mxfp4 rowwise balanced",
+       "4-bit weights 'e4m3,w4:mxfp4' on a grouped 'wgrad' line; expected fwd or masked"},
+      {"grouped masked 8 4 64 64 bf16,w4:int4g96 balanced",
+       "group size '96' in dtype 'bf16,w4:int4g96'; expected 32 or a power of two >= 64"},
+      {"grouped masked 8 4 64 64 bf16,w4:int4 balanced", "unknown 4-bit weight format 'int4' in dtype 'bf16,w4:int4'"},
+      {"grouped masked 8 4 64 64 bf16,w4:nf4 balanced", "unknown 4-bit weight format 'nf4' in dtype 'bf16,w4:nf4'"},
+      {"grouped masked 8 4 64 64 bf16,w4:mxfp4z balanced",
+       "4-bit weight format 'mxfp4z' in dtype 'bf16,w4:mxfp4z'; expected mxfp4 alone"},
+      {"grouped masked 8 4 64 64 e5m2,w4:mxfp4 balanced",
+       "activation type 'e5m2' in dtype 'e5m2,w4:mxfp4' with 4-bit weights; expected bf16, f16 or e4m3"},
+      {"grouped masked 8 4 64 64 w4:mxfp4 balanced", "dtype 'w4:mxfp4' names no activation type"},
+      {"grouped masked 8 4 64 64 bf16,w4:int4g128:e4m3 balanced",
+       "output type 'e4m3' in dtype 'bf16,w4:int4g128:e4m3'; expected bf16, f16 or f32"},
+      {"grouped masked 8 4 64 64 bf16,w4:mxfp4 rowwise balanced",
+       "scaling mode 'rowwise' with 4-bit weights 'bf16,w4:mxfp4'; the weight format sets the mode: group for int4, "
+       "mx for mxfp4"},
+      {"grouped masked 8 4 64 64 bf16,w4:int4g128 group balanced",
+       "scaling mode 'group' with 4-bit weights 'bf16,w4:int4g128'"},
+      {"grouped masked 8 4 64 64 e4m3,w4:int4g128 mx balanced",
+       "scaling mode 'mx' for the e4m3 activations of 'e4m3,w4:int4g128'; expected tensor, rowwise or block (A's "
+       "scales, block 1x128; the weight format sets B's)"},
+      {"grouped masked 8 4 64 64 e4m3,w4:mxfp4 group balanced",
+       "scaling mode 'group' for the e4m3 activations of 'e4m3,w4:mxfp4'; expected tensor, rowwise or block"},
+      {"grouped masked 8 4 64 64 e4m3,w4:int4g128 rows balanced",
+       "unknown scaling mode 'rows' for the e4m3 activations of 'e4m3,w4:int4g128'; expected tensor, rowwise or "
+       "block"},
+      {"grouped masked 8 4 64 64 e4m3,w4:int4g128 2 balanced",
+       "unknown scaling mode '2' for the e4m3 activations of 'e4m3,w4:int4g128'"},
+  };
+  for (const auto& [line, message] : cases) {
+    SCOPED_TRACE(line);
+    const std::string error = parse_error(line);
+    EXPECT_EQ(error.rfind("moe.txt:1: ", 0), 0u) << error;
+    EXPECT_NE(error.find(message), std::string::npos) << error;
+  }
+  // The whole message of one, and a mode field's place on a line without one taken by nothing else.
+  EXPECT_EQ(parse_error("grouped masked 8 4 64 64 bf16,w4:mxfp4 tensor balanced"),
+            "moe.txt:1: scaling mode 'tensor' with 4-bit weights 'bf16,w4:mxfp4'; the weight format sets the mode: "
+            "group for int4, mx for mxfp4");
+}
+
 TEST(GroupedSuite, DistributionsReadBackAsWritten) {
   for (const std::string text : {"balanced", "skew:10", "skew:2.5", "zipf:1.2", "zipf:0", "random:7", "random:0",
                                  "routed:3"}) {
@@ -311,6 +422,34 @@ TEST(GroupedSuite, ShippedMoeHoldsEveryShapePassAndDistribution) {
   for (const auto& [g, m, n, k] : shapes) masked.insert({{g, m / g, n, k}, "balanced"});
   for (const char* pass : {"masked bf16", "masked e4m3:bf16 block"}) EXPECT_EQ(passes[pass], masked) << pass;
   EXPECT_EQ(suite.grouped.size(), 4 * 21u + 9u + 4 * 7u);
+}
+
+// lowbit.txt's grouped rows: gpt-oss-120b's 128 MXFP4 experts (up 5760 x 2880, down 2880 x 2880)
+// under bf16 and e4m3 activations, masked decode (max_m 1, 4, 16 balanced; up at max_m 1 random)
+// and contiguous prefill (4096 rows balanced, 16384 random); DeepSeek-V3's up with int4 g128
+// weights, masked 8 x 16, W4A8 and W4A16. Its dense lines are suite_test's.
+TEST(GroupedSuite, ShippedLowbitHoldsGroupedFourBitRows) {
+  const Suite suite = shipped("lowbit.txt");
+  using Row = std::tuple<std::string, int64_t, int64_t, int64_t, int64_t, std::string, std::string>;
+  std::set<Row> want, got;
+  for (const char* type : {"bf16,w4:mxfp4", "e4m3,w4:mxfp4 rowwise"}) {
+    for (int64_t n : {5760, 2880}) {
+      for (int64_t max_m : {1, 4, 16}) want.insert({"masked", 128, max_m, n, 2880, type, "balanced"});
+      want.insert({"fwd", 128, 4096, n, 2880, type, "balanced"});
+      want.insert({"fwd", 128, 16384, n, 2880, type, "random:1"});
+    }
+    want.insert({"masked", 128, 1, 5760, 2880, type, "random:1"});
+  }
+  want.insert({"masked", 8, 16, 4096, 7168, "e4m3,w4:int4g128 rowwise", "balanced"});
+  want.insert({"masked", 8, 16, 4096, 7168, "bf16,w4:int4g128", "balanced"});
+  for (const GroupedProblem& p : suite.grouped) {
+    got.insert({std::string(grouped_op_name(p.op)), p.groups(), p.m, p.n, p.k, type_spec(p.dense), dist_spec(p.dist)});
+    EXPECT_TRUE(p.dense.w4());
+    EXPECT_EQ(p.dense.out_dtype, DType::bf16);
+  }
+  EXPECT_EQ(suite.grouped.size(), want.size());
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(suite.grouped.size(), 24u);
 }
 
 TEST(GroupedSuite, ShippedMoeDecodeIsMaskedUpTo64TokensAnExpert) {

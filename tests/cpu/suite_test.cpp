@@ -675,16 +675,19 @@ TEST(Suite, W4a8SpecsRoundTripWithTheActivationsMode) {
   }
 }
 
-TEST(Suite, GroupedLinesTakeNoFourBitWeights) {
-  std::istringstream in("grouped fwd 8 64 64 64 bf16,w4:int4g128 balanced\n");
+// Grouped lines take 4-bit weights in their forward passes only (grouped_suite_test has the rest).
+TEST(Suite, GroupedLinesTakeFourBitWeightsForwardOnly) {
+  std::istringstream ok("grouped fwd 8 64 64 64 bf16,w4:int4g128 balanced\n");
+  EXPECT_TRUE(parse_bench_suite(ok, "moe.txt").grouped.at(0).dense.w4());
+  std::istringstream in("grouped dgrad 8 64 64 64 bf16,w4:int4g128 balanced\n");
   try {
     parse_bench_suite(in, "moe.txt");
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
     EXPECT_EQ(std::string(e.what()),
-              "moe.txt:1: 4-bit weights 'bf16,w4:int4g128' on a grouped line; expected bf16, f16, e4m3, e5m2 or two "
-              "8-bit types A,B (IN or IN:OUT): grouped GEMMs take no 4-bit weights");
+              "moe.txt:1: 4-bit weights 'bf16,w4:int4g128' on a grouped 'dgrad' line; expected fwd or masked (the "
+              "weights [G, N, K], two codes a byte along K, are the forward's B only)");
   }
 }
 
@@ -799,7 +802,8 @@ TEST(Suite, ShippedFp8LargeParses) {
 }
 
 TEST(Suite, ShippedLowbitParses) {
-  auto problems = load_suite(std::string(GEMMKIT_SOURCE_DIR) + "/bench/suites/lowbit.txt");
+  // Its dense lines; its grouped rows are grouped_suite_test's.
+  auto problems = load_bench_suite(std::string(GEMMKIT_SOURCE_DIR) + "/bench/suites/lowbit.txt").dense;
   using Row = std::tuple<int64_t, int64_t, int64_t, std::string>;
   std::set<Row> want, got;
   const std::vector<std::pair<int64_t, int64_t>> llama = {{8192, 8192}, {28672, 8192}, {8192, 28672},
