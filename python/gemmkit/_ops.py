@@ -9,8 +9,10 @@ scaled_grouped_mm. An e4m3 output, quantised in 1x128 blocks, comes with its flo
 the operators that write into out take them as scale_d (None for other outputs); none of them
 has a gradient. scaled_swiglu_mm and scaled_grouped_swiglu_mm (and their _out and _quantized
 forms) are the FP8 dual GEMMs, with the inputs' scales; they have no gradient either. w4_mm (and
-w4_mm_out) is the product with 4-bit weights (int4_mm, mxfp4_mm), which has no gradient;
-quantize_w4 makes its inputs (quantize_int4, quantize_mxfp4), whose results never require grad."""
+w4_mm_out) is the product with 4-bit weights (int4_mm, mxfp4_mm), grouped_w4_mm (and
+grouped_w4_mm_out) the grouped one (grouped_int4_mm, grouped_mxfp4_mm); neither has a gradient.
+quantize_w4 makes their inputs (quantize_int4, quantize_mxfp4), whose results never require
+grad."""
 
 import torch
 
@@ -143,6 +145,18 @@ _lib.define("w4_mm(Tensor x, Tensor w, Tensor scales, Tensor? zeros, str format,
             "Tensor? x_scale=None) -> Tensor")
 _lib.define("w4_mm_out(Tensor x, Tensor w, Tensor scales, Tensor? zeros, Tensor(a!) out, str format, int group, "
             "Tensor? x_scale=None) -> ()")
+# The grouped product with 4-bit weights (gemmkit.grouped_int4_mm, grouped_mxfp4_mm): x_g @ W_g^T
+# for each group's rows of x, `layout` and `sizes` as grouped_mm's (x [M_total, K] with the ends,
+# or [G, max_m, K] with the counts), the experts' weights W [G, N, K] as w4_mm's with G first: w
+# [G, N, ceil(K/2)] bytes, int4's scales (and zeros) [G, ceil(K/group), N], MXFP4's [G, N,
+# ceil(K/32)]; an e4m3 x with x_scale, one for all or one a row ([M_total, 1] or [M_total];
+# masked [G, max_m, 1] or [G, max_m]). Checked by _torch.check_grouped_w4 (in the fake
+# implementations too). x's rows and N of out_dtype (None: x's; bfloat16 for e4m3 x), the rows no
+# group owns not written. Not differentiable: the backward raises.
+_lib.define("grouped_w4_mm(Tensor x, Tensor w, Tensor scales, Tensor? zeros, Tensor sizes, str layout, str format, "
+            "int group, ScalarType? out_dtype, int max_sms, Tensor? x_scale=None) -> Tensor")
+_lib.define("grouped_w4_mm_out(Tensor x, Tensor w, Tensor scales, Tensor? zeros, Tensor sizes, Tensor(a!) out, "
+            "str layout, str format, int group, int max_sms, Tensor? x_scale=None) -> ()")
 # w4_mm's inputs from weights w [N, K] (bfloat16, float16 or float32; gemmkit.quantize_int4,
 # quantize_mxfp4): (w's [N, ceil(K/2)] bytes, scales, zero points or None), format 'int4' (scales
 # and zeros [ceil(K/group), N] of scales_dtype, bfloat16 or float16) or 'mxfp4' (group 32, no
@@ -233,6 +247,18 @@ def _w4_mm(x, w, scales, zeros, format, group, out_dtype, x_scale=None):
 def _w4_mm_out(x, w, scales, zeros, out, format, group, x_scale=None):
     t.check_w4(x, w, scales, zeros, format, group, x_scale)
     t.launch_w4(x, w, scales, zeros, format, group, out, x_scale)
+
+
+def _grouped_w4_mm(x, w, scales, zeros, sizes, layout, format, group, out_dtype, max_sms, x_scale=None):
+    t.check_grouped_w4(x, w, scales, zeros, sizes, layout, format, group, x_scale)
+    out = t.new_grouped_w4_output(x, w, out_dtype)
+    t.launch_grouped_w4(x, w, scales, zeros, sizes, layout, format, group, out, max_sms, x_scale)
+    return out
+
+
+def _grouped_w4_mm_out(x, w, scales, zeros, sizes, out, layout, format, group, max_sms, x_scale=None):
+    t.check_grouped_w4(x, w, scales, zeros, sizes, layout, format, group, x_scale)
+    t.launch_grouped_w4(x, w, scales, zeros, sizes, layout, format, group, out, max_sms, x_scale)
 
 
 def _quantize_w4(w, format, group, zeros, scales_dtype):
@@ -410,6 +436,8 @@ _lib.impl("scaled_grouped_swiglu_mm_out", _scaled_grouped_swiglu_mm_out, "CUDA")
 _lib.impl("scaled_grouped_swiglu_mm_quantized", _scaled_grouped_swiglu_mm_quantized, "CUDA")
 _lib.impl("w4_mm", _w4_mm, "CUDA")
 _lib.impl("w4_mm_out", _w4_mm_out, "CUDA")
+_lib.impl("grouped_w4_mm", _grouped_w4_mm, "CUDA")
+_lib.impl("grouped_w4_mm_out", _grouped_w4_mm_out, "CUDA")
 _lib.impl("quantize_w4", _quantize_w4, "CUDA")
 
 
@@ -597,7 +625,8 @@ def _scaled_grouped_swiglu_mm_quantized_fake(x, w, w_up, scale_x, scale_w, scale
     return _with_scales(x.new_empty(t.grouped_swiglu_output_shape(x, w, w_up), dtype=t.QUANTIZED))
 
 
-# The 4-bit weight product's output, [M, N]; its arguments are checked as the kernel's are.
+# The 4-bit weight products' outputs, [M, N] (grouped: x's rows and N); their arguments are
+# checked as the kernels' are.
 
 @torch.library.register_fake("gemmkit::w4_mm")
 def _w4_mm_fake(x, w, scales, zeros, format, group, out_dtype, x_scale=None):
@@ -608,6 +637,17 @@ def _w4_mm_fake(x, w, scales, zeros, format, group, out_dtype, x_scale=None):
 @torch.library.register_fake("gemmkit::w4_mm_out")
 def _w4_mm_out_fake(x, w, scales, zeros, out, format, group, x_scale=None):
     t.check_w4(x, w, scales, zeros, format, group, x_scale)
+
+
+@torch.library.register_fake("gemmkit::grouped_w4_mm")
+def _grouped_w4_mm_fake(x, w, scales, zeros, sizes, layout, format, group, out_dtype, max_sms, x_scale=None):
+    t.check_grouped_w4(x, w, scales, zeros, sizes, layout, format, group, x_scale)
+    return x.new_empty(t.grouped_w4_output_shape(x, w), dtype=t.output_dtype(x, out_dtype))
+
+
+@torch.library.register_fake("gemmkit::grouped_w4_mm_out")
+def _grouped_w4_mm_out_fake(x, w, scales, zeros, sizes, out, layout, format, group, max_sms, x_scale=None):
+    t.check_grouped_w4(x, w, scales, zeros, sizes, layout, format, group, x_scale)
 
 
 @torch.library.register_fake("gemmkit::quantize_w4")
@@ -1039,11 +1079,16 @@ torch.library.register_autograd("gemmkit::scaled_grouped_swiglu_mm", _fp8_swiglu
 
 
 # Products with 4-bit weights have no gradient either: a call on inputs that require grad runs,
-# and its backward raises, naming the function (int4_mm or mxfp4_mm), as scaled_mm's does for FP8
-# products; an e4m3 x and its x_scale (W4A8) likewise.
+# and its backward raises, naming the function (int4_mm or mxfp4_mm; grouped_int4_mm or
+# grouped_mxfp4_mm), as scaled_mm's does for FP8 products; an e4m3 x and its x_scale (W4A8)
+# likewise.
 
 def _w4_setup_context(ctx, inputs, output):
     ctx.function = f"{inputs[4]}_mm"
+
+
+def _grouped_w4_setup_context(ctx, inputs, output):
+    ctx.function = f"grouped_{inputs[6]}_mm"
 
 
 def _w4_backward(ctx, grad):
@@ -1052,6 +1097,7 @@ def _w4_backward(ctx, grad):
 
 
 torch.library.register_autograd("gemmkit::w4_mm", _w4_backward, setup_context=_w4_setup_context)
+torch.library.register_autograd("gemmkit::grouped_w4_mm", _w4_backward, setup_context=_grouped_w4_setup_context)
 
 
 # Quantisation (FP8, and 4-bit weights) has no gradient: its results never require grad, traced as

@@ -3,13 +3,14 @@ data pointer, dtype, sizes and strides, so any strided view runs as it is, on th
 device and that device's current stream.
 
 A call reaches the launch (`launch_gemm`, `launch_grouped`, `launch_grouped_wgrad`,
-`launch_quantize`, `launch_w4`, `launch_quantize_w4`) by one of three roads. Where torch has
-something to record besides autograd (torch.compile tracing, fake or other subclass tensors, a
-dispatch mode, a functorch transform) it goes through the custom operators torch.ops.gemmkit.*
-(`_ops`), whose CUDA kernels are these same launches. Where only autograd has (inputs that
-require grad, eager) it goes through _ops' autograd Functions, which launch them too and record
-the operators' own backward formulas. Otherwise it launches directly: torch's dispatcher would
-only add host time. Arrays of other libraries come in through DLPack (`_arrays`).
+`launch_quantize`, `launch_w4`, `launch_grouped_w4`, `launch_quantize_w4`) by one of three
+roads. Where torch has something to record besides autograd (torch.compile tracing, fake or
+other subclass tensors, a dispatch mode, a functorch transform) it goes through the custom
+operators torch.ops.gemmkit.* (`_ops`), whose CUDA kernels are these same launches. Where only
+autograd has (inputs that require grad, eager) it goes through _ops' autograd Functions, which
+launch them too and record the operators' own backward formulas. Otherwise it launches
+directly: torch's dispatcher would only add host time. Arrays of other libraries come in through
+DLPack (`_arrays`).
 
 Importing this module imports torch and registers the operators; gemmkit imports it on the first
 use of one of its functions (or at once where torch is already loaded), not before.
@@ -137,6 +138,43 @@ def launch_w4(x, w, scales, zeros, format, group, out, x_scale=None):
     mode_a = _C.ScaleMode.none if x_scale is None else MODES[x_scale_mode(x_scale, x.size(0), x.size(1))]
     _C.gemm_4bit_tensors(x, w, out, W4_FORMATS[format], scales, zeros, group,
                          torch._C._cuda_getCurrentRawStream(out.get_device()), mode_a, x_scale)
+
+
+def grouped_w4_output_shape(x, w):
+    """[M_total, N] for contiguous groups (x [M_total, K]), [G, max_m, N] for masked ones (x [G,
+    max_m, K]); w the experts' 4-bit weights as bytes [G, N, ceil(K/2)]."""
+    return (*x.shape[:-1], w.size(1))
+
+
+def new_grouped_w4_output(x, w, out_dtype):
+    """An empty output for grouped_int4_mm and grouped_mxfp4_mm (the rows no group owns are never
+    written)."""
+    return x.new_empty(grouped_w4_output_shape(x, w), dtype=output_dtype(x, out_dtype))
+
+
+def launch_grouped_w4(x, w, scales, zeros, sizes, layout, format, group, out, max_sms, x_scale=None):
+    """out = x_g @ W_g^T for each group g's rows of x (`layout` and `sizes` as launch_grouped's) on
+    out's device and current stream, for the experts' 4-bit weights W [G, N, K] stored as w, [G, N,
+    ceil(K/2)] bytes: B = W^T, viewed in C++ as G x K x N of u4 or e2m1 (python/src/module.cpp,
+    grouped_gemm_4bit_tensors; packed_weight_view_of), as launch_w4's for each expert. int4's
+    scales and zero points [G, ceil(K/group), N] go as they are; MXFP4's [G, N, ceil(K/32)] as
+    their transpose, read as float8_e8m0fnu. An e4m3 x is scaled by x_scale (grouped_x_scale_mode:
+    one for all, or one a row; masked [G, max_m] ones get their column back, [G, max_m, 1], as
+    scaled_grouped_mm's). x is copied first where TMA cannot read it K-major. Checked by
+    check_grouped_w4."""
+    x = tma_readable(x, (-1,))
+    if format == "mxfp4":
+        scales = (scales if scales.dtype == E8M0 else scales.view(E8M0)).transpose(-1, -2)
+    mode_a = _C.ScaleMode.none
+    if x_scale is not None:
+        mode_a = MODES[grouped_x_scale_mode(x_scale, x)]
+        if x_scale.numel() == 1 and x_scale.dim() > 2:
+            x_scale = x_scale.reshape(())
+        elif x.dim() == 3 and x_scale.dim() == 2:
+            x_scale = x_scale.unsqueeze(-1)
+    _C.grouped_gemm_4bit_tensors(x, w, out, W4_FORMATS[format], scales, zeros, group, sizes.contiguous(),
+                                 LAYOUTS[layout], False, torch._C._cuda_getCurrentRawStream(out.get_device()), mode_a,
+                                 x_scale, max_sms)
 
 
 def new_quantize_w4_outputs(w, format, group, zeros, scales_dtype):
@@ -666,33 +704,50 @@ def check_w4(x, w, scales, zeros, format, group, x_scale=None):
     x [M, K] bfloat16 or float16, or float8_e4m3fn with x_scale (check_x_scale); w the
     weights [N, ceil(K/2)] as bytes (W4_BYTES), named qweight (int4) or weight (mxfp4), the bytes
     along K contiguous; int4's scales [ceil(K/group), N] of x's dtype (e4m3 x: bfloat16 or float16)
-    and zeros None or as the scales, `group` 32, a power of two from 64, or at least K; MXFP4's scales [N, ceil(K/32)] float8_e8m0fnu or uint8, no zeros, group 32. TypeError
-    for a dtype, ValueError for anything else, naming the argument."""
-    if format not in W4_FORMATS:
-        raise ValueError(f"format: {format!r}; expected 'int4' or 'mxfp4'")
-    int4 = format == "int4"
-    w_name = "qweight" if int4 else "weight"
+    and zeros None or as the scales, `group` 32, a power of two from 64, or at least K; MXFP4's
+    scales [N, ceil(K/32)] float8_e8m0fnu or uint8, no zeros, group 32. TypeError for a dtype,
+    ValueError for anything else, naming the argument."""
+    _check_w4_format(format)
     _check_cuda_tensor(x, "x")
     if x.dim() != 2:
         raise ValueError(f"x: {x.dim()} dimensions; expected 2, [M, K]")
+    _check_w4_x_dtype(x)
+    check_x_scale(x, x_scale)
+    _check_w4_weights(x, w, scales, zeros, format, group)
+
+
+def _check_w4_format(format):
+    if format not in W4_FORMATS:
+        raise ValueError(f"format: {format!r}; expected 'int4' or 'mxfp4'")
+
+
+def _check_w4_x_dtype(x):
     if x.dtype not in (torch.bfloat16, torch.float16, W4A8_X):
         raise TypeError(f"x: dtype {x.dtype} is not supported; expected bfloat16 or float16, or float8_e4m3fn with "
                         "x_scale")
-    check_x_scale(x, x_scale)
+
+
+def _check_w4_weights(x, w, scales, zeros, format, group, grouped=False):
+    """check_w4's checks of the weights, their scales and zero points for x [..., K] (checked):
+    one matrix's, or (`grouped`) the experts' of grouped_w4_mm, each with G first (its w [G, N,
+    ceil(K/2)] and scales [G, ...])."""
+    int4 = format == "int4"
+    w_name = "qweight" if int4 else "weight"
     fp8_x = x.dtype == W4A8_X
-    k = x.size(1)
+    k = x.size(-1)
     _check_cuda_tensor(w, w_name)
     if w.dtype not in W4_BYTES[format]:
         raise TypeError(f"{w_name}: dtype {w.dtype} is not supported; expected "
                         + ("uint8, two 4-bit codes a byte along K" if int4 else
                            " or ".join(str(d).replace("torch.", "") for d in W4_BYTES[format])
                            + ", two FP4 values a byte along K"))
-    if w.dim() != 2 or w.size(1) != (k + 1) // 2:
-        raise ValueError(f"{w_name}: shape {list(w.shape)}; expected [N, ceil(K/2)] = [N, {(k + 1) // 2}] bytes for "
-                         f"x's K = {k}")
-    if w.size(1) > 1 and w.stride(1) != 1:
+    lead_text = "G, " if grouped else ""
+    if w.dim() != 2 + grouped or w.size(-1) != (k + 1) // 2:
+        raise ValueError(f"{w_name}: shape {list(w.shape)}; expected [{lead_text}N, ceil(K/2)] = [{lead_text}N, "
+                         f"{(k + 1) // 2}] bytes for x's K = {k}")
+    if w.size(-1) > 1 and w.stride(-1) != 1:
         raise ValueError(f"{w_name}: strides {list(w.stride())}; expected the bytes along K contiguous (stride 1)")
-    n = w.size(0)
+    n, lead = w.size(-2), (w.size(0),) if grouped else ()
     _check_cuda_tensor(scales, "scales")
     check_w4_group(format, group, k)
     if int4:
@@ -700,14 +755,16 @@ def check_w4(x, w, scales, zeros, format, group, x_scale=None):
             raise TypeError(f"scales: dtype {scales.dtype}; expected bfloat16 or float16 with float8_e4m3fn x")
         if not fp8_x and scales.dtype != x.dtype:
             raise TypeError(f"scales: dtype {scales.dtype}; expected x's, {x.dtype}")
-        shape, text = (-(-k // group), n), f"[ceil(K/{group}), N]"
+        shape, text = (*lead, -(-k // group), n), f"[{lead_text}ceil(K/{group}), N]"
     else:
         if scales.dtype not in (E8M0, torch.uint8):
             raise TypeError(f"scales: dtype {scales.dtype} is not supported; expected float8_e8m0fnu or uint8 "
                             "(exponents e, each scale 2^(e - 127))")
-        shape, text = (n, -(-k // MX_BLOCK)), "[N, ceil(K/32)]"
+        shape, text = (*lead, n, -(-k // MX_BLOCK)), f"[{lead_text}N, ceil(K/32)]"
     if tuple(scales.shape) != shape:
-        raise ValueError(f"scales: shape {list(scales.shape)}; expected {text} = {list(shape)} for K = {k}, N = {n}")
+        sizes = f"G = {lead[0]}, " if lead else ""
+        raise ValueError(f"scales: shape {list(scales.shape)}; expected {text} = {list(shape)} for {sizes}K = {k}, "
+                         f"N = {n}")
     if zeros is None:
         return
     if not int4:
@@ -717,6 +774,72 @@ def check_w4(x, w, scales, zeros, format, group, x_scale=None):
         raise TypeError(f"zeros: dtype {zeros.dtype}; expected the scales', {scales.dtype}")
     if zeros.shape != scales.shape:
         raise ValueError(f"zeros: shape {list(zeros.shape)}; expected the scales', {list(scales.shape)}")
+
+
+def grouped_x_scale_mode(x_scale, x):
+    """The mode of x_scale, float32 scales of e4m3 x of grouped rows (grouped_int4_mm's and
+    grouped_mxfp4_mm's, W4A8; x [M_total, K] or [G, max_m, K]), by its shape: 'tensor' (one
+    element), 'rowwise' (one a row of x: [M_total, 1] or [M_total], masked [G, max_m, 1] or [G,
+    max_m]) or 'block' (x's rows and ceil(K/128): 1x128 blocks, which the grouped products do not
+    take); None for any other shape."""
+    rows, shape = tuple(x.shape[:-1]), tuple(x_scale.shape)
+    if x_scale.numel() == 1:
+        return "tensor"
+    if shape in ((*rows, 1), rows):
+        return "rowwise"
+    if shape == (*rows, -(-x.size(-1) // X_SCALE_BLOCK)):
+        return "block"
+    return None
+
+
+def check_grouped_x_scale(x, x_scale):
+    """x_scale for grouped x (check_grouped_w4): None for 16-bit x; for e4m3 x float32, one for
+    all or one a row (grouped_x_scale_mode)."""
+    if x.dtype != W4A8_X:
+        if x_scale is not None:
+            raise ValueError(f"x_scale: given with {x.dtype} x; expected None (scales go with float8_e4m3fn x)")
+        return
+    rows = list(x.shape[:-1])
+    names = "[M_total, 1] or [M_total]" if x.dim() == 2 else "[G, max_m, 1] or [G, max_m]"
+    forms = f"one element (tensor), or one a row of x (rowwise), {names} = {rows + [1]} or {rows}"
+    if x_scale is None:
+        raise ValueError(f"x_scale: None with float8_e4m3fn x; expected x's float32 scales: {forms}")
+    _check_cuda_tensor(x_scale, "x_scale")
+    if x_scale.dtype != torch.float32:
+        raise TypeError(f"x_scale: dtype {x_scale.dtype}; expected float32")
+    mode = grouped_x_scale_mode(x_scale, x)
+    if mode == "block":
+        raise ValueError(f"x_scale: shape {list(x_scale.shape)}, 1x128 blocks, which the grouped products with "
+                         f"4-bit weights do not take (yet); expected {forms}")
+    if mode is None:
+        raise ValueError(f"x_scale: shape {list(x_scale.shape)}; expected {forms}")
+
+
+def check_grouped_w4(x, w, scales, zeros, sizes, layout, format, group, x_scale=None):
+    """The operands of a grouped product with 4-bit weights (grouped_int4_mm, grouped_mxfp4_mm,
+    torch.ops.gemmkit.grouped_w4_mm): x [M_total, K] with `sizes` the groups' cumulative row ends
+    (layout 'contiguous'), or [G, max_m, K] with each group's row count ('masked'), bfloat16 or
+    float16, or float8_e4m3fn with x_scale (check_grouped_x_scale); the experts' weights w [G, N,
+    ceil(K/2)] as bytes and their scales (and int4's zeros) as check_w4 takes one matrix's, each
+    with G first: int4's [G, ceil(K/group), N], MXFP4's [G, N, ceil(K/32)]; sizes 1-D int32 or
+    int64, one a group. TypeError for a dtype, ValueError for anything else, naming the
+    argument."""
+    _check_w4_format(format)
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout: {layout!r}; expected 'contiguous' or 'masked'")
+    _check_cuda_tensor(x, "x")
+    masked = layout == "masked"
+    if x.dim() != 2 + masked:
+        raise ValueError(f"x: {x.dim()} dimensions; expected " + ("3, [G, max_m, K] (masked groups, counts)" if masked
+                                                                  else "2, [M_total, K] (contiguous groups, offs)"))
+    _check_w4_x_dtype(x)
+    check_grouped_x_scale(x, x_scale)
+    _check_w4_weights(x, w, scales, zeros, format, group, grouped=True)
+    w_name = "qweight" if format == "int4" else "weight"
+    if masked and x.size(0) != w.size(0):
+        raise ValueError(f"{w_name}: shape {list(w.shape)} has G = {w.size(0)} but x {list(x.shape)} has G = "
+                         f"{x.size(0)}")
+    check_sizes(sizes, "counts" if masked else "offs", w.size(0), of=w_name)
 
 
 def check_w4_group(format, group, k):
@@ -1567,6 +1690,94 @@ def _w4(x, w, scales, zeros, format, group, out, out_dtype, x_scale=None):
         return result if x.dim() == 2 else result.view(shape)
     refuse_autograd_with_out(rows, scales, zeros, out, x_scale)
     torch.ops.gemmkit.w4_mm_out(rows, w, scales, zeros, flat, format, group, x_scale=x_scale)
+    return out
+
+
+def grouped_int4_mm(x, qweight, scales, offs=None, *, counts=None, zeros=None, group=128, x_scale=None, out=None,
+                    out_dtype=None, max_sms=0):
+    """int4_mm for mixture-of-experts layers: each group's (expert's) rows of x times its int4
+    weights W_g [N, K], all in one launch, with grouped_mm's groups:
+    - x [M_total, K] with offs [G], the groups' cumulative row ends (tokens sorted by expert; group
+      g is rows offs[g-1] to offs[g]) -> [M_total, N]. Rows past offs[-1] are not written:
+      undefined in a new output, as grouped_mm's.
+    - x [G, max_m, K] with counts [G], each group's valid rows (masked groups, decode) -> [G,
+      max_m, N]; rows past each count are not written.
+    offs and counts are int32 or int64 CUDA tensors that the kernel reads: nothing waits for the
+    host, a CUDA graph replays with whatever they hold then, and sizes out of range are clamped.
+    The experts' weights as int4_mm takes one matrix's, each with G first: qweight uint8 [G, N,
+    ceil(K/2)] (the bytes of a row contiguous), scales [G, ceil(K/group), N] of x's dtype (e4m3 x:
+    bfloat16 or float16), zeros None or the zero points of the scales' shape and dtype, `group`
+    32, a power of two from 64, or at least K. W_g[n, k] = (q - zero) * scale, scale =
+    scales[g, k // group, n] (zero 8 without zeros).
+    x is bfloat16 or float16, or float8_e4m3fn with x_scale (W4A8: (x * x_scale)_g @ W_g.T), its
+    float32 scales one element (per tensor) or one a row of x (per token): [M_total, 1] or
+    [M_total], masked [G, max_m, 1] or [G, max_m]; 1x128 blocks are not taken (yet).
+    -> x's dtype (e4m3 x: bfloat16), or out_dtype's (bfloat16, float16 or float32); out= a tensor
+    of the output's shape to write, returned. max_sms caps the SMs the kernel runs on (0: all of
+    them). Each group's product is int4_mm's (its roundings and sums). Not differentiable: a call
+    on inputs that require grad runs, but its backward raises RuntimeError (out= refuses them).
+    A traced call is one operator, torch.ops.gemmkit.grouped_w4_mm (grouped_w4_mm_out with out=),
+    format 'int4', with x_scale as its keyword argument."""
+    names = ("x", "qweight", "scales", "offs", "counts", "zeros", "x_scale", "out")
+    (x, qweight, scales, offs, counts, zeros, x_scale, out_t), kind = _arrays.to_torch(
+        torch, (x, qweight, scales, offs, counts, zeros, x_scale, out), names)
+    result = _grouped_w4(x, qweight, scales, zeros, offs, counts, "int4", group_index(group), out_t, out_dtype,
+                         x_scale, max_sms)
+    return _arrays.to_caller(result, kind, out)
+
+
+def grouped_mxfp4_mm(x, weight, scales, offs=None, *, counts=None, x_scale=None, out=None, out_dtype=None,
+                     max_sms=0):
+    """mxfp4_mm for mixture-of-experts layers (gpt-oss's experts): each group's rows of x times its
+    MXFP4 weights W_g [N, K], all in one launch, the groups (x [M_total, K] with offs, or [G,
+    max_m, K] with counts), x and x_scale (W4A8), the output, out=, out_dtype and max_sms as
+    grouped_int4_mm takes them. The experts' weights as mxfp4_mm takes one matrix's, each with G
+    first: weight [G, N, ceil(K/2)] of uint8 (or torch.float4_e2m1fn_x2), scales [G, N,
+    ceil(K/32)] of float8_e8m0fnu or uint8 (gpt-oss's [E, N, K/32]), read as their transpose;
+    W_g[n, k] = v * 2^(e - 127), e = scales[g, n, k // 32]. Each group's product is mxfp4_mm's.
+    Not differentiable: a call on inputs that require grad runs, but its backward raises
+    RuntimeError (out= refuses them). A traced call is one operator,
+    torch.ops.gemmkit.grouped_w4_mm (grouped_w4_mm_out with out=), format 'mxfp4'."""
+    names = ("x", "weight", "scales", "offs", "counts", "x_scale", "out")
+    (x, weight, scales, offs, counts, x_scale, out_t), kind = _arrays.to_torch(
+        torch, (x, weight, scales, offs, counts, x_scale, out), names)
+    result = _grouped_w4(x, weight, scales, None, offs, counts, "mxfp4", MX_BLOCK, out_t, out_dtype, x_scale,
+                         max_sms)
+    return _arrays.to_caller(result, kind, out)
+
+
+def _grouped_w4(x, w, scales, zeros, offs, counts, format, group, out, out_dtype, x_scale, max_sms):
+    """grouped_int4_mm's and grouped_mxfp4_mm's product: launched directly, else through
+    grouped_w4_mm, or grouped_w4_mm_out into out."""
+    _check_cuda_tensor(x, "x")
+    if x.dim() not in (2, 3):
+        raise ValueError(f"x: {x.dim()} dimensions; expected 2, [M_total, K] with offs, or 3, [G, max_m, K] with "
+                         "counts")
+    layout, _, sizes = _layout_of(x, offs, counts, "x", "")
+    check_grouped_w4(x, w, scales, zeros, sizes, layout, format, group, x_scale)
+    if out_dtype is not None and out_dtype not in OUT_DTYPES:
+        raise TypeError(f"out_dtype: {out_dtype} is not supported; expected bfloat16, float16 or float32")
+    max_sms = int(max_sms)
+    if out is not None:
+        _check_cuda_tensor(out, "out")
+        if out.dtype not in OUT_DTYPES:
+            raise TypeError(f"out: dtype {out.dtype} is not supported; expected bfloat16, float16 or float32")
+        if out_dtype is not None and out.dtype != out_dtype:
+            raise ValueError(f"out: dtype {out.dtype} differs from out_dtype {out_dtype}")
+        shape = grouped_w4_output_shape(x, w)
+        if tuple(out.shape) != shape:
+            raise ValueError(f"out: shape {list(out.shape)}; expected x's rows and N, {list(shape)}")
+    if direct(x, w, scales, zeros, sizes, out, x_scale):
+        if out is None:
+            out = new_grouped_w4_output(x, w, out_dtype)
+        launch_grouped_w4(x, w, scales, zeros, sizes, layout, format, group, out, max_sms, x_scale)
+        return out
+    if out is None:
+        return torch.ops.gemmkit.grouped_w4_mm(x, w, scales, zeros, sizes, layout, format, group, out_dtype, max_sms,
+                                               x_scale=x_scale)
+    refuse_autograd_with_out(x, scales, zeros, out, x_scale)
+    torch.ops.gemmkit.grouped_w4_mm_out(x, w, scales, zeros, sizes, out, layout, format, group, max_sms,
+                                        x_scale=x_scale)
     return out
 
 

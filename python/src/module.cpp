@@ -10,7 +10,8 @@
 // optional scale_d (GemmOptions::scale_d, block mode). gemm_4bit_tensors() takes 4-bit weights
 // as checkpoints store them, [N, ceil(K/2)] bytes, and makes B's u4 or e2m1 view of them itself
 // (packed_weight_view_of, also bound for tests), with group or MX scales and, for an e4m3 A
-// (W4A8), A's scales in mode_a; quantize_4bit_tensors()
+// (W4A8), A's scales in mode_a; grouped_gemm_4bit_tensors() the same for grouped_gemm(), the
+// experts' [G, N, ceil(K/2)] bytes with their scales [G, ...]; quantize_4bit_tensors()
 // makes such weights from [N, K] ones with the same views (quantize_int4, quantize_mxfp4).
 // set_scratch_allocator() makes two Python callables (torch's caching allocator, from
 // python/gemmkit/_torch.py) gemmkit's scratch allocator (gemmkit/scratch.h). gemmkit::Error
@@ -349,6 +350,40 @@ NB_MODULE(_gemmkit, m) {
       "of x's dtype and optional zero points of the same (ScaleMode::group, `group` K elements a scale), or e2m1 "
       "with ue8m0 scales ceil(K/32) x N (ScaleMode::mx, group 0 or 32); scales and zeros are 2-D, any strides; an "
       "e4m3 x (W4A8) is scaled by scale_a in mode_a (tensor, rowwise or block), viewed as gemm_tensors' scale_a");
+  m.def(
+      "grouped_gemm_4bit_tensors",
+      [](nb::handle x, nb::handle w, nb::handle d, DType dtype, nb::handle scales, nb::handle zeros, int64_t group,
+         nb::handle sizes, GroupLayout layout, bool check, uintptr_t stream, ScaleMode mode_a, nb::handle scale_a,
+         int max_sms) {
+        const TensorView va = gemmkit::python::view_of(x, "x");
+        const char* w_name = dtype == DType::u4 ? "qweight" : "weight";
+        const TensorView vb = gemmkit::python::packed_weight_view_of(w, dtype, va.cols(), w_name);
+        if (vb.rank != 3) {
+          throw nb::value_error((std::string(w_name) + ": 2 dimensions; expected 3, [G, N, ceil(K/2)] bytes").c_str());
+        }
+        const TensorView vd = gemmkit::python::view_of(d, "out");
+        const GroupSizes vs = gemmkit::python::group_sizes_of(sizes, layout == GroupLayout::masked ? "counts" : "offs",
+                                                              layout, check);
+        gemmkit::GemmOptions options;
+        options.stream = stream_of(stream);
+        options.max_sms = max_sms;
+        options.scale_b.mode = dtype == DType::u4 ? ScaleMode::group : ScaleMode::mx;
+        options.scale_b.scales = gemmkit::python::view_of(scales, "scales");
+        options.scale_b.group = group;
+        options.scale_b.zeros = optional_view(zeros, "zeros");
+        if (!scale_a.is_none()) options.scale_a = {mode_a, gemmkit::python::scale_view_of(scale_a, "x_scale", true)};
+        nb::gil_scoped_release unlocked;
+        gemmkit::grouped_gemm(va, vb, vd, vs, options);
+      },
+      nb::arg("x"), nb::arg("w"), nb::arg("d"), nb::arg("dtype"), nb::arg("scales"), nb::arg("zeros").none(),
+      nb::arg("group"), nb::arg("sizes"), nb::arg("layout"), nb::arg("check"), nb::arg("stream"),
+      nb::arg("mode_a") = ScaleMode::none, nb::arg("scale_a") = nb::none(), nb::arg("max_sms") = 0,
+      "grouped_gemm() of 4-bit weights on framework tensors, as gemm_4bit_tensors for each group: d = x_g @ W_g^T "
+      "for each group's rows of x ([M_total, K] contiguous, `sizes` the ends; [G, max_m, K] masked, the counts), "
+      "the experts' weights W [G, N, K] given as w, their [G, N, ceil(K/2)] bytes (packed_weight_view_of: B = W^T, "
+      "G x K x N of `dtype`); u4's group scales and optional zero points [G, ceil(K/group), N], e2m1's ue8m0 scales "
+      "[G, ceil(K/32), N], any strides; an e4m3 x (W4A8) scaled by scale_a in mode_a (tensor or rowwise), viewed "
+      "as gemm_tensors' scale_a");
   m.def(
       "quantize_4bit_tensors",
       [](nb::handle w, nb::handle q, nb::handle scales, nb::handle zeros, DType dtype, int64_t group,

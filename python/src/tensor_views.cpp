@@ -77,23 +77,35 @@ TensorView packed_weight_view_of(nb::handle bytes, DType dtype, int64_t k, const
     throw nb::value_error((prefix + "dtype " + std::string(dtype_name(dtype)) + "; expected u4 or e2m1").c_str());
   }
   const nb::tuple shape = nb::tuple(bytes.attr(names().shape));
-  if (shape.size() != 2) {
-    throw nb::value_error(
-        (prefix + std::to_string(shape.size()) + " dimensions; expected 2, [N, ceil(K/2)] bytes").c_str());
+  if (shape.size() != 2 && shape.size() != 3) {
+    throw nb::value_error((prefix + std::to_string(shape.size()) +
+                           " dimensions; expected 2, [N, ceil(K/2)] bytes, or 3, [G, N, ceil(K/2)]")
+                              .c_str());
   }
   const nb::tuple stride = nb::tuple(bytes.attr(names().stride)());
-  const int64_t n = nb::cast<int64_t>(shape[0]), cols = nb::cast<int64_t>(shape[1]);
-  const int64_t row_stride = nb::cast<int64_t>(stride[0]), col_stride = nb::cast<int64_t>(stride[1]);
+  const size_t last = shape.size() - 1;  // the bytes along K; the one before, N
+  const int64_t n = nb::cast<int64_t>(shape[last - 1]), cols = nb::cast<int64_t>(shape[last]);
+  const int64_t row_stride = nb::cast<int64_t>(stride[last - 1]), col_stride = nb::cast<int64_t>(stride[last]);
+  std::string lead, lead_strides;  // a batch's [G, ...] in the messages
+  if (shape.size() == 3) {
+    lead = std::to_string(nb::cast<int64_t>(shape[0])) + ", ";
+    lead_strides = std::to_string(nb::cast<int64_t>(stride[0])) + ", ";
+  }
   if (k < 0 || cols != (k + 1) / 2) {
-    throw nb::value_error((prefix + "shape [" + std::to_string(n) + ", " + std::to_string(cols) +
-                           "]; expected [N, ceil(K/2)] = [" + std::to_string(n) + ", " + std::to_string((k + 1) / 2) +
-                           "] bytes for K = " + std::to_string(k))
+    throw nb::value_error((prefix + "shape [" + lead + std::to_string(n) + ", " + std::to_string(cols) +
+                           "]; expected [" + (lead.empty() ? "" : "G, ") + "N, ceil(K/2)] = [" + lead +
+                           std::to_string(n) + ", " + std::to_string((k + 1) / 2) + "] bytes for K = " +
+                           std::to_string(k))
                               .c_str());
   }
   if (cols > 1 && col_stride != 1) {
-    throw nb::value_error((prefix + "strides [" + std::to_string(row_stride) + ", " + std::to_string(col_stride) +
-                           "]; expected the bytes along K contiguous (stride 1)")
+    throw nb::value_error((prefix + "strides [" + lead_strides + std::to_string(row_stride) + ", " +
+                           std::to_string(col_stride) + "]; expected the bytes along K contiguous (stride 1)")
                               .c_str());
+  }
+  if (shape.size() == 3) {  // [G, N, ceil(K/2)]: G x K x N, each matrix its bytes' batch stride apart
+    return TensorView::batched(data_of(bytes), dtype, nb::cast<int64_t>(shape[0]), k, n,
+                               2 * nb::cast<int64_t>(stride[0]), 1, 2 * row_stride);
   }
   return TensorView::matrix(data_of(bytes), dtype, k, n, 1, 2 * row_stride);
 }

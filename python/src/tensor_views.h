@@ -24,9 +24,11 @@ TensorView view_of(nanobind::handle tensor, const char* name);
 // The K x N view of 4-bit weights B, `dtype` u4 or e2m1, that a 2-D tensor of bytes holds in
 // torch.nn.Linear's layout, [N, ceil(K/2)], two K elements a byte (the even one in the low
 // nibble; for an odd K the last byte's high one is padding): sizes {K, N}, strides in nibbles
-// {1, 2 * the bytes' row stride} (gemmkit/tensor.h). The tensor's dtype is not looked at (the
-// caller checks it: uint8, or torch's float4_e2m1fn_x2). Raises ValueError naming `name` for
-// another number of dimensions or shape, or bytes along K that are not contiguous.
+// {1, 2 * the bytes' row stride} (gemmkit/tensor.h). A 3-D tensor, [G, N, ceil(K/2)] (a grouped
+// GEMM's experts), gives the G x K x N view, batch stride 2 * the bytes' batch stride. The
+// tensor's dtype is not looked at (the caller checks it: uint8, or torch's float4_e2m1fn_x2).
+// Raises ValueError naming `name` for another number of dimensions or shape, or bytes along K
+// that are not contiguous.
 TensorView packed_weight_view_of(nanobind::handle bytes, DType dtype, int64_t k, const char* name);
 
 // The view of an operand's scales: as view_of, except that a single scale may have any shape (a

@@ -7,7 +7,7 @@ own reading of the bytes. On an sm_90 GPU (those tests skip, saying so, elsewher
 against a double-precision product of the weights dequantised exactly, allowed one rounding of
 each weight to x's type (2^-8 of sum |x||w| for bfloat16, 2^-11 for float16) and 1e-5 of it for
 the float32 sums, as tests/gpu/lowbit_test.cpp's reference (src/reference/compare.h), plus two
-roundings of the output; then layouts, out=, torch.compile, CUDA graphs and autograd. int4_mm
+roundings of the output (lowbit_reference.py, shared with test_grouped_lowbit.py); then layouts, out=, torch.compile, CUDA graphs and autograd. int4_mm
 with float8_e4m3fn x and its x_scale (W4A8) likewise: without a GPU its fake shapes, tracing,
 argument errors and backward; on the GPU against x * x_scale times the same weights in double,
 within the FP8 products' bound (tests/python/gpu_reference.py's FP8_SUMS, 2^-10 of sum |x||w|)
@@ -17,7 +17,9 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 from fake_cuda import cuda  # noqa: E402
-from gpu_reference import FP8_SUMS, capture  # noqa: E402
+from gpu_reference import capture  # noqa: E402
+from lowbit_reference import (codes_of, expect_close, expect_close_fp8, int4_weights, mxfp4_weights,  # noqa: E402
+                              scaled_x)
 
 import gemmkit  # noqa: E402
 from gemmkit import DType, _gemmkit, _torch  # noqa: E402
@@ -25,72 +27,9 @@ from gemmkit import DType, _gemmkit, _torch  # noqa: E402
 BF16, F16, F32, U8, E8M0 = torch.bfloat16, torch.float16, torch.float32, torch.uint8, torch.float8_e8m0fnu
 E4M3 = torch.float8_e4m3fn
 FLOAT4 = getattr(torch, "float4_e2m1fn_x2", None)
-HALF_ULP = {BF16: 2.0 ** -8, F16: 2.0 ** -11, F32: 2.0 ** -24}
-FP4_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
 SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 needs_sm90 = pytest.mark.skipif(not SM90, reason="no sm_90 GPU")
 DEVICE_REFUSALS = ("no NVIDIA driver found", "no CUDA device", "the NVIDIA driver supports")
-
-
-# --- the reference: the weights dequantised exactly, in double ------------------------------------
-
-def codes_of(w, k):
-    """The 4-bit codes [N, K] of weights stored as bytes w [N, ceil(K/2)] (uint8 or float4), the
-    even k in the low nibble."""
-    b = w.view(U8)
-    return torch.stack((b & 15, b >> 4), -1).flatten(1)[:, :k]
-
-
-def int4_weights(qweight, scales, zeros, group, k):
-    """W [N, K] in double: (q - zero) * scale, zero 8 without zeros."""
-    index = torch.arange(k, device=qweight.device) // group
-    s = scales.double()[index].t()
-    z = 8.0 if zeros is None else zeros.double()[index].t()
-    return (codes_of(qweight, k).double() - z) * s
-
-
-def mxfp4_weights(weight, scales, k):
-    """W [N, K] in double: the e2m1 value times 2^(e - 127), e the exponent of its block of 32."""
-    values = torch.tensor(FP4_VALUES, dtype=torch.float64, device=weight.device)[codes_of(weight, k).long()]
-    exponents = scales.view(U8).double()[:, torch.arange(k, device=weight.device) // 32]
-    return values * torch.exp2(exponents - 127)
-
-
-def scaled_x(x, x_scale):
-    """e4m3 x [M, K] times its float32 scales, in double: one (any shape of one element), one a row
-    ([M, 1] or [M]) or one per 128 of K a row ([M, ceil(K/128)])."""
-    xd, s = x.double(), x_scale.double()
-    if s.numel() == 1:
-        return xd * s.reshape(())
-    if s.dim() == 1:
-        return xd * s[:, None]
-    if s.size(1) == 1:
-        return xd * s
-    return xd * s.repeat_interleave(128, 1)[:, :x.size(1)]
-
-
-def expect_close_fp8(d, xs, w):
-    """d [M, N] against xs [M, K] (x * x_scale, double) @ w.T in double: FP8 sums (FP8_SUMS of sum
-    |xs||w|) and two roundings of the output."""
-    ref, total = xs @ w.t(), xs.abs() @ w.abs().t()
-    bound = total * FP8_SUMS + ref.abs() * 2 * HALF_ULP[d.dtype]
-    assert d.shape == ref.shape
-    assert torch.isfinite(d).all(), "non-finite outputs"
-    error = (d.double() - ref).abs()
-    assert (error <= bound + 1e-30).all(), f"max error {error.max().item()}, over its bound by {(error - bound).max()}"
-
-
-def expect_close(d, x, w):
-    """d [..., N] against x [..., K] @ w.T in double, x bfloat16 or float16: one rounding of each
-    weight to x's type and float32 sums (HALF_ULP[x's type] + 1e-5 of sum |x||w|), and two
-    roundings of the output."""
-    xd = x.double()
-    ref, total = xd @ w.t(), xd.abs() @ w.abs().t()
-    bound = total * (HALF_ULP[x.dtype] + 1e-5) + ref.abs() * 2 * HALF_ULP[d.dtype]
-    assert d.shape == ref.shape
-    assert torch.isfinite(d).all(), "non-finite outputs"
-    error = (d.double() - ref).abs()
-    assert (error <= bound + 1e-30).all(), f"max error {error.max().item()}, over its bound by {(error - bound).max()}"
 
 
 def test_the_reference_reads_the_low_nibble_first():
@@ -123,8 +62,9 @@ def test_the_binding_views_bytes_as_k_x_n_nibbles():
     if FLOAT4 is not None:  # the dtype is the caller's to check
         f = torch.zeros(4, 16, dtype=U8).view(FLOAT4)
         assert _gemmkit.packed_weight_view_of(f, DType.e2m1, 32, "weight").strides == [1, 32]
-    with pytest.raises(ValueError, match=r"^qweight: 3 dimensions; expected 2, \[N, ceil\(K/2\)\] bytes$"):
-        _gemmkit.packed_weight_view_of(storage.view(2, 5, 40), DType.u4, 80, "qweight")
+    with pytest.raises(ValueError, match=r"^qweight: 1 dimensions; expected 2, \[N, ceil\(K/2\)\] bytes, or 3, "
+                                         r"\[G, N, ceil\(K/2\)\]$"):
+        _gemmkit.packed_weight_view_of(storage.view(400), DType.u4, 80, "qweight")
     with pytest.raises(ValueError, match=r"^weight: shape \[10, 33\]; expected \[N, ceil\(K/2\)\] = \[10, 34\] bytes "
                                          r"for K = 67$"):
         _gemmkit.packed_weight_view_of(w, DType.e2m1, 67, "weight")

@@ -1,0 +1,631 @@
+"""gemmkit.grouped_int4_mm and gemmkit.grouped_mxfp4_mm: grouped products (mixture-of-experts
+layers) with 4-bit weights, the experts' W [G, N, K] stored as [G, N, ceil(K/2)] bytes, over
+grouped_mm's contiguous (offs) and masked (counts) groups. Without a GPU: the binding's view of
+the experts' bytes (G x K x N nibbles), the launch's arguments as the C++ checks see them (CPU
+tensors, refused only for their memory; skipped, saying so, where the library's grouped_gemm
+takes no 4-bit weights yet), the operator's fake implementation under fake CUDA tensors (output
+shapes, dtypes, one traced operator), the argument errors, the backward's refusal, and the
+operator under opcheck with a double-precision CPU stand-in. On an sm_90 GPU (those tests skip,
+saying so, elsewhere, and where the library takes no grouped 4-bit weights yet): each group
+against the double-precision product of its weights dequantised exactly, within the bounds of
+test_lowbit.py (lowbit_reference.py), W4A16 and W4A8; outputs NaN-filled first, so that rows no
+group owns are seen to stay untouched; then torch.compile, CUDA graphs replayed with new sizes,
+and autograd's refusal. Needs torch; skips, saying so, without it."""
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+from fake_cuda import cuda  # noqa: E402
+from gpu_reference import capture, nan_like, offs_of  # noqa: E402
+from lowbit_reference import (expect_close, expect_close_fp8, int4_weights, mxfp4_weights,  # noqa: E402
+                              scaled_x)
+
+import gemmkit  # noqa: E402
+from gemmkit import DType, _gemmkit, _torch  # noqa: E402
+
+BF16, F16, F32, F64, U8 = torch.bfloat16, torch.float16, torch.float32, torch.float64, torch.uint8
+E4M3, E8M0, I32, I64 = torch.float8_e4m3fn, torch.float8_e8m0fnu, torch.int32, torch.int64
+FLOAT4 = getattr(torch, "float4_e2m1fn_x2", None)
+DEVICE_REFUSALS = ("no NVIDIA driver found", "no CUDA device", "the NVIDIA driver supports")
+NOT_YET = "takes no 4-bit weights"  # the library's refusal of grouped 4-bit weights before it took them
+
+
+def library_takes_grouped_4bit():
+    """Whether the C++ library's grouped_gemm takes 4-bit weights: its checks, on CPU tensors, get
+    past B's dtype (they refuse the memory, or the missing device, after every view's check)."""
+    x, w, s = torch.zeros(2, 64, dtype=BF16), torch.zeros(1, 8, 32, dtype=U8), torch.zeros(1, 1, 8, dtype=BF16)
+    try:
+        _gemmkit.grouped_gemm_4bit_tensors(x, w, torch.zeros(2, 8, dtype=BF16), DType.u4, s, None, 64,
+                                           torch.tensor([2], dtype=I32), _gemmkit.GroupLayout.contiguous, False, 0)
+    except (ValueError, RuntimeError) as error:
+        return NOT_YET not in str(error)
+    return True
+
+
+GROUPED_4BIT = library_takes_grouped_4bit()
+SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+gpu = pytest.mark.skipif(not (SM90 and GROUPED_4BIT), reason="no sm_90 GPU" if not SM90 else
+                         "the library's grouped_gemm takes no 4-bit weights yet")
+
+
+def test_the_functions_are_the_packages():
+    for name in ("grouped_int4_mm", "grouped_mxfp4_mm"):
+        assert getattr(gemmkit, name) is getattr(_torch, name) and name in gemmkit.__all__
+    assert hasattr(torch.ops.gemmkit, "grouped_w4_mm") and hasattr(torch.ops.gemmkit, "grouped_w4_mm_out")
+
+
+def test_the_binding_views_the_experts_bytes_as_g_x_k_x_n_nibbles():
+    storage = torch.zeros(3, 10, 40, dtype=U8)
+    w = storage[:, :, 3:36]  # G = 3, N = 10, 33 bytes a row, rows 40 bytes apart, experts 400
+    v = _gemmkit.packed_weight_view_of(w, DType.u4, 65, "qweight")
+    assert (v.data, v.dtype, v.shape, v.strides) == (w.data_ptr(), DType.u4, [3, 65, 10], [800, 1, 80])
+    v = _gemmkit.packed_weight_view_of(w[::2], DType.e2m1, 66, "weight")  # every other expert
+    assert (v.dtype, v.shape, v.strides) == (DType.e2m1, [2, 66, 10], [1600, 1, 80])
+    with pytest.raises(ValueError, match=r"^weight: shape \[3, 10, 33\]; expected \[G, N, ceil\(K/2\)\] = "
+                                         r"\[3, 10, 34\] bytes for K = 67$"):
+        _gemmkit.packed_weight_view_of(w, DType.e2m1, 67, "weight")
+    with pytest.raises(ValueError, match=r"^qweight: strides \[330, 1, 10\]; expected the bytes along K contiguous"):
+        _gemmkit.packed_weight_view_of(torch.zeros(3, 33, 10, dtype=U8).transpose(1, 2), DType.u4, 66, "qweight")
+    with pytest.raises(ValueError, match=r"^qweight: 4 dimensions; expected 2, \[N, ceil\(K/2\)\] bytes, or 3"):
+        _gemmkit.packed_weight_view_of(storage.view(3, 2, 5, 40), DType.u4, 80, "qweight")
+    # The grouped launch takes the experts' bytes alone, not one matrix's.
+    x, out = torch.zeros(4, 66, dtype=BF16), torch.zeros(4, 10, dtype=BF16)
+    with pytest.raises(ValueError, match=r"^qweight: 2 dimensions; expected 3, \[G, N, ceil\(K/2\)\] bytes$"):
+        _gemmkit.grouped_gemm_4bit_tensors(x, w[0], out, DType.u4, torch.zeros(1, 1, 10, dtype=BF16), None, 128,
+                                           torch.tensor([4], dtype=I32), _gemmkit.GroupLayout.contiguous, False, 0)
+
+
+@pytest.fixture
+def cpu_launch(monkeypatch):
+    """_torch.launch_grouped_w4 on CPU tensors: the stream 0 (torch without CUDA has none to give),
+    so that the call reaches gemmkit's checks, which refuse CPU memory only after every shape,
+    dtype and stride."""
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 0, raising=False)
+    return _torch.launch_grouped_w4
+
+
+def refused_for_memory_alone(call):
+    """call() reaches gemmkit and gets past its checks of the views: it is refused for the CPU
+    memory alone (without a GPU: for the missing device, RuntimeError)."""
+    with pytest.raises((RuntimeError, ValueError)) as error:
+        call()
+    text = str(error.value)
+    if NOT_YET in text:
+        pytest.skip(f"the library's grouped_gemm takes no 4-bit weights yet ({text})")
+    assert text.startswith(DEVICE_REFUSALS) or "is not device memory" in text, text
+
+
+def test_the_launch_passes_the_views_the_c_api_takes(cpu_launch):
+    groups, n, k = 4, 64, 4160  # 32.5 groups of 128
+    x, offs = torch.zeros(100, k, dtype=BF16), torch.tensor([0, 30, 30, 90], dtype=I32)
+    out = torch.zeros(100, n, dtype=F32)
+    qweight = torch.zeros(groups, n, 2096, dtype=U8)[:, :, :k // 2]  # rows padded to 2096 bytes
+    scales = torch.zeros(groups, 33, n, dtype=BF16)
+    zeros = torch.zeros(groups, n, 33, dtype=BF16).transpose(1, 2)  # any strides
+    refused_for_memory_alone(lambda: cpu_launch(x, qweight, scales, zeros, offs, "contiguous", "int4", 128, out, 0))
+    # Masked groups, counts int64; an SM budget.
+    xm, outm = torch.zeros(groups, 16, k, dtype=F16), torch.zeros(groups, 16, n, dtype=F16)
+    refused_for_memory_alone(lambda: cpu_launch(xm, qweight, scales.half(), None, offs.long(), "masked", "int4", 128,
+                                                outm, 8))
+    # MXFP4: exponents [G, N, ceil(K/32)] pass transposed, [G, ceil(K/32), N], uint8 read as e8m0.
+    e = torch.zeros(groups, n, 130, dtype=U8)
+    refused_for_memory_alone(lambda: cpu_launch(x, qweight, e, None, offs, "contiguous", "mxfp4", 32, out, 0))
+    refused_for_memory_alone(lambda: cpu_launch(xm, qweight, e.view(E8M0), None, offs, "masked", "mxfp4", 32, outm, 0))
+    # W4A8: e4m3 x with one scale, or one a row ([M_total, 1], [M_total]; masked [G, max_m], given its column back).
+    x8, xm8, bf = x.to(E4M3), xm.to(E4M3), torch.zeros(groups, 33, n, dtype=BF16)
+    for x_scale in (torch.ones(()), torch.ones(1, 1, 1), torch.ones(100, 1), torch.ones(100)):
+        refused_for_memory_alone(lambda: cpu_launch(x8, qweight, bf, bf, offs, "contiguous", "int4", 128, out, 0,
+                                                    x_scale))
+    for x_scale in (torch.ones(()), torch.ones(groups, 16), torch.ones(groups, 16, 1)):
+        refused_for_memory_alone(lambda: cpu_launch(xm8, qweight, e, None, offs, "masked", "mxfp4", 32, outm, 0,
+                                                    x_scale))
+
+
+# --- without a GPU: the operator under fake tensors, as torch.compile traces it --------------------
+
+def int4_args(groups, n, k, group=128, dtype=BF16, zeros=False, scales_dtype=None):
+    """Fake CUDA qweight [G, N, ceil(K/2)], scales [G, ceil(K/group), N] (and zeros) for
+    grouped_int4_mm (inside the `fake` fixture)."""
+    scales = cuda(groups, -(-k // group), n, dtype=scales_dtype or dtype)
+    return cuda(groups, n, (k + 1) // 2, dtype=U8), scales, cuda(*scales.shape, dtype=scales.dtype) if zeros else None
+
+
+def mxfp4_args(groups, n, k, weights=U8, scales=U8):
+    """Fake CUDA weight [G, N, ceil(K/2)] and exponents [G, N, ceil(K/32)] for grouped_mxfp4_mm."""
+    return cuda(groups, n, (k + 1) // 2, dtype=weights), cuda(groups, n, -(-k // 32), dtype=scales)
+
+
+GROUPED_W4_MM = (torch.ops.gemmkit.grouped_w4_mm, torch.ops.gemmkit.grouped_w4_mm.default)
+GROUPED_W4_MM_OUT = (torch.ops.gemmkit.grouped_w4_mm_out, torch.ops.gemmkit.grouped_w4_mm_out.default)
+
+
+def test_fake_shapes_and_dtypes(fake):
+    groups, n, k = 4, 264, 4160
+    x, xm, offs = cuda(100, k), cuda(groups, 16, k), cuda(groups, dtype=I32)
+    x8, xm8 = cuda(100, k, dtype=E4M3), cuda(groups, 16, k, dtype=E4M3)
+    qweight, scales, zeros = int4_args(groups, n, k, zeros=True)
+    weight, e = mxfp4_args(groups, n, k)
+    one, rows = cuda((), dtype=F32), cuda(100, 1, dtype=F32)
+    for d, shape, dtype in [
+            (gemmkit.grouped_int4_mm(x, qweight, scales, offs), (100, n), BF16),
+            (gemmkit.grouped_int4_mm(x, qweight, scales, offs.long(), zeros=zeros, out_dtype=F32), (100, n), F32),
+            (gemmkit.grouped_int4_mm(xm, qweight, scales, counts=offs, zeros=zeros), (groups, 16, n), BF16),
+            (gemmkit.grouped_int4_mm(cuda(100, k, dtype=F16), *int4_args(groups, n, k, 32, F16, True)[:2], offs,
+                                     group=32), (100, n), F16),
+            (gemmkit.grouped_int4_mm(x, *int4_args(groups, n, k, 8192)[:2], offs, group=8192), (100, n), BF16),
+            (gemmkit.grouped_int4_mm(x.t().contiguous().t(), qweight, scales, offs, max_sms=8), (100, n), BF16),
+            (gemmkit.grouped_mxfp4_mm(x, weight, e, offs), (100, n), BF16),
+            (gemmkit.grouped_mxfp4_mm(xm.half(), weight, e.view(E8M0), counts=offs.long(), out_dtype=BF16),
+             (groups, 16, n), BF16),
+            # W4A8: one scale, one a row ([M_total, 1], [M_total]; masked [G, max_m, 1], [G, max_m]).
+            (gemmkit.grouped_int4_mm(x8, qweight, scales, offs, zeros=zeros, x_scale=one), (100, n), BF16),
+            (gemmkit.grouped_int4_mm(x8, *int4_args(groups, n, k, 64, scales_dtype=F16)[:2], offs, group=64,
+                                     x_scale=rows), (100, n), BF16),
+            (gemmkit.grouped_int4_mm(x8, qweight, scales, offs, x_scale=cuda(100, dtype=F32), out_dtype=F16), (100, n),
+             F16),
+            (gemmkit.grouped_int4_mm(xm8, qweight, scales, counts=offs, x_scale=cuda(groups, 16, 1, dtype=F32)),
+             (groups, 16, n), BF16),
+            (gemmkit.grouped_mxfp4_mm(xm8, weight, e, counts=offs, x_scale=cuda(groups, 16, dtype=F32)),
+             (groups, 16, n), BF16),
+            (gemmkit.grouped_mxfp4_mm(x8, weight, e, offs, x_scale=cuda(1, 1, dtype=F32), out_dtype=F32), (100, n),
+             F32)]:
+        assert isinstance(d, torch._subclasses.fake_tensor.FakeTensor)
+        assert tuple(d.shape) == shape and d.dtype == dtype and d.device.type == "cuda"
+    if FLOAT4 is not None:
+        d = gemmkit.grouped_mxfp4_mm(x, *mxfp4_args(groups, n, k, weights=FLOAT4, scales=E8M0), offs)
+        assert tuple(d.shape) == (100, n) and d.dtype == BF16
+    out = cuda(100, n, dtype=F32)
+    assert gemmkit.grouped_int4_mm(x, qweight, scales, offs, out=out) is out
+    out = cuda(groups, 16, n, dtype=F16)
+    assert gemmkit.grouped_mxfp4_mm(xm8, weight, e, counts=offs, x_scale=one, out=out, out_dtype=F16) is out
+
+
+def test_a_traced_call_is_one_operator_with_the_layout_format_and_group(fake):
+    def experts(x, qweight, scales, zeros, offs, weight, e, counts):
+        h = gemmkit.grouped_int4_mm(x, qweight, scales, offs, zeros=zeros, group=64).relu()
+        return gemmkit.grouped_mxfp4_mm(h.view(4, 25, 256), weight, e, counts=counts, out_dtype=F32)
+
+    qweight, scales, zeros = int4_args(4, 256, 1000, 64, zeros=True)
+    args = (cuda(100, 1000), qweight, scales, zeros, cuda(4, dtype=I32), *mxfp4_args(4, 96, 256), cuda(4, dtype=I64))
+    graph, _ = torch._dynamo.export(experts)(*args)  # raises where dynamo would break the graph
+    calls = [node for node in graph.graph.nodes if node.target in GROUPED_W4_MM]
+    assert [node.args[5:] for node in calls] == [("contiguous", "int4", 64, None, 0),
+                                                 ("masked", "mxfp4", 32, torch.float32, 0)]
+    d = graph(*args)
+    assert tuple(d.shape) == (4, 25, 96) and d.dtype == F32
+    # W4A8 with out=: x_scale the operator's keyword.
+    x8, rows, out = cuda(100, 1000, dtype=E4M3), cuda(100, dtype=F32), cuda(100, 256)
+    graph, _ = torch._dynamo.export(lambda x, q, s, o, xs, out: gemmkit.grouped_int4_mm(
+        x, q, s, o, group=64, x_scale=xs, out=out, max_sms=4))(x8, qweight, scales, args[4], rows, out)
+    calls = [node for node in graph.graph.nodes if node.target in GROUPED_W4_MM_OUT]
+    assert [node.args[6:] for node in calls] == [("contiguous", "int4", 64, 4)]
+    assert calls[0].kwargs["x_scale"].meta["example_value"].shape == (100,)
+
+
+def test_errors_name_the_argument(fake):
+    groups, n, k = 4, 64, 256
+    x, xm, offs = cuda(100, k), cuda(groups, 16, k), cuda(groups, dtype=I32)
+    x8 = cuda(100, k, dtype=E4M3)
+    qweight, scales, zeros = int4_args(groups, n, k, zeros=True)
+    weight, e = mxfp4_args(groups, n, k)
+    rows = cuda(100, 1, dtype=F32)
+    forms = (r"one element \(tensor\), or one a row of x \(rowwise\), \[M_total, 1\] or \[M_total\] = \[100, 1\] or "
+             r"\[100\]$")
+    cases = [
+        (ValueError, r"^offs: None; expected the groups' cumulative row ends \(int32 or int64 \[G\]\) for a 2-D x$",
+         lambda: gemmkit.grouped_int4_mm(x, qweight, scales)),
+        (ValueError, r"^counts: None; expected each group's valid rows \(int32 or int64 \[G\]\) for a 3-D x$",
+         lambda: gemmkit.grouped_mxfp4_mm(xm, weight, e)),
+        (ValueError, r"^counts: given with a 2-D x; expected offs",
+         lambda: gemmkit.grouped_int4_mm(x, qweight, scales, offs, counts=offs)),
+        (ValueError, r"^offs: given with a 3-D x; expected counts",
+         lambda: gemmkit.grouped_int4_mm(xm, qweight, scales, offs)),
+        (ValueError, r"^x: 1 dimensions; expected 2, \[M_total, K\] with offs, or 3, \[G, max_m, K\] with counts$",
+         lambda: gemmkit.grouped_int4_mm(x[0], qweight, scales, offs)),
+        (TypeError, r"^x: dtype torch.float32 is not supported; expected bfloat16 or float16, or float8_e4m3fn with "
+                    r"x_scale$",
+         lambda: gemmkit.grouped_int4_mm(x.float(), qweight, scales, offs)),
+        (TypeError, r"^offs: dtype torch.float32 is not supported; expected int32 or int64$",
+         lambda: gemmkit.grouped_int4_mm(x, qweight, scales, offs.float())),
+        (ValueError, r"^offs: 3 values; expected one a group, G = 4 \(qweight's first dimension\)$",
+         lambda: gemmkit.grouped_int4_mm(x, qweight, scales, offs[:3])),
+        (ValueError, r"^counts: 3 values; expected one a group, G = 4 \(weight's first dimension\)$",
+         lambda: gemmkit.grouped_mxfp4_mm(xm, weight, e, counts=offs[:3])),
+        (ValueError, r"^qweight: shape \[4, 64, 128\] has G = 4 but x \[3, 16, 256\] has G = 3$",
+         lambda: gemmkit.grouped_int4_mm(xm[:3], qweight, scales, counts=offs)),
+        (TypeError, r"^qweight: dtype torch.int8 is not supported; expected uint8, two 4-bit codes a byte along K$",
+         lambda: gemmkit.grouped_int4_mm(x, qweight.view(torch.int8), scales, offs)),
+        (ValueError, r"^qweight: shape \[64, 128\]; expected \[G, N, ceil\(K/2\)\] = \[G, N, 128\] bytes for x's "
+                     r"K = 256$",
+         lambda: gemmkit.grouped_int4_mm(x, qweight[0], scales, offs)),  # one matrix's: int4_mm's
+        (ValueError, r"^qweight: shape \[4, 64, 127\]; expected \[G, N, ceil\(K/2\)\] = \[G, N, 128\]",
+         lambda: gemmkit.grouped_int4_mm(x, qweight[..., 1:], scales, offs)),
+        (ValueError, r"^qweight: strides \[8192, 1, 64\]; expected the bytes along K contiguous \(stride 1\)$",
+         lambda: gemmkit.grouped_int4_mm(x, cuda(groups, 128, 64, dtype=U8).transpose(1, 2), scales, offs)),
+        (TypeError, r"^scales: dtype torch.float16; expected x's, torch.bfloat16$",
+         lambda: gemmkit.grouped_int4_mm(x, qweight, scales.half(), offs)),
+        (ValueError, r"^scales: shape \[4, 64, 2\]; expected \[G, ceil\(K/128\), N\] = \[4, 2, 64\] for G = 4, "
+                     r"K = 256, N = 64$",
+         lambda: gemmkit.grouped_int4_mm(x, qweight, scales.transpose(1, 2), offs)),  # [G, N, K/group]: the wrong way
+        (ValueError, r"^scales: shape \[2, 64\]; expected \[G, ceil\(K/128\), N\] = \[4, 2, 64\]",
+         lambda: gemmkit.grouped_int4_mm(x, qweight, scales[0], offs)),  # one expert's scales for every expert
+        (ValueError, r"^scales: shape \[4, 2, 64\]; expected \[G, ceil\(K/64\), N\] = \[4, 4, 64\]",
+         lambda: gemmkit.grouped_int4_mm(x, qweight, scales, offs, group=64)),
+        (ValueError, r"^group: 48; expected 32, a power of two from 64, or at least K = 256",
+         lambda: gemmkit.grouped_int4_mm(x, qweight, scales, offs, group=48)),
+        (TypeError, r"^group: float; expected an int", lambda: gemmkit.grouped_int4_mm(x, qweight, scales, offs,
+                                                                                       group=128.0)),
+        (TypeError, r"^zeros: dtype torch.float16; expected the scales', torch.bfloat16$",
+         lambda: gemmkit.grouped_int4_mm(x, qweight, scales, offs, zeros=zeros.half())),
+        (ValueError, r"^zeros: shape \[3, 2, 64\]; expected the scales', \[4, 2, 64\]$",
+         lambda: gemmkit.grouped_int4_mm(x, qweight, scales, offs, zeros=zeros[:3])),
+        (TypeError, r"^weight: dtype torch.int8 is not supported; expected uint8",
+         lambda: gemmkit.grouped_mxfp4_mm(x, weight.view(torch.int8), e, offs)),
+        (TypeError, r"^scales: dtype torch.bfloat16 is not supported; expected float8_e8m0fnu or uint8",
+         lambda: gemmkit.grouped_mxfp4_mm(x, weight, e.to(BF16), offs)),
+        (ValueError, r"^scales: shape \[4, 8, 64\]; expected \[G, N, ceil\(K/32\)\] = \[4, 64, 8\] for G = 4, K = 256, "
+                     r"N = 64$",
+         lambda: gemmkit.grouped_mxfp4_mm(x, weight, e.transpose(1, 2), offs)),  # gpt-oss's [E, N, K/32], not B's
+        (TypeError, r"^grouped_mxfp4_mm\(\) got an unexpected keyword argument 'zeros'$",
+         lambda: gemmkit.grouped_mxfp4_mm(x, weight, e, offs, zeros=e)),
+        (TypeError, r"^grouped_int4_mm\(\) got an unexpected keyword argument 'epilogue'$",
+         lambda: gemmkit.grouped_int4_mm(x, qweight, scales, offs, epilogue="acc * 2")),
+        # W4A8
+        (ValueError, r"^x_scale: None with float8_e4m3fn x; expected x's float32 scales: " + forms,
+         lambda: gemmkit.grouped_int4_mm(x8, qweight, scales, offs)),
+        (ValueError, r"^x_scale: given with torch.bfloat16 x; expected None \(scales go with float8_e4m3fn x\)$",
+         lambda: gemmkit.grouped_int4_mm(x, qweight, scales, offs, x_scale=rows)),
+        (TypeError, r"^x_scale: dtype torch.bfloat16; expected float32$",
+         lambda: gemmkit.grouped_int4_mm(x8, qweight, scales, offs, x_scale=cuda(100, 1))),
+        (ValueError, r"^x_scale: shape \[100, 2\], 1x128 blocks, which the grouped products with 4-bit weights do "
+                     r"not take \(yet\); expected " + forms,
+         lambda: gemmkit.grouped_int4_mm(x8, qweight, scales, offs, x_scale=cuda(100, 2, dtype=F32))),
+        (ValueError, r"^x_scale: shape \[1, 100\]; expected " + forms,
+         lambda: gemmkit.grouped_int4_mm(x8, qweight, scales, offs, x_scale=cuda(1, 100, dtype=F32))),
+        (ValueError, r"^x_scale: shape \[4, 1\]; expected one element \(tensor\), or one a row of x \(rowwise\), "
+                     r"\[G, max_m, 1\] or \[G, max_m\] = \[4, 16, 1\] or \[4, 16\]$",
+         lambda: gemmkit.grouped_mxfp4_mm(xm.to(E4M3), weight, e, counts=offs, x_scale=cuda(4, 1, dtype=F32))),
+        (TypeError, r"^scales: dtype torch.float32; expected bfloat16 or float16 with float8_e4m3fn x$",
+         lambda: gemmkit.grouped_int4_mm(x8, qweight, scales.float(), offs, x_scale=rows)),
+        # The output
+        (TypeError, r"^out_dtype: torch.float8_e4m3fn is not supported; expected bfloat16, float16 or float32$",
+         lambda: gemmkit.grouped_int4_mm(x, qweight, scales, offs, out_dtype=E4M3)),
+        (ValueError, r"^out: shape \[100, 63\]; expected x's rows and N, \[100, 64\]$",
+         lambda: gemmkit.grouped_int4_mm(x, qweight, scales, offs, out=cuda(100, 63))),
+        (ValueError, r"^out: shape \[4, 16, 64\]; expected x's rows and N, \[100, 64\]$",
+         lambda: gemmkit.grouped_int4_mm(x, qweight, scales, offs, out=cuda(4, 16, 64))),
+        (ValueError, r"^out: dtype torch.bfloat16 differs from out_dtype torch.float32$",
+         lambda: gemmkit.grouped_mxfp4_mm(xm, weight, e, counts=offs, out=cuda(4, 16, 64), out_dtype=F32)),
+        (TypeError, r"^out: dtype torch.float64 is not supported; expected bfloat16, float16 or float32$",
+         lambda: gemmkit.grouped_mxfp4_mm(xm, weight, e, counts=offs, out=cuda(4, 16, 64, dtype=F64))),
+        # The operator's own arguments
+        (ValueError, r"^format: 'int8'; expected 'int4' or 'mxfp4'$",
+         lambda: torch.ops.gemmkit.grouped_w4_mm(x, qweight, scales, None, offs, "contiguous", "int8", 128, None, 0)),
+        (ValueError, r"^layout: 'ragged'; expected 'contiguous' or 'masked'$",
+         lambda: torch.ops.gemmkit.grouped_w4_mm(x, qweight, scales, None, offs, "ragged", "int4", 128, None, 0)),
+        (ValueError, r"^x: 2 dimensions; expected 3, \[G, max_m, K\] \(masked groups, counts\)$",
+         lambda: torch.ops.gemmkit.grouped_w4_mm(x, qweight, scales, None, offs, "masked", "int4", 128, None, 0)),
+        (ValueError, r"^zeros: given with MXFP4 weights; expected None \(zero points are int4's\)$",
+         lambda: torch.ops.gemmkit.grouped_w4_mm(x, weight, e, e, offs, "contiguous", "mxfp4", 32, None, 0)),
+        (ValueError, r"^group: 128 with format 'mxfp4'; expected 32",
+         lambda: torch.ops.gemmkit.grouped_w4_mm(x, weight, e, None, offs, "contiguous", "mxfp4", 128, None, 0)),
+    ]
+    for error, message, call in cases:
+        with pytest.raises(error, match=message):
+            call()
+
+
+def test_errors_without_fake_tensors():
+    x, offs = torch.zeros(8, 256, dtype=BF16), torch.tensor([4, 8])
+    with pytest.raises(ValueError, match="^x: on cpu; expected a CUDA tensor$"):
+        gemmkit.grouped_int4_mm(x, torch.zeros(2, 64, 128, dtype=U8), torch.zeros(2, 2, 64, dtype=BF16), offs)
+    with pytest.raises(TypeError, match="^x: expected a torch.Tensor or an array with __dlpack__, got list$"):
+        gemmkit.grouped_mxfp4_mm([[1.0]], torch.zeros(2, 64, 128, dtype=U8), torch.zeros(2, 64, 8, dtype=U8), offs)
+
+
+def test_inputs_that_require_grad_go_through_the_operator_and_out_refuses_them(fake):
+    x, offs = cuda(100, 256).requires_grad_(), cuda(4, dtype=I32)
+    qweight, scales, _ = int4_args(4, 64, 256)
+    d = gemmkit.grouped_int4_mm(x, qweight, scales, offs)
+    assert d.requires_grad and d.grad_fn is not None  # the operator's autograd formula, which refuses (below)
+    with pytest.raises(RuntimeError, match="^out: gemmkit functions with out= do not support automatic"):
+        gemmkit.grouped_int4_mm(x, qweight, scales, offs, out=cuda(100, 64))
+    with torch.no_grad():
+        assert not gemmkit.grouped_int4_mm(x, qweight, scales, offs).requires_grad
+    x_scale = cuda(4, 16, dtype=F32).requires_grad_()
+    assert gemmkit.grouped_mxfp4_mm(cuda(4, 16, 256, dtype=E4M3), *mxfp4_args(4, 64, 256), counts=offs,
+                                    x_scale=x_scale).requires_grad
+
+
+# --- a double-precision CPU stand-in for the kernel: the backward's refusal, opcheck ---------------
+
+def grouped_w4_reference(x, w, scales, zeros, sizes, layout, format, group, out_dtype, x_scale=None, fill=None):
+    """The grouped product in double, each group's rows of x times its weights dequantised exactly
+    (lowbit_reference.py), x scaled by x_scale; rows no group owns `fill` (None: 0, as opcheck
+    compares them), of out_dtype (None: x's; bfloat16 for e4m3 x)."""
+    from cpu_stand_ins import group_rows
+    k = x.size(-1)
+    out = x.new_full((*x.shape[:-1], w.size(1)), 0.0 if fill is None else fill, dtype=F64)
+    xd = x.double()
+    if x_scale is not None:
+        s = x_scale.double()
+        s = s.reshape(()) if s.numel() == 1 else s if s.dim() == x.dim() else s.unsqueeze(-1)
+        xd = xd * s
+    for g, start, end in group_rows(sizes, layout, x.size(-2)):
+        rows = (g, slice(start, end)) if layout == "masked" else (slice(start, end),)
+        weights = (int4_weights(w[g], scales[g], None if zeros is None else zeros[g], group, k) if format == "int4"
+                   else mxfp4_weights(w[g], scales[g], k))
+        out[rows] = xd[rows] @ weights.t()
+    return out.to(_torch.output_dtype(x, out_dtype))
+
+
+@pytest.fixture
+def cpu_grouped_w4():
+    """grouped_w4_mm with a CPU kernel, grouped_w4_reference, for the duration of a test."""
+    from cpu_stand_ins import registered_on_cpu
+
+    def grouped_w4_mm(x, w, scales, zeros, sizes, layout, format, group, out_dtype, max_sms, x_scale=None):
+        return grouped_w4_reference(x, w, scales, zeros, sizes, layout, format, group, out_dtype, x_scale)
+
+    yield from registered_on_cpu({"grouped_w4_mm": grouped_w4_mm})
+
+
+def test_the_backward_raises_naming_the_function(cpu_grouped_w4):
+    x = torch.randn(12, 64, dtype=BF16, requires_grad=True)
+    qweight, scales = torch.randint(0, 256, (3, 5, 32), dtype=U8), torch.rand(3, 1, 5, dtype=BF16).requires_grad_()
+    ends = torch.tensor([4, 4, 12], dtype=I32)
+    d = torch.ops.gemmkit.grouped_w4_mm(x, qweight, scales, None, ends, "contiguous", "int4", 128, None, 0)
+    assert d.requires_grad and d.dtype == BF16 and d.shape == (12, 5)
+    with pytest.raises(RuntimeError, match=r"^gemmkit: grouped_int4_mm \(4-bit weights\) is not differentiable; "
+                                           r"expected inputs that do not require grad \(or torch.no_grad\(\)\)$"):
+        d.sum().backward()
+    x8 = torch.randn(3, 4, 64).to(E4M3)
+    x_scale = (torch.rand(3, 4) + 0.5).requires_grad_()
+    e = torch.randint(120, 130, (3, 5, 2), dtype=U8)
+    d = torch.ops.gemmkit.grouped_w4_mm(x8, qweight, e, None, torch.tensor([2, 0, 4]), "masked", "mxfp4", 32, F32,
+                                        0, x_scale=x_scale)
+    assert d.requires_grad and d.dtype == F32 and d.shape == (3, 4, 5)
+    with pytest.raises(RuntimeError, match=r"^gemmkit: grouped_mxfp4_mm \(4-bit weights\) is not differentiable"):
+        torch.autograd.grad(d.sum(), x_scale)
+    assert x.grad is None and scales.grad is None and x_scale.grad is None
+
+
+def test_the_stand_in_is_each_groups_dense_product():
+    # The grouped reference against the dense one (test_lowbit.py's w4_mm stand-in), group by group.
+    x = torch.randn(12, 300, dtype=F64)
+    qweight, scales = torch.randint(0, 256, (3, 5, 150), dtype=U8), torch.rand(3, 5, 5, dtype=F64)
+    zeros = torch.randint(0, 16, (3, 5, 5)).double()
+    ends = torch.tensor([4, 4, 12])
+    d = grouped_w4_reference(x, qweight, scales, zeros, ends, "contiguous", "int4", 64, F64)
+    for g, start, end in [(0, 0, 4), (2, 4, 12)]:
+        want = x[start:end] @ int4_weights(qweight[g], scales[g], zeros[g], 64, 300).t()
+        assert torch.equal(d[start:end], want)
+
+
+def test_opcheck_with_the_stand_in(cpu_grouped_w4):
+    # The schema (what the operator mutates and aliases) and the autograd registration, with the
+    # stand-in. Not opcheck's fake-tensor test: the fake implementation checks the arguments as the
+    # CUDA kernel's launch does, CUDA tensors included (test_fake_shapes_and_dtypes runs it).
+    op = torch.ops.gemmkit.grouped_w4_mm.default
+    utils = ("test_schema", "test_autograd_registration")
+    x, ends = torch.randn(12, 70, dtype=BF16), torch.tensor([4, 4, 12], dtype=I32)
+    qweight = torch.randint(0, 256, (3, 6, 35), dtype=U8)
+    scales, zeros = torch.rand(3, 3, 6, dtype=BF16), torch.randint(0, 16, (3, 3, 6)).to(BF16)
+    torch.library.opcheck(op, (x, qweight, scales, zeros, ends, "contiguous", "int4", 32, None, 0), test_utils=utils)
+    e = torch.randint(120, 130, (3, 6, 3), dtype=U8)
+    masked = (torch.randn(3, 4, 70, dtype=F16), qweight, e, None, torch.tensor([4, 4, 4]), "masked", "mxfp4", 32, F32,
+              0)
+    torch.library.opcheck(op, masked, test_utils=utils)
+    # (not with e4m3 x: torch has no arithmetic on FP8 tensors, which opcheck does on the inputs)
+
+
+# --- on an sm_90 GPU: each group against the double-precision product ----------------------------
+
+# Each group's rows: empty groups first, in the middle and last, one row, sizes off every multiple
+# of 8 (test_grouped.py's).
+SIZES = [0, 37, 0, 1, 130, 5, 0]
+N = 264  # a partial tile of columns
+
+def random_x(*shape, dtype):
+    return torch.randn(*shape, device="cuda", dtype=torch.float32).to(dtype)
+
+
+def random_scales(*shape, dtype):
+    """Scales in [0.5, 2) of `dtype`."""
+    return (torch.rand(*shape, device="cuda") * 1.5 + 0.5).to(dtype)
+
+
+def random_int4(groups, n, k, group, dtype, zeros):
+    """qweight [G, n, ceil(k/2)] of random codes (an odd k's padding nibble random too), scales [G,
+    ceil(k/group), n] in [0.5, 2) and zero points, whole numbers from 0 to 15, or None."""
+    blocks = -(-k // group)
+    qweight = torch.randint(0, 256, (groups, n, (k + 1) // 2), device="cuda", dtype=U8)
+    z = torch.randint(0, 16, (groups, blocks, n), device="cuda").to(dtype) if zeros else None
+    return qweight, random_scales(groups, blocks, n, dtype=dtype), z
+
+
+def random_mxfp4(groups, n, k):
+    """weight [G, n, ceil(k/2)] of random e2m1 codes and exponents [G, n, ceil(k/32)], uint8, of 0.5
+    and 1 (126 and 127): scales in [0.5, 2)."""
+    return (torch.randint(0, 256, (groups, n, (k + 1) // 2), device="cuda", dtype=U8),
+            torch.randint(126, 128, (groups, n, -(-k // 32)), device="cuda", dtype=U8))
+
+
+def experts_int4(qweight, scales, zeros, group, k):
+    return [int4_weights(qweight[g], scales[g], None if zeros is None else zeros[g], group, k)
+            for g in range(qweight.size(0))]
+
+
+def experts_mxfp4(weight, e, k):
+    return [mxfp4_weights(weight[g], e[g], k) for g in range(weight.size(0))]
+
+
+def expect_groups(d, x, weights, sizes, x_scale=None):
+    """Each group's rows of d (contiguous: `sizes` its rows in order, the rows past them NaN;
+    masked: `sizes` the counts, the rows past each NaN) against its product in double, W4A16's
+    bounds, or W4A8's with x_scale (one, or one a row of x)."""
+    masked = d.dim() == 3
+    for g, rows in enumerate(sizes):
+        if masked:
+            got, xg, past = d[g, :rows], x[g, :rows], d[g, rows:]
+            sg = None if x_scale is None else x_scale if x_scale.numel() == 1 else x_scale[g, :rows]
+        else:
+            start = sum(sizes[:g])
+            got, xg, past = d[start:start + rows], x[start:start + rows], d[:0]
+            sg = None if x_scale is None else x_scale if x_scale.numel() == 1 else x_scale[start:start + rows]
+        if x_scale is None:
+            expect_close(got, xg, weights[g])
+        else:
+            expect_close_fp8(got, scaled_x(xg, sg), weights[g])
+        assert past.isnan().all(), f"group {g}: rows past its count written"
+    if not masked:
+        assert d[sum(sizes):].isnan().all(), "rows past the last end written"
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [BF16, F16])
+@pytest.mark.parametrize("k", [4160, 4097])  # 32.5 groups of 128; odd, the last byte half padding
+@pytest.mark.parametrize("zeros", [False, True])
+@pytest.mark.parametrize("offs_dtype", [I32, I64])
+def test_grouped_int4_contiguous_matches_double(dtype, k, zeros, offs_dtype):
+    m = sum(SIZES) + 11  # 11 rows past the last end
+    x = random_x(m, k, dtype=dtype)
+    qweight, scales, z = random_int4(len(SIZES), N, k, 128, dtype, zeros)
+    out = nan_like((m, N), dtype)
+    assert gemmkit.grouped_int4_mm(x, qweight, scales, offs_of(SIZES, offs_dtype), zeros=z, out=out) is out
+    expect_groups(out, x, experts_int4(qweight, scales, z, 128, k), SIZES)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [BF16, F16])
+@pytest.mark.parametrize("k", [4160, 4097])
+def test_grouped_mxfp4_contiguous_matches_double(dtype, k):
+    m = sum(SIZES) + 11
+    x = random_x(m, k, dtype=dtype)
+    weight, e = random_mxfp4(len(SIZES), N, k)
+    out = nan_like((m, N), F32)
+    assert gemmkit.grouped_mxfp4_mm(x, weight, e, offs_of(SIZES), out=out) is out
+    expect_groups(out, x, experts_mxfp4(weight, e, k), SIZES)
+    if FLOAT4 is not None:  # the dtypes gpt-oss's checkpoints and torch name them
+        out = nan_like((m, N), dtype)
+        assert gemmkit.grouped_mxfp4_mm(x, weight.view(FLOAT4), e.view(E8M0), offs_of(SIZES), out=out) is out
+        expect_groups(out, x, experts_mxfp4(weight, e, k), SIZES)
+
+
+@gpu
+@pytest.mark.parametrize("format", ["int4", "mxfp4"])
+@pytest.mark.parametrize("counts_dtype", [I32, I64])
+def test_masked_decode_matches_double(format, counts_dtype):
+    counts, max_m, k = [0, 1, 3, 16, 5], 16, 4096  # decode: a few tokens an expert
+    x = random_x(len(counts), max_m, k, dtype=BF16)
+    counts_t = torch.tensor(counts, device="cuda", dtype=counts_dtype)
+    out = nan_like((len(counts), max_m, N), BF16)
+    if format == "int4":
+        qweight, scales, z = random_int4(len(counts), N, k, 128, BF16, True)
+        assert gemmkit.grouped_int4_mm(x, qweight, scales, counts=counts_t, zeros=z, out=out) is out
+        weights = experts_int4(qweight, scales, z, 128, k)
+    else:
+        weight, e = random_mxfp4(len(counts), N, k)
+        assert gemmkit.grouped_mxfp4_mm(x, weight, e, counts=counts_t, out=out) is out
+        weights = experts_mxfp4(weight, e, k)
+    expect_groups(out, x, weights, counts)
+
+
+@gpu
+@pytest.mark.parametrize("group", [32, 64, 256, 1024, 8192])  # 1024 and 8192: one scale a column (K = 1024)
+def test_int4_groups_and_scale_layouts(group):
+    sizes, k = [5, 0, 40, 17], 1024
+    x = random_x(sum(sizes), k, dtype=BF16)
+    qweight, scales, z = random_int4(len(sizes), 136, k, group, BF16, True)
+    weights = experts_int4(qweight, scales, z, group, k)
+    d = gemmkit.grouped_int4_mm(x, qweight, scales, offs_of(sizes), zeros=z, group=group, max_sms=8)
+    expect_groups(d, x, weights, sizes)
+    # The scales and zero points stored [G, N, ceil(K/group)] and passed transposed.
+    st, zt = scales.transpose(1, 2).contiguous().transpose(1, 2), z.transpose(1, 2).contiguous().transpose(1, 2)
+    expect_groups(gemmkit.grouped_int4_mm(x, qweight, st, offs_of(sizes), zeros=zt, group=group), x, weights, sizes)
+
+
+def random_x_scale(mode, *rows):
+    """float32 scales in [0.5, 2) of e4m3 x's `rows`: 0-d (tensor) or one a row (rowwise)."""
+    return torch.rand(() if mode == "tensor" else rows, device="cuda") * 1.5 + 0.5
+
+
+@gpu
+@pytest.mark.parametrize("mode", ["tensor", "rowwise"])
+@pytest.mark.parametrize("k", [4096, 4160])
+@pytest.mark.parametrize("zeros", [False, True])
+@pytest.mark.parametrize("group", [128, 64])
+def test_w4a8_int4_contiguous_matches_double(mode, k, zeros, group):
+    m = sum(SIZES) + 11
+    x = random_x(m, k, dtype=BF16).to(E4M3)
+    x_scale = random_x_scale(mode, m)
+    qweight, scales, z = random_int4(len(SIZES), N, k, group, BF16, zeros)
+    out = nan_like((m, N), BF16)
+    assert gemmkit.grouped_int4_mm(x, qweight, scales, offs_of(SIZES), zeros=z, group=group, x_scale=x_scale,
+                                   out=out) is out
+    expect_groups(out, x, experts_int4(qweight, scales, z, group, k), SIZES, x_scale)
+    # Per token as [M_total, 1].
+    if mode == "rowwise":
+        d = gemmkit.grouped_int4_mm(x, qweight, scales, offs_of(SIZES), zeros=z, group=group,
+                                    x_scale=x_scale.unsqueeze(-1), out=nan_like((m, N), BF16))
+        expect_groups(d, x, experts_int4(qweight, scales, z, group, k), SIZES, x_scale)
+
+
+@gpu
+@pytest.mark.parametrize("format", ["int4", "mxfp4"])
+@pytest.mark.parametrize("mode", ["tensor", "rowwise"])
+def test_w4a8_masked_decode_matches_double(format, mode):
+    counts, max_m, k = [0, 1, 3, 16, 5], 16, 4160
+    x = random_x(len(counts), max_m, k, dtype=BF16).to(E4M3)
+    x_scale = random_x_scale(mode, len(counts), max_m)  # [G, max_m] per token
+    counts_t = torch.tensor(counts, device="cuda", dtype=I32)
+    out = nan_like((len(counts), max_m, N), F32)
+    if format == "int4":
+        qweight, scales, z = random_int4(len(counts), N, k, 128, F16, True)  # W4A8: float16 scales too
+        assert gemmkit.grouped_int4_mm(x, qweight, scales, counts=counts_t, zeros=z, x_scale=x_scale, out=out) is out
+        weights = experts_int4(qweight, scales, z, 128, k)
+    else:
+        weight, e = random_mxfp4(len(counts), N, k)
+        assert gemmkit.grouped_mxfp4_mm(x, weight, e, counts=counts_t, x_scale=x_scale, out=out) is out
+        weights = experts_mxfp4(weight, e, k)
+    expect_groups(out, x, weights, counts, x_scale)
+
+
+@gpu
+def test_w4a8_activations_quantized_by_gemmkit():
+    sizes, k = [64, 0, 100, 3], 2048
+    xb = random_x(sum(sizes), k, dtype=BF16)
+    q, x_scale = gemmkit.quantize(xb, mode="rowwise")  # [M_total, 1] float32
+    weight, e = random_mxfp4(len(sizes), N, k)
+    d = gemmkit.grouped_mxfp4_mm(q, weight, e, offs_of(sizes), x_scale=x_scale)
+    assert d.dtype == BF16 and d.shape == (sum(sizes), N)
+    expect_groups(d, q, experts_mxfp4(weight, e, k), sizes, x_scale)
+
+
+@gpu
+def test_compiled_graphed_with_new_sizes_and_not_differentiable():
+    k, groups = 4096, 4
+    x = random_x(160, k, dtype=BF16)
+    qweight, scales, z = random_int4(groups, N, k, 64, BF16, True)
+    weight, e = random_mxfp4(groups, N, k)
+    offs = offs_of([40, 0, 60, 50])
+
+    def both(x):
+        return (gemmkit.grouped_int4_mm(x, qweight, scales, offs, zeros=z, group=64),
+                gemmkit.grouped_mxfp4_mm(x, weight, e, offs))
+
+    eager = both(x)
+    compiled = torch.compile(both, fullgraph=True)(x)
+    rows = 150  # the rows groups own: past them, undefined
+    assert all(torch.equal(c[:rows], d[:rows]) for c, d in zip(compiled, eager))
+    graph, captured = capture(lambda: both(x))
+    offs.copy_(offs_of([10, 70, 0, 80]))  # new sizes in the same offs: replayed with them
+    graph.replay()
+    torch.cuda.synchronize()
+    expect_groups(captured[0], x, experts_int4(qweight, scales, z, 64, k), [10, 70, 0, 80])  # every row owned
+    expect_groups(captured[1], x, experts_mxfp4(weight, e, k), [10, 70, 0, 80])
+    offs.copy_(offs_of([40, 0, 60, 50]))
+    d = gemmkit.grouped_int4_mm(x.clone().requires_grad_(), qweight, scales, offs, zeros=z, group=64)
+    assert torch.equal(d.detach()[:rows], eager[0][:rows])
+    with pytest.raises(RuntimeError, match=r"^gemmkit: grouped_int4_mm \(4-bit weights\) is not differentiable"):
+        d.sum().backward()
