@@ -68,12 +68,12 @@ Problem validate_grouped(const TensorView& a, const TensorView& b, const TensorV
   check_form(b, "B");
   if (is_4bit(b.dtype)) {  // the kernels' 4-bit paths take no fused epilogue, nor FP8 A's blocks, yet
     if (!options.epilogue.text.empty()) {
-      fail("options.epilogue: given with 4-bit weights B; expected none (grouped_gemm fuses no epilogue on 4-bit "
-           "weights yet)");
+      fail("options.epilogue: given with 4-bit weights B; expected none (fused epilogues on grouped 4-bit weights: not "
+           "supported yet)");
     }
     if (is_fp8(a.dtype) && options.scale_a.mode == ScaleMode::block) {
-      fail("scale_a: mode block with 4-bit weights B; expected none, tensor or rowwise (grouped_gemm takes no 1x128 "
-           "activation blocks on 4-bit weights yet)");
+      fail("scale_a: mode block with 4-bit weights B; expected none, tensor or rowwise (1x128 activation blocks on "
+           "grouped 4-bit weights: not supported yet)");
     }
     if (b.rank == 3 && b.batch() > 1 && b.batch_stride() % 2 != 0) {
       fail("B: strides " + strides_text(b) + " for 4-bit weights; expected an even group stride (two elements a byte, "

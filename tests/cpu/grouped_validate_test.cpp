@@ -204,9 +204,9 @@ Args lowbit(const Lowbit& w, bool masked_groups) {
   return x;
 }
 
-// Each accepted, contiguous and masked: B and its scales (and zero points) batched by group, a
-// scale's K elements as the dense kernels take them (per-channel: K rounded up to a power of two
-// from 128).
+// Each accepted, contiguous and masked, and run transposed (the weights as A, the groups along
+// N): the weights and their scales (and zero points) batched by group, a scale's K elements as
+// the dense kernels take them (per-channel: K rounded up to a power of two from 128).
 TEST(GroupedLowbitValidate, TakesFourBitWeightsWithPerGroupScales) {
   const DType bf16 = DType::bf16, f16 = DType::f16, e4m3 = DType::e4m3, e2m1 = DType::e2m1;
   const std::vector<Lowbit> cases = {
@@ -232,14 +232,16 @@ TEST(GroupedLowbitValidate, TakesFourBitWeightsWithPerGroupScales) {
       const int64_t scale_batch_stride = x.options.scale_b.scales.batch_stride();
       const int64_t block = w.block() < w.k ? w.block() : std::max<int64_t>(128, int64_t(std::bit_ceil(uint64_t(w.k))));
       EXPECT_EQ(p.batch, G);
-      EXPECT_EQ(p.b.dtype, w.weights);
-      EXPECT_EQ(p.b.batch_stride, N * w.k);
-      EXPECT_EQ(p.scale_b.mode, x.options.scale_b.mode);
-      EXPECT_EQ(p.scale_b.m.batch_stride, scale_batch_stride);
-      EXPECT_EQ(p.scale_b.block_rows, block);
-      EXPECT_EQ(p.scale_b.zeros.data != nullptr, w.zeros);
-      if (w.zeros) EXPECT_EQ(p.scale_b.zeros.batch_stride, scale_batch_stride);
-      EXPECT_EQ(p.scale_a.mode, w.scale_a);
+      EXPECT_TRUE(p.groups.along_n);
+      EXPECT_EQ(p.m, N);
+      EXPECT_EQ(p.a.dtype, w.weights);
+      EXPECT_EQ(p.a.batch_stride, N * w.k);
+      EXPECT_EQ(p.scale_a.mode, x.options.scale_b.mode);
+      EXPECT_EQ(p.scale_a.m.batch_stride, scale_batch_stride);
+      EXPECT_EQ(p.scale_a.block_cols, block);
+      EXPECT_EQ(p.scale_a.zeros.data != nullptr, w.zeros);
+      if (w.zeros) EXPECT_EQ(p.scale_a.zeros.batch_stride, scale_batch_stride);
+      EXPECT_EQ(p.scale_b.mode, w.scale_a);
     }
   }
 }
