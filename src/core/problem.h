@@ -45,8 +45,8 @@ struct GroupRef {
   bool int64 = false;
   bool check = false;  // trap on sizes out of range, rather than clamp them
   bool along_k = false;
-  bool along_n = false;
   bool zero_unowned = false;  // zero D's rows no group owns, before the GEMM
+  bool along_n = false;       // set by transposed_problem only
 
   bool grouped() const { return sizes != nullptr; }
 };
