@@ -62,7 +62,25 @@ TEST(GroupedValidate, ContiguousProblemHasGroupsAndOneMatrixOfRows) {
   EXPECT_EQ(p.rows_batch(), 1);
   EXPECT_EQ(p.b.batch_stride, N * K);
   EXPECT_EQ(p.groups.sizes, x.sizes.data);
-  EXPECT_EQ(normalize(p).b.row_stride, p.b.row_stride) << "grouped problems are never transposed";
+  EXPECT_FALSE(p.groups.along_n);
+  EXPECT_EQ(normalize(p).b.row_stride, p.b.row_stride) << "16-bit grouped problems are never transposed";
+}
+
+// The sizes' flags reach the problem as given, and nothing else (along N is the transposed
+// 4-bit problems' alone).
+TEST(GroupedValidate, SizesFlagsReachTheProblem) {
+  for (bool zero_unowned : {false, true}) {
+    for (bool check : {false, true}) {
+      Args x;
+      x.sizes.zero_unowned = zero_unowned;
+      x.sizes.check = check;
+      const Problem p = prepare(x);
+      EXPECT_EQ(p.groups.zero_unowned, zero_unowned);
+      EXPECT_EQ(p.groups.check, check);
+      EXPECT_FALSE(p.groups.along_n);
+      EXPECT_FALSE(p.groups.along_k);
+    }
+  }
 }
 
 TEST(GroupedValidate, MaskedProblemIsBatchedByGroup) {
