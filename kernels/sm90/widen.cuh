@@ -50,7 +50,7 @@ constexpr u32 kWidenTmaBytes = kPackedBytes + u32(kWidenGroups * kWidenRows * kW
 static_assert(!is_4bit_type(kBType), "4-bit weights are A (the plan transposes their problems)");
 static_assert(!kGroupPartials || (kAType == GEMMKIT_U4 && kTileN <= 32), "group partials: u4 weights on narrow tiles");
 static_assert(!kWidenA || kStageWordsA == 0, "a 4-bit A's scales are its group scales alone");
-static_assert(!kWidenTo8Bit || !kMxB, "W4A8: B's scales not mx");
+static_assert(!kWidenTo8Bit || !kMxB || kWidenGranuleK == 32, "W4A8 under B's mx exponents: weights in groups of 32");
 static_assert(!kWidenA || (kTileK == (kWidenTo8Bit ? 128 : 64) && kAKMajor && !kRealignA && !kRowClasses && kClusterM == 1 && !kDual &&
                            (!kGrouped || kGroupedN) && kWidenRows * kWidenScaleBytes % 16 == 0),
               "4-bit weights: K blocks of 128 bytes of B, K-major, read by TMA, unclustered, dense or grouped along N, "

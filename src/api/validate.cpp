@@ -320,12 +320,17 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
   const ScaleRef scale_b = weights_4bit ? weight_scale_ref(options.scale_b, b, a.dtype, k, n)
                                         : scale_ref(options.scale_b, b, /*is_a=*/false, k, n, "scale_b", "B");
   const ScaleRef scale_b2 = scale_b2_ref(options, scale_b, k, n);
-  // W4A8 promotes each K block of 128 by its weights' group scales and, in block mode, A's.
+  // W4A8 promotes each K block of 128 (or each of its groups of 32 or 64) by its weights' group
+  // scales and A's inner ones: 1x128 blocks, or mx exponents (MXFP8 activations) where the
+  // weights' groups are 32 of K too (e2m1, u4 in groups of 32).
+  const bool groups_of_32 = b.dtype == DType::e2m1 || scale_b.block_rows == 32;
   if (weights_4bit && is_fp8(a.dtype) &&
-      (scale_a.mode == ScaleMode::mx || (scale_a.mode == ScaleMode::block && scale_a.block_rows != 1))) {
+      ((scale_a.mode == ScaleMode::mx && !groups_of_32) || (scale_a.mode == ScaleMode::block && scale_a.block_rows != 1))) {
     fail("scale_a: mode " + std::string(scale_mode_name(scale_a.mode)) +
-         (scale_a.mode == ScaleMode::block ? " in 128x128 blocks" : "") +
-         " with 4-bit weights B; expected none, tensor, rowwise or block in 1x128 blocks");
+         (scale_a.mode == ScaleMode::block ? " in 128x128 blocks" : " with B in groups of " +
+                                                                         std::to_string(scale_b.block_rows)) +
+         " with 4-bit weights B; expected none, tensor, rowwise, block in 1x128 blocks, or mx against weights in groups "
+         "of 32 (e2m1, or u4 with group 32)");
   }
   if (scale_a.mode != ScaleMode::none) check_batch(options.scale_a.scales, "scale_a");
   if (scale_b.mode != ScaleMode::none) check_batch(options.scale_b.scales, "scale_b");

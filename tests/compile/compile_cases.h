@@ -242,6 +242,10 @@ inline std::vector<CompileCase> widen_cases() {
       add(tile, DType::u4, DType::e4m3, true, DType::bf16, !narrow, 2, false, false, ScaleMode::block, 32);
       add(tile, DType::u4, DType::e4m3, false, DType::f32, !narrow, 1, true, false, ScaleMode::rowwise, 64);
     }
+    if (tile_takes_scales(tile, ScaleMode::none, ScaleMode::mx)) {  // A8W4 in MX: B's exponents per 32 of K
+      add(tile, DType::e2m1, DType::e4m3, false, DType::bf16, !narrow, 2, false, false, ScaleMode::mx);
+      add(tile, DType::u4, DType::e4m3, true, DType::f32, !narrow, 1, true, false, ScaleMode::mx, 32);
+    }
   }
   // Without TMA stores (D's rows unaligned): row stores on 128-row tiles, direct ones below.
   for (TileShape tile : tile_shapes()) {

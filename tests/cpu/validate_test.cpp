@@ -578,12 +578,21 @@ TEST(ValidateW4a8, RefusesE5m2Activations) {
   expect_rejected(x, "B", {"u4", "e5m2"});
 }
 
-// The activations' scales the kernels cannot apply beside the weights': MX (1x32 ue8m0) and
-// 128x128 blocks (ceil(M/128) x ceil(WK/128)).
-TEST(ValidateW4a8, RefusesMxAndSquareBlockActivationScales) {
-  Args mx = w4a8_args(128);
-  mx.options.scale_a = activation_scales(ScaleMode::mx, M, 32);
-  expect_rejected(mx, "scale_a", {"mx"});
+// The activations' scales the kernels cannot apply beside the weights': MX (1x32 ue8m0) against
+// weights in groups other than 32, and 128x128 blocks (ceil(M/128) x ceil(WK/128)). MX against
+// u4 in groups of 32 or e2m1 (A8W4 in MX) is taken.
+TEST(ValidateW4a8, RefusesMxUnlessGroupsOf32AndSquareBlockActivationScales) {
+  for (int64_t group : {64, 128}) {
+    Args mx = w4a8_args(group);
+    mx.options.scale_a = activation_scales(ScaleMode::mx, M, (WK + 31) / 32);
+    expect_rejected(mx, "scale_a", {"mx", std::to_string(group)});
+  }
+  Args mx = w4a8_args(32);
+  mx.options.scale_a = activation_scales(ScaleMode::mx, M, (WK + 31) / 32);
+  EXPECT_EQ(validate_gemm(mx.a, mx.b, mx.d, mx.options).scale_a.mode, ScaleMode::mx);
+  mx.b.dtype = DType::e2m1;
+  mx.options.scale_b = {ScaleMode::mx, TensorView::row_major(address(3), DType::ue8m0, (WK + 31) / 32, N)};
+  EXPECT_EQ(validate_gemm(mx.a, mx.b, mx.d, mx.options).scale_a.mode, ScaleMode::mx);
   Args square = w4a8_args(128);
   square.options.scale_a = activation_scales(ScaleMode::block, 1, 8);
   expect_rejected(square, "scale_a", {"128"});

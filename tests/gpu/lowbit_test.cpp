@@ -96,7 +96,8 @@ struct LowbitCase {
 
 constexpr DType bf16 = DType::bf16, f16 = DType::f16, f32 = DType::f32, u4 = DType::u4, e2m1 = DType::e2m1,
                 e4m3 = DType::e4m3;
-constexpr ScaleMode tensor = ScaleMode::tensor, rowwise = ScaleMode::rowwise, block = ScaleMode::block;
+constexpr ScaleMode tensor = ScaleMode::tensor, rowwise = ScaleMode::rowwise, block = ScaleMode::block,
+                    mx = ScaleMode::mx;
 
 // K: 4160 = 32.5 groups of 128 (and 65 of 64), 1000 = 31.25 groups of 32 (7.8 of 128), 4097 odd
 // (a column's last byte half padding). Per-channel groups are K rounded up to a power of two, and
@@ -229,6 +230,13 @@ const std::vector<LowbitCase> kCases = {
      .scale_a = block, .scales_col_major = true},
     {.m = 4096, .n = 257, .k = 1000, .in = e4m3, .weights = u4, .out = bf16, .group = 32, .zeros = true,
      .scale_a = rowwise, .group_scales = f16},
+    // A8W4 in MX: e4m3 activations with ue8m0 exponents per 32 of K (MXFP8) against weights in
+    // groups of 32 (MXFP4, u4 g32), each granule promoted by both.
+    {.m = 1, .n = 4095, .k = 4160, .in = e4m3, .weights = e2m1, .out = bf16, .scale_a = mx},
+    {.m = 16, .n = 257, .k = 4097, .in = e4m3, .weights = u4, .out = f32, .group = 32, .zeros = true, .scale_a = mx},
+    {.m = 300, .n = 1000, .k = 1000, .in = e4m3, .weights = e2m1, .out = f16, .scale_a = mx, .batch = 2},
+    {.m = 4096, .n = 257, .k = 4160, .in = e4m3, .weights = u4, .out = bf16, .group = 32, .scale_a = mx,
+     .group_scales = f16},
 };
 
 // Matrix 0 of a batched view, as a rank-2 view every batch shares.
