@@ -41,7 +41,7 @@ ScaleRef scale_ref(const Scale& scale, const TensorView& x, bool is_a, int64_t r
     fail(name + ": mode group given for " + operand + " of dtype " + std::string(dtype_name(x.dtype)) +
          "; expected it only for u4 weights");
   }
-  if (!is_fp8(x.dtype)) {
+  if (!is_fp8(x.dtype) && !(is_a && x.dtype == DType::e2m1)) {  // MXFP4 activations: mx (check_activation_codes)
     fail(name + ": mode " + std::string(scale_mode_name(scale.mode)) + " given for " + operand + " of dtype " +
          std::string(dtype_name(x.dtype)) + "; expected scales only for e4m3 or e5m2 inputs (mode none otherwise)");
   }
@@ -170,6 +170,21 @@ void check_weight_layout(const TensorView& b) {
   }
 }
 
+// MXFP4 activations A (M x K): two codes a byte along K, as 4-bit weights are packed (K
+// contiguous, the other strides even), each 32 of K with its ue8m0 exponent (scale_a mx, whose
+// shape scale_ref checks).
+void check_activation_codes(const TensorView& a, const Scale& scale_a) {
+  if ((a.cols() > 1 && a.col_stride() != 1) || (a.rows() > 1 && a.row_stride() % 2 != 0) ||
+      (a.rank == 3 && a.batch() > 1 && a.batch_stride() % 2 != 0)) {
+    fail("A: strides " + strides_text(a) + " for e2m1 activations of shape " + shape_text(a) +
+         "; expected K contiguous and the other strides even (two codes a byte along K, each row from a byte)");
+  }
+  if (scale_a.mode != ScaleMode::mx) {
+    fail("scale_a: mode " + std::string(scale_mode_name(scale_a.mode)) +
+         " for e2m1 activations A; expected mx (one ue8m0 exponent per 32 of K: MXFP4)");
+  }
+}
+
 // D's scales (GemmOptions::scale_d): mode block, f32, ceil(N / 128) a row, where D is e4m3; none
 // otherwise. check_batch: validate_gemm's, against D's batch.
 template <class CheckBatch>
@@ -264,20 +279,24 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
   }
   if (use_c) check_form(*options.c, "C");
 
-  if (a.dtype != DType::bf16 && a.dtype != DType::f16 && !is_fp8(a.dtype)) {
-    fail("A: dtype " + std::string(dtype_name(a.dtype)) + " is not supported; expected bf16, f16, e4m3 or e5m2");
+  if (a.dtype != DType::bf16 && a.dtype != DType::f16 && !is_fp8(a.dtype) && a.dtype != DType::e2m1) {
+    fail("A: dtype " + std::string(dtype_name(a.dtype)) +
+         " is not supported; expected bf16, f16, e4m3, e5m2, or e2m1 (MXFP4 activations against 4-bit weights)");
   }
-  // 4-bit weights against a 16-bit A (W4A16) or an e4m3 one (W4A8).
-  const bool weights_4bit = is_4bit(b.dtype) && (!is_fp8(a.dtype) || a.dtype == DType::e4m3);
-  if (is_fp8(a.dtype) ? !is_fp8(b.dtype) && !weights_4bit : b.dtype != a.dtype && !weights_4bit) {
+  // 4-bit weights against a 16-bit A (W4A16), an e4m3 one (W4A8), or MXFP4 activations, which
+  // multiply as their exact e4m3 values (FP4 x FP4: `wide`, A's type as the kernels multiply it).
+  const DType wide = a.dtype == DType::e2m1 ? DType::e4m3 : a.dtype;
+  const bool weights_4bit = is_4bit(b.dtype) && (!is_fp8(wide) || wide == DType::e4m3);
+  if (is_fp8(wide) ? !is_fp8(b.dtype) && !weights_4bit : b.dtype != a.dtype && !weights_4bit) {
     fail("B: dtype " + std::string(dtype_name(b.dtype)) + " does not go with A's " + std::string(dtype_name(a.dtype)) +
-         "; expected A and B both bf16, both f16, each e4m3 or e5m2, or A bf16, f16 or e4m3 and B 4-bit (u4 or "
+         "; expected A and B both bf16, both f16, each e4m3 or e5m2, or A bf16, f16, e4m3 or e2m1 and B 4-bit (u4 or "
          "e2m1)");
   }
   if (weights_4bit) {
     check_weight_layout(b);
     if (options.b2) fail("options.b2: given with 4-bit weights B; expected none (no dual GEMM on 4-bit weights yet)");
   }
+  if (a.dtype == DType::e2m1) check_activation_codes(a, options.scale_a);
   if (d.dtype != DType::bf16 && d.dtype != DType::f16 && d.dtype != DType::f32 && d.dtype != DType::e4m3) {
     fail("D: dtype " + std::string(dtype_name(d.dtype)) + " is not supported; expected bf16, f16, f32 or e4m3");
   }
@@ -317,14 +336,14 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
   check_addressable(m, n, k, batch, widest);
   const MatrixRef scale_d = scale_d_ref(options.scale_d, d, m, n, check_batch);
   const ScaleRef scale_a = scale_ref(options.scale_a, a, /*is_a=*/true, m, k, "scale_a", "A");
-  const ScaleRef scale_b = weights_4bit ? weight_scale_ref(options.scale_b, b, a.dtype, k, n)
+  const ScaleRef scale_b = weights_4bit ? weight_scale_ref(options.scale_b, b, wide, k, n)
                                         : scale_ref(options.scale_b, b, /*is_a=*/false, k, n, "scale_b", "B");
   const ScaleRef scale_b2 = scale_b2_ref(options, scale_b, k, n);
   // W4A8 promotes each K block of 128 (or each of its groups of 32 or 64) by its weights' group
   // scales and A's inner ones: 1x128 blocks, or mx exponents (MXFP8 activations) where the
   // weights' groups are 32 of K too (e2m1, u4 in groups of 32).
   const bool groups_of_32 = b.dtype == DType::e2m1 || scale_b.block_rows == 32;
-  if (weights_4bit && is_fp8(a.dtype) &&
+  if (weights_4bit && is_fp8(wide) &&
       ((scale_a.mode == ScaleMode::mx && !groups_of_32) || (scale_a.mode == ScaleMode::block && scale_a.block_rows != 1))) {
     fail("scale_a: mode " + std::string(scale_mode_name(scale_a.mode)) +
          (scale_a.mode == ScaleMode::block ? " in 128x128 blocks" : " with B in groups of " +

@@ -14,6 +14,7 @@
 #include "runtime/driver.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/launch.h"
+#include "runtime/utility_kernels.h"
 #include "runtime/words_hash.h"
 #include "tuning/tuned_configs.h"
 
@@ -65,11 +66,16 @@ int sm_budget(const Problem& p, const runtime::DeviceInfo& info) {
 // blocks (cost_model.h, tile_takes_epilogue), as the plan picks wherever one runs the problem.
 bool quantizes_in_kernel(const KernelConfig& c) { return c.kind == KernelKind::tma && c.tile_cols(c.tile_n) % 128 == 0; }
 
+// FP4 x FP4 in normalize's orientation: e2m1 activations B against 4-bit weights A. No kernel
+// reads 4-bit B: run_plan widens it to e4m3 first (run_on_widened_activations) and plans that.
+bool widens_activations(const Problem& p) { return is_4bit(p.a.dtype) && p.b.dtype == DType::e2m1; }
+
 Plan new_plan(const Problem& normalized, const KernelConfig* forced, cudaStream_t stream) {
   const runtime::DeviceInfo& info = runtime::device_info(normalized.device);
   runtime::require_sm90(info);
   Plan plan;
   plan.sm_count = sm_budget(normalized, info);
+  if (widens_activations(normalized)) return plan;
   DeviceLimits limits = limits_of(info);
   if (normalized.grouped()) limits.sm_count = std::max(plan.sm_count, 2);  // the model weighs clusters of two
   if (forced) {
@@ -204,9 +210,30 @@ void run_then_quantize(const Problem& p, cudaStream_t stream) {
   runtime::check(cudaFreeAsync(values, stream), "cudaFreeAsync(values of an e4m3 D)");
 }
 
+// FP4 x FP4 (widens_activations): B's e2m1 codes widened exactly to e4m3 into stream-ordered
+// scratch, each token's K bytes contiguous (rows of a multiple of 16 bytes, as TMA reads them),
+// then the W4A8 GEMM on that copy, B's mx exponents its scales as they were.
+void run_on_widened_activations(const Problem& p, cudaStream_t stream) {
+  const int64_t matrices = p.batch > 1 && p.b.batch_stride != 0 ? p.batch : 1, ld = ceil_div(p.k, 16) * 16;
+  void* codes = nullptr;
+  runtime::check(cudaMallocAsync(&codes, size_t(std::max<int64_t>(matrices * p.n * ld, 16)), stream),
+                 "cudaMallocAsync(widened activations)");
+  try {
+    runtime::widen_e2m1(p.b, matrices, p.n, p.k, codes, ld, stream);
+    Problem e4m3 = p;
+    e4m3.b = {codes, DType::e4m3, matrices > 1 ? p.n * ld : 0, 1, ld};
+    run_plan(make_plan(e4m3, nullptr, stream), e4m3, stream);
+  } catch (...) {
+    cudaFreeAsync(codes, stream);
+    throw;
+  }
+  runtime::check(cudaFreeAsync(codes, stream), "cudaFreeAsync(widened activations)");
+}
+
 }  // namespace
 
 void run_plan(const Plan& plan, const Problem& normalized, cudaStream_t stream) {
+  if (widens_activations(normalized)) return run_on_widened_activations(normalized, stream);
   if (normalized.quantizes_d() && !quantizes_in_kernel(plan.config)) return run_then_quantize(normalized, stream);
   std::optional<Problem> transposed;
   if (plan.transposed) transposed = transposed_problem(normalized);

@@ -107,6 +107,21 @@ void zero_unowned_rows(const MatrixRef& d, const GroupRef& groups, int64_t count
         "cuLaunchKernel(zero_unowned_rows)");
 }
 
+void widen_e2m1(const MatrixRef& codes, int64_t batch, int64_t lines, int64_t k, void* dst, int64_t ld,
+                cudaStream_t stream) {
+  if (batch * lines * k == 0) return;
+  const LoadedKernel& kernel = utility_kernel("gemmkit_widen_e2m1");
+  const MatrixRef bytes = packed_bytes(codes, false);  // lines are B's columns: K contiguous
+  const void* src = bytes.data;
+  int64_t src_batch = batch > 1 ? bytes.batch_stride : 0, src_ld = bytes.col_stride;
+  int64_t dst_batch = lines * ld;
+  void* args[] = {&src, &src_batch, &src_ld, &dst, &dst_batch, &ld, &batch, &lines, &k};
+  const int64_t count = batch * lines * ((k + 1) / 2);
+  check(driver().launch_kernel(kernel.function, unsigned(std::min<int64_t>((count + 255) / 256, 1 << 16)), 1, 1, 256,
+                               1, 1, 0, stream, args, nullptr),
+        "cuLaunchKernel(widen_e2m1)");
+}
+
 const LoadedKernel& empty_kernel() { return utility_kernel("gemmkit_empty"); }
 
 void launch_empty(const LoadedKernel& kernel, unsigned blocks, unsigned threads, cudaStream_t stream) {

@@ -52,6 +52,12 @@ struct StageJob {
 // (programmatic dependent launch).
 void stage_copies(std::span<const StageJob> jobs, cudaStream_t stream);
 
+// FP4 x FP4: the e2m1 codes of `codes` (4-bit, K contiguous: [batch] lines x k codes, seen
+// through packed_bytes) widened exactly to e4m3 bytes at `dst`: lines `ld` bytes apart, batches
+// lines * ld (kernels/sm90/fp4_activations.cuh).
+void widen_e2m1(const MatrixRef& codes, int64_t batch, int64_t lines, int64_t k, void* dst, int64_t ld,
+                cudaStream_t stream);
+
 // Keeps the stream's GPU busy for about `cycles` SM clock cycles.
 void gpu_spin(int64_t cycles, cudaStream_t stream);
 
