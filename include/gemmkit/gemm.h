@@ -51,7 +51,11 @@ namespace gemmkit {
 // the outputs its weights reach NaN), each 128-deep K block's products summed by the tensor cores
 // as FP8 GEMMs sum them (groups of 32 and 64: each group's), then scaled by its group's scale
 // (and A's block scale) in f32; e2m1 values likewise exact, each 32 of K summed apart and scaled
-// by its ue8m0 scale.
+// by its ue8m0 scale. Against weights in groups of 32 (e2m1, u4 group 32), A's scales may also be
+// mx (MXFP8 activations), each 32 of K scaled by both exponents.
+// FP4 x FP4: A e2m1 (MXFP4 activations, packed along K as 4-bit weights are: K contiguous, the
+// other strides even) with scale_a mx, against weights in groups of 32: the activations are first
+// widened exactly to e4m3 into stream-ordered scratch (a copy each call), then multiplied as W4A8.
 enum class ScaleMode { none, tensor, rowwise, block, mx, group };
 
 std::string_view scale_mode_name(ScaleMode mode);  // "none", "tensor", "rowwise", "block", "mx", "group"
@@ -142,7 +146,7 @@ struct GemmOptions {
 // A and B are both bf16 or both f16, or each e4m3 or e5m2 (e.g. e4m3 x e5m2 for gradients), or
 // A bf16 or f16 and B 4-bit weights (u4 or e2m1, with scale_b as the modes above say; a
 // checkpoint's [N, K/2] bytes are B K x N with strides {1, K}, counted in elements), or A e4m3
-// and B 4-bit (W4A8);
+// and B 4-bit (W4A8), or A e2m1 with mx scales and B 4-bit in groups of 32 (FP4 x FP4);
 // D is bf16, f16, f32, or e4m3 quantised in 1x128 blocks (options.scale_d); accumulation is f32. FP8 products are summed by the tensor cores in
 // 128-deep (MXFP8: 32-deep) chunks, each added to an f32 accumulator with its block scales.
 // Runs asynchronously on options.stream, on the device that holds the tensors.
