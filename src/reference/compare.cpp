@@ -30,6 +30,8 @@ std::string Comparison::summary() const {
 double accumulation_tolerance(const Problem& p) {
   // FP8 on either side: an FP8 GEMM, or FP8 activations against u4 weights in either order.
   if (is_fp8(p.a.dtype) || is_fp8(p.b.dtype)) return 0x1p-10;
+  // MXFP4 activations against 4-bit weights: both widened exactly to e4m3, an FP8 GEMM's sums.
+  if (is_4bit(p.a.dtype) && is_4bit(p.b.dtype)) return 0x1p-10;
   // 4-bit weights: each rounded to the 16-bit operand's type (B's where the problem runs
   // transposed, the weights then A), then f32 sums (compare.h).
   if (is_4bit(p.b.dtype)) return unit_roundoff(p.a.dtype) + 1e-5;

@@ -43,6 +43,9 @@ Comparison compare(const Problem& p, const void* host_d, const double* ref, cons
 // take FP8's allowance too: each weight's q - zero is an integer of at most 15 in magnitude, exact
 // in e4m3, so the tensor cores sum a 128-deep block's exact FP8 products as in an FP8 GEMM, and
 // the group's (and A's 1x128 block's) scale multiplies that sum in f32, a rounding of 2^-24.
+// MXFP4 activations (e2m1 A, mx scales) against 4-bit weights in groups of 32 take it as well:
+// the activations are widened exactly to e4m3 (every e2m1 value is one) and run as W4A8 in MX,
+// each 32-deep granule's exact FP8 products scaled by A's exponent and the weights' scale.
 // 4-bit weights against a 16-bit operand (either operand u4 or e2m1, the other bf16 or f16):
 // the reference multiplies each weight dequantised exactly, the kernels round it to the other operand's 16-bit type
 // first (gemmkit/gemm.h), a relative error of at most that type's unit roundoff (bf16 2^-8,

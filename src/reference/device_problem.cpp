@@ -41,27 +41,36 @@ Strides operand_strides(int64_t rows, int64_t cols, bool transposed, int64_t pad
   return transposed ? Strides{1, *leading, *span} : Strides{*leading, 1, *span};
 }
 
-// Strides of 4-bit weights B (K x N, K contiguous, two elements a byte): {1, ld}, ld K rounded up
-// to even (align: to 32, 16 bytes) plus the pad, so that every column starts on a byte.
-Strides weight_strides(const ProblemSpec& spec) {
-  if (spec.layout[1] != 'T') {
-    throw Error(ErrorCode::invalid_argument, spec.describe() + ": layout " + spec.layout + " stores B N-contiguous; 4-bit B " +
-                                                 "is K-contiguous (a checkpoint's [N, K/2] bytes): layout " +
-                                                 spec.layout.substr(0, 1) + "T");
+// Strides of a 4-bit operand, K contiguous, two elements a byte: weights B (K x N) {1, ld}, MXFP4
+// activations A (M x K) {ld, 1}, ld K rounded up to even (align: to 32, 16 bytes) plus the
+// operand's pad, so that every column of B (row of A) starts on a byte.
+Strides packed_strides(const ProblemSpec& spec, bool is_a) {
+  const char* operand = is_a ? "A" : "B";
+  const char letter = spec.layout[is_a ? 0 : 1], k_major = is_a ? 'N' : 'T';
+  if (letter != k_major) {
+    throw Error(ErrorCode::invalid_argument,
+                spec.describe() + ": layout " + spec.layout + " stores " + operand + (is_a ? " M" : " N") +
+                    "-contiguous; 4-bit " + operand + " is K-contiguous (" +
+                    (is_a ? "[M, K/2] bytes): layout N" + spec.layout.substr(1, 1)
+                          : "a checkpoint's [N, K/2] bytes): layout " + spec.layout.substr(0, 1) + "T"));
   }
-  if (spec.pad_b % 2 != 0 || spec.offset_b % 2 != 0) {
-    throw Error(ErrorCode::invalid_argument, spec.describe() + ": pad_b " + std::to_string(spec.pad_b) + " and offset_b " +
-                                                 std::to_string(spec.offset_b) +
-                                                 " must be even for 4-bit B (two elements a byte, each column from a byte)");
+  const int64_t pad = is_a ? spec.pad_a : spec.pad_b, offset = is_a ? spec.offset_a : spec.offset_b;
+  if (pad % 2 != 0 || offset % 2 != 0) {
+    const std::string which = is_a ? "_a " : "_b ";
+    throw Error(ErrorCode::invalid_argument, spec.describe() + ": pad" + which + std::to_string(pad) + " and offset" +
+                                                 which + std::to_string(offset) + " must be even for 4-bit " + operand +
+                                                 " (two elements a byte, each " + (is_a ? "row" : "column") +
+                                                 " from a byte)");
   }
   const int64_t round = spec.align_leading ? 32 : 2;
-  const std::optional<int64_t> leading = checked_sum((spec.k + round - 1) / round * round, spec.pad_b);
-  const std::optional<int64_t> span = leading ? checked_product({spec.n, *leading}) : std::nullopt;
+  const std::optional<int64_t> leading = checked_sum((spec.k + round - 1) / round * round, pad);
+  const std::optional<int64_t> span = leading ? checked_product({is_a ? spec.m : spec.n, *leading}) : std::nullopt;
   if (!span) {
-    throw Error(ErrorCode::invalid_argument, spec.describe() + ": 4-bit B padded by " + std::to_string(spec.pad_b) +
-                                                 " elements a column overflows 64-bit addressing");
+    throw Error(ErrorCode::invalid_argument, spec.describe() + ": 4-bit " + operand + " padded by " +
+                                                 std::to_string(pad) + " elements a " + (is_a ? "row" : "column") +
+                                                 " overflows 64-bit addressing");
   }
-  return {1, *leading, *span};
+  return is_a ? Strides{*leading, 1, *span} : Strides{1, *leading, *span};
 }
 
 // Sets every element of `buffer` outside its view to all ones (NaN in every float type): the
@@ -78,12 +87,18 @@ void poison_outside(void* base, int64_t offset, DType type, int64_t rows, int64_
                  "poison the padding");
 }
 
-// What DeviceProblem cannot build around 4-bit weights (weight_strides checks B's layout). It
+// What DeviceProblem cannot build around 4-bit operands (packed_strides checks their layouts). It
 // builds some problems gemmkit rejects (e2m1 with group scales, u4 with mx ones, group 48, e5m2 A
-// with u4 B, ...), for tests of that.
+// with u4 B, e2m1 A against 16-bit or FP8 B or u4 in groups of 128, ...), for tests of that.
 void check_4bit_spec(const ProblemSpec& spec) {
   auto fail = [&](const std::string& why) { throw Error(ErrorCode::invalid_argument, spec.describe() + ": " + why); };
-  if (is_4bit(spec.in)) fail("4-bit A; 4-bit weights are B's (in_b u4 or e2m1, against a bf16, f16 or e4m3 A)");
+  if (spec.in == DType::u4) {
+    fail("u4 A; 4-bit weights are B's (in_b u4 or e2m1, against a bf16, f16, e4m3 or e2m1 A), 4-bit activations e2m1");
+  }
+  if (spec.in == DType::e2m1 && spec.scale_a != ScaleMode::mx) {
+    fail("e2m1 A with scale_a " + std::string(scale_mode_name(spec.scale_a)) +
+         "; MXFP4 activations take scale_a mx (a ue8m0 exponent per 32 of K)");
+  }
   if (spec.scale_a == ScaleMode::group) fail("scale_a group; group scales are 4-bit B's");
   if (spec.scale_b == ScaleMode::group) {
     if (spec.group < 1) fail("group " + std::to_string(spec.group) + "; expected at least 1");
@@ -99,25 +114,57 @@ void check_4bit_spec(const ProblemSpec& spec) {
   }
 }
 
-// poison_outside for 4-bit weights B (K x N, strides {1, ld}, `batch` spans of N ld elements, after
-// `offset` elements; offset and ld even): the bytes before the view and those past each column's
-// K elements set to all ones (code 15: u4 7 or more scales from zero, e2m1 -6), and for an odd K
-// the high nibble of each column's last byte.
-void poison_outside_4bit(void* base, int64_t offset, int64_t k, int64_t n, int64_t ld, int64_t batch) {
-  const int64_t offset_bytes = offset / 2, ld_bytes = ld / 2, used_bytes = (k + 1) / 2, runs = n * batch;
-  runtime::check(cudaMemset(base, 0xff, size_t(offset_bytes)), "poison before the view");
-  if (runs == 0) return;
-  char* first_pad = static_cast<char*>(base) + offset_bytes + used_bytes;
-  if (ld_bytes > used_bytes) {
-    runtime::check(cudaMemset2D(first_pad, size_t(ld_bytes), 0xff, size_t(ld_bytes - used_bytes), size_t(runs)),
+// A 4-bit operand's buffer (packed_strides): `runs` runs of k elements (A's rows, B's columns,
+// over the batch), ld apart, after `offset` elements; offset and ld even, so each run starts on a
+// byte.
+struct PackedRuns {
+  int64_t offset, k, runs, ld;
+  int64_t offset_bytes() const { return offset / 2; }
+  int64_t ld_bytes() const { return ld / 2; }
+  int64_t bytes() const { return offset_bytes() + runs * ld_bytes(); }
+};
+
+std::vector<unsigned char> copy_bytes_to_host(const void* base, int64_t bytes, const char* what) {
+  std::vector<unsigned char> host(size_t(std::max<int64_t>(bytes, 0)));
+  runtime::check(cudaMemcpy(host.data(), base, host.size(), cudaMemcpyDeviceToHost), what);
+  return host;
+}
+
+// poison_outside for a 4-bit operand: the bytes before the view and those past each run's k
+// elements set to all ones (code 15: u4 7 or more scales from zero, e2m1 -6), and for an odd k
+// the high nibble of each run's last byte.
+void poison_outside_4bit(void* base, const PackedRuns& r) {
+  const int64_t used_bytes = (r.k + 1) / 2;
+  runtime::check(cudaMemset(base, 0xff, size_t(r.offset_bytes())), "poison before the view");
+  if (r.runs == 0) return;
+  char* first_pad = static_cast<char*>(base) + r.offset_bytes() + used_bytes;
+  if (r.ld_bytes() > used_bytes) {
+    const size_t pad_bytes = size_t(r.ld_bytes() - used_bytes);
+    runtime::check(cudaMemset2D(first_pad, size_t(r.ld_bytes()), 0xff, pad_bytes, size_t(r.runs)),
                    "poison the padding");
   }
-  if (k % 2 == 0) return;
+  if (r.k % 2 == 0) return;
   // Half a byte: through the host, byte by byte (tests' sizes).
-  std::vector<unsigned char> host(size_t(offset_bytes + runs * ld_bytes));
-  runtime::check(cudaMemcpy(host.data(), base, host.size(), cudaMemcpyDeviceToHost), "copy B to poison it");
-  for (int64_t run = 0; run < runs; ++run) host[size_t(offset_bytes + run * ld_bytes + k / 2)] |= 0xF0;
-  runtime::check(cudaMemcpy(base, host.data(), host.size(), cudaMemcpyHostToDevice), "poison B's last nibbles");
+  std::vector<unsigned char> host = copy_bytes_to_host(base, r.bytes(), "copy a 4-bit operand to poison it");
+  for (int64_t run = 0; run < r.runs; ++run) host[size_t(r.offset_bytes() + run * r.ld_bytes() + r.k / 2)] |= 0xF0;
+  runtime::check(cudaMemcpy(base, host.data(), host.size(), cudaMemcpyHostToDevice), "poison the last nibbles");
+}
+
+// Random e2m1 codes are +-0 one time in eight, so a tiny operand could hold nothing else: where
+// every code of the view is zero, its first element becomes 1.0 (code 2, the low nibble of the
+// first byte). A test of MXFP4 activations then always multiplies something.
+void make_e2m1_nonzero(void* base, const PackedRuns& r) {
+  if (r.runs == 0 || r.k == 0) return;
+  const std::vector<unsigned char> host = copy_bytes_to_host(base, r.bytes(), "copy a 4-bit operand");
+  for (int64_t run = 0; run < r.runs; ++run) {
+    for (int64_t c = 0; c < r.k; ++c) {
+      const unsigned char byte = host[size_t(r.offset_bytes() + run * r.ld_bytes() + c / 2)];
+      if (((byte >> (4 * (c % 2))) & 0x7) != 0) return;
+    }
+  }
+  const unsigned char first = (host[size_t(r.offset_bytes())] & 0xF0) | 0x2;
+  runtime::check(cudaMemcpy(static_cast<unsigned char*>(base) + r.offset_bytes(), &first, 1, cudaMemcpyHostToDevice),
+                 "make an e2m1 operand nonzero");
 }
 
 }  // namespace
@@ -182,15 +229,19 @@ DeviceProblem::DeviceProblem(const ProblemSpec& spec, uint64_t seed) : spec_(spe
   if (spec.layout.size() != 2) throw std::invalid_argument("layout must be two letters: " + spec.layout);
   spec.check_addressable();
   const bool a_t = spec.layout[0] == 'T', b_t = spec.layout[1] == 'T';
-  const Strides sa = operand_strides(spec.m, spec.k, a_t, spec.pad_a, spec.align_leading);
-  const bool b_4bit = is_4bit(spec.b_type());
+  const bool a_4bit = is_4bit(spec.in), b_4bit = is_4bit(spec.b_type());
   check_4bit_spec(spec);  // before anything is allocated
-  const Strides sb = b_4bit ? weight_strides(spec) : operand_strides(spec.k, spec.n, b_t, spec.pad_b, spec.align_leading);
+  const Strides sa =
+      a_4bit ? packed_strides(spec, true) : operand_strides(spec.m, spec.k, a_t, spec.pad_a, spec.align_leading);
+  const Strides sb =
+      b_4bit ? packed_strides(spec, false) : operand_strides(spec.k, spec.n, b_t, spec.pad_b, spec.align_leading);
   const Strides sd = operand_strides(spec.m, spec.n, spec.d_col_major, spec.pad_d, spec.align_leading);
-  a_buf_ = allocate(spec.in, spec.offset_a, sa.span, spec.batch);
-  // A 4-bit B's buffer in bytes: offset and span are even (weight_strides).
-  b_buf_ = b_4bit ? allocate(spec.b_type(), spec.offset_b / 2, sb.span / 2, spec.batch)
-                  : allocate(spec.b_type(), spec.offset_b, sb.span, spec.batch);
+  // A 4-bit operand's buffer in bytes: offset and span are even (packed_strides).
+  auto allocate_input = [&](DType type, int64_t offset, int64_t span) {
+    return is_4bit(type) ? allocate(type, offset / 2, span / 2, spec.batch) : allocate(type, offset, span, spec.batch);
+  };
+  a_buf_ = allocate_input(spec.in, spec.offset_a, sa.span);
+  b_buf_ = allocate_input(spec.b_type(), spec.offset_b, sb.span);
   d_buf_ = allocate(spec.out, spec.offset_d, sd.span, spec.batch);
   auto view = [&](const Buffer& buffer, int64_t rows, int64_t cols, const Strides& s) {
     return spec.batch == 1 ? TensorView::matrix(buffer.data(), buffer.type, rows, cols, s.row, s.col)
@@ -199,15 +250,29 @@ DeviceProblem::DeviceProblem(const ProblemSpec& spec, uint64_t seed) : spec_(spe
   a_ = view(a_buf_, spec.m, spec.k, sa);
   b_ = view(b_buf_, spec.k, spec.n, sb);
   d_ = view(d_buf_, spec.m, spec.n, sd);
-  runtime::fill_random(a_buf_.base, spec.in, a_buf_.elements, seed, spec.input_lo, 1.0f, nullptr);
   // A 4-bit fill counts elements: two a byte, random bits (every code).
-  runtime::fill_random(b_buf_.base, spec.b_type(), b_4bit ? 2 * b_buf_.elements : b_buf_.elements, seed + 1,
-                       spec.input_lo, 1.0f, nullptr);
+  auto fill_input = [&](const Buffer& buffer, uint64_t fill_seed) {
+    const int64_t elements = is_4bit(buffer.type) ? 2 * buffer.elements : buffer.elements;
+    runtime::fill_random(buffer.base, buffer.type, elements, fill_seed, spec.input_lo, 1.0f, nullptr);
+  };
+  fill_input(a_buf_, seed);
+  fill_input(b_buf_, seed + 1);
+  // The runs of a 4-bit A (its rows, K contiguous) and B (its columns).
+  const PackedRuns a_runs{spec.offset_a, spec.k, spec.m * spec.batch, sa.row};
+  const PackedRuns b_runs{spec.offset_b, spec.k, spec.n * spec.batch, sb.col};
+  if (spec.in == DType::e2m1) {
+    runtime::check(cudaDeviceSynchronize(), "filling inputs");
+    make_e2m1_nonzero(a_buf_.base, a_runs);
+  }
   if (spec.nan_outside) {
     runtime::check(cudaDeviceSynchronize(), "filling inputs");
-    poison_outside(a_buf_.base, spec.offset_a, spec.in, spec.m, spec.k, a_t, sa, spec.batch);
+    if (a_4bit) {
+      poison_outside_4bit(a_buf_.base, a_runs);
+    } else {
+      poison_outside(a_buf_.base, spec.offset_a, spec.in, spec.m, spec.k, a_t, sa, spec.batch);
+    }
     if (b_4bit) {
-      poison_outside_4bit(b_buf_.base, spec.offset_b, spec.k, spec.n, sb.col, spec.batch);
+      poison_outside_4bit(b_buf_.base, b_runs);
     } else {
       poison_outside(b_buf_.base, spec.offset_b, spec.b_type(), spec.k, spec.n, b_t, sb, spec.batch);
     }

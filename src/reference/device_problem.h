@@ -21,8 +21,8 @@ struct ProblemSpec {
   std::string layout = "NT";  // row-major convention, see problem.h
   DType in = DType::bf16, out = DType::bf16;  // out e4m3: quantised in 1x128 blocks (GemmOptions::scale_d)
   std::optional<DType> in_b;  // B's type where it differs from A's (e.g. e4m3 x e5m2)
-  // Scales of FP8 inputs, random in [0.5, 2) (mx: powers of two from 1/4 to 2), shaped as the
-  // mode asks (see gemmkit/gemm.h), batched with the operands, row-major unless
+  // Scales of FP8 inputs (and of MXFP4 A), random in [0.5, 2) (mx: powers of two from 1/4 to
+  // 2), shaped as the mode asks (see gemmkit/gemm.h), batched with the operands, row-major unless
   // scales_col_major. Block scales of A cover 1 or 128 rows, those of B 128 or 1 columns.
   ScaleMode scale_a = ScaleMode::none, scale_b = ScaleMode::none;
   int64_t scale_a_block_rows = 1, scale_b_block_cols = 128;
@@ -32,8 +32,8 @@ struct ProblemSpec {
   // scales.
   std::optional<bool> scale_a_col_major;
   int64_t pad_scales = 0;  // extra elements in the scale tensors' leading dimension
-  // 4-bit weights (in_b u4 or e2m1 against a bf16 or f16 A, or u4 against an e4m3 A (W4A8, with
-  // scale_a as for FP8); scale_b group or mx): random codes (random bytes: every code), B
+  // 4-bit weights (in_b u4 or e2m1 against a bf16, f16, e4m3 (W4A8, with scale_a as for FP8) or
+  // e2m1 A; scale_b group or mx): random codes (random bytes: every code), B
   // K-contiguous (layout ?T only), strides {1, ld} with ld K rounded up to even (align_leading: to
   // 32 elements, 16 bytes) plus pad_b; pad_b and offset_b even (two elements a byte). Group scales
   // of group_scale_dtype() random in [0.5, 2), mx ones 2^-2 to 2^1, shaped [ceil(K/group), N] (mx:
@@ -41,11 +41,16 @@ struct ProblemSpec {
   // `zeros` (mode group only), zero points of the scales' type, layout and shape, random integers
   // 0 to 15 (with fractional_zeros, one in five plus a half). A group at least K is per-channel.
   // See gemmkit/gemm.h.
+  // MXFP4 activations (in e2m1, with scale_a mx, against any B; gemmkit takes them against 4-bit
+  // weights in groups of 32): random codes likewise (every code, never all of the view +-0), A
+  // K-contiguous (layout N? only), strides {ld, 1} with ld as B's from pad_a (pad_a and offset_a
+  // even), poisoned as B's where nan_outside; its exponents mx scales as above ([M, ceil(K/32)],
+  // 2^-2 to 2^1). u4 A, and e2m1 A with another scale_a, are refused.
   int64_t group = 128;
   bool zeros = false;
   bool fractional_zeros = false;
   // The group scales' (and zero points') type, bf16 or f16. Unset: A's type where A is 16-bit
-  // (the only choice there), bf16 where A is FP8 (which leaves it free).
+  // (the only choice there), bf16 where A is FP8 or e2m1 (which leave it free).
   std::optional<DType> group_scale_type;
   float input_lo = -1.0f;  // A and B are uniform in [input_lo, 1): 0 makes every product positive
   float alpha = 1.0f, beta = 0.0f;
@@ -63,7 +68,7 @@ struct ProblemSpec {
   bool nan_outside = false;
 
   DType b_type() const { return in_b.value_or(in); }
-  DType group_scale_dtype() const { return group_scale_type.value_or(is_fp8(in) ? DType::bf16 : in); }
+  DType group_scale_dtype() const { return group_scale_type.value_or(is_fp8(in) || is_4bit(in) ? DType::bf16 : in); }
   std::string describe() const;
   // Throws gemmkit::Error(invalid_argument) where an operand is too large for 64-bit
   // addressing (check_addressable in core/problem.h), naming the sizes.
@@ -82,9 +87,9 @@ std::pair<int64_t, int64_t> scale_shape(const ProblemSpec& spec, bool is_a);
 class DeviceProblem {
  public:
   // Allocates on the current device and fills A, B (and C) with uniform values in [-1, 1) (A and
-  // B: [input_lo, 1); 4-bit B: random codes). Throws Error(invalid_argument) for a 4-bit B the
-  // spec cannot lay out (see ProblemSpec), group scales of a type other than bf16 or f16, or
-  // 4-bit A.
+  // B: [input_lo, 1); 4-bit A and B: random codes). Throws Error(invalid_argument) for a 4-bit
+  // operand the spec cannot lay out (see ProblemSpec), group scales of a type other than bf16 or
+  // f16, u4 A, or e2m1 A without scale_a mx.
   DeviceProblem(const ProblemSpec& spec, uint64_t seed);
   ~DeviceProblem();
   DeviceProblem(const DeviceProblem&) = delete;

@@ -479,6 +479,9 @@ TEST(Compare, AllowanceFollowsTheOperandTypes) {
   EXPECT_EQ(allowance(DType::u4, DType::e4m3), 0x1p-10);  // run transposed: the weights are A
   EXPECT_EQ(allowance(DType::bf16, DType::u4), 0x1p-8 + 1e-5);
   EXPECT_EQ(allowance(DType::e2m1, DType::f16), 0x1p-11 + 1e-5);
+  // MXFP4 activations against 4-bit weights: both widened exactly to e4m3, FP8's.
+  EXPECT_EQ(allowance(DType::e2m1, DType::e2m1), 0x1p-10);
+  EXPECT_EQ(allowance(DType::e2m1, DType::u4), 0x1p-10);
 }
 
 // ---- the test problems' spec (device_problem.h) for W4A8 ----
@@ -516,6 +519,65 @@ TEST(W4a8Spec, DeviceProblemRefusesOtherGroupScaleTypes) {
       EXPECT_NE(std::string(e.what()).find("group scales of type " + std::string(dtype_name(type))), std::string::npos)
           << e.what();
     }
+  }
+}
+
+// ---- the test problems' spec for MXFP4 activations (e2m1 A with scale_a mx) ----
+
+// DeviceProblem's refusal of `spec`, before anything is allocated (no GPU needed), as a message
+// (empty where it was built: a GPU is present and the spec is one it builds).
+std::string refusal(const ProblemSpec& spec) {
+  try {
+    DeviceProblem problem(spec, 1);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
+    return e.what();
+  }
+  return "";
+}
+
+// Group scales default to bf16 beside e2m1 activations (which, like e4m3 ones, leave their type
+// free), and describe() names both 4-bit types and A's mode.
+TEST(Mxfp4ActivationsSpec, DefaultsAndDescription) {
+  ProblemSpec spec{.m = 16, .n = 257, .k = 1000, .in = DType::e2m1, .in_b = DType::u4};
+  spec.scale_a = ScaleMode::mx;
+  spec.scale_b = ScaleMode::group;
+  spec.group = 32;
+  EXPECT_EQ(spec.group_scale_dtype(), DType::bf16);
+  spec.group_scale_type = DType::f16;
+  EXPECT_EQ(spec.group_scale_dtype(), DType::f16);
+  const std::string text = spec.describe();
+  EXPECT_NE(text.find("e2m1*u4"), std::string::npos) << text;
+  EXPECT_NE(text.find("scale_a mx"), std::string::npos) << text;
+  EXPECT_EQ(scale_shape(spec, /*is_a=*/true), (std::pair<int64_t, int64_t>{16, 32}));  // M x ceil(K/32)
+  EXPECT_EQ(scale_dtype(spec, spec.scale_a), DType::ue8m0);
+}
+
+// What DeviceProblem refuses of 4-bit A, each naming why: u4 A; e2m1 A in any mode but mx; e2m1 A
+// stored M-contiguous; an odd pad_a or offset_a (rows not on bytes).
+TEST(Mxfp4ActivationsSpec, DeviceProblemRefusesWhatItCannotBuild) {
+  ProblemSpec good{.m = 16, .n = 64, .k = 256, .in = DType::e2m1, .in_b = DType::e2m1};
+  good.scale_a = ScaleMode::mx;
+  good.scale_b = ScaleMode::mx;
+
+  ProblemSpec u4_a = good;
+  u4_a.in = DType::u4;
+  EXPECT_NE(refusal(u4_a).find("u4 A"), std::string::npos) << refusal(u4_a);
+  for (ScaleMode mode : {ScaleMode::none, ScaleMode::tensor, ScaleMode::rowwise, ScaleMode::block, ScaleMode::group}) {
+    ProblemSpec other = good;
+    other.scale_a = mode;
+    const std::string why = refusal(other);
+    EXPECT_NE(why.find("e2m1 A with scale_a " + std::string(scale_mode_name(mode))), std::string::npos)
+        << scale_mode_name(mode) << ": " << why;
+  }
+  ProblemSpec m_major = good;
+  m_major.layout = "TT";
+  EXPECT_NE(refusal(m_major).find("4-bit A is K-contiguous"), std::string::npos) << refusal(m_major);
+  for (auto [pad, offset] : {std::pair{1, 0}, std::pair{0, 3}}) {
+    ProblemSpec odd = good;
+    odd.pad_a = pad;
+    odd.offset_a = offset;
+    EXPECT_NE(refusal(odd).find("must be even for 4-bit A"), std::string::npos) << refusal(odd);
   }
 }
 

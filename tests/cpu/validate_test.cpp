@@ -447,6 +447,15 @@ Args w4a8_args(int64_t group, DType type = DType::bf16, bool zeros = false) {
   return x;
 }
 
+// `x` with u4 weights per batch: B [batch, WK, N] with columns `ld` apart, and its scales and zero
+// points [batch, groups, N] of `type`.
+Args with_weights_per_batch(Args x, int64_t batch, int64_t ld, int64_t groups, DType type) {
+  x.b = TensorView::batched(address(1), DType::u4, batch, WK, N, N * ld, 1, ld);
+  x.options.scale_b.scales = TensorView::batched(address(3), type, batch, groups, N, groups * N, N, 1);
+  x.options.scale_b.zeros = TensorView::batched(address(4), type, batch, groups, N, groups * N, N, 1);
+  return x;
+}
+
 // The activations' scales, f32 (mx: ue8m0), of `rows` x `cols`.
 Scale activation_scales(ScaleMode mode, int64_t rows, int64_t cols) {
   return {mode, TensorView::row_major(address(5), mode == ScaleMode::mx ? DType::ue8m0 : DType::f32, rows, cols)};
@@ -528,11 +537,7 @@ TEST(ValidateW4a8, TakesBatchedAndSharedWeights) {
   EXPECT_EQ(p.scale_b.m.batch_stride, 0);
   EXPECT_EQ(p.scale_a.m.batch_stride, M);
 
-  Args batched = shared;
-  batched.b = TensorView::batched(address(1), DType::u4, batch, WK, N, N * ld, 1, ld);
-  batched.options.scale_b.scales = TensorView::batched(address(3), DType::bf16, batch, 4, N, 4 * N, N, 1);
-  batched.options.scale_b.zeros = TensorView::batched(address(4), DType::bf16, batch, 4, N, 4 * N, N, 1);
-  const Problem q = validate(batched);
+  const Problem q = validate(with_weights_per_batch(shared, batch, ld, 4, DType::bf16));
   EXPECT_EQ(q.b.batch_stride, N * ld);
   EXPECT_EQ(q.b.col_stride, ld);
   EXPECT_EQ(q.scale_b.m.batch_stride, 4 * N);
@@ -607,6 +612,222 @@ TEST(ValidateW4a8, RefusesScalesOfOtherTypes) {
   Args mixed = w4a8_args(128, DType::f16, true);
   mixed.options.scale_b.zeros->dtype = DType::bf16;
   expect_rejected(mixed, "scale_b.zeros", {"bf16"});
+}
+
+// ---- MXFP4 activations: e2m1 A with ue8m0 exponents per 32 of K, against 4-bit weights in ----
+// ---- groups of 32 (e2m1 in mode mx, u4 with group 32) -------------------------------------------
+
+// e2m1 A (M x WK: [M, WK/2] bytes, strides {WK, 1}) with mx exponents M x ceil(WK/32), against
+// `weights`: e2m1 with mx scales ceil(WK/32) x N, or u4 in groups of `group` (w4a8_args' scales).
+Args mxfp4_args(DType weights, int64_t group = 32, DType type = DType::bf16, bool zeros = false) {
+  Args x = w4a8_args(group, type, zeros);
+  x.a.dtype = DType::e2m1;
+  x.options.scale_a = activation_scales(ScaleMode::mx, M, (WK + 31) / 32);
+  if (weights == DType::e2m1) {
+    x.b.dtype = DType::e2m1;
+    x.options.scale_b = {ScaleMode::mx, TensorView::row_major(address(3), DType::ue8m0, (WK + 31) / 32, N)};
+  }
+  return x;
+}
+
+// The Problem keeps A as given, e2m1 with its strides, and its exponents in mode mx (1x32 blocks);
+// the weights' scales as W4A8 in MX keeps them. Every D type, group scales of either 16-bit type,
+// with and without zero points.
+TEST(ValidateMxfp4Activations, TakesMxfp4AndU4Group32Weights) {
+  struct Weights {
+    DType type;
+    DType scales;
+    bool zeros;
+  };
+  for (const Weights& w : {Weights{DType::e2m1, DType::ue8m0, false}, Weights{DType::u4, DType::bf16, false},
+                           Weights{DType::u4, DType::f16, true}, Weights{DType::u4, DType::bf16, true}}) {
+    for (DType out : {DType::bf16, DType::f16, DType::f32}) {
+      SCOPED_TRACE(std::string(dtype_name(w.type)) + " " + std::string(dtype_name(w.scales)) +
+                   (w.zeros ? " zeros" : "") + " -> " + std::string(dtype_name(out)));
+      Args x = mxfp4_args(w.type, 32, w.type == DType::u4 ? w.scales : DType::bf16, w.zeros);
+      x.d.dtype = out;
+      const Problem p = validate(x);
+      EXPECT_EQ(p.m, M);
+      EXPECT_EQ(p.k, WK);
+      EXPECT_EQ(p.n, N);
+      EXPECT_EQ(p.a.dtype, DType::e2m1);
+      EXPECT_EQ(p.a.data, address(0));
+      EXPECT_EQ(p.a.row_stride, WK);
+      EXPECT_EQ(p.a.col_stride, 1);
+      EXPECT_EQ(p.b.dtype, w.type);
+      EXPECT_EQ(p.d.dtype, out);
+      EXPECT_EQ(p.scale_a.mode, ScaleMode::mx);
+      EXPECT_EQ(p.scale_a.m.data, address(5));
+      EXPECT_EQ(p.scale_a.m.dtype, DType::ue8m0);
+      EXPECT_EQ(p.scale_a.block_rows, 1);
+      EXPECT_EQ(p.scale_a.block_cols, 32);
+      EXPECT_EQ(p.scale_b.mode, w.type == DType::u4 ? ScaleMode::group : ScaleMode::mx);
+      EXPECT_EQ(p.scale_b.m.dtype, w.scales);
+      EXPECT_EQ(p.scale_b.block_rows, 32);
+      EXPECT_EQ(p.scale_b.block_cols, 1);
+      EXPECT_EQ(p.scale_b.zeros.data, w.zeros ? address(4) : nullptr);
+    }
+  }
+}
+
+// Padded rows (an even row stride), an odd K (the last byte of each row half used), exponents
+// transposed ([ceil(K/32), M] viewed as M x ceil(K/32)), and batches: A and its exponents per
+// batch against weights per batch or one set shared.
+TEST(ValidateMxfp4Activations, TakesPaddedRowsOddKTransposedExponentsAndBatches) {
+  constexpr int64_t k = WK + 1, ld = WK + 24, blocks = (k + 31) / 32, batch = 3;
+  Args x = mxfp4_args(DType::e2m1);
+  x.a = TensorView::matrix(address(0), DType::e2m1, M, k, ld, 1);
+  x.b = TensorView::matrix(address(1), DType::e2m1, k, N, 1, ld);
+  x.options.scale_a.scales = TensorView::matrix(address(5), DType::ue8m0, M, blocks, 1, M);
+  x.options.scale_b.scales = TensorView::row_major(address(3), DType::ue8m0, blocks, N);
+  const Problem p = validate(x);
+  EXPECT_EQ(p.k, k);
+  EXPECT_EQ(p.a.row_stride, ld);
+  EXPECT_EQ(p.scale_a.m.row_stride, 1);
+  EXPECT_EQ(p.scale_a.m.col_stride, M);
+
+  Args shared = mxfp4_args(DType::u4, 32, DType::f16, true);
+  shared.a = TensorView::batched(address(0), DType::e2m1, batch, M, WK, M * ld, ld, 1);
+  shared.d = TensorView::batched(address(2), DType::bf16, batch, M, N, M * N, N, 1);
+  shared.options.scale_a.scales =
+      TensorView::batched(address(5), DType::ue8m0, batch, M, WK / 32 + 1, M * (WK / 32 + 1), WK / 32 + 1, 1);
+  const Problem q = validate(shared);
+  EXPECT_EQ(q.batch, batch);
+  EXPECT_EQ(q.a.dtype, DType::e2m1);
+  EXPECT_EQ(q.a.batch_stride, M * ld);
+  EXPECT_EQ(q.scale_a.m.batch_stride, M * (WK / 32 + 1));
+  EXPECT_EQ(q.b.batch_stride, 0);
+
+  const Problem r = validate(with_weights_per_batch(shared, batch, ld, 32, DType::f16));
+  EXPECT_EQ(r.b.batch_stride, N * ld);
+  EXPECT_EQ(r.scale_b.m.batch_stride, 32 * N);
+}
+
+// C, a fused epilogue, an e4m3 D and a second B go as with dense W4A8 (e4m3 activations in MX
+// against the same weights): taken where it takes them, refused by the same name where it refuses
+// them (today: C, the epilogue and the e4m3 D taken, options.b2 refused).
+TEST(ValidateMxfp4Activations, CEpilogueQuantizedDAndB2AsDenseW4a8) {
+  struct Extra {
+    const char* what;
+    void (*apply)(Args&);
+  };
+  const Extra extras[] = {
+      {"C", [](Args& x) {
+         x.options.beta = -1.5f;
+         x.options.c = TensorView::row_major(address(6), DType::bf16, M, N);
+       }},
+      {"epilogue", [](Args& x) { x.options.epilogue.text = "relu(acc)"; }},
+      {"e4m3 D", [](Args& x) {
+         x.d.dtype = DType::e4m3;
+         x.options.scale_d = {ScaleMode::block, TensorView::row_major(address(7), DType::f32, M, (N + 127) / 128)};
+       }},
+      {"b2", [](Args& x) {
+         x.options.b2 = TensorView::matrix(address(8), x.b.dtype, WK, N, 1, WK);
+         x.options.scale_b2 = x.options.scale_b;
+         x.options.scale_b2.scales.data = address(9);
+       }},
+  };
+  // The message of validate's refusal, "" where it takes the arguments.
+  const auto outcome = [](const Args& x) -> std::string {
+    try {
+      validate(x);
+      return "";
+    } catch (const Error& e) {
+      return e.what();
+    }
+  };
+  for (DType weights : {DType::e2m1, DType::u4}) {
+    for (const Extra& extra : extras) {
+      SCOPED_TRACE(std::string(dtype_name(weights)) + " weights, " + extra.what);
+      Args fp8 = mxfp4_args(weights);
+      fp8.a.dtype = DType::e4m3;
+      extra.apply(fp8);
+      Args fp4 = mxfp4_args(weights);
+      extra.apply(fp4);
+      const std::string w4a8 = outcome(fp8), mxfp4 = outcome(fp4);
+      if (w4a8.empty()) {
+        EXPECT_EQ(mxfp4, "");
+      } else {
+        const std::string name = w4a8.substr(0, w4a8.find(':'));
+        EXPECT_EQ(mxfp4.rfind(name + ":", 0), 0u) << "W4A8: " << w4a8 << "\nMXFP4 activations: " << mxfp4;
+      }
+    }
+  }
+}
+
+// Without its exponents (mode none), or with scales of another mode, e2m1 A is refused naming
+// scale_a; so are exponents of the wrong shape or type.
+TEST(ValidateMxfp4Activations, RefusesAWithoutMxExponents) {
+  for (Scale scale : {Scale{}, activation_scales(ScaleMode::tensor, 1, 1), activation_scales(ScaleMode::rowwise, M, 1),
+                      activation_scales(ScaleMode::block, M, 8)}) {
+    SCOPED_TRACE(scale_mode_name(scale.mode));
+    for (DType weights : {DType::e2m1, DType::u4}) {
+      Args x = mxfp4_args(weights);
+      x.options.scale_a = scale;
+      expect_rejected(x, "scale_a", {});
+    }
+  }
+  Args shape = mxfp4_args(DType::e2m1);
+  shape.options.scale_a = activation_scales(ScaleMode::mx, M, 31);
+  expect_rejected(shape, "scale_a", {"shape"});
+  Args type = mxfp4_args(DType::e2m1);
+  type.options.scale_a.scales.dtype = DType::f32;
+  expect_rejected(type, "scale_a", {"f32"});
+}
+
+// e2m1 A against 16-bit or FP8 B (anything but 4-bit weights) is refused naming B; u4 A stays
+// refused, naming A.
+TEST(ValidateMxfp4Activations, RefusesSixteenBitAndFp8B) {
+  for (DType b : {DType::bf16, DType::f16, DType::e4m3, DType::e5m2}) {
+    SCOPED_TRACE(dtype_name(b));
+    Args x = mxfp4_args(DType::e2m1);
+    x.b = TensorView::row_major(address(1), b, WK, N);
+    x.options.scale_b = {};
+    expect_rejected(x, "B", {});
+  }
+  Args u4_a = mxfp4_args(DType::e2m1);
+  u4_a.a.dtype = DType::u4;
+  expect_rejected(u4_a, "A", {"u4"});
+}
+
+// u4 weights in groups other than 32 (64, 128, 256, per-channel) are refused naming scale_b or
+// scale_a, the message saying groups of 32.
+TEST(ValidateMxfp4Activations, RefusesU4InGroupsOtherThan32) {
+  for (int64_t group : {64, 128, 256, 1000, 2048}) {
+    SCOPED_TRACE("group " + std::to_string(group));
+    const Args x = mxfp4_args(DType::u4, group, DType::bf16, group == 128);
+    try {
+      validate(x);
+      ADD_FAILURE() << "taken";
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << message;
+      EXPECT_TRUE(message.rfind("scale_b", 0) == 0 || message.rfind("scale_a", 0) == 0)
+          << "names neither scale_b nor scale_a: " << message;
+      EXPECT_NE(message.find("32"), std::string::npos) << message;
+    }
+  }
+}
+
+// A packed as 4-bit weights are (check_weight_layout): K contiguous, the row and batch strides
+// even; anything else is refused naming A.
+TEST(ValidateMxfp4Activations, RefusesAWhoseKIsNotContiguousOrStridesOdd) {
+  const TensorView views[] = {
+      TensorView::matrix(address(0), DType::e2m1, M, WK, 1, M),           // M-contiguous
+      TensorView::matrix(address(0), DType::e2m1, M, WK, 2 * WK, 2),      // every other element of K
+      TensorView::matrix(address(0), DType::e2m1, M, WK, WK + 1, 1),      // rows from half a byte
+      TensorView::batched(address(0), DType::e2m1, 2, M, WK, M * WK + 1, WK, 1),  // an odd batch stride
+  };
+  for (const TensorView& a : views) {
+    SCOPED_TRACE("strides " + std::to_string(a.row_stride()) + ", " + std::to_string(a.col_stride()));
+    Args x = mxfp4_args(DType::e2m1);
+    x.a = a;
+    if (a.rank == 3) {
+      x.d = TensorView::batched(address(2), DType::bf16, 2, M, N, M * N, N, 1);
+      x.options.scale_a.scales = TensorView::batched(address(5), DType::ue8m0, 2, M, 32, M * 32, 32, 1);
+    }
+    expect_rejected(x, "A", {"stride"});
+  }
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 // 4-bit weights (B u4 in groups along K, or e2m1 with MX scales) against a bf16 or f16 A, and
-// against e4m3 activations (W4A8), checked against the double-precision reference, which
-// dequantises every weight exactly: the kernels' one rounding of each weight to A's type (or, in
+// against e4m3 activations (W4A8) and MXFP4 ones (e2m1 A with ue8m0 exponents per 32 of K, against
+// weights in groups of 32), checked against the double-precision reference, which dequantises
+// every weight (and MXFP4 activation) exactly: the kernels' one rounding of each weight to A's type (or, in
 // decode with groups of 64 or more, of each group's f32 sums) is within the comparison's
-// allowance, and so are W4A8's FP8 tensor-core sums (compare.h).
+// allowance, and so are W4A8's FP8 tensor-core sums (compare.h), which MXFP4 activations, widened
+// exactly to e4m3, get too.
 // A table of cases: M from 1 (decode) past a tile, one large problem of each format, N odd, K
 // with a partial last group or odd; groups 32, 64, 128 and per-channel (W4A8: also 256, and
 // MXFP4), with and without zero points; D bf16, f16 and f32; scales N-contiguous and
@@ -37,7 +39,7 @@ using testing::expect_d_untouched;
 
 struct LowbitCase {
   int64_t m, n, k;
-  DType in;       // A's type: bf16 or f16; e4m3 (W4A8)
+  DType in;       // A's type: bf16 or f16; e4m3 (W4A8); e2m1 (MXFP4 activations, scale_a mx)
   DType weights;  // u4 (ScaleMode::group) or e2m1 (ScaleMode::mx)
   DType out;
   int64_t group = 128;  // u4 only
@@ -50,6 +52,7 @@ struct LowbitCase {
   bool shared_b = false;          // one B (and its scales) for every batch
   bool scales_col_major = false;  // [N, K/group] viewed transposed
   int64_t pad_b = 0, offset_b = 0, pad_scales = 0;
+  int64_t pad_a = 0, offset_a = 0;  // even where A is e2m1 (its rows from a byte)
   bool nan_outside = false;  // A's and B's buffers poisoned around their views
   bool with_c = false;       // alpha 0.75, beta -1.5, C of D's type
   bool d_col_major = false;
@@ -66,6 +69,8 @@ struct LowbitCase {
     s.pad_b = pad_b;
     s.offset_b = offset_b;
     s.pad_scales = pad_scales;
+    s.pad_a = pad_a;
+    s.offset_a = offset_a;
     s.nan_outside = nan_outside;
     s.d_col_major = d_col_major;
     if (with_c) {
@@ -87,6 +92,7 @@ struct LowbitCase {
     if (pad_b || offset_b || pad_scales) {
       text += "_pad" + std::to_string(pad_b) + "_off" + std::to_string(offset_b) + "_spad" + std::to_string(pad_scales);
     }
+    if (pad_a || offset_a) text += "_apad" + std::to_string(pad_a) + "_aoff" + std::to_string(offset_a);
     if (nan_outside) text += "_poisoned";
     if (with_c) text += "_with_c";
     if (d_col_major) text += "_d_col_major";
@@ -237,6 +243,39 @@ const std::vector<LowbitCase> kCases = {
     {.m = 300, .n = 1000, .k = 1000, .in = e4m3, .weights = e2m1, .out = f16, .scale_a = mx, .batch = 2},
     {.m = 4096, .n = 257, .k = 4160, .in = e4m3, .weights = u4, .out = bf16, .group = 32, .scale_a = mx,
      .group_scales = f16},
+    // MXFP4 activations (e2m1 A, ue8m0 exponents per 32 of K, widened exactly to e4m3) against
+    // MXFP4 weights (FP4 x FP4): M from decode up, N odd, K with a partial MX block or odd, D's
+    // three types, exponents of both transposed, batched (B per batch, and one B shared), padded
+    // and offset A and B with poison around them (an odd K: half of each row's last byte), C.
+    {.m = 1, .n = 4095, .k = 4160, .in = e2m1, .weights = e2m1, .out = bf16, .scale_a = mx},
+    {.m = 1, .n = 257, .k = 1000, .in = e2m1, .weights = e2m1, .out = f32, .scale_a = mx, .scales_col_major = true,
+     .pad_scales = 5},
+    {.m = 16, .n = 257, .k = 4097, .in = e2m1, .weights = e2m1, .out = f16, .scale_a = mx},
+    {.m = 16, .n = 4095, .k = 1000, .in = e2m1, .weights = e2m1, .out = bf16, .scale_a = mx, .batch = 2,
+     .shared_b = true},
+    {.m = 300, .n = 4095, .k = 1000, .in = e2m1, .weights = e2m1, .out = f16, .scale_a = mx, .batch = 2},
+    {.m = 300, .n = 257, .k = 4097, .in = e2m1, .weights = e2m1, .out = bf16, .scale_a = mx, .pad_b = 4, .offset_b = 2,
+     .pad_a = 6, .offset_a = 2, .nan_outside = true},
+    {.m = 300, .n = 257, .k = 4160, .in = e2m1, .weights = e2m1, .out = f32, .scale_a = mx, .with_c = true},
+    {.m = 4096, .n = 257, .k = 4160, .in = e2m1, .weights = e2m1, .out = bf16, .scale_a = mx},
+    {.m = 4096, .n = 4095, .k = 4097, .in = e2m1, .weights = e2m1, .out = f32, .scale_a = mx,
+     .scales_col_major = true},
+    // MXFP4 activations against u4 weights in groups of 32, with and without zero points, group
+    // scales bf16 and f16.
+    {.m = 1, .n = 257, .k = 1000, .in = e2m1, .weights = u4, .out = f16, .group = 32, .zeros = true, .scale_a = mx},
+    {.m = 1, .n = 4095, .k = 4097, .in = e2m1, .weights = u4, .out = bf16, .group = 32, .scale_a = mx,
+     .group_scales = f16},
+    {.m = 16, .n = 4095, .k = 4160, .in = e2m1, .weights = u4, .out = f32, .group = 32, .zeros = true, .scale_a = mx,
+     .group_scales = f16},
+    {.m = 16, .n = 257, .k = 4097, .in = e2m1, .weights = u4, .out = bf16, .group = 32, .scale_a = mx,
+     .scales_col_major = true},
+    {.m = 300, .n = 257, .k = 4160, .in = e2m1, .weights = u4, .out = f32, .group = 32, .zeros = true, .scale_a = mx,
+     .batch = 3},
+    {.m = 300, .n = 4095, .k = 1000, .in = e2m1, .weights = u4, .out = bf16, .group = 32, .scale_a = mx,
+     .pad_b = 2, .offset_b = 4, .pad_a = 2, .offset_a = 4, .nan_outside = true},
+    {.m = 4096, .n = 257, .k = 1000, .in = e2m1, .weights = u4, .out = f16, .group = 32, .zeros = true, .scale_a = mx},
+    {.m = 4096, .n = 4095, .k = 4160, .in = e2m1, .weights = u4, .out = bf16, .group = 32, .zeros = true,
+     .scale_a = mx, .group_scales = f16},
 };
 
 // Matrix 0 of a batched view, as a rank-2 view every batch shares.
@@ -288,6 +327,28 @@ void expect_rejected(const TensorView& a, const TensorView& b, const TensorView&
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "expected '" << needle << "' in: " << e.what();
     }
   }
+}
+
+// The message of the Error(invalid_argument) gemm throws ("" where it takes the arguments).
+std::string rejection(const TensorView& a, const TensorView& b, const TensorView& d, const GemmOptions& options) {
+  try {
+    gemm(a, b, d, options);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "gemm accepted the arguments";
+  return "";
+}
+
+// A problem of `spec` that gemm refuses as it stands, with a message holding every one of
+// `needles`, leaving D untouched.
+void expect_spec_refused(const ProblemSpec& spec, std::initializer_list<const char*> needles) {
+  SCOPED_TRACE(spec.describe());
+  DeviceProblem problem(spec, testing::fresh_seed());
+  problem.prepare_output(nullptr);
+  expect_rejected(problem.a(), problem.b(), problem.d(), problem.options(nullptr), needles);
+  expect_d_untouched(problem);
 }
 
 // A device buffer of `bytes`, zeroed.
@@ -354,7 +415,7 @@ TEST_F(LowbitErrors, BadArgumentsAreRejectedByNameAndLeaveDUntouched) {
   options.scale_b.mode = ScaleMode::mx;
   options.scale_b.zeros.reset();
   expect_rejected(a, b, d, options, {"scale_b: mode mx"});
-  // 4-bit A.
+  // u4 A (4-bit activations are e2m1 only).
   expect_rejected(TensorView::matrix(b.data, DType::u4, m, k, k, 1), b, d, good, {"A: dtype"});
   expect_d_untouched(problem);
 
@@ -383,26 +444,88 @@ TEST_F(LowbitErrors, BadArgumentsAreRejectedByNameAndLeaveDUntouched) {
 // W4A8's refusals, each by name with D untouched: e5m2 activations, and the activations' scale
 // modes the kernels do not take with 4-bit weights (mx, and 128x128 blocks).
 TEST_F(LowbitErrors, W4a8CombinationsItDoesNotTakeAreRejectedByName) {
-  const auto expect_refused = [](const ProblemSpec& spec, std::initializer_list<const char*> needles) {
-    SCOPED_TRACE(spec.describe());
-    DeviceProblem problem(spec, testing::fresh_seed());
-    problem.prepare_output(nullptr);
-    expect_rejected(problem.a(), problem.b(), problem.d(), problem.options(nullptr), needles);
-    expect_d_untouched(problem);
-  };
   ProblemSpec w4a8{.m = 16, .n = 96, .k = 512, .in = DType::e4m3, .out = DType::bf16, .in_b = DType::u4};
   w4a8.scale_b = ScaleMode::group;
   w4a8.zeros = true;
   ProblemSpec e5m2 = w4a8;
   e5m2.in = DType::e5m2;
-  expect_refused(e5m2, {"B: ", "u4", "e5m2"});
+  expect_spec_refused(e5m2, {"B: ", "u4", "e5m2"});
   ProblemSpec mx_activations = w4a8;
   mx_activations.scale_a = ScaleMode::mx;
-  expect_refused(mx_activations, {"scale_a", "mx"});
+  expect_spec_refused(mx_activations, {"scale_a", "mx"});
   ProblemSpec square_blocks = w4a8;  // A's scales ceil(16/128) x ceil(512/128) = 1 x 4
   square_blocks.scale_a = ScaleMode::block;
   square_blocks.scale_a_block_rows = 128;
-  expect_refused(square_blocks, {"scale_a", "128"});
+  expect_spec_refused(square_blocks, {"scale_a", "128"});
+}
+
+// MXFP4 activations' refusals, each by name with D untouched: e2m1 A without its exponents (mode
+// none, or rowwise f32 scales), A not K-contiguous (M-contiguous, or every other element) or with
+// an odd row or batch stride (rows and batches from a byte, as 4-bit weights' columns), a second
+// B (dense 4-bit weights take none); e2m1 A against 16-bit or FP8 B; against u4 in groups other
+// than 32 (64, 128, per-channel), named scale_b or scale_a, the message saying groups of 32.
+TEST_F(LowbitErrors, Mxfp4ActivationsCombinationsItDoesNotTakeAreRejectedByName) {
+  constexpr int64_t m = 16, n = 96, k = 512;
+  ProblemSpec fp4{.m = m, .n = n, .k = k, .batch = 2, .in = DType::e2m1, .out = DType::bf16, .in_b = DType::e2m1};
+  fp4.scale_a = ScaleMode::mx;
+  fp4.scale_b = ScaleMode::mx;
+  fp4.pad_a = 2;  // A's rows 514 elements (257 bytes) apart: an odd row stride fits inside
+  DeviceProblem problem(fp4, testing::fresh_seed());
+  problem.prepare_output(nullptr);
+  const TensorView a = problem.a(), b = problem.b(), d = problem.d();
+  const GemmOptions good = problem.options(nullptr);
+  ASSERT_EQ(a.row_stride(), k + 2);
+  ASSERT_EQ(a.col_stride(), 1);
+  ASSERT_EQ(a.batch_stride(), m * (k + 2));
+
+  GemmOptions options = good;
+  options.scale_a = {};
+  expect_rejected(a, b, d, options, {"scale_a"});
+  DeviceBuffer rowwise(size_t(2 * m) * 4);
+  options.scale_a = {ScaleMode::rowwise, TensorView::batched(rowwise.data, DType::f32, 2, m, 1, m, 1, 1)};
+  expect_rejected(a, b, d, options, {"scale_a"});
+  // Each view within A's buffer (2 x 16 rows of 514 elements, 16448 in all).
+  const auto a_view = [&](int64_t batch_stride, int64_t row_stride, int64_t col_stride) {
+    return TensorView::batched(a.data, DType::e2m1, 2, m, k, batch_stride, row_stride, col_stride);
+  };
+  expect_rejected(a_view(m * k, 1, m), b, d, good, {"A: ", "stride"});                // M-contiguous
+  expect_rejected(a_view(m * (k + 1), k + 1, 1), b, d, good, {"A: ", "stride"});      // odd row stride
+  expect_rejected(a_view(m * (k + 2) - 1, k + 2, 1), b, d, good, {"A: ", "stride"});  // odd batch stride
+  // Every other element along K: one A (1024-element rows) for both batches.
+  expect_rejected(TensorView::matrix(a.data, DType::e2m1, m, k, 2 * k, 2), b, d, good, {"A: ", "stride"});
+  options = good;
+  options.b2 = b;
+  options.scale_b2 = good.scale_b;
+  expect_rejected(a, b, d, options, {"options.b2"});
+  expect_d_untouched(problem);
+
+  ProblemSpec against = fp4;
+  against.batch = 1;
+  against.pad_a = 0;
+  against.scale_b = ScaleMode::none;
+  for (DType weights : {DType::bf16, DType::f16, DType::e4m3, DType::e5m2}) {
+    against.in_b = weights;
+    expect_spec_refused(against, {"B: "});
+  }
+
+  // u4 weights in groups of 64, 128 and 512 (K: per-channel), with and without zero points.
+  ProblemSpec u4 = fp4;
+  u4.batch = 1;
+  u4.pad_a = 0;
+  u4.in_b = DType::u4;
+  u4.scale_b = ScaleMode::group;
+  for (int64_t group : {64, 128, 512}) {
+    u4.group = group;
+    u4.zeros = group == 128;
+    SCOPED_TRACE(u4.describe());
+    DeviceProblem grouped(u4, testing::fresh_seed());
+    grouped.prepare_output(nullptr);
+    const std::string why = rejection(grouped.a(), grouped.b(), grouped.d(), grouped.options(nullptr));
+    EXPECT_TRUE(why.rfind("scale_b", 0) == 0 || why.rfind("scale_a", 0) == 0)
+        << "names neither scale_b nor scale_a: " << why;
+    EXPECT_NE(why.find("32"), std::string::npos) << why;
+    expect_d_untouched(grouped);
+  }
 }
 
 // W4A8 widens each weight's q - zero exactly to e4m3, which AWQ's zero points (integers 0 to 15)
