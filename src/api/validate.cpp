@@ -287,7 +287,8 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
   // multiply as their exact e4m3 values (FP4 x FP4: `wide`, A's type as the kernels multiply it).
   const DType wide = a.dtype == DType::e2m1 ? DType::e4m3 : a.dtype;
   const bool weights_4bit = is_4bit(b.dtype) && (!is_fp8(wide) || wide == DType::e4m3);
-  if (is_fp8(wide) ? !is_fp8(b.dtype) && !weights_4bit : b.dtype != a.dtype && !weights_4bit) {
+  const bool fits = weights_4bit || (a.dtype != DType::e2m1 && (is_fp8(a.dtype) ? is_fp8(b.dtype) : b.dtype == a.dtype));
+  if (!fits) {
     fail("B: dtype " + std::string(dtype_name(b.dtype)) + " does not go with A's " + std::string(dtype_name(a.dtype)) +
          "; expected A and B both bf16, both f16, each e4m3 or e5m2, or A bf16, f16, e4m3 or e2m1 and B 4-bit (u4 or "
          "e2m1)");
