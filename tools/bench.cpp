@@ -170,10 +170,11 @@ DenseTimes time_both(const SuiteProblem& sp, baseline::CublasLt& cublaslt, const
 // A line with 4-bit weights: the dense GEMMs of its shape timed and set on its record. The
 // starred baseline is cuBLASLt's 16-bit GEMM for 16-bit activations. For a W4A8 line it is
 // cuBLASLt's FP8 GEMM with A scaled as the line's is (or its per-tensor stand-in where cuBLASLt
-// takes no such scales): the line multiplies the same e4m3 activations on the same FP8 tensor
-// cores, and what it replaces in a model is that W8A8 GEMM, whose weights move twice the bytes;
-// against the 16-bit GEMM it would be credited for the 8-bit activations and math, which are not
-// its weights' doing. Where cuBLASLt runs no FP8 GEMM of the shape, the 16-bit one stands in.
+// takes no such scales, as it takes no mx (MXFP8) on Hopper: noted "per-tensor stand-in for mx
+// scales"): the line multiplies the same e4m3 activations on the same FP8 tensor cores, and what
+// it replaces in a model is that W8A8 GEMM, whose weights move twice the bytes; against the 16-bit
+// GEMM it would be credited for the 8-bit activations and math, which are not its weights'
+// doing. Where cuBLASLt runs no FP8 GEMM of the shape, the 16-bit one stands in.
 void w4_dense_times(const SuiteProblem& sp, BenchRecord& record, baseline::CublasLt& cublaslt,
                     const tuning::GpuTimer& timer, cudaStream_t stream, const runtime::DeviceInfo& info,
                     Progress& progress) {

@@ -46,13 +46,13 @@ namespace gemmkit {
 // (exact for integer z) and each group's sums scaled in f32. Scales read fastest N-contiguous
 // (GPTQ's and AWQ's [K/group, N] layout); gpt-oss's [N, K/32] MXFP4 scales are that transposed,
 // which any strides express.
-// W4A8: A e4m3 with scale_a none, tensor, rowwise or block in 1x128 blocks; each weight's q - z
-// is multiplied exactly as e4m3 (z an integer from -1 to 16: AWQ's 0 to 15; any other z makes
-// the outputs its weights reach NaN), each 128-deep K block's products summed by the tensor cores
-// as FP8 GEMMs sum them (groups of 32 and 64: each group's), then scaled by its group's scale
-// (and A's block scale) in f32; e2m1 values likewise exact, each 32 of K summed apart and scaled
-// by its ue8m0 scale. Against weights in groups of 32 (e2m1, u4 group 32), A's scales may also be
-// mx (MXFP8 activations), each 32 of K scaled by both exponents.
+// W4A8: A e4m3 with scale_a none, tensor, rowwise or block in 1x128 blocks, or, where the
+// weights' groups are 32 of K (e2m1; u4 with group 32 and K > 32), mx (ue8m0, 1x32: MXFP8
+// activations); each weight's q - z is multiplied exactly as e4m3 (z an integer from -1 to 16:
+// AWQ's 0 to 15; any other z makes the outputs its weights reach NaN), each 128-deep K block's
+// products summed by the tensor cores as FP8 GEMMs sum them (groups of 32 and 64: each group's),
+// then scaled by its group's scale (and A's block scale or mx exponent) in f32; e2m1 values
+// likewise exact, each 32 of K summed apart and scaled by its ue8m0 scale.
 // FP4 x FP4: A e2m1 (MXFP4 activations, packed along K as 4-bit weights are: K contiguous, the
 // other strides even) with scale_a mx, against weights in groups of 32: the activations are first
 // widened exactly to e4m3 into stream-ordered scratch (a copy each call), then multiplied as W4A8.

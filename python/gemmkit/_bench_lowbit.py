@@ -6,10 +6,13 @@ _bench_buffers.w4_weights draws; torch runs, from the same codes, scales and zer
              converted once a buffer set, before timing, by torch._convert_weight_to_int4pack
   mxfp4      torch.mm on the weights dequantised to A's type once a buffer set (exact for the
              bench's exponents): a stand-in, noted (torch has no MXFP4 GEMM on Hopper)
-  W4A8       (e4m3 A against int4gG[z]) torch._scaled_mm of the same e4m3 A, scaled as the line's
-             is, against random e4m3 weights [N, K] (per channel for rowwise A, 128x128 blocks for
-             block A), or per-tensor where torch refuses those scales: a stand-in of the same
-             shape, noted (torch has no W4A8 GEMM); its output, of other weights, is not checked
+  W4A8       (e4m3 A against int4gG[z] or mxfp4) torch._scaled_mm of the same e4m3 A, scaled as
+             the line's is, against random e4m3 weights [N, K] (per channel for rowwise A, 128x128
+             blocks for block A), or per-tensor where torch refuses those scales: a stand-in of the
+             same shape, noted (torch has no W4A8 GEMM); its output, of other weights, is not
+             checked. A's mx exponents (A8W4 in MX, `mx`): torch has no MXFP8 GEMM on Hopper, so
+             torch runs nothing (W4A8_MX_WHY, said as the line's reason for no baseline); ours is
+             timed and checked
 
 tinygemm's conventions in torch 2.11, read from aten/src/ATen/native/cuda/int4mm.cu (every
 TORCH_CHECK condition below stands verbatim in 2.11's libtorch_cuda.so) and from torch.testing's
@@ -40,6 +43,8 @@ SAMPLED_COLUMNS = 64
 FP4_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
 MXFP4_NOTE = "torch.mm on the weights dequantised to A's type (torch has no MXFP4 GEMM on Hopper)"
 W4A8_NOTE = "torch._scaled_mm on e4m3 weights of the same shape (torch has no W4A8 GEMM)"
+W4A8_MX_WHY = ("torch has no W4A8 GEMM, nor an MXFP8 one on Hopper (torch._scaled_mm's float8_e8m0fnu scales are "
+               "for sm_100)")
 FP8_SUMS = 2.0 ** -10  # FP8 products' accumulation bound, as tests/python/gpu_reference.py's
 
 
@@ -118,7 +123,10 @@ def mxfp4_weights(w, scales, k, dtype):
 def w4a8_calls(p, pool):
     """torch's calls for W4A8 line p: torch._scaled_mm of each set's e4m3 A and its scales (sa)
     against e4m3 weights [N, K] made for it, scaled in the mode torch pairs with A's; then the
-    same with per-tensor scales of 1, for where torch refuses those."""
+    same with per-tensor scales of 1, for where torch refuses those. None for A's mx exponents
+    (W4A8_MX_WHY)."""
+    if p.mode_a == _C.ScaleMode.mx:
+        return [], W4A8_MX_WHY
     for s in pool:
         s.torch_w = uniform((p.n, p.k), torch.float8_e4m3fn, False, s.a.device)
         s.torch_sb = scales_for(p.mode_a, p.k, p.n, False, 1, s.a.device)
@@ -165,9 +173,9 @@ def torch_calls(p, pool):
 
 def torch_bytes(p):
     """The bytes a buffer set holds for torch beside the line's own: its copy of the weights (W4A8:
-    its e4m3 weights)."""
+    its e4m3 weights; none where A's scales are mx, which torch does not run)."""
     if p.w4a8:
-        return p.n * p.k
+        return 0 if p.mode_a == _C.ScaleMode.mx else p.n * p.k
     if is_mxfp4(p):
         return p.n * p.k * 2
     return p.n * p.k // 2 + -(-p.k // p.group) * p.n * 4
@@ -189,10 +197,13 @@ def exact_weights(p, s, columns):
 
 
 def scaled_activations(p, s, rows):
-    """Rows `rows` of A in double, times their scales where the line has them (W4A8: x * x_scale)."""
+    """Rows `rows` of A in double, times their scales where the line has them (W4A8: x * x_scale;
+    mx: x * 2^(e - 127), e the exponent of its row's block of 32 of K)."""
     x = s.a[rows].double()
     if not p.w4a8:
         return x
+    if p.mode_a == _C.ScaleMode.mx:
+        return x * torch.exp2(s.sa.view(torch.uint8)[rows].double() - 127).repeat_interleave(32, 1)[:, :p.k]
     sa = s.sa.double()
     if p.mode_a == _C.ScaleMode.tensor:
         return x * sa

@@ -137,9 +137,11 @@ _lib.define("scaled_grouped_swiglu_mm_quantized(Tensor x, Tensor w, Tensor? w_up
 # x [M, K] @ W^T for 4-bit weights W [N, K] (gemmkit.int4_mm, mxfp4_mm): w their [N, ceil(K/2)]
 # bytes, format 'int4' (u4 codes with scales, and optional zeros, [ceil(K/group), N] of x's dtype)
 # or 'mxfp4' (e2m1 values with exponents scales [N, ceil(K/32)], group 32, no zeros), checked by
-# _torch.check_w4 (in the fake implementations too). An e4m3 x (int4 only, W4A8) comes with
-# x_scale, float32, per tensor, per row ([M, 1] or [M]) or per 1x128 block ([M, ceil(K/128)]), and
-# bfloat16 or float16 scales. [M, N] of out_dtype (None: x's; bfloat16 for e4m3 x). Not
+# _torch.check_w4 (in the fake implementations too). An e4m3 x (W4A8) comes with x_scale, its mode
+# read from its dtype and shape (_torch.x_scale_mode): float32 per tensor, per row ([M, 1] or [M])
+# or per 1x128 block ([M, ceil(K/128)]), or, against weights in groups of 32 of K (mxfp4, int4
+# with group 32), float8_e8m0fnu or uint8 exponents per 1x32 block ([M, ceil(K/32)], mx); int4's
+# scales then bfloat16 or float16. [M, N] of out_dtype (None: x's; bfloat16 for e4m3 x). Not
 # differentiable: the backward raises.
 _lib.define("w4_mm(Tensor x, Tensor w, Tensor scales, Tensor? zeros, str format, int group, ScalarType? out_dtype, "
             "Tensor? x_scale=None) -> Tensor")
@@ -149,10 +151,11 @@ _lib.define("w4_mm_out(Tensor x, Tensor w, Tensor scales, Tensor? zeros, Tensor(
 # for each group's rows of x, `layout` and `sizes` as grouped_mm's (x [M_total, K] with the ends,
 # or [G, max_m, K] with the counts), the experts' weights W [G, N, K] as w4_mm's with G first: w
 # [G, N, ceil(K/2)] bytes, int4's scales (and zeros) [G, ceil(K/group), N], MXFP4's [G, N,
-# ceil(K/32)]; an e4m3 x with x_scale, one for all or one a row ([M_total, 1] or [M_total];
-# masked [G, max_m, 1] or [G, max_m]). Checked by _torch.check_grouped_w4 (in the fake
-# implementations too). x's rows and N of out_dtype (None: x's; bfloat16 for e4m3 x), the rows no
-# group owns not written. Not differentiable: the backward raises.
+# ceil(K/32)]; an e4m3 x with float32 x_scale, one for all or one a row ([M_total, 1] or
+# [M_total]; masked [G, max_m, 1] or [G, max_m]; no 1x128 blocks, no mx exponents yet). Checked
+# by _torch.check_grouped_w4 (in the fake implementations too). x's rows and N of out_dtype
+# (None: x's; bfloat16 for e4m3 x), the rows no group owns not written. Not differentiable: the
+# backward raises.
 _lib.define("grouped_w4_mm(Tensor x, Tensor w, Tensor scales, Tensor? zeros, Tensor sizes, str layout, str format, "
             "int group, ScalarType? out_dtype, int max_sms, Tensor? x_scale=None) -> Tensor")
 _lib.define("grouped_w4_mm_out(Tensor x, Tensor w, Tensor scales, Tensor? zeros, Tensor sizes, Tensor(a!) out, "

@@ -112,9 +112,12 @@ E8M0 = torch.float8_e8m0fnu
 MX_BLOCK = 32
 W4_SCALE_DTYPES = (torch.bfloat16, torch.float16)  # int4's scales (and zero points)
 # int4_mm's FP8 activations (W4A8), scaled by x_scale: one float32 scale (tensor), one a row
-# (rowwise) or one a row per X_SCALE_BLOCK of K (block, 1x128).
+# (rowwise) or one a row per X_SCALE_BLOCK of K (block, 1x128); or, against weights in groups of
+# MX_BLOCK of K (mxfp4, int4 with group 32), one ue8m0 exponent a row per MX_BLOCK of K (mx:
+# MXFP8 activations), of X_SCALE_MX's dtypes.
 W4A8_X = torch.float8_e4m3fn
 X_SCALE_BLOCK = 128
+X_SCALE_MX = (E8M0, torch.uint8)
 
 
 def new_w4_output(x, w, out_dtype):
@@ -131,11 +134,13 @@ def launch_w4(x, w, scales, zeros, format, group, out, x_scale=None):
     w.stride(0)} (python/src/module.cpp, gemm_4bit_tensors). int4's scales and zero points
     [ceil(K/group), N] go as they are; MXFP4's [N, ceil(K/32)] (gpt-oss's layout) as their
     transpose, B's ceil(K/32) x N, read as float8_e8m0fnu (uint8 exponents viewed so). An e4m3 x
-    is scaled by x_scale, A's scales in the mode its shape says (x_scale_mode). Checked by
-    check_w4."""
+    is scaled by x_scale, A's scales in the mode its dtype and shape say (x_scale_mode); mx
+    exponents in uint8 are read as float8_e8m0fnu too. Checked by check_w4."""
     if format == "mxfp4":
         scales = (scales if scales.dtype == E8M0 else scales.view(E8M0)).t()
     mode_a = _C.ScaleMode.none if x_scale is None else MODES[x_scale_mode(x_scale, x.size(0), x.size(1))]
+    if mode_a == _C.ScaleMode.mx and x_scale.dtype != E8M0:
+        x_scale = x_scale.view(E8M0)
     _C.gemm_4bit_tensors(x, w, out, W4_FORMATS[format], scales, zeros, group,
                          torch._C._cuda_getCurrentRawStream(out.get_device()), mode_a, x_scale)
 
@@ -655,10 +660,14 @@ def quantized(out, out_dtype):
 
 
 def x_scale_mode(x_scale, m, k):
-    """The mode of x_scale, float32 scales of e4m3 x [M, K] (int4_mm's, W4A8), by its shape: 'tensor'
-    (one element), 'rowwise' ([M, 1] or [M], one a row) or 'block' ([M, ceil(K/128)], 1x128
-    blocks); None for any other shape. Where two modes fit (M = 1, or K <= 128) they scale alike."""
+    """The mode of x_scale, the scales of e4m3 x [M, K] (int4_mm's and mxfp4_mm's, W4A8), by its
+    dtype and shape: float32 'tensor' (one element), 'rowwise' ([M, 1] or [M], one a row) or 'block'
+    ([M, ceil(K/128)], 1x128 blocks); float8_e8m0fnu or uint8 exponents 'mx' ([M, ceil(K/32)], 1x32
+    blocks: MXFP8); None for any other shape. Where two float32 modes fit (M = 1, or K <= 128) they
+    scale alike."""
     shape = tuple(x_scale.shape)
+    if x_scale.dtype in X_SCALE_MX:
+        return "mx" if shape == (m, -(-k // MX_BLOCK)) else None
     if x_scale.numel() == 1:
         return "tensor"
     if shape in ((m, 1), (m,)):
@@ -670,32 +679,55 @@ def x_scale_mode(x_scale, m, k):
 
 def x_scale_rows(x, x_scale):
     """x_scale for x [..., K] as for x's rows [M, K]: [..., 1] as [M, 1] and [..., ceil(K/128)] as
-    [M, ceil(K/128)] (a view where they can be, else a copy); others as given (check_w4 judges them)."""
-    if x_scale is None or x.dim() == 2 or not isinstance(x_scale, torch.Tensor) or x_scale.numel() == 1:
+    [M, ceil(K/128)], mx exponents [..., ceil(K/32)] as [M, ceil(K/32)] (a view where they can be,
+    else a copy); others as given (check_w4 judges them)."""
+    if x_scale is None or x.dim() == 2 or not isinstance(x_scale, torch.Tensor):
         return x_scale
-    lead, blocks = tuple(x.shape[:-1]), -(-x.size(-1) // X_SCALE_BLOCK)
-    for cols in (1, blocks):
+    mx = x_scale.dtype in X_SCALE_MX
+    if x_scale.numel() == 1 and not mx:  # one for all (an mx one is one row's, K <= 32)
+        return x_scale
+    lead, k = tuple(x.shape[:-1]), x.size(-1)
+    for cols in ((-(-k // MX_BLOCK),) if mx else (1, -(-k // X_SCALE_BLOCK))):
         if tuple(x_scale.shape) == (*lead, cols):
             return x_scale.reshape(-1, cols)
     return x_scale
 
 
-def check_x_scale(x, x_scale):
+def mx_groups(format, group, k):
+    """Whether 4-bit weights of `format` with K = k have their scales in groups of 32 of K, as A's
+    mx exponents need (gemm()'s rule): MXFP4's always; int4's with group 32 where K > 32 (a group
+    at least K is one scale a column)."""
+    return format == "mxfp4" or (group == MX_BLOCK and k > MX_BLOCK)
+
+
+def check_x_scale(x, x_scale, format, group):
     """x_scale for x [M, K] (check_w4): None for 16-bit x; for e4m3 x float32 of a shape
-    x_scale_mode knows."""
+    x_scale_mode knows, or, against weights of `format` and `group` in groups of 32 of K
+    (mx_groups), float8_e8m0fnu or uint8 exponents [M, ceil(K/32)] (mx)."""
     if x.dtype != W4A8_X:
         if x_scale is not None:
             raise ValueError(f"x_scale: given with {x.dtype} x; expected None (scales go with float8_e4m3fn x)")
         return
-    blocks = -(-x.size(1) // X_SCALE_BLOCK)
+    k = x.size(1)
     forms = (f"one element (tensor), [..., 1] or [M] (one a row of x: rowwise) or [..., ceil(K/128)] = [..., "
-             f"{blocks}] (1x128 blocks), the leading dimensions x's")
+             f"{-(-k // X_SCALE_BLOCK)}] (1x128 blocks), the leading dimensions x's")
+    mx = mx_groups(format, group, k)
+    if mx:
+        forms += (f"; or float8_e8m0fnu or uint8 exponents [..., ceil(K/32)] = [..., {-(-k // MX_BLOCK)}] (mx, "
+                  "MXFP8: 2^(e - 127) per 32 of K)")
     if x_scale is None:
         raise ValueError(f"x_scale: None with float8_e4m3fn x; expected x's float32 scales: {forms}")
     _check_cuda_tensor(x_scale, "x_scale")
-    if x_scale.dtype != torch.float32:
-        raise TypeError(f"x_scale: dtype {x_scale.dtype}; expected float32")
-    if x_scale_mode(x_scale, x.size(0), x.size(1)) is None:
+    if x_scale.dtype in X_SCALE_MX and not mx:
+        weights = (f"int4 weights in groups of {group}" +
+                   (f", one covering all of K = {k}" if group >= k else ""))
+        raise ValueError(f"x_scale: dtype {x_scale.dtype}, mx exponents (MXFP8), against {weights}; expected mx "
+                         "exponents only against weights in groups of 32 of K (mxfp4_mm, or int4_mm with group=32 "
+                         f"and K > 32), else float32 scales: {forms}")
+    if x_scale.dtype != torch.float32 and x_scale.dtype not in X_SCALE_MX:
+        raise TypeError(f"x_scale: dtype {x_scale.dtype}; expected float32" +
+                        (" (or float8_e8m0fnu or uint8 mx exponents)" if mx else ""))
+    if x_scale_mode(x_scale, x.size(0), k) is None:
         raise ValueError(f"x_scale: shape {list(x_scale.shape)}; expected {forms}")
 
 
@@ -712,7 +744,7 @@ def check_w4(x, w, scales, zeros, format, group, x_scale=None):
     if x.dim() != 2:
         raise ValueError(f"x: {x.dim()} dimensions; expected 2, [M, K]")
     _check_w4_x_dtype(x)
-    check_x_scale(x, x_scale)
+    check_x_scale(x, x_scale, format, group)
     _check_w4_weights(x, w, scales, zeros, format, group)
 
 
@@ -805,6 +837,9 @@ def check_grouped_x_scale(x, x_scale):
     if x_scale is None:
         raise ValueError(f"x_scale: None with float8_e4m3fn x; expected x's float32 scales: {forms}")
     _check_cuda_tensor(x_scale, "x_scale")
+    if x_scale.dtype in X_SCALE_MX:
+        raise ValueError(f"x_scale: dtype {x_scale.dtype}, mx exponents (MXFP8), which the grouped products with "
+                         f"4-bit weights do not take (yet); expected float32 scales: {forms}")
     if x_scale.dtype != torch.float32:
         raise TypeError(f"x_scale: dtype {x_scale.dtype}; expected float32")
     mode = grouped_x_scale_mode(x_scale, x)
@@ -1599,10 +1634,12 @@ def int4_mm(x, qweight, scales, zeros=None, *, group=128, out=None, out_dtype=No
     @ W.T.
     - x [..., K] bfloat16 or float16, or float8_e4m3fn with x_scale; the leading dimensions are
       flattened into the product's rows (a view where they can be, else a copy, as linear's).
-    - x_scale: float32 scales of an e4m3 x, required with it (and None for 16-bit x): one element
-      (a 0-d tensor: per tensor), [..., 1] or [M] (one a row, per token: rowwise), or [..., ceil(K/
-      128)] (one a row per 128 of K: 1x128 blocks, as quantize(x, 1, 128) returns them); the
-      leading dimensions are x's, flattened as x's are.
+    - x_scale: the scales of an e4m3 x, required with it (and None for 16-bit x): float32, one
+      element (a 0-d tensor: per tensor), [..., 1] or [M] (one a row, per token: rowwise), or [...,
+      ceil(K/128)] (one a row per 128 of K: 1x128 blocks, as quantize(x, 1, 128) returns them); or,
+      with group=32 (and K > 32), float8_e8m0fnu or uint8 exponents e [..., ceil(K/32)], each
+      scale 2^(e - 127) for 32 of K of a row (mx: MXFP8 activations, as quantize(x, mode="mx")
+      returns them); the leading dimensions are x's, flattened as x's are.
     - qweight uint8 [N, ceil(K/2)], two codes a byte along K, the even k in the low nibble (K is
       x's; for an odd K the last high nibble is not read); any row stride, the bytes of a row
       contiguous.
@@ -1617,10 +1654,11 @@ def int4_mm(x, qweight, scales, zeros=None, *, group=128, out=None, out_dtype=No
     as a 16-bit product of the dequantised weights would be; in decode (up to 32 rows of x) with
     groups of 64 or more, q - zero is multiplied instead (exact for integer zero points) and each
     group's sums scaled in float32. An e4m3 x is multiplied in FP8 as gemmkit.scaled_mm multiplies
-    it, with the weights' q - zero, exact in e4m3, and their scales applied to each group's float32
-    sums. Not differentiable: a call on inputs that require grad runs, but its backward raises
-    RuntimeError (out= refuses them). A traced call is one operator, torch.ops.gemmkit.w4_mm
-    (w4_mm_out with out=), format 'int4', with x_scale as its keyword argument."""
+    it, with the weights' q - zero, exact in e4m3, and their scales (and x's mx exponents) applied
+    to each group's float32 sums. Not differentiable: a call on inputs that require grad runs, but
+    its backward raises RuntimeError (out= refuses them). A traced call is one operator,
+    torch.ops.gemmkit.w4_mm (w4_mm_out with out=), format 'int4', with x_scale as its keyword
+    argument."""
     names = ("x", "qweight", "scales", "zeros", "out", "x_scale")
     (x, qweight, scales, zeros, out_t, x_scale), kind = _arrays.to_torch(
         torch, (x, qweight, scales, zeros, out, x_scale), names)
@@ -1633,9 +1671,10 @@ def mxfp4_mm(x, weight, scales, *, out=None, out_dtype=None, x_scale=None):
     v * 2^(e - 127), v the OCP MX FP4 (e2m1) value of weight's code (0, 0.5, 1, 1.5, 2, 3, 4, 6
     and their negatives) and e = scales[n, k // 32], one exponent a block of 32 along K. With FP8
     activations (W4A8) the product is (x * x_scale) @ W.T.
-    - x [..., K] bfloat16 or float16, or float8_e4m3fn with x_scale (as int4_mm takes them); the
-      leading dimensions are flattened into the product's rows (a view where they can be, else a
-      copy, as linear's).
+    - x [..., K] bfloat16 or float16, or float8_e4m3fn with x_scale (as int4_mm takes them, mx
+      exponents [..., ceil(K/32)] included: MXFP8 activations against MXFP4 weights); the leading
+      dimensions are flattened into the product's rows (a view where they can be, else a copy, as
+      linear's).
     - weight [N, ceil(K/2)] of uint8 (or torch.float4_e2m1fn_x2, where this torch has it), two
       values a byte along K, the even k in the low nibble (K is x's); gpt-oss's blocks [N, K/32,
       16] flattened into [N, K/2] are this. Any row stride, the bytes of a row contiguous.
@@ -1647,9 +1686,10 @@ def mxfp4_mm(x, weight, scales, *, out=None, out_dtype=None, x_scale=None):
     Each weight is rounded once to x's type after scaling (exact unless the scale takes it out of
     that type's normal range), the products summed in float32. An e4m3 x is multiplied in FP8,
     with the weights' values, exact in e4m3, and each 32 of K's float32 sums scaled by its
-    exponent. Not differentiable: a call on inputs that require grad runs, but its backward raises
-    RuntimeError (out= refuses them). A traced call is one operator, torch.ops.gemmkit.w4_mm
-    (w4_mm_out with out=), format 'mxfp4', with x_scale as its keyword argument."""
+    exponent (and by x's, for mx x_scale). Not differentiable: a call on inputs that require grad
+    runs, but its backward raises RuntimeError (out= refuses them). A traced call is one operator,
+    torch.ops.gemmkit.w4_mm (w4_mm_out with out=), format 'mxfp4', with x_scale as its keyword
+    argument."""
     names = ("x", "weight", "scales", "out", "x_scale")
     (x, weight, scales, out_t, x_scale), kind = _arrays.to_torch(torch, (x, weight, scales, out, x_scale), names)
     result = _w4(x, weight, scales, None, "mxfp4", MX_BLOCK, out_t, out_dtype, x_scale)
@@ -1711,7 +1751,8 @@ def grouped_int4_mm(x, qweight, scales, offs=None, *, counts=None, zeros=None, g
     scales[g, k // group, n] (zero 8 without zeros).
     x is bfloat16 or float16, or float8_e4m3fn with x_scale (W4A8: (x * x_scale)_g @ W_g.T), its
     float32 scales one element (per tensor) or one a row of x (per token): [M_total, 1] or
-    [M_total], masked [G, max_m, 1] or [G, max_m]; 1x128 blocks are not taken (yet).
+    [M_total], masked [G, max_m, 1] or [G, max_m]; 1x128 blocks and mx exponents are not taken
+    (yet).
     -> x's dtype (e4m3 x: bfloat16), or out_dtype's (bfloat16, float16 or float32); out= a tensor
     of the output's shape to write, returned. max_sms caps the SMs the kernel runs on (0: all of
     them). Each group's product is int4_mm's (its roundings and sums). Not differentiable: a call

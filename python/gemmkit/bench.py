@@ -16,7 +16,8 @@ lines and JSON are the CLI's, with torch in cuBLASLt's (and cuBLAS's) place:
                        points, or torch.mm on the MXFP4 weights dequantised (marked *), both
                        outputs checked once a line; for W4A8 (e4m3 activations) torch._scaled_mm
                        on e4m3 weights of the same shape (marked *: torch has no W4A8 GEMM), ours
-                       alone checked; as _bench_lowbit.py says
+                       alone checked, and no torch baseline where A's scales are mx (torch has no
+                       MXFP8 GEMM on Hopper); as _bench_lowbit.py says
   --baseline compiled  the same calls compiled by torch.compile(mode="max-autotune-no-cudagraphs"),
                        which autotunes Triton kernels against them (minutes per suite)
 

@@ -43,7 +43,9 @@ void bind_bench(nb::module_& parent) {
       .def_prop_ro("b_dtype", &SuiteProblem::b_dtype)
       .def_prop_ro("w4", &SuiteProblem::w4, "whether B is 4-bit weights (u4 or e2m1)")
       .def_prop_ro("w4a8", &SuiteProblem::w4a8, "whether B is 4-bit weights against an e4m3 A")
-      .def_ro("mode_a", &SuiteProblem::mode_a, "W4A8 lines: A's scaling mode (tensor, rowwise or block); none otherwise")
+      .def_ro("mode_a", &SuiteProblem::mode_a,
+              "W4A8 lines: A's scaling mode (tensor, rowwise, block, or mx against weights in groups of 32); none "
+              "otherwise")
       .def_ro("group", &SuiteProblem::group, "4-bit weights: the K elements a scale covers (int4gG: G; mxfp4: 32)")
       .def_ro("zeros", &SuiteProblem::zeros, "4-bit weights: whether u4 B has zero points (int4gGz)")
       .def_prop_ro("bytes", &SuiteProblem::bytes,

@@ -349,7 +349,8 @@ NB_MODULE(_gemmkit, m) {
       "ceil(K/2)] bytes (packed_weight_view_of), read as B = W^T of `dtype`: u4 with group scales ceil(K/group) x N "
       "of x's dtype and optional zero points of the same (ScaleMode::group, `group` K elements a scale), or e2m1 "
       "with ue8m0 scales ceil(K/32) x N (ScaleMode::mx, group 0 or 32); scales and zeros are 2-D, any strides; an "
-      "e4m3 x (W4A8) is scaled by scale_a in mode_a (tensor, rowwise or block), viewed as gemm_tensors' scale_a");
+      "e4m3 x (W4A8) is scaled by scale_a in mode_a (tensor, rowwise or block, f32; or mx, ue8m0 [M, ceil(K/32)], "
+      "against weights in groups of 32), viewed as gemm_tensors' scale_a");
   m.def(
       "grouped_gemm_4bit_tensors",
       [](nb::handle x, nb::handle w, nb::handle d, DType dtype, nb::handle scales, nb::handle zeros, int64_t group,

@@ -212,24 +212,40 @@ std::string join(const std::vector<std::string>& fields) {
 // The field after dtype field `dtype` (already parsed into p) read as its scaling mode, as dense
 // lines (`grouped` false) and grouped lines have it: FP8 inputs' mode, both operands' (p.mode:
 // tensor, rowwise, block, or on a dense line mx), or a W4A8 line's A's (p.mode_a: tensor,
-// rowwise or block; the weight format sets B's). Returns true where the field is p's mode; false,
-// p untouched, where it names no mode and may be a batch (`batch`: a dense line's number there;
-// a dense line's 16-bit inputs take no mode, so any field but a mode's name). Fails on a mode p
-// cannot take and, where no batch may stand there, on anything else.
+// rowwise, block, or on a dense line whose weights are in groups of 32 of K (mxfp4, int4g32) mx;
+// the weight format sets B's). Returns true where the field is p's mode; false, p untouched,
+// where it names no mode and may be a batch (`batch`: a dense line's number there; a dense line's
+// 16-bit inputs take no mode, so any field but a mode's name). Fails on a mode p cannot take and,
+// where no batch may stand there, on anything else.
 bool read_mode(const std::string& field, const std::string& dtype, SuiteProblem& p, bool grouped, bool batch,
                const std::string& where) {
   const auto mode = mode_of(field);
   const bool named = mode || lower(field) == scale_mode_name(ScaleMode::group);
   const std::string or_batch = batch ? " (or a batch)" : "";
   if (p.w4a8()) {
-    if (mode && *mode != ScaleMode::mx) {
+    // A's mx exponents (MXFP8 activations) promote each 32 of K beside the weights' own scales:
+    // weights in groups of 32 of K only (mxfp4; int4g32 where K > 32, else one group covers K, as
+    // gemm() takes it), and not on grouped lines (grouped_gemm takes none yet).
+    const bool groups_of_32 = p.group == 32 && (p.b_dtype() == DType::e2m1 || p.k > 32);
+    if (mode && (*mode != ScaleMode::mx || (groups_of_32 && !grouped))) {
       p.mode_a = *mode;
       return true;
     }
     if (!named && batch && numeric(field)) return false;
+    std::string why;  // why mx is not taken here
+    if (mode == ScaleMode::mx && grouped) {
+      why = " on a grouped line (grouped_gemm takes no mx activation scales yet)";
+    } else if (mode == ScaleMode::mx) {
+      why = " against weights in groups of " + std::to_string(p.group) +
+            (p.group >= p.k ? ", one covering all of K = " + std::to_string(p.k) : "") +
+            " (mx exponents go with weights in groups of 32 of K: mxfp4, int4g32)";
+    }
     fail(where, std::string(named ? "" : "unknown ") + "scaling mode " + quoted(field) +
-                    " for the e4m3 activations of " + quoted(dtype) +
-                    "; expected tensor, rowwise or block (A's scales, block 1x128; the weight format sets B's)" +
+                    " for the e4m3 activations of " + quoted(dtype) + why +
+                    (grouped ? "; expected tensor, rowwise or block (A's scales, block 1x128; the weight format "
+                               "sets B's)"
+                             : "; expected tensor, rowwise, block or mx (A's scales, block 1x128, mx 1x32 ue8m0 "
+                               "against weights in groups of 32; the weight format sets B's)") +
                     or_batch);
   }
   if (!p.fp8()) {  // 16-bit inputs, or 16-bit activations of 4-bit weights

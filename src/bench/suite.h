@@ -30,8 +30,10 @@ struct SuiteProblem {
   // for 16-bit inputs.
   ScaleMode mode = ScaleMode::none;
   // A's scales where they are not `mode`'s: W4A8 lines (e4m3 A against 4-bit B) scale A in
-  // rowwise (per token, the default), tensor or block (1x128) mode, f32; none on every other
-  // line (16-bit A is unscaled, FP8 lines scale both operands in `mode`).
+  // rowwise (per token, the default), tensor or block (1x128) mode, f32, or on dense lines with
+  // weights in groups of 32 of K (mxfp4, int4g32) in mx mode (1x32 ue8m0 exponents: MXFP8
+  // activations); none on every other line (16-bit A is unscaled, FP8 lines scale both operands
+  // in `mode`).
   ScaleMode mode_a = ScaleMode::none;
   // 4-bit weights: the K elements of B one scale covers (int4gG: G; mxfp4: 32), and whether u4
   // B has zero points (int4gGz); 0 and false otherwise.
@@ -71,16 +73,17 @@ double weight_bytes(int64_t n, int64_t k, DType b, int64_t group = 0, bool zeros
 // OUT is bf16, f16 or f32 (or e4m3, quantised in 1x128 blocks, except with 4-bit weights) and
 // defaults to A's type for 16-bit A and to bf16 for 8-bit A. fp16/float16, bfloat16 and
 // fp32/float32 are accepted, in any case. FORMAT is
-//   int4gG    u4 B, one scale per G of K (group mode), G 32 or a power of two >= 64 (e4m3 A: a
-//             power of two >= 128); the scales are A's type, bf16 for e4m3 A
+//   int4gG    u4 B, one scale per G of K (group mode), G 32 or a power of two >= 64; the scales
+//             are A's type, bf16 for e4m3 A
 //   int4gGz   the same with zero points (AWQ's)
-//   mxfp4     e2m1 B, one ue8m0 scale per 32 of K (mx mode); bf16 or f16 A only
+//   mxfp4     e2m1 B, one ue8m0 scale per 32 of K (mx mode)
 // and holds no colon, so the colon of "w4:" belongs to IN and OUT follows the next one:
 // bf16,w4:int4g128, f16,w4:int4g32z:f32, bf16,w4:mxfp4:f16, e4m3,w4:int4g128. 4-bit weights
 // need B stored N x K (K-contiguous): layout NT or TT. The mode (tensor, rowwise, block or mx)
 // may follow an 8-bit dtype only and defaults to tensor; with 4-bit weights the format sets B's
-// mode, and a W4A8 line's mode field, tensor, rowwise or block (1x128), is A's (mode_a; rowwise
-// by default). A field after the dtype that is a number is the batch. `where` prefixes every
+// mode, and a W4A8 line's mode field, tensor, rowwise, block (1x128) or, where the weights are in
+// groups of 32 of K (mxfp4; int4g32 with K > 32), mx (1x32 ue8m0), is A's (mode_a; rowwise by
+// default). A field after the dtype that is a number is the batch. `where` prefixes every
 // error message, e.g. "dense.txt:12" or "command line". Throws gemmkit::Error(invalid_argument)
 // on anything malformed, and on a problem too large for 64-bit addressing (check_addressable in
 // core/problem.h).
@@ -126,7 +129,8 @@ struct GroupedProblem {
 // distribution (parse_dist). 4-bit weights (A,w4:FORMAT, e.g. bf16,w4:mxfp4 or
 // e4m3,w4:int4g128z) go on fwd and masked lines only, each group's weights as a dense line's
 // [N, K] (the format sets B's scales, a set per group); a W4A8 line's mode field is A's (tensor,
-// rowwise or block; rowwise by default), as on dense lines. Errors as parse_problem()'s.
+// rowwise or block; rowwise by default; not mx, which grouped_gemm does not take yet), as on
+// dense lines. Errors as parse_problem()'s.
 GroupedProblem parse_grouped(const std::vector<std::string>& fields, const std::string& where);
 
 // A distribution as a line names it: balanced, skew:R (R > 0), zipf:S (S >= 0), random:SEED or
@@ -173,13 +177,14 @@ std::string dtype_spec(const SuiteProblem& p);
 // shape, layout, batch and output type with both operands in A's 16-bit type (bf16 for a W4A8
 // line's e4m3 A), plain, without the epilogue; fp8_problem the same with both operands e4m3,
 // per-tensor scales, or for a W4A8 line scaled as its A is, B in the mode cuBLASLt pairs with A's
-// (rowwise: per channel; block: 1x128 A, 128x128 B).
+// (rowwise: per channel; block: 1x128 A, 128x128 B; mx: both 1x32 along K, MXFP8, which cuBLASLt
+// does not run on Hopper, so that bench times its per-tensor stand-in).
 SuiteProblem dense16_problem(const SuiteProblem& sp);
 SuiteProblem fp8_problem(const SuiteProblem& sp);
 
 // The dtype and, for FP8, the mode, as a suite line has them: "bf16", "e4m3:bf16 block",
 // "bf16,w4:mxfp4" (4-bit weights: the dtype alone, which names B's mode), "e4m3,w4:int4g128
-// rowwise" (W4A8: A's mode after it).
+// rowwise", "e4m3,w4:mxfp4 mx" (W4A8: A's mode after it).
 std::string type_spec(const SuiteProblem& p);
 
 }  // namespace gemmkit::tools

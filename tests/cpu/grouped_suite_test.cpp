@@ -182,9 +182,15 @@ TEST(GroupedSuite, BadFourBitLinesNameTheToken) {
        "mx for mxfp4"},
       {"grouped masked 8 4 64 64 bf16,w4:int4g128 group balanced",
        "scaling mode 'group' with 4-bit weights 'bf16,w4:int4g128'"},
+      // mx activation scales (A8W4 in MX) on dense lines only, even against weights in groups of 32.
       {"grouped masked 8 4 64 64 e4m3,w4:int4g128 mx balanced",
-       "scaling mode 'mx' for the e4m3 activations of 'e4m3,w4:int4g128'; expected tensor, rowwise or block (A's "
-       "scales, block 1x128; the weight format sets B's)"},
+       "scaling mode 'mx' for the e4m3 activations of 'e4m3,w4:int4g128' on a grouped line (grouped_gemm takes no "
+       "mx activation scales yet); expected tensor, rowwise or block (A's scales, block 1x128; the weight format "
+       "sets B's)"},
+      {"grouped masked 128 4 5760 2880 e4m3,w4:mxfp4 MX balanced",
+       "scaling mode 'MX' for the e4m3 activations of 'e4m3,w4:mxfp4' on a grouped line"},
+      {"grouped fwd 8 128 64 64 e4m3,w4:int4g32z mx balanced",
+       "scaling mode 'mx' for the e4m3 activations of 'e4m3,w4:int4g32z' on a grouped line"},
       {"grouped masked 8 4 64 64 e4m3,w4:mxfp4 group balanced",
        "scaling mode 'group' for the e4m3 activations of 'e4m3,w4:mxfp4'; expected tensor, rowwise or block"},
       {"grouped masked 8 4 64 64 e4m3,w4:int4g128 rows balanced",

@@ -219,6 +219,7 @@ Args lowbit(const Lowbit& w, bool masked_groups) {
   if (w.scale_a == ScaleMode::rowwise) x.options.scale_a = {ScaleMode::rowwise, view(4, DType::f32, rows, 1)};
   if (w.scale_a == ScaleMode::tensor) x.options.scale_a = {ScaleMode::tensor, view(4, DType::f32, 1, 1)};
   if (w.scale_a == ScaleMode::block) x.options.scale_a = {ScaleMode::block, view(4, DType::f32, rows, ceil_div(k, 128))};
+  if (w.scale_a == ScaleMode::mx) x.options.scale_a = {ScaleMode::mx, view(4, DType::ue8m0, rows, ceil_div(k, 32))};
   return x;
 }
 
@@ -265,7 +266,8 @@ TEST(GroupedLowbitValidate, TakesFourBitWeightsWithPerGroupScales) {
 }
 
 // Refused by name, contiguous and masked: what grouped_gemm does not take with 4-bit weights
-// (W4A8 with A's 1x128 block scales, yet; a fused epilogue; a dual GEMM's B2; scales or zero
+// (W4A8 with A's 1x128 block scales or mx exponents, which gemm() takes against weights in groups
+// of 32, yet; a fused epilogue; a dual GEMM's B2; scales or zero
 // points not batched by G; zero points for e2m1), and what gemm() refuses of 4-bit weights too.
 TEST(GroupedLowbitValidate, RefusesByName) {
   for (bool masked_groups : {false, true}) {
@@ -274,6 +276,12 @@ TEST(GroupedLowbitValidate, RefusesByName) {
     const Args w4a16 = lowbit({.zeros = true}, masked_groups);
     Args x = lowbit({.in = DType::e4m3, .scale_a = ScaleMode::block}, masked_groups);
     expect_rejected(x, "scale_a", {"block", "not supported yet"});
+    for (const Lowbit& mx : {Lowbit{.in = DType::e4m3, .weights = DType::e2m1, .scale_a = ScaleMode::mx},
+                             Lowbit{.in = DType::e4m3, .group = 32, .scale_a = ScaleMode::mx}}) {
+      SCOPED_TRACE(mx.describe());
+      expect_rejected(lowbit(mx, masked_groups), "scale_a",
+                      {"mode mx", "mx activation exponents", "not supported yet"});
+    }
     x = w4a16;
     x.options.epilogue.text = "silu(acc)";
     expect_rejected(x, "options.epilogue", {});

@@ -231,6 +231,7 @@ TEST(Suite, RejectsMalformedLinesNamingFileLineAndText) {
       {"1 2 3 NT w4:int4g128", "'w4:int4g128'"},
       {"1 2 3 NT e5m2,w4:int4g128", "'e5m2'"},
       {"1 2 3 NT e4m3,w4:int4g128 mx", "'mx'"},
+      {"1 2 4096 NT e4m3,w4:int4g64z mx 2", "'mx'"},  // mx only against weights in groups of 32
       {"1 2 3 NT e4m3,w4:int4g128 rows", "'rows'"},
       {"1 2 3 NT e4m3,w4:int4g128 2 3", "'2'"},  // the mode comes before the batch
       {"1 2 3 NT e4m3,w4:int4g128 rowwise 2 3", "'1 2 3 NT e4m3,w4:int4g128 rowwise 2 3'"},
@@ -636,11 +637,70 @@ TEST(Suite, ParsesW4a8LinesWithTheirActivationScales) {
   EXPECT_TRUE(q.w4a8());
 }
 
+// A8W4 in MX: a W4A8 line's mode field mx gives the e4m3 A ue8m0 exponents per 32 of K (MXFP8
+// activations), where the weights' groups are 32 of K too (mxfp4; int4g32, with zero points or
+// without), as gemm() takes them; B keeps the format's mode.
+TEST(Suite, ParsesA8w4InMxLines) {
+  using gemmkit::ScaleMode;
+  auto p = parse(
+      "1 5760 2880 NT e4m3,w4:mxfp4 mx\n"            // 0: gpt-oss's up
+      "16 8192 8192 NT e4m3,w4:int4g32 MX\n"         // 1: any case
+      "4096 5760 2880 TT e4m3,w4:int4g32z:f32 mx 3\n"  // 2: zero points, an output type, a batch
+      "1 2 3 NT e4m3,w4:mxfp4:f16 mx\n");             // 3: e2m1 whatever K (its blocks are 32 of K)
+  ASSERT_EQ(p.size(), 4u);
+  for (const auto& q : p) {
+    EXPECT_TRUE(q.w4a8());
+    EXPECT_EQ(q.mode_a, ScaleMode::mx);
+    EXPECT_EQ(q.group, 32);
+  }
+  EXPECT_EQ(std::tie(p[0].in_b, p[0].mode, p[0].out_dtype, p[0].batch),
+            std::make_tuple(DType::e2m1, ScaleMode::mx, DType::bf16, int64_t(1)));
+  EXPECT_EQ(std::tie(p[1].in_b, p[1].mode, p[1].zeros), std::make_tuple(DType::u4, ScaleMode::group, false));
+  EXPECT_EQ(std::tie(p[2].in_b, p[2].zeros, p[2].out_dtype, p[2].layout, p[2].batch),
+            std::make_tuple(DType::u4, true, DType::f32, std::string("TT"), int64_t(3)));
+  EXPECT_EQ(p[3].out_dtype, DType::f16);
+  // The command-line form takes the same fields.
+  const SuiteProblem q = parse_problem({"16", "8192", "8192", "NT", "e4m3,w4:int4g32", "mx"}, "command line");
+  EXPECT_EQ(q.mode_a, ScaleMode::mx);
+  // The dense GEMMs it is set against: FP8 with mx on both operands (MXFP8), and bf16.
+  const SuiteProblem fp8 = fp8_problem(p[0]);
+  EXPECT_TRUE(fp8.fp8());
+  EXPECT_EQ(std::tie(fp8.in_dtype, fp8.mode, fp8.mode_a, fp8.m, fp8.n, fp8.k),
+            std::make_tuple(DType::e4m3, ScaleMode::mx, ScaleMode::none, int64_t(1), int64_t(5760), int64_t(2880)));
+  EXPECT_EQ(type_spec(fp8), "e4m3:bf16 mx");
+  EXPECT_EQ(type_spec(dense16_problem(p[0])), "bf16");
+}
+
+// mx is refused by name where the weights' groups are not 32 of K: int4 in other groups, and
+// int4g32 where one group covers all of K (gemm() takes that as one scale a column).
+TEST(Suite, A8w4InMxNeedsWeightsInGroupsOf32) {
+  const std::string expected =
+      "; expected tensor, rowwise, block or mx (A's scales, block 1x128, mx 1x32 ue8m0 against weights in groups of "
+      "32; the weight format sets B's)";
+  const std::string why = " (mx exponents go with weights in groups of 32 of K: mxfp4, int4g32)";
+  EXPECT_EQ(parse_error("16 8192 8192 NT e4m3,w4:int4g128 mx"),
+            "test.txt:1: scaling mode 'mx' for the e4m3 activations of 'e4m3,w4:int4g128' against weights in groups of "
+            "128" + why + expected + " (or a batch)");
+  EXPECT_EQ(parse_error("16 8192 8192 NT e4m3,w4:int4g64z:f32 Mx 2"),
+            "test.txt:1: scaling mode 'Mx' for the e4m3 activations of 'e4m3,w4:int4g64z:f32' against weights in "
+            "groups of 64" + why + expected);
+  EXPECT_EQ(parse_error("1 64 32 NT e4m3,w4:int4g32 mx"),
+            "test.txt:1: scaling mode 'mx' for the e4m3 activations of 'e4m3,w4:int4g32' against weights in groups of "
+            "32, one covering all of K = 32" + why + expected + " (or a batch)");
+  EXPECT_EQ(parse("1 64 33 NT e4m3,w4:int4g32 mx").at(0).mode_a, gemmkit::ScaleMode::mx);  // two groups
+  // 16-bit activations take no mode field at all, mx included.
+  EXPECT_EQ(parse_error("1 2 3 NT bf16,w4:int4g32 mx"),
+            "test.txt:1: scaling mode 'mx' with 4-bit weights 'bf16,w4:int4g32'; expected a batch (the weight format "
+            "sets the mode: group for int4, mx for mxfp4)");
+}
+
 TEST(Suite, W4a8LinesNameTheActivationsModeOnly) {
   const std::string expected =
-      "; expected tensor, rowwise or block (A's scales, block 1x128; the weight format sets B's)";
-  EXPECT_EQ(parse_error("1 2 3 NT e4m3,w4:int4g128 mx"),
-            "test.txt:1: scaling mode 'mx' for the e4m3 activations of 'e4m3,w4:int4g128'" + expected + " (or a batch)");
+      "; expected tensor, rowwise, block or mx (A's scales, block 1x128, mx 1x32 ue8m0 against weights in groups of "
+      "32; the weight format sets B's)";
+  EXPECT_EQ(parse_error("1 2 4096 NT e4m3,w4:int4g128 mx"),
+            "test.txt:1: scaling mode 'mx' for the e4m3 activations of 'e4m3,w4:int4g128' against weights in groups of "
+            "128 (mx exponents go with weights in groups of 32 of K: mxfp4, int4g32)" + expected + " (or a batch)");
   EXPECT_EQ(parse_error("1 2 3 NT e4m3,w4:int4g128z group 2"),
             "test.txt:1: scaling mode 'group' for the e4m3 activations of 'e4m3,w4:int4g128z'" + expected);
   EXPECT_EQ(parse_error("1 2 3 NT e4m3,w4:int4g128 blocks"),
@@ -663,13 +723,15 @@ TEST(Suite, W4a8SpecsRoundTripWithTheActivationsMode) {
       {"e4m3,w4:int4g128:bf16 tensor", "e4m3,w4:int4g128", "e4m3,w4:int4g128 tensor"},
       {"E4M3,W4:INT4G128Z:FP16 Block", "e4m3,w4:int4g128z:f16", "e4m3,w4:int4g128z:f16 block"},
       {"e4m3,w4:int4g512:f32 rowwise", "e4m3,w4:int4g512:f32", "e4m3,w4:int4g512:f32 rowwise"},
+      {"e4m3,w4:mxfp4 mx", "e4m3,w4:mxfp4", "e4m3,w4:mxfp4 mx"},
+      {"E4M3,W4:INT4G32Z:F32 Mx", "e4m3,w4:int4g32z:f32", "e4m3,w4:int4g32z:f32 mx"},
   };
   for (const auto& [given, dtype, type] : cases) {
     SCOPED_TRACE(given);
-    const SuiteProblem p = parse("1 1 1 NT " + given + " 2").at(0);
+    const SuiteProblem p = parse("1 1 64 NT " + given + " 2").at(0);
     EXPECT_EQ(dtype_spec(p), dtype);
     EXPECT_EQ(type_spec(p), type);
-    const SuiteProblem q = parse("1 1 1 NT " + type_spec(p) + " 2").at(0);
+    const SuiteProblem q = parse("1 1 64 NT " + type_spec(p) + " 2").at(0);
     EXPECT_EQ(std::tie(q.in_dtype, q.in_b, q.out_dtype, q.mode, q.mode_a, q.group, q.zeros, q.batch),
               std::tie(p.in_dtype, p.in_b, p.out_dtype, p.mode, p.mode_a, p.group, p.zeros, p.batch));
   }
@@ -821,6 +883,9 @@ TEST(Suite, ShippedLowbitParses) {
       want.insert({m, n, k, "bf16,w4:mxfp4"});
       want.insert({m, n, k, "e4m3,w4:mxfp4 rowwise"});
     }
+  // A8W4 in MX: MXFP8 activations against gpt-oss's MXFP4 up and int4 in groups of 32.
+  for (int64_t m : {1, 16, 4096}) want.insert({m, 5760, 2880, "e4m3,w4:mxfp4 mx"});
+  want.insert({16, 8192, 8192, "e4m3,w4:int4g32 mx"});
   for (const auto& p : problems) {
     got.insert({p.m, p.n, p.k, type_spec(p)});
     EXPECT_TRUE(p.w4());
@@ -829,6 +894,7 @@ TEST(Suite, ShippedLowbitParses) {
   }
   EXPECT_EQ(problems.size(), want.size());
   EXPECT_EQ(got, want);
+  EXPECT_EQ(problems.size(), 77u);
 }
 
 TEST(Suite, ShippedFp8DecodeParses) {

@@ -3,9 +3,9 @@ test_grouped_lowbit.py's grouped_int4_mm and grouped_mxfp4_mm): the weights dequ
 in double, and the bounds the products are held to, as tests/gpu/lowbit_test.cpp's reference
 (src/reference/compare.h): one rounding of each weight to x's type (2^-8 of sum |x||w| for
 bfloat16, 2^-11 for float16) and 1e-5 of it for the float32 sums, plus two roundings of the
-output; FP8 activations (W4A8) within the FP8 products' bound (gpu_reference.py's FP8_SUMS, 2^-10
-of sum |x||w|) and two roundings of the output. Imported after pytest.importorskip("torch"), which
-each test file makes itself."""
+output; FP8 activations (W4A8, their scales float32 or mx exponents) within the FP8 products'
+bound (gpu_reference.py's FP8_SUMS, 2^-10 of sum |x||w|) and two roundings of the output.
+Imported after pytest.importorskip("torch"), which each test file makes itself."""
 
 import torch
 
@@ -38,8 +38,12 @@ def mxfp4_weights(weight, scales, k):
 
 
 def scaled_x(x, x_scale):
-    """e4m3 x [M, K] times its float32 scales, in double: one (any shape of one element), one a row
-    ([M, 1] or [M]) or one per 128 of K a row ([M, ceil(K/128)])."""
+    """e4m3 x [M, K] times its scales, in double: float32 ones, one (any shape of one element), one
+    a row ([M, 1] or [M]) or one per 128 of K a row ([M, ceil(K/128)]); or mx exponents e
+    (float8_e8m0fnu or uint8) [M, ceil(K/32)], each 2^(e - 127) for 32 of K of a row."""
+    if x_scale.dtype in (torch.float8_e8m0fnu, U8):
+        exponents = x_scale.view(U8).double()[:, torch.arange(x.size(1), device=x.device) // 32]
+        return x.double() * torch.exp2(exponents - 127)
     xd, s = x.double(), x_scale.double()
     if s.numel() == 1:
         return xd * s.reshape(())

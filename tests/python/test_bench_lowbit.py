@@ -1,7 +1,8 @@
 """python -m gemmkit.bench's lines with 4-bit weights (bench/suites/lowbit.txt): gemmkit.int4_mm
 against torch._weight_int4pack_mm on the same codes, scales and zero points, gemmkit.mxfp4_mm
 against torch.mm on the weights dequantised, W4A8 (e4m3 activations) against torch._scaled_mm on
-e4m3 weights of the shape, a stand-in (gemmkit/_bench_lowbit.py). Without a GPU: the lines
+e4m3 weights of the shape, a stand-in, and A8W4 in MX (mx exponents) against nothing of torch's
+(gemmkit/_bench_lowbit.py). Without a GPU: the lines
 as the bench reads them, its refusals (batched w4 lines; the lines torch's int4 kernel cannot run,
 and why), both sides' operands built on the CPU, and torch's CPU int4 kernel on them against a
 float64 product of the weights as gemmkit reads them, which proves the scales_and_zeros layout,
@@ -64,7 +65,7 @@ def gemmkit_weights(p, s):
 
 def test_the_lowbit_suite_reads_as_the_cli_writes_it():
     suite = bench.load_bench_suite(python_bench.suite_path("lowbit"))
-    assert len(suite.dense) == 73 and len(suite.grouped) == 24
+    assert len(suite.dense) == 77 and len(suite.grouped) == 24
     # Its grouped rows (gemmkit bench's only: python -m gemmkit.bench lists them, not run) hold
     # 4-bit weights as its dense lines do.
     assert all(g.dense.w4 and g.op in ("fwd", "masked") for g in suite.grouped)
@@ -72,14 +73,16 @@ def test_the_lowbit_suite_reads_as_the_cli_writes_it():
     for p in suite.dense:
         assert p.w4 and p.batch == 1 and p.layout == "NT" and p.out_dtype == DType.bf16, p.type_spec
         seen.add(p.type_spec)
-        if p.w4a8:  # e4m3 A, a byte an element, scaled per token (its f32 scales left out of the bytes)
-            assert (p.in_dtype, p.mode_a, p.zeros) == (DType.e4m3, ScaleMode.rowwise, False), p.type_spec
+        if p.w4a8:  # e4m3 A, a byte an element, scaled per token or by mx exponents (left out of the bytes)
+            assert (p.in_dtype, p.zeros) == (DType.e4m3, False), p.type_spec
+            assert p.mode_a in (ScaleMode.rowwise, ScaleMode.mx), p.type_spec
             if p.b_dtype == DType.e2m1:  # MXFP4: a ue8m0 byte per 32 of K
                 assert (p.mode, p.group) == (ScaleMode.mx, 32), p.type_spec
                 scale_bytes = -(-p.k // 32) * p.n
-            else:
-                assert (p.b_dtype, p.mode, p.group) == (DType.u4, ScaleMode.group, 128), p.type_spec
-                scale_bytes = -(-p.k // 128) * p.n * 2
+            else:  # A's mx exponents (A8W4 in MX) against int4 in groups of 32
+                group = 32 if p.mode_a == ScaleMode.mx else 128
+                assert (p.b_dtype, p.mode, p.group) == (DType.u4, ScaleMode.group, group), p.type_spec
+                scale_bytes = -(-p.k // group) * p.n * 2
             assert p.bytes == p.m * p.k + p.n * p.k // 2 + scale_bytes + p.m * p.n * 2
             continue
         assert p.in_dtype == DType.bf16 and p.mode_a == ScaleMode.none, p.type_spec
@@ -94,7 +97,7 @@ def test_the_lowbit_suite_reads_as_the_cli_writes_it():
         # What the copy yardstick moves and GB/s counts: A, the packed codes, scales, zeros and D.
         assert p.bytes == p.m * p.k * 2 + p.n * p.k // 2 + scale_bytes + p.m * p.n * 2
     assert seen == {"bf16,w4:int4g128", "bf16,w4:int4g128z", "bf16,w4:mxfp4", "e4m3,w4:int4g128 rowwise",
-                    "e4m3,w4:mxfp4 rowwise"}
+                    "e4m3,w4:mxfp4 rowwise", "e4m3,w4:mxfp4 mx", "e4m3,w4:int4g32 mx"}
 
 
 def test_batched_w4_lines_are_refused_in_one_line(tmp_path):
@@ -275,6 +278,39 @@ def test_the_check_of_w4a8_lines_multiplies_x_by_its_scales(tmp_path, mode):
     assert list(lowbit.check(p, s, {"ours": unscaled})) == ["ours"]
 
 
+@pytest.mark.parametrize("spec", ["e4m3,w4:mxfp4", "e4m3,w4:int4g32z"])
+def test_a8w4_mx_buffer_sets_hold_the_exponents_and_torch_runs_nothing(tmp_path, spec):
+    p = line(tmp_path, f"3 40 300 NT {spec} mx\n")
+    s = BufferSet(p, device="cpu")
+    assert s.w4 and p.w4a8 and p.mode_a == ScaleMode.mx and p.group == 32
+    assert s.a.shape == (3, 300) and s.a.dtype == E4M3
+    # One exponent a row per 32 of K (ceil(300/32) = 10), 2^-2 .. 2^1, as FP8 mx lines' A has them.
+    assert s.sa.shape == (3, 10) and s.sa.dtype == torch.float8_e8m0fnu and s.sa.is_contiguous()
+    assert set(s.sa.view(U8).unique().tolist()) <= {125, 126, 127, 128}
+    # torch has no MXFP8 GEMM on Hopper (nor a W4A8 one): no calls, the reason said, no bytes of its own.
+    assert lowbit.torch_calls(p, [s]) == ([], lowbit.W4A8_MX_WHY)
+    assert lowbit.torch_bytes(p) == 0
+
+
+def test_the_check_of_a8w4_mx_lines_scales_x_per_32_of_k(tmp_path):
+    p = line(tmp_path, "5 32 300 NT e4m3,w4:mxfp4 mx\n")
+    torch.manual_seed(11)
+    s = BufferSet(p, device="cpu")
+    k = torch.arange(p.k)
+    x_scaled = s.a.double() * torch.exp2(s.sa.view(U8)[:, k // 32].double() - 127)
+    exact = x_scaled @ gemmkit_weights(p, s).t()
+    assert lowbit.check(p, s, {"ours": exact.to(BF16)}) == {}
+    unscaled = (s.a.double() @ gemmkit_weights(p, s).t()).to(BF16)
+    assert list(lowbit.check(p, s, {"ours": unscaled})) == ["ours"]
+
+
+def test_a8w4_mx_lines_name_the_groups_they_need(tmp_path):
+    with pytest.raises(ValueError, match=r"w4\.txt:1: scaling mode 'mx' for the e4m3 activations of "
+                                         r"'e4m3,w4:int4g128' against weights in groups of 128 \(mx exponents go with "
+                                         r"weights in groups of 32 of K: mxfp4, int4g32\); expected"):
+        line(tmp_path, "16 8192 8192 NT e4m3,w4:int4g128 mx\n")
+
+
 # --- on an sm_90 GPU -----------------------------------------------------------------------------
 
 @needs_sm90
@@ -333,3 +369,21 @@ def test_w4a8_lines_run_against_torch_scaled_mm(tmp_path):
     for r in records:
         assert r["ours_us"] > 0 and math.isfinite(r["gbps"]) and r["config"], r
         assert r["baseline_us"] > 0 and r["baseline_note"].startswith(lowbit.W4A8_NOTE), r
+
+
+@needs_sm90
+def test_a8w4_mx_lines_run_without_a_torch_baseline(tmp_path):
+    suite, out = tmp_path / "lowbit-mx.txt", tmp_path / "out.json"
+    suite.write_text("""16 5760 2880 NT e4m3,w4:mxfp4 mx
+1 4096 4096 NT e4m3,w4:int4g32z mx
+""")
+    shown = run_bench("--suite", str(suite), "--json", str(out), "--warmup", "1", "--runs", "3")
+    assert shown.returncode == 0, shown.stderr
+    assert "differs" not in shown.stderr, shown.stderr  # ours is checked against float64
+    for shape in ("16x5760x2880 NT e4m3,w4:mxfp4 mx", "1x4096x4096 NT e4m3,w4:int4g32z mx"):
+        assert f"torch cannot run {shape} ({lowbit.W4A8_MX_WHY}): no baseline" in shown.stderr, shown.stderr
+    records = json.loads(out.read_text())["records"]
+    assert [r["dtype"] for r in records] == ["e4m3,w4:mxfp4 mx", "e4m3,w4:int4g32z mx"]
+    for r in records:
+        assert r["ours_us"] > 0 and math.isfinite(r["gbps"]) and r["config"], r
+        assert r["baseline_us"] is None and r["baseline_note"] is None, r

@@ -11,7 +11,9 @@ roundings of the output (lowbit_reference.py, shared with test_grouped_lowbit.py
 with float8_e4m3fn x and its x_scale (W4A8) likewise: without a GPU its fake shapes, tracing,
 argument errors and backward; on the GPU against x * x_scale times the same weights in double,
 within the FP8 products' bound (tests/python/gpu_reference.py's FP8_SUMS, 2^-10 of sum |x||w|)
-and two roundings of the output. Needs torch; skips, saying so, without it."""
+and two roundings of the output. A8W4 in MX (x_scale mx exponents, one a row per 32 of K, against
+MXFP4 weights or int4 in groups of 32) the same way, x dequantised as x * 2^(e - 127). Needs
+torch; skips, saying so, without it."""
 
 import pytest
 
@@ -125,6 +127,23 @@ def test_the_w4a8_launch_passes_x_scale_as_a_scales(cpu_launch):
                                                 torch.ones(m, 1)))
 
 
+def test_the_a8w4_mx_launch_passes_x_scale_as_mx_scales(cpu_launch):
+    m, n, k = 3, 10, 4096
+    x, out = torch.zeros(m, k, dtype=E4M3), torch.zeros(m, n, dtype=BF16)
+    qweight = torch.zeros(n, k // 2, dtype=U8)
+    # MXFP8 activations: one exponent a row per 32 of K, [M, ceil(K/32)], uint8 read as e8m0; against
+    # int4 in groups of 32 and against MXFP4, as gemm()'s scale_a in mode mx.
+    for x_scale in (torch.zeros(m, 128, dtype=U8), torch.zeros(m, 128, dtype=U8).view(E8M0),
+                    torch.zeros(128, m, dtype=U8).t()):
+        refused_for_memory_alone(lambda: cpu_launch(x, qweight, torch.zeros(128, n, dtype=BF16), None, "int4", 32,
+                                                    out, x_scale))
+        refused_for_memory_alone(lambda: cpu_launch(x, qweight, torch.zeros(n, 128, dtype=U8), None, "mxfp4", 32,
+                                                    out, x_scale))
+    # gemm() itself refuses them against other groups, naming scale_a (check_w4 refuses them first).
+    with pytest.raises(ValueError, match=r"^scale_a: mode mx with B in groups of 128 with 4-bit weights B; expected"):
+        cpu_launch(x, qweight, torch.zeros(32, n, dtype=BF16), None, "int4", 128, out, torch.zeros(m, 128, dtype=U8))
+
+
 # --- without a GPU: the operator under fake tensors, as torch.compile traces it --------------------
 
 def int4_args(m, n, k, group=128, dtype=BF16, zeros=False):
@@ -217,6 +236,87 @@ def test_w4a8_fake_shapes_dtypes_and_x_scale_forms(fake):
     assert [_torch.x_scale_mode(cuda(shape, dtype=F32), 33, k) for shape in ((), (1, 1), (33, 1), (33,), (33, 33),
                                                                                (33, 32), (1, 33))] == [
         "tensor", "tensor", "rowwise", "rowwise", "block", None, None]
+
+
+def test_a8w4_mx_fake_shapes_dtypes_and_x_scale_forms(fake):
+    n, k = 4095, 4160  # 130 blocks of 32
+    x = cuda(33, k, dtype=E4M3)
+    x3 = x.view(3, 11, k)
+    _, weight, e = mxfp4_args(33, n, k)
+    _, qweight, scales, zeros = w4a8_args(33, n, k, 32, F16, True)
+    for d, shape, dtype in [
+            (gemmkit.mxfp4_mm(x, weight, e, x_scale=cuda(33, 130, dtype=E8M0)), (33, n), BF16),
+            (gemmkit.mxfp4_mm(x, weight, e, x_scale=cuda(33, 130, dtype=U8), out_dtype=F32), (33, n), F32),
+            (gemmkit.mxfp4_mm(x3, weight, e, x_scale=cuda(3, 11, 130, dtype=E8M0)), (3, 11, n), BF16),  # x's rows
+            (gemmkit.mxfp4_mm(x[0], weight, e, x_scale=cuda(130, dtype=U8)), (n,), BF16),  # one row's exponents
+            (gemmkit.int4_mm(x, qweight, scales, zeros, group=32, x_scale=cuda(33, 130, dtype=U8)), (33, n), BF16),
+            (gemmkit.int4_mm(x3, qweight, scales, group=32, x_scale=cuda(3, 11, 130, dtype=E8M0)), (3, 11, n), BF16),
+            (gemmkit.mxfp4_mm(cuda(2, 20, dtype=E4M3), *mxfp4_args(2, n, 20)[1:], x_scale=cuda(2, 1, dtype=U8)),
+             (2, n), BF16),  # K < 32: one exponent a row (e2m1's blocks are 32 of K whatever K is)
+            (gemmkit.mxfp4_mm(cuda(20, dtype=E4M3), *mxfp4_args(1, n, 20)[1:], x_scale=cuda(1, dtype=U8)), (n,),
+             BF16)]:
+        assert isinstance(d, torch._subclasses.fake_tensor.FakeTensor)
+        assert tuple(d.shape) == shape and d.dtype == dtype and d.device.type == "cuda"
+    out = cuda(3, 11, n, dtype=F16)
+    assert gemmkit.mxfp4_mm(x3, weight, e, x_scale=cuda(3, 11, 130, dtype=U8), out=out) is out
+    # The mode is the dtype's: exponents are mx, of [M, ceil(K/32)] only; float32 ones keep their forms.
+    assert [_torch.x_scale_mode(cuda(shape, dtype=dtype), 33, k) for shape, dtype in (
+        ((33, 130), E8M0), ((33, 130), U8), ((33, 33), E8M0), ((33, 1), U8), ((), U8), ((33, 130), F32),
+        ((33, 33), F32))] == ["mx", "mx", None, None, None, None, "block"]
+    assert _torch.x_scale_mode(cuda(1, 1, dtype=U8), 1, 32) == "mx"
+
+
+def test_a_traced_a8w4_mx_call_carries_the_exponents_for_the_rows(fake):
+    def layer(x, weight, e, x_scale):
+        return gemmkit.mxfp4_mm(x, weight, e, x_scale=x_scale, out_dtype=F32)
+
+    x, weight, e = mxfp4_args(8, 256, 1000)
+    args = (x.to(E4M3).view(2, 4, 1000), weight, e, cuda(2, 4, 32, dtype=E8M0))  # ceil(1000/32) = 32
+    graph, _ = torch._dynamo.export(layer)(*args)
+    calls = [node for node in graph.graph.nodes if node.target in W4_MM]
+    assert [node.args[4:] for node in calls] == [("mxfp4", 32, torch.float32)]
+    example = calls[0].kwargs["x_scale"].meta["example_value"]
+    assert example.shape == (8, 32) and example.dtype == E8M0  # x's rows' exponents
+    d = graph(*args)
+    assert tuple(d.shape) == (2, 4, 256) and d.dtype == F32
+
+
+def test_a8w4_mx_errors_name_x_scale(fake):
+    x, qweight, scales, _ = w4a8_args(8, 64, 256)
+    _, weight, e = mxfp4_args(8, 64, 256)
+    exponents = cuda(8, 8, dtype=U8)  # ceil(256/32) = 8
+    mx_forms = (r"; or float8_e8m0fnu or uint8 exponents \[\.\.\., ceil\(K/32\)\] = \[\.\.\., 8\] \(mx, MXFP8: "
+                r"2\^\(e - 127\) per 32 of K\)$")
+    cases = [
+        (ValueError, r"^x_scale: dtype torch.uint8, mx exponents \(MXFP8\), against int4 weights in groups of 128; "
+                     r"expected mx exponents only against weights in groups of 32 of K \(mxfp4_mm, or int4_mm with "
+                     r"group=32 and K > 32\), else float32 scales: one element",
+         lambda: gemmkit.int4_mm(x, qweight, scales, x_scale=exponents)),
+        (ValueError, r"^x_scale: dtype torch.float8_e8m0fnu, mx exponents \(MXFP8\), against int4 weights in groups "
+                     r"of 64;",
+         lambda: gemmkit.int4_mm(x, qweight, cuda(4, 64), group=64, x_scale=exponents.view(E8M0))),
+        (ValueError, r"^x_scale: dtype torch.uint8, mx exponents \(MXFP8\), against int4 weights in groups of 32, one "
+                     r"covering all of K = 32;",  # one group a column: gemm() takes it so
+         lambda: gemmkit.int4_mm(cuda(8, 32, dtype=E4M3), cuda(64, 16, dtype=U8), cuda(1, 64), group=32,
+                                 x_scale=cuda(8, 1, dtype=U8))),
+        (ValueError, r"^x_scale: shape \[8, 2\]; expected one element .*" + mx_forms,  # 1x128 blocks' shape
+         lambda: gemmkit.mxfp4_mm(x, weight, e, x_scale=cuda(8, 2, dtype=E8M0))),
+        (ValueError, r"^x_scale: shape \[8, 8\]; expected one element .*" + mx_forms,  # float32 of the mx shape
+         lambda: gemmkit.int4_mm(x, qweight, cuda(8, 64), group=32, x_scale=cuda(8, 8, dtype=F32))),
+        (ValueError, r"^x_scale: shape \[8, 7\]; expected",
+         lambda: gemmkit.mxfp4_mm(x, weight, e, x_scale=cuda(8, 7, dtype=U8))),
+        (TypeError, r"^x_scale: dtype torch.int8; expected float32 \(or float8_e8m0fnu or uint8 mx exponents\)$",
+         lambda: gemmkit.mxfp4_mm(x, weight, e, x_scale=exponents.view(torch.int8))),
+        (ValueError, r"^x_scale: None with float8_e4m3fn x; expected x's float32 scales: one element .*" + mx_forms,
+         lambda: gemmkit.mxfp4_mm(x, weight, e)),
+        (ValueError, r"^x_scale: given with torch.bfloat16 x; expected None",
+         lambda: gemmkit.mxfp4_mm(cuda(8, 256), weight, e, x_scale=exponents)),
+    ]
+    for error, message, call in cases:
+        with pytest.raises(error, match=message):
+            call()
+    with pytest.raises(ValueError, match="^x_scale: on cpu; expected a CUDA tensor$"):
+        gemmkit.mxfp4_mm(x, weight, e, x_scale=torch.zeros(8, 8, dtype=U8))
 
 
 def test_a_traced_w4a8_call_carries_x_scale_for_the_rows(fake):
@@ -427,6 +527,19 @@ def test_the_w4a8_backward_raises_and_the_stand_in_scales_x(cpu_w4):
     assert x.grad is None and x_scale.grad is None
 
 
+def test_the_a8w4_mx_backward_raises_and_the_stand_in_scales_x_per_32(cpu_w4):
+    x = torch.randn(3, 300).to(E4M3).requires_grad_()
+    x_scale = torch.randint(124, 130, (3, 10), dtype=U8)  # ceil(300/32) = 10 exponents a row
+    weight, e = torch.randint(0, 256, (5, 150), dtype=U8), torch.randint(126, 128, (5, 10), dtype=U8)
+    d = torch.ops.gemmkit.w4_mm(x, weight, e, None, "mxfp4", 32, None, x_scale=x_scale.view(E8M0))
+    assert d.requires_grad and d.dtype == BF16 and d.shape == (3, 5)
+    per_32 = torch.exp2(x_scale.double() - 127).repeat_interleave(32, 1)[:, :300]
+    assert torch.equal(d.detach(), (x.detach().double() * per_32 @ mxfp4_weights(weight, e, 300).t()).to(BF16))
+    with pytest.raises(RuntimeError, match=r"^gemmkit: mxfp4_mm \(4-bit weights\) is not differentiable"):
+        torch.autograd.grad(d.sum(), x)
+    assert x.grad is None
+
+
 # --- on an sm_90 GPU: against the double-precision product ---------------------------------------
 
 N = 4095  # odd: a partial tile of columns
@@ -626,6 +739,18 @@ def test_w4a8_quantized_activations_leading_dimensions_and_outputs():
     expect_close_fp8(out.view(-1, N), xs, w)
 
 
+def compiled_and_graphed_alike(layer, *args):
+    """layer(*args), eager, once torch.compile(fullgraph=True) and a CUDA graph's replay of it are
+    found to give the same tensor."""
+    eager = layer(*args)
+    assert torch.equal(torch.compile(layer, fullgraph=True)(*args), eager)
+    graph, captured = capture(lambda: layer(*args))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, eager)
+    return eager
+
+
 @needs_sm90
 def test_w4a8_compiled_graphed_and_not_differentiable():
     k = 4096
@@ -636,13 +761,72 @@ def test_w4a8_compiled_graphed_and_not_differentiable():
     def layer(x, x_scale):
         return gemmkit.int4_mm(x, qweight, scales, z, x_scale=x_scale)
 
-    eager = layer(x, x_scale)
-    assert torch.equal(torch.compile(layer, fullgraph=True)(x, x_scale), eager)
-    graph, captured = capture(lambda: layer(x, x_scale))
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(captured, eager)
+    eager = compiled_and_graphed_alike(layer, x, x_scale)
     d = layer(x, x_scale.clone().requires_grad_())
     assert torch.equal(d.detach(), eager)
     with pytest.raises(RuntimeError, match=r"^gemmkit: int4_mm \(4-bit weights\) is not differentiable"):
         d.sum().backward()
+
+
+# --- A8W4 in MX on an sm_90 GPU: e4m3 x with ue8m0 exponents per 32 of K (MXFP8) ---------------------
+
+def random_x_exponents(m, k, dtype=U8):
+    """mx exponents of e4m3 x [m, k]: [m, ceil(k/32)] from 125 to 128 (scales 2^-2 to 2^1), uint8 or
+    viewed as float8_e8m0fnu."""
+    return torch.randint(125, 129, (m, -(-k // 32)), device="cuda", dtype=U8).view(dtype)
+
+
+@needs_sm90
+@pytest.mark.parametrize("weights", ["mxfp4", "int4", "int4 zeros"])
+@pytest.mark.parametrize("k", [4160, 4097])  # 130 and 128.03 blocks of 32: a partial last one, an odd K
+@pytest.mark.parametrize("m", [1, 16, 33, 4096])
+def test_a8w4_mx_matches_double(m, k, weights):
+    x = random_x(m, k, BF16).to(E4M3)
+    x_scale = random_x_exponents(m, k, E8M0 if m % 2 else U8)  # either dtype
+    if weights == "mxfp4":
+        weight, e = random_mxfp4(N, k)
+        d, w = gemmkit.mxfp4_mm(x, weight, e, x_scale=x_scale), mxfp4_weights(weight, e, k)
+    else:
+        qweight, scales, z = random_int4(N, k, 32, BF16, weights == "int4 zeros")
+        d = gemmkit.int4_mm(x, qweight, scales, z, group=32, x_scale=x_scale)
+        w = int4_weights(qweight, scales, z, 32, k)
+    assert d.shape == (m, N) and d.dtype == BF16
+    expect_close_fp8(d, scaled_x(x, x_scale), w)
+
+
+@needs_sm90
+def test_a8w4_mx_quantized_activations_layouts_and_outputs():
+    k = 4160
+    q, x_scale = gemmkit.quantize(random_x(6 * 11, k, BF16), mode="mx")  # MXFP8 activations
+    assert x_scale.dtype == E8M0 and x_scale.shape == (66, 130)
+    xs = scaled_x(q, x_scale)
+    weight, e = random_mxfp4(N, k)
+    w = mxfp4_weights(weight, e, k)
+    expect_close_fp8(gemmkit.mxfp4_mm(q, weight, e, x_scale=x_scale), xs, w)
+    # The exponents as uint8 stored M-contiguous ([ceil(K/32), M] passed transposed): the same product.
+    expect_close_fp8(gemmkit.mxfp4_mm(q, weight, e, x_scale=x_scale.view(U8).t().contiguous().t()), xs, w)
+    # x [2, 3, 11, K] with its exponents [2, 3, 11, 130]; one row as a 1-D x with its row's.
+    d = gemmkit.mxfp4_mm(q.view(2, 3, 11, k), weight, e, x_scale=x_scale.view(2, 3, 11, 130))
+    assert d.shape == (2, 3, 11, N) and d.dtype == BF16
+    expect_close_fp8(d.view(-1, N), xs, w)
+    expect_close_fp8(gemmkit.mxfp4_mm(q[5], weight, e, x_scale=x_scale[5]).unsqueeze(0), xs[5:6], w)
+    # out= through a view of its leading dimensions; int4 in groups of 32 with float16 scales, out_dtype.
+    out = torch.full((2, 33, N), float("nan"), device="cuda", dtype=F16)
+    assert gemmkit.mxfp4_mm(q.view(2, 33, k), weight, e, x_scale=x_scale.view(2, 33, 130), out=out) is out
+    expect_close_fp8(out.view(-1, N), xs, w)
+    qweight, scales, z = random_int4(N, k, 32, F16, True)
+    expect_close_fp8(gemmkit.int4_mm(q, qweight, scales, z, group=32, x_scale=x_scale, out_dtype=F32), xs,
+                     int4_weights(qweight, scales, z, 32, k))
+
+
+@needs_sm90
+def test_a8w4_mx_compiled_and_graphed():
+    k = 4096
+    x = random_x(33, k, BF16).to(E4M3)
+    x_scale = random_x_exponents(33, k, E8M0)
+    weight, e = random_mxfp4(N, k)
+
+    def layer(x, x_scale):
+        return gemmkit.mxfp4_mm(x, weight, e, x_scale=x_scale)
+
+    compiled_and_graphed_alike(layer, x, x_scale)
