@@ -90,7 +90,7 @@ double measure_copy_gbps(cudaStream_t stream, int sm_clock_khz) {
 std::map<std::string, double> measure_peaks(const std::vector<SuiteProblem>& problems, baseline::CublasLt& cublaslt,
                                             cudaStream_t stream, const runtime::DeviceInfo& info) {
   std::vector<DType> types = {DType::bf16};
-  if (std::any_of(problems.begin(), problems.end(), [](const SuiteProblem& p) { return p.fp8() || p.w4a8(); })) {
+  if (std::any_of(problems.begin(), problems.end(), [](const SuiteProblem& p) { return p.fp8() || p.w4a8() || p.fp4x4(); })) {
     types.push_back(DType::e4m3);
   }
   constexpr int64_t kSize = 8192;
@@ -174,13 +174,15 @@ DenseTimes time_both(const SuiteProblem& sp, baseline::CublasLt& cublaslt, const
 // scales"): the line multiplies the same e4m3 activations on the same FP8 tensor cores, and what
 // it replaces in a model is that W8A8 GEMM, whose weights move twice the bytes; against the 16-bit
 // GEMM it would be credited for the 8-bit activations and math, which are not its weights'
-// doing. Where cuBLASLt runs no FP8 GEMM of the shape, the 16-bit one stands in.
+// doing. An FP4 x FP4 line (e2m1 A, mx exponents) is set against the same: the FP8 GEMM in mx,
+// which cuBLASLt runs per-tensor as a stand-in, noted so (gemmkit widens the activations to e4m3
+// and runs its A8W4 in MX). Where cuBLASLt runs no FP8 GEMM of the shape, the 16-bit one stands in.
 void w4_dense_times(const SuiteProblem& sp, BenchRecord& record, baseline::CublasLt& cublaslt,
                     const tuning::GpuTimer& timer, cudaStream_t stream, const runtime::DeviceInfo& info,
                     Progress& progress) {
   const DenseTimes dense16 = time_both(dense16_problem(sp), cublaslt, timer, stream, info, progress);
   const DenseTimes fp8 = time_both(fp8_problem(sp), cublaslt, timer, stream, info, progress);
-  if (!sp.w4a8()) return set_dense_times(record, dense16.ours_us, dense16.baseline_us, fp8.ours_us, fp8.baseline_us);
+  if (!sp.w4a8() && !sp.fp4x4()) return set_dense_times(record, dense16.ours_us, dense16.baseline_us, fp8.ours_us, fp8.baseline_us);
   const std::string scales = std::string(scale_mode_name(sp.mode_a)) + " scales";
   set_w4a8_dense_times(record, dense16.ours_us, dense16.baseline_us, fp8.ours_us, fp8.baseline_us,
                        fp8.baseline_note.empty() ? scales : fp8.baseline_note + " for " + scales);

@@ -17,7 +17,9 @@ lines and JSON are the CLI's, with torch in cuBLASLt's (and cuBLAS's) place:
                        outputs checked once a line; for W4A8 (e4m3 activations) torch._scaled_mm
                        on e4m3 weights of the same shape (marked *: torch has no W4A8 GEMM), ours
                        alone checked, and no torch baseline where A's scales are mx (torch has no
-                       MXFP8 GEMM on Hopper); as _bench_lowbit.py says
+                       MXFP8 GEMM on Hopper); as _bench_lowbit.py says. FP4 x FP4 lines
+                       (e2m1 activations, `e2m1,w4:mxfp4`) are listed, not run: gemmkit's
+                       Python ops take no MXFP4 activations yet (gemmkit bench times them)
   --baseline compiled  the same calls compiled by torch.compile(mode="max-autotune-no-cudagraphs"),
                        which autotunes Triton kernels against them (minutes per suite)
 
@@ -223,9 +225,13 @@ def run_suite(args, suite):
               f"{bench.format_copy_bandwidth(copy_gbps)}; {args.warmup} warm-up and {args.runs} timed runs per "
               f"problem, median; against {name} {torch.__version__}", flush=True)
         # A bar on a terminal, else the lines alone; the grouped lines after the dense ones, as the CLI.
-        progress = Progress(len(suite.dense) + len(suite.grouped), sys.stderr)
+        dense = [p for p in suite.dense if p.in_dtype != _C.DType.e2m1]
+        for p in (p for p in suite.dense if p.in_dtype == _C.DType.e2m1):
+            print(f"{suite.name}:{p.line}: {shape_of(p)} listed, not run: MXFP4 activations, which only gemmkit "
+                  "bench times (gemmkit.mxfp4_mm and int4_mm take no e2m1 x yet)", file=sys.stderr)
+        progress = Progress(len(dense) + len(suite.grouped), sys.stderr)
         records, grouped = [], []
-        for p in suite.dense:
+        for p in dense:
             progress.start(shape_of(p))
             records.append(bench_problem(p, timer, info, args.baseline, progress.print))
             progress.finish()

@@ -110,22 +110,33 @@ void parse_w4_format(const std::string& format, const std::string& field, SuiteP
   p.zeros = zeros;
 }
 
+// Whether p's 4-bit weights are scaled per 32 of K, as A's mx exponents need: mxfp4, or int4g32
+// where K > 32 (else one group covers K, as gemm() takes it).
+bool groups_of_32(const SuiteProblem& p) { return p.group == 32 && (p.b_dtype() == DType::e2m1 || p.k > 32); }
+
 // A dtype field naming 4-bit weights: A,w4:FORMAT or A,w4:FORMAT:OUT, `w4` where ",w4:" starts.
 // FORMAT holds no colon, so OUT is what follows the first colon after "w4:". An e4m3 A (W4A8)
-// is scaled per token unless the line's mode field says otherwise.
+// is scaled per token unless the line's mode field says otherwise; an e2m1 A (MXFP4
+// activations: FP4 x FP4) by mx exponents, against weights in groups of 32 only.
 void parse_w4_dtype(const std::string& field, size_t w4, SuiteProblem& p, const std::string& where) {
   const std::string spec = lower(field);
-  const auto a = dtype_of(spec.substr(0, w4));
-  if (!a || (*a != DType::bf16 && *a != DType::f16 && *a != DType::e4m3))
+  const auto a = spec.substr(0, w4) == "e2m1" ? std::optional<DType>(DType::e2m1) : dtype_of(spec.substr(0, w4));
+  if (!a || (*a != DType::bf16 && *a != DType::f16 && *a != DType::e4m3 && *a != DType::e2m1))
     fail(where, "activation type " + quoted(field.substr(0, w4)) + " in dtype " + quoted(field) +
-                    " with 4-bit weights; expected bf16, f16 or e4m3 (e.g. bf16,w4:int4g128)");
+                    " with 4-bit weights; expected bf16, f16, e4m3 or e2m1 (e.g. bf16,w4:int4g128, e2m1,w4:mxfp4)");
   p.in_dtype = *a;
   const size_t format_at = w4 + std::string_view(",w4:").size();
   const size_t colon = spec.find(':', format_at);
-  parse_w4_format(field.substr(format_at, colon == std::string::npos ? std::string::npos : colon - format_at), field,
-                  p, where);
-  p.out_dtype = *a == DType::e4m3 ? DType::bf16 : *a;
-  p.mode_a = *a == DType::e4m3 ? ScaleMode::rowwise : ScaleMode::none;
+  const std::string format =
+      field.substr(format_at, colon == std::string::npos ? std::string::npos : colon - format_at);
+  parse_w4_format(format, field, p, where);
+  if (*a == DType::e2m1 && p.group != 32)
+    fail(where, "4-bit weight format " + quoted(format) + " with e2m1 activations in dtype " + quoted(field) +
+                    "; expected mxfp4, int4g32 or int4g32z (MXFP4 activations' exponents cover 32 of K, as the "
+                    "weights' scales must)");
+  const bool scaled_a = *a == DType::e4m3 || *a == DType::e2m1;
+  p.out_dtype = scaled_a ? DType::bf16 : *a;
+  p.mode_a = *a == DType::e4m3 ? ScaleMode::rowwise : *a == DType::e2m1 ? ScaleMode::mx : ScaleMode::none;
   if (colon != std::string::npos) {
     const auto out = dtype_of(spec.substr(colon + 1));
     if (!out || (*out != DType::bf16 && *out != DType::f16 && *out != DType::f32))
@@ -140,8 +151,8 @@ void parse_w4_dtype(const std::string& field, size_t w4, SuiteProblem& p, const 
 void parse_dtype(const std::string& field, SuiteProblem& p, const std::string& where) {
   const std::string spec = lower(field);
   if (spec.rfind("w4:", 0) == 0)
-    fail(where, "dtype " + quoted(field) + " names no activation type; expected A,w4:FORMAT with A bf16, f16 or "
-                "e4m3 (e.g. bf16,w4:int4g128)");
+    fail(where, "dtype " + quoted(field) + " names no activation type; expected A,w4:FORMAT with A bf16, f16, "
+                "e4m3 or e2m1 (e.g. bf16,w4:int4g128)");
   if (const size_t w4 = spec.find(",w4:"); w4 != std::string::npos) return parse_w4_dtype(field, w4, p, where);
   const size_t colon = spec.find(':');
   const std::string in_text = spec.substr(0, colon);
@@ -222,12 +233,17 @@ bool read_mode(const std::string& field, const std::string& dtype, SuiteProblem&
   const auto mode = mode_of(field);
   const bool named = mode || lower(field) == scale_mode_name(ScaleMode::group);
   const std::string or_batch = batch ? " (or a batch)" : "";
+  if (p.fp4x4()) {  // MXFP4 activations: mx, the only mode, may be named (grouped lines take no e2m1 A)
+    if (mode == ScaleMode::mx) return true;
+    if (!named && batch && numeric(field)) return false;
+    fail(where, std::string(named ? "" : "unknown ") + "scaling mode " + quoted(field) + " for the e2m1 activations of " +
+                    quoted(dtype) + "; expected mx (MXFP4 activations: one ue8m0 exponent per 32 of K)" + or_batch);
+  }
   if (p.w4a8()) {
     // A's mx exponents (MXFP8 activations) promote each 32 of K beside the weights' own scales:
     // weights in groups of 32 of K only (mxfp4; int4g32 where K > 32, else one group covers K, as
     // gemm() takes it), and not on grouped lines (grouped_gemm takes none yet).
-    const bool groups_of_32 = p.group == 32 && (p.b_dtype() == DType::e2m1 || p.k > 32);
-    if (mode && (*mode != ScaleMode::mx || (groups_of_32 && !grouped))) {
+    if (mode && (*mode != ScaleMode::mx || (groups_of_32(p) && !grouped))) {
       p.mode_a = *mode;
       return true;
     }
@@ -274,6 +290,8 @@ bool SuiteProblem::w4() const { return is_4bit(b_dtype()); }
 
 bool SuiteProblem::w4a8() const { return w4() && is_fp8(in_dtype); }
 
+bool SuiteProblem::fp4x4() const { return w4() && in_dtype == DType::e2m1; }
+
 double SuiteProblem::bytes() const { return gemm_bytes(m, n, k, batch, in_dtype, b_dtype(), out_dtype, group, zeros); }
 
 double weight_bytes(int64_t n, int64_t k, DType b, int64_t group, bool zeros) {
@@ -288,8 +306,9 @@ double weight_bytes(int64_t n, int64_t k, DType b, int64_t group, bool zeros) {
 }
 
 double gemm_bytes(int64_t m, int64_t n, int64_t k, int64_t batch, DType a, DType b, DType d, int64_t group, bool zeros) {
-  const double per_batch =
-      double(m) * double(k) * dtype_size(a) + weight_bytes(n, k, b, group, zeros) + double(m) * double(n) * dtype_size(d);
+  // MXFP4 activations are packed and scaled as e2m1 weights are: M rows of K codes, exponents.
+  const double a_bytes = is_4bit(a) ? weight_bytes(m, k, a) : double(m) * double(k) * dtype_size(a);
+  const double per_batch = a_bytes + weight_bytes(n, k, b, group, zeros) + double(m) * double(n) * dtype_size(d);
   return per_batch * double(batch);
 }
 
@@ -329,12 +348,19 @@ SuiteProblem parse_problem(const std::vector<std::string>& fields, const std::st
   if (p.w4() && p.layout[1] != 'T')
     fail(where, "layout " + quoted(fields[3]) + " with 4-bit weights " + quoted(fields[4]) +
                     "; expected NT or TT (B stored N x K, K-contiguous, two codes a byte along K)");
+  // MXFP4 activations likewise along K (A stored M x K), each 32 of K one exponent, as the weights' scales.
+  if (p.fp4x4() && p.layout[0] != 'N')
+    fail(where, "layout " + quoted(fields[3]) + " with e2m1 activations " + quoted(fields[4]) +
+                    "; expected NT (A stored M x K, K-contiguous, two codes a byte along K)");
+  if (p.fp4x4() && !groups_of_32(p))
+    fail(where, "e2m1 activations " + quoted(fields[4]) + " with K = " + std::to_string(p.k) +
+                    ", which one group of int4g32 covers; expected K > 32 (or mxfp4 weights), as gemm() takes it");
 
   // After the dtype: [mode] [batch]. A mode only follows 8-bit inputs (W4A8: A's alone); a number
   // is the batch, where one may still follow.
   size_t next = 5;
   if (fields.size() > next && read_mode(fields[next], fields[4], p, false, fields.size() <= 6, where)) ++next;
-  if (!p.fp8() && !p.w4a8() && fields.size() > 6)
+  if (!p.fp8() && !p.w4a8() && !p.fp4x4() && fields.size() > 6)
     fail(where, std::string("expected 3 to 6 fields for ") + (p.w4() ? "4-bit weights" : "16-bit inputs") +
                     " (M N K [layout] [dtype] [batch]), got " + std::to_string(fields.size()) + ": " +
                     quoted(join(fields)));
@@ -419,6 +445,9 @@ GroupedProblem parse_grouped(const std::vector<std::string>& fields, const std::
   p.n = parse_int(fields[4], "N", 0, where);
   p.k = parse_int(fields[5], "K", 0, where);
   parse_dtype(fields[6], p.dense, where);
+  if (p.dense.fp4x4())
+    fail(where, "e2m1 activations " + quoted(fields[6]) + " on a grouped line; expected bf16, f16 or e4m3 "
+                "activations (grouped_gemm takes no MXFP4 activations)");
   // 4-bit weights are packed along K, the contraction of the forward's weights [G, N, K] only.
   if (p.dense.w4() && p.op != GroupedOp::fwd && p.op != GroupedOp::masked)
     fail(where, "4-bit weights " + quoted(fields[6]) + " on a grouped " + quoted(fields[1]) +
@@ -515,7 +544,7 @@ std::string dtype_spec(const SuiteProblem& p) {
   std::string in(dtype_name(p.in_dtype));
   if (p.w4()) {
     in += p.b_dtype() == DType::e2m1 ? ",w4:mxfp4" : ",w4:int4g" + std::to_string(p.group) + (p.zeros ? "z" : "");
-    const DType default_out = is_fp8(p.in_dtype) ? DType::bf16 : p.in_dtype;
+    const DType default_out = is_fp8(p.in_dtype) || p.fp4x4() ? DType::bf16 : p.in_dtype;
     return p.out_dtype == default_out ? in : in + ":" + std::string(dtype_name(p.out_dtype));
   }
   if (p.in_b && *p.in_b != p.in_dtype) (in += ",") += dtype_name(*p.in_b);
@@ -525,14 +554,14 @@ std::string dtype_spec(const SuiteProblem& p) {
 
 
 std::string type_spec(const SuiteProblem& p) {
-  if (p.w4a8()) return dtype_spec(p) + " " + std::string(scale_mode_name(p.mode_a));
+  if (p.w4a8() || p.fp4x4()) return dtype_spec(p) + " " + std::string(scale_mode_name(p.mode_a));
   if (!p.fp8()) return dtype_spec(p);
   return dtype_spec(p) + " " + std::string(scale_mode_name(p.mode));
 }
 
 SuiteProblem dense16_problem(const SuiteProblem& sp) {
   SuiteProblem p = sp;
-  if (is_fp8(p.in_dtype)) p.in_dtype = DType::bf16;
+  if (is_fp8(p.in_dtype) || p.fp4x4()) p.in_dtype = DType::bf16;
   p.in_b.reset();
   p.mode = p.mode_a = ScaleMode::none;
   p.group = 0;
@@ -544,7 +573,7 @@ SuiteProblem dense16_problem(const SuiteProblem& sp) {
 SuiteProblem fp8_problem(const SuiteProblem& sp) {
   SuiteProblem p = dense16_problem(sp);
   p.in_dtype = DType::e4m3;
-  p.mode = sp.w4a8() ? sp.mode_a : ScaleMode::tensor;
+  p.mode = sp.w4a8() || sp.fp4x4() ? sp.mode_a : ScaleMode::tensor;
   return p;
 }
 

@@ -1,5 +1,5 @@
 // Benchmark suites: plain-text lists of GEMM problems, one `M N K [layout] [dtype] [mode] [batch]`
-// a line (4-bit weights in the dtype: `bf16,w4:int4g128`, `e4m3,w4:int4g128`), or a grouped GEMM,
+// a line (4-bit weights in the dtype: `bf16,w4:int4g128`, `e4m3,w4:int4g128`, `e2m1,w4:mxfp4`), or a grouped GEMM,
 // `grouped OP G M N K dtype [mode] dist` (4-bit weights too: `grouped masked 128 4 5760 2880
 // e4m3,w4:mxfp4 balanced`; bench only: gemmkit bench and python -m gemmkit.bench); `epilogue TEXT`
 // lines fuse an epilogue into the lines below them (gemmkit bench only).
@@ -23,7 +23,8 @@ struct SuiteProblem {
   std::string layout = "NT";  // NN, NT, TN or TT; row-major convention, first letter A, second B
   DType in_dtype = DType::bf16, out_dtype = DType::bf16;
   // B's type where it differs from A's: the other 8-bit type (e4m3 x e5m2), or 4-bit weights
-  // (u4 for int4gG, e2m1 for mxfp4) against a bf16 or f16 A, or u4 against an e4m3 A (W4A8).
+  // (u4 for int4gG, e2m1 for mxfp4) against a bf16, f16 or e4m3 A (W4A8), or against an e2m1 A
+  // (MXFP4 activations, FP4 x FP4).
   std::optional<DType> in_b;
   // How both FP8 operands are scaled (gemmkit/gemm.h): tensor unless the line names another
   // mode. 4-bit weights: B's mode, as the format names it (group for int4, mx for mxfp4). None
@@ -32,8 +33,8 @@ struct SuiteProblem {
   // A's scales where they are not `mode`'s: W4A8 lines (e4m3 A against 4-bit B) scale A in
   // rowwise (per token, the default), tensor or block (1x128) mode, f32, or on dense lines with
   // weights in groups of 32 of K (mxfp4, int4g32) in mx mode (1x32 ue8m0 exponents: MXFP8
-  // activations); none on every other line (16-bit A is unscaled, FP8 lines scale both operands
-  // in `mode`).
+  // activations); mx on FP4 x FP4 lines (e2m1 A, always); none on every other line (16-bit A is
+  // unscaled, FP8 lines scale both operands in `mode`).
   ScaleMode mode_a = ScaleMode::none;
   // 4-bit weights: the K elements of B one scale covers (int4gG: G; mxfp4: 32), and whether u4
   // B has zero points (int4gGz); 0 and false otherwise.
@@ -48,6 +49,7 @@ struct SuiteProblem {
   bool fp8() const;   // A and B are both 8-bit (e4m3 or e5m2)
   bool w4() const;    // B is 4-bit weights (u4 or e2m1; A bf16 or f16, or e4m3 for W4A8)
   bool w4a8() const;  // B is 4-bit weights against an e4m3 A
+  bool fp4x4() const; // B is 4-bit weights against an e2m1 A (MXFP4 activations, mode_a mx)
   // What the GEMM reads and writes at the least, in bytes: gemm_bytes() of its sizes and types.
   double bytes() const;
 };
@@ -58,7 +60,8 @@ struct SuiteProblem {
 // where `zeros`. u4 scales (group mode) and zero points are two bytes each (bf16 or f16: A's type
 // for 16-bit A, bf16 for an e4m3 A); e2m1's (mx) are one-byte ue8m0, one per 32 of K whatever
 // `group` says. FP8 scales (f32, A's of a W4A8 line too) are left out (as gemm_gbps leaves them
-// out). `group` and `zeros` are read for a u4 B only.
+// out). An e2m1 A (MXFP4 activations) is counted as an e2m1 B is, M x K: packed codes and a
+// ue8m0 exponent per 32 of K. `group` and `zeros` are read for a u4 B only.
 double gemm_bytes(int64_t m, int64_t n, int64_t k, int64_t batch, DType a, DType b, DType d, int64_t group = 0,
                   bool zeros = false);
 
@@ -69,7 +72,8 @@ double weight_bytes(int64_t n, int64_t k, DType b, int64_t group = 0, bool zeros
 
 // Parses one problem from its fields: M, N, K, then optionally layout, dtype, scaling mode and
 // batch, in that order. The dtype is IN or IN:OUT: IN is bf16, f16, e4m3, e5m2, A,B (two 8-bit
-// types, e.g. e4m3,e5m2) or A,w4:FORMAT (4-bit weights against A bf16 or f16, or e4m3: W4A8);
+// types, e.g. e4m3,e5m2) or A,w4:FORMAT (4-bit weights against A bf16 or f16, e4m3: W4A8, or
+// e2m1: MXFP4 activations, FP4 x FP4, against mxfp4 or int4g32[z] only);
 // OUT is bf16, f16 or f32 (or e4m3, quantised in 1x128 blocks, except with 4-bit weights) and
 // defaults to A's type for 16-bit A and to bf16 for 8-bit A. fp16/float16, bfloat16 and
 // fp32/float32 are accepted, in any case. FORMAT is
@@ -83,7 +87,8 @@ double weight_bytes(int64_t n, int64_t k, DType b, int64_t group = 0, bool zeros
 // may follow an 8-bit dtype only and defaults to tensor; with 4-bit weights the format sets B's
 // mode, and a W4A8 line's mode field, tensor, rowwise, block (1x128) or, where the weights are in
 // groups of 32 of K (mxfp4; int4g32 with K > 32), mx (1x32 ue8m0), is A's (mode_a; rowwise by
-// default). A field after the dtype that is a number is the batch. `where` prefixes every
+// default). An e2m1 A is always mx (its mode field, if any, mx), stored M x K (layout NT), packed
+// as the weights are; int4g32 weights need K > 32 there too. A field after the dtype that is a number is the batch. `where` prefixes every
 // error message, e.g. "dense.txt:12" or "command line". Throws gemmkit::Error(invalid_argument)
 // on anything malformed, and on a problem too large for 64-bit addressing (check_addressable in
 // core/problem.h).
@@ -130,7 +135,7 @@ struct GroupedProblem {
 // e4m3,w4:int4g128z) go on fwd and masked lines only, each group's weights as a dense line's
 // [N, K] (the format sets B's scales, a set per group); a W4A8 line's mode field is A's (tensor,
 // rowwise or block; rowwise by default; not mx, which grouped_gemm does not take yet), as on
-// dense lines. Errors as parse_problem()'s.
+// dense lines; e2m1 activations are refused. Errors as parse_problem()'s.
 GroupedProblem parse_grouped(const std::vector<std::string>& fields, const std::string& where);
 
 // A distribution as a line names it: balanced, skew:R (R > 0), zipf:S (S >= 0), random:SEED or
@@ -168,23 +173,26 @@ std::vector<SuiteProblem> load_suite(const std::string& path);  // dense lines o
 // The dtype field, canonical: "bf16" when 16-bit input and output types match, else "IN:OUT",
 // e.g. "bf16:f32"; FP8 always as "IN:OUT", e.g. "e4m3:bf16" or "e4m3,e5m2:f32"; 4-bit weights
 // as "A,w4:FORMAT", with ":OUT" only where OUT is not the default (A's type, bf16 for e4m3 A):
-// "bf16,w4:int4g128", "f16,w4:int4g64z:f32", "bf16,w4:mxfp4", "e4m3,w4:int4g128". Parses back
+// "bf16,w4:int4g128", "f16,w4:int4g64z:f32", "bf16,w4:mxfp4", "e4m3,w4:int4g128",
+// "e2m1,w4:mxfp4" (bf16 D the default for e2m1 A too). Parses back
 // as given.
 std::string dtype_spec(const SuiteProblem& p);
 
 // The dense GEMMs a line with 4-bit weights is set against (gemmkit bench: BenchRecord::dense16_us
 // and the rest; a grouped row's stand-in baseline, grouped_stand_in): dense16_problem is its
 // shape, layout, batch and output type with both operands in A's 16-bit type (bf16 for a W4A8
-// line's e4m3 A), plain, without the epilogue; fp8_problem the same with both operands e4m3,
+// line's e4m3 A or an FP4 x FP4 line's e2m1 one), plain, without the epilogue; fp8_problem the
+// same with both operands e4m3,
 // per-tensor scales, or for a W4A8 line scaled as its A is, B in the mode cuBLASLt pairs with A's
 // (rowwise: per channel; block: 1x128 A, 128x128 B; mx: both 1x32 along K, MXFP8, which cuBLASLt
-// does not run on Hopper, so that bench times its per-tensor stand-in).
+// does not run on Hopper, so that bench times its per-tensor stand-in), for an FP4 x FP4 line
+// in mx (A's mode) likewise.
 SuiteProblem dense16_problem(const SuiteProblem& sp);
 SuiteProblem fp8_problem(const SuiteProblem& sp);
 
 // The dtype and, for FP8, the mode, as a suite line has them: "bf16", "e4m3:bf16 block",
 // "bf16,w4:mxfp4" (4-bit weights: the dtype alone, which names B's mode), "e4m3,w4:int4g128
-// rowwise", "e4m3,w4:mxfp4 mx" (W4A8: A's mode after it).
+// rowwise", "e4m3,w4:mxfp4 mx" (W4A8: A's mode after it), "e2m1,w4:mxfp4 mx" (FP4 x FP4: mx).
 std::string type_spec(const SuiteProblem& p);
 
 }  // namespace gemmkit::tools

@@ -173,7 +173,7 @@ TEST(GroupedSuite, BadFourBitLinesNameTheToken) {
       {"grouped masked 8 4 64 64 bf16,w4:mxfp4z balanced",
        "4-bit weight format 'mxfp4z' in dtype 'bf16,w4:mxfp4z'; expected mxfp4 alone"},
       {"grouped masked 8 4 64 64 e5m2,w4:mxfp4 balanced",
-       "activation type 'e5m2' in dtype 'e5m2,w4:mxfp4' with 4-bit weights; expected bf16, f16 or e4m3"},
+       "activation type 'e5m2' in dtype 'e5m2,w4:mxfp4' with 4-bit weights; expected bf16, f16, e4m3 or e2m1"},
       {"grouped masked 8 4 64 64 w4:mxfp4 balanced", "dtype 'w4:mxfp4' names no activation type"},
       {"grouped masked 8 4 64 64 bf16,w4:int4g128:e4m3 balanced",
        "output type 'e4m3' in dtype 'bf16,w4:int4g128:e4m3'; expected bf16, f16 or f32"},

@@ -504,20 +504,20 @@ TEST(Suite, FourBitWeightsNeedBStoredNByK) {
 TEST(Suite, RejectsMalformedFourBitDtypesWithOneLine) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"w4:int4g128",
-       "dtype 'w4:int4g128' names no activation type; expected A,w4:FORMAT with A bf16, f16 or e4m3 (e.g. "
+       "dtype 'w4:int4g128' names no activation type; expected A,w4:FORMAT with A bf16, f16, e4m3 or e2m1 (e.g. "
        "bf16,w4:int4g128)"},
       {"e5m2,w4:int4g128",
-       "activation type 'e5m2' in dtype 'e5m2,w4:int4g128' with 4-bit weights; expected bf16, f16 or e4m3 (e.g. "
-       "bf16,w4:int4g128)"},
+       "activation type 'e5m2' in dtype 'e5m2,w4:int4g128' with 4-bit weights; expected bf16, f16, e4m3 or e2m1 (e.g. "
+       "bf16,w4:int4g128, e2m1,w4:mxfp4)"},
       {"f32,w4:mxfp4",
-       "activation type 'f32' in dtype 'f32,w4:mxfp4' with 4-bit weights; expected bf16, f16 or e4m3 (e.g. "
-       "bf16,w4:int4g128)"},
+       "activation type 'f32' in dtype 'f32,w4:mxfp4' with 4-bit weights; expected bf16, f16, e4m3 or e2m1 (e.g. "
+       "bf16,w4:int4g128, e2m1,w4:mxfp4)"},
       {"bf16:f32,w4:int4g128",
-       "activation type 'bf16:f32' in dtype 'bf16:f32,w4:int4g128' with 4-bit weights; expected bf16, f16 or e4m3 "
-       "(e.g. bf16,w4:int4g128)"},
+       "activation type 'bf16:f32' in dtype 'bf16:f32,w4:int4g128' with 4-bit weights; expected bf16, f16, e4m3 or "
+       "e2m1 (e.g. bf16,w4:int4g128, e2m1,w4:mxfp4)"},
       {"e4m3:bf16,w4:int4g128",
-       "activation type 'e4m3:bf16' in dtype 'e4m3:bf16,w4:int4g128' with 4-bit weights; expected bf16, f16 or e4m3 "
-       "(e.g. bf16,w4:int4g128)"},
+       "activation type 'e4m3:bf16' in dtype 'e4m3:bf16,w4:int4g128' with 4-bit weights; expected bf16, f16, e4m3 or "
+       "e2m1 (e.g. bf16,w4:int4g128, e2m1,w4:mxfp4)"},
       {"e4m3,w4:int4g96", "group size '96' in dtype 'e4m3,w4:int4g96'; expected 32 or a power of two >= 64"},
       {"e4m3,w4:int4g128:e4m3", "output type 'e4m3' in dtype 'e4m3,w4:int4g128:e4m3'; expected bf16, f16 or f32 "
                                 "after 4-bit weights (A,w4:FORMAT:OUT)"},
@@ -715,6 +715,92 @@ TEST(Suite, W4a8LinesNameTheActivationsModeOnly) {
             "K-contiguous, two codes a byte along K)");
 }
 
+// FP4 x FP4: an e2m1 A (MXFP4 activations) against mxfp4 or int4g32[z] weights, always mx (the
+// mode field may name only that), bf16 D by default; set against the dense GEMMs A8W4 in MX lines are.
+TEST(Suite, ParsesFp4x4Lines) {
+  using gemmkit::ScaleMode;
+  auto p = parse(
+      "4096 8192 8192 NT e2m1,w4:mxfp4\n"        // 0
+      "16 8192 8192 nt E2M1,W4:INT4G32 Mx\n"     // 1: any case, the mode named
+      "1 4096 4096 NT e2m1,w4:int4g32z:f32 3\n"  // 2: zero points, an output type, a batch
+      "1 2 3 NT e2m1,w4:mxfp4:f16 mx 2\n");      // 3: mxfp4 whatever K, mode and batch
+  ASSERT_EQ(p.size(), 4u);
+  for (const auto& q : p) {
+    EXPECT_TRUE(q.fp4x4());
+    EXPECT_TRUE(q.w4());
+    EXPECT_FALSE(q.w4a8());
+    EXPECT_FALSE(q.fp8());
+    EXPECT_EQ(std::tie(q.in_dtype, q.mode_a, q.group), std::make_tuple(DType::e2m1, ScaleMode::mx, int64_t(32)));
+  }
+  EXPECT_EQ(std::tie(p[0].in_b, p[0].mode, p[0].out_dtype), std::make_tuple(DType::e2m1, ScaleMode::mx, DType::bf16));
+  EXPECT_EQ(std::tie(p[1].in_b, p[1].mode, p[1].zeros), std::make_tuple(DType::u4, ScaleMode::group, false));
+  EXPECT_EQ(std::tie(p[2].zeros, p[2].out_dtype, p[2].batch), std::make_tuple(true, DType::f32, int64_t(3)));
+  EXPECT_EQ(std::tie(p[3].out_dtype, p[3].batch), std::make_tuple(DType::f16, int64_t(2)));
+  // Canonical forms, which parse back as given.
+  EXPECT_EQ(type_spec(p[0]), "e2m1,w4:mxfp4 mx");
+  EXPECT_EQ(type_spec(p[1]), "e2m1,w4:int4g32 mx");
+  EXPECT_EQ(dtype_spec(p[2]), "e2m1,w4:int4g32z:f32");
+  EXPECT_EQ(type_spec(parse("4096 8192 8192 NT " + type_spec(p[0])).at(0)), "e2m1,w4:mxfp4 mx");
+  // The memory floor: A's packed codes and exponents as an e2m1 B's, the weights, D.
+  EXPECT_EQ(p[0].bytes(), (4096.0 * 8192 / 2 + 4096.0 * 8192 / 32) + (8192.0 * 8192 / 2 + 8192.0 * 8192 / 32) +
+                              4096.0 * 8192 * 2);
+  // The dense GEMMs it is set against: those of A8W4 in MX lines (MXFP8, a per-tensor stand-in on
+  // Hopper's cuBLASLt), and bf16.
+  const SuiteProblem fp8 = fp8_problem(p[0]);
+  EXPECT_EQ(std::tie(fp8.in_dtype, fp8.mode, fp8.mode_a), std::make_tuple(DType::e4m3, ScaleMode::mx, ScaleMode::none));
+  EXPECT_EQ(type_spec(fp8), type_spec(fp8_problem(parse("4096 8192 8192 NT e4m3,w4:mxfp4 mx").at(0))));
+  EXPECT_EQ(type_spec(dense16_problem(p[0])), "bf16");
+}
+
+// What an FP4 x FP4 line cannot be, each refusal naming the token.
+TEST(Suite, Fp4x4LinesRefuseWhatGemmDoesNot) {
+  const std::string mode_expected = "; expected mx (MXFP4 activations: one ue8m0 exponent per 32 of K)";
+  EXPECT_EQ(parse_error("1 2 3 NT e2m1,w4:mxfp4 rowwise"),
+            "test.txt:1: scaling mode 'rowwise' for the e2m1 activations of 'e2m1,w4:mxfp4'" + mode_expected +
+                " (or a batch)");
+  EXPECT_EQ(parse_error("1 2 3 NT e2m1,w4:mxfp4 Tensor 2"),
+            "test.txt:1: scaling mode 'Tensor' for the e2m1 activations of 'e2m1,w4:mxfp4'" + mode_expected);
+  EXPECT_EQ(parse_error("1 2 3 NT e2m1,w4:mxfp4 group"),
+            "test.txt:1: scaling mode 'group' for the e2m1 activations of 'e2m1,w4:mxfp4'" + mode_expected +
+                " (or a batch)");
+  EXPECT_EQ(parse_error("1 2 3 NT e2m1,w4:mxfp4 mxfp"),
+            "test.txt:1: unknown scaling mode 'mxfp' for the e2m1 activations of 'e2m1,w4:mxfp4'" + mode_expected +
+                " (or a batch)");
+  EXPECT_EQ(parse_error("1 2 3 NT e2m1,w4:mxfp4 0"), "test.txt:1: batch '0' is too small; expected an integer >= 1");
+  for (const char* format : {"int4g128", "int4g64z", "int4g4096"}) {
+    SCOPED_TRACE(format);
+    EXPECT_EQ(parse_error("1 2 4096 NT e2m1,w4:" + std::string(format)),
+              "test.txt:1: 4-bit weight format '" + std::string(format) + "' with e2m1 activations in dtype 'e2m1,w4:" +
+                  format + "'; expected mxfp4, int4g32 or int4g32z (MXFP4 activations' exponents cover 32 of K, as the "
+                  "weights' scales must)");
+  }
+  EXPECT_EQ(parse_error("1 64 32 NT e2m1,w4:int4g32"),
+            "test.txt:1: e2m1 activations 'e2m1,w4:int4g32' with K = 32, which one group of int4g32 covers; expected "
+            "K > 32 (or mxfp4 weights), as gemm() takes it");
+  EXPECT_EQ(parse("1 64 33 NT e2m1,w4:int4g32").size(), 1u);
+  for (const char* layout : {"TT", "tn", "NN"}) {
+    SCOPED_TRACE(layout);
+    EXPECT_NE(parse_error("1 2 3 " + std::string(layout) + " e2m1,w4:mxfp4").find("layout '" + std::string(layout) +
+                                                                                  "' with "),
+              std::string::npos);
+  }
+  EXPECT_EQ(parse_error("1 2 3 TT e2m1,w4:mxfp4"),
+            "test.txt:1: layout 'TT' with e2m1 activations 'e2m1,w4:mxfp4'; expected NT (A stored M x K, "
+            "K-contiguous, two codes a byte along K)");
+  EXPECT_EQ(parse_error("1 2 3 NT e2m1,w4:mxfp4:e4m3"),
+            "test.txt:1: output type 'e4m3' in dtype 'e2m1,w4:mxfp4:e4m3'; expected bf16, f16 or f32 after 4-bit "
+            "weights (A,w4:FORMAT:OUT)");
+  // Grouped lines take no MXFP4 activations (grouped_gemm does not).
+  EXPECT_EQ(parse_error("grouped masked 128 1 5760 2880 e2m1,w4:mxfp4 balanced"),
+            "test.txt:1: e2m1 activations 'e2m1,w4:mxfp4' on a grouped line; expected bf16, f16 or e4m3 activations "
+            "(grouped_gemm takes no MXFP4 activations)");
+  // e2m1 is no operand type outside a w4 dtype, nor a B of 8-bit A.
+  for (const char* dtype : {"e2m1", "e2m1:bf16", "e2m1,e2m1", "e4m3,e2m1"}) {
+    SCOPED_TRACE(dtype);
+    EXPECT_EQ(parse_error("1 2 3 NT " + std::string(dtype)).rfind("test.txt:1: unknown dtype '" + std::string(dtype) + "'", 0), 0u);
+  }
+}
+
 TEST(Suite, W4a8SpecsRoundTripWithTheActivationsMode) {
   using gemmkit::ScaleMode;
   const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
@@ -886,6 +972,10 @@ TEST(Suite, ShippedLowbitParses) {
   // A8W4 in MX: MXFP8 activations against gpt-oss's MXFP4 up and int4 in groups of 32.
   for (int64_t m : {1, 16, 4096}) want.insert({m, 5760, 2880, "e4m3,w4:mxfp4 mx"});
   want.insert({16, 8192, 8192, "e4m3,w4:int4g32 mx"});
+  // FP4 x FP4 at fp8-large's shapes, and decode at Llama-3-70B's q/o.
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{4096, 8192, 8192}, {4096, 28672, 8192},
+                         {8192, 4096, 7168}, {4096, 7168, 16384}, {4096, 2112, 7168}, {1, 8192, 8192}, {16, 8192, 8192}})
+    want.insert({m, n, k, "e2m1,w4:mxfp4 mx"});
   for (const auto& p : problems) {
     got.insert({p.m, p.n, p.k, type_spec(p)});
     EXPECT_TRUE(p.w4());
@@ -894,7 +984,7 @@ TEST(Suite, ShippedLowbitParses) {
   }
   EXPECT_EQ(problems.size(), want.size());
   EXPECT_EQ(got, want);
-  EXPECT_EQ(problems.size(), 77u);
+  EXPECT_EQ(problems.size(), 84u);
 }
 
 TEST(Suite, ShippedFp8DecodeParses) {

@@ -65,7 +65,7 @@ def gemmkit_weights(p, s):
 
 def test_the_lowbit_suite_reads_as_the_cli_writes_it():
     suite = bench.load_bench_suite(python_bench.suite_path("lowbit"))
-    assert len(suite.dense) == 77 and len(suite.grouped) == 24
+    assert len(suite.dense) == 84 and len(suite.grouped) == 24
     # Its grouped rows (gemmkit bench's only: python -m gemmkit.bench lists them, not run) hold
     # 4-bit weights as its dense lines do.
     assert all(g.dense.w4 and g.op in ("fwd", "masked") for g in suite.grouped)
@@ -73,6 +73,11 @@ def test_the_lowbit_suite_reads_as_the_cli_writes_it():
     for p in suite.dense:
         assert p.w4 and p.batch == 1 and p.layout == "NT" and p.out_dtype == DType.bf16, p.type_spec
         seen.add(p.type_spec)
+        if p.in_dtype == DType.e2m1:  # FP4 x FP4: A packed and scaled as MXFP4 weights are, M x K
+            assert (p.b_dtype, p.mode, p.mode_a, p.group) == (DType.e2m1, ScaleMode.mx, ScaleMode.mx, 32), p.type_spec
+            packed = (p.m + p.n) * (p.k // 2 + -(-p.k // 32))  # codes and an exponent per 32 of K, a row
+            assert p.bytes == packed + p.m * p.n * 2
+            continue
         if p.w4a8:  # e4m3 A, a byte an element, scaled per token or by mx exponents (left out of the bytes)
             assert (p.in_dtype, p.zeros) == (DType.e4m3, False), p.type_spec
             assert p.mode_a in (ScaleMode.rowwise, ScaleMode.mx), p.type_spec
@@ -97,7 +102,7 @@ def test_the_lowbit_suite_reads_as_the_cli_writes_it():
         # What the copy yardstick moves and GB/s counts: A, the packed codes, scales, zeros and D.
         assert p.bytes == p.m * p.k * 2 + p.n * p.k // 2 + scale_bytes + p.m * p.n * 2
     assert seen == {"bf16,w4:int4g128", "bf16,w4:int4g128z", "bf16,w4:mxfp4", "e4m3,w4:int4g128 rowwise",
-                    "e4m3,w4:mxfp4 rowwise", "e4m3,w4:mxfp4 mx", "e4m3,w4:int4g32 mx"}
+                    "e4m3,w4:mxfp4 rowwise", "e4m3,w4:mxfp4 mx", "e4m3,w4:int4g32 mx", "e2m1,w4:mxfp4 mx"}
 
 
 def test_batched_w4_lines_are_refused_in_one_line(tmp_path):
