@@ -347,8 +347,9 @@ Problem validate_gemm(const TensorView& a, const TensorView& b, const TensorView
   if (weights_4bit && is_fp8(wide) &&
       ((scale_a.mode == ScaleMode::mx && !groups_of_32) || (scale_a.mode == ScaleMode::block && scale_a.block_rows != 1))) {
     fail("scale_a: mode " + std::string(scale_mode_name(scale_a.mode)) +
-         (scale_a.mode == ScaleMode::block ? " in 128x128 blocks" : " with B in groups of " +
-                                                                         std::to_string(scale_b.block_rows)) +
+         (scale_a.mode == ScaleMode::block ? " in 128x128 blocks"
+          : scale_b.block_rows >= k         ? " with B in one group of all K = " + std::to_string(k) + " (a scale a column)"
+                                            : " with B in groups of " + std::to_string(scale_b.block_rows)) +
          " with 4-bit weights B; expected none, tensor, rowwise, block in 1x128 blocks, or mx against weights in groups "
          "of 32 (e2m1, or u4 with group 32)");
   }

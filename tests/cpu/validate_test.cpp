@@ -601,6 +601,13 @@ TEST(ValidateW4a8, RefusesMxUnlessGroupsOf32AndSquareBlockActivationScales) {
   Args square = w4a8_args(128);
   square.options.scale_a = activation_scales(ScaleMode::block, 1, 8);
   expect_rejected(square, "scale_a", {"128"});
+  // Group 32 with K <= 32 is one scale a column (a group as long as K): the message says so.
+  Args short_k = w4a8_args(32);
+  short_k.a = TensorView::row_major(address(0), DType::e4m3, M, 32);
+  short_k.b = TensorView::matrix(address(1), DType::u4, 32, N, 1, 32);
+  short_k.options.scale_b.scales = TensorView::row_major(address(3), DType::bf16, 1, N);
+  short_k.options.scale_a = activation_scales(ScaleMode::mx, M, 1);
+  expect_rejected(short_k, "scale_a", {"mx", "all K = 32"});
 }
 
 // Group scales are bf16 or f16, whichever (A, being e4m3, does not decide), and zero points take
