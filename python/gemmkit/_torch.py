@@ -1663,6 +1663,20 @@ def mxfp4_mm(x, weight, scales, *, out=None, out_dtype=None, x_scale=None):
     return _arrays.to_caller(result, kind, out)
 
 
+def check_w4_output_types(out, out_dtype):
+    """A 4-bit product's out_dtype and out= (either None): bfloat16, float16 or float32, and the
+    same where both are given; out a CUDA tensor."""
+    if out_dtype is not None and out_dtype not in OUT_DTYPES:
+        raise TypeError(f"out_dtype: {out_dtype} is not supported; expected bfloat16, float16 or float32")
+    if out is None:
+        return
+    _check_cuda_tensor(out, "out")
+    if out.dtype not in OUT_DTYPES:
+        raise TypeError(f"out: dtype {out.dtype} is not supported; expected bfloat16, float16 or float32")
+    if out_dtype is not None and out.dtype != out_dtype:
+        raise ValueError(f"out: dtype {out.dtype} differs from out_dtype {out_dtype}")
+
+
 def _w4(x, w, scales, zeros, format, group, out, out_dtype, x_scale=None):
     """int4_mm's and mxfp4_mm's product, x [..., K] flattened into [M, K] rows (and x_scale with
     them): launched directly, else through w4_mm, or w4_mm_out into out (viewed as [M, N])."""
@@ -1672,16 +1686,10 @@ def _w4(x, w, scales, zeros, format, group, out, out_dtype, x_scale=None):
     rows = x.unsqueeze(0) if x.dim() == 1 else x.flatten(0, -2)
     x_scale = x_scale_rows(x, x_scale)
     check_w4(rows, w, scales, zeros, format, group, x_scale)
-    if out_dtype is not None and out_dtype not in OUT_DTYPES:
-        raise TypeError(f"out_dtype: {out_dtype} is not supported; expected bfloat16, float16 or float32")
+    check_w4_output_types(out, out_dtype)
     shape = (*x.shape[:-1], w.size(0))
     flat = None
     if out is not None:
-        _check_cuda_tensor(out, "out")
-        if out.dtype not in OUT_DTYPES:
-            raise TypeError(f"out: dtype {out.dtype} is not supported; expected bfloat16, float16 or float32")
-        if out_dtype is not None and out.dtype != out_dtype:
-            raise ValueError(f"out: dtype {out.dtype} differs from out_dtype {out_dtype}")
         if tuple(out.shape) != shape:
             raise ValueError(f"out: shape {list(out.shape)}; expected x's leading dimensions and N, {list(shape)}")
         flat = _rows_view(out, "out", rows.size(0), w.size(0))
@@ -1772,15 +1780,9 @@ def _grouped_w4(x, w, scales, zeros, offs, counts, format, group, out, out_dtype
                          "counts")
     layout, _, sizes = _layout_of(x, offs, counts, "x", "")
     check_grouped_w4(x, w, scales, zeros, sizes, layout, format, group, x_scale)
-    if out_dtype is not None and out_dtype not in OUT_DTYPES:
-        raise TypeError(f"out_dtype: {out_dtype} is not supported; expected bfloat16, float16 or float32")
+    check_w4_output_types(out, out_dtype)
     max_sms = int(max_sms)
     if out is not None:
-        _check_cuda_tensor(out, "out")
-        if out.dtype not in OUT_DTYPES:
-            raise TypeError(f"out: dtype {out.dtype} is not supported; expected bfloat16, float16 or float32")
-        if out_dtype is not None and out.dtype != out_dtype:
-            raise ValueError(f"out: dtype {out.dtype} differs from out_dtype {out_dtype}")
         shape = grouped_w4_output_shape(x, w)
         if tuple(out.shape) != shape:
             raise ValueError(f"out: shape {list(out.shape)}; expected x's rows and N, {list(shape)}")

@@ -65,6 +65,21 @@ std::optional<TensorView> optional_view(nb::handle tensor, const char* name) {
   return gemmkit::python::view_of(tensor, name);
 }
 
+// The options of a product with 4-bit weights of `dtype`: u4 with group scales (and zero points;
+// ScaleMode::group, `group` K elements a scale) or e2m1 with ue8m0 scales (ScaleMode::mx), and an
+// e4m3 x's scales (W4A8; None: none) in mode_a, all framework tensors.
+gemmkit::GemmOptions w4_options(DType dtype, nb::handle scales, nb::handle zeros, int64_t group, uintptr_t stream,
+                                ScaleMode mode_a, nb::handle scale_a) {
+  gemmkit::GemmOptions options;
+  options.stream = stream_of(stream);
+  options.scale_b.mode = dtype == DType::u4 ? ScaleMode::group : ScaleMode::mx;
+  options.scale_b.scales = gemmkit::python::view_of(scales, "scales");
+  options.scale_b.group = group;
+  options.scale_b.zeros = optional_view(zeros, "zeros");
+  if (!scale_a.is_none()) options.scale_a = {mode_a, gemmkit::python::scale_view_of(scale_a, "x_scale", true)};
+  return options;
+}
+
 // D's scales where D is e4m3 and quantised in 1x128 blocks (GemmOptions::scale_d, which takes
 // block mode alone), a framework tensor (None: D is not e4m3).
 void set_scale_d(gemmkit::GemmOptions& options, nb::handle scale_d) {
@@ -333,13 +348,7 @@ NB_MODULE(_gemmkit, m) {
         const char* w_name = dtype == DType::u4 ? "qweight" : "weight";
         const TensorView vb = gemmkit::python::packed_weight_view_of(w, dtype, va.cols(), w_name);
         const TensorView vd = gemmkit::python::view_of(d, "out");
-        gemmkit::GemmOptions options;
-        options.stream = stream_of(stream);
-        options.scale_b.mode = dtype == DType::u4 ? ScaleMode::group : ScaleMode::mx;
-        options.scale_b.scales = gemmkit::python::view_of(scales, "scales");
-        options.scale_b.group = group;
-        options.scale_b.zeros = optional_view(zeros, "zeros");
-        if (!scale_a.is_none()) options.scale_a = {mode_a, gemmkit::python::scale_view_of(scale_a, "x_scale", true)};
+        const gemmkit::GemmOptions options = w4_options(dtype, scales, zeros, group, stream, mode_a, scale_a);
         nb::gil_scoped_release unlocked;
         gemmkit::gemm(va, vb, vd, options);
       },
@@ -364,14 +373,8 @@ NB_MODULE(_gemmkit, m) {
         const TensorView vd = gemmkit::python::view_of(d, "out");
         const GroupSizes vs = gemmkit::python::group_sizes_of(sizes, layout == GroupLayout::masked ? "counts" : "offs",
                                                               layout, check);
-        gemmkit::GemmOptions options;
-        options.stream = stream_of(stream);
+        gemmkit::GemmOptions options = w4_options(dtype, scales, zeros, group, stream, mode_a, scale_a);
         options.max_sms = max_sms;
-        options.scale_b.mode = dtype == DType::u4 ? ScaleMode::group : ScaleMode::mx;
-        options.scale_b.scales = gemmkit::python::view_of(scales, "scales");
-        options.scale_b.group = group;
-        options.scale_b.zeros = optional_view(zeros, "zeros");
-        if (!scale_a.is_none()) options.scale_a = {mode_a, gemmkit::python::scale_view_of(scale_a, "x_scale", true)};
         if (!epilogue.empty()) options.epilogue = epilogue_of(epilogue, epilogue_tensors);
         nb::gil_scoped_release unlocked;
         gemmkit::grouped_gemm(va, vb, vd, vs, options);
