@@ -10,7 +10,8 @@ the operators that write into out take them as scale_d (None for other outputs);
 has a gradient. scaled_swiglu_mm and scaled_grouped_swiglu_mm (and their _out and _quantized
 forms) are the FP8 dual GEMMs, with the inputs' scales; they have no gradient either. w4_mm (and
 w4_mm_out) is the product with 4-bit weights (int4_mm, mxfp4_mm), grouped_w4_mm (and
-grouped_w4_mm_out) the grouped one (grouped_int4_mm, grouped_mxfp4_mm); neither has a gradient.
+grouped_w4_mm_out, and grouped_w4_mm_epilogue through a fused epilogue) the grouped one
+(grouped_int4_mm, grouped_mxfp4_mm); neither has a gradient.
 quantize_w4 makes their inputs (quantize_int4, quantize_mxfp4), whose results never require
 grad."""
 
@@ -160,6 +161,11 @@ _lib.define("grouped_w4_mm(Tensor x, Tensor w, Tensor scales, Tensor? zeros, Ten
             "int group, ScalarType? out_dtype, int max_sms, Tensor? x_scale=None) -> Tensor")
 _lib.define("grouped_w4_mm_out(Tensor x, Tensor w, Tensor scales, Tensor? zeros, Tensor sizes, Tensor(a!) out, "
             "str layout, str format, int group, int max_sms, Tensor? x_scale=None) -> ()")
+# grouped_w4_mm_out through a fused epilogue (grouped_int4_mm, grouped_mxfp4_mm with epilogue=), its
+# tensors as grouped_mm_epilogue's, checked as grouped_w4_mm's; no autograd.
+_lib.define("grouped_w4_mm_epilogue(Tensor x, Tensor w, Tensor scales, Tensor? zeros, Tensor sizes, Tensor(a!) out, "
+            "str layout, str format, int group, str epilogue, str[] names, Tensor[] inputs, Tensor(b!)[] outputs, "
+            "int max_sms, Tensor? x_scale=None) -> ()")
 # w4_mm's inputs from weights w [N, K] (bfloat16, float16 or float32; gemmkit.quantize_int4,
 # quantize_mxfp4): (w's [N, ceil(K/2)] bytes, scales, zero points or None), format 'int4' (scales
 # and zeros [ceil(K/group), N] of scales_dtype, bfloat16 or float16) or 'mxfp4' (group 32, no
@@ -262,6 +268,13 @@ def _grouped_w4_mm(x, w, scales, zeros, sizes, layout, format, group, out_dtype,
 def _grouped_w4_mm_out(x, w, scales, zeros, sizes, out, layout, format, group, max_sms, x_scale=None):
     t.check_grouped_w4(x, w, scales, zeros, sizes, layout, format, group, x_scale)
     t.launch_grouped_w4(x, w, scales, zeros, sizes, layout, format, group, out, max_sms, x_scale)
+
+
+def _grouped_w4_mm_epilogue(x, w, scales, zeros, sizes, out, layout, format, group, epilogue, names, inputs, outputs,
+                            max_sms, x_scale=None):
+    t.check_grouped_w4(x, w, scales, zeros, sizes, layout, format, group, x_scale)
+    t.launch_grouped_w4(x, w, scales, zeros, sizes, layout, format, group, out, max_sms, x_scale, epilogue,
+                        t.epilogue_triples(epilogue, names, [*inputs, *outputs]))
 
 
 def _quantize_w4(w, format, group, zeros, scales_dtype):
@@ -441,6 +454,7 @@ _lib.impl("w4_mm", _w4_mm, "CUDA")
 _lib.impl("w4_mm_out", _w4_mm_out, "CUDA")
 _lib.impl("grouped_w4_mm", _grouped_w4_mm, "CUDA")
 _lib.impl("grouped_w4_mm_out", _grouped_w4_mm_out, "CUDA")
+_lib.impl("grouped_w4_mm_epilogue", _grouped_w4_mm_epilogue, "CUDA")
 _lib.impl("quantize_w4", _quantize_w4, "CUDA")
 
 
@@ -651,6 +665,13 @@ def _grouped_w4_mm_fake(x, w, scales, zeros, sizes, layout, format, group, out_d
 @torch.library.register_fake("gemmkit::grouped_w4_mm_out")
 def _grouped_w4_mm_out_fake(x, w, scales, zeros, sizes, out, layout, format, group, max_sms, x_scale=None):
     t.check_grouped_w4(x, w, scales, zeros, sizes, layout, format, group, x_scale)
+
+
+@torch.library.register_fake("gemmkit::grouped_w4_mm_epilogue")
+def _grouped_w4_mm_epilogue_fake(x, w, scales, zeros, sizes, out, layout, format, group, epilogue, names, inputs,
+                                 outputs, max_sms, x_scale=None):
+    t.check_grouped_w4(x, w, scales, zeros, sizes, layout, format, group, x_scale)
+    t.check_operator_shapes(epilogue, names, [*inputs, *outputs], t.grouped_w4_epilogue_dims(x, w))
 
 
 @torch.library.register_fake("gemmkit::quantize_w4")

@@ -157,7 +157,8 @@ def new_grouped_w4_output(x, w, out_dtype):
     return x.new_empty(grouped_w4_output_shape(x, w), dtype=output_dtype(x, out_dtype))
 
 
-def launch_grouped_w4(x, w, scales, zeros, sizes, layout, format, group, out, max_sms, x_scale=None):
+def launch_grouped_w4(x, w, scales, zeros, sizes, layout, format, group, out, max_sms, x_scale=None, epilogue="",
+                      epilogue_pairs=None):
     """out = x_g @ W_g^T for each group g's rows of x (`layout` and `sizes` as launch_grouped's) on
     out's device and current stream, for the experts' 4-bit weights W [G, N, K] stored as w, [G, N,
     ceil(K/2)] bytes: B = W^T, viewed in C++ as G x K x N of u4 or e2m1 (python/src/module.cpp,
@@ -165,8 +166,8 @@ def launch_grouped_w4(x, w, scales, zeros, sizes, layout, format, group, out, ma
     scales and zero points [G, ceil(K/group), N] go as they are; MXFP4's [G, N, ceil(K/32)] as
     their transpose, read as float8_e8m0fnu. An e4m3 x is scaled by x_scale (grouped_x_scale_mode:
     one for all, or one a row; masked [G, max_m] ones get their column back, [G, max_m, 1], as
-    scaled_grouped_mm's). x is copied first where TMA cannot read it K-major. Checked by
-    check_grouped_w4."""
+    scaled_grouped_mm's). x is copied first where TMA cannot read it K-major. Through a fused
+    epilogue where one is given, as launch_grouped. Checked by check_grouped_w4."""
     x = tma_readable(x, (-1,))
     if format == "mxfp4":
         scales = (scales if scales.dtype == E8M0 else scales.view(E8M0)).transpose(-1, -2)
@@ -179,7 +180,7 @@ def launch_grouped_w4(x, w, scales, zeros, sizes, layout, format, group, out, ma
             x_scale = x_scale.unsqueeze(-1)
     _C.grouped_gemm_4bit_tensors(x, w, out, W4_FORMATS[format], scales, zeros, group, sizes.contiguous(),
                                  LAYOUTS[layout], False, torch._C._cuda_getCurrentRawStream(out.get_device()), mode_a,
-                                 x_scale, max_sms)
+                                 x_scale, max_sms, epilogue, epilogue_pairs)
 
 
 def new_quantize_w4_outputs(w, format, group, zeros, scales_dtype):
@@ -323,6 +324,12 @@ def wgrad_epilogue_dims(x, y, offs):
     """EpilogueDims of a grouped weight gradient, D [G, P, Q] for x [M_total, P], y [M_total, Q] and
     G group ends: each group's own P x Q (the tokens are contracted, so name[m] is one a row of P)."""
     return EpilogueDims(offs.size(0), x.size(1), y.size(1), False, "group")
+
+
+def grouped_w4_epilogue_dims(x, w):
+    """EpilogueDims of grouped_int4_mm's and grouped_mxfp4_mm's D: x's groups' rows (as
+    grouped_epilogue_dims' a) and N, the experts' weights w [G, N, ceil(K/2)] bytes."""
+    return EpilogueDims(w.size(0), x.size(-2), w.size(1), x.dim() == 2, "group")
 
 
 def grouped_swiglu_epilogue_dims(x, w, w_up):
@@ -1742,7 +1749,7 @@ def _w4(x, w, scales, zeros, format, group, out, out_dtype, x_scale=None):
 
 
 def grouped_int4_mm(x, qweight, scales, offs=None, *, counts=None, zeros=None, group=128, x_scale=None, out=None,
-                    out_dtype=None, max_sms=0):
+                    out_dtype=None, max_sms=0, epilogue=None, **tensors):
     """int4_mm for mixture-of-experts layers: each group's (expert's) rows of x times its int4
     weights W_g [N, K], all in one launch, with grouped_mm's groups:
     - x [M_total, K] with offs [G], the groups' cumulative row ends (tokens sorted by expert; group
@@ -1766,38 +1773,48 @@ def grouped_int4_mm(x, qweight, scales, offs=None, *, counts=None, zeros=None, g
     them). Each group's product is int4_mm's (its roundings and sums). Not differentiable: a call
     on inputs that require grad runs, but its backward raises RuntimeError (out= refuses them).
     A traced call is one operator, torch.ops.gemmkit.grouped_w4_mm (grouped_w4_mm_out with out=),
-    format 'int4', with x_scale as its keyword argument."""
+    format 'int4', with x_scale as its keyword argument.
+
+    epilogue: a fused epilogue's text, its tensors keyword arguments, as grouped_mm's forward takes
+    them (name[n] [G, N] or [N], name[m] [M_total] or masked [G, max_m], name[] [G] or 0-d,
+    name[m, n] and outputs as out is; reductions count only the rows each group owns); no gradient
+    flows through it. A traced call is one operator, torch.ops.gemmkit.grouped_w4_mm_epilogue. Not
+    yet run on a GPU."""
+    refuse_stray_tensors("grouped_int4_mm", epilogue, tensors)
     names = ("x", "qweight", "scales", "offs", "counts", "zeros", "x_scale", "out")
     (x, qweight, scales, offs, counts, zeros, x_scale, out_t), kind = _arrays.to_torch(
         torch, (x, qweight, scales, offs, counts, zeros, x_scale, out), names)
     result = _grouped_w4(x, qweight, scales, zeros, offs, counts, "int4", group_index(group), out_t, out_dtype,
-                         x_scale, max_sms)
+                         x_scale, max_sms, epilogue, tensors)
     return _arrays.to_caller(result, kind, out)
 
 
 def grouped_mxfp4_mm(x, weight, scales, offs=None, *, counts=None, x_scale=None, out=None, out_dtype=None,
-                     max_sms=0):
+                     max_sms=0, epilogue=None, **tensors):
     """mxfp4_mm for mixture-of-experts layers (gpt-oss's experts): each group's rows of x times its
     MXFP4 weights W_g [N, K], all in one launch, the groups (x [M_total, K] with offs, or [G,
-    max_m, K] with counts), x and x_scale (W4A8), the output, out=, out_dtype and max_sms as
-    grouped_int4_mm takes them. The experts' weights as mxfp4_mm takes one matrix's, each with G
+    max_m, K] with counts), x and x_scale (W4A8), the output, out=, out_dtype, max_sms and a
+    fused epilogue with its tensors as grouped_int4_mm takes them. The experts' weights as mxfp4_mm takes one matrix's, each with G
     first: weight [G, N, ceil(K/2)] of uint8 (or torch.float4_e2m1fn_x2), scales [G, N,
     ceil(K/32)] of float8_e8m0fnu or uint8 (gpt-oss's [E, N, K/32]), read as their transpose;
     W_g[n, k] = v * 2^(e - 127), e = scales[g, n, k // 32]. Each group's product is mxfp4_mm's.
     Not differentiable: a call on inputs that require grad runs, but its backward raises
     RuntimeError (out= refuses them). A traced call is one operator,
     torch.ops.gemmkit.grouped_w4_mm (grouped_w4_mm_out with out=), format 'mxfp4'."""
+    refuse_stray_tensors("grouped_mxfp4_mm", epilogue, tensors)
     names = ("x", "weight", "scales", "offs", "counts", "x_scale", "out")
     (x, weight, scales, offs, counts, x_scale, out_t), kind = _arrays.to_torch(
         torch, (x, weight, scales, offs, counts, x_scale, out), names)
     result = _grouped_w4(x, weight, scales, None, offs, counts, "mxfp4", MX_BLOCK, out_t, out_dtype, x_scale,
-                         max_sms)
+                         max_sms, epilogue, tensors)
     return _arrays.to_caller(result, kind, out)
 
 
-def _grouped_w4(x, w, scales, zeros, offs, counts, format, group, out, out_dtype, x_scale, max_sms):
+def _grouped_w4(x, w, scales, zeros, offs, counts, format, group, out, out_dtype, x_scale, max_sms, epilogue=None,
+                tensors=None):
     """grouped_int4_mm's and grouped_mxfp4_mm's product: launched directly, else through
-    grouped_w4_mm, or grouped_w4_mm_out into out."""
+    grouped_w4_mm, or grouped_w4_mm_out into out; through a fused epilogue (`tensors` its
+    keyword tensors), launched directly or through grouped_w4_mm_epilogue (no autograd)."""
     _check_cuda_tensor(x, "x")
     if x.dim() not in (2, 3):
         raise ValueError(f"x: {x.dim()} dimensions; expected 2, [M_total, K] with offs, or 3, [G, max_m, K] with "
@@ -1810,6 +1827,17 @@ def _grouped_w4(x, w, scales, zeros, offs, counts, format, group, out, out_dtype
         shape = grouped_w4_output_shape(x, w)
         if tuple(out.shape) != shape:
             raise ValueError(f"out: shape {list(out.shape)}; expected x's rows and N, {list(shape)}")
+    if epilogue is not None:
+        pairs = epilogue_pairs(epilogue, tensors, lambda: grouped_w4_epilogue_dims(x, w))
+        if out is None:
+            out = new_grouped_w4_output(x, w, out_dtype)
+        if direct(x, w, scales, zeros, sizes, out, x_scale, *(t for _, t, _ in pairs)):
+            launch_grouped_w4(x, w, scales, zeros, sizes, layout, format, group, out, max_sms, x_scale, epilogue, pairs)
+            return out
+        refuse_autograd_through_epilogue(x, scales, zeros, x_scale, *tensors.values())
+        torch.ops.gemmkit.grouped_w4_mm_epilogue(x, w, scales, zeros, sizes, out, layout, format, group, epilogue,
+                                                 *operator_tensors(epilogue, pairs), max_sms, x_scale=x_scale)
+        return out
     if direct(x, w, scales, zeros, sizes, out, x_scale):
         if out is None:
             out = new_grouped_w4_output(x, w, out_dtype)

@@ -364,7 +364,7 @@ NB_MODULE(_gemmkit, m) {
       "grouped_gemm_4bit_tensors",
       [](nb::handle x, nb::handle w, nb::handle d, DType dtype, nb::handle scales, nb::handle zeros, int64_t group,
          nb::handle sizes, GroupLayout layout, bool check, uintptr_t stream, ScaleMode mode_a, nb::handle scale_a,
-         int max_sms) {
+         int max_sms, const std::string& epilogue, nb::handle epilogue_tensors) {
         const TensorView va = gemmkit::python::view_of(x, "x");
         const char* w_name = dtype == DType::u4 ? "qweight" : "weight";
         const TensorView vb = gemmkit::python::packed_weight_view_of(w, dtype, va.cols(), w_name);
@@ -376,18 +376,21 @@ NB_MODULE(_gemmkit, m) {
                                                               layout, check);
         gemmkit::GemmOptions options = w4_options(dtype, scales, zeros, group, stream, mode_a, scale_a);
         options.max_sms = max_sms;
+        if (!epilogue.empty()) options.epilogue = epilogue_of(epilogue, epilogue_tensors);
         nb::gil_scoped_release unlocked;
         gemmkit::grouped_gemm(va, vb, vd, vs, options);
       },
       nb::arg("x"), nb::arg("w"), nb::arg("d"), nb::arg("dtype"), nb::arg("scales"), nb::arg("zeros").none(),
       nb::arg("group"), nb::arg("sizes"), nb::arg("layout"), nb::arg("check"), nb::arg("stream"),
       nb::arg("mode_a") = ScaleMode::none, nb::arg("scale_a") = nb::none(), nb::arg("max_sms") = 0,
+      nb::arg("epilogue") = "", nb::arg("epilogue_tensors") = nb::none(),
       "grouped_gemm() of 4-bit weights on framework tensors, as gemm_4bit_tensors for each group: d = x_g @ W_g^T "
       "for each group's rows of x ([M_total, K] contiguous, `sizes` the ends; [G, max_m, K] masked, the counts), "
       "the experts' weights W [G, N, K] given as w, their [G, N, ceil(K/2)] bytes (packed_weight_view_of: B = W^T, "
       "G x K x N of `dtype`); u4's group scales and optional zero points [G, ceil(K/group), N], e2m1's ue8m0 scales "
       "[G, ceil(K/32), N], any strides; an e4m3 x (W4A8) scaled by scale_a in mode_a (tensor or rowwise), viewed "
-      "as gemm_tensors' scale_a");
+      "as gemm_tensors' scale_a; with a fused epilogue's text and (name, tensor, index) triples, as "
+      "grouped_gemm_tensors'");
   m.def(
       "quantize_4bit_tensors",
       [](nb::handle w, nb::handle q, nb::handle scales, nb::handle zeros, DType dtype, int64_t group,

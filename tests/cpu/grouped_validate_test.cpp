@@ -265,10 +265,80 @@ TEST(GroupedLowbitValidate, TakesFourBitWeightsWithPerGroupScales) {
   }
 }
 
+// Fused epilogues, contiguous and masked, W4A16 (int4, MXFP4) and W4A8: taken, the problem run
+// transposed (the weights as A, the groups along N) with the epilogue marked transposed and its
+// tensors as given, in D's orientation: a per-expert bias [G, 1, N] stepped by group, a token's
+// router weight one [M_total, 1] for contiguous groups (batch stride 0: the kernel hands the
+// epilogue D's row of M_total) or masked [G, 64, 1], an auxiliary output of D's shape, and a
+// reduction's per-token output. The grouped config transposes the epilogue, on a tile that takes
+// it. Tensors of other shapes are refused as for 16-bit weights: a router weight batched by group
+// for contiguous groups (which share one), an output shaped as the transposed problem's D.
+TEST(GroupedLowbitValidate, TakesFusedEpiloguesTransposed) {
+  const std::vector<Lowbit> cases = {{.group = 128},
+                                     {.weights = DType::e2m1},
+                                     {.in = DType::e4m3, .zeros = true, .scale_a = ScaleMode::rowwise}};
+  const std::string text = "h = acc + bias[n]; pre[m, n] = h; ra[m] = amax(h); silu(h) * route[m]";
+  for (const Lowbit& w : cases) {
+    for (bool masked_groups : {false, true}) {
+      SCOPED_TRACE(w.describe() + (masked_groups ? ", masked" : ", contiguous"));
+      Args x = lowbit(w, masked_groups);
+      const int64_t rows = masked_groups ? 64 : M;
+      // [G, r, c] masked, [r, c] contiguous, row-major
+      auto along_rows = [&](int slot, DType type, int64_t c) {
+        return masked_groups ? TensorView::batched(address(slot), type, G, rows, c, rows * c, c, 1)
+                             : TensorView::row_major(address(slot), type, rows, c);
+      };
+      const TensorView bias = TensorView::batched(address(7), DType::bf16, G, 1, N, N, N, 1);
+      const TensorView route = along_rows(8, DType::f32, 1), pre = along_rows(9, DType::bf16, N);
+      const TensorView ra = along_rows(10, DType::f32, 1);
+      x.options.epilogue = {text, {{"bias", bias}, {"route", route}, {"pre", pre}, {"ra", ra}}};
+      const Problem p = prepare(x);
+      EXPECT_TRUE(p.groups.along_n);
+      EXPECT_EQ(p.m, N);
+      EXPECT_EQ(p.n, rows);
+      ASSERT_TRUE(p.epilogue.fused());
+      EXPECT_TRUE(p.epilogue.transposed) << "the problem runs transposed: the epilogue takes the kernel's rows as n";
+      ASSERT_EQ(p.epilogue.tensor_count, 4);
+      const MatrixRef& b = p.epilogue.tensors[0];  // inputs in the program's order, then outputs
+      const MatrixRef& r = p.epilogue.tensors[1];
+      const MatrixRef& o = p.epilogue.tensors[2];
+      const MatrixRef& a = p.epilogue.tensors[3];
+      EXPECT_EQ(b.data, bias.data);
+      EXPECT_EQ(b.batch_stride, N) << "one bias an expert";
+      EXPECT_EQ(b.col_stride, 1);
+      EXPECT_EQ(r.data, route.data);
+      EXPECT_EQ(r.batch_stride, masked_groups ? rows : 0) << "contiguous: one weight a row of M_total";
+      EXPECT_EQ(r.row_stride, 1);
+      EXPECT_EQ(o.data, pre.data);
+      EXPECT_EQ(o.batch_stride, masked_groups ? rows * N : 0);
+      EXPECT_EQ(o.row_stride, N);
+      EXPECT_EQ(o.col_stride, 1);
+      EXPECT_EQ(a.batch_stride, masked_groups ? rows : 0);
+      EXPECT_EQ(p.epilogue.zeroed_bytes[3], (masked_groups ? G * rows : rows) * 4) << "the reduction's, zeroed first";
+      const KernelConfig c = choose_grouped_config(p, DeviceLimits{});
+      EXPECT_EQ(c.epilogue, p.epilogue.code) << c.name();
+      EXPECT_TRUE(c.epilogue_transposed && c.group_along_n) << c.name();
+      EXPECT_TRUE(tile_takes_epilogue({c.tile_m, c.tile_n}, c)) << c.name();
+      EXPECT_TRUE(fits(c, DeviceLimits{})) << c.name();
+      // As 16-bit weights' grouped problems refuse them.
+      Args y = x;
+      if (!masked_groups) {
+        y.options.epilogue.tensors[1].tensor = TensorView::batched(address(8), DType::f32, G, M, 1, M, 1, 1);
+        expect_rejected(y, "options.epilogue.tensors[\"route\"]", {"[8, 1000, 1]", "[1000, 1]"});
+      }
+      y = x;
+      y.options.epilogue.tensors[2].tensor = masked_groups
+                                                 ? TensorView::batched(address(9), DType::bf16, G, N, rows, N * rows, rows, 1)
+                                                 : TensorView::row_major(address(9), DType::bf16, N, rows);
+      expect_rejected(y, "options.epilogue.tensors[\"pre\"]", {"D's shape"});
+    }
+  }
+}
+
 // Refused by name, contiguous and masked: what grouped_gemm does not take with 4-bit weights
 // (W4A8 with A's 1x128 block scales or mx exponents, which gemm() takes against weights in groups
-// of 32, yet; a fused epilogue; a dual GEMM's B2; scales or zero
-// points not batched by G; zero points for e2m1), and what gemm() refuses of 4-bit weights too.
+// of 32, yet; a dual GEMM's B2; scales or zero points not batched by G; zero points for e2m1), and
+// what gemm() refuses of 4-bit weights too.
 TEST(GroupedLowbitValidate, RefusesByName) {
   for (bool masked_groups : {false, true}) {
     SCOPED_TRACE(masked_groups ? "masked" : "contiguous");
@@ -282,9 +352,6 @@ TEST(GroupedLowbitValidate, RefusesByName) {
       expect_rejected(lowbit(mx, masked_groups), "scale_a",
                       {"mode mx", "mx activation exponents", "not supported yet"});
     }
-    x = w4a16;
-    x.options.epilogue.text = "silu(acc)";
-    expect_rejected(x, "options.epilogue", {});
     x = w4a8;
     x.options.b2 = x.b;
     expect_rejected(x, "options.b2", {});

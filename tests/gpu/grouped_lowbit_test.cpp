@@ -7,7 +7,11 @@
 // (max_m 1 and 16, G = 8 and 128), prefill-sized groups (M_total 1001 and 4095, G = 8), one group,
 // unowned rows zeroed. Fresh random inputs, D NaN-poisoned; each group against the double-precision
 // reference of its GEMM (each weight dequantised exactly) with the dense lowbit tests' tolerance
-// (reference/compare.h); rows no group owns still NaN, or zero with sizes.zero_unowned. Then what
+// (reference/compare.h); rows no group owns still NaN, or zero with sizes.zero_unowned. Then fused
+// epilogues (GemmOptions::epilogue), which the kernel runs transposed with the problem: a
+// per-expert bias [G, 1, N], a token's router weight ([M_total, 1], masked [G, max_m, 1]), an
+// auxiliary output, and reductions along N, along the tokens and over a group; D and every output
+// against the epilogue evaluated in double on each group's reference (fused_tensors.h). Then what
 // grouped_gemm refuses with 4-bit weights, by name, without writing D; and a captured masked call
 // replayed with other counts in the device sizes. Skips without an sm_90 device.
 #include <gtest/gtest.h>
@@ -126,6 +130,107 @@ TEST_P(GroupedLowbit, MatchesReferenceAndLeavesUnownedRows) {
 INSTANTIATE_TEST_SUITE_P(GroupedLowbit, GroupedLowbit, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<GroupedCase>& info) { return case_name(info.param); });
 
+// Fused epilogues, by name (for the tests' names) with their tensors' types: an MoE layer's
+// per-expert bias then an activation; a token's router weight (the down-projection's combine); the
+// activation's input kept beside D; both with the bias (the 16-bit grouped tests' down-projection);
+// a gelu layer's backward with its reductions: each expert's bias gradient db[n] (along N: the
+// kernel's rows), each token's largest |x| ra[m] (along the tokens: the kernel's columns, which
+// contiguous groups split) and each expert's over all its elements ta[].
+struct NamedEpilogue {
+  const char* name;
+  const char* text;
+  std::vector<DType> inputs, stores;
+};
+const NamedEpilogue kBiasSilu{"bias_silu", "silu(acc + bias[n])", {bf16}, {}};
+const NamedEpilogue kRoute{"route", "acc * route[m]", {f32}, {}};
+const NamedEpilogue kAux{"aux_gelu", "pre[m, n] = acc; gelu(acc)", {}, {bf16}};
+const NamedEpilogue kDown{"bias_aux_route", "h = acc + bias[n]; pre[m, n] = h; h * route[m]", {bf16, f32}, {bf16}};
+const NamedEpilogue kBackward{"backward_reductions",
+                              "dh = acc * dgelu(pre[m, n]); db[n] = sum(dh); ra[m] = amax(dh); ta[] = amax(dh); dh",
+                              {bf16},
+                              {f32, f32, f32}};
+const NamedEpilogue* const kEpilogues[] = {&kBiasSilu, &kRoute, &kAux, &kDown, &kBackward};
+
+GroupedCase with_epilogue(GroupedCase c, const NamedEpilogue& e) {
+  c.epilogue = e.text;
+  c.epilogue_inputs = e.inputs;
+  c.epilogue_stores = e.stores;
+  return c;
+}
+
+std::string epilogue_case_name(const GroupedCase& c) {
+  for (const NamedEpilogue* e : kEpilogues) {
+    if (c.epilogue == e->text) return case_name(c) + "_" + e->name;
+  }
+  return case_name(c) + "_epilogue";
+}
+
+// Each epilogue contiguous and masked, W4A16 (int4 in groups of 128, with zero points and in
+// groups of 32; MXFP4) and W4A8 (e4m3 scaled per token or per tensor, int4 and MXFP4): empty and
+// one-token groups, groups ending inside a tile column, N odd; decode (masked max_m 1 and 16 over
+// 128 groups; contiguous, 0 to 2 tokens in each of 128 groups, so that a tile column holds many
+// groups' tokens); D f16 and f32 beside bf16; rows no group owns zeroed in D (the outputs' left NaN).
+const std::vector<GroupedCase> kEpilogueCases = {
+    with_epilogue({.rows = kEdgeRows, .n = 1001, .k = 2880, .weights = u4, .group = 128}, kBiasSilu),
+    with_epilogue({.layout = masked, .rows = {200, 0, 1, 77}, .n = 257, .k = 1000, .weights = e2m1}, kBiasSilu),
+    with_epilogue({.rows = kEdgeRows, .n = 257, .k = 1000, .in = f16, .out = f16, .weights = e2m1}, kRoute),
+    with_epilogue({.layout = masked, .rows = {3, 130, 0, 64}, .n = 1001, .k = 2880, .weights = u4, .group = 128,
+                   .zeros = true},
+                  kRoute),
+    with_epilogue({.rows = kEdgeRows, .n = 511, .k = 4097, .out = f32, .weights = u4, .group = 32, .zeros = true},
+                  kAux),
+    with_epilogue({.layout = masked, .rows = {200, 0, 1, 77}, .n = 257, .k = 2880, .weights = e2m1}, kAux),
+    with_epilogue({.rows = kEdgeRows, .n = 1001, .k = 1000, .weights = u4, .group = 128}, kBackward),
+    with_epilogue({.layout = masked, .rows = {3, 130, 0, 64}, .n = 257, .k = 2880, .weights = e2m1}, kBackward),
+    // W4A8.
+    with_epilogue({.rows = kEdgeRows, .n = 1001, .k = 2880, .in = e4m3, .scales = rowwise, .weights = u4,
+                   .group = 128},
+                  kDown),
+    with_epilogue({.layout = masked, .rows = {200, 0, 1, 77}, .n = 257, .k = 1000, .in = e4m3, .out = f32,
+                   .scales = rowwise, .weights = u4, .group = 128, .zeros = true, .group_scales = f16},
+                  kBiasSilu),
+    with_epilogue({.rows = kEdgeRows, .n = 257, .k = 2880, .in = e4m3, .scales = rowwise, .weights = e2m1}, kAux),
+    with_epilogue({.layout = masked, .rows = {3, 130, 0, 64}, .n = 1001, .k = 1000, .in = e4m3, .scales = tensor,
+                   .weights = u4, .group = 128},
+                  kRoute),
+    with_epilogue({.rows = kEdgeRows, .n = 257, .k = 1000, .in = e4m3, .scales = rowwise, .weights = u4, .group = 128,
+                   .zeros = true},
+                  kBackward),
+    with_epilogue({.layout = masked, .rows = {3, 130, 0, 64}, .n = 1001, .k = 2880, .in = e4m3, .scales = rowwise,
+                   .weights = e2m1},
+                  kBackward),
+    // Decode.
+    with_epilogue({.layout = masked, .rows = uneven_rows(128, 1), .n = 1001, .k = 2880, .in = e4m3, .scales = rowwise,
+                   .extra_rows = 0, .weights = u4, .group = 128, .group_scales = f16},
+                  kRoute),
+    with_epilogue({.layout = masked, .rows = uneven_rows(128, 16), .n = 257, .k = 1000, .extra_rows = 0,
+                   .weights = e2m1},
+                  kDown),
+    with_epilogue({.rows = uneven_rows(128, 2), .n = 1001, .k = 2880, .weights = u4, .group = 128, .zeros = true},
+                  kBackward),
+    with_epilogue({.rows = uneven_rows(128, 2), .n = 511, .k = 1000, .in = e4m3, .scales = rowwise, .weights = u4,
+                   .group = 128},
+                  kDown),
+    // Rows no group owns zeroed in D; the auxiliary output's stay NaN.
+    with_epilogue({.rows = kEdgeRows, .n = 257, .k = 1000, .extra_rows = 40, .weights = u4, .group = 128,
+                   .zero_unowned = true},
+                  kDown),
+    with_epilogue({.layout = masked, .rows = {3, 0, 70}, .n = 1001, .k = 2880, .in = e4m3, .out = f32,
+                   .scales = rowwise, .weights = e2m1, .zero_unowned = true},
+                  kAux),
+};
+
+class GroupedLowbitEpilogue : public testing::GpuTest, public ::testing::WithParamInterface<GroupedCase> {};
+
+TEST_P(GroupedLowbitEpilogue, MatchesReferenceThroughTheEpilogue) {
+  testing::expect_grouped_correct(GetParam(), "grouped 4-bit fused");
+}
+
+INSTANTIATE_TEST_SUITE_P(GroupedLowbitEpilogue, GroupedLowbitEpilogue, ::testing::ValuesIn(kEpilogueCases),
+                         [](const ::testing::TestParamInfo<GroupedCase>& info) {
+                           return epilogue_case_name(info.param);
+                         });
+
 // The first `count` groups of a [G, rows, cols] view: a batch short of G.
 TensorView first_groups(const TensorView& t, int64_t count) {
   return TensorView::batched(t.data, t.dtype, count, t.rows(), t.cols(), t.batch_stride(), t.row_stride(),
@@ -137,8 +242,9 @@ using GroupedLowbitErrors = testing::GpuTest;
 // What grouped_gemm does not take with 4-bit weights, refused with Error(invalid_argument) whose
 // message starts with the argument's name, each for contiguous and masked groups, and D (with
 // sizes.zero_unowned set, so that a call refused after its zeroing kernel would show) left as
-// poisoned: W4A8 with A's 1x128 block scales (not yet), a fused epilogue, a dual GEMM's B2, scales
-// and zero points for G - 1 groups, zero points for e2m1 weights.
+// poisoned: W4A8 with A's 1x128 block scales (not yet), a dual GEMM's B2, scales and zero points
+// for G - 1 groups, zero points for e2m1 weights; and a fused epilogue's tensor of the wrong shape
+// (a per-expert bias one column short).
 TEST_F(GroupedLowbitErrors, RefusedByNameWithDUntouched) {
   for (GroupLayout layout : {GroupLayout::contiguous, masked}) {
     const std::vector<int64_t> rows = {3, 0, 70, 1};  // G = 4
@@ -155,8 +261,9 @@ TEST_F(GroupedLowbitErrors, RefusedByNameWithDUntouched) {
     };
     refused(blocks, blocks.options(), "scale_a", {"block", "not supported yet"});
     GemmOptions o = w4a8.options();
-    o.epilogue.text = "silu(acc)";
-    refused(w4a8, o, "options.epilogue", {});
+    const TensorView short_bias = TensorView::batched(w4a8.d().data, bf16, 4, 1, 255, 255, 255, 1);  // N = 256
+    o.epilogue = {"silu(acc + bias[n])", {{"bias", short_bias}}};
+    refused(w4a8, o, "options.epilogue.tensors[\"bias\"]", {"[4, 1, 255]", "[G = 4, 1, 256]"});
     o = w4a8.options();
     o.b2 = w4a8.b();
     refused(w4a8, o, "options.b2", {});

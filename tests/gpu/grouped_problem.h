@@ -3,15 +3,20 @@
 // buffers of a dense batched DeviceProblem with fresh random inputs, and checked group by group
 // against the double-precision GPU reference of that group's GEMM (with the tolerance of
 // reference/compare.h, the dense tests' for the same types), every row no group owns left as it
-// was (NaN-poisoned), or zero where the sizes ask for it.
+// was (NaN-poisoned), or zero where the sizes ask for it. With a fused epilogue (the case's
+// text and its tensors' types), D and the epilogue's outputs against the epilogue evaluated in
+// double on that reference (fused_tensors.h), as the fused GEMM tests check them; the outputs'
+// elements no group owns stay NaN (sizes.zero_unowned zeroes D's rows alone).
 #pragma once
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <ostream>
@@ -21,6 +26,8 @@
 #include "api/prepare.h"
 #include "api/validate.h"
 #include "baseline/cublas_grouped.h"
+#include "epilogue_tensors.h"
+#include "fused_tensors.h"
 #include "gemmkit/grouped.h"
 #include "gpu_test.h"
 #include "reference/compare.h"
@@ -47,6 +54,12 @@ struct GroupedCase {
   bool zeros = false;                  // u4: zero points (AWQ's), else symmetric (8)
   std::optional<DType> group_scales;   // W4A8's u4 scales: unset bf16, or f16
   bool zero_unowned = false;           // GroupSizes::zero_unowned
+  // A fused epilogue (GemmOptions::epilogue; none where empty) and its tensors' element types,
+  // the program's inputs then its outputs, in its order. Its tensors are as grouped_gemm takes
+  // them: row vectors and scalars one a group ([G, 1, N], [G, 1, 1]); along the rows, contiguous
+  // one [M_total, ...] tensor of D's rows, masked [G, max_m, ...] (fused_tensors.h, Batches).
+  std::string epilogue;
+  std::vector<DType> epilogue_inputs, epilogue_stores;
 
   int64_t groups() const { return int64_t(rows.size()); }
   int64_t total() const { return std::accumulate(rows.begin(), rows.end(), int64_t(0)); }
@@ -63,7 +76,7 @@ struct GroupedCase {
       if (group_scales) s += " " + std::string(dtype_name(*group_scales)) + " scales";
     }
     s += "->" + std::string(dtype_name(out)) + " scales " + std::string(scale_mode_name(scales)) +
-         (zero_unowned ? " zero_unowned" : "") + " rows {";
+         (zero_unowned ? " zero_unowned" : "") + (epilogue.empty() ? "" : " [" + epilogue + "]") + " rows {";
     for (size_t g = 0; g < rows.size() && g < 12; ++g) s += (g ? "," : "") + std::to_string(rows[g]);
     return s + (rows.size() > 12 ? ",...}" : "}");
   }
@@ -141,6 +154,12 @@ class GroupedProblem {
     if (c.scales_b()) options_.scale_b.scales = batched(options_.scale_b.scales);
     if (options_.scale_b.zeros) options_.scale_b.zeros = batched(*options_.scale_b.zeros);
     zero_unowned_ = c.zero_unowned;
+    if (!c.epilogue.empty()) {  // its tensors over D's rows (contiguous: all M_total of them)
+      const int64_t g = c.groups();
+      const Batches batches = masked ? Batches{g, g, g} : Batches{g, 1, 1};
+      fused_ = std::make_unique<FusedTensors>(c.epilogue, c.epilogue_inputs, c.epilogue_stores, batches, d_.rows(), c.n);
+      options_.epilogue = fused_->epilogue();
+    }
     set_sizes(sizes_of(c.rows));
   }
   ~GroupedProblem() { cudaFree(sizes_); }
@@ -199,13 +218,21 @@ class GroupedProblem {
   void poison(cudaStream_t stream = nullptr) { dense_.prepare_output(stream); }
 
   // Each group's rows (`rows`, which may differ from the case's) against the reference of its
-  // GEMM, every other element of D's view zero where the sizes zero unowned rows, and every other
-  // element of D's buffer still all-ones bytes.
+  // GEMM (through the epilogue, with its outputs, where the case has one), every other element
+  // of D's view zero where the sizes zero unowned rows, and every other element of D's buffer
+  // still all-ones bytes; the epilogue's reductions hold what the groups' elements give, and its
+  // other outputs are NaN wherever no group owns the element. The outputs are poisoned once, when
+  // the problem is made: one run to check.
   void expect_correct(const std::vector<int64_t>& rows, const std::string& what) const {
     const std::vector<char> host = dense_.copy_output();
     const char* base = static_cast<const char*>(dense_.d().data);
     const size_t bytes = size_t(dtype_size(case_.out));
     std::vector<bool> owned(host.size() / bytes, false);
+    std::vector<bool> fused_owned;  // the epilogue's outputs' elements, [batches][D's rows][N]
+    if (fused_) {
+      fused_->copy_outputs();
+      fused_owned.assign(size_t(batched(d_).batch() * d_.rows() * case_.n), false);
+    }
     int64_t first = 0;
     for (int64_t g = 0; g < case_.groups(); ++g) {
       const int64_t count = rows[size_t(g)];
@@ -213,9 +240,13 @@ class GroupedProblem {
       first += count;
       if (count == 0) continue;
       const Problem p = group_problem(g, start, count);
-      const reference::Comparison result = compare_with(reference_of(p), p, host, base);
-      EXPECT_TRUE(result.passed()) << what << " " << case_.describe() << ", group " << g << " (" << count
-                                   << " rows): " << result.summary();
+      if (fused_) {
+        check_fused(reference_of(p), p, host, base, g, start, fused_owned);
+      } else {
+        const reference::Comparison result = compare_with(reference_of(p), p, host, base);
+        EXPECT_TRUE(result.passed()) << what << " " << case_.describe() << ", group " << g << " (" << count
+                                     << " rows): " << result.summary();
+      }
       const int64_t at = (static_cast<const char*>(p.d.data) - base) / int64_t(bytes);
       for (int64_t r = 0; r < count; ++r) {
         for (int64_t j = 0; j < p.n; ++j) owned[size_t(at + r * p.d.row_stride + j)] = true;
@@ -240,6 +271,12 @@ class GroupedProblem {
     }
     EXPECT_EQ(written, 0) << what << " " << case_.describe() << ": bytes written outside every group's rows";
     EXPECT_EQ(not_zeroed, 0) << what << " " << case_.describe() << ": bytes of rows no group owns not zeroed";
+    if (fused_) {
+      SCOPED_TRACE(what + " " + case_.describe());
+      fused_->expect_reductions();
+      EXPECT_EQ(fused_->wrong(), 0);
+      fused_->expect_nothing_else_written(&fused_owned);
+    }
   }
 
   // Rows [start, start + count) of group g's matrix of D against the reference of that part of its
@@ -293,7 +330,28 @@ class GroupedProblem {
     }
     if (case_.scales_b()) o.scale_b.scales = matrix_of(options_.scale_b.scales, g);
     if (o.scale_b.zeros) o.scale_b.zeros = matrix_of(*options_.scale_b.zeros, g);
+    o.epilogue = {};  // the GEMM alone: the reference's
     return validate_gemm(a, matrix_of(b_, g), d, o);
+  }
+
+  // Group g's rows of D (p: its GEMM on rows [start, start + count) of its matrix, held in `host`,
+  // the image of D's buffer at `base`) and of the epilogue's outputs against the epilogue of the
+  // reference `ref`, at the epilogue's (g, start + r, j), allowed the accumulation tolerance of
+  // p's types as the epilogue moves it; marks the elements in `owned`.
+  void check_fused(const Reference& ref, const Problem& p, const std::vector<char>& host, const char* base, int64_t g,
+                   int64_t start, std::vector<bool>& owned) const {
+    const int64_t at = (static_cast<const char*>(p.d.data) - base) / int64_t(dtype_size(case_.out));
+    const int64_t held = case_.layout == GroupLayout::masked ? g : 0;  // the matrix holding the rows
+    const double accumulation = reference::accumulation_tolerance(p);
+    for (int64_t r = 0; r < p.m; ++r) {
+      for (int64_t j = 0; j < p.n; ++j) {
+        const size_t i = size_t(r * p.n + j);
+        const double got = read_back(host, case_.out, at + r * p.d.row_stride + j * p.d.col_stride);
+        const double tol = accumulation * ref.abs_values[i] + 1e-6 * std::fabs(ref.values[i]);
+        fused_->check(g, start + r, j, ref.values[i], tol, got, case_.out);
+        owned[size_t((held * d_.rows() + start + r) * p.n + j)] = true;
+      }
+    }
   }
 
   GroupedCase case_;
@@ -303,6 +361,7 @@ class GroupedProblem {
   void* sizes_ = nullptr;
   bool check_ = false;
   bool zero_unowned_ = false;
+  std::unique_ptr<FusedTensors> fused_;  // the case's epilogue's tensors, or none
 };
 
 // Poisons D, runs grouped_gemm on the case, and expects every group right and every other row

@@ -4,19 +4,22 @@ grouped_mm's contiguous (offs) and masked (counts) groups. Without a GPU: the bi
 the experts' bytes (G x K x N nibbles), the launch's arguments as the C++ checks see them (CPU
 tensors, refused only for their memory; skipped, saying so, where the library's grouped_gemm
 takes no 4-bit weights yet), the operator's fake implementation under fake CUDA tensors (output
-shapes, dtypes, one traced operator), the argument errors, the backward's refusal, and the
-operator under opcheck with a double-precision CPU stand-in. On an sm_90 GPU (those tests skip,
+shapes, dtypes, one traced operator; with a fused epilogue, its tensors' shapes and one
+grouped_w4_mm_epilogue), the argument errors, the backward's refusal, and the operator under
+opcheck with a double-precision CPU stand-in. On an sm_90 GPU (those tests skip,
 saying so, elsewhere, and where the library takes no grouped 4-bit weights yet): each group
 against the double-precision product of its weights dequantised exactly, within the bounds of
 test_lowbit.py (lowbit_reference.py), W4A16 and W4A8; outputs NaN-filled first, so that rows no
-group owns are seen to stay untouched; then torch.compile, CUDA graphs replayed with new sizes,
-and autograd's refusal. Needs torch; skips, saying so, without it."""
+group owns are seen to stay untouched; a fused epilogue (a per-expert bias, a router weight, an
+auxiliary output, a reduction) against the epilogue in double on each group's product (not yet run
+on a GPU); then torch.compile, CUDA graphs replayed with new sizes, and autograd's refusal. Needs
+torch; skips, saying so, without it."""
 
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 from fake_cuda import cuda  # noqa: E402
-from gpu_reference import capture, nan_like, offs_of  # noqa: E402
+from gpu_reference import HALF_ULP, capture, expect_near, nan_like, offs_of, spans  # noqa: E402
 from lowbit_reference import (expect_close, expect_close_fp8, int4_weights, mxfp4_weights,  # noqa: E402
                               scaled_x)
 
@@ -51,7 +54,8 @@ gpu = pytest.mark.skipif(not (SM90 and GROUPED_4BIT), reason="no sm_90 GPU" if n
 def test_the_functions_are_the_packages():
     for name in ("grouped_int4_mm", "grouped_mxfp4_mm"):
         assert getattr(gemmkit, name) is getattr(_torch, name) and name in gemmkit.__all__
-    assert hasattr(torch.ops.gemmkit, "grouped_w4_mm") and hasattr(torch.ops.gemmkit, "grouped_w4_mm_out")
+    for op in ("grouped_w4_mm", "grouped_w4_mm_out", "grouped_w4_mm_epilogue"):
+        assert hasattr(torch.ops.gemmkit, op), op
 
 
 def test_the_binding_views_the_experts_bytes_as_g_x_k_x_n_nibbles():
@@ -111,6 +115,18 @@ def test_the_launch_passes_the_views_the_c_api_takes(cpu_launch):
     e = torch.zeros(groups, n, 130, dtype=U8)
     refused_for_memory_alone(lambda: cpu_launch(x, qweight, e, None, offs, "contiguous", "mxfp4", 32, out, 0))
     refused_for_memory_alone(lambda: cpu_launch(xm, qweight, e.view(E8M0), None, offs, "masked", "mxfp4", 32, outm, 0))
+    # A fused epilogue: a per-expert bias [G, 1, N] and a token's router weight [M_total, 1] (1-D vectors are
+    # _torch's to view), masked [G, max_m, 1]; a bias one column short refused by name.
+    bias, route = torch.zeros(groups, 1, n, dtype=BF16), torch.zeros(100, 1, dtype=F32)
+    pairs = [("bias", bias, "n"), ("route", route, "m")]
+    refused_for_memory_alone(lambda: cpu_launch(x, qweight, scales, zeros, offs, "contiguous", "int4", 128, out, 0,
+                                                None, "silu(acc + bias[n]) * route[m]", pairs))
+    pairs = [("bias", bias, "n"), ("route", torch.zeros(groups, 16, 1, dtype=F32), "m")]
+    refused_for_memory_alone(lambda: cpu_launch(xm, qweight, e, None, offs, "masked", "mxfp4", 32, outm, 0, None,
+                                                "silu(acc + bias[n]) * route[m]", pairs))
+    with pytest.raises(ValueError, match=r'^options.epilogue.tensors\["bias"\]: shape \[4, 1, 63\] for bias\[n\]'):
+        cpu_launch(x, qweight, scales, zeros, offs, "contiguous", "int4", 128, out, 0, None, "acc + bias[n]",
+                   [("bias", bias[..., 1:], "n")])
     # W4A8: e4m3 x with one scale, or one a row ([M_total, 1], [M_total]; masked [G, max_m], given its column back).
     x8, xm8, bf = x.to(E4M3), xm.to(E4M3), torch.zeros(groups, 33, n, dtype=BF16)
     for x_scale in (torch.ones(()), torch.ones(1, 1, 1), torch.ones(100, 1), torch.ones(100)):
@@ -137,6 +153,7 @@ def mxfp4_args(groups, n, k, weights=U8, scales=U8):
 
 GROUPED_W4_MM = (torch.ops.gemmkit.grouped_w4_mm, torch.ops.gemmkit.grouped_w4_mm.default)
 GROUPED_W4_MM_OUT = (torch.ops.gemmkit.grouped_w4_mm_out, torch.ops.gemmkit.grouped_w4_mm_out.default)
+GROUPED_W4_MM_EPILOGUE = (torch.ops.gemmkit.grouped_w4_mm_epilogue, torch.ops.gemmkit.grouped_w4_mm_epilogue.default)
 
 
 def test_fake_shapes_and_dtypes(fake):
@@ -200,6 +217,38 @@ def test_a_traced_call_is_one_operator_with_the_layout_format_and_group(fake):
     calls = [node for node in graph.graph.nodes if node.target in GROUPED_W4_MM_OUT]
     assert [node.args[6:] for node in calls] == [("contiguous", "int4", 64, 4)]
     assert calls[0].kwargs["x_scale"].meta["example_value"].shape == (100,)
+
+
+def test_fake_epilogue_shapes_and_one_traced_operator(fake):
+    groups, n, k = 4, 264, 4160
+    x, xm, offs = cuda(100, k), cuda(groups, 16, k), cuda(groups, dtype=I32)
+    qweight, scales, zeros = int4_args(groups, n, k, zeros=True)
+    weight, e = mxfp4_args(groups, n, k)
+    bias = cuda(groups, n)
+    text = "h = acc + bias[n]; pre[m, n] = h; db[n] = sum(h); silu(h) * route[m]"
+    # Contiguous: route one a row of x, [M_total]; db one an expert, [G, N], or over every expert, [N].
+    for db in (cuda(groups, n, dtype=F32), cuda(n, dtype=F32)):
+        d = gemmkit.grouped_int4_mm(x, qweight, scales, offs, zeros=zeros, epilogue=text, bias=bias,
+                                    route=cuda(100, dtype=F32), pre=cuda(100, n), db=db)
+        assert isinstance(d, torch._subclasses.fake_tensor.FakeTensor)
+        assert tuple(d.shape) == (100, n) and d.dtype == BF16
+    # Masked: route [G, max_m]; W4A8 with out= and out_dtype.
+    out = cuda(groups, 16, n, dtype=F32)
+    d = gemmkit.grouped_mxfp4_mm(xm.to(E4M3), weight, e, counts=offs, x_scale=cuda(groups, 16, dtype=F32), out=out,
+                                 out_dtype=F32, epilogue="acc * route[m]", route=cuda(groups, 16, dtype=F32))
+    assert d is out
+
+    def layer(x, qweight, scales, offs, bias, route):
+        return gemmkit.grouped_int4_mm(x, qweight, scales, offs, group=128, epilogue="silu(acc + bias[n]) * route[m]",
+                                       bias=bias, route=route, max_sms=8)
+
+    args = (x, qweight, scales, offs, bias, cuda(100, dtype=F32))
+    graph, _ = torch._dynamo.export(layer)(*args)  # raises where dynamo would break the graph
+    calls = [node for node in graph.graph.nodes if node.target in GROUPED_W4_MM_EPILOGUE]
+    assert len(calls) == 1 and [node for node in graph.graph.nodes if node.target in GROUPED_W4_MM] == []
+    assert calls[0].args[6:11] == ("contiguous", "int4", 128, "silu(acc + bias[n]) * route[m]", ["bias", "route"])
+    d = graph(*args)
+    assert tuple(d.shape) == (100, n) and d.dtype == BF16
 
 
 def test_errors_name_the_argument(fake):
@@ -266,10 +315,30 @@ def test_errors_name_the_argument(fake):
         (ValueError, r"^scales: shape \[4, 8, 64\]; expected \[G, N, ceil\(K/32\)\] = \[4, 64, 8\] for G = 4, K = 256, "
                      r"N = 64$",
          lambda: gemmkit.grouped_mxfp4_mm(x, weight, e.transpose(1, 2), offs)),  # gpt-oss's [E, N, K/32], not B's
-        (TypeError, r"^grouped_mxfp4_mm\(\) got an unexpected keyword argument 'zeros'$",
+        (TypeError, r"^grouped_mxfp4_mm\(\) got unexpected keyword arguments zeros; tensors are taken only with "
+                    r"epilogue=$",
          lambda: gemmkit.grouped_mxfp4_mm(x, weight, e, offs, zeros=e)),
-        (TypeError, r"^grouped_int4_mm\(\) got an unexpected keyword argument 'epilogue'$",
-         lambda: gemmkit.grouped_int4_mm(x, qweight, scales, offs, epilogue="acc * 2")),
+        # A fused epilogue's tensors
+        (TypeError, r"^grouped_int4_mm\(\) got unexpected keyword arguments bias; tensors are taken only with "
+                    r"epilogue=$",
+         lambda: gemmkit.grouped_int4_mm(x, qweight, scales, offs, bias=cuda(groups, n))),
+        (ValueError, r"^route: not given; the epilogue reads route\[m\], expected route=tensor$",
+         lambda: gemmkit.grouped_int4_mm(x, qweight, scales, offs, epilogue="acc * route[m]")),
+        (ValueError, r"^zeros: not a tensor the epilogue names; expected route$",
+         lambda: gemmkit.grouped_mxfp4_mm(x, weight, e, offs, epilogue="acc * route[m]", route=cuda(100, dtype=F32),
+                                          zeros=e)),
+        # (contiguous groups share one output along x's rows: no batch)
+        (ValueError, r"^ra: shape \[4, 100\] for ra\[m\] = amax\(...\); expected \[100\] or \[100, 1\]$",
+         lambda: gemmkit.grouped_int4_mm(x, qweight, scales, offs, epilogue="ra[m] = amax(acc); acc",
+                                         ra=cuda(groups, 100, dtype=F32))),
+        (ValueError, r"^db: shape \[3, 64\] for db\[n\] = sum\(...\); expected \[64\] or \[1, 64\] \(summed over "
+                     r"every group\), or \[4, 64\] \(one a group, G = 4\)$",
+         lambda: gemmkit.grouped_mxfp4_mm(xm, weight, e, counts=offs, epilogue="db[n] = sum(acc); acc",
+                                          db=cuda(3, n, dtype=F32))),
+        (ValueError, r"^db: shape \[3, 64\] for db\[n\] = sum\(...\); expected",
+         lambda: torch.ops.gemmkit.grouped_w4_mm_epilogue(x, weight, e, None, offs, cuda(100, n), "contiguous",
+                                                          "mxfp4", 32, "db[n] = sum(acc); acc", ["db"], [],
+                                                          [cuda(3, n, dtype=F32)], 0)),
         # W4A8
         (ValueError, r"^x_scale: None with float8_e4m3fn x; expected x's float32 scales: " + forms,
          lambda: gemmkit.grouped_int4_mm(x8, qweight, scales, offs)),
@@ -321,6 +390,16 @@ def test_errors_name_the_argument(fake):
     for error, message, call in cases:
         with pytest.raises(error, match=message):
             call()
+
+
+def test_an_epilogue_that_autograd_would_track_is_refused(fake):
+    x, offs = cuda(100, 256).requires_grad_(), cuda(4, dtype=I32)
+    qweight, scales, _ = int4_args(4, 64, 256)
+    with pytest.raises(NotImplementedError, match="^epilogue: no gradient flows through a fused epilogue yet"):
+        gemmkit.grouped_int4_mm(x, qweight, scales, offs, epilogue="acc * route[m]", route=cuda(100, dtype=F32))
+    with torch.no_grad():
+        d = gemmkit.grouped_int4_mm(x, qweight, scales, offs, epilogue="acc * route[m]", route=cuda(100, dtype=F32))
+    assert not d.requires_grad
 
 
 def test_errors_without_fake_tensors():
@@ -608,6 +687,49 @@ def test_w4a8_activations_quantized_by_gemmkit():
     d = gemmkit.grouped_mxfp4_mm(q, weight, e, offs_of(sizes), x_scale=x_scale)
     assert d.dtype == BF16 and d.shape == (sum(sizes), N)
     expect_groups(d, q, experts_mxfp4(weight, e, k), sizes, x_scale)
+
+
+@gpu
+@pytest.mark.parametrize("format", ["int4", "mxfp4"])
+@pytest.mark.parametrize("layout", ["contiguous", "masked"])
+def test_fused_epilogue_matches_double(format, layout):
+    # A per-expert bias and silu, each token's router weight, the activation's input kept, and each
+    # expert's sum of it (db[n], one an expert; an empty expert's 0): D, pre and db against the
+    # epilogue in double on each group's product (W4A16's bound, through silu's slope of at most 1.1).
+    masked, k = layout == "masked", 2880
+    sizes = [0, 1, 3, 16, 5] if masked else SIZES
+    groups = len(sizes)
+    rows = (groups, 16) if masked else (sum(sizes) + 11,)
+    x = random_x(*rows, k, dtype=BF16)
+    bias, route = random_x(groups, N, dtype=BF16), random_scales(*rows, dtype=F32)
+    out, pre = nan_like((*rows, N), BF16), nan_like((*rows, N), BF16)
+    db = torch.full((groups, N), float("nan"), device="cuda")
+    fused = dict(epilogue="h = acc + bias[n]; pre[m, n] = h; db[n] = sum(h); silu(h) * route[m]", bias=bias,
+                 route=route, pre=pre, db=db, out=out)
+    sizes_t = torch.tensor(sizes, device="cuda", dtype=I32) if masked else offs_of(sizes)
+    groups_of = {"counts": sizes_t} if masked else {"offs": sizes_t}
+    if format == "int4":
+        qweight, scales, z = random_int4(groups, N, k, 128, BF16, True)
+        assert gemmkit.grouped_int4_mm(x, qweight, scales, zeros=z, **groups_of, **fused) is out
+        weights = experts_int4(qweight, scales, z, 128, k)
+    else:
+        weight, e = random_mxfp4(groups, N, k)
+        assert gemmkit.grouped_mxfp4_mm(x, weight, e, **groups_of, **fused) is out
+        weights = experts_mxfp4(weight, e, k)
+    for g, start, end in spans(sizes):
+        at = (g, slice(0, end - start)) if masked else (slice(start, end),)
+        xg = x[at].double()
+        h = xg @ weights[g].t() + bias[g].double()
+        bound = (xg.abs() @ weights[g].abs().t()) * (HALF_ULP[BF16] + 1e-5)
+        r = route[at].double()[:, None]
+        expect_near(pre[at], h, bound)
+        expect_near(out[at], torch.nn.functional.silu(h) * r, bound * 1.1 * r.abs())
+        expect_near(db[g], h.sum(0), bound.sum(0) + h.abs().sum(0) * 2.0 ** -16)  # f32 adds, tile by tile
+        if masked:
+            past = (g, slice(end - start, None))
+            assert out[past].isnan().all() and pre[past].isnan().all(), f"group {g}: rows past its count written"
+    if not masked:
+        assert out[sum(sizes):].isnan().all() and pre[sum(sizes):].isnan().all(), "rows past the last end written"
 
 
 @gpu
