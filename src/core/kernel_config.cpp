@@ -50,7 +50,10 @@ bool KernelConfig::row_store() const {
 }
 
 int KernelConfig::ctas_per_sm() const {
-  return kind == KernelKind::tma && widens() && tile_m == 64 && is_narrow({tile_m, tile_n}) ? 4 : 1;
+  if (kind != KernelKind::tma || !widens() || tile_m != 64 || !is_narrow({tile_m, tile_n})) return 1;
+  // A fused epilogue's registers do not fit beside a fourth CTA (grouped MXFP4 64x16 with a bias,
+  // an auxiliary output and a router weight spilled 32 bytes): three give each 216, not 136.
+  return epilogue ? 3 : 4;
 }
 
 // A TMA kernel: a producer warpgroup and one consumer warpgroup for each 64 rows of the tile;

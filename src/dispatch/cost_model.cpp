@@ -245,6 +245,8 @@ bool tile_takes_epilogue(TileShape tile, const KernelConfig& facts) {
 bool tile_takes_scales(TileShape tile, ScaleMode a, ScaleMode b) {
   const bool block_or_mx = a == ScaleMode::block || a == ScaleMode::mx || b == ScaleMode::block || b == ScaleMode::mx;
   if (tile.m > 128 && block_or_mx) return false;
+  // B's mx exponents travel in boxes a byte per tile column, and a TMA box is at least 16 bytes wide.
+  if (b == ScaleMode::mx && tile.n < 16) return false;
   return tile.n <= 128 || (a != ScaleMode::mx && b != ScaleMode::mx);
 }
 

@@ -366,6 +366,15 @@ TEST(ConfigChoose, Fp8FullHeightTilesTakeNoClusterAndBlockScalesPerTensorsTile) 
   EXPECT_EQ(half.cluster_m, 2);
 }
 
+// B's mx exponents travel in TMA boxes a byte per tile column, and a box is at least 16 bytes
+// wide: one token's A8W4-MX tile, 8 wide, took a map the driver refused.
+TEST(ConfigChoose, MxScalesOfBTakeTilesAtLeastSixteenWide) {
+  EXPECT_FALSE(tile_takes_scales({64, 8}, ScaleMode::none, ScaleMode::mx));
+  EXPECT_TRUE(tile_takes_scales({64, 16}, ScaleMode::none, ScaleMode::mx));
+  EXPECT_TRUE(tile_takes_scales({64, 8}, ScaleMode::mx, ScaleMode::none));
+  EXPECT_TRUE(tile_takes_scales({64, 8}, ScaleMode::none, ScaleMode::rowwise));
+}
+
 // 8-bit tiles store their whole epilogue between tiles: where K is short that dominates, and
 // three consumers' 192x128 tiles (one store buffer each, for a fifth stage) split it three ways;
 // from K = 1536 on, 128x176 stays. Block scales do not fit three consumers' registers. M up to 64 takes

@@ -139,8 +139,8 @@ TEST(ConfigKernelConfig, EveryFieldTakesPartInComparison) {
   EXPECT_EQ(distinct.size(), changes.size() + 1);
 }
 
-// Narrow tiles that widen 4-bit weights run four CTAs an SM, each with a producer warp, and
-// promote u4 group partials; other tiles keep one CTA, a producer warpgroup and widened scales.
+// Narrow tiles that widen 4-bit weights run four CTAs an SM (three with a fused epilogue), each
+// with a producer warp, and promote u4 group partials; other tiles keep one CTA, a producer warpgroup and widened scales.
 TEST(ConfigKernelConfig, NarrowFourBitTilesShareTheirSmAndPromoteGroupPartials) {
   KernelConfig u4;
   u4.in = DType::u4;
@@ -151,6 +151,11 @@ TEST(ConfigKernelConfig, NarrowFourBitTilesShareTheirSmAndPromoteGroupPartials) 
   EXPECT_EQ(narrow.ctas_per_sm(), 4);
   EXPECT_EQ(narrow.threads(), 160);
   EXPECT_NE(narrow.name().find("group-partials"), std::string::npos) << narrow.name();
+  static const std::string fused = "acc";  // three with a fused epilogue, whose registers a fourth leaves short
+  KernelConfig narrow_fused = narrow;
+  narrow_fused.epilogue = &fused;
+  EXPECT_EQ(narrow_fused.ctas_per_sm(), 3);
+  EXPECT_EQ(narrow_fused.threads(), 160);
   const KernelConfig wide = with_tile(u4, {128, 128});
   EXPECT_FALSE(wide.group_partials);
   EXPECT_EQ(wide.ctas_per_sm(), 1);
