@@ -223,7 +223,8 @@ std::string chosen_config(const TensorView& a, const TensorView& b, const Tensor
   const api::PreparedGemm prepared = api::prepare_gemm(a, b, d, options, device);
   if (prepared.empty) return "none (empty)";
   const Plan plan = make_plan(prepared.problem);
-  return plan.config.name() + (plan.transposed ? " transposed" : "") + (plan.tuned ? " tuned" : "");
+  return plan.config.name() + (plan.transposed ? " transposed" : "") + (plan.tuned ? " tuned" : "") +
+         (plan.widens_weights_first ? " on widened weights" : "");
 }
 
 double gemm_tflops(int64_t m, int64_t n, int64_t k, int64_t batch, double us) {

@@ -254,7 +254,7 @@ std::string gemm_source(const KernelConfig& requested) {
 std::string reference_source(const OperandTypes& types) {
   return "// gemmkit reference kernel\n" +
          expand_includes("#include \"reference.cuh\"\n#include \"stage.cuh\"\n#include \"group_check.cuh\"\n"
-                         "#include \"unowned_rows.cuh\"\n#include \"fp4_activations.cuh\"\n",
+                         "#include \"unowned_rows.cuh\"\n#include \"widened_copies.cuh\"\n",
                          config_header(types));
 }
 

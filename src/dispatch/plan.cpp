@@ -70,12 +70,73 @@ bool quantizes_in_kernel(const KernelConfig& c) { return c.kind == KernelKind::t
 // reads 4-bit B: run_plan widens it to e4m3 first (run_on_widened_activations) and plans that.
 bool widens_activations(const Problem& p) { return is_4bit(p.a.dtype) && p.b.dtype == DType::e2m1; }
 
+// Many tokens against 4-bit weights A (normalize's orientation): the widening kernels widen each
+// weight again for every tile of tokens, at issue rates below the tensor cores' (docs/experiments.md,
+// W4A8); a pass that widens the weights once into a copy costs about the GEMM time of 240 tokens
+// (1.5 bytes a weight read and written for e4m3, 2.5 for bf16, H200), after which the copy runs
+// in the FP8 or 16-bit GEMM: exactly, for W4A8's u4 in groups of a multiple of 128 of K (e4m3
+// q - z, each group's scale a 1x128 block of A) and MXFP4 under bf16 activations (bf16 values).
+// Tokens: B's columns, over every matrix that shares the weights.
+constexpr int64_t kWidenFirstFromTokensW4a8 = 256;
+constexpr int64_t kWidenFirstFromTokensMxfp4 = 256;
+
+bool widens_weights_first(const Problem& p) {
+  if (p.grouped() || p.dual() || !is_4bit(p.a.dtype)) return false;
+  const int64_t tokens = p.n * (p.batch > 1 && p.a.batch_stride == 0 ? p.batch : 1);
+  if (p.a.dtype == DType::u4 && is_fp8(p.b.dtype)) {
+    return p.scale_a.block_cols % 128 == 0 && p.scale_b.mode != ScaleMode::mx && tokens >= kWidenFirstFromTokensW4a8;
+  }
+  return p.a.dtype == DType::e2m1 && p.b.dtype == DType::bf16 && tokens >= kWidenFirstFromTokensMxfp4;
+}
+
+// The problem widens_weights_first runs: A the weights' copy at `copy` (lines of K rounded up to
+// 16 bytes), W4A8's with block scales at `scales` (lines contiguous, a multiple of 4 apart), or
+// null pointers where only its plan is wanted. The 16-bit problem is normalised again (its D back
+// in the caller's orientation); the FP8 one keeps the weights as A, whose 1x128 scales the kernel
+// reads into registers before each K block's wgmma.
+struct WidenedWeights {
+  int64_t matrices, ld, k_blocks, scales_ld;
+  size_t copy_bytes, scale_bytes;
+};
+WidenedWeights widened_weights(const Problem& p) {
+  WidenedWeights w{};
+  const bool batched = p.batch > 1 && (p.a.batch_stride != 0 || p.scale_a.m.batch_stride != 0 ||
+                                       p.scale_a.zeros.batch_stride != 0);
+  w.matrices = batched ? p.batch : 1;
+  const int64_t bytes = p.a.dtype == DType::u4 ? 1 : 2;
+  w.ld = ceil_div(p.k * bytes, 16) * 16 / bytes;
+  w.copy_bytes = size_t(ceil_div(w.matrices * p.m * w.ld * bytes, 256) * 256);
+  if (p.a.dtype == DType::u4) {
+    w.k_blocks = ceil_div(p.k, 128);
+    w.scales_ld = ceil_div(p.m, 4) * 4;
+    w.scale_bytes = size_t(w.matrices * w.k_blocks * w.scales_ld) * sizeof(float);
+  }
+  return w;
+}
+Problem on_widened_weights(const Problem& p, const WidenedWeights& w, void* copy, float* scales) {
+  Problem q = p;
+  const bool fp8 = p.a.dtype == DType::u4;
+  q.a = {copy, fp8 ? DType::e4m3 : DType::bf16, w.matrices > 1 ? p.m * w.ld : 0, w.ld, 1};
+  q.scale_a = {};
+  if (!fp8) return normalize(q);
+  q.scale_a.mode = ScaleMode::block;
+  q.scale_a.m = {scales, DType::f32, w.matrices > 1 ? w.k_blocks * w.scales_ld : 0, 1, w.scales_ld};
+  q.scale_a.block_cols = 128;
+  return q;
+}
+
 Plan new_plan(const Problem& normalized, const KernelConfig* forced, cudaStream_t stream) {
   const runtime::DeviceInfo& info = runtime::device_info(normalized.device);
   runtime::require_sm90(info);
   Plan plan;
   plan.sm_count = sm_budget(normalized, info);
   if (widens_activations(normalized)) return plan;
+  if (!forced && widens_weights_first(normalized)) {  // the plan of the GEMM on the copy, for its description
+    Plan widened = make_plan(on_widened_weights(normalized, widened_weights(normalized), nullptr, nullptr), nullptr,
+                             stream);
+    widened.widens_weights_first = true;
+    return widened;
+  }
   DeviceLimits limits = limits_of(info);
   if (normalized.grouped()) limits.sm_count = std::max(plan.sm_count, 2);  // the model weighs clusters of two
   if (forced) {
@@ -230,10 +291,33 @@ void run_on_widened_activations(const Problem& p, cudaStream_t stream) {
   runtime::check(cudaFreeAsync(codes, stream), "cudaFreeAsync(widened activations)");
 }
 
+// Many tokens against 4-bit weights (widens_weights_first): the weights widened into
+// stream-ordered scratch, then the GEMM on the copy.
+void run_on_widened_weights(const Problem& p, cudaStream_t stream) {
+  const WidenedWeights w = widened_weights(p);
+  void* copy = nullptr;
+  runtime::check(cudaMallocAsync(&copy, w.copy_bytes + w.scale_bytes, stream), "cudaMallocAsync(widened weights)");
+  try {
+    float* scales = w.scale_bytes > 0 ? reinterpret_cast<float*>(static_cast<char*>(copy) + w.copy_bytes) : nullptr;
+    if (p.a.dtype == DType::u4) {
+      runtime::widen_u4_e4m3(p.a, p.scale_a, w.matrices, p.m, p.k, copy, w.ld, scales, w.scales_ld, stream);
+    } else {
+      runtime::widen_mxfp4_bf16(p.a, p.scale_a.m, w.matrices, p.m, p.k, copy, w.ld, stream);
+    }
+    const Problem q = on_widened_weights(p, w, copy, scales);
+    run_plan(make_plan(q, nullptr, stream), q, stream);
+  } catch (...) {
+    cudaFreeAsync(copy, stream);
+    throw;
+  }
+  runtime::check(cudaFreeAsync(copy, stream), "cudaFreeAsync(widened weights)");
+}
+
 }  // namespace
 
 void run_plan(const Plan& plan, const Problem& normalized, cudaStream_t stream) {
   if (widens_activations(normalized)) return run_on_widened_activations(normalized, stream);
+  if (plan.widens_weights_first) return run_on_widened_weights(normalized, stream);
   if (normalized.quantizes_d() && !quantizes_in_kernel(plan.config)) return run_then_quantize(normalized, stream);
   std::optional<Problem> transposed;
   if (plan.transposed) transposed = transposed_problem(normalized);

@@ -29,6 +29,9 @@ struct Plan {
   bool transposed = false;  // the config runs the problem transposed (oriented)
   const runtime::LoadedKernel* kernel = nullptr;  // null where an e4m3 D runs through f32 values (plan.cpp)
   int sm_count = 0;
+  // Many tokens against 4-bit weights: run_plan widens the weights into a copy first, and runs
+  // the plan of the GEMM on it (config, kernel and orientation above; plan.cpp).
+  bool widens_weights_first = false;
 };
 
 // A normalised problem as its plan runs it: transposed where transposing_pays (cost_model.h) on its

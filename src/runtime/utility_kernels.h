@@ -54,9 +54,21 @@ void stage_copies(std::span<const StageJob> jobs, cudaStream_t stream);
 
 // FP4 x FP4: the e2m1 codes of `codes` (4-bit, K contiguous: [batch] lines x k codes, seen
 // through packed_bytes) widened exactly to e4m3 bytes at `dst`: lines `ld` bytes apart, batches
-// lines * ld (kernels/sm90/fp4_activations.cuh).
+// lines * ld (kernels/sm90/widened_copies.cuh).
 void widen_e2m1(const MatrixRef& codes, int64_t batch, int64_t lines, int64_t k, void* dst, int64_t ld,
                 cudaStream_t stream);
+
+// Many tokens against 4-bit weights (kernels/sm90/widened_copies.cuh): `weights`, a problem's A
+// ([batch] lines x k codes, K contiguous), widened into `dst`, lines `ld` apart and batches
+// lines * ld (ld in elements, a multiple of 16 bytes):
+// - widen_u4_e4m3: u4 in groups along K of a multiple of 128 (`scale`: A's group scales and zero
+//   points), as e4m3 q - z, and their scales as f32 per 128 of K at `scales`, lines contiguous:
+//   [batch][ceil(k / 128)][scales_ld].
+// - widen_mxfp4_bf16: e2m1 with ue8m0 `exponents` per 32 of K (lines x granules), as bf16 values.
+void widen_u4_e4m3(const MatrixRef& weights, const ScaleRef& scale, int64_t batch, int64_t lines, int64_t k, void* dst,
+                   int64_t ld, float* scales, int64_t scales_ld, cudaStream_t stream);
+void widen_mxfp4_bf16(const MatrixRef& weights, const MatrixRef& exponents, int64_t batch, int64_t lines, int64_t k,
+                      void* dst, int64_t ld, cudaStream_t stream);
 
 // Keeps the stream's GPU busy for about `cycles` SM clock cycles.
 void gpu_spin(int64_t cycles, cudaStream_t stream);
