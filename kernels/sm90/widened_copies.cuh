@@ -53,21 +53,22 @@ __device__ __forceinline__ u64 weight_chunk(const u8* codes, i64 ld, i64 k, i64 
 
 // W4A8 weights, u4 in groups of `group` (a multiple of 128) along K: [batch] lines (the weights'
 // rows) of k codes into e4m3 bytes q - z at `dst` (dst_ld apart, a multiple of 16; batches
-// dst_batch), z the line's zero point of the group (`zeros`, the scales' type and strides; null:
-// 8), exact for integer z from -1 to 16, NaN bytes otherwise (as the W4A8 kernel makes them). The
-// group scales (`scale_type`, element (line, group) at line * s_line + group * s_group) go to
-// `dst_scales` as f32 per 128 of K, lines contiguous: [batch][ceil(k / 128)][scales_ld]. A thread
-// a chunk of 16 codes.
+// dst_batch), z the line's zero point of the group (`zeros`, the scales' type; null: 8), exact for
+// integer z from -1 to 16, NaN bytes otherwise (as the W4A8 kernel makes them). The group scales
+// (`scale_type`, element (line, group) at line * s_line + group * s_group; the zero points' by
+// their own strides) go to `dst_scales` as f32 per 128 of K, lines contiguous:
+// [batch][ceil(k / 128)][scales_ld]. A thread a chunk of 16 codes.
 extern "C" __global__ void gemmkit_widen_u4_e4m3(const u8* src, i64 src_batch, i64 src_ld, const void* scales,
-                                                 const void* zeros, int scale_type, i64 s_batch, i64 s_line,
-                                                 i64 s_group, i64 group, u8* dst, i64 dst_batch, i64 dst_ld,
-                                                 float* dst_scales, i64 scales_ld, i64 batch, i64 lines, i64 k) {
+                                                 i64 s_batch, i64 s_line, i64 s_group, const void* zeros,
+                                                 i64 z_batch, i64 z_line, i64 z_group, int scale_type, i64 group,
+                                                 u8* dst, i64 dst_batch, i64 dst_ld, float* dst_scales,
+                                                 i64 scales_ld, i64 batch, i64 lines, i64 k) {
   const i64 chunks = (k + 15) / 16, count = batch * lines * chunks;
   for (i64 i = blockIdx.x * i64(blockDim.x) + threadIdx.x; i < count; i += i64(gridDim.x) * blockDim.x) {
     const i64 chunk = i % chunks, line = i / chunks % lines, b = i / chunks / lines;
     const u64 codes = weight_chunk(src + b * src_batch, src_ld, k, line, chunk);
-    const i64 at = b * s_batch + line * s_line + (16 * chunk / group) * s_group;
-    const float z = zeros ? load_as_float(zeros, scale_type, at) : 8.0f;
+    const i64 g = 16 * chunk / group;
+    const float z = zeros ? load_as_float(zeros, scale_type, b * z_batch + line * z_line + g * z_group) : 8.0f;
     const bool exact = z == floorf(z) && z >= -1.0f && z <= 16.0f;
     u32 out[4];
 #pragma unroll
@@ -79,7 +80,8 @@ extern "C" __global__ void gemmkit_widen_u4_e4m3(const u8* src, i64 src_batch, i
     }
     *reinterpret_cast<uint4*>(dst + b * dst_batch + line * dst_ld + 16 * chunk) = make_uint4(out[0], out[1], out[2], out[3]);
     if (16 * chunk % 128 == 0) {
-      dst_scales[(b * ((k + 127) / 128) + 16 * chunk / 128) * scales_ld + line] = load_as_float(scales, scale_type, at);
+      dst_scales[(b * ((k + 127) / 128) + 16 * chunk / 128) * scales_ld + line] =
+          load_as_float(scales, scale_type, b * s_batch + line * s_line + g * s_group);
     }
   }
 }

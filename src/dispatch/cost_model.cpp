@@ -143,7 +143,10 @@ std::optional<TileShape> streaming_tile(const Problem& p, const KernelConfig& co
                                         const DeviceLimits& limits) {
   if (is_fp8(config.in) || config.out == DType::e4m3) return std::nullopt;
   if (!config.b_k_major) return std::nullopt;
-  if (p.n <= kNarrowMaxN) return TileShape{64, p.n <= 8 ? 8 : p.n <= 16 ? 16 : 32};
+  if (p.n <= kNarrowMaxN) {  // at least 16 wide where B has mx exponents (tile_takes_scales)
+    const int narrowest = tile_takes_scales({64, 8}, promoted_scale(config, true), promoted_scale(config, false)) ? 8 : 16;
+    return TileShape{64, p.n <= narrowest ? narrowest : p.n <= 16 ? 16 : 32};
+  }
   if (config.row_classes) return TileShape{64, p.n <= 64 ? 64 : 128};
   const bool one_wave = ceil_div(p.m, 64) * ceil_div(p.n, 64) * p.batch <= limits.sm_count;
   const bool shallow_or_one_row = p.m <= 64 || k_blocks <= 128;

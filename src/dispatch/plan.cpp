@@ -71,13 +71,15 @@ bool quantizes_in_kernel(const KernelConfig& c) { return c.kind == KernelKind::t
 bool widens_activations(const Problem& p) { return is_4bit(p.a.dtype) && p.b.dtype == DType::e2m1; }
 
 // Many tokens against 4-bit weights A (normalize's orientation): the widening kernels widen each
-// weight again for every tile of tokens, at issue rates below the tensor cores' (docs/experiments.md,
-// W4A8); a pass that widens the weights once into a copy costs about the GEMM time of 240 tokens
-// (1.5 bytes a weight read and written for e4m3, 2.5 for bf16, H200), after which the copy runs
-// in the FP8 or 16-bit GEMM: exactly, for W4A8's u4 in groups of a multiple of 128 of K (e4m3
-// q - z, each group's scale a 1x128 block of A) and MXFP4 under bf16 activations (bf16 values).
-// Tokens: B's columns, over every matrix that shares the weights.
-constexpr int64_t kWidenFirstFromTokensW4a8 = 256;
+// weight again for every tile of tokens, at issue rates below the tensor cores'
+// (docs/experiments.md, W4A8); a pass that widens them once into a copy (1.5 bytes a weight read
+// and written for e4m3, 2.5 for bf16) runs the FP8 or 16-bit GEMM after it: exactly, for W4A8's
+// u4 in groups of a multiple of 128 of K (e4m3 q - z, each group's scale a 1x128 block of A) and
+// MXFP4 under bf16 activations (bf16 values). Tokens: B's columns, over every matrix that shares
+// the weights. From where it paid, H200 (Llama-3-70B's 8192x8192 W4A8 in-kernel against widened:
+// 1024 tokens 147 against 162 us, 2048 286 against 260; gpt-oss's MXFP4 under bf16 1.13x at 256
+// tokens, 1.29-1.57x from 512).
+constexpr int64_t kWidenFirstFromTokensW4a8 = 2048;
 constexpr int64_t kWidenFirstFromTokensMxfp4 = 256;
 
 bool widens_weights_first(const Problem& p) {

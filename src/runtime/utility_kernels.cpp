@@ -145,9 +145,12 @@ void widen_u4_e4m3(const MatrixRef& weights, const ScaleRef& scale, int64_t batc
   int scale_type = int(scale.m.dtype);
   int64_t src_batch = batch > 1 ? bytes.batch_stride : 0, src_ld = bytes.row_stride;
   int64_t s_batch = batch > 1 ? scale.m.batch_stride : 0, s_line = scale.m.row_stride, s_group = scale.m.col_stride;
+  int64_t z_batch = batch > 1 ? scale.zeros.batch_stride : 0, z_line = scale.zeros.row_stride,
+          z_group = scale.zeros.col_stride;
   int64_t group = scale.block_cols, dst_batch = lines * ld;
-  void* args[] = {&src,       &src_batch, &src_ld, &scale_data, &zeros, &scale_type, &s_batch, &s_line, &s_group, &group,
-                  &dst,       &dst_batch, &ld,     &scales,     &scales_ld, &batch,  &lines,   &k};
+  void* args[] = {&src,     &src_batch, &src_ld, &scale_data, &s_batch, &s_line,    &s_group, &zeros, &z_batch, &z_line,
+                  &z_group, &scale_type, &group, &dst,        &dst_batch, &ld,       &scales,  &scales_ld, &batch, &lines,
+                  &k};
   launch_widening("gemmkit_widen_u4_e4m3", batch * lines * ceil_div(k, 16), args, stream);
 }
 

@@ -9,6 +9,7 @@
 
 #include "api/validate.h"
 #include "config_tests.h"
+#include "dispatch/plan.h"
 #include "gemmkit/error.h"
 #include "rejection.h"
 #include "runtime/device.h"
@@ -608,6 +609,22 @@ TEST(ValidateW4a8, RefusesMxUnlessGroupsOf32AndSquareBlockActivationScales) {
   short_k.options.scale_b.scales = TensorView::row_major(address(3), DType::bf16, 1, N);
   short_k.options.scale_a = activation_scales(ScaleMode::mx, M, 1);
   expect_rejected(short_k, "scale_a", {"mx", "all K = 32"});
+}
+
+// One token against 4095 weight rows: the decode tile is 8 wide, but 16 with MXFP8 activations,
+// whose exponents TMA loads in boxes a byte per tile column, at least 16 bytes wide (an 8-wide
+// one's map the driver refused, H200).
+TEST(ValidateW4a8, OneTokenWithMxActivationsTakesTilesSixteenWide) {
+  for (ScaleMode mode : {ScaleMode::rowwise, ScaleMode::mx}) {
+    Args x = w4a8_args(32);
+    x.a = TensorView::row_major(address(0), DType::e4m3, 1, WK);
+    x.b = TensorView::matrix(address(1), DType::u4, WK, 4095, 1, WK);
+    x.d = TensorView::row_major(address(2), DType::bf16, 1, 4095);
+    x.options.scale_b.scales = TensorView::row_major(address(3), DType::bf16, (WK + 31) / 32, 4095);
+    x.options.scale_a = activation_scales(mode, 1, mode == ScaleMode::mx ? (WK + 31) / 32 : 1);
+    const KernelConfig c = choose_config(normalize(validate(x)), DeviceLimits{});
+    EXPECT_EQ(c.tile_n, mode == ScaleMode::mx ? 16 : 8) << c.name();
+  }
 }
 
 // Group scales are bf16 or f16, whichever (A, being e4m3, does not decide), and zero points take

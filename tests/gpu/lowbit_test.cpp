@@ -211,6 +211,25 @@ const std::vector<LowbitCase> kCases = {
      .scale_a = block, .group_scales = f16, .with_c = true},
     {.m = 64, .n = 257, .k = 4160, .in = e4m3, .weights = u4, .out = bf16, .group = 256, .zeros = true,
      .scale_a = tensor, .d_col_major = true},
+    // Many tokens: the weights widened into a copy first (dispatch/plan.cpp, widens_weights_first;
+    // W4A8 with groups of 128 or more from 2048 tokens, MXFP4 under bf16 from 256), the
+    // activations' four scalings, batched and shared weights, poisoned, C, D column-major.
+    {.m = 2048, .n = 257, .k = 4097, .in = e4m3, .weights = u4, .out = bf16, .group = 128, .zeros = true,
+     .scale_a = rowwise, .group_scales = f16},
+    {.m = 2048, .n = 300, .k = 1000, .in = e4m3, .weights = u4, .out = f32, .group = 256, .scale_a = block, .batch = 2},
+    {.m = 1024, .n = 257, .k = 4160, .in = e4m3, .weights = u4, .out = f16, .group = 8192, .scale_a = tensor,
+     .batch = 2, .shared_b = true, .scales_col_major = true},
+    {.m = 2048, .n = 512, .k = 1000, .in = e4m3, .weights = u4, .out = f32, .group = 128, .zeros = true, .pad_b = 6,
+     .offset_b = 4, .pad_scales = 3, .nan_outside = true},
+    {.m = 2048, .n = 257, .k = 1000, .in = e4m3, .weights = u4, .out = f32, .group = 128, .scale_a = rowwise,
+     .with_c = true},
+    {.m = 2048, .n = 257, .k = 4160, .in = e4m3, .weights = u4, .out = bf16, .group = 256, .zeros = true,
+     .scale_a = tensor, .d_col_major = true},
+    {.m = 300, .n = 4095, .k = 4097, .in = bf16, .weights = e2m1, .out = f32, .scales_col_major = true},
+    {.m = 300, .n = 257, .k = 4160, .in = bf16, .weights = e2m1, .out = bf16, .batch = 2, .shared_b = true},
+    {.m = 512, .n = 300, .k = 1001, .in = bf16, .weights = e2m1, .out = bf16, .pad_b = 4, .offset_b = 2,
+     .nan_outside = true},
+    {.m = 256, .n = 257, .k = 1000, .in = bf16, .weights = e2m1, .out = f16, .with_c = true},
     // MXFP4 weights under e4m3 activations (promoted every 32 of K by their ue8m0 scales): M from
     // decode up, every activation scaling, gpt-oss's transposed scales, batched, poisoned, C.
     {.m = 1, .n = 4095, .k = 4160, .in = e4m3, .weights = e2m1, .out = bf16, .scale_a = rowwise},
@@ -531,7 +550,8 @@ TEST_F(LowbitErrors, Mxfp4ActivationsCombinationsItDoesNotTakeAreRejectedByName)
 // W4A8 widens each weight's q - zero exactly to e4m3, which AWQ's zero points (integers 0 to 15)
 // allow; a zero point with which it cannot (a fraction, or 17: q - 17 down to -17 needs 5
 // significant bits) makes NaN of every output it reaches: the whole column of the user's D that
-// its weight row feeds (M 1, 64 and 300; D row- and column-major), and nothing else, which
+// its weight row feeds (M 1, 64, 300 and 2048, whose weights are widened into a copy first; D
+// row- and column-major), and nothing else, which
 // matches the reference. (Integers just outside 0 to 15, -1 and 16, are exact too: not tested
 // either way.)
 using W4a8ZeroPoints = testing::GpuTest;
@@ -551,7 +571,7 @@ TEST_F(W4a8ZeroPoints, ZeroPointsOffTheIntegersGiveNanInTheirColumnsOnly) {
     bool d_col_major;
   };
   for (const Run& run : {Run{1, ScaleMode::none, DType::bf16, false}, Run{64, ScaleMode::rowwise, DType::f16, true},
-                         Run{300, ScaleMode::block, DType::bf16, false}}) {
+                         Run{300, ScaleMode::block, DType::bf16, false}, Run{2048, ScaleMode::tensor, DType::bf16, true}}) {
     ProblemSpec spec{.m = run.m, .n = 257, .k = 1000, .in = DType::e4m3, .out = DType::bf16, .in_b = DType::u4};
     spec.scale_a = run.scale_a;
     spec.scale_b = ScaleMode::group;
