@@ -53,9 +53,9 @@ inline constexpr int64_t kMaxGroups = 1024;
 // matrix (gemm.h), batched by group ([G, ceil(K/group), N]); A bf16 or f16, or e4m3 with scale_a
 // none, tensor or rowwise (not yet 1x128 blocks, nor mx exponents); a fused epilogue
 // (options.epilogue) as with 16-bit weights, its tensors in D's orientation ([G, 1, N] one a
-// group, [M_total, 1] or masked [G, max_m, 1] one a token), pending a GPU run. The kernel runs them transposed, each group's
-// tokens as columns, and hands the epilogue D's element: a group with no tokens reads none of its
-// weights.
+// group, [M_total, 1] or masked [G, max_m, 1] one a token). The kernel runs them transposed,
+// each group's tokens as columns, and hands the epilogue D's element: a group with no tokens reads
+// none of its weights.
 // Weights or tokens TMA cannot read as they lie (K not a multiple of 32 for the packed bytes) are
 // first copied into the stream's workspace, every call. Throws gemmkit::Error naming the argument
 // at fault.
