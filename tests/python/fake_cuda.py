@@ -1,7 +1,27 @@
-"""Empty CUDA tensors for the torch tests without a GPU, made inside the `fake` fixture's mode
-(conftest.py). Imported after pytest.importorskip("torch"), which each test file makes itself."""
+"""For the torch tests without a GPU: empty CUDA tensors, made inside the `fake` fixture's mode
+(conftest.py), and launches on CPU tensors that reach gemmkit's checks. Imported after
+pytest.importorskip("torch"), which each test file makes itself."""
 
+import pytest
 import torch
+
+# How gemmkit refuses a launch where there is no GPU to run it on.
+DEVICE_REFUSALS = ("no NVIDIA driver found", "no CUDA device", "the NVIDIA driver supports")
+
+
+def on_stream_zero(monkeypatch):
+    """Launches from CPU tensors take stream 0 (torch without CUDA has none to give), so that they
+    reach gemmkit's checks, which refuse CPU memory only after every shape, dtype and stride."""
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 0, raising=False)
+
+
+def refused_for_memory_alone(call):
+    """call() reaches gemmkit and gets past its checks of the views: it is refused for the CPU
+    memory alone (without a GPU: for the missing device, RuntimeError)."""
+    with pytest.raises((RuntimeError, ValueError)) as error:
+        call()
+    text = str(error.value)
+    assert text.startswith(DEVICE_REFUSALS) or "is not device memory" in text, text
 
 
 def cuda(*shape, dtype=torch.bfloat16):

@@ -18,7 +18,7 @@ torch; skips, saying so, without it."""
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
-from fake_cuda import cuda  # noqa: E402
+from fake_cuda import cuda, on_stream_zero, refused_for_memory_alone  # noqa: E402
 from gpu_reference import HALF_ULP, capture, expect_near, nan_like, offs_of, spans  # noqa: E402
 from lowbit_reference import (expect_close, expect_close_fp8, int4_weights, mxfp4_weights,  # noqa: E402
                               scaled_x)
@@ -29,26 +29,9 @@ from gemmkit import DType, _gemmkit, _torch  # noqa: E402
 BF16, F16, F32, F64, U8 = torch.bfloat16, torch.float16, torch.float32, torch.float64, torch.uint8
 E4M3, E8M0, I32, I64 = torch.float8_e4m3fn, torch.float8_e8m0fnu, torch.int32, torch.int64
 FLOAT4 = getattr(torch, "float4_e2m1fn_x2", None)
-DEVICE_REFUSALS = ("no NVIDIA driver found", "no CUDA device", "the NVIDIA driver supports")
-NOT_YET = "takes no 4-bit weights"  # the library's refusal of grouped 4-bit weights before it took them
 
-
-def library_takes_grouped_4bit():
-    """Whether the C++ library's grouped_gemm takes 4-bit weights: its checks, on CPU tensors, get
-    past B's dtype (they refuse the memory, or the missing device, after every view's check)."""
-    x, w, s = torch.zeros(2, 64, dtype=BF16), torch.zeros(1, 8, 32, dtype=U8), torch.zeros(1, 1, 8, dtype=BF16)
-    try:
-        _gemmkit.grouped_gemm_4bit_tensors(x, w, torch.zeros(2, 8, dtype=BF16), DType.u4, s, None, 64,
-                                           torch.tensor([2], dtype=I32), _gemmkit.GroupLayout.contiguous, False, 0)
-    except (ValueError, RuntimeError) as error:
-        return NOT_YET not in str(error)
-    return True
-
-
-GROUPED_4BIT = library_takes_grouped_4bit()
 SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
-gpu = pytest.mark.skipif(not (SM90 and GROUPED_4BIT), reason="no sm_90 GPU" if not SM90 else
-                         "the library's grouped_gemm takes no 4-bit weights yet")
+gpu = pytest.mark.skipif(not SM90, reason="no sm_90 GPU")
 
 
 def test_the_functions_are_the_packages():
@@ -81,22 +64,9 @@ def test_the_binding_views_the_experts_bytes_as_g_x_k_x_n_nibbles():
 
 @pytest.fixture
 def cpu_launch(monkeypatch):
-    """_torch.launch_grouped_w4 on CPU tensors: the stream 0 (torch without CUDA has none to give),
-    so that the call reaches gemmkit's checks, which refuse CPU memory only after every shape,
-    dtype and stride."""
-    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 0, raising=False)
+    """_torch.launch_grouped_w4 on CPU tensors, on stream 0."""
+    on_stream_zero(monkeypatch)
     return _torch.launch_grouped_w4
-
-
-def refused_for_memory_alone(call):
-    """call() reaches gemmkit and gets past its checks of the views: it is refused for the CPU
-    memory alone (without a GPU: for the missing device, RuntimeError)."""
-    with pytest.raises((RuntimeError, ValueError)) as error:
-        call()
-    text = str(error.value)
-    if NOT_YET in text:
-        pytest.skip(f"the library's grouped_gemm takes no 4-bit weights yet ({text})")
-    assert text.startswith(DEVICE_REFUSALS) or "is not device memory" in text, text
 
 
 def test_the_launch_passes_the_views_the_c_api_takes(cpu_launch):

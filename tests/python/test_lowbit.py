@@ -18,7 +18,7 @@ torch; skips, saying so, without it."""
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
-from fake_cuda import cuda  # noqa: E402
+from fake_cuda import cuda, on_stream_zero, refused_for_memory_alone  # noqa: E402
 from gpu_reference import capture  # noqa: E402
 from lowbit_reference import (codes_of, expect_close, expect_close_fp8, int4_weights, mxfp4_weights,  # noqa: E402
                               scaled_x)
@@ -31,7 +31,6 @@ E4M3 = torch.float8_e4m3fn
 FLOAT4 = getattr(torch, "float4_e2m1fn_x2", None)
 SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 needs_sm90 = pytest.mark.skipif(not SM90, reason="no sm_90 GPU")
-DEVICE_REFUSALS = ("no NVIDIA driver found", "no CUDA device", "the NVIDIA driver supports")
 
 
 def test_the_reference_reads_the_low_nibble_first():
@@ -78,20 +77,9 @@ def test_the_binding_views_bytes_as_k_x_n_nibbles():
 
 @pytest.fixture
 def cpu_launch(monkeypatch):
-    """_torch.launch_w4 on CPU tensors: the stream 0 (torch without CUDA has none to give), so that
-    the call reaches gemmkit's checks, which refuse CPU memory only after every shape, dtype and
-    stride."""
-    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 0, raising=False)
+    """_torch.launch_w4 on CPU tensors, on stream 0."""
+    on_stream_zero(monkeypatch)
     return _torch.launch_w4
-
-
-def refused_for_memory_alone(call):
-    """call() reaches gemmkit and gets past its checks of the views: it is refused for the CPU
-    memory alone (without a GPU: for the missing device, RuntimeError)."""
-    with pytest.raises((RuntimeError, ValueError)) as error:
-        call()
-    text = str(error.value)
-    assert text.startswith(DEVICE_REFUSALS) or "is not device memory" in text, text
 
 
 def test_the_launch_passes_the_views_the_c_api_takes(cpu_launch):

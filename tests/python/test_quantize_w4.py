@@ -16,9 +16,9 @@ torch.compile and CUDA graphs. Needs torch; skips, saying so, without it."""
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
-from fake_cuda import cuda  # noqa: E402
+from fake_cuda import cuda, on_stream_zero, refused_for_memory_alone  # noqa: E402
 from gpu_reference import capture  # noqa: E402
-from test_lowbit import expect_close, int4_weights, mxfp4_weights, needs_sm90, refused_for_memory_alone  # noqa: E402
+from test_lowbit import expect_close, int4_weights, mxfp4_weights, needs_sm90  # noqa: E402
 
 import gemmkit  # noqa: E402
 from gemmkit import _torch  # noqa: E402
@@ -153,9 +153,8 @@ def test_the_mxfp4_rule_on_worked_values():
 
 @pytest.fixture
 def cpu_launch(monkeypatch):
-    """_torch.launch_quantize_w4 on CPU tensors (stream 0), so that the call reaches gemmkit's
-    checks, which refuse CPU memory only after every shape, dtype and stride."""
-    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 0, raising=False)
+    """_torch.launch_quantize_w4 on CPU tensors, on stream 0."""
+    on_stream_zero(monkeypatch)
     return _torch.launch_quantize_w4
 
 
