@@ -73,22 +73,29 @@ bool widens_activations(const Problem& p) { return is_4bit(p.a.dtype) && p.b.dty
 // Many tokens against 4-bit weights A (normalize's orientation): the widening kernels widen each
 // weight again for every tile of tokens, at issue rates below the tensor cores'
 // (docs/experiments.md, W4A8); a pass that widens them once into a copy (1.5 bytes a weight read
-// and written) runs the block FP8 GEMM after it, exactly, for W4A8's u4 in groups of a multiple
-// of 128 of K (e4m3 q - z, each group's scale a 1x128 block of A). Tokens: B's columns, over every
-// matrix that shares the weights. From where it paid, H200 (Llama-3-70B's 8192x8192 in-kernel
-// against widened: 1024 tokens 147 against 162 us, 2048 286 against 260).
-constexpr int64_t kWidenFirstFromTokens = 2048;
+// and written for e4m3, 2.5 for bf16) runs the FP8 or 16-bit GEMM after it: exactly, for W4A8's
+// u4 in groups of a multiple of 128 of K (e4m3 q - z, each group's scale a 1x128 block of A) and
+// MXFP4 under bf16 activations (bf16 values). Tokens: B's columns, over every matrix that shares
+// the weights. From where it paid, H200 (Llama-3-70B's 8192x8192 W4A8 in-kernel against widened:
+// 1024 tokens 147 against 162 us, 2048 286 against 260; gpt-oss's MXFP4 under bf16 1.13x at 256
+// tokens, 1.29-1.57x from 512).
+constexpr int64_t kWidenFirstFromTokensW4a8 = 2048;
+constexpr int64_t kWidenFirstFromTokensMxfp4 = 256;
 
 bool widens_weights_first(const Problem& p) {
-  if (p.grouped() || p.dual() || p.a.dtype != DType::u4 || !is_fp8(p.b.dtype)) return false;
+  if (p.grouped() || p.dual() || !is_4bit(p.a.dtype)) return false;
   const int64_t tokens = p.n * (p.batch > 1 && p.a.batch_stride == 0 ? p.batch : 1);
-  return p.scale_a.block_cols % 128 == 0 && p.scale_b.mode != ScaleMode::mx && tokens >= kWidenFirstFromTokens;
+  if (p.a.dtype == DType::u4 && is_fp8(p.b.dtype)) {
+    return p.scale_a.block_cols % 128 == 0 && p.scale_b.mode != ScaleMode::mx && tokens >= kWidenFirstFromTokensW4a8;
+  }
+  return p.a.dtype == DType::e2m1 && p.b.dtype == DType::bf16 && tokens >= kWidenFirstFromTokensMxfp4;
 }
 
 // The problem widens_weights_first runs: A the weights' copy at `copy` (lines of K rounded up to
-// 16 bytes) with block scales at `scales` (lines contiguous, a multiple of 4 apart), or null
-// pointers where only its plan is wanted. The weights stay A, whose 1x128 scales the kernel reads
-// into registers before each K block's wgmma; D stays by columns.
+// 16 elements), W4A8's with block scales at `scales` (lines contiguous, a multiple of 4 apart), or
+// null pointers where only its plan is wanted. The 16-bit problem is normalised again (its D back
+// in the caller's orientation); the FP8 one keeps the weights as A, whose 1x128 scales the kernel
+// reads into registers before each K block's wgmma.
 struct WidenedWeights {
   int64_t matrices, ld, k_blocks, scales_ld;
   size_t copy_bytes, scale_bytes;
@@ -98,17 +105,22 @@ WidenedWeights widened_weights(const Problem& p) {
   const bool batched = p.batch > 1 && (p.a.batch_stride != 0 || p.scale_a.m.batch_stride != 0 ||
                                        p.scale_a.zeros.batch_stride != 0);
   w.matrices = batched ? p.batch : 1;
-  w.ld = ceil_div(p.k, 16) * 16;
-  w.copy_bytes = size_t(ceil_div(w.matrices * p.m * w.ld, 256) * 256);
-  w.k_blocks = ceil_div(p.k, 128);
-  w.scales_ld = ceil_div(p.m, 4) * 4;
-  w.scale_bytes = size_t(w.matrices * w.k_blocks * w.scales_ld) * sizeof(float);
+  const int64_t bytes = p.a.dtype == DType::u4 ? 1 : 2;
+  w.ld = ceil_div(p.k, 16) * 16;  // elements: the widening writes 16 codes' values at a time
+  w.copy_bytes = size_t(ceil_div(w.matrices * p.m * w.ld * bytes, 256) * 256);
+  if (p.a.dtype == DType::u4) {
+    w.k_blocks = ceil_div(p.k, 128);
+    w.scales_ld = ceil_div(p.m, 4) * 4;
+    w.scale_bytes = size_t(w.matrices * w.k_blocks * w.scales_ld) * sizeof(float);
+  }
   return w;
 }
 Problem on_widened_weights(const Problem& p, const WidenedWeights& w, void* copy, float* scales) {
   Problem q = p;
-  q.a = {copy, DType::e4m3, w.matrices > 1 ? p.m * w.ld : 0, w.ld, 1};
+  const bool fp8 = p.a.dtype == DType::u4;
+  q.a = {copy, fp8 ? DType::e4m3 : DType::bf16, w.matrices > 1 ? p.m * w.ld : 0, w.ld, 1};
   q.scale_a = {};
+  if (!fp8) return normalize(q);
   q.scale_a.mode = ScaleMode::block;
   q.scale_a.m = {scales, DType::f32, w.matrices > 1 ? w.k_blocks * w.scales_ld : 0, 1, w.scales_ld};
   q.scale_a.block_cols = 128;
@@ -288,8 +300,12 @@ void run_on_widened_weights(const Problem& p, cudaStream_t stream) {
   void* copy = nullptr;
   runtime::check(cudaMallocAsync(&copy, w.copy_bytes + w.scale_bytes, stream), "cudaMallocAsync(widened weights)");
   try {
-    float* scales = reinterpret_cast<float*>(static_cast<char*>(copy) + w.copy_bytes);
-    runtime::widen_u4_e4m3(p.a, p.scale_a, w.matrices, p.m, p.k, copy, w.ld, scales, w.scales_ld, stream);
+    float* scales = w.scale_bytes > 0 ? reinterpret_cast<float*>(static_cast<char*>(copy) + w.copy_bytes) : nullptr;
+    if (p.a.dtype == DType::u4) {
+      runtime::widen_u4_e4m3(p.a, p.scale_a, w.matrices, p.m, p.k, copy, w.ld, scales, w.scales_ld, stream);
+    } else {
+      runtime::widen_mxfp4_bf16(p.a, p.scale_a.m, w.matrices, p.m, p.k, copy, w.ld, stream);
+    }
     const Problem q = on_widened_weights(p, w, copy, scales);
     run_plan(make_plan(q, nullptr, stream), q, stream);
   } catch (...) {
