@@ -121,6 +121,15 @@ Problem on_widened_weights(const Problem& p, const WidenedWeights& w, void* copy
   q.a = {copy, fp8 ? DType::e4m3 : DType::bf16, w.matrices > 1 ? p.m * w.ld : 0, w.ld, 1};
   q.scale_a = {};
   if (!fp8) return normalize(q);
+  // One group over all K (per channel) scales every K block alike: rowwise A, promoted by nothing,
+  // where B's scales need no promotion either (the per-tensor loop's speed).
+  const bool b_outer = p.scale_b.mode != ScaleMode::block && p.scale_b.mode != ScaleMode::mx;
+  if (p.scale_a.block_cols >= p.k && b_outer) {
+    q.scale_a.mode = ScaleMode::rowwise;
+    q.scale_a.m = {scales, DType::f32, w.matrices > 1 ? w.k_blocks * w.scales_ld : 0, 1, 1};
+    q.scale_a.block_cols = p.k;
+    return q;
+  }
   q.scale_a.mode = ScaleMode::block;
   q.scale_a.m = {scales, DType::f32, w.matrices > 1 ? w.k_blocks * w.scales_ld : 0, 1, w.scales_ld};
   q.scale_a.block_cols = 128;
