@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <utility>
 
@@ -256,12 +257,28 @@ namespace {
 // the GEMM into f32 values in stream-ordered scratch, D's matrices dense, then quantize() of
 // them into D and its scales, the same rule. A grouped problem's values start as zeros, so that
 // rows no group owns quantise to zeros with scale 1.
+// Runs `queue(scratch)` with `bytes` of stream-ordered scratch, given back after the work it
+// queued on `stream` (also where it throws); `what` names the scratch in errors.
+template <typename Queue>
+void with_stream_scratch(size_t bytes, const char* what, cudaStream_t stream, Queue&& queue) {
+  const auto checked = [what](cudaError_t status, const char* call) {  // the message built only on failure
+    if (status != cudaSuccess) runtime::check(status, (std::string(call) + "(" + what + ")").c_str());
+  };
+  void* scratch = nullptr;
+  checked(cudaMallocAsync(&scratch, bytes, stream), "cudaMallocAsync");
+  try {
+    queue(scratch);
+  } catch (...) {
+    cudaFreeAsync(scratch, stream);
+    throw;
+  }
+  checked(cudaFreeAsync(scratch, stream), "cudaFreeAsync");
+}
+
 void run_then_quantize(const Problem& p, cudaStream_t stream) {
   const int64_t matrices = p.d_batch();
   const size_t bytes = size_t(matrices * p.m * p.n) * sizeof(float);
-  void* values = nullptr;
-  runtime::check(cudaMallocAsync(&values, bytes, stream), "cudaMallocAsync(values of an e4m3 D)");
-  try {
+  with_stream_scratch(bytes, "values of an e4m3 D", stream, [&](void* values) {
     if (p.grouped()) runtime::check(cudaMemsetAsync(values, 0, bytes, stream), "cudaMemsetAsync(values of an e4m3 D)");
     Problem f32 = p;
     f32.d = {values, DType::f32, matrices > 1 ? p.m * p.n : 0, p.n, 1};
@@ -275,11 +292,7 @@ void run_then_quantize(const Problem& p, cudaStream_t stream) {
     const TensorView scales = TensorView::batched(p.scale_d.data, DType::f32, matrices, p.m, blocks,
                                                   p.scale_d.batch_stride, p.scale_d.row_stride, p.scale_d.col_stride);
     quantize(x, q, scales, 1, 128, {.stream = stream});
-  } catch (...) {
-    cudaFreeAsync(values, stream);
-    throw;
-  }
-  runtime::check(cudaFreeAsync(values, stream), "cudaFreeAsync(values of an e4m3 D)");
+  });
 }
 
 // FP4 x FP4 (widens_activations): B's e2m1 codes widened exactly to e4m3 into stream-ordered
@@ -287,28 +300,20 @@ void run_then_quantize(const Problem& p, cudaStream_t stream) {
 // then the W4A8 GEMM on that copy, B's mx exponents its scales as they were.
 void run_on_widened_activations(const Problem& p, cudaStream_t stream) {
   const int64_t matrices = p.batch > 1 && p.b.batch_stride != 0 ? p.batch : 1, ld = ceil_div(p.k, 16) * 16;
-  void* codes = nullptr;
-  runtime::check(cudaMallocAsync(&codes, size_t(std::max<int64_t>(matrices * p.n * ld, 16)), stream),
-                 "cudaMallocAsync(widened activations)");
-  try {
-    runtime::widen_e2m1(p.b, matrices, p.n, p.k, codes, ld, stream);
-    Problem e4m3 = p;
-    e4m3.b = {codes, DType::e4m3, matrices > 1 ? p.n * ld : 0, 1, ld};
-    run_plan(make_plan(e4m3, nullptr, stream), e4m3, stream);
-  } catch (...) {
-    cudaFreeAsync(codes, stream);
-    throw;
-  }
-  runtime::check(cudaFreeAsync(codes, stream), "cudaFreeAsync(widened activations)");
+  with_stream_scratch(size_t(std::max<int64_t>(matrices * p.n * ld, 16)), "widened activations", stream,
+                      [&](void* codes) {
+                        runtime::widen_e2m1(p.b, matrices, p.n, p.k, codes, ld, stream);
+                        Problem e4m3 = p;
+                        e4m3.b = {codes, DType::e4m3, matrices > 1 ? p.n * ld : 0, 1, ld};
+                        run_plan(make_plan(e4m3, nullptr, stream), e4m3, stream);
+                      });
 }
 
 // Many tokens against 4-bit weights (widens_weights_first): the weights widened into
 // stream-ordered scratch, then the GEMM on the copy.
 void run_on_widened_weights(const Problem& p, cudaStream_t stream) {
   const WidenedWeights w = widened_weights(p);
-  void* copy = nullptr;
-  runtime::check(cudaMallocAsync(&copy, w.copy_bytes + w.scale_bytes, stream), "cudaMallocAsync(widened weights)");
-  try {
+  with_stream_scratch(w.copy_bytes + w.scale_bytes, "widened weights", stream, [&](void* copy) {
     float* scales = w.scale_bytes > 0 ? reinterpret_cast<float*>(static_cast<char*>(copy) + w.copy_bytes) : nullptr;
     if (p.a.dtype == DType::u4) {
       runtime::widen_u4_e4m3(p.a, p.scale_a, w.matrices, p.m, p.k, copy, w.ld, scales, w.scales_ld, stream);
@@ -317,11 +322,7 @@ void run_on_widened_weights(const Problem& p, cudaStream_t stream) {
     }
     const Problem q = on_widened_weights(p, w, copy, scales);
     run_plan(make_plan(q, nullptr, stream), q, stream);
-  } catch (...) {
-    cudaFreeAsync(copy, stream);
-    throw;
-  }
-  runtime::check(cudaFreeAsync(copy, stream), "cudaFreeAsync(widened weights)");
+  });
 }
 
 }  // namespace
