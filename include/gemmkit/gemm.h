@@ -53,11 +53,12 @@ namespace gemmkit {
 // products summed by the tensor cores as FP8 GEMMs sum them (groups of 32 and 64: each group's),
 // then scaled by its group's scale (and A's block scale or mx exponent) in f32; e2m1 values
 // likewise exact, each 32 of K summed apart and scaled by its ue8m0 scale.
-// W4A8 with many tokens (M of at least 2048 rows, over the batches that share the weights) and u4
-// groups of a multiple of 128: the weights are first widened exactly into stream-ordered scratch
-// (e4m3 q - z, N x K bytes, and f32 scales per 128 of K), a copy each call, and the block FP8 GEMM
-// runs on the copy, which pays from there on (the results as the widening kernel gives them, up
-// to the order of the sums).
+// Many tokens (M of at least 2048 rows, over the batches that share the weights, for W4A8 with
+// u4 groups of a multiple of 128; 256 for MXFP4 weights under bf16 activations): the weights are
+// first widened exactly into stream-ordered scratch (e4m3 q - z with f32 scales per 128 of K:
+// N x K bytes and a little more; bf16 values: 2 N x K bytes), a copy each call, and the FP8 or
+// 16-bit GEMM runs on the copy, which pays from there on (the results as the widening kernels
+// give them, up to the order of the sums).
 // FP4 x FP4: A e2m1 (MXFP4 activations, packed along K as 4-bit weights are: K contiguous, the
 // other strides even) with scale_a mx, against weights in groups of 32: the activations are first
 // widened exactly to e4m3 into stream-ordered scratch (a copy each call), then multiplied as W4A8.

@@ -5,8 +5,9 @@
 //   scales (run_on_widened_activations). Every e2m1 value (0, 0.5, 1, 1.5, 2, 3, 4, 6 and their
 //   negatives) is exact in e4m3.
 // - Many tokens against 4-bit weights (run_on_widened_weights): W4A8's u4 weights in groups of
-//   a multiple of 128 as e4m3 q - z with f32 scales per 128 of K, the block FP8 GEMM's 1x128 A:
-//   widened once, rather than by every tile of tokens the widening kernel runs.
+//   128 or more as e4m3 q - z with f32 scales per 128 of K, the block FP8 GEMM's 1x128 A; MXFP4
+//   weights under bf16 activations as bf16 values, a 16-bit GEMM's A. Widened once, rather than
+//   by every tile of tokens the kernel runs.
 #pragma once
 
 #include "params.h"
@@ -82,6 +83,31 @@ extern "C" __global__ void gemmkit_widen_u4_e4m3(const u8* src, i64 src_batch, i
       dst_scales[(b * ((k + 127) / 128) + 16 * chunk / 128) * scales_ld + line] =
           load_as_float(scales, scale_type, b * s_batch + line * s_line + g * s_group);
     }
+  }
+}
+
+// MXFP4 weights under bf16 activations: [batch] lines of k e2m1 codes, their ue8m0 exponents per
+// 32 of K at `exponents` (element (line, granule) at line * e_line + granule * e_granule), into
+// bf16 values at `dst` (dst_ld elements apart, a multiple of 16: a thread writes 16; batches
+// dst_batch), each the code's value times 2^(e - 127): exact where bf16 holds it (every exponent
+// below 253). A thread a chunk of 16 codes.
+extern "C" __global__ void gemmkit_widen_mxfp4_bf16(const u8* src, i64 src_batch, i64 src_ld, const u8* exponents,
+                                                    i64 e_batch, i64 e_line, i64 e_granule, u16* dst, i64 dst_batch,
+                                                    i64 dst_ld, i64 batch, i64 lines, i64 k) {
+  const i64 chunks = (k + 15) / 16, count = batch * lines * chunks;
+  for (i64 i = blockIdx.x * i64(blockDim.x) + threadIdx.x; i < count; i += i64(gridDim.x) * blockDim.x) {
+    const i64 chunk = i % chunks, line = i / chunks % lines, b = i / chunks / lines;
+    const u64 codes = weight_chunk(src + b * src_batch, src_ld, k, line, chunk);
+    const float scale = ue8m0_to_float(exponents[b * e_batch + line * e_line + (chunk / 2) * e_granule]);
+    u32 out[8];
+#pragma unroll
+    for (int w = 0; w < 8; ++w) {
+      const u32 two = u32(codes >> (8 * w)) & 0xff;
+      out[w] = pack_pair(GEMMKIT_BF16, e2m1_to_float(two & 15) * scale, e2m1_to_float(two >> 4) * scale);
+    }
+    uint4* to = reinterpret_cast<uint4*>(dst + b * dst_batch + line * dst_ld + 16 * chunk);
+    to[0] = make_uint4(out[0], out[1], out[2], out[3]);
+    to[1] = make_uint4(out[4], out[5], out[6], out[7]);
   }
 }
 

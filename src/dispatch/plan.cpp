@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <utility>
 
@@ -73,22 +74,29 @@ bool widens_activations(const Problem& p) { return is_4bit(p.a.dtype) && p.b.dty
 // Many tokens against 4-bit weights A (normalize's orientation): the widening kernels widen each
 // weight again for every tile of tokens, at issue rates below the tensor cores'
 // (docs/experiments.md, W4A8); a pass that widens them once into a copy (1.5 bytes a weight read
-// and written) runs the block FP8 GEMM after it, exactly, for W4A8's u4 in groups of a multiple
-// of 128 of K (e4m3 q - z, each group's scale a 1x128 block of A). Tokens: B's columns, over every
-// matrix that shares the weights. From where it paid, H200 (Llama-3-70B's 8192x8192 in-kernel
-// against widened: 1024 tokens 147 against 162 us, 2048 286 against 260).
-constexpr int64_t kWidenFirstFromTokens = 2048;
+// and written for e4m3, 2.5 for bf16) runs the FP8 or 16-bit GEMM after it: exactly, for W4A8's
+// u4 in groups of a multiple of 128 of K (e4m3 q - z, each group's scale a 1x128 block of A) and
+// MXFP4 under bf16 activations (bf16 values). Tokens: B's columns, over every matrix that shares
+// the weights. From where it paid, H200 (Llama-3-70B's 8192x8192 W4A8 in-kernel against widened:
+// 1024 tokens 147 against 162 us, 2048 286 against 260; gpt-oss's MXFP4 under bf16 1.13x at 256
+// tokens, 1.29-1.57x from 512).
+constexpr int64_t kWidenFirstFromTokensW4a8 = 2048;
+constexpr int64_t kWidenFirstFromTokensMxfp4 = 256;
 
 bool widens_weights_first(const Problem& p) {
-  if (p.grouped() || p.dual() || p.a.dtype != DType::u4 || !is_fp8(p.b.dtype)) return false;
+  if (p.grouped() || p.dual() || !is_4bit(p.a.dtype)) return false;
   const int64_t tokens = p.n * (p.batch > 1 && p.a.batch_stride == 0 ? p.batch : 1);
-  return p.scale_a.block_cols % 128 == 0 && p.scale_b.mode != ScaleMode::mx && tokens >= kWidenFirstFromTokens;
+  if (p.a.dtype == DType::u4 && is_fp8(p.b.dtype)) {
+    return p.scale_a.block_cols % 128 == 0 && p.scale_b.mode != ScaleMode::mx && tokens >= kWidenFirstFromTokensW4a8;
+  }
+  return p.a.dtype == DType::e2m1 && p.b.dtype == DType::bf16 && tokens >= kWidenFirstFromTokensMxfp4;
 }
 
 // The problem widens_weights_first runs: A the weights' copy at `copy` (lines of K rounded up to
-// 16 bytes) with block scales at `scales` (lines contiguous, a multiple of 4 apart), or null
-// pointers where only its plan is wanted. The weights stay A, whose 1x128 scales the kernel reads
-// into registers before each K block's wgmma; D stays by columns.
+// 16 elements), W4A8's with block scales at `scales` (lines contiguous, a multiple of 4 apart), or
+// null pointers where only its plan is wanted. The 16-bit problem is normalised again (its D back
+// in the caller's orientation); the FP8 one keeps the weights as A, whose 1x128 scales the kernel
+// reads into registers before each K block's wgmma.
 struct WidenedWeights {
   int64_t matrices, ld, k_blocks, scales_ld;
   size_t copy_bytes, scale_bytes;
@@ -98,17 +106,31 @@ WidenedWeights widened_weights(const Problem& p) {
   const bool batched = p.batch > 1 && (p.a.batch_stride != 0 || p.scale_a.m.batch_stride != 0 ||
                                        p.scale_a.zeros.batch_stride != 0);
   w.matrices = batched ? p.batch : 1;
-  w.ld = ceil_div(p.k, 16) * 16;
-  w.copy_bytes = size_t(ceil_div(w.matrices * p.m * w.ld, 256) * 256);
-  w.k_blocks = ceil_div(p.k, 128);
-  w.scales_ld = ceil_div(p.m, 4) * 4;
-  w.scale_bytes = size_t(w.matrices * w.k_blocks * w.scales_ld) * sizeof(float);
+  const int64_t bytes = p.a.dtype == DType::u4 ? 1 : 2;
+  w.ld = ceil_div(p.k, 16) * 16;  // elements: the widening writes 16 codes' values at a time
+  w.copy_bytes = size_t(ceil_div(w.matrices * p.m * w.ld * bytes, 256) * 256);
+  if (p.a.dtype == DType::u4) {
+    w.k_blocks = ceil_div(p.k, 128);
+    w.scales_ld = ceil_div(p.m, 4) * 4;
+    w.scale_bytes = size_t(w.matrices * w.k_blocks * w.scales_ld) * sizeof(float);
+  }
   return w;
 }
 Problem on_widened_weights(const Problem& p, const WidenedWeights& w, void* copy, float* scales) {
   Problem q = p;
-  q.a = {copy, DType::e4m3, w.matrices > 1 ? p.m * w.ld : 0, w.ld, 1};
+  const bool fp8 = p.a.dtype == DType::u4;
+  q.a = {copy, fp8 ? DType::e4m3 : DType::bf16, w.matrices > 1 ? p.m * w.ld : 0, w.ld, 1};
   q.scale_a = {};
+  if (!fp8) return normalize(q);
+  // One group over all K (per channel) scales every K block alike: rowwise A, promoted by nothing,
+  // where B's scales need no promotion either (the per-tensor loop's speed).
+  const bool b_outer = p.scale_b.mode != ScaleMode::block && p.scale_b.mode != ScaleMode::mx;
+  if (p.scale_a.block_cols >= p.k && b_outer) {
+    q.scale_a.mode = ScaleMode::rowwise;
+    q.scale_a.m = {scales, DType::f32, w.matrices > 1 ? w.k_blocks * w.scales_ld : 0, 1, 1};
+    q.scale_a.block_cols = p.k;
+    return q;
+  }
   q.scale_a.mode = ScaleMode::block;
   q.scale_a.m = {scales, DType::f32, w.matrices > 1 ? w.k_blocks * w.scales_ld : 0, 1, w.scales_ld};
   q.scale_a.block_cols = 128;
@@ -235,12 +257,28 @@ namespace {
 // the GEMM into f32 values in stream-ordered scratch, D's matrices dense, then quantize() of
 // them into D and its scales, the same rule. A grouped problem's values start as zeros, so that
 // rows no group owns quantise to zeros with scale 1.
+// Runs `queue(scratch)` with `bytes` of stream-ordered scratch, given back after the work it
+// queued on `stream` (also where it throws); `what` names the scratch in errors.
+template <typename Queue>
+void with_stream_scratch(size_t bytes, const char* what, cudaStream_t stream, Queue&& queue) {
+  const auto checked = [what](cudaError_t status, const char* call) {  // the message built only on failure
+    if (status != cudaSuccess) runtime::check(status, (std::string(call) + "(" + what + ")").c_str());
+  };
+  void* scratch = nullptr;
+  checked(cudaMallocAsync(&scratch, bytes, stream), "cudaMallocAsync");
+  try {
+    queue(scratch);
+  } catch (...) {
+    cudaFreeAsync(scratch, stream);
+    throw;
+  }
+  checked(cudaFreeAsync(scratch, stream), "cudaFreeAsync");
+}
+
 void run_then_quantize(const Problem& p, cudaStream_t stream) {
   const int64_t matrices = p.d_batch();
   const size_t bytes = size_t(matrices * p.m * p.n) * sizeof(float);
-  void* values = nullptr;
-  runtime::check(cudaMallocAsync(&values, bytes, stream), "cudaMallocAsync(values of an e4m3 D)");
-  try {
+  with_stream_scratch(bytes, "values of an e4m3 D", stream, [&](void* values) {
     if (p.grouped()) runtime::check(cudaMemsetAsync(values, 0, bytes, stream), "cudaMemsetAsync(values of an e4m3 D)");
     Problem f32 = p;
     f32.d = {values, DType::f32, matrices > 1 ? p.m * p.n : 0, p.n, 1};
@@ -254,11 +292,7 @@ void run_then_quantize(const Problem& p, cudaStream_t stream) {
     const TensorView scales = TensorView::batched(p.scale_d.data, DType::f32, matrices, p.m, blocks,
                                                   p.scale_d.batch_stride, p.scale_d.row_stride, p.scale_d.col_stride);
     quantize(x, q, scales, 1, 128, {.stream = stream});
-  } catch (...) {
-    cudaFreeAsync(values, stream);
-    throw;
-  }
-  runtime::check(cudaFreeAsync(values, stream), "cudaFreeAsync(values of an e4m3 D)");
+  });
 }
 
 // FP4 x FP4 (widens_activations): B's e2m1 codes widened exactly to e4m3 into stream-ordered
@@ -266,37 +300,29 @@ void run_then_quantize(const Problem& p, cudaStream_t stream) {
 // then the W4A8 GEMM on that copy, B's mx exponents its scales as they were.
 void run_on_widened_activations(const Problem& p, cudaStream_t stream) {
   const int64_t matrices = p.batch > 1 && p.b.batch_stride != 0 ? p.batch : 1, ld = ceil_div(p.k, 16) * 16;
-  void* codes = nullptr;
-  runtime::check(cudaMallocAsync(&codes, size_t(std::max<int64_t>(matrices * p.n * ld, 16)), stream),
-                 "cudaMallocAsync(widened activations)");
-  try {
-    runtime::widen_e2m1(p.b, matrices, p.n, p.k, codes, ld, stream);
-    Problem e4m3 = p;
-    e4m3.b = {codes, DType::e4m3, matrices > 1 ? p.n * ld : 0, 1, ld};
-    run_plan(make_plan(e4m3, nullptr, stream), e4m3, stream);
-  } catch (...) {
-    cudaFreeAsync(codes, stream);
-    throw;
-  }
-  runtime::check(cudaFreeAsync(codes, stream), "cudaFreeAsync(widened activations)");
+  with_stream_scratch(size_t(std::max<int64_t>(matrices * p.n * ld, 16)), "widened activations", stream,
+                      [&](void* codes) {
+                        runtime::widen_e2m1(p.b, matrices, p.n, p.k, codes, ld, stream);
+                        Problem e4m3 = p;
+                        e4m3.b = {codes, DType::e4m3, matrices > 1 ? p.n * ld : 0, 1, ld};
+                        run_plan(make_plan(e4m3, nullptr, stream), e4m3, stream);
+                      });
 }
 
 // Many tokens against 4-bit weights (widens_weights_first): the weights widened into
 // stream-ordered scratch, then the GEMM on the copy.
 void run_on_widened_weights(const Problem& p, cudaStream_t stream) {
   const WidenedWeights w = widened_weights(p);
-  void* copy = nullptr;
-  runtime::check(cudaMallocAsync(&copy, w.copy_bytes + w.scale_bytes, stream), "cudaMallocAsync(widened weights)");
-  try {
-    float* scales = reinterpret_cast<float*>(static_cast<char*>(copy) + w.copy_bytes);
-    runtime::widen_u4_e4m3(p.a, p.scale_a, w.matrices, p.m, p.k, copy, w.ld, scales, w.scales_ld, stream);
+  with_stream_scratch(w.copy_bytes + w.scale_bytes, "widened weights", stream, [&](void* copy) {
+    float* scales = w.scale_bytes > 0 ? reinterpret_cast<float*>(static_cast<char*>(copy) + w.copy_bytes) : nullptr;
+    if (p.a.dtype == DType::u4) {
+      runtime::widen_u4_e4m3(p.a, p.scale_a, w.matrices, p.m, p.k, copy, w.ld, scales, w.scales_ld, stream);
+    } else {
+      runtime::widen_mxfp4_bf16(p.a, p.scale_a.m, w.matrices, p.m, p.k, copy, w.ld, stream);
+    }
     const Problem q = on_widened_weights(p, w, copy, scales);
     run_plan(make_plan(q, nullptr, stream), q, stream);
-  } catch (...) {
-    cudaFreeAsync(copy, stream);
-    throw;
-  }
-  runtime::check(cudaFreeAsync(copy, stream), "cudaFreeAsync(widened weights)");
+  });
 }
 
 }  // namespace

@@ -123,6 +123,18 @@ void widen_e2m1(const MatrixRef& codes, int64_t batch, int64_t lines, int64_t k,
         "cuLaunchKernel(widen_e2m1)");
 }
 
+namespace {
+
+// A launch of one widening kernel: a thread per chunk of 16 codes, at most 2^16 blocks.
+void launch_widening(const char* entry, int64_t chunks, void** args, cudaStream_t stream) {
+  const LoadedKernel& kernel = utility_kernel(entry);
+  check(driver().launch_kernel(kernel.function, unsigned(std::min<int64_t>((chunks + 255) / 256, 1 << 16)), 1, 1, 256,
+                               1, 1, 0, stream, args, nullptr),
+        entry);
+}
+
+}  // namespace
+
 void widen_u4_e4m3(const MatrixRef& weights, const ScaleRef& scale, int64_t batch, int64_t lines, int64_t k, void* dst,
                    int64_t ld, float* scales, int64_t scales_ld, cudaStream_t stream) {
   if (batch * lines * k == 0) return;
@@ -139,11 +151,20 @@ void widen_u4_e4m3(const MatrixRef& weights, const ScaleRef& scale, int64_t batc
   void* args[] = {&src,     &src_batch, &src_ld, &scale_data, &s_batch, &s_line,    &s_group, &zeros, &z_batch, &z_line,
                   &z_group, &scale_type, &group, &dst,        &dst_batch, &ld,       &scales,  &scales_ld, &batch, &lines,
                   &k};
-  const LoadedKernel& kernel = utility_kernel("gemmkit_widen_u4_e4m3");
-  const int64_t chunks = batch * lines * ceil_div(k, 16);  // a thread each
-  check(driver().launch_kernel(kernel.function, unsigned(std::min<int64_t>((chunks + 255) / 256, 1 << 16)), 1, 1, 256,
-                               1, 1, 0, stream, args, nullptr),
-        "cuLaunchKernel(widen_u4_e4m3)");
+  launch_widening("gemmkit_widen_u4_e4m3", batch * lines * ceil_div(k, 16), args, stream);
+}
+
+void widen_mxfp4_bf16(const MatrixRef& weights, const MatrixRef& exponents, int64_t batch, int64_t lines, int64_t k,
+                      void* dst, int64_t ld, cudaStream_t stream) {
+  if (batch * lines * k == 0) return;
+  const MatrixRef bytes = packed_bytes(weights, true);
+  const void* src = bytes.data;
+  const void* e = exponents.data;
+  int64_t src_batch = batch > 1 ? bytes.batch_stride : 0, src_ld = bytes.row_stride;
+  int64_t e_batch = batch > 1 ? exponents.batch_stride : 0, e_line = exponents.row_stride, e_granule = exponents.col_stride;
+  int64_t dst_batch = lines * ld;
+  void* args[] = {&src, &src_batch, &src_ld, &e, &e_batch, &e_line, &e_granule, &dst, &dst_batch, &ld, &batch, &lines, &k};
+  launch_widening("gemmkit_widen_mxfp4_bf16", batch * lines * ceil_div(k, 16), args, stream);
 }
 
 const LoadedKernel& empty_kernel() { return utility_kernel("gemmkit_empty"); }

@@ -59,12 +59,16 @@ void widen_e2m1(const MatrixRef& codes, int64_t batch, int64_t lines, int64_t k,
                 cudaStream_t stream);
 
 // Many tokens against 4-bit weights (kernels/sm90/widened_copies.cuh): `weights`, a problem's A
-// ([batch] lines x k u4 codes, K contiguous) in groups along K of a multiple of 128 (`scale`: A's
-// group scales and zero points), widened into `dst` as e4m3 q - z, lines `ld` bytes apart (a
-// multiple of 16) and batches lines * ld, and their scales as f32 per 128 of K at `scales`, lines
-// contiguous: [batch][ceil(k / 128)][scales_ld].
+// ([batch] lines x k codes, K contiguous), widened into `dst`, lines `ld` apart and batches
+// lines * ld (ld in elements, a multiple of 16: the kernels write 16 at a time):
+// - widen_u4_e4m3: u4 in groups along K of a multiple of 128 (`scale`: A's group scales and zero
+//   points), as e4m3 q - z, and their scales as f32 per 128 of K at `scales`, lines contiguous:
+//   [batch][ceil(k / 128)][scales_ld].
+// - widen_mxfp4_bf16: e2m1 with ue8m0 `exponents` per 32 of K (lines x granules), as bf16 values.
 void widen_u4_e4m3(const MatrixRef& weights, const ScaleRef& scale, int64_t batch, int64_t lines, int64_t k, void* dst,
                    int64_t ld, float* scales, int64_t scales_ld, cudaStream_t stream);
+void widen_mxfp4_bf16(const MatrixRef& weights, const MatrixRef& exponents, int64_t batch, int64_t lines, int64_t k,
+                      void* dst, int64_t ld, cudaStream_t stream);
 
 // Keeps the stream's GPU busy for about `cycles` SM clock cycles.
 void gpu_spin(int64_t cycles, cudaStream_t stream);

@@ -211,10 +211,10 @@ const std::vector<LowbitCase> kCases = {
      .scale_a = block, .group_scales = f16, .with_c = true},
     {.m = 64, .n = 257, .k = 4160, .in = e4m3, .weights = u4, .out = bf16, .group = 256, .zeros = true,
      .scale_a = tensor, .d_col_major = true},
-    // Many tokens: W4A8's weights (groups of a multiple of 128, from 2048 tokens) widened into a
-    // copy first (dispatch/plan.cpp, widens_weights_first), the activations' four scalings,
-    // batched and shared weights, poisoned, C, D column-major; MXFP4 under bf16 at 256 to 512
-    // tokens (the widening kernel).
+    // Many tokens: the weights widened into a copy first (dispatch/plan.cpp, widens_weights_first;
+    // W4A8 with groups of a multiple of 128 from 2048 tokens, MXFP4 under bf16 from 256), the
+    // activations' four scalings, batched and shared weights, poisoned, C, D column-major; K 1000
+    // and 4097 end in part of a 16-code chunk (648b397's copy had lines too short for it).
     {.m = 2048, .n = 257, .k = 4097, .in = e4m3, .weights = u4, .out = bf16, .group = 128, .zeros = true,
      .scale_a = rowwise, .group_scales = f16},
     {.m = 2048, .n = 300, .k = 1000, .in = e4m3, .weights = u4, .out = f32, .group = 256, .scale_a = block, .batch = 2},
