@@ -12,8 +12,10 @@ with float8_e4m3fn x and its x_scale (W4A8) likewise: without a GPU its fake sha
 argument errors and backward; on the GPU against x * x_scale times the same weights in double,
 within the FP8 products' bound (tests/python/gpu_reference.py's FP8_SUMS, 2^-10 of sum |x||w|)
 and two roundings of the output. A8W4 in MX (x_scale mx exponents, one a row per 32 of K, against
-MXFP4 weights or int4 in groups of 32) the same way, x dequantised as x * 2^(e - 127). Needs
-torch; skips, saying so, without it."""
+MXFP4 weights or int4 in groups of 32) the same way, x dequantised as x * 2^(e - 127); FP4 x FP4
+(x MXFP4 activations, [M, K/2] bytes of e2m1 codes with those exponents) likewise, x's codes
+dequantised as the MXFP4 weights' are, within the same FP8 bound (gemm() widens them exactly to
+e4m3). Needs torch; skips, saying so, without it."""
 
 import pytest
 
