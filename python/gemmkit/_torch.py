@@ -680,11 +680,10 @@ def quantized(out, out_dtype):
 
 def x_scale_mode(x_scale, m, k):
     """The mode of x_scale, the scales of e4m3 x [M, K] (int4_mm's and mxfp4_mm's, W4A8; MXFP4 x's
-    take mx alone, check_x_scale), by its
-    dtype and shape: float32 'tensor' (one element), 'rowwise' ([M, 1] or [M], one a row) or 'block'
-    ([M, ceil(K/128)], 1x128 blocks); float8_e8m0fnu or uint8 exponents 'mx' ([M, ceil(K/32)], 1x32
-    blocks: MXFP8); None for any other shape. Where two float32 modes fit (M = 1, or K <= 128) they
-    scale alike."""
+    take mx alone, check_x_scale), by its dtype and shape: float32 'tensor' (one element),
+    'rowwise' ([M, 1] or [M], one a row) or 'block' ([M, ceil(K/128)], 1x128 blocks);
+    float8_e8m0fnu or uint8 exponents 'mx' ([M, ceil(K/32)], 1x32 blocks: MXFP8 or MXFP4); None
+    for any other shape. Where two float32 modes fit (M = 1, or K <= 128) they scale alike."""
     shape = tuple(x_scale.shape)
     if x_scale.dtype in X_SCALE_MX:
         return "mx" if shape == (m, -(-k // MX_BLOCK)) else None
