@@ -142,8 +142,10 @@ _lib.define("scaled_grouped_swiglu_mm_quantized(Tensor x, Tensor w, Tensor? w_up
 # read from its dtype and shape (_torch.x_scale_mode): float32 per tensor, per row ([M, 1] or [M])
 # or per 1x128 block ([M, ceil(K/128)]), or, against weights in groups of 32 of K (mxfp4, int4
 # with group 32), float8_e8m0fnu or uint8 exponents per 1x32 block ([M, ceil(K/32)], mx); int4's
-# scales then bfloat16 or float16. [M, N] of out_dtype (None: x's; bfloat16 for e4m3 x). Not
-# differentiable: the backward raises.
+# scales then bfloat16 or float16. Against those weights x may also be MXFP4 activations (FP4 x
+# FP4), [M, K/2] bytes (uint8 or float4_e2m1fn_x2; K = 2 * x.size(1), _torch.x_k) with mx x_scale.
+# [M, N] of out_dtype (None: x's; bfloat16 for e4m3 and MXFP4 x). Not differentiable: the
+# backward raises.
 _lib.define("w4_mm(Tensor x, Tensor w, Tensor scales, Tensor? zeros, str format, int group, ScalarType? out_dtype, "
             "Tensor? x_scale=None) -> Tensor")
 _lib.define("w4_mm_out(Tensor x, Tensor w, Tensor scales, Tensor? zeros, Tensor(a!) out, str format, int group, "

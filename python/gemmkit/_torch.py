@@ -118,6 +118,16 @@ W4_SCALE_DTYPES = (torch.bfloat16, torch.float16)  # int4's scales (and zero poi
 W4A8_X = torch.float8_e4m3fn
 X_SCALE_BLOCK = 128
 X_SCALE_MX = (E8M0, torch.uint8)
+# MXFP4 activations (FP4 x FP4): x [..., K/2] bytes of e2m1 codes, packed two a byte along K as
+# MXFP4 weights are (so K is even) and in their dtypes, with mx x_scale, against weights in groups
+# of MX_BLOCK of K; gemm() widens them to e4m3 and runs A8W4 in MX.
+FP4_X = W4_BYTES["mxfp4"]
+FP4_X_NAMES = " or ".join(str(d).replace("torch.", "") for d in FP4_X)
+
+
+def x_k(x):
+    """K of x [..., K], or of MXFP4 activations x [..., K/2] bytes (FP4_X): 2 * x.size(-1)."""
+    return 2 * x.size(-1) if x.dtype in FP4_X else x.size(-1)
 
 
 def new_w4_output(x, w, out_dtype):
@@ -135,14 +145,16 @@ def launch_w4(x, w, scales, zeros, format, group, out, x_scale=None):
     [ceil(K/group), N] go as they are; MXFP4's [N, ceil(K/32)] (gpt-oss's layout) as their
     transpose, B's ceil(K/32) x N, read as float8_e8m0fnu (uint8 exponents viewed so). An e4m3 x
     is scaled by x_scale, A's scales in the mode its dtype and shape say (x_scale_mode); mx
-    exponents in uint8 are read as float8_e8m0fnu too. Checked by check_w4."""
+    exponents in uint8 are read as float8_e8m0fnu too. MXFP4 activations x [M, K/2] (FP4_X) are
+    viewed in C++ as A, M x K of e2m1 (packed_activation_view_of), their x_scale mx. Checked by
+    check_w4."""
     if format == "mxfp4":
         scales = (scales if scales.dtype == E8M0 else scales.view(E8M0)).t()
-    mode_a = _C.ScaleMode.none if x_scale is None else MODES[x_scale_mode(x_scale, x.size(0), x.size(1))]
+    mode_a = _C.ScaleMode.none if x_scale is None else MODES[x_scale_mode(x_scale, x.size(0), x_k(x))]
     if mode_a == _C.ScaleMode.mx and x_scale.dtype != E8M0:
         x_scale = x_scale.view(E8M0)
     _C.gemm_4bit_tensors(x, w, out, W4_FORMATS[format], scales, zeros, group,
-                         torch._C._cuda_getCurrentRawStream(out.get_device()), mode_a, x_scale)
+                         torch._C._cuda_getCurrentRawStream(out.get_device()), mode_a, x_scale, x.dtype in FP4_X)
 
 
 def grouped_w4_output_shape(x, w):
@@ -667,11 +679,11 @@ def quantized(out, out_dtype):
 
 
 def x_scale_mode(x_scale, m, k):
-    """The mode of x_scale, the scales of e4m3 x [M, K] (int4_mm's and mxfp4_mm's, W4A8), by its
-    dtype and shape: float32 'tensor' (one element), 'rowwise' ([M, 1] or [M], one a row) or 'block'
-    ([M, ceil(K/128)], 1x128 blocks); float8_e8m0fnu or uint8 exponents 'mx' ([M, ceil(K/32)], 1x32
-    blocks: MXFP8); None for any other shape. Where two float32 modes fit (M = 1, or K <= 128) they
-    scale alike."""
+    """The mode of x_scale, the scales of e4m3 x [M, K] (int4_mm's and mxfp4_mm's, W4A8; MXFP4 x's
+    take mx alone, check_x_scale), by its dtype and shape: float32 'tensor' (one element),
+    'rowwise' ([M, 1] or [M], one a row) or 'block' ([M, ceil(K/128)], 1x128 blocks);
+    float8_e8m0fnu or uint8 exponents 'mx' ([M, ceil(K/32)], 1x32 blocks: MXFP8 or MXFP4); None
+    for any other shape. Where two float32 modes fit (M = 1, or K <= 128) they scale alike."""
     shape = tuple(x_scale.shape)
     if x_scale.dtype in X_SCALE_MX:
         return "mx" if shape == (m, -(-k // MX_BLOCK)) else None
@@ -685,15 +697,15 @@ def x_scale_mode(x_scale, m, k):
 
 
 def x_scale_rows(x, x_scale):
-    """x_scale for x [..., K] as for x's rows [M, K]: [..., 1] as [M, 1] and [..., ceil(K/128)] as
-    [M, ceil(K/128)], mx exponents [..., ceil(K/32)] as [M, ceil(K/32)] (a view where they can be,
-    else a copy); others as given (check_w4 judges them)."""
+    """x_scale for x [..., K] (MXFP4 x: [..., K/2] bytes, x_k) as for x's rows [M, K]: [..., 1] as
+    [M, 1] and [..., ceil(K/128)] as [M, ceil(K/128)], mx exponents [..., ceil(K/32)] as [M,
+    ceil(K/32)] (a view where they can be, else a copy); others as given (check_w4 judges them)."""
     if x_scale is None or x.dim() == 2 or not isinstance(x_scale, torch.Tensor):
         return x_scale
     mx = x_scale.dtype in X_SCALE_MX
     if x_scale.numel() == 1 and not mx:  # one for all (an mx one is one row's, K <= 32)
         return x_scale
-    lead, k = tuple(x.shape[:-1]), x.size(-1)
+    lead, k = tuple(x.shape[:-1]), x_k(x)
     for cols in ((-(-k // MX_BLOCK),) if mx else (1, -(-k // X_SCALE_BLOCK))):
         if tuple(x_scale.shape) == (*lead, cols):
             return x_scale.reshape(-1, cols)
@@ -710,27 +722,37 @@ def mx_groups(format, group, k):
 def check_x_scale(x, x_scale, format, group):
     """x_scale for x [M, K] (check_w4): None for 16-bit x; for e4m3 x float32 of a shape
     x_scale_mode knows, or, against weights of `format` and `group` in groups of 32 of K
-    (mx_groups), float8_e8m0fnu or uint8 exponents [M, ceil(K/32)] (mx)."""
-    if x.dtype != W4A8_X:
+    (mx_groups), float8_e8m0fnu or uint8 exponents [M, ceil(K/32)] (mx); for MXFP4 x [M, K/2]
+    (FP4_X) those exponents alone, and the weights in groups of 32 of K (gemm() takes no others)."""
+    packed = x.dtype in FP4_X
+    if x.dtype != W4A8_X and not packed:
         if x_scale is not None:
-            raise ValueError(f"x_scale: given with {x.dtype} x; expected None (scales go with float8_e4m3fn x)")
+            raise ValueError(f"x_scale: given with {x.dtype} x; expected None (scales go with float8_e4m3fn x or "
+                             "MXFP4 x)")
         return
-    k = x.size(1)
-    forms = (f"one element (tensor), [..., 1] or [M] (one a row of x: rowwise) or [..., ceil(K/128)] = [..., "
-             f"{-(-k // X_SCALE_BLOCK)}] (1x128 blocks), the leading dimensions x's")
+    k = x_k(x)
     mx = mx_groups(format, group, k)
-    if mx:
-        forms += (f"; or float8_e8m0fnu or uint8 exponents [..., ceil(K/32)] = [..., {-(-k // MX_BLOCK)}] (mx, "
-                  "MXFP8: 2^(e - 127) per 32 of K)")
+    weights = f"int4 weights in groups of {group}" + (f", one covering all of K = {k}" if group >= k else "")
+    if packed and not mx:
+        raise ValueError(f"group: {group} with MXFP4 activations x ({x.dtype}, K = 2 * {x.size(1)} = {k}), against "
+                         f"{weights}; expected 32 with K > 32: MXFP4 x goes only with weights in groups of 32 of K "
+                         "(mxfp4_mm, or int4_mm with group=32)")
+    mx_form = (f"float8_e8m0fnu or uint8 exponents [..., ceil(K/32)] = [..., {-(-k // MX_BLOCK)}] (mx, "
+               f"{'MXFP4' if packed else 'MXFP8'}: 2^(e - 127) per 32 of K)")
+    forms = mx_form if packed else (
+        f"one element (tensor), [..., 1] or [M] (one a row of x: rowwise) or [..., ceil(K/128)] = [..., "
+        f"{-(-k // X_SCALE_BLOCK)}] (1x128 blocks), the leading dimensions x's" + (f"; or {mx_form}" if mx else ""))
     if x_scale is None:
-        raise ValueError(f"x_scale: None with float8_e4m3fn x; expected x's float32 scales: {forms}")
+        raise ValueError(f"x_scale: None with MXFP4 activations x ({x.dtype}); expected their {forms}" if packed
+                         else f"x_scale: None with float8_e4m3fn x; expected x's float32 scales: {forms}")
     _check_cuda_tensor(x_scale, "x_scale")
     if x_scale.dtype in X_SCALE_MX and not mx:
-        weights = (f"int4 weights in groups of {group}" +
-                   (f", one covering all of K = {k}" if group >= k else ""))
         raise ValueError(f"x_scale: dtype {x_scale.dtype}, mx exponents (MXFP8), against {weights}; expected mx "
                          "exponents only against weights in groups of 32 of K (mxfp4_mm, or int4_mm with group=32 "
                          f"and K > 32), else float32 scales: {forms}")
+    if packed and x_scale.dtype not in X_SCALE_MX:
+        raise TypeError(f"x_scale: dtype {x_scale.dtype} with MXFP4 activations x; expected float8_e8m0fnu or uint8 "
+                        "(mx exponents, one per 32 of K)")
     if x_scale.dtype != torch.float32 and x_scale.dtype not in X_SCALE_MX:
         raise TypeError(f"x_scale: dtype {x_scale.dtype}; expected float32" +
                         (" (or float8_e8m0fnu or uint8 mx exponents)" if mx else ""))
@@ -740,7 +762,8 @@ def check_x_scale(x, x_scale, format, group):
 
 def check_w4(x, w, scales, zeros, format, group, x_scale=None):
     """The operands of a product with 4-bit weights (int4_mm, mxfp4_mm, torch.ops.gemmkit.w4_mm):
-    x [M, K] bfloat16 or float16, or float8_e4m3fn with x_scale (check_x_scale); w the
+    x [M, K] bfloat16 or float16, or float8_e4m3fn with x_scale (check_x_scale), or MXFP4
+    activations [M, K/2] bytes (FP4_X, the bytes along K contiguous) with mx x_scale; w the
     weights [N, ceil(K/2)] as bytes (W4_BYTES), named qweight (int4) or weight (mxfp4), the bytes
     along K contiguous; int4's scales [ceil(K/group), N] of x's dtype (e4m3 x: bfloat16 or float16)
     and zeros None or as the scales, `group` 32, a power of two from 64, or at least K; MXFP4's
@@ -751,6 +774,8 @@ def check_w4(x, w, scales, zeros, format, group, x_scale=None):
     if x.dim() != 2:
         raise ValueError(f"x: {x.dim()} dimensions; expected 2, [M, K]")
     _check_w4_x_dtype(x)
+    if x.dtype in FP4_X:
+        check_bytes_along_k(x, "x")
     check_x_scale(x, x_scale, format, group)
     _check_w4_weights(x, w, scales, zeros, format, group)
 
@@ -760,10 +785,21 @@ def _check_w4_format(format):
         raise ValueError(f"format: {format!r}; expected 'int4' or 'mxfp4'")
 
 
-def _check_w4_x_dtype(x):
+def _check_w4_x_dtype(x, grouped=False):
+    """x's dtype: 16-bit, e4m3, or (not `grouped`: gemm() alone widens them) MXFP4 activations."""
+    if x.dtype in FP4_X and not grouped:
+        return
     if x.dtype not in (torch.bfloat16, torch.float16, W4A8_X):
         raise TypeError(f"x: dtype {x.dtype} is not supported; expected bfloat16 or float16, or float8_e4m3fn with "
-                        "x_scale")
+                        "x_scale" + (" (the grouped products take no MXFP4 activations yet)" if grouped
+                                     else f", or MXFP4 activations ({FP4_X_NAMES} [..., K/2]) with x_scale"))
+
+
+def check_bytes_along_k(t, name):
+    """ValueError naming `name` unless the bytes of 4-bit codes t [..., ceil(K/2)] lie contiguous along
+    K, as gemm() reads them (two codes a byte)."""
+    if t.size(-1) > 1 and t.stride(-1) != 1:
+        raise ValueError(f"{name}: strides {list(t.stride())}; expected the bytes along K contiguous (stride 1)")
 
 
 def _check_w4_weights(x, w, scales, zeros, format, group, grouped=False):
@@ -772,26 +808,27 @@ def _check_w4_weights(x, w, scales, zeros, format, group, grouped=False):
     ceil(K/2)] and scales [G, ...])."""
     int4 = format == "int4"
     w_name = "qweight" if int4 else "weight"
-    fp8_x = x.dtype == W4A8_X
-    k = x.size(-1)
+    packed = x.dtype in FP4_X
+    fp8_x = x.dtype == W4A8_X or packed  # MXFP4 x is multiplied widened to e4m3
+    k = x_k(x)
     _check_cuda_tensor(w, w_name)
     if w.dtype not in W4_BYTES[format]:
         raise TypeError(f"{w_name}: dtype {w.dtype} is not supported; expected "
                         + ("uint8, two 4-bit codes a byte along K" if int4 else
-                           " or ".join(str(d).replace("torch.", "") for d in W4_BYTES[format])
-                           + ", two FP4 values a byte along K"))
+                           FP4_X_NAMES + ", two FP4 values a byte along K"))
     lead_text = "G, " if grouped else ""
     if w.dim() != 2 + grouped or w.size(-1) != (k + 1) // 2:
         raise ValueError(f"{w_name}: shape {list(w.shape)}; expected [{lead_text}N, ceil(K/2)] = [{lead_text}N, "
-                         f"{(k + 1) // 2}] bytes for x's K = {k}")
-    if w.size(-1) > 1 and w.stride(-1) != 1:
-        raise ValueError(f"{w_name}: strides {list(w.stride())}; expected the bytes along K contiguous (stride 1)")
+                         f"{(k + 1) // 2}] bytes for x's K = {k}" +
+                         (f" (2 * x's {x.size(-1)} bytes: MXFP4 x has an even K)" if packed else ""))
+    check_bytes_along_k(w, w_name)
     n, lead = w.size(-2), (w.size(0),) if grouped else ()
     _check_cuda_tensor(scales, "scales")
     check_w4_group(format, group, k)
     if int4:
         if fp8_x and scales.dtype not in W4_SCALE_DTYPES:
-            raise TypeError(f"scales: dtype {scales.dtype}; expected bfloat16 or float16 with float8_e4m3fn x")
+            raise TypeError(f"scales: dtype {scales.dtype}; expected bfloat16 or float16 with "
+                            f"{'MXFP4' if packed else 'float8_e4m3fn'} x")
         if not fp8_x and scales.dtype != x.dtype:
             raise TypeError(f"scales: dtype {scales.dtype}; expected x's, {x.dtype}")
         shape, text = (*lead, -(-k // group), n), f"[{lead_text}ceil(K/{group}), N]"
@@ -874,7 +911,7 @@ def check_grouped_w4(x, w, scales, zeros, sizes, layout, format, group, x_scale=
     if x.dim() != 2 + masked:
         raise ValueError(f"x: {x.dim()} dimensions; expected " + ("3, [G, max_m, K] (masked groups, counts)" if masked
                                                                   else "2, [M_total, K] (contiguous groups, offs)"))
-    _check_w4_x_dtype(x)
+    _check_w4_x_dtype(x, grouped=True)
     check_grouped_x_scale(x, x_scale)
     _check_w4_weights(x, w, scales, zeros, format, group, grouped=True)
     w_name = "qweight" if format == "int4" else "weight"
@@ -1638,34 +1675,42 @@ def int4_mm(x, qweight, scales, zeros=None, *, group=128, out=None, out_dtype=No
     zero point, per `group` K elements of a row (GPTQ's and AWQ's scheme): W[n, k] = (q - zero) *
     scale, q in 0..15 the code of qweight, scale = scales[k // group, n], zero = zeros[k // group,
     n], or 8 without zeros (symmetric). With FP8 activations (W4A8) the product is (x * x_scale)
-    @ W.T.
-    - x [..., K] bfloat16 or float16, or float8_e4m3fn with x_scale; the leading dimensions are
-      flattened into the product's rows (a view where they can be, else a copy, as linear's).
+    @ W.T; with MXFP4 activations (FP4 x FP4) it is X @ W.T, X[m, k] = v * 2^(e - 127) as
+    mxfp4_mm's weights are worth, v the e2m1 value of x's code and e = x_scale[m, k // 32].
+    - x [..., K] bfloat16 or float16, or float8_e4m3fn with x_scale; or, with group=32 (and K >
+      32), MXFP4 activations with x_scale: x [..., K/2] of uint8 (or torch.float4_e2m1fn_x2, where
+      this torch has it), two e2m1 codes a byte along K, the even k in the low nibble, as mxfp4_mm's
+      weights (K = 2 * x.size(-1): even K only), the bytes of a row contiguous. The leading
+      dimensions are flattened into the product's rows (a view where they can be, else a copy, as
+      linear's).
     - x_scale: the scales of an e4m3 x, required with it (and None for 16-bit x): float32, one
       element (a 0-d tensor: per tensor), [..., 1] or [M] (one a row, per token: rowwise), or [...,
       ceil(K/128)] (one a row per 128 of K: 1x128 blocks, as quantize(x, 1, 128) returns them); or,
       with group=32 (and K > 32), float8_e8m0fnu or uint8 exponents e [..., ceil(K/32)], each
       scale 2^(e - 127) for 32 of K of a row (mx: MXFP8 activations, as quantize(x, mode="mx")
-      returns them); the leading dimensions are x's, flattened as x's are.
+      returns them); MXFP4 x's, required, are such exponents alone. The leading dimensions are
+      x's, flattened as x's are.
     - qweight uint8 [N, ceil(K/2)], two codes a byte along K, the even k in the low nibble (K is
       x's; for an odd K the last high nibble is not read); any row stride, the bytes of a row
       contiguous.
-    - scales [ceil(K/group), N] of x's dtype (e4m3 x: bfloat16 or float16), any strides:
-      N-contiguous, as GPTQ and AWQ store them, is read as it lies, others are copied so first, on
-      every call. zeros None, or the zero points as numbers (AWQ's), of the scales' shape and dtype.
+    - scales [ceil(K/group), N] of x's dtype (e4m3 and MXFP4 x: bfloat16 or float16), any
+      strides: N-contiguous, as GPTQ and AWQ store them, is read as it lies, others are copied so
+      first, on every call. zeros None, or the zero points as numbers (AWQ's), of the scales' shape
+      and dtype.
     - group: the K elements a scale covers, 32, a power of two from 64, or at least K (one scale a
       column).
-    -> [..., N] of x's dtype (e4m3 x: bfloat16), or out_dtype's (bfloat16, float16 or float32);
-    out= a [..., N] tensor to write (its leading dimensions must flatten without a copy), returned.
-    Each weight is dequantised and rounded once to x's type, and the products summed in float32,
-    as a 16-bit product of the dequantised weights would be; in decode (up to 32 rows of x) with
-    groups of 64 or more, q - zero is multiplied instead (exact for integer zero points) and each
-    group's sums scaled in float32. An e4m3 x is multiplied in FP8 as gemmkit.scaled_mm multiplies
-    it, with the weights' q - zero, exact in e4m3, and their scales (and x's mx exponents) applied
-    to each group's float32 sums. Not differentiable: a call on inputs that require grad runs, but
-    its backward raises RuntimeError (out= refuses them). A traced call is one operator,
-    torch.ops.gemmkit.w4_mm (w4_mm_out with out=), format 'int4', with x_scale as its keyword
-    argument."""
+    -> [..., N] of x's dtype (e4m3 and MXFP4 x: bfloat16), or out_dtype's (bfloat16, float16 or
+    float32); out= a [..., N] tensor to write (its leading dimensions must flatten without a copy),
+    returned. Each weight is dequantised and rounded once to x's type, and the products summed in
+    float32, as a 16-bit product of the dequantised weights would be; in decode (up to 32 rows of
+    x) with groups of 64 or more, q - zero is multiplied instead (exact for integer zero points)
+    and each group's sums scaled in float32. An e4m3 x is multiplied in FP8 as gemmkit.scaled_mm
+    multiplies it, with the weights' q - zero, exact in e4m3, and their scales (and x's mx
+    exponents) applied to each group's float32 sums; an MXFP4 x is first widened exactly to e4m3
+    (a copy in scratch, each call) and multiplied so, with its exponents. Not differentiable: a
+    call on inputs that require grad runs, but its backward raises RuntimeError (out= refuses
+    them). A traced call is one operator, torch.ops.gemmkit.w4_mm (w4_mm_out with out=), format
+    'int4', with x_scale as its keyword argument."""
     names = ("x", "qweight", "scales", "zeros", "out", "x_scale")
     (x, qweight, scales, zeros, out_t, x_scale), kind = _arrays.to_torch(
         torch, (x, qweight, scales, zeros, out, x_scale), names)
@@ -1677,23 +1722,27 @@ def mxfp4_mm(x, weight, scales, *, out=None, out_dtype=None, x_scale=None):
     """x @ W.T for MXFP4 weights W [N, K] (torch.nn.Linear's layout; gpt-oss's experts): W[n, k] =
     v * 2^(e - 127), v the OCP MX FP4 (e2m1) value of weight's code (0, 0.5, 1, 1.5, 2, 3, 4, 6
     and their negatives) and e = scales[n, k // 32], one exponent a block of 32 along K. With FP8
-    activations (W4A8) the product is (x * x_scale) @ W.T.
+    activations (W4A8) the product is (x * x_scale) @ W.T; with MXFP4 activations (FP4 x FP4) X @
+    W.T, X[m, k] = v * 2^(e - 127) likewise, e = x_scale[m, k // 32].
     - x [..., K] bfloat16 or float16, or float8_e4m3fn with x_scale (as int4_mm takes them, mx
-      exponents [..., ceil(K/32)] included: MXFP8 activations against MXFP4 weights); the leading
-      dimensions are flattened into the product's rows (a view where they can be, else a copy, as
-      linear's).
+      exponents [..., ceil(K/32)] included: MXFP8 activations against MXFP4 weights); or MXFP4
+      activations x [..., K/2] packed as weight is, uint8 (or torch.float4_e2m1fn_x2), K = 2 *
+      x.size(-1) (even K only), with x_scale float8_e8m0fnu or uint8 exponents [..., ceil(K/32)],
+      required (as quantize_mxfp4 makes both from x [M, K]). The leading dimensions are flattened
+      into the product's rows (a view where they can be, else a copy, as linear's).
     - weight [N, ceil(K/2)] of uint8 (or torch.float4_e2m1fn_x2, where this torch has it), two
       values a byte along K, the even k in the low nibble (K is x's); gpt-oss's blocks [N, K/32,
       16] flattened into [N, K/2] are this. Any row stride, the bytes of a row contiguous.
     - scales [N, ceil(K/32)] of float8_e8m0fnu or uint8 (gpt-oss's layout), any strides; read as
       their transpose, which is copied N-contiguous first, on every call, unless it lies so (scales
       stored [ceil(K/32), N] and passed transposed are read as they lie).
-    -> [..., N] of x's dtype (e4m3 x: bfloat16), or out_dtype's (bfloat16, float16 or float32);
-    out= a [..., N] tensor to write (its leading dimensions must flatten without a copy), returned.
-    Each weight is rounded once to x's type after scaling (exact unless the scale takes it out of
-    that type's normal range), the products summed in float32. An e4m3 x is multiplied in FP8,
-    with the weights' values, exact in e4m3, and each 32 of K's float32 sums scaled by its
-    exponent (and by x's, for mx x_scale). Not differentiable: a call on inputs that require grad
+    -> [..., N] of x's dtype (e4m3 and MXFP4 x: bfloat16), or out_dtype's (bfloat16, float16 or
+    float32); out= a [..., N] tensor to write (its leading dimensions must flatten without a copy),
+    returned. Each weight is rounded once to x's type after scaling (exact unless the scale takes
+    it out of that type's normal range), the products summed in float32. An e4m3 x is multiplied
+    in FP8, with the weights' values, exact in e4m3, and each 32 of K's float32 sums scaled by its
+    exponent (and by x's, for mx x_scale); an MXFP4 x is first widened exactly to e4m3 (a copy in
+    scratch, each call) and multiplied so. Not differentiable: a call on inputs that require grad
     runs, but its backward raises RuntimeError (out= refuses them). A traced call is one operator,
     torch.ops.gemmkit.w4_mm (w4_mm_out with out=), format 'mxfp4', with x_scale as its keyword
     argument."""
@@ -1718,8 +1767,8 @@ def check_w4_output_types(out, out_dtype):
 
 
 def _w4(x, w, scales, zeros, format, group, out, out_dtype, x_scale=None):
-    """int4_mm's and mxfp4_mm's product, x [..., K] flattened into [M, K] rows (and x_scale with
-    them): launched directly, else through w4_mm, or w4_mm_out into out (viewed as [M, N])."""
+    """int4_mm's and mxfp4_mm's product, x [..., K] (MXFP4 x: [..., K/2] bytes) flattened into
+    rows (and x_scale with them): launched directly, else through w4_mm, or w4_mm_out into out (viewed as [M, N])."""
     _check_cuda_tensor(x, "x")
     if x.dim() == 0:
         raise ValueError("x: 0 dimensions; expected at least 1, [..., K]")

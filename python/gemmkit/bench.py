@@ -18,8 +18,8 @@ lines and JSON are the CLI's, with torch in cuBLASLt's (and cuBLAS's) place:
                        on e4m3 weights of the same shape (marked *: torch has no W4A8 GEMM), ours
                        alone checked, and no torch baseline where A's scales are mx (torch has no
                        MXFP8 GEMM on Hopper); as _bench_lowbit.py says. FP4 x FP4 lines
-                       (e2m1 activations, `e2m1,w4:mxfp4`) are listed, not run: gemmkit's
-                       Python ops take no MXFP4 activations yet (gemmkit bench times them)
+                       (e2m1 activations, `e2m1,w4:mxfp4`) are listed, not run: this runner
+                       makes no MXFP4 activations for them yet (gemmkit bench times them)
   --baseline compiled  the same calls compiled by torch.compile(mode="max-autotune-no-cudagraphs"),
                        which autotunes Triton kernels against them (minutes per suite)
 
@@ -228,7 +228,7 @@ def run_suite(args, suite):
         dense = [p for p in suite.dense if p.in_dtype != _C.DType.e2m1]
         for p in (p for p in suite.dense if p.in_dtype == _C.DType.e2m1):
             print(f"{suite.name}:{p.line}: {shape_of(p)} listed, not run: MXFP4 activations, which only gemmkit "
-                  "bench times (gemmkit.mxfp4_mm and int4_mm take no e2m1 x yet)", file=sys.stderr)
+                  "bench times (this runner makes no MXFP4 x for them yet)", file=sys.stderr)
         progress = Progress(len(dense) + len(suite.grouped), sys.stderr)
         records, grouped = [], []
         for p in dense:

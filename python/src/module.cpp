@@ -10,9 +10,11 @@
 // optional scale_d (GemmOptions::scale_d, block mode). gemm_4bit_tensors() takes 4-bit weights
 // as checkpoints store them, [N, ceil(K/2)] bytes, and makes B's u4 or e2m1 view of them itself
 // (packed_weight_view_of, also bound for tests), with group or MX scales and, for an e4m3 A
-// (W4A8), A's scales in mode_a; grouped_gemm_4bit_tensors() the same for grouped_gemm(), the
-// experts' [G, N, ceil(K/2)] bytes with their scales [G, ...]; quantize_4bit_tensors()
-// makes such weights from [N, K] ones with the same views (quantize_int4, quantize_mxfp4).
+// (W4A8), A's scales in mode_a, or MXFP4 activations' [M, K/2] bytes as an e2m1 A
+// (packed_activation_view_of, FP4 x FP4); grouped_gemm_4bit_tensors() the same for grouped_gemm()
+// (a 16-bit or e4m3 A), the experts' [G, N, ceil(K/2)] bytes with their scales [G, ...];
+// quantize_4bit_tensors() makes such weights from [N, K] ones with the same views (quantize_int4,
+// quantize_mxfp4).
 // set_scratch_allocator() makes two Python callables (torch's caching allocator, from
 // python/gemmkit/_torch.py) gemmkit's scratch allocator (gemmkit/scratch.h). gemmkit::Error
 // becomes ValueError where the caller passed something gemmkit cannot accept, RuntimeError
@@ -341,10 +343,17 @@ NB_MODULE(_gemmkit, m) {
       "the K x N view (dtype u4 or e2m1, strides in nibbles {1, 2 * row stride}) of 4-bit weights stored as "
       "[N, ceil(K/2)] bytes, two K elements a byte");
   m.def(
+      "packed_activation_view_of",
+      [](nb::handle bytes, const char* name) { return gemmkit::python::packed_activation_view_of(bytes, name); },
+      nb::arg("bytes"), nb::arg("name"),
+      "the M x K e2m1 view (strides in nibbles {2 * row stride, 1}) of MXFP4 activations stored as [M, K/2] "
+      "bytes, two codes a byte along K");
+  m.def(
       "gemm_4bit_tensors",
       [](nb::handle x, nb::handle w, nb::handle d, DType dtype, nb::handle scales, nb::handle zeros, int64_t group,
-         uintptr_t stream, ScaleMode mode_a, nb::handle scale_a) {
-        const TensorView va = gemmkit::python::view_of(x, "x");
+         uintptr_t stream, ScaleMode mode_a, nb::handle scale_a, bool packed_x) {
+        const TensorView va =
+            packed_x ? gemmkit::python::packed_activation_view_of(x, "x") : gemmkit::python::view_of(x, "x");
         const char* w_name = dtype == DType::u4 ? "qweight" : "weight";
         const TensorView vb = gemmkit::python::packed_weight_view_of(w, dtype, va.cols(), w_name);
         const TensorView vd = gemmkit::python::view_of(d, "out");
@@ -354,12 +363,14 @@ NB_MODULE(_gemmkit, m) {
       },
       nb::arg("x"), nb::arg("w"), nb::arg("d"), nb::arg("dtype"), nb::arg("scales"), nb::arg("zeros").none(),
       nb::arg("group"), nb::arg("stream"), nb::arg("mode_a") = ScaleMode::none, nb::arg("scale_a") = nb::none(),
+      nb::arg("packed_x") = false,
       "gemm() of 4-bit weights on framework tensors: d [M, N] = x [M, K] @ W^T, W [N, K] given as w, its [N, "
       "ceil(K/2)] bytes (packed_weight_view_of), read as B = W^T of `dtype`: u4 with group scales ceil(K/group) x N "
       "of x's dtype and optional zero points of the same (ScaleMode::group, `group` K elements a scale), or e2m1 "
       "with ue8m0 scales ceil(K/32) x N (ScaleMode::mx, group 0 or 32); scales and zeros are 2-D, any strides; an "
       "e4m3 x (W4A8) is scaled by scale_a in mode_a (tensor, rowwise or block, f32; or mx, ue8m0 [M, ceil(K/32)], "
-      "against weights in groups of 32), viewed as gemm_tensors' scale_a");
+      "against weights in groups of 32), viewed as gemm_tensors' scale_a; with packed_x, x is MXFP4 activations, "
+      "[M, K/2] bytes of e2m1 codes (packed_activation_view_of), scaled by scale_a in mode mx (FP4 x FP4)");
   m.def(
       "grouped_gemm_4bit_tensors",
       [](nb::handle x, nb::handle w, nb::handle d, DType dtype, nb::handle scales, nb::handle zeros, int64_t group,

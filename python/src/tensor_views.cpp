@@ -110,6 +110,17 @@ TensorView packed_weight_view_of(nb::handle bytes, DType dtype, int64_t k, const
   return TensorView::matrix(data_of(bytes), dtype, k, n, 1, 2 * row_stride);
 }
 
+TensorView packed_activation_view_of(nb::handle bytes, const char* name) {
+  const nb::tuple shape = nb::tuple(bytes.attr(names().shape));
+  if (shape.size() != 2) {
+    throw nb::value_error((std::string(name) + ": " + std::to_string(shape.size()) +
+                           " dimensions; expected 2, [M, K/2] bytes of MXFP4 activations")
+                              .c_str());
+  }
+  const TensorView t = packed_weight_view_of(bytes, DType::e2m1, 2 * nb::cast<int64_t>(shape[1]), name);
+  return TensorView::matrix(t.data, t.dtype, t.cols(), t.rows(), t.col_stride(), t.row_stride());
+}
+
 TensorView scale_view_of(nb::handle scales, const char* name, bool of_a) {
   const nb::tuple shape = nb::tuple(scales.attr(names().shape));
   if (shape.size() >= 2) return view_of(scales, name);

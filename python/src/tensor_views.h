@@ -31,6 +31,13 @@ TensorView view_of(nanobind::handle tensor, const char* name);
 // that are not contiguous.
 TensorView packed_weight_view_of(nanobind::handle bytes, DType dtype, int64_t k, const char* name);
 
+// The M x K e2m1 view of MXFP4 activations A that a 2-D tensor of bytes holds, [M, K/2], two codes
+// a byte along K as 4-bit weights are packed (K = 2 * the bytes' columns: an even K): the
+// transpose of packed_weight_view_of's view of the same bytes, strides in nibbles {2 * the bytes'
+// row stride, 1}. Raises ValueError naming `name` for another number of dimensions, or bytes along
+// K that are not contiguous.
+TensorView packed_activation_view_of(nanobind::handle bytes, const char* name);
+
 // The view of an operand's scales: as view_of, except that a single scale may have any shape (a
 // 0-d tensor, say) and a 1-D tensor is a column for A (M x 1) and a row for B (1 x N).
 TensorView scale_view_of(nanobind::handle scales, const char* name, bool of_a);

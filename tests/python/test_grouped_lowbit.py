@@ -242,8 +242,12 @@ def test_errors_name_the_argument(fake):
         (ValueError, r"^x: 1 dimensions; expected 2, \[M_total, K\] with offs, or 3, \[G, max_m, K\] with counts$",
          lambda: gemmkit.grouped_int4_mm(x[0], qweight, scales, offs)),
         (TypeError, r"^x: dtype torch.float32 is not supported; expected bfloat16 or float16, or float8_e4m3fn with "
-                    r"x_scale$",
+                    r"x_scale \(the grouped products take no MXFP4 activations yet\)$",
          lambda: gemmkit.grouped_int4_mm(x.float(), qweight, scales, offs)),
+        (TypeError, r"^x: dtype torch.uint8 is not supported; expected .* \(the grouped products take no MXFP4 "
+                    r"activations yet\)$",  # int4_mm and mxfp4_mm take them (FP4 x FP4)
+         lambda: gemmkit.grouped_mxfp4_mm(cuda(100, k // 2, dtype=U8), weight, e, offs,
+                                          x_scale=cuda(100, k // 32, dtype=U8))),
         (TypeError, r"^offs: dtype torch.float32 is not supported; expected int32 or int64$",
          lambda: gemmkit.grouped_int4_mm(x, qweight, scales, offs.float())),
         (ValueError, r"^offs: 3 values; expected one a group, G = 4 \(qweight's first dimension\)$",

@@ -12,8 +12,10 @@ with float8_e4m3fn x and its x_scale (W4A8) likewise: without a GPU its fake sha
 argument errors and backward; on the GPU against x * x_scale times the same weights in double,
 within the FP8 products' bound (tests/python/gpu_reference.py's FP8_SUMS, 2^-10 of sum |x||w|)
 and two roundings of the output. A8W4 in MX (x_scale mx exponents, one a row per 32 of K, against
-MXFP4 weights or int4 in groups of 32) the same way, x dequantised as x * 2^(e - 127). Needs
-torch; skips, saying so, without it."""
+MXFP4 weights or int4 in groups of 32) the same way, x dequantised as x * 2^(e - 127); FP4 x FP4
+(x MXFP4 activations, [M, K/2] bytes of e2m1 codes with those exponents) likewise, x's codes
+dequantised as the MXFP4 weights' are, within the same FP8 bound (gemm() widens them exactly to
+e4m3). Needs torch; skips, saying so, without it."""
 
 import pytest
 
@@ -75,6 +77,13 @@ def test_the_binding_views_bytes_as_k_x_n_nibbles():
         _gemmkit.packed_weight_view_of(w, DType.bf16, 66, "qweight")
 
 
+def raises_each(cases):
+    """Each (error, message, call) of `cases`: call() raises `error`, its text matching `message`."""
+    for error, message, call in cases:
+        with pytest.raises(error, match=message):
+            call()
+
+
 @pytest.fixture
 def cpu_launch(monkeypatch):
     """_torch.launch_w4 on CPU tensors, on stream 0."""
@@ -130,6 +139,39 @@ def test_the_a8w4_mx_launch_passes_x_scale_as_mx_scales(cpu_launch):
     # gemm() itself refuses them against other groups, naming scale_a (check_w4 refuses them first).
     with pytest.raises(ValueError, match=r"^scale_a: mode mx with B in groups of 128 with 4-bit weights B; expected"):
         cpu_launch(x, qweight, torch.zeros(32, n, dtype=BF16), None, "int4", 128, out, torch.zeros(m, 128, dtype=U8))
+
+
+def test_the_binding_views_mxfp4_activations_as_m_x_k_codes():
+    storage = torch.zeros(5, 40, dtype=U8)
+    x = storage[:, 3:35]  # M = 5, 32 bytes a row, rows 40 bytes apart: K = 64
+    v = _gemmkit.packed_activation_view_of(x, "x")
+    assert (v.data, v.dtype, v.shape, v.strides) == (x.data_ptr(), DType.e2m1, [5, 64], [80, 1])
+    if FLOAT4 is not None:
+        assert _gemmkit.packed_activation_view_of(x.view(FLOAT4), "x").shape == [5, 64]
+    with pytest.raises(ValueError, match=r"^x: 3 dimensions; expected 2, \[M, K/2\] bytes of MXFP4 activations$"):
+        _gemmkit.packed_activation_view_of(storage.view(5, 4, 10), "x")
+    with pytest.raises(ValueError, match=r"^x: strides \[1, 5\]; expected the bytes along K contiguous"):
+        _gemmkit.packed_activation_view_of(torch.zeros(32, 5, dtype=U8).t(), "x")
+
+
+def test_the_fp4_launch_passes_x_as_an_e2m1_a(cpu_launch):
+    m, n, k = 3, 10, 4160
+    x, out = torch.randint(0, 256, (m, k // 2), dtype=U8), torch.zeros(m, n, dtype=BF16)
+    qweight, weight = torch.zeros(n, k // 2, dtype=U8), torch.zeros(n, k // 2, dtype=U8)
+    scales, e = torch.zeros(130, n, dtype=BF16), torch.zeros(n, 130, dtype=U8)
+    # MXFP4 activations: gemm() sees A, M x K of e2m1, with its exponents [M, ceil(K/32)] as scale_a in
+    # mode mx, against MXFP4 and int4 in groups of 32; uint8 (or float4) codes, exponents of either dtype.
+    codes = (x,) + ((x.view(FLOAT4),) if FLOAT4 is not None else ())
+    for xs in codes:
+        for x_scale in (torch.zeros(m, 130, dtype=U8), torch.zeros(m, 130, dtype=U8).view(E8M0),
+                        torch.zeros(130, m, dtype=U8).t()):
+            refused_for_memory_alone(lambda: cpu_launch(xs, weight, e, None, "mxfp4", 32, out, x_scale))
+            refused_for_memory_alone(lambda: cpu_launch(xs, qweight, scales, scales, "int4", 32, out, x_scale))
+    # gemm()'s own checks of an e2m1 A (check_w4 refuses these first): its exponents, its weights' groups.
+    with pytest.raises(ValueError, match=r"^scale_a: mode none for e2m1 activations A; expected mx"):
+        cpu_launch(x, weight, e, None, "mxfp4", 32, out)
+    with pytest.raises(ValueError, match=r"^scale_a: mode mx with B in groups of 128 with 4-bit weights B"):
+        cpu_launch(x, qweight, torch.zeros(33, n, dtype=BF16), None, "int4", 128, out, torch.zeros(m, 130, dtype=U8))
 
 
 # --- without a GPU: the operator under fake tensors, as torch.compile traces it --------------------
@@ -300,11 +342,109 @@ def test_a8w4_mx_errors_name_x_scale(fake):
         (ValueError, r"^x_scale: given with torch.bfloat16 x; expected None",
          lambda: gemmkit.mxfp4_mm(cuda(8, 256), weight, e, x_scale=exponents)),
     ]
-    for error, message, call in cases:
-        with pytest.raises(error, match=message):
-            call()
+    raises_each(cases)
     with pytest.raises(ValueError, match="^x_scale: on cpu; expected a CUDA tensor$"):
         gemmkit.mxfp4_mm(x, weight, e, x_scale=torch.zeros(8, 8, dtype=U8))
+
+
+def fp4_args(m, k, x_dtype=U8, scale_dtype=E8M0):
+    """Fake CUDA MXFP4 activations x [m, k/2] and their exponents [m, ceil(k/32)]."""
+    return cuda(m, k // 2, dtype=x_dtype), cuda(m, -(-k // 32), dtype=scale_dtype)
+
+
+def test_fp4_fake_shapes_dtypes_and_x_scale_forms(fake):
+    n, k = 4095, 4160  # 2080 bytes of x a row, 130 exponents
+    x, x_scale = fp4_args(33, k)
+    x3, x_scale3 = x.view(3, 11, k // 2), x_scale.view(3, 11, 130)
+    _, weight, e = mxfp4_args(33, n, k)
+    _, qweight, scales, zeros = w4a8_args(33, n, k, 32, F16, True)
+    for d, shape, dtype in [
+            (gemmkit.mxfp4_mm(x, weight, e, x_scale=x_scale), (33, n), BF16),  # bfloat16, as for e4m3 x
+            (gemmkit.mxfp4_mm(x, weight, e, x_scale=x_scale.view(U8), out_dtype=F32), (33, n), F32),
+            (gemmkit.mxfp4_mm(x3, weight, e, x_scale=x_scale3), (3, 11, n), BF16),  # x's rows, K from the bytes
+            (gemmkit.mxfp4_mm(x[0], weight, e, x_scale=x_scale[0]), (n,), BF16),  # one row's codes and exponents
+            (gemmkit.mxfp4_mm(x, weight, e, x_scale=cuda(130, 33, dtype=U8).t()), (33, n), BF16),  # M-contiguous
+            (gemmkit.int4_mm(x, qweight, scales, zeros, group=32, x_scale=x_scale), (33, n), BF16),
+            (gemmkit.int4_mm(x3, qweight, scales.to(BF16), group=32, x_scale=x_scale3, out_dtype=F16), (3, 11, n),
+             F16),
+            (torch.ops.gemmkit.w4_mm(x, weight, e, None, "mxfp4", 32, None, x_scale=x_scale), (33, n), BF16),
+            (gemmkit.mxfp4_mm(*fp4_args(2, 20)[:1], *mxfp4_args(2, n, 20)[1:], x_scale=fp4_args(2, 20)[1]), (2, n),
+             BF16)]:  # K = 20 < 32: one exponent a row, as for MXFP4 weights
+        assert isinstance(d, torch._subclasses.fake_tensor.FakeTensor)
+        assert tuple(d.shape) == shape and d.dtype == dtype and d.device.type == "cuda"
+    if FLOAT4 is not None:
+        d = gemmkit.mxfp4_mm(x.view(FLOAT4), weight.view(FLOAT4), e, x_scale=x_scale)
+        assert tuple(d.shape) == (33, n) and d.dtype == BF16
+    out = cuda(3, 11, n, dtype=F32)
+    assert gemmkit.mxfp4_mm(x3, weight, e, x_scale=x_scale3, out=out) is out
+    assert gemmkit.int4_mm(x3, qweight, scales, group=32, x_scale=x_scale3, out=out) is out
+    assert [_torch.x_k(t) for t in (x, x3, x.view(E4M3), cuda(3, 7))] == [k, k, k // 2, 7]
+
+
+def test_a_traced_fp4_call_carries_the_codes_and_exponents_for_the_rows(fake):
+    def layer(x, weight, e, x_scale):
+        return gemmkit.mxfp4_mm(x, weight, e, x_scale=x_scale, out_dtype=F32)
+
+    _, weight, e = mxfp4_args(8, 256, 1000)
+    args = (cuda(2, 4, 500, dtype=U8), weight, e, cuda(2, 4, 32, dtype=U8))  # K = 1000: 500 bytes, 32 exponents
+    graph, _ = torch._dynamo.export(layer)(*args)
+    calls = [node for node in graph.graph.nodes if node.target in W4_MM]
+    assert [node.args[4:] for node in calls] == [("mxfp4", 32, torch.float32)]
+    codes, exponents = calls[0].args[0].meta["example_value"], calls[0].kwargs["x_scale"].meta["example_value"]
+    assert (codes.shape, codes.dtype, exponents.shape, exponents.dtype) == ((8, 500), U8, (8, 32), U8)
+    d = graph(*args)
+    assert tuple(d.shape) == (2, 4, 256) and d.dtype == F32
+    graph, _ = torch._dynamo.export(lambda x, q, s, xs, o: gemmkit.int4_mm(x, q, s, group=32, x_scale=xs, out=o))(
+        args[0], cuda(256, 500, dtype=U8), cuda(32, 256), args[3], cuda(2, 4, 256))
+    assert [node.args[5:] for node in graph.graph.nodes if node.target in W4_MM_OUT] == [("int4", 32)]
+
+
+def test_fp4_errors_name_the_argument(fake):
+    x, x_scale = fp4_args(8, 256)  # 128 bytes a row, 8 exponents
+    _, weight, e = mxfp4_args(8, 64, 256)
+    _, qweight, scales, _ = w4a8_args(8, 64, 256, 32)
+    mx_forms = (r"float8_e8m0fnu or uint8 exponents \[\.\.\., ceil\(K/32\)\] = \[\.\.\., 8\] \(mx, MXFP4: 2\^\(e - "
+                r"127\) per 32 of K\)$")
+    cases = [
+        (ValueError, r"^x_scale: None with MXFP4 activations x \(torch.uint8\); expected their " + mx_forms,
+         lambda: gemmkit.mxfp4_mm(x, weight, e)),
+        (ValueError, r"^x_scale: None with MXFP4 activations x",
+         lambda: torch.ops.gemmkit.w4_mm(x, weight, e, None, "mxfp4", 32, None)),
+        (TypeError, r"^x_scale: dtype torch.float32 with MXFP4 activations x; expected float8_e8m0fnu or uint8 \(mx "
+                    r"exponents, one per 32 of K\)$",
+         lambda: gemmkit.mxfp4_mm(x, weight, e, x_scale=cuda(8, 1, dtype=F32))),
+        (ValueError, r"^x_scale: shape \[8, 4\]; expected " + mx_forms,  # ceil(x.size(-1)/32): K is twice the bytes
+         lambda: gemmkit.mxfp4_mm(x, weight, e, x_scale=x_scale[:, :4])),
+        (ValueError, r"^x_scale: shape \[2, 4, 8\]; expected",  # x's leading dimensions are [4, 2]
+         lambda: gemmkit.mxfp4_mm(x.view(4, 2, 128), weight, e, x_scale=x_scale.view(2, 4, 8))),
+        (ValueError, r"^group: 128 with MXFP4 activations x \(torch.uint8, K = 2 \* 128 = 256\), against int4 weights "
+                     r"in groups of 128; expected 32 with K > 32: MXFP4 x goes only with weights in groups of 32 of K "
+                     r"\(mxfp4_mm, or int4_mm with group=32\)$",  # int4_mm's default group
+         lambda: gemmkit.int4_mm(x, qweight, cuda(2, 64), x_scale=x_scale)),
+        (ValueError, r"^group: 64 with MXFP4 activations x",
+         lambda: gemmkit.int4_mm(x, qweight, cuda(4, 64), group=64, x_scale=x_scale)),
+        (ValueError, r"^group: 32 with MXFP4 activations x \(torch.uint8, K = 2 \* 16 = 32\), against int4 weights in "
+                     r"groups of 32, one covering all of K = 32;",  # one group a column: gemm() takes no mx there
+         lambda: gemmkit.int4_mm(cuda(8, 16, dtype=U8), cuda(64, 16, dtype=U8), cuda(1, 64), group=32,
+                                 x_scale=cuda(8, 1, dtype=U8))),
+        (ValueError, r"^x: strides \[1, 8\]; expected the bytes along K contiguous \(stride 1\)$",
+         lambda: gemmkit.mxfp4_mm(cuda(128, 8, dtype=U8).t(), weight, e, x_scale=x_scale)),
+        (ValueError, r"^weight: shape \[64, 128\]; expected \[N, ceil\(K/2\)\] = \[N, 64\] bytes for x's K = 128 \(2 "
+                     r"\* x's 64 bytes: MXFP4 x has an even K\)$",  # x's codes for K = 128, weights for 256
+         lambda: gemmkit.mxfp4_mm(x[:, :64], weight, e, x_scale=x_scale[:, :4])),
+        (ValueError, r"^weight: shape \[64, 128\]; expected \[N, ceil\(K/2\)\] = \[N, 256\] bytes for x's K = 512",
+         lambda: gemmkit.mxfp4_mm(cuda(8, 256, dtype=U8), weight, e, x_scale=cuda(8, 16, dtype=U8))),
+        (TypeError, r"^scales: dtype torch.float32; expected bfloat16 or float16 with MXFP4 x$",
+         lambda: gemmkit.int4_mm(x, qweight, scales.float(), group=32, x_scale=x_scale)),
+        (TypeError, r"^x: dtype torch.int8 is not supported; expected bfloat16 or float16, or float8_e4m3fn with "
+                    r"x_scale, or MXFP4 activations \(uint8",
+         lambda: gemmkit.mxfp4_mm(x.view(torch.int8), weight, e, x_scale=x_scale)),
+        (TypeError, r"^out_dtype: torch.float8_e4m3fn is not supported; expected bfloat16, float16 or float32$",
+         lambda: gemmkit.mxfp4_mm(x, weight, e, x_scale=x_scale, out_dtype=E4M3)),
+        (ValueError, r"^out: shape \[8, 128\]; expected x's leading dimensions and N, \[8, 64\]$",
+         lambda: gemmkit.mxfp4_mm(x, weight, e, x_scale=x_scale, out=cuda(8, 128))),
+    ]
+    raises_each(cases)
 
 
 def test_a_traced_w4a8_call_carries_x_scale_for_the_rows(fake):
@@ -333,7 +473,8 @@ def test_w4a8_errors_name_the_argument(fake):
          lambda: gemmkit.int4_mm(x, qweight, scales)),
         (ValueError, r"^x_scale: None with float8_e4m3fn x",
          lambda: torch.ops.gemmkit.w4_mm(x, qweight, scales, None, "int4", 128, None)),
-        (ValueError, r"^x_scale: given with torch.bfloat16 x; expected None \(scales go with float8_e4m3fn x\)$",
+        (ValueError, r"^x_scale: given with torch.bfloat16 x; expected None \(scales go with float8_e4m3fn x or "
+                     r"MXFP4 x\)$",
          lambda: gemmkit.int4_mm(xb, qweight, scales, x_scale=rows)),
         (TypeError, r"^x_scale: dtype torch.bfloat16; expected float32$",
          lambda: gemmkit.int4_mm(x, qweight, scales, x_scale=cuda(8, 1))),
@@ -346,7 +487,8 @@ def test_w4a8_errors_name_the_argument(fake):
         (TypeError, r"^x_scale: expected a torch.Tensor or an array with __dlpack__, got float$",
          lambda: gemmkit.int4_mm(x, qweight, scales, x_scale=1.0)),
         (TypeError, r"^x: dtype torch.float8_e5m2 is not supported; expected bfloat16 or float16, or float8_e4m3fn "
-                    r"with x_scale$",
+                    r"with x_scale, or MXFP4 activations \(uint8( or float4_e2m1fn_x2)? \[\.\.\., K/2\]\) with "
+                    r"x_scale$",
          lambda: gemmkit.int4_mm(cuda(8, 256, dtype=torch.float8_e5m2), qweight, scales, x_scale=rows)),
         (ValueError, r"^x_scale: None with float8_e4m3fn x",
          lambda: gemmkit.mxfp4_mm(cuda(8, 256, dtype=E4M3), weight, e)),
@@ -363,9 +505,7 @@ def test_w4a8_errors_name_the_argument(fake):
         (TypeError, r"^int4_mm\(\) got an unexpected keyword argument 'x_scales'$",
          lambda: gemmkit.int4_mm(x, qweight, scales, x_scales=rows)),
     ]
-    for error, message, call in cases:
-        with pytest.raises(error, match=message):
-            call()
+    raises_each(cases)
     with pytest.raises(ValueError, match="^x_scale: on cpu; expected a CUDA tensor$"):
         gemmkit.int4_mm(x, qweight, scales, x_scale=torch.ones((), device="cpu"))
 
@@ -375,10 +515,10 @@ def test_errors_name_the_argument(fake):
     xm, weight, e = mxfp4_args(8, 64, 256)
     cases = [
         (TypeError, r"^x: dtype torch.float32 is not supported; expected bfloat16 or float16, or float8_e4m3fn with "
-                    r"x_scale$",
+                    r"x_scale, or MXFP4 activations \(uint8",
          lambda: gemmkit.int4_mm(x.float(), qweight, scales)),
         (TypeError, r"^x: dtype torch.float32 is not supported; expected bfloat16 or float16, or float8_e4m3fn with "
-                    r"x_scale$",
+                    r"x_scale, or MXFP4 activations \(uint8",
          lambda: gemmkit.mxfp4_mm(xm.float(), weight, e)),
         (ValueError, r"^x: 0 dimensions; expected at least 1, \[\.\.\., K\]$",
          lambda: gemmkit.int4_mm(x[0, 0], qweight, scales)),
@@ -437,9 +577,7 @@ def test_errors_name_the_argument(fake):
         (ValueError, r"^out: shape \[2, 4, 64\] with strides \[64, 128, 1\] cannot be viewed as \[8, 64\] rows",
          lambda: gemmkit.int4_mm(x.view(2, 4, 256), qweight, scales, out=cuda(4, 2, 64).transpose(0, 1))),
     ]
-    for error, message, call in cases:
-        with pytest.raises(error, match=message):
-            call()
+    raises_each(cases)
 
 
 def test_errors_without_fake_tensors():
@@ -756,12 +894,23 @@ def test_w4a8_compiled_graphed_and_not_differentiable():
         d.sum().backward()
 
 
-# --- A8W4 in MX on an sm_90 GPU: e4m3 x with ue8m0 exponents per 32 of K (MXFP8) ---------------------
+# --- A8W4 in MX and FP4 x FP4 on an sm_90 GPU: e4m3 x (MXFP8) or e2m1 codes (MXFP4 activations) ------
+# --- with ue8m0 exponents per 32 of K --------------------------------------------------------------------
 
 def random_x_exponents(m, k, dtype=U8):
     """mx exponents of e4m3 x [m, k]: [m, ceil(k/32)] from 125 to 128 (scales 2^-2 to 2^1), uint8 or
     viewed as float8_e8m0fnu."""
     return torch.randint(125, 129, (m, -(-k // 32)), device="cuda", dtype=U8).view(dtype)
+
+
+def mx_product(x, x_scale, weights, k):
+    """(d, w): mxfp4_mm's or int4_mm's product (`weights` 'mxfp4', or 'int4' or 'int4 zeros' in groups
+    of 32) of x and its exponents x_scale with random weights [N, K], and those weights in double."""
+    if weights == "mxfp4":
+        weight, e = random_mxfp4(N, k)
+        return gemmkit.mxfp4_mm(x, weight, e, x_scale=x_scale), mxfp4_weights(weight, e, k)
+    qweight, scales, z = random_int4(N, k, 32, BF16, weights == "int4 zeros")
+    return gemmkit.int4_mm(x, qweight, scales, z, group=32, x_scale=x_scale), int4_weights(qweight, scales, z, 32, k)
 
 
 @needs_sm90
@@ -771,36 +920,55 @@ def random_x_exponents(m, k, dtype=U8):
 def test_a8w4_mx_matches_double(m, k, weights):
     x = random_x(m, k, BF16).to(E4M3)
     x_scale = random_x_exponents(m, k, E8M0 if m % 2 else U8)  # either dtype
-    if weights == "mxfp4":
-        weight, e = random_mxfp4(N, k)
-        d, w = gemmkit.mxfp4_mm(x, weight, e, x_scale=x_scale), mxfp4_weights(weight, e, k)
-    else:
-        qweight, scales, z = random_int4(N, k, 32, BF16, weights == "int4 zeros")
-        d = gemmkit.int4_mm(x, qweight, scales, z, group=32, x_scale=x_scale)
-        w = int4_weights(qweight, scales, z, 32, k)
+    d, w = mx_product(x, x_scale, weights, k)
     assert d.shape == (m, N) and d.dtype == BF16
     expect_close_fp8(d, scaled_x(x, x_scale), w)
 
 
 @needs_sm90
-def test_a8w4_mx_quantized_activations_layouts_and_outputs():
+@pytest.mark.parametrize("weights", ["mxfp4", "int4", "int4 zeros"])
+@pytest.mark.parametrize("k", [4160, 4112])  # 130 and 128.5 blocks of 32 (MXFP4 x: an even K)
+@pytest.mark.parametrize("m", [1, 16, 33, 4096])
+def test_fp4_x_fp4_matches_double(m, k, weights):
+    # Random codes (every e2m1 value, both zeros) and exponents 126 and 127, uint8 or float8_e8m0fnu.
+    x, x_scale = random_mxfp4(m, k)
+    d, w = mx_product(x, x_scale.view(E8M0) if m % 2 else x_scale, weights, k)
+    assert d.shape == (m, N) and d.dtype == BF16
+    # x is widened exactly to e4m3, then multiplied as A8W4 in MX: the FP8 products' bound.
+    expect_close_fp8(d, mxfp4_weights(x, x_scale, k), w)
+
+
+def mx_activations(kind, x):
+    """(q, x_scale, xs): x [M, K] quantised with ue8m0 exponents x_scale per 32 of K, as MXFP8
+    (`kind` 'mxfp8': gemmkit.quantize, e4m3 q [M, K]) or MXFP4 activations ('mxfp4':
+    gemmkit.quantize_mxfp4, q [M, K/2] bytes of codes), and q's values xs in double."""
+    if kind == "mxfp8":
+        q, x_scale = gemmkit.quantize(x, mode="mx")
+        return q, x_scale, scaled_x(q, x_scale)
+    q, x_scale = gemmkit.quantize_mxfp4(x)
+    return q, x_scale, mxfp4_weights(q, x_scale, x.size(1))
+
+
+@needs_sm90
+@pytest.mark.parametrize("kind", ["mxfp8", "mxfp4"])
+def test_mx_quantized_activations_layouts_and_outputs(kind):
     k = 4160
-    q, x_scale = gemmkit.quantize(random_x(6 * 11, k, BF16), mode="mx")  # MXFP8 activations
-    assert x_scale.dtype == E8M0 and x_scale.shape == (66, 130)
-    xs = scaled_x(q, x_scale)
+    q, x_scale, xs = mx_activations(kind, random_x(6 * 11, k, BF16))
+    width = q.size(1)  # K, or the K/2 bytes of MXFP4 codes
+    assert x_scale.shape == (66, 130) and width == (k if kind == "mxfp8" else k // 2)
     weight, e = random_mxfp4(N, k)
     w = mxfp4_weights(weight, e, k)
-    expect_close_fp8(gemmkit.mxfp4_mm(q, weight, e, x_scale=x_scale), xs, w)
-    # The exponents as uint8 stored M-contiguous ([ceil(K/32), M] passed transposed): the same product.
-    expect_close_fp8(gemmkit.mxfp4_mm(q, weight, e, x_scale=x_scale.view(U8).t().contiguous().t()), xs, w)
+    # The exponents as uint8 row-major, and as float8_e8m0fnu M-contiguous (passed transposed).
+    for exponents in (x_scale.view(U8).contiguous(), x_scale.view(E8M0).t().contiguous().t()):
+        expect_close_fp8(gemmkit.mxfp4_mm(q, weight, e, x_scale=exponents), xs, w)
     # x [2, 3, 11, K] with its exponents [2, 3, 11, 130]; one row as a 1-D x with its row's.
-    d = gemmkit.mxfp4_mm(q.view(2, 3, 11, k), weight, e, x_scale=x_scale.view(2, 3, 11, 130))
+    d = gemmkit.mxfp4_mm(q.view(2, 3, 11, width), weight, e, x_scale=x_scale.reshape(2, 3, 11, 130))
     assert d.shape == (2, 3, 11, N) and d.dtype == BF16
     expect_close_fp8(d.view(-1, N), xs, w)
     expect_close_fp8(gemmkit.mxfp4_mm(q[5], weight, e, x_scale=x_scale[5]).unsqueeze(0), xs[5:6], w)
     # out= through a view of its leading dimensions; int4 in groups of 32 with float16 scales, out_dtype.
     out = torch.full((2, 33, N), float("nan"), device="cuda", dtype=F16)
-    assert gemmkit.mxfp4_mm(q.view(2, 33, k), weight, e, x_scale=x_scale.view(2, 33, 130), out=out) is out
+    assert gemmkit.mxfp4_mm(q.view(2, 33, width), weight, e, x_scale=x_scale.reshape(2, 33, 130), out=out) is out
     expect_close_fp8(out.view(-1, N), xs, w)
     qweight, scales, z = random_int4(N, k, 32, F16, True)
     expect_close_fp8(gemmkit.int4_mm(q, qweight, scales, z, group=32, x_scale=x_scale, out_dtype=F32), xs,
@@ -808,13 +976,27 @@ def test_a8w4_mx_quantized_activations_layouts_and_outputs():
 
 
 @needs_sm90
-def test_a8w4_mx_compiled_and_graphed():
+def test_fp4_x_fp4_float4_dtypes_and_padded_rows():
+    k = 4160
+    x, x_scale, xs = mx_activations("mxfp4", random_x(66, k, BF16))
+    weight, e = random_mxfp4(N, k)
+    w = mxfp4_weights(weight, e, k)
+    if FLOAT4 is not None:  # codes and weights as torch names MXFP4, exponents as float8_e8m0fnu
+        expect_close_fp8(gemmkit.mxfp4_mm(x.view(FLOAT4), weight.view(FLOAT4), e, x_scale=x_scale.view(E8M0)), xs, w)
+    # The codes' rows padded: a slice of a wider buffer of random bytes, rows 2128 bytes apart.
+    padded = torch.randint(0, 256, (66, k // 2 + 48), device="cuda", dtype=U8)
+    padded[:, 16:16 + k // 2] = x
+    expect_close_fp8(gemmkit.mxfp4_mm(padded[:, 16:16 + k // 2], weight, e, x_scale=x_scale), xs, w)
+
+
+@needs_sm90
+@pytest.mark.parametrize("kind", ["mxfp8", "mxfp4"])
+def test_mx_activations_compiled_and_graphed(kind):
     k = 4096
-    x = random_x(33, k, BF16).to(E4M3)
-    x_scale = random_x_exponents(33, k, E8M0)
+    x, x_scale, xs = mx_activations(kind, random_x(33, k, BF16))
     weight, e = random_mxfp4(N, k)
 
     def layer(x, x_scale):
         return gemmkit.mxfp4_mm(x, weight, e, x_scale=x_scale)
 
-    compiled_and_graphed_alike(layer, x, x_scale)
+    expect_close_fp8(compiled_and_graphed_alike(layer, x, x_scale), xs, mxfp4_weights(weight, e, k))
