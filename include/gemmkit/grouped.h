@@ -51,7 +51,8 @@ inline constexpr int64_t kMaxGroups = 1024;
 // 4-bit weights (MoE experts in int4 or MXFP4): B u4 or e2m1, [G, K, N] with K contiguous (the
 // checkpoint's [G, N, K/2] bytes), with scale_b and its zero points as gemm() takes them for one
 // matrix (gemm.h), batched by group ([G, ceil(K/group), N]); A bf16 or f16, or e4m3 with scale_a
-// none, tensor or rowwise (not yet 1x128 blocks, nor mx exponents); a fused epilogue
+// none, tensor, rowwise, 1x128 blocks, or mx exponents against weights in groups of 32 (e2m1, u4
+// with group 32), each covering A's rows as for 16-bit weights; a fused epilogue
 // (options.epilogue) as with 16-bit weights, its tensors in D's orientation ([G, 1, N] one a
 // group, [M_total, 1] or masked [G, max_m, 1] one a token). The kernel runs them transposed,
 // each group's tokens as columns, and hands the epilogue D's element: a group with no tokens reads

@@ -87,7 +87,7 @@ constexpr int kBlocksN = (kTileN + 63) / 64;  // 64-wide blocks of an N-major B 
 // through one buffer per consumer, row by row, where TMA cannot store it.
 constexpr SmemLayout kSmem =
     smem_layout({kTileM, kTileN, kStages, kBKMajor, kTmaStore ? kStoreBuffers : kRowStore ? 1 : 0, kRealignA, kRealignB,
-                 kScaleA, kScaleB, kScaleMNA, kScaleMNB, kGroupCapacity, kDual, kWidenRows, kPackedRowBytes,
+                 kScaleA, kScaleB, kScaleMNA, kScaleMNB, kGroupCapacity, kGroupedN, kDual, kWidenRows, kPackedRowBytes,
                  kWidenScaleBytes, kWidenGroups, kZeros});
 static_assert(kSmem.total == kSmemBytes, "the kernel's shared-memory layout differs from the host's");
 static_assert(kSmem.stage_scales == kStageScaleBytes && kSmem.stage_b == (kBKMajor ? kTileN : kBlocksN * 64) * kRowBytes,
@@ -478,8 +478,8 @@ __device__ __forceinline__ void multiply_8bit(float* acc, const ScaleSkew& skew,
 #pragma unroll
       for (int j = 0; j < kTileN / 2; ++j) fence_register(partial[j]);
       if (g == kGranules - 1 && !kPromoteReadsStage && t % 32 == 0) release_stage(&empty[s]);
-      promote<kColInBlock>(acc, partial, kWidenA ? group_scales[g] : a_scales(k_scales, g), k_scales, scales, mx_floats, g,
-                           t);
+      promote<kColInBlock>(acc, partial, kWidenA ? group_scales[g] : a_scales(k_scales, g), k_scales,
+                           scales + 4 * skew.b_skew, mx_floats + 4 * skew.b_skew, g, t);
     }
     if (kPromoteReadsStage && t % 32 == 0) release_stage(&empty[s]);
   }
@@ -618,7 +618,7 @@ __device__ __forceinline__ void consume(const TensorMap& map_d, const GemmParams
     const WidenLanes lanes = kWidenA ? widen_lanes(slice, t, p) : WidenLanes{};
     if constexpr (k8Bit) {
       // The unit's first K block: unsplit, the slot holds no K range.
-      const ScaleSkew skew = scale_skew(w.row, kSplitK ? w.k_begin : 0);
+      const ScaleSkew skew = scale_skew(w.row, w.col, kSplitK ? w.k_begin : 0);
       if constexpr (kTwoPartials) {
         multiply_8bit_runs(acc, skew, k_count, slot, slice, t, stages, stage_scales, full, empty);
       } else {

@@ -26,31 +26,35 @@ constexpr int kGranules = 128 / kGranuleK;  // per K block of 128 8-bit elements
 // A stage's scales (smem_layout.h, stage_scale_words_a), each operand's from a 128-byte boundary:
 // - A: a 1x128 block's f32 per tile row; mx, four rows of exponents, one per granule, each a byte
 //   per tile row; 128x128 blocks, four K blocks' f32 of the tile's block (a tile never straddles
-//   one). Grouped tiles start at any row: their 1-wide boxes start kRowAlignA rows early.
+//   one). Grouped tiles start at any row: their 1-wide boxes start up to kRowAlignA rows early.
 // - B (kScaleOffsetB): a 128x1 block's f32 per tile column; mx, four rows of exponents, each a
 //   byte per tile column; 128x128 blocks, four K blocks' f32 of each 128 block the tile touches.
+//   Tiles of groups along N start at any column: their boxes start up to kColAlignB columns early.
 //   A dual GEMM's tile columns are B's, then B2's (b_column), whose scales start kScaleHalfB
 //   after B's.
 constexpr bool kMxA = kScaleA == GEMMKIT_SCALE_MX, kMxB = kScaleB == GEMMKIT_SCALE_MX;
 constexpr bool kCoarseA = kInnerA && !kMxA && kScaleMNA > 1;  // A scales in 128x128 blocks
 constexpr bool kCoarseB = kInnerB && !kMxB && kScaleMNB > 1;  // B scales in 128x128 blocks
-constexpr int kRowAlignA = a_box_row_alignment(kScaleA);  // 16 bytes of A's 1-wide scales
+constexpr int kRowAlignA = scale_box_alignment(kScaleA);  // 16 bytes of A's 1-wide scales
 constexpr int kBoxRowsA = kTileM + (kGrouped ? kRowAlignA : 0);
+constexpr int kColAlignB = kGroupedN ? scale_box_alignment(kScaleB) : 1;  // B's, where tiles start at any column
+constexpr int kBoxColsB = kTileN + (kGroupedN ? kColAlignB : 0);           // one half's for a dual GEMM
 constexpr int kBlocksHalf = b_scale_blocks(kHalfN);  // 128-column blocks one operand's columns at any column touch
 constexpr int kBlocksB = kDual ? 2 * kBlocksHalf : kBlocksHalf;
 constexpr int kStageWordsA = stage_scale_words_a(kScaleA, kScaleMNA, kTileM, kGrouped);
-constexpr int kStageWordsB = stage_scale_words_b(kScaleB, kScaleMNB, kTileN, kDual);
+constexpr int kStageWordsB = stage_scale_words_b(kScaleB, kScaleMNB, kTileN, kDual, kGroupedN);
 // A 4-bit A's scales (and zero points) follow, where there are no others (widen.cuh).
 constexpr u32 kStageScaleBytes =
-    stage_scale_bytes(kScaleA, kScaleMNA, kScaleB, kScaleMNB, kTileM, kTileN, kDual, kGrouped) +
+    stage_scale_bytes(kScaleA, kScaleMNA, kScaleB, kScaleMNB, kTileM, kTileN, kDual, kGrouped, kGroupedN) +
     widen_scale_bytes(is_4bit_type(kAType) ? kTileM : 0, kAType == GEMMKIT_U4 ? 2 : 1, kWidenGranuleK == 32 ? 4 : 2, kZeros);
 constexpr u32 kWidenScaleOffset =  // where a 4-bit A's scales start: after the others (B's, in W4A8)
-    stage_scale_bytes(kScaleA, kScaleMNA, kScaleB, kScaleMNB, kTileM, kTileN, kDual, kGrouped);
+    stage_scale_bytes(kScaleA, kScaleMNA, kScaleB, kScaleMNB, kTileM, kTileN, kDual, kGrouped, kGroupedN);
 constexpr u32 kScaleOffsetB = kStageWordsA > 0 ? scale_part_bytes(kStageWordsA) : 0;
 constexpr u32 kScaleHalfB = kDual ? scale_part_bytes(kStageWordsB / 2) : 0;
 constexpr u32 kTmaScaleBytes = 4 * (kStageWordsA + kStageWordsB);  // TMA's bytes per stage: every word
 static_assert(!kMxA || kStageWordsA == kBoxRowsA, "A's mx box: four granules of a byte per row");
 static_assert(!kDual || kHalfN % 8 == 0, "a dual tile's halves are whole 8-column groups");
+static_assert(!kDual || !kGroupedN, "groups along N are a single GEMM's");
 
 // Where B's block scale word of tile column c (128x1), or of the tile's 128 block q (128x128),
 // lies in a stage's scales.
@@ -68,7 +72,8 @@ __device__ __forceinline__ constexpr u32 b_block_words(int q) {
 // granules); 128-wide blocks' with K contiguous, boxes of four K blocks by the 128 blocks the
 // tile touches. Boxes start 16-byte aligned along the contiguous dimension (an H200 raised an
 // illegal instruction otherwise): A's 1-wide ones at a multiple of kRowAlignA rows, which holds
-// the tile's row `row` at row % kRowAlignA (only grouped tiles start elsewhere), 128-wide ones
+// the tile's row `row` at row % kRowAlignA (only grouped tiles start elsewhere), B's at a
+// multiple of kColAlignB columns likewise (only tiles of groups along N start elsewhere), 128-wide ones
 // at a multiple of four K blocks, which holds K block `k_block` at k_block % 4. Scales shared by
 // every batch have a map without batches. Outside the scales they read as zero, as the data does.
 __device__ __forceinline__ void load_stage_scales(u32 dst, const KernelMaps& maps, const GemmParams& p, u64* full,
@@ -88,7 +93,7 @@ __device__ __forceinline__ void load_stage_scales(u32 dst, const KernelMaps& map
       const int z = b_scale(p, half == 1).batch_stride != 0 ? batch : 0;
       const u32 to = dst + kScaleOffsetB + half * kScaleHalfB;
       if (!kCoarseB) {
-        tma_load_3d(to, map, full, int(col), kMxB ? 4 * k_block : k_block, z);
+        tma_load_3d(to, map, full, int(col) & -kColAlignB, kMxB ? 4 * k_block : k_block, z);
       } else {
         tma_load_3d(to, map, full, k_block & ~3, int(col / kScaleMNB), z);
       }
@@ -97,13 +102,13 @@ __device__ __forceinline__ void load_stage_scales(u32 dst, const KernelMaps& map
 }
 
 // Where a tile's scales lie in the boxes load_stage_scales staged: A's 1-wide rows from
-// row % kRowAlignA (a_skew), and the unit's first K block (k_first), whose 128-wide blocks' lie
-// at k_block % 4.
+// row % kRowAlignA (a_skew), B's 1-wide columns from col % kColAlignB (b_skew), and the unit's
+// first K block (k_first), whose 128-wide blocks' lie at k_block % 4.
 struct ScaleSkew {
-  int a_skew, k_first;
+  int a_skew, b_skew, k_first;
 };
-__device__ __forceinline__ ScaleSkew scale_skew(i64 row, int k_first) {
-  return {kGrouped ? int(row % kRowAlignA) : 0, k_first};
+__device__ __forceinline__ ScaleSkew scale_skew(i64 row, i64 col, int k_first) {
+  return {kGrouped ? int(row % kRowAlignA) : 0, int(col % kColAlignB), k_first};
 }
 
 // The scales of K block `k_block` that a consumer thread reads before its promotions: the A
@@ -143,24 +148,29 @@ __device__ __forceinline__ KBlockScales read_k_block_scales(u32 scales, const Sc
 // column pair and granule; instead each consumer warpgroup converts a K block's once, a word per
 // thread, into floats in a buffer of its own (two, used by alternate K blocks): granule g's
 // column c at g * kTileN + c.
-constexpr u32 kMxFloatBytes = mx_float_bytes(kScaleB, kTileN);  // one K block's
+constexpr u32 kMxFloatBytes = mx_float_bytes(kScaleB, kTileN, kGroupedN);  // one K block's
 
 // Whether promote() reads B's scales from the stage (else all it needs is in KBlockScales and
 // the converted mx floats).
 constexpr bool kPromoteReadsStage = kInnerB && !kMxB && kScaleMNB == 1;
 
-// By each thread t of a consumer warpgroup: converts word t of the stage's B exponents (`scales`:
-// four columns of one granule, in B's box or B2's) into four floats at `floats`; the warpgroup
-// meets at a barrier before reading them.
+// By each thread t of a consumer warpgroup: converts words t, t + 128, ... of the stage's B
+// exponents (`scales`: four columns of one granule each, in B's box or B2's) into four floats
+// each, granule g's box column c at `floats` + 4 * (g * kMxRow + c); the warpgroup meets at a
+// barrier before reading them.
+constexpr int kHalfBoxB = kHalfN + (kGroupedN ? kColAlignB : 0);  // a half's box: four rows of as many bytes
+constexpr int kMxRow = kDual ? kTileN : kBoxColsB;
 __device__ __forceinline__ void convert_mx_scales(u32 floats, u32 scales, int t) {
-  static_assert(!kMxB || kStageWordsB <= 128, "a word per consumer thread");
-  if (t >= kStageWordsB) return;
-  const int half = t / kHalfN, w = t % kHalfN;  // a half's box: four rows of kHalfN bytes
-  const int g = 4 * w / kHalfN, c = half * kHalfN + 4 * w % kHalfN;
-  const u32 word = ld_shared_u32(scales + kScaleOffsetB + half * kScaleHalfB + 4 * w);
-  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(floats + 4 * (g * kTileN + c)), "f"(ue8m0_to_float(word)),
-               "f"(ue8m0_to_float(word >> 8)), "f"(ue8m0_to_float(word >> 16)), "f"(ue8m0_to_float(word >> 24))
-               : "memory");
+#pragma unroll
+  for (int word_at = t; word_at < kStageWordsB; word_at += 128) {
+    const int half = word_at / kHalfBoxB, w = word_at % kHalfBoxB;
+    const int g = 4 * w / kHalfBoxB, c = half * kHalfN + 4 * w % kHalfBoxB;
+    const u32 word = ld_shared_u32(scales + kScaleOffsetB + half * kScaleHalfB + 4 * w);
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(floats + 4 * (g * kMxRow + c)),
+                 "f"(ue8m0_to_float(word)), "f"(ue8m0_to_float(word >> 8)), "f"(ue8m0_to_float(word >> 16)),
+                 "f"(ue8m0_to_float(word >> 24))
+                 : "memory");
+  }
 }
 
 // A's scales of the thread's fragment rows (r and r + 8) for granule g.
@@ -177,8 +187,9 @@ __device__ __forceinline__ RowScales a_scales(const KBlockScales& k, int g) {
 }
 
 // acc += partial * (A's scale of the row: `rows`) * (B's scale of the column) for granule g of a
-// K block whose scales are staged at shared address `scales` (B's mx ones converted at
-// `mx_floats`). A's scales are its inner ones (a_scales), or 4-bit weights' group scales
+// K block whose B scales are staged at shared address `scales` (B's mx ones converted at
+// `mx_floats`), each moved on by the tile's b_skew columns (ScaleSkew) where tiles of groups
+// along N start off a box's start. A's scales are its inner ones (a_scales), or 4-bit weights' group scales
 // (widen.cuh); without any this is a plain sum. wgmma's accumulator layout: registers 4j and
 // 4j + 1 hold row r, 4j + 2 and 4j + 3 row r + 8.
 // With 128x128 B blocks, which block a column group lies in depends only on the tile's first
@@ -199,7 +210,7 @@ __device__ __forceinline__ void promote(float* acc, const float* partial, const 
   for (int j = 0; j < kTileN / 8; ++j) {
     // The scales of the thread's column pair and its two rows.
     float2 b = make_float2(1.0f, 1.0f);
-    if (kInnerB && kMxB) b = ld_shared_f32x2(mx_floats + 4 * (g * kTileN + fragment_col(t, j)));
+    if (kInnerB && kMxB) b = ld_shared_f32x2(mx_floats + 4 * (g * kMxRow + fragment_col(t, j)));
     if (kPromoteReadsStage) b = ld_shared_f32x2(scales + b_column_word(8 * j) + 4 * (fragment_col(t, j) - 8 * j));
     if (kCoarseB) {
       const int half = j < kHalfN / 8 ? 0 : 1, jh = j - half * (kHalfN / 8);

@@ -38,6 +38,7 @@ struct SmemShape {
   int scale_a, scale_b;        // GEMMKIT_SCALE_* codes
   int scale_a_mn, scale_b_mn;  // M (N) elements per block scale of A (B): 1 or 128
   int group_capacity;          // groups the table holds (grouped kernels), else 0
+  bool grouped_n;              // the groups split N (tiles start at any column), not the rows
   bool dual;                   // a dual GEMM's: B's half of the tile's columns, then B2's
   int widen_rows;              // a 4-bit A's rows per stage (its tile rows), else 0
   int widen_row_bytes;         // a row's packed bytes per stage: half its K block (32, or 64 against 8-bit B)
@@ -58,19 +59,20 @@ GEMMKIT_HOST_DEVICE constexpr int b_scale_blocks(int tile_n) { return (tile_n + 
 // per operand: 1-wide blocks' and mx exponents along M (N), 128-wide blocks' along K, four K
 // blocks (16 bytes, TMA's least) of each 128-row (column) block the tile touches. A: a 1x128
 // block's f32 per tile row, or four rows of mx exponents (one per granule) of a byte per tile
-// row; in grouped kernels, whose tiles start at any row, a_box_row_alignment rows more (a box
-// starts at a multiple of 16 bytes); or 128x128 blocks' four. B: a 128x1 block's f32 per tile
-// column, or four rows of mx exponents of a byte per tile column; or four per 128-column block
-// the tile touches for 128x128 blocks (a dual GEMM's: those of B's half, then those of B2's).
-GEMMKIT_HOST_DEVICE constexpr int a_box_row_alignment(int mode) { return mode == GEMMKIT_SCALE_MX ? 16 : 4; }
+// row; or 128x128 blocks' four. B: a 128x1 block's f32 per tile column, or four rows of mx
+// exponents of a byte per tile column; or four per 128-column block the tile touches for 128x128
+// blocks (a dual GEMM's: those of B's half, then those of B2's). A box of 1-wide scales starts at
+// a multiple of 16 bytes (scale_box_alignment elements), so where tiles start at any row (grouped
+// kernels) or column (groups along N), it is that many longer.
+GEMMKIT_HOST_DEVICE constexpr int scale_box_alignment(int mode) { return mode == GEMMKIT_SCALE_MX ? 16 : 4; }
 GEMMKIT_HOST_DEVICE constexpr int stage_scale_words_a(int mode, int mn, int tile_m, bool grouped) {
   return !is_inner_scale_mode(mode)               ? 0
-         : mode == GEMMKIT_SCALE_MX || mn == 1 ? tile_m + (grouped ? a_box_row_alignment(mode) : 0)
+         : mode == GEMMKIT_SCALE_MX || mn == 1 ? tile_m + (grouped ? scale_box_alignment(mode) : 0)
                                                : 4;
 }
-GEMMKIT_HOST_DEVICE constexpr int stage_scale_words_b(int mode, int mn, int tile_n, bool dual) {
+GEMMKIT_HOST_DEVICE constexpr int stage_scale_words_b(int mode, int mn, int tile_n, bool dual, bool grouped_n) {
   return !is_inner_scale_mode(mode)               ? 0
-         : mode == GEMMKIT_SCALE_MX || mn == 1 ? tile_n
+         : mode == GEMMKIT_SCALE_MX || mn == 1 ? tile_n + (grouped_n ? scale_box_alignment(mode) : 0)
          : dual                                ? 2 * 4 * b_scale_blocks(tile_n / 2)
                                                : 4 * b_scale_blocks(tile_n);
 }
@@ -79,19 +81,21 @@ GEMMKIT_HOST_DEVICE constexpr int stage_scale_words_b(int mode, int mn, int tile
 // 128-byte boundary, where TMA's boxes land.
 GEMMKIT_HOST_DEVICE constexpr unsigned scale_part_bytes(int words) { return unsigned(words * 4 + 127) / 128 * 128; }
 GEMMKIT_HOST_DEVICE constexpr unsigned stage_scale_bytes(int scale_a, int scale_a_mn, int scale_b, int scale_b_mn, int tile_m,
-                                                         int tile_n, bool dual, bool grouped) {
+                                                         int tile_n, bool dual, bool grouped, bool grouped_n) {
   const int words_a = stage_scale_words_a(scale_a, scale_a_mn, tile_m, grouped);
-  const int words_b = stage_scale_words_b(scale_b, scale_b_mn, tile_n, dual);
+  const int words_b = stage_scale_words_b(scale_b, scale_b_mn, tile_n, dual, grouped_n);
   return (words_a > 0 ? scale_part_bytes(words_a) : 0) +
          (words_b == 0 ? 0 : dual ? 2 * scale_part_bytes(words_b / 2) : scale_part_bytes(words_b));
 }
 
 // B's rowwise scales of one tile (f32 per column; a dual GEMM's tensor scales too, B's and B2's
-// per half), and B's mx scales of one K block as floats (four granules per column).
+// per half), and B's mx scales of one K block as floats (four granules per column of its box).
 GEMMKIT_HOST_DEVICE constexpr unsigned column_scale_bytes(int scale_b, int tile_n, bool dual) {
   return scale_b == GEMMKIT_SCALE_ROWWISE || (dual && scale_b == GEMMKIT_SCALE_TENSOR) ? tile_n * 4 : 0;
 }
-GEMMKIT_HOST_DEVICE constexpr unsigned mx_float_bytes(int scale_b, int tile_n) { return scale_b == GEMMKIT_SCALE_MX ? 4 * tile_n * 4 : 0; }
+GEMMKIT_HOST_DEVICE constexpr unsigned mx_float_bytes(int scale_b, int tile_n, bool grouped_n) {
+  return scale_b == GEMMKIT_SCALE_MX ? 4 * stage_scale_words_b(scale_b, 1, tile_n, false, grouped_n) * 4 : 0;
+}
 
 // A 4-bit A's stage (widen.cuh): its packed rows, a K block's elements two a byte, as its slice;
 // after the stage's other scales, those of `groups` K groups by the rows (the K block's first group
@@ -126,7 +130,7 @@ GEMMKIT_HOST_DEVICE constexpr SmemLayout smem_layout(const SmemShape& s) {
   l.stage_a = rows_a * (s.widen_rows > 0 ? unsigned(s.widen_row_bytes) : kStageRowBytes);
   l.stage_b = rows_b * kStageRowBytes;
   l.stage_scales = stage_scale_bytes(s.scale_a, s.scale_a_mn, s.scale_b, s.scale_b_mn, s.tile_m, s.tile_n, s.dual,
-                                     s.group_capacity > 0) +
+                                     s.group_capacity > 0, s.grouped_n) +
                    widen_scale_bytes(s.widen_rows, s.widen_scale_bytes, s.widen_groups, s.widen_zeros);
   l.landing = ((s.realign_a ? rows_a : 0) + (s.realign_b ? rows_b : 0)) * kLandingRowBytes;
   l.stage = l.stage_a + l.stage_b + l.stage_scales;
@@ -146,7 +150,7 @@ GEMMKIT_HOST_DEVICE constexpr SmemLayout smem_layout(const SmemShape& s) {
   l.scales = (l.slots + stages * kWorkSlotBytes + scale_alignment - 1) / scale_alignment * scale_alignment;
   l.column_scales = l.scales + stages * l.stage_scales;
   l.mx_floats = l.column_scales + 2 * consumers * column_scale_bytes(s.scale_b, s.tile_n, s.dual);
-  l.group_table = l.mx_floats + 2 * consumers * mx_float_bytes(s.scale_b, s.tile_n);
+  l.group_table = l.mx_floats + 2 * consumers * mx_float_bytes(s.scale_b, s.tile_n, s.grouped_n);
   l.end = l.group_table + group_table_bytes(s.group_capacity);
   l.total = kSmemAlignment + l.end;
   return l;

@@ -66,16 +66,7 @@ Problem validate_grouped(const TensorView& a, const TensorView& b, const TensorV
   check_sizes_and_budget(sizes, options);
   const int64_t groups = sizes.count;
   check_form(b, "B");
-  if (is_4bit(b.dtype)) {  // the kernels' grouped 4-bit paths take no FP8 A's blocks or mx exponents, yet
-    // gemm() takes mx (A8W4 in MX) against weights in groups of 32; no grouped kernel has been
-    // built or run with it.
-    const ScaleMode mode_a = options.scale_a.mode;
-    if (is_fp8(a.dtype) && (mode_a == ScaleMode::block || mode_a == ScaleMode::mx)) {
-      fail("scale_a: mode " + std::string(scale_mode_name(mode_a)) +
-           " with 4-bit weights B; expected none, tensor or rowwise (" +
-           (mode_a == ScaleMode::block ? "1x128 activation blocks" : "mx activation exponents") +
-           " on grouped 4-bit weights: not supported yet)");
-    }
+  if (is_4bit(b.dtype)) {
     if (b.rank == 3 && b.batch() > 1 && b.batch_stride() % 2 != 0) {
       fail("B: strides " + strides_text(b) + " for 4-bit weights; expected an even group stride (two elements a byte, "
            "each group's weights from a byte)");

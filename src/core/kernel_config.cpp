@@ -24,7 +24,7 @@ sm90::SmemShape smem_shape(const KernelConfig& c) {
   const bool widen_a = is_4bit(c.in);
   return {c.tile_m, c.tile_n, c.stages, c.b_k_major, c.tma_store ? c.store_buffers : c.row_store() ? 1 : 0,
           c.realign_a, c.realign_b, widen_a ? 0 : int(c.scale_a), int(c.scale_b), c.scale_a_mn, c.scale_b_mn,
-          c.group_capacity, c.dual, widen_a ? c.tile_m : 0, widen_a ? c.tile_k() / 2 : 0, c.in == DType::u4 ? 2 : 1,
+          c.group_capacity, c.grouped() && c.group_along_n, c.dual, widen_a ? c.tile_m : 0, widen_a ? c.tile_k() / 2 : 0, c.in == DType::u4 ? 2 : 1,
           c.widen_groups(), c.zeros};
 }
 
@@ -52,8 +52,9 @@ bool KernelConfig::row_store() const {
 int KernelConfig::ctas_per_sm() const {
   if (kind != KernelKind::tma || !widens() || tile_m != 64 || !is_narrow({tile_m, tile_n})) return 1;
   // A fused epilogue's registers do not fit beside a fourth CTA (grouped MXFP4 64x16 with a bias,
-  // an auxiliary output and a router weight spilled 32 bytes): three give each 216, not 136.
-  return epilogue ? 3 : 4;
+  // an auxiliary output and a router weight spilled 32 bytes): three give each 216, not 136. Nor
+  // do grouped tiles' with B's mx exponents (u4 in groups of 32 with zero points, 64x32: 12 bytes).
+  return epilogue || (grouped() && scale_b == ScaleMode::mx) ? 3 : 4;
 }
 
 // A TMA kernel: a producer warpgroup and one consumer warpgroup for each 64 rows of the tile;

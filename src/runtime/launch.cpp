@@ -172,9 +172,10 @@ bool tma_reads(const MatrixRef& m, int64_t batch, int64_t rows, int64_t cols, bo
          (batch == 1 || m.batch_stride == 0 || m.batch_stride * bytes % 16 == 0);
 }
 
-// `tile`: the tile's rows (A; grouped kernels' boxes are longer, smem_layout.h) or the columns of
-// one operand's part of it (B, B2).
-InnerScales inner_scales(const ScaleRef& s, bool is_a, const Problem& p, int tile, bool grouped) {
+// `tile`: the tile's rows (A) or the columns of one operand's part of it (B, B2); `any_start`:
+// tiles start at any row (A) or column (B), as grouped kernels' do, and the boxes are longer
+// (smem_layout.h).
+InnerScales inner_scales(const ScaleRef& s, bool is_a, const Problem& p, int tile, bool any_start) {
   InnerScales b;
   if (s.mode != ScaleMode::block && s.mode != ScaleMode::mx) return b;
   const bool mx = s.mode == ScaleMode::mx;
@@ -185,7 +186,7 @@ InnerScales inner_scales(const ScaleRef& s, bool is_a, const Problem& p, int til
   b.cols = is_a ? k_blocks : mn_blocks;
   b.cols_contiguous = is_a != fine;  // A: K contiguous where coarse; B: N contiguous where fine
   const int mode = mx ? GEMMKIT_SCALE_MX : GEMMKIT_SCALE_BLOCK;
-  b.box_inner = fine ? uint32_t(tile + (is_a && grouped ? sm90::a_box_row_alignment(mode) : 0)) : 4;
+  b.box_inner = fine ? uint32_t(tile + (any_start ? sm90::scale_box_alignment(mode) : 0)) : 4;
   b.box_outer = mx ? 4 : fine || is_a ? 1 : uint32_t(sm90::b_scale_blocks(tile));
   b.m = s.m;
   if (!tma_reads(s.m, p.batch, b.rows, b.cols, b.cols_contiguous)) {
@@ -360,7 +361,7 @@ bool launch_gemm(const LoadedKernel& kernel, const KernelConfig& config, const P
   const int tile_b = config.dual ? config.tile_n / 2 : config.tile_n;  // one operand's columns
   const InnerScales scales_a = widen_a ? widened_scales(p.scale_a.m, p, config.tile_m, config.widen_groups())
                                        : inner_scales(p.scale_a, true, p, config.tile_m, config.grouped());
-  const InnerScales scales_b = inner_scales(p.scale_b, false, p, tile_b, false);
+  const InnerScales scales_b = inner_scales(p.scale_b, false, p, tile_b, config.grouped() && config.group_along_n);
   const InnerScales scales_b2 = inner_scales(p.scale_b2, false, p, tile_b, false);
   // A u4 A's zero points, staged after its scales.
   const InnerScales zeros = widen_a && p.scale_a.zeros.data

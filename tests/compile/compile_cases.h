@@ -177,7 +177,8 @@ inline std::vector<CompileCase> realign_cases() {
 // and e2m1 on the widest and narrowest tiles. W4A8 (u4 and e2m1 against e4m3 B) on every tile that
 // takes it, B's scales per column and in 128x1 blocks; u4's group scales bf16, f16 with zero points.
 // Grouped along N (experts' weights, their tokens as columns), contiguous and masked, in each
-// format against bf16 and e4m3, on decode's narrow tiles and prefill's widest, stored directly.
+// format against bf16 and e4m3 (B's scales per column, in 128x1 blocks, mx), on decode's narrow
+// tiles and prefill's widest, stored directly.
 inline std::vector<CompileCase> widen_cases() {
   std::vector<CompileCase> cases;
   auto add = [&](TileShape tile, DType format, DType wide, bool zeros, DType out, bool tma_store = true,
@@ -262,6 +263,12 @@ inline std::vector<CompileCase> widen_cases() {
       add(tile, DType::e2m1, DType::bf16, false, DType::bf16, false, 1, false, false, ScaleMode::none, 128, 128, layout);
       add(tile, DType::u4, DType::e4m3, true, DType::bf16, false, 1, false, false, ScaleMode::rowwise, 128, 32, layout);
       add(tile, DType::e2m1, DType::e4m3, false, DType::bf16, false, 1, false, false, ScaleMode::rowwise, 32, 128, layout);
+      // A's inner scales as B's, from boxes that start up to 16 bytes before a group's first token.
+      add(tile, DType::u4, DType::e4m3, true, DType::bf16, false, 1, false, false, ScaleMode::block, 128, 128, layout);
+      if (tile_takes_scales(tile, ScaleMode::none, ScaleMode::mx)) {
+        add(tile, DType::e2m1, DType::e4m3, false, DType::bf16, false, 1, false, false, ScaleMode::mx, 32, 128, layout);
+        add(tile, DType::u4, DType::e4m3, true, DType::f32, false, 1, false, false, ScaleMode::mx, 32, 128, layout);
+      }
     }
   }
   return cases;

@@ -242,6 +242,9 @@ TEST(GroupedLowbitValidate, TakesFourBitWeightsWithPerGroupScales) {
       {.in = e4m3, .scale_a = ScaleMode::tensor},
       {.in = e4m3, .group = 32, .scale_type = f16},  // scale_a none
       {.in = e4m3, .weights = e2m1, .scale_a = ScaleMode::rowwise, .k = 2880},
+      {.in = e4m3, .zeros = true, .scale_a = ScaleMode::block, .k = 1000},  // 1x128 activation blocks
+      {.in = e4m3, .weights = e2m1, .scale_a = ScaleMode::mx, .k = 2880},   // A8W4 in MX
+      {.in = e4m3, .group = 32, .scale_a = ScaleMode::mx},
   };
   for (const Lowbit& w : cases) {
     for (bool masked_groups : {false, true}) {
@@ -261,6 +264,17 @@ TEST(GroupedLowbitValidate, TakesFourBitWeightsWithPerGroupScales) {
       EXPECT_EQ(p.scale_a.zeros.data != nullptr, w.zeros);
       if (w.zeros) EXPECT_EQ(p.scale_a.zeros.batch_stride, scale_batch_stride);
       EXPECT_EQ(p.scale_b.mode, w.scale_a);
+      if (w.scale_a == ScaleMode::block || w.scale_a == ScaleMode::mx) {
+        // A's 1x128 blocks (mx exponents) are B's 128x1 ones, read by the promotion from boxes
+        // that start up to 16 bytes before a group's first token; the grouped pick takes them.
+        EXPECT_EQ(p.scale_b.block_rows, w.scale_a == ScaleMode::mx ? 32 : 128);
+        EXPECT_EQ(p.scale_b.block_cols, 1);
+        const KernelConfig c = choose_grouped_config(p, DeviceLimits{});
+        EXPECT_TRUE(c.group_along_n) << c.name();
+        EXPECT_EQ(c.scale_b, w.scale_a) << c.name();
+        EXPECT_TRUE(tile_takes_scales({c.tile_m, c.tile_n}, c.scale_a, c.scale_b)) << c.name();
+        EXPECT_TRUE(fits(c, DeviceLimits{})) << c.name();
+      }
     }
   }
 }
@@ -335,23 +349,16 @@ TEST(GroupedLowbitValidate, TakesFusedEpiloguesTransposed) {
   }
 }
 
-// Refused by name, contiguous and masked: what grouped_gemm does not take with 4-bit weights
-// (W4A8 with A's 1x128 block scales or mx exponents, which gemm() takes against weights in groups
-// of 32, yet; a dual GEMM's B2; scales or zero points not batched by G; zero points for e2m1), and
-// what gemm() refuses of 4-bit weights too.
+// Refused by name, contiguous and masked: what grouped_gemm does not take with 4-bit weights (a
+// dual GEMM's B2; scales or zero points not batched by G; zero points for e2m1), and what gemm()
+// refuses of 4-bit weights too (mx activation exponents against weights in groups of 128).
 TEST(GroupedLowbitValidate, RefusesByName) {
   for (bool masked_groups : {false, true}) {
     SCOPED_TRACE(masked_groups ? "masked" : "contiguous");
     const Args w4a8 = lowbit({.in = DType::e4m3, .zeros = true, .scale_a = ScaleMode::rowwise}, masked_groups);
     const Args w4a16 = lowbit({.zeros = true}, masked_groups);
-    Args x = lowbit({.in = DType::e4m3, .scale_a = ScaleMode::block}, masked_groups);
-    expect_rejected(x, "scale_a", {"block", "not supported yet"});
-    for (const Lowbit& mx : {Lowbit{.in = DType::e4m3, .weights = DType::e2m1, .scale_a = ScaleMode::mx},
-                             Lowbit{.in = DType::e4m3, .group = 32, .scale_a = ScaleMode::mx}}) {
-      SCOPED_TRACE(mx.describe());
-      expect_rejected(lowbit(mx, masked_groups), "scale_a",
-                      {"mode mx", "mx activation exponents", "not supported yet"});
-    }
+    Args x = lowbit({.in = DType::e4m3, .scale_a = ScaleMode::mx}, masked_groups);
+    expect_rejected(x, "scale_a", {"mode mx", "groups of 128", "groups of 32"});
     x = w4a8;
     x.options.b2 = x.b;
     expect_rejected(x, "options.b2", {});

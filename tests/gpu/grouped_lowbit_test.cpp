@@ -2,7 +2,7 @@
 // experts' weights B [G, K, N] K-contiguous (a checkpoint's [G, N, K/2] bytes), u4 in groups along
 // K with per-group scales [G, ceil(K/group), N] (and zero points), or e2m1 with ue8m0 scales
 // [G, ceil(K/32), N]; against bf16 or f16 activations (W4A16) or e4m3 ones (W4A8: A's scales none,
-// tensor or rowwise). A table of cases, contiguous and masked: empty groups, groups of one token,
+// tensor, rowwise, 1x128 blocks, or mx exponents against weights in groups of 32). A table of cases, contiguous and masked: empty groups, groups of one token,
 // M_total off every multiple, N odd, K with a partial last group (1000, 4097, 2880), decode
 // (max_m 1 and 16, G = 8 and 128), prefill-sized groups (M_total 1001 and 4095, G = 8), one group,
 // unowned rows zeroed. Fresh random inputs, D NaN-poisoned; each group against the double-precision
@@ -39,7 +39,8 @@ using testing::kEdgeRows;
 constexpr GroupLayout masked = GroupLayout::masked;
 constexpr DType bf16 = DType::bf16, f16 = DType::f16, f32 = DType::f32, u4 = DType::u4, e2m1 = DType::e2m1,
                 e4m3 = DType::e4m3;
-constexpr ScaleMode tensor = ScaleMode::tensor, rowwise = ScaleMode::rowwise;
+constexpr ScaleMode tensor = ScaleMode::tensor, rowwise = ScaleMode::rowwise, block = ScaleMode::block,
+                    mx = ScaleMode::mx;
 
 // G groups of 0 to `most` rows, uneven and the same on every run: group g has (7 g + 3) mod
 // (most + 1) rows, so that empty groups and full ones lie among the first most + 1.
@@ -92,6 +93,17 @@ const std::vector<GroupedCase> kCases = {
     {.rows = kEdgeRows, .n = 1001, .k = 1000, .in = e4m3, .scales = rowwise, .weights = u4, .group = 1000,
      .group_scales = f16},
     {.layout = masked, .rows = {3, 130, 0, 64}, .n = 2880, .k = 2880, .in = e4m3, .scales = rowwise, .weights = e2m1},
+    // W4A8 with A's inner scales, which the promotion reads as B's (128x1 blocks, mx exponents) from
+    // boxes that start up to 16 bytes before a group's first token: 1x128 blocks against u4 in groups
+    // of 128 (zero points, f16 scales) and 64, mx exponents (A8W4 in MX) against e2m1 and u4 in
+    // groups of 32; contiguous groups starting off every multiple of 4 and 16 tokens, masked ones.
+    {.rows = kEdgeRows, .n = 1001, .k = 2880, .in = e4m3, .scales = block, .weights = u4, .group = 128, .zeros = true,
+     .group_scales = f16},
+    {.layout = masked, .rows = {3, 130, 0, 64}, .n = 257, .k = 4097, .in = e4m3, .out = f32, .scales = block,
+     .weights = u4, .group = 64},
+    {.rows = kEdgeRows, .n = 2880, .k = 2880, .in = e4m3, .scales = mx, .weights = e2m1},
+    {.layout = masked, .rows = {200, 0, 1, 77}, .n = 511, .k = 1000, .in = e4m3, .out = f16, .scales = mx,
+     .weights = u4, .group = 32, .zeros = true},
     // Decode: masked, max_m 1 and 16 (rows past the counts untouched), G = 8 and 128; contiguous,
     // 0 to 2 tokens in each of 128 groups.
     {.layout = masked, .rows = uneven_rows(8, 1), .n = 4095, .k = 2880, .extra_rows = 0, .weights = u4, .group = 128,
@@ -103,11 +115,17 @@ const std::vector<GroupedCase> kCases = {
      .weights = u4, .group = 128},
     {.layout = masked, .rows = uneven_rows(128, 16), .n = 257, .k = 2880, .in = e4m3, .scales = tensor,
      .extra_rows = 0, .weights = u4, .group = 64, .zeros = true},
+    {.layout = masked, .rows = uneven_rows(8, 16), .n = 4095, .k = 2880, .in = e4m3, .scales = block, .extra_rows = 0,
+     .weights = u4, .group = 128},
+    {.rows = uneven_rows(128, 2), .n = 1001, .k = 2880, .in = e4m3, .scales = block, .weights = u4, .group = 128},
+    {.rows = uneven_rows(32, 3), .n = 511, .k = 1000, .in = e4m3, .scales = mx, .weights = e2m1},
     {.rows = uneven_rows(128, 2), .n = 1001, .k = 2880, .weights = u4, .group = 128, .zeros = true},
     // Prefill-sized groups, G = 8: M_total 4095 and 1001; masked up to 512 rows a group.
     {.rows = {0, 517, 1, 1200, 33, 0, 900, 1444}, .n = 2880, .k = 2880, .weights = u4, .group = 128, .zeros = true},
     {.rows = {130, 0, 257, 64, 1, 301, 99, 149}, .n = 4095, .k = 1000, .in = e4m3, .scales = rowwise, .weights = u4,
      .group = 128, .group_scales = f16},
+    {.rows = {130, 0, 257, 64, 1, 301, 99, 149}, .n = 2880, .k = 2880, .in = e4m3, .scales = block, .weights = u4,
+     .group = 128, .zeros = true},
     {.layout = masked, .rows = {512, 0, 1, 300, 129, 64, 257, 500}, .n = 2880, .k = 2880, .weights = e2m1},
     // One group.
     {.rows = {999}, .n = 257, .k = 4097, .weights = u4, .group = 64, .zeros = true},
@@ -242,24 +260,24 @@ using GroupedLowbitErrors = testing::GpuTest;
 // What grouped_gemm does not take with 4-bit weights, refused with Error(invalid_argument) whose
 // message starts with the argument's name, each for contiguous and masked groups, and D (with
 // sizes.zero_unowned set, so that a call refused after its zeroing kernel would show) left as
-// poisoned: W4A8 with A's 1x128 block scales (not yet), a dual GEMM's B2, scales and zero points
-// for G - 1 groups, zero points for e2m1 weights; and a fused epilogue's tensor of the wrong shape
-// (a per-expert bias one column short).
+// poisoned: W4A8 with A's mx exponents against weights in groups of 128, a dual GEMM's B2, scales
+// and zero points for G - 1 groups, zero points for e2m1 weights; and a fused epilogue's tensor of
+// the wrong shape (a per-expert bias one column short).
 TEST_F(GroupedLowbitErrors, RefusedByNameWithDUntouched) {
   for (GroupLayout layout : {GroupLayout::contiguous, masked}) {
     const std::vector<int64_t> rows = {3, 0, 70, 1};  // G = 4
     GroupedProblem w4a8({.layout = layout, .rows = rows, .in = e4m3, .scales = rowwise, .weights = u4, .group = 128,
                          .zeros = true, .zero_unowned = true});
-    GroupedProblem blocks({.layout = layout, .rows = rows, .in = e4m3, .scales = ScaleMode::block, .weights = u4,
-                           .group = 128, .zero_unowned = true});
+    GroupedProblem exponents({.layout = layout, .rows = rows, .in = e4m3, .scales = mx, .weights = u4, .group = 128,
+                              .zero_unowned = true});
     GroupedProblem fp4({.layout = layout, .rows = rows, .weights = e2m1, .zero_unowned = true});
-    for (GroupedProblem* p : {&w4a8, &blocks, &fp4}) p->poison();
+    for (GroupedProblem* p : {&w4a8, &exponents, &fp4}) p->poison();
     const auto refused = [&](const GroupedProblem& p, const GemmOptions& o, const std::string& argument,
                              std::initializer_list<std::string> given) {
       SCOPED_TRACE(std::string(layout == masked ? "masked: " : "contiguous: ") + argument);
       testing::expect_invalid_argument([&] { grouped_gemm(p.a(), p.b(), p.d(), p.sizes(), o); }, argument, given);
     };
-    refused(blocks, blocks.options(), "scale_a", {"block", "not supported yet"});
+    refused(exponents, exponents.options(), "scale_a", {"mode mx", "groups of 128"});
     GemmOptions o = w4a8.options();
     const TensorView short_bias = TensorView::batched(w4a8.d().data, bf16, 4, 1, 255, 255, 255, 1);  // N = 256
     o.epilogue = {"silu(acc + bias[n])", {{"bias", short_bias}}};
@@ -276,7 +294,7 @@ TEST_F(GroupedLowbitErrors, RefusedByNameWithDUntouched) {
     o = fp4.options();
     o.scale_b.zeros = o.scale_b.scales;
     refused(fp4, o, "scale_b", {"zero points"});
-    for (const GroupedProblem* p : {&w4a8, &blocks, &fp4}) testing::expect_d_untouched(p->dense());
+    for (const GroupedProblem* p : {&w4a8, &exponents, &fp4}) testing::expect_d_untouched(p->dense());
   }
 }
 
