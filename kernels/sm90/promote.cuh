@@ -202,6 +202,14 @@ __device__ __forceinline__ RowScales a_scales(const KBlockScales& k, int g) {
 // group's block at run time; H100.)
 constexpr int kColStep = !kCoarseB || 128 % kHalfN == 0 ? 128 : (kHalfN & -kHalfN);  // else gcd(kHalfN, 128)
 
+// B's scales of the thread's column pair at shared address `at`: one 8-byte load, or two where a
+// tile of groups along N starts an odd number of columns into its box (b_skew), which leaves the
+// pair 4 bytes off (an H200 raised a misaligned address).
+__device__ __forceinline__ float2 column_pair_scales(u32 at) {
+  if constexpr (kGroupedN) return make_float2(ld_shared_f32(at), ld_shared_f32(at + 4));
+  return ld_shared_f32x2(at);
+}
+
 template <int kColInBlock>
 __device__ __forceinline__ void promote(float* acc, const float* partial, const RowScales& rows, const KBlockScales& k,
                                         u32 scales, u32 mx_floats, int g, int t) {
@@ -210,8 +218,8 @@ __device__ __forceinline__ void promote(float* acc, const float* partial, const 
   for (int j = 0; j < kTileN / 8; ++j) {
     // The scales of the thread's column pair and its two rows.
     float2 b = make_float2(1.0f, 1.0f);
-    if (kInnerB && kMxB) b = ld_shared_f32x2(mx_floats + 4 * (g * kMxRow + fragment_col(t, j)));
-    if (kPromoteReadsStage) b = ld_shared_f32x2(scales + b_column_word(8 * j) + 4 * (fragment_col(t, j) - 8 * j));
+    if (kInnerB && kMxB) b = column_pair_scales(mx_floats + 4 * (g * kMxRow + fragment_col(t, j)));
+    if (kPromoteReadsStage) b = column_pair_scales(scales + b_column_word(8 * j) + 4 * (fragment_col(t, j) - 8 * j));
     if (kCoarseB) {
       const int half = j < kHalfN / 8 ? 0 : 1, jh = j - half * (kHalfN / 8);
       const float block = k.b[half * kBlocksHalf + (kColInBlock + 8 * jh) / 128];  // a group never straddles two
