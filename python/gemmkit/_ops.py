@@ -154,9 +154,12 @@ _lib.define("w4_mm_out(Tensor x, Tensor w, Tensor scales, Tensor? zeros, Tensor(
 # for each group's rows of x, `layout` and `sizes` as grouped_mm's (x [M_total, K] with the ends,
 # or [G, max_m, K] with the counts), the experts' weights W [G, N, K] as w4_mm's with G first: w
 # [G, N, ceil(K/2)] bytes, int4's scales (and zeros) [G, ceil(K/group), N], MXFP4's [G, N,
-# ceil(K/32)]; an e4m3 x with float32 x_scale, one for all or one a row ([M_total, 1] or
-# [M_total]; masked [G, max_m, 1] or [G, max_m]; no 1x128 blocks, no mx exponents yet). Checked
-# by _torch.check_grouped_w4 (in the fake implementations too). x's rows and N of out_dtype
+# ceil(K/32)]; an e4m3 x with x_scale, its mode read from its dtype and shape over x's rows
+# (_torch.grouped_x_scale_mode): float32 one for all, one a row ([M_total, 1] or [M_total];
+# masked [G, max_m, 1] or [G, max_m]) or 1x128 blocks ([M_total, ceil(K/128)]; masked [G, max_m,
+# ceil(K/128)]), or, against weights in groups of 32 of K (mxfp4, int4 with group 32),
+# float8_e8m0fnu or uint8 exponents ([M_total, ceil(K/32)]; masked [G, max_m, ceil(K/32)], mx).
+# Checked by _torch.check_grouped_w4 (in the fake implementations too). x's rows and N of out_dtype
 # (None: x's; bfloat16 for e4m3 x), the rows no group owns not written. Not differentiable: the
 # backward raises.
 _lib.define("grouped_w4_mm(Tensor x, Tensor w, Tensor scales, Tensor? zeros, Tensor sizes, str layout, str format, "

@@ -111,10 +111,10 @@ W4_BYTES = {"int4": (torch.uint8,), "mxfp4": (torch.uint8,) + ((FLOAT4,) if FLOA
 E8M0 = torch.float8_e8m0fnu
 MX_BLOCK = 32
 W4_SCALE_DTYPES = (torch.bfloat16, torch.float16)  # int4's scales (and zero points)
-# int4_mm's FP8 activations (W4A8), scaled by x_scale: one float32 scale (tensor), one a row
-# (rowwise) or one a row per X_SCALE_BLOCK of K (block, 1x128); or, against weights in groups of
-# MX_BLOCK of K (mxfp4, int4 with group 32), one ue8m0 exponent a row per MX_BLOCK of K (mx:
-# MXFP8 activations), of X_SCALE_MX's dtypes.
+# int4_mm's FP8 activations (W4A8; the grouped products' likewise, over x's rows), scaled by
+# x_scale: one float32 scale (tensor), one a row (rowwise) or one a row per X_SCALE_BLOCK of K
+# (block, 1x128); or, against weights in groups of MX_BLOCK of K (mxfp4, int4 with group 32), one
+# ue8m0 exponent a row per MX_BLOCK of K (mx: MXFP8 activations), of X_SCALE_MX's dtypes.
 W4A8_X = torch.float8_e4m3fn
 X_SCALE_BLOCK = 128
 X_SCALE_MX = (E8M0, torch.uint8)
@@ -123,6 +123,11 @@ X_SCALE_MX = (E8M0, torch.uint8)
 # of MX_BLOCK of K; gemm() widens them to e4m3 and runs A8W4 in MX.
 FP4_X = W4_BYTES["mxfp4"]
 FP4_X_NAMES = " or ".join(str(d).replace("torch.", "") for d in FP4_X)
+
+
+def as_e8m0(exponents):
+    """ue8m0 exponents (float8_e8m0fnu, or uint8 viewed so) as gemmkit reads them: float8_e8m0fnu."""
+    return exponents if exponents.dtype == E8M0 else exponents.view(E8M0)
 
 
 def x_k(x):
@@ -149,10 +154,10 @@ def launch_w4(x, w, scales, zeros, format, group, out, x_scale=None):
     viewed in C++ as A, M x K of e2m1 (packed_activation_view_of), their x_scale mx. Checked by
     check_w4."""
     if format == "mxfp4":
-        scales = (scales if scales.dtype == E8M0 else scales.view(E8M0)).t()
+        scales = as_e8m0(scales).t()
     mode_a = _C.ScaleMode.none if x_scale is None else MODES[x_scale_mode(x_scale, x.size(0), x_k(x))]
-    if mode_a == _C.ScaleMode.mx and x_scale.dtype != E8M0:
-        x_scale = x_scale.view(E8M0)
+    if mode_a == _C.ScaleMode.mx:
+        x_scale = as_e8m0(x_scale)
     _C.gemm_4bit_tensors(x, w, out, W4_FORMATS[format], scales, zeros, group,
                          torch._C._cuda_getCurrentRawStream(out.get_device()), mode_a, x_scale, x.dtype in FP4_X)
 
@@ -176,17 +181,21 @@ def launch_grouped_w4(x, w, scales, zeros, sizes, layout, format, group, out, ma
     ceil(K/2)] bytes: B = W^T, viewed in C++ as G x K x N of u4 or e2m1 (python/src/module.cpp,
     grouped_gemm_4bit_tensors; packed_weight_view_of), as launch_w4's for each expert. int4's
     scales and zero points [G, ceil(K/group), N] go as they are; MXFP4's [G, N, ceil(K/32)] as
-    their transpose, read as float8_e8m0fnu. An e4m3 x is scaled by x_scale (grouped_x_scale_mode:
-    one for all, or one a row; masked [G, max_m] ones get their column back, [G, max_m, 1], as
-    scaled_grouped_mm's). x is copied first where TMA cannot read it K-major. Through a fused
-    epilogue where one is given, as launch_grouped. Checked by check_grouped_w4."""
+    their transpose, read as float8_e8m0fnu. An e4m3 x is scaled by x_scale, A's scales in the
+    mode its dtype and shape say (grouped_x_scale_mode: one for all, one a row, 1x128 blocks or mx
+    exponents, each over x's rows); masked rowwise [G, max_m] ones get their column back, [G,
+    max_m, 1], as scaled_grouped_mm's; mx exponents in uint8 are read as float8_e8m0fnu, as
+    launch_w4's. x is copied first where TMA cannot read it K-major. Through a fused epilogue
+    where one is given, as launch_grouped. Checked by check_grouped_w4."""
     x = tma_readable(x, (-1,))
     if format == "mxfp4":
-        scales = (scales if scales.dtype == E8M0 else scales.view(E8M0)).transpose(-1, -2)
+        scales = as_e8m0(scales).transpose(-1, -2)
     mode_a = _C.ScaleMode.none
     if x_scale is not None:
         mode_a = MODES[grouped_x_scale_mode(x_scale, x)]
-        if x_scale.numel() == 1 and x_scale.dim() > 2:
+        if mode_a == _C.ScaleMode.mx:  # [M_total or G, max_m, ceil(K/32)] as they are
+            x_scale = as_e8m0(x_scale)
+        elif x_scale.numel() == 1 and x_scale.dim() > 2:
             x_scale = x_scale.reshape(())
         elif x.dim() == 3 and x_scale.dim() == 2:
             x_scale = x_scale.unsqueeze(-1)
@@ -684,14 +693,21 @@ def x_scale_mode(x_scale, m, k):
     'rowwise' ([M, 1] or [M], one a row) or 'block' ([M, ceil(K/128)], 1x128 blocks);
     float8_e8m0fnu or uint8 exponents 'mx' ([M, ceil(K/32)], 1x32 blocks: MXFP8 or MXFP4); None
     for any other shape. Where two float32 modes fit (M = 1, or K <= 128) they scale alike."""
+    return rows_scale_mode(x_scale, (m,), k)
+
+
+def rows_scale_mode(x_scale, rows, k):
+    """x_scale_mode over x's leading sizes `rows`, a tuple ((M,); a grouped x's (M_total,) or (G,
+    max_m): grouped_x_scale_mode): float32 one element (tensor), rows + (1,) or rows (rowwise) or
+    rows + (ceil(K/128),) (block); exponents rows + (ceil(K/32),) (mx)."""
     shape = tuple(x_scale.shape)
     if x_scale.dtype in X_SCALE_MX:
-        return "mx" if shape == (m, -(-k // MX_BLOCK)) else None
+        return "mx" if shape == (*rows, -(-k // MX_BLOCK)) else None
     if x_scale.numel() == 1:
         return "tensor"
-    if shape in ((m, 1), (m,)):
+    if shape in ((*rows, 1), rows):
         return "rowwise"
-    if shape == (m, -(-k // X_SCALE_BLOCK)):
+    if shape == (*rows, -(-k // X_SCALE_BLOCK)):
         return "block"
     return None
 
@@ -714,9 +730,38 @@ def x_scale_rows(x, x_scale):
 
 def mx_groups(format, group, k):
     """Whether 4-bit weights of `format` with K = k have their scales in groups of 32 of K, as A's
-    mx exponents need (gemm()'s rule): MXFP4's always; int4's with group 32 where K > 32 (a group
-    at least K is one scale a column)."""
+    mx exponents need (gemm()'s rule, grouped_gemm's too): MXFP4's always; int4's with group 32
+    where K > 32 (a group at least K is one scale a column)."""
     return format == "mxfp4" or (group == MX_BLOCK and k > MX_BLOCK)
+
+
+def int4_groups(group, k):
+    """The text naming int4 weights in groups of `group` with K = k, for the errors."""
+    return f"int4 weights in groups of {group}" + (f", one covering all of K = {k}" if group >= k else "")
+
+
+def mx_form(lead, sizes, k, kind="MXFP8"):
+    """The text of x_scale's mx form for x's leading dimensions named `lead` ("...", "M_total", "G,
+    max_m") of `sizes` (a list of their values; None: any, "..."), as the errors give it."""
+    blocks = -(-k // MX_BLOCK)
+    shape = f"[..., {blocks}]" if sizes is None else f"{sizes + [blocks]}"
+    return f"float8_e8m0fnu or uint8 exponents [{lead}, ceil(K/32)] = {shape} (mx, {kind}: 2^(e - 127) per 32 of K)"
+
+
+def check_x_scale_dtype(x_scale, format, group, k, forms, grouped=False):
+    """x_scale's dtype for e4m3 x, K = k (check_x_scale, check_grouped_x_scale: `grouped`): float32,
+    or mx exponents (X_SCALE_MX) against weights in groups of 32 of K alone (mx_groups);
+    ValueError naming x_scale, the weights' groups and the expected forms (the text `forms()`
+    gives) for exponents against other weights, TypeError for any other dtype."""
+    mx = mx_groups(format, group, k)
+    if x_scale.dtype in X_SCALE_MX and not mx:
+        products = "grouped_mxfp4_mm, or grouped_int4_mm" if grouped else "mxfp4_mm, or int4_mm"
+        raise ValueError(f"x_scale: dtype {x_scale.dtype}, mx exponents (MXFP8), against {int4_groups(group, k)}; "
+                         f"expected mx exponents only against weights in groups of 32 of K ({products} with group=32 "
+                         f"and K > 32), else float32 scales: {forms()}")
+    if x_scale.dtype != torch.float32 and x_scale.dtype not in X_SCALE_MX:
+        raise TypeError(f"x_scale: dtype {x_scale.dtype}; expected float32" +
+                        (" (or float8_e8m0fnu or uint8 mx exponents)" if mx else ""))
 
 
 def check_x_scale(x, x_scale, format, group):
@@ -732,30 +777,22 @@ def check_x_scale(x, x_scale, format, group):
         return
     k = x_k(x)
     mx = mx_groups(format, group, k)
-    weights = f"int4 weights in groups of {group}" + (f", one covering all of K = {k}" if group >= k else "")
     if packed and not mx:
         raise ValueError(f"group: {group} with MXFP4 activations x ({x.dtype}, K = 2 * {x.size(1)} = {k}), against "
-                         f"{weights}; expected 32 with K > 32: MXFP4 x goes only with weights in groups of 32 of K "
-                         "(mxfp4_mm, or int4_mm with group=32)")
-    mx_form = (f"float8_e8m0fnu or uint8 exponents [..., ceil(K/32)] = [..., {-(-k // MX_BLOCK)}] (mx, "
-               f"{'MXFP4' if packed else 'MXFP8'}: 2^(e - 127) per 32 of K)")
-    forms = mx_form if packed else (
+                         f"{int4_groups(group, k)}; expected 32 with K > 32: MXFP4 x goes only with weights in groups "
+                         "of 32 of K (mxfp4_mm, or int4_mm with group=32)")
+    exponents = mx_form("...", None, k, "MXFP4" if packed else "MXFP8")
+    forms = exponents if packed else (
         f"one element (tensor), [..., 1] or [M] (one a row of x: rowwise) or [..., ceil(K/128)] = [..., "
-        f"{-(-k // X_SCALE_BLOCK)}] (1x128 blocks), the leading dimensions x's" + (f"; or {mx_form}" if mx else ""))
+        f"{-(-k // X_SCALE_BLOCK)}] (1x128 blocks), the leading dimensions x's" + (f"; or {exponents}" if mx else ""))
     if x_scale is None:
         raise ValueError(f"x_scale: None with MXFP4 activations x ({x.dtype}); expected their {forms}" if packed
                          else f"x_scale: None with float8_e4m3fn x; expected x's float32 scales: {forms}")
     _check_cuda_tensor(x_scale, "x_scale")
-    if x_scale.dtype in X_SCALE_MX and not mx:
-        raise ValueError(f"x_scale: dtype {x_scale.dtype}, mx exponents (MXFP8), against {weights}; expected mx "
-                         "exponents only against weights in groups of 32 of K (mxfp4_mm, or int4_mm with group=32 "
-                         f"and K > 32), else float32 scales: {forms}")
-    if packed and x_scale.dtype not in X_SCALE_MX:
+    if packed and x_scale.dtype not in X_SCALE_MX:  # (mx holds: no exponents are refused for their weights)
         raise TypeError(f"x_scale: dtype {x_scale.dtype} with MXFP4 activations x; expected float8_e8m0fnu or uint8 "
                         "(mx exponents, one per 32 of K)")
-    if x_scale.dtype != torch.float32 and x_scale.dtype not in X_SCALE_MX:
-        raise TypeError(f"x_scale: dtype {x_scale.dtype}; expected float32" +
-                        (" (or float8_e8m0fnu or uint8 mx exponents)" if mx else ""))
+    check_x_scale_dtype(x_scale, format, group, k, lambda: forms)
     if x_scale_mode(x_scale, x.size(0), k) is None:
         raise ValueError(f"x_scale: shape {list(x_scale.shape)}; expected {forms}")
 
@@ -853,45 +890,37 @@ def _check_w4_weights(x, w, scales, zeros, format, group, grouped=False):
 
 
 def grouped_x_scale_mode(x_scale, x):
-    """The mode of x_scale, float32 scales of e4m3 x of grouped rows (grouped_int4_mm's and
-    grouped_mxfp4_mm's, W4A8; x [M_total, K] or [G, max_m, K]), by its shape: 'tensor' (one
-    element), 'rowwise' (one a row of x: [M_total, 1] or [M_total], masked [G, max_m, 1] or [G,
-    max_m]) or 'block' (x's rows and ceil(K/128): 1x128 blocks, which the grouped products do not
-    take); None for any other shape."""
-    rows, shape = tuple(x.shape[:-1]), tuple(x_scale.shape)
-    if x_scale.numel() == 1:
-        return "tensor"
-    if shape in ((*rows, 1), rows):
-        return "rowwise"
-    if shape == (*rows, -(-x.size(-1) // X_SCALE_BLOCK)):
-        return "block"
-    return None
+    """The mode of x_scale, the scales of e4m3 x of grouped rows (grouped_int4_mm's and
+    grouped_mxfp4_mm's, W4A8; x [M_total, K] or [G, max_m, K]), by its dtype and shape as
+    x_scale_mode's over x's rows (rows_scale_mode): float32 'tensor' (one element), 'rowwise' (one
+    a row of x: [M_total, 1] or [M_total], masked [G, max_m, 1] or [G, max_m]) or 'block' (x's
+    rows by ceil(K/128): 1x128 blocks); float8_e8m0fnu or uint8 exponents 'mx' (x's rows by
+    ceil(K/32)); None for any other shape."""
+    return rows_scale_mode(x_scale, tuple(x.shape[:-1]), x.size(-1))
 
 
-def check_grouped_x_scale(x, x_scale):
+def check_grouped_x_scale(x, x_scale, format, group):
     """x_scale for grouped x (check_grouped_w4): None for 16-bit x; for e4m3 x float32, one for
-    all or one a row (grouped_x_scale_mode)."""
+    all, one a row or 1x128 blocks of x's rows, or, against weights of `format` and `group` in
+    groups of 32 of K (mx_groups, as check_x_scale takes them), float8_e8m0fnu or uint8 exponents
+    of x's rows by ceil(K/32) (grouped_x_scale_mode)."""
     if x.dtype != W4A8_X:
         if x_scale is not None:
             raise ValueError(f"x_scale: given with {x.dtype} x; expected None (scales go with float8_e4m3fn x)")
         return
-    rows = list(x.shape[:-1])
-    names = "[M_total, 1] or [M_total]" if x.dim() == 2 else "[G, max_m, 1] or [G, max_m]"
-    forms = f"one element (tensor), or one a row of x (rowwise), {names} = {rows + [1]} or {rows}"
+    k = x.size(-1)
+
+    def forms():  # the text, made where an error needs it (not while torch.compile traces)
+        rows, lead = list(x.shape[:-1]), "M_total" if x.dim() == 2 else "G, max_m"
+        mx = f"; or {mx_form(lead, rows, k)}" if mx_groups(format, group, k) else ""
+        return (f"one element (tensor), one a row of x (rowwise), [{lead}, 1] or [{lead}] = {rows + [1]} or {rows}, "
+                f"or 1x128 blocks of x's rows (block), [{lead}, ceil(K/128)] = {rows + [-(-k // X_SCALE_BLOCK)]}{mx}")
     if x_scale is None:
-        raise ValueError(f"x_scale: None with float8_e4m3fn x; expected x's float32 scales: {forms}")
+        raise ValueError(f"x_scale: None with float8_e4m3fn x; expected x's float32 scales: {forms()}")
     _check_cuda_tensor(x_scale, "x_scale")
-    if x_scale.dtype in X_SCALE_MX:
-        raise ValueError(f"x_scale: dtype {x_scale.dtype}, mx exponents (MXFP8), which the grouped products with "
-                         f"4-bit weights do not take (yet); expected float32 scales: {forms}")
-    if x_scale.dtype != torch.float32:
-        raise TypeError(f"x_scale: dtype {x_scale.dtype}; expected float32")
-    mode = grouped_x_scale_mode(x_scale, x)
-    if mode == "block":
-        raise ValueError(f"x_scale: shape {list(x_scale.shape)}, 1x128 blocks, which the grouped products with "
-                         f"4-bit weights do not take (yet); expected {forms}")
-    if mode is None:
-        raise ValueError(f"x_scale: shape {list(x_scale.shape)}; expected {forms}")
+    check_x_scale_dtype(x_scale, format, group, k, forms, grouped=True)
+    if grouped_x_scale_mode(x_scale, x) is None:
+        raise ValueError(f"x_scale: shape {list(x_scale.shape)}; expected {forms()}")
 
 
 def check_grouped_w4(x, w, scales, zeros, sizes, layout, format, group, x_scale=None):
@@ -912,7 +941,7 @@ def check_grouped_w4(x, w, scales, zeros, sizes, layout, format, group, x_scale=
         raise ValueError(f"x: {x.dim()} dimensions; expected " + ("3, [G, max_m, K] (masked groups, counts)" if masked
                                                                   else "2, [M_total, K] (contiguous groups, offs)"))
     _check_w4_x_dtype(x, grouped=True)
-    check_grouped_x_scale(x, x_scale)
+    check_grouped_x_scale(x, x_scale, format, group)
     _check_w4_weights(x, w, scales, zeros, format, group, grouped=True)
     w_name = "qweight" if format == "int4" else "weight"
     if masked and x.size(0) != w.size(0):
@@ -1814,9 +1843,13 @@ def grouped_int4_mm(x, qweight, scales, offs=None, *, counts=None, zeros=None, g
     32, a power of two from 64, or at least K. W_g[n, k] = (q - zero) * scale, scale =
     scales[g, k // group, n] (zero 8 without zeros).
     x is bfloat16 or float16, or float8_e4m3fn with x_scale (W4A8: (x * x_scale)_g @ W_g.T), its
-    float32 scales one element (per tensor) or one a row of x (per token): [M_total, 1] or
-    [M_total], masked [G, max_m, 1] or [G, max_m]; 1x128 blocks and mx exponents are not taken
-    (yet).
+    float32 scales one element (per tensor), one a row of x (per token): [M_total, 1] or
+    [M_total], masked [G, max_m, 1] or [G, max_m], or 1x128 blocks of x's rows: [M_total,
+    ceil(K/128)], masked [G, max_m, ceil(K/128)] (as quantize(x, mode="block") returns them).
+    With group=32 and K > 32 (the weights in groups of 32 of K) x_scale may be mx exponents
+    instead (A8W4 in MX: MXFP8 activations), float8_e8m0fnu or uint8 [M_total, ceil(K/32)] or
+    masked [G, max_m, ceil(K/32)] (quantize(x, mode="mx")), each 2^(e - 127) for 32 of K of a
+    row; refused, naming x_scale, against other groups.
     -> x's dtype (e4m3 x: bfloat16), or out_dtype's (bfloat16, float16 or float32); out= a tensor
     of the output's shape to write, returned. max_sms caps the SMs the kernel runs on (0: all of
     them). Each group's product is int4_mm's (its roundings and sums). Not differentiable: a call
@@ -1842,9 +1875,10 @@ def grouped_mxfp4_mm(x, weight, scales, offs=None, *, counts=None, x_scale=None,
                      max_sms=0, epilogue=None, **tensors):
     """mxfp4_mm for mixture-of-experts layers (gpt-oss's experts): each group's rows of x times its
     MXFP4 weights W_g [N, K], all in one launch, the groups (x [M_total, K] with offs, or [G,
-    max_m, K] with counts), x and x_scale (W4A8), the output, out=, out_dtype, max_sms and a
-    fused epilogue with its tensors as grouped_int4_mm takes them. The experts' weights as mxfp4_mm takes one matrix's, each with G
-    first: weight [G, N, ceil(K/2)] of uint8 (or torch.float4_e2m1fn_x2), scales [G, N,
+    max_m, K] with counts), x and x_scale (W4A8: float32 scales, or mx exponents, MXFP4's blocks
+    being 32 of K), the output, out=, out_dtype, max_sms and a fused epilogue with its tensors as
+    grouped_int4_mm takes them. The experts' weights as mxfp4_mm takes one matrix's,
+    each with G first: weight [G, N, ceil(K/2)] of uint8 (or torch.float4_e2m1fn_x2), scales [G, N,
     ceil(K/32)] of float8_e8m0fnu or uint8 (gpt-oss's [E, N, K/32]), read as their transpose;
     W_g[n, k] = v * 2^(e - 127), e = scales[g, n, k // 32]. Each group's product is mxfp4_mm's.
     Not differentiable: a call on inputs that require grad runs, but its backward raises

@@ -399,9 +399,9 @@ NB_MODULE(_gemmkit, m) {
       "for each group's rows of x ([M_total, K] contiguous, `sizes` the ends; [G, max_m, K] masked, the counts), "
       "the experts' weights W [G, N, K] given as w, their [G, N, ceil(K/2)] bytes (packed_weight_view_of: B = W^T, "
       "G x K x N of `dtype`); u4's group scales and optional zero points [G, ceil(K/group), N], e2m1's ue8m0 scales "
-      "[G, ceil(K/32), N], any strides; an e4m3 x (W4A8) scaled by scale_a in mode_a (tensor or rowwise), viewed "
-      "as gemm_tensors' scale_a; with a fused epilogue's text and (name, tensor, index) triples, as "
-      "grouped_gemm_tensors'");
+      "[G, ceil(K/32), N], any strides; an e4m3 x (W4A8) scaled by scale_a in mode_a (tensor, rowwise, block: "
+      "1x128, or mx exponents against weights in groups of 32), viewed as gemm_tensors' scale_a; with a fused "
+      "epilogue's text and (name, tensor, index) triples, as grouped_gemm_tensors'");
   m.def(
       "quantize_4bit_tensors",
       [](nb::handle w, nb::handle q, nb::handle scales, nb::handle zeros, DType dtype, int64_t group,

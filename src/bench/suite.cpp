@@ -220,11 +220,11 @@ std::string join(const std::vector<std::string>& fields) {
   return s;
 }
 
-// The field after dtype field `dtype` (already parsed into p) read as its scaling mode, as dense
-// lines (`grouped` false) and grouped lines have it: FP8 inputs' mode, both operands' (p.mode:
-// tensor, rowwise, block, or on a dense line mx), or a W4A8 line's A's (p.mode_a: tensor,
-// rowwise, block, or on a dense line whose weights are in groups of 32 of K (mxfp4, int4g32) mx;
-// the weight format sets B's). Returns true where the field is p's mode; false, p untouched,
+// The field after dtype field `dtype` (already parsed into p, with p.k) read as its scaling mode,
+// as dense lines (`grouped` false) and grouped lines have it: FP8 inputs' mode, both operands'
+// (p.mode: tensor, rowwise, block, or on a dense line mx), or a W4A8 line's A's (p.mode_a:
+// tensor, rowwise, block, or where the weights are in groups of 32 of K (mxfp4, int4g32) mx, on
+// dense and grouped lines alike; the weight format sets B's). Returns true where the field is p's mode; false, p untouched,
 // where it names no mode and may be a batch (`batch`: a dense line's number there; a dense line's
 // 16-bit inputs take no mode, so any field but a mode's name). Fails on a mode p cannot take and,
 // where no batch may stand there, on anything else.
@@ -242,26 +242,21 @@ bool read_mode(const std::string& field, const std::string& dtype, SuiteProblem&
   if (p.w4a8()) {
     // A's mx exponents (MXFP8 activations) promote each 32 of K beside the weights' own scales:
     // weights in groups of 32 of K only (mxfp4; int4g32 where K > 32, else one group covers K, as
-    // gemm() takes it), and not on grouped lines (grouped_gemm takes none yet).
-    if (mode && (*mode != ScaleMode::mx || (groups_of_32(p) && !grouped))) {
+    // gemm() and grouped_gemm() take it).
+    if (mode && (*mode != ScaleMode::mx || groups_of_32(p))) {
       p.mode_a = *mode;
       return true;
     }
     if (!named && batch && numeric(field)) return false;
-    std::string why;  // why mx is not taken here
-    if (mode == ScaleMode::mx && grouped) {
-      why = " on a grouped line (grouped_gemm takes no mx activation scales yet)";
-    } else if (mode == ScaleMode::mx) {
-      why = " against weights in groups of " + std::to_string(p.group) +
-            (p.group >= p.k ? ", one covering all of K = " + std::to_string(p.k) : "") +
-            " (mx exponents go with weights in groups of 32 of K: mxfp4, int4g32)";
-    }
+    const std::string why =  // why mx is not taken here
+        mode != ScaleMode::mx ? ""
+                              : " against weights in groups of " + std::to_string(p.group) +
+                                    (p.group >= p.k ? ", one covering all of K = " + std::to_string(p.k) : "") +
+                                    " (mx exponents go with weights in groups of 32 of K: mxfp4, int4g32)";
     fail(where, std::string(named ? "" : "unknown ") + "scaling mode " + quoted(field) +
                     " for the e4m3 activations of " + quoted(dtype) + why +
-                    (grouped ? "; expected tensor, rowwise or block (A's scales, block 1x128; the weight format "
-                               "sets B's)"
-                             : "; expected tensor, rowwise, block or mx (A's scales, block 1x128, mx 1x32 ue8m0 "
-                               "against weights in groups of 32; the weight format sets B's)") +
+                    "; expected tensor, rowwise, block or mx (A's scales, block 1x128, mx 1x32 ue8m0 against "
+                    "weights in groups of 32; the weight format sets B's)" +
                     or_batch);
   }
   if (!p.fp8()) {  // 16-bit inputs, or 16-bit activations of 4-bit weights
@@ -453,6 +448,7 @@ GroupedProblem parse_grouped(const std::vector<std::string>& fields, const std::
     fail(where, "4-bit weights " + quoted(fields[6]) + " on a grouped " + quoted(fields[1]) +
                     " line; expected fwd or masked (the weights [G, N, K], two codes a byte along K, are the "
                     "forward's B only)");
+  p.dense.k = p.k;  // the weights' K, which a W4A8 line's mx needs in groups of 32 (the shape is set below)
   if (fields.size() == 9) read_mode(fields[7], fields[6], p.dense, true, false, where);
   p.dist = parse_dist(fields.back(), where);
   // Checked as if every group had all M rows: masked A and D are that, contiguous ones less.

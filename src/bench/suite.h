@@ -134,8 +134,8 @@ struct GroupedProblem {
 // distribution (parse_dist). 4-bit weights (A,w4:FORMAT, e.g. bf16,w4:mxfp4 or
 // e4m3,w4:int4g128z) go on fwd and masked lines only, each group's weights as a dense line's
 // [N, K] (the format sets B's scales, a set per group); a W4A8 line's mode field is A's (tensor,
-// rowwise or block; rowwise by default; not mx, which grouped_gemm does not take yet), as on
-// dense lines; e2m1 activations are refused. Errors as parse_problem()'s.
+// rowwise, block, or against weights in groups of 32 of K, mxfp4 or int4g32 with K > 32, mx;
+// rowwise by default), as on dense lines; e2m1 activations are refused. Errors as parse_problem()'s.
 GroupedProblem parse_grouped(const std::vector<std::string>& fields, const std::string& where);
 
 // A distribution as a line names it: balanced, skew:R (R > 0), zipf:S (S >= 0), random:SEED or

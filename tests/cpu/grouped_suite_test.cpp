@@ -119,6 +119,13 @@ TEST(GroupedSuite, TakesFourBitWeightsAsDenseLinesSpellThem) {
        ScaleMode::group, ScaleMode::block, 128, true},
       {"grouped fwd 128 4096 2880 2880 E4M3,W4:MXFP4 rowwise random:1", "e4m3,w4:mxfp4 rowwise", DType::e4m3,
        DType::e2m1, ScaleMode::mx, ScaleMode::rowwise, 32, false},
+      // A's mx exponents (A8W4 in MX) against weights in groups of 32 of K, as on dense lines.
+      {"grouped masked 128 4 5760 2880 e4m3,w4:mxfp4 MX balanced", "e4m3,w4:mxfp4 mx", DType::e4m3, DType::e2m1,
+       ScaleMode::mx, ScaleMode::mx, 32, false},
+      {"grouped fwd 8 128 4096 7168 e4m3,w4:int4g32z mx routed:1", "e4m3,w4:int4g32z mx", DType::e4m3, DType::u4,
+       ScaleMode::group, ScaleMode::mx, 32, true},
+      {"grouped fwd 8 128 64 33 e4m3,w4:int4g32:f32 mx balanced", "e4m3,w4:int4g32:f32 mx", DType::e4m3, DType::u4,
+       ScaleMode::group, ScaleMode::mx, 32, false},  // K = 33: two groups of 32
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.line);
@@ -182,20 +189,22 @@ TEST(GroupedSuite, BadFourBitLinesNameTheToken) {
        "mx for mxfp4"},
       {"grouped masked 8 4 64 64 bf16,w4:int4g128 group balanced",
        "scaling mode 'group' with 4-bit weights 'bf16,w4:int4g128'"},
-      // mx activation scales (A8W4 in MX) on dense lines only, even against weights in groups of 32.
-      {"grouped masked 8 4 64 64 e4m3,w4:int4g128 mx balanced",
-       "scaling mode 'mx' for the e4m3 activations of 'e4m3,w4:int4g128' on a grouped line (grouped_gemm takes no "
-       "mx activation scales yet); expected tensor, rowwise or block (A's scales, block 1x128; the weight format "
-       "sets B's)"},
-      {"grouped masked 128 4 5760 2880 e4m3,w4:mxfp4 MX balanced",
-       "scaling mode 'MX' for the e4m3 activations of 'e4m3,w4:mxfp4' on a grouped line"},
-      {"grouped fwd 8 128 64 64 e4m3,w4:int4g32z mx balanced",
-       "scaling mode 'mx' for the e4m3 activations of 'e4m3,w4:int4g32z' on a grouped line"},
+      // mx activation scales (A8W4 in MX) only against weights in groups of 32 of K, as on dense lines.
+      {"grouped masked 8 4 64 256 e4m3,w4:int4g128 mx balanced",
+       "scaling mode 'mx' for the e4m3 activations of 'e4m3,w4:int4g128' against weights in groups of 128 (mx "
+       "exponents go with weights in groups of 32 of K: mxfp4, int4g32); expected tensor, rowwise, block or mx (A's "
+       "scales, block 1x128, mx 1x32 ue8m0 against weights in groups of 32; the weight format sets B's)"},
+      {"grouped fwd 8 128 64 64 e4m3,w4:int4g64z MX balanced",
+       "scaling mode 'MX' for the e4m3 activations of 'e4m3,w4:int4g64z' against weights in groups of 64, one "
+       "covering all of K = 64 (mx exponents go with weights in groups of 32 of K"},
+      {"grouped masked 8 4 64 32 e4m3,w4:int4g32 mx balanced",  // one group covers K, as gemm() has it
+       "scaling mode 'mx' for the e4m3 activations of 'e4m3,w4:int4g32' against weights in groups of 32, one "
+       "covering all of K = 32 (mx exponents go with weights in groups of 32 of K"},
       {"grouped masked 8 4 64 64 e4m3,w4:mxfp4 group balanced",
-       "scaling mode 'group' for the e4m3 activations of 'e4m3,w4:mxfp4'; expected tensor, rowwise or block"},
+       "scaling mode 'group' for the e4m3 activations of 'e4m3,w4:mxfp4'; expected tensor, rowwise, block or mx"},
       {"grouped masked 8 4 64 64 e4m3,w4:int4g128 rows balanced",
-       "unknown scaling mode 'rows' for the e4m3 activations of 'e4m3,w4:int4g128'; expected tensor, rowwise or "
-       "block"},
+       "unknown scaling mode 'rows' for the e4m3 activations of 'e4m3,w4:int4g128'; expected tensor, rowwise, "
+       "block or mx"},
       {"grouped masked 8 4 64 64 e4m3,w4:int4g128 2 balanced",
        "unknown scaling mode '2' for the e4m3 activations of 'e4m3,w4:int4g128'"},
   };

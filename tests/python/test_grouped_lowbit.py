@@ -2,18 +2,22 @@
 layers) with 4-bit weights, the experts' W [G, N, K] stored as [G, N, ceil(K/2)] bytes, over
 grouped_mm's contiguous (offs) and masked (counts) groups. Without a GPU: the binding's view of
 the experts' bytes (G x K x N nibbles), the launch's arguments as the C++ checks see them (CPU
-tensors, refused only for their memory; skipped, saying so, where the library's grouped_gemm
-takes no 4-bit weights yet), the operator's fake implementation under fake CUDA tensors (output
-shapes, dtypes, one traced operator; with a fused epilogue, its tensors' shapes and one
-grouped_w4_mm_epilogue), the argument errors, the backward's refusal, and the operator under
-opcheck with a double-precision CPU stand-in. On an sm_90 GPU (those tests skip,
-saying so, elsewhere, and where the library takes no grouped 4-bit weights yet): each group
-against the double-precision product of its weights dequantised exactly, within the bounds of
-test_lowbit.py (lowbit_reference.py), W4A16 and W4A8; outputs NaN-filled first, so that rows no
-group owns are seen to stay untouched; a fused epilogue (a per-expert bias, a router weight, an
-auxiliary output, a reduction) against the epilogue in double on each group's product (not yet run
-on a GPU); then torch.compile, CUDA graphs replayed with new sizes, and autograd's refusal. Needs
-torch; skips, saying so, without it."""
+tensors, refused only for their memory; W4A8's 1x128 blocks and mx exponents skipped, saying
+so, where the library's grouped_gemm takes none yet) and as the launch hands them over (the
+mode and the view of x_scale), the operator's fake implementation under fake CUDA tensors
+(output shapes, dtypes, x_scale's modes, one traced operator; with a fused epilogue, its
+tensors' shapes and one grouped_w4_mm_epilogue), the argument errors, the backward's refusal,
+and the operator under opcheck with a double-precision CPU stand-in. On an sm_90 GPU (those
+tests skip, saying so, elsewhere): each group against the double-precision product of its
+weights dequantised exactly, within the bounds of test_lowbit.py (lowbit_reference.py), W4A16
+and W4A8 (x's scales one, one a row, 1x128 blocks, or mx exponents against weights in groups of
+32 of K: not yet run on a GPU), over groups that start off every multiple of 4; outputs
+NaN-filled first, so that rows no group owns are seen to stay untouched; a fused epilogue (a
+per-expert bias, a router weight, an auxiliary output, a reduction) against the epilogue in
+double on each group's product (not yet run on a GPU); then torch.compile, CUDA graphs replayed
+with new sizes, and autograd's refusal. Needs torch; skips, saying so, without it."""
+
+import functools
 
 import pytest
 
@@ -107,6 +111,81 @@ def test_the_launch_passes_the_views_the_c_api_takes(cpu_launch):
                                                     x_scale))
 
 
+@pytest.fixture
+def launched(monkeypatch):
+    """The arguments each _torch.launch_grouped_w4 hands the binding (grouped_gemm_4bit_tensors,
+    replaced by a recorder), on CPU tensors and stream 0."""
+    on_stream_zero(monkeypatch)
+    calls = []
+    monkeypatch.setattr(_torch._C, "grouped_gemm_4bit_tensors", lambda *args: calls.append(args))
+    return calls
+
+
+def w4a8_operands(groups, n, k, group):
+    """CPU x [100, K] and masked xm [G, 16, K] of e4m3, offs, outputs and u4 weights with bfloat16
+    scales in groups of `group` (zero points alike) and MXFP4 weights' uint8 exponents."""
+    x, xm = torch.zeros(100, k, dtype=E4M3), torch.zeros(groups, 16, k, dtype=E4M3)
+    offs, out, outm = torch.tensor([0, 30, 30, 90], dtype=I32), torch.zeros(100, n), torch.zeros(groups, 16, n)
+    qweight, scales = torch.zeros(groups, n, k // 2, dtype=U8), torch.zeros(groups, -(-k // group), n, dtype=BF16)
+    return x, xm, offs, out, outm, qweight, scales, torch.zeros(groups, n, -(-k // 32), dtype=U8)
+
+
+def test_the_w4a8_launch_passes_blocks_and_mx_exponents_as_a_scales(launched):
+    groups, n, k = 4, 64, 4160  # 33 blocks of 128, 130 of 32
+    x, xm, offs, out, outm, qweight, scales, e = w4a8_operands(groups, n, k, 128)
+    scales32 = torch.zeros(groups, 130, n, dtype=BF16)
+    block, block_m = torch.ones(33, 100).t(), torch.ones(groups, 16, 33)  # M-contiguous as quantize() lays them
+    mx_u8, mx_m = torch.zeros(100, 130, dtype=U8), torch.zeros(groups, 16, 130, dtype=U8).view(E8M0)
+    cases = [  # 1x128 blocks as they are (float32, block); mx exponents read as float8_e8m0fnu (mx)
+        ((x, qweight, scales, scales, offs, "contiguous", "int4", 128, out, 0, block), _gemmkit.ScaleMode.block, block),
+        ((xm, qweight, scales, None, offs, "masked", "int4", 128, outm, 0, block_m), _gemmkit.ScaleMode.block, block_m),
+        ((x, qweight, e, None, offs, "contiguous", "mxfp4", 32, out, 0, block), _gemmkit.ScaleMode.block, block),
+        ((x, qweight, scales32, None, offs, "contiguous", "int4", 32, out, 0, mx_u8), _gemmkit.ScaleMode.mx, mx_u8),
+        ((xm, qweight, scales32, scales32, offs, "masked", "int4", 32, outm, 0, mx_m), _gemmkit.ScaleMode.mx, mx_m),
+        ((x, qweight, e, None, offs, "contiguous", "mxfp4", 32, out, 0, mx_u8.t().contiguous().t()),
+         _gemmkit.ScaleMode.mx, mx_u8),
+        ((xm, qweight, e, None, offs, "masked", "mxfp4", 32, outm, 0, mx_m.view(U8)), _gemmkit.ScaleMode.mx, mx_m)]
+    for args, mode, expected in cases:
+        _torch.launch_grouped_w4(*args)
+        mode_a, scale_a = launched[-1][11:13]
+        assert mode_a == mode
+        assert scale_a.dtype == (E8M0 if mode == _gemmkit.ScaleMode.mx else F32)
+        assert tuple(scale_a.shape) == tuple(expected.shape) and scale_a.stride() == args[-1].stride()
+        assert scale_a.data_ptr() == args[-1].data_ptr()  # a view, not a copy
+    # K <= 128: [M_total, 1] are one a row; masked rowwise [G, max_m] still get their column back.
+    x, xm, offs, out, outm, qweight, scales, e = w4a8_operands(groups, n, 96, 128)
+    _torch.launch_grouped_w4(x, qweight, scales, None, offs, "contiguous", "int4", 128, out, 0, torch.ones(100, 1))
+    assert launched[-1][11] == _gemmkit.ScaleMode.rowwise
+    _torch.launch_grouped_w4(xm, qweight, e, None, offs, "masked", "mxfp4", 32, outm, 0, torch.ones(groups, 16))
+    assert launched[-1][11] == _gemmkit.ScaleMode.rowwise and launched[-1][12].shape == (groups, 16, 1)
+    _torch.launch_grouped_w4(xm, qweight, e, None, offs, "masked", "mxfp4", 32, outm, 0,
+                             torch.zeros(groups, 16, 3, dtype=U8))
+    assert launched[-1][11] == _gemmkit.ScaleMode.mx and launched[-1][12].shape == (groups, 16, 3)
+
+
+def test_the_library_takes_the_w4a8_blocks_and_mx_exponents(cpu_launch):
+    # Through the binding to grouped_gemm's checks, which refuse the CPU memory alone; skipped
+    # where this library's grouped_gemm refuses 1x128 blocks or mx exponents with 4-bit weights.
+    groups, n, k = 4, 64, 4160
+    x, xm, offs, out, outm, qweight, scales, e = w4a8_operands(groups, n, k, 128)
+    with pytest.raises((RuntimeError, ValueError)) as error:
+        cpu_launch(x, qweight, scales, None, offs, "contiguous", "int4", 128, out, 0, torch.ones(33, 100).t())
+    if "not supported yet" in str(error.value):
+        pytest.skip(f"this library's grouped_gemm takes no 1x128 or mx A scales with 4-bit weights: {error.value}")
+    scales32 = torch.zeros(groups, 130, n, dtype=BF16)
+    calls = [
+        lambda: cpu_launch(x, qweight, scales, scales, offs, "contiguous", "int4", 128, out, 0,
+                           torch.ones(33, 100).t()),
+        lambda: cpu_launch(xm, qweight, scales, None, offs, "masked", "int4", 128, outm, 0, torch.ones(groups, 16, 33)),
+        lambda: cpu_launch(x, qweight, e, None, offs, "contiguous", "mxfp4", 32, out, 0, torch.ones(100, 33)),
+        lambda: cpu_launch(x, qweight, scales32, scales32, offs, "contiguous", "int4", 32, out, 0,
+                           torch.zeros(100, 130, dtype=U8)),
+        lambda: cpu_launch(xm, qweight, e, None, offs, "masked", "mxfp4", 32, outm, 0,
+                           torch.zeros(groups, 16, 130, dtype=U8).view(E8M0))]
+    for call in calls:
+        refused_for_memory_alone(call)
+
+
 # --- without a GPU: the operator under fake tensors, as torch.compile traces it --------------------
 
 def int4_args(groups, n, k, group=128, dtype=BF16, zeros=False, scales_dtype=None):
@@ -132,6 +211,7 @@ def test_fake_shapes_and_dtypes(fake):
     x8, xm8 = cuda(100, k, dtype=E4M3), cuda(groups, 16, k, dtype=E4M3)
     qweight, scales, zeros = int4_args(groups, n, k, zeros=True)
     weight, e = mxfp4_args(groups, n, k)
+    q32, s32, z32 = int4_args(groups, n, k, 32, zeros=True)
     one, rows = cuda((), dtype=F32), cuda(100, 1, dtype=F32)
     for d, shape, dtype in [
             (gemmkit.grouped_int4_mm(x, qweight, scales, offs), (100, n), BF16),
@@ -155,7 +235,23 @@ def test_fake_shapes_and_dtypes(fake):
             (gemmkit.grouped_mxfp4_mm(xm8, weight, e, counts=offs, x_scale=cuda(groups, 16, dtype=F32)),
              (groups, 16, n), BF16),
             (gemmkit.grouped_mxfp4_mm(x8, weight, e, offs, x_scale=cuda(1, 1, dtype=F32), out_dtype=F32), (100, n),
-             F32)]:
+             F32),
+            # 1x128 blocks of x's rows ([M_total, 33]; masked [G, max_m, 33]); mx exponents ([M_total, 130]; masked
+            # [G, max_m, 130]) against weights in groups of 32 (int4 group 32, MXFP4).
+            (gemmkit.grouped_int4_mm(x8, qweight, scales, offs, zeros=zeros, x_scale=cuda(100, 33, dtype=F32)),
+             (100, n), BF16),
+            (gemmkit.grouped_int4_mm(xm8, qweight, scales, counts=offs, x_scale=cuda(groups, 16, 33, dtype=F32),
+                                     out_dtype=F32), (groups, 16, n), F32),
+            (gemmkit.grouped_mxfp4_mm(x8, weight, e, offs, x_scale=cuda(33, 100, dtype=F32).t(), out_dtype=F16),
+             (100, n), F16),
+            (gemmkit.grouped_int4_mm(x8, q32, s32, offs, zeros=z32, group=32, x_scale=cuda(100, 130, dtype=U8)),
+             (100, n), BF16),
+            (gemmkit.grouped_int4_mm(xm8, *int4_args(groups, n, k, 32, scales_dtype=F16)[:2], counts=offs, group=32,
+                                     x_scale=cuda(groups, 16, 130, dtype=E8M0)), (groups, 16, n), BF16),
+            (gemmkit.grouped_mxfp4_mm(x8, weight, e, offs, x_scale=cuda(100, 130, dtype=E8M0), out_dtype=F32),
+             (100, n), F32),
+            (gemmkit.grouped_mxfp4_mm(xm8, weight, e, counts=offs, x_scale=cuda(groups, 16, 130, dtype=U8)),
+             (groups, 16, n), BF16)]:
         assert isinstance(d, torch._subclasses.fake_tensor.FakeTensor)
         assert tuple(d.shape) == shape and d.dtype == dtype and d.device.type == "cuda"
     if FLOAT4 is not None:
@@ -165,6 +261,22 @@ def test_fake_shapes_and_dtypes(fake):
     assert gemmkit.grouped_int4_mm(x, qweight, scales, offs, out=out) is out
     out = cuda(groups, 16, n, dtype=F16)
     assert gemmkit.grouped_mxfp4_mm(xm8, weight, e, counts=offs, x_scale=one, out=out, out_dtype=F16) is out
+
+
+def test_the_mode_of_x_scale_is_its_dtypes_and_shapes_over_xs_rows(fake):
+    k = 4160  # 33 blocks of 128, 130 of 32
+    x, xm = cuda(100, k, dtype=E4M3), cuda(4, 16, k, dtype=E4M3)
+    assert [_torch.grouped_x_scale_mode(cuda(shape, dtype=dtype), x) for shape, dtype in (
+        ((), F32), ((1, 1), F32), ((100, 1), F32), ((100,), F32), ((100, 33), F32), ((100, 130), U8),
+        ((100, 130), E8M0), ((100, 130), F32), ((100, 33), U8), ((100, 1), U8), ((4, 16, 33), F32),
+        ((1, 100), F32))] == ["tensor", "tensor", "rowwise", "rowwise", "block", "mx", "mx", None, None, None,
+                              None, None]
+    assert [_torch.grouped_x_scale_mode(cuda(shape, dtype=dtype), xm) for shape, dtype in (
+        ((), F32), ((1, 1, 1), F32), ((4, 16), F32), ((4, 16, 1), F32), ((4, 16, 33), F32), ((4, 16, 130), E8M0),
+        ((4, 16, 130), U8), ((64, 130), U8), ((100, 33), F32), ((4, 16, 33), E8M0))] == [
+        "tensor", "tensor", "rowwise", "rowwise", "block", "mx", "mx", None, None, None]
+    # K <= 32: one exponent a row, [M_total, 1], an mx form still.
+    assert _torch.grouped_x_scale_mode(cuda(1, 1, dtype=U8), cuda(1, 20, dtype=E4M3)) == "mx"
 
 
 def test_a_traced_call_is_one_operator_with_the_layout_format_and_group(fake):
@@ -187,6 +299,14 @@ def test_a_traced_call_is_one_operator_with_the_layout_format_and_group(fake):
     calls = [node for node in graph.graph.nodes if node.target in GROUPED_W4_MM_OUT]
     assert [node.args[6:] for node in calls] == [("contiguous", "int4", 64, 4)]
     assert calls[0].kwargs["x_scale"].meta["example_value"].shape == (100,)
+    # mx exponents of masked rows, as they are: the operator's keyword too.
+    weight, e = mxfp4_args(4, 96, 1000)
+    graph, _ = torch._dynamo.export(lambda x, w, e, c, xs: gemmkit.grouped_mxfp4_mm(x, w, e, counts=c, x_scale=xs))(
+        cuda(4, 25, 1000, dtype=E4M3), weight, e, args[7], cuda(4, 25, 32, dtype=E8M0))
+    calls = [node for node in graph.graph.nodes if node.target in GROUPED_W4_MM]
+    assert [node.args[5:] for node in calls] == [("masked", "mxfp4", 32, None, 0)]
+    example = calls[0].kwargs["x_scale"].meta["example_value"]
+    assert example.shape == (4, 25, 32) and example.dtype == E8M0
 
 
 def test_fake_epilogue_shapes_and_one_traced_operator(fake):
@@ -228,8 +348,17 @@ def test_errors_name_the_argument(fake):
     qweight, scales, zeros = int4_args(groups, n, k, zeros=True)
     weight, e = mxfp4_args(groups, n, k)
     rows = cuda(100, 1, dtype=F32)
-    forms = (r"one element \(tensor\), or one a row of x \(rowwise\), \[M_total, 1\] or \[M_total\] = \[100, 1\] or "
-             r"\[100\]$")
+    forms = (r"one element \(tensor\), one a row of x \(rowwise\), \[M_total, 1\] or \[M_total\] = \[100, 1\] or "
+             r"\[100\], or 1x128 blocks of x's rows \(block\), \[M_total, ceil\(K/128\)\] = \[100, 2\]")
+    mx_forms = (forms + r"; or float8_e8m0fnu or uint8 exponents \[M_total, ceil\(K/32\)\] = \[100, 8\] \(mx, MXFP8: "
+                r"2\^\(e - 127\) per 32 of K\)$")
+    masked_forms = (r"one element \(tensor\), one a row of x \(rowwise\), \[G, max_m, 1\] or \[G, max_m\] = "
+                    r"\[4, 16, 1\] or \[4, 16\], or 1x128 blocks of x's rows \(block\), \[G, max_m, "
+                    r"ceil\(K/128\)\] = \[4, 16, 2\]")
+    masked_mx = r"; or float8_e8m0fnu or uint8 exponents \[G, max_m, ceil\(K/32\)\] = \[4, 16, 8\] \(mx, MXFP8: "
+    refused_mx = (r"; expected mx exponents only against weights in groups of 32 of K \(grouped_mxfp4_mm, or "
+                  r"grouped_int4_mm with group=32 and K > 32\), else float32 scales: ")
+    q32, s32, _ = int4_args(groups, n, k, 32)
     cases = [
         (ValueError, r"^offs: None; expected the groups' cumulative row ends \(int32 or int64 \[G\]\) for a 2-D x$",
          lambda: gemmkit.grouped_int4_mm(x, qweight, scales)),
@@ -314,28 +443,47 @@ def test_errors_name_the_argument(fake):
                                                           "mxfp4", 32, "db[n] = sum(acc); acc", ["db"], [],
                                                           [cuda(3, n, dtype=F32)], 0)),
         # W4A8
-        (ValueError, r"^x_scale: None with float8_e4m3fn x; expected x's float32 scales: " + forms,
+        (ValueError, r"^x_scale: None with float8_e4m3fn x; expected x's float32 scales: " + forms + "$",
          lambda: gemmkit.grouped_int4_mm(x8, qweight, scales, offs)),
+        (ValueError, r"^x_scale: None with float8_e4m3fn x; expected x's float32 scales: " + mx_forms,
+         lambda: gemmkit.grouped_mxfp4_mm(x8, weight, e, offs)),
         (ValueError, r"^x_scale: given with torch.bfloat16 x; expected None \(scales go with float8_e4m3fn x\)$",
          lambda: gemmkit.grouped_int4_mm(x, qweight, scales, offs, x_scale=rows)),
         (TypeError, r"^x_scale: dtype torch.bfloat16; expected float32$",
          lambda: gemmkit.grouped_int4_mm(x8, qweight, scales, offs, x_scale=cuda(100, 1))),
-        (ValueError, r"^x_scale: shape \[100, 2\], 1x128 blocks, which the grouped products with 4-bit weights do "
-                     r"not take \(yet\); expected " + forms,
-         lambda: gemmkit.grouped_int4_mm(x8, qweight, scales, offs, x_scale=cuda(100, 2, dtype=F32))),
-        (ValueError, r"^x_scale: shape \[1, 100\]; expected " + forms,
+        (TypeError, r"^x_scale: dtype torch.int8; expected float32 \(or float8_e8m0fnu or uint8 mx exponents\)$",
+         lambda: gemmkit.grouped_mxfp4_mm(x8, weight, e, offs, x_scale=cuda(100, 8, dtype=torch.int8))),
+        (ValueError, r"^x_scale: shape \[1, 100\]; expected " + forms + "$",
          lambda: gemmkit.grouped_int4_mm(x8, qweight, scales, offs, x_scale=cuda(1, 100, dtype=F32))),
-        # mx exponents (A8W4 in MX), which the dense products take against weights in groups of 32: not yet here.
-        (ValueError, r"^x_scale: dtype torch.float8_e8m0fnu, mx exponents \(MXFP8\), which the grouped products with "
-                     r"4-bit weights do not take \(yet\); expected float32 scales: " + forms,
-         lambda: gemmkit.grouped_mxfp4_mm(x8, weight, e, offs, x_scale=cuda(100, 8, dtype=E8M0))),
-        (ValueError, r"^x_scale: dtype torch.uint8, mx exponents \(MXFP8\), which the grouped products with 4-bit "
-                     r"weights do not take \(yet\)",
-         lambda: gemmkit.grouped_int4_mm(x8, qweight, cuda(groups, 8, 64), offs, group=32,
-                                         x_scale=cuda(100, 8, dtype=U8))),
-        (ValueError, r"^x_scale: shape \[4, 1\]; expected one element \(tensor\), or one a row of x \(rowwise\), "
-                     r"\[G, max_m, 1\] or \[G, max_m\] = \[4, 16, 1\] or \[4, 16\]$",
+        (ValueError, r"^x_scale: shape \[100, 3\]; expected " + forms + "$",  # one block too many
+         lambda: gemmkit.grouped_int4_mm(x8, qweight, scales, offs, x_scale=cuda(100, 3, dtype=F32))),
+        (ValueError, r"^x_scale: shape \[4, 16, 2\]; expected " + forms + "$",  # masked blocks with contiguous x
+         lambda: gemmkit.grouped_int4_mm(x8, qweight, scales, offs, x_scale=cuda(4, 16, 2, dtype=F32))),
+        (ValueError, r"^x_scale: shape \[4, 16, 3\]; expected " + masked_forms + "$",
+         lambda: gemmkit.grouped_int4_mm(xm.to(E4M3), qweight, scales, counts=offs, x_scale=cuda(4, 16, 3, dtype=F32))),
+        (ValueError, r"^x_scale: shape \[4, 1\]; expected " + masked_forms + masked_mx,
          lambda: gemmkit.grouped_mxfp4_mm(xm.to(E4M3), weight, e, counts=offs, x_scale=cuda(4, 1, dtype=F32))),
+        # mx exponents (A8W4 in MX) only against weights in groups of 32 of K, of x's rows by ceil(K/32).
+        (ValueError, r"^x_scale: dtype torch.uint8, mx exponents \(MXFP8\), against int4 weights in groups of 128"
+                     + refused_mx + forms + "$",
+         lambda: gemmkit.grouped_int4_mm(x8, qweight, scales, offs, x_scale=cuda(100, 8, dtype=U8))),
+        (ValueError, r"^x_scale: dtype torch.float8_e8m0fnu, mx exponents \(MXFP8\), against int4 weights in groups "
+                     r"of 64" + refused_mx,
+         lambda: gemmkit.grouped_int4_mm(xm.to(E4M3), qweight, cuda(groups, 4, 64), counts=offs, group=64,
+                                         x_scale=cuda(groups, 16, 8, dtype=E8M0))),
+        (ValueError, r"^x_scale: dtype torch.uint8, mx exponents \(MXFP8\), against int4 weights in groups of 32, one "
+                     r"covering all of K = 32" + refused_mx,  # one group a column, as gemm() has it
+         lambda: gemmkit.grouped_int4_mm(cuda(100, 32, dtype=E4M3), *int4_args(groups, n, 32, 32)[:2], offs, group=32,
+                                         x_scale=cuda(100, 1, dtype=U8))),
+        (ValueError, r"^x_scale: shape \[100, 2\]; expected " + mx_forms,  # 1x128 blocks' shape, in exponents
+         lambda: gemmkit.grouped_mxfp4_mm(x8, weight, e, offs, x_scale=cuda(100, 2, dtype=E8M0))),
+        (ValueError, r"^x_scale: shape \[100, 8\]; expected " + mx_forms,  # float32 of the exponents' shape
+         lambda: gemmkit.grouped_int4_mm(x8, q32, s32, offs, group=32, x_scale=cuda(100, 8, dtype=F32))),
+        (ValueError, r"^x_scale: shape \[4, 16, 7\]; expected " + masked_forms + masked_mx,
+         lambda: gemmkit.grouped_int4_mm(xm.to(E4M3), q32, s32, counts=offs, group=32,
+                                         x_scale=cuda(4, 16, 7, dtype=U8))),
+        (ValueError, r"^x_scale: shape \[4, 16, 8\]; expected " + mx_forms,  # masked exponents with contiguous x
+         lambda: gemmkit.grouped_mxfp4_mm(x8, weight, e, offs, x_scale=cuda(4, 16, 8, dtype=U8))),
         (TypeError, r"^scales: dtype torch.float32; expected bfloat16 or float16 with float8_e4m3fn x$",
          lambda: gemmkit.grouped_int4_mm(x8, qweight, scales.float(), offs, x_scale=rows)),
         # The output
@@ -524,7 +672,8 @@ def experts_mxfp4(weight, e, k):
 def expect_groups(d, x, weights, sizes, x_scale=None):
     """Each group's rows of d (contiguous: `sizes` its rows in order, the rows past them NaN;
     masked: `sizes` the counts, the rows past each NaN) against its product in double, W4A16's
-    bounds, or W4A8's with x_scale (one, or one a row of x)."""
+    bounds, or W4A8's with x_scale (one, or over x's rows: one a row, 1x128 blocks or mx
+    exponents)."""
     masked = d.dim() == 3
     for g, rows in enumerate(sizes):
         if masked:
@@ -606,45 +755,79 @@ def test_int4_groups_and_scale_layouts(group):
     expect_groups(gemmkit.grouped_int4_mm(x, qweight, st, offs_of(sizes), zeros=zt, group=group), x, weights, sizes)
 
 
-def random_x_scale(mode, *rows):
-    """float32 scales in [0.5, 2) of e4m3 x's `rows`: 0-d (tensor) or one a row (rowwise)."""
+def random_x_scale(mode, *rows, k=None):
+    """Scales of e4m3 x's `rows` (K = k): float32 in [0.5, 2), 0-d (tensor), one a row (rowwise) or
+    1x128 blocks [*rows, ceil(k/128)] laid out M-contiguous as quantize() lays them, each row's
+    scales its rows apart (block); or mx exponents [*rows, ceil(k/32)] of 0.5, 1 and 2 (126 to
+    128), uint8 (mx)."""
+    if mode == "mx":
+        return torch.randint(126, 129, (*rows, -(-k // 32)), device="cuda", dtype=U8)
+    if mode == "block":
+        return (torch.rand(*rows[:-1], -(-k // 128), rows[-1], device="cuda") * 1.5 + 0.5).transpose(-1, -2)
     return torch.rand(() if mode == "tensor" else rows, device="cuda") * 1.5 + 0.5
 
 
 @gpu
-@pytest.mark.parametrize("mode", ["tensor", "rowwise"])
+@pytest.mark.parametrize("mode", ["tensor", "rowwise", "block"])
 @pytest.mark.parametrize("k", [4096, 4160])
 @pytest.mark.parametrize("zeros", [False, True])
 @pytest.mark.parametrize("group", [128, 64])
 def test_w4a8_int4_contiguous_matches_double(mode, k, zeros, group):
+    # SIZES' groups start at rows 37, 38, 168 and 173: no multiple of 4, as 1x128 blocks' rows may.
     m = sum(SIZES) + 11
     x = random_x(m, k, dtype=BF16).to(E4M3)
-    x_scale = random_x_scale(mode, m)
+    x_scale = random_x_scale(mode, m, k=k)
     qweight, scales, z = random_int4(len(SIZES), N, k, group, BF16, zeros)
     out = nan_like((m, N), BF16)
     assert gemmkit.grouped_int4_mm(x, qweight, scales, offs_of(SIZES), zeros=z, group=group, x_scale=x_scale,
                                    out=out) is out
     expect_groups(out, x, experts_int4(qweight, scales, z, group, k), SIZES, x_scale)
-    # Per token as [M_total, 1].
-    if mode == "rowwise":
-        d = gemmkit.grouped_int4_mm(x, qweight, scales, offs_of(SIZES), zeros=z, group=group,
-                                    x_scale=x_scale.unsqueeze(-1), out=nan_like((m, N), BF16))
+    # Per token as [M_total, 1]; 1x128 blocks row-major.
+    if mode != "tensor":
+        other = x_scale.unsqueeze(-1) if mode == "rowwise" else x_scale.contiguous()
+        d = gemmkit.grouped_int4_mm(x, qweight, scales, offs_of(SIZES), zeros=z, group=group, x_scale=other,
+                                    out=nan_like((m, N), BF16))
         expect_groups(d, x, experts_int4(qweight, scales, z, group, k), SIZES, x_scale)
 
 
 @gpu
 @pytest.mark.parametrize("format", ["int4", "mxfp4"])
-@pytest.mark.parametrize("mode", ["tensor", "rowwise"])
+@pytest.mark.parametrize("k", [4096, 4160])
+def test_a8w4_mx_contiguous_matches_double(format, k):
+    # A8W4 in MX: x's mx exponents against weights in groups of 32 of K (int4 group 32 with zero
+    # points, MXFP4), uint8 and float8_e8m0fnu, row-major and M-contiguous; groups off every multiple of 4.
+    m = sum(SIZES) + 11
+    x = random_x(m, k, dtype=BF16).to(E4M3)
+    x_scale = random_x_scale("mx", m, k=k)
+    if format == "int4":
+        qweight, scales, z = random_int4(len(SIZES), N, k, 32, BF16, True)
+        weights = experts_int4(qweight, scales, z, 32, k)
+        run = functools.partial(gemmkit.grouped_int4_mm, x, qweight, scales, offs_of(SIZES), zeros=z, group=32)
+    else:
+        weight, e = random_mxfp4(len(SIZES), N, k)
+        weights = experts_mxfp4(weight, e, k)
+        run = functools.partial(gemmkit.grouped_mxfp4_mm, x, weight, e, offs_of(SIZES))
+    for exponents in (x_scale, x_scale.view(E8M0).t().contiguous().t()):
+        out = nan_like((m, N), BF16)
+        assert run(x_scale=exponents, out=out) is out
+        expect_groups(out, x, weights, SIZES, x_scale)
+
+
+@gpu
+@pytest.mark.parametrize("format", ["int4", "mxfp4"])
+@pytest.mark.parametrize("mode", ["tensor", "rowwise", "block", "mx"])
 def test_w4a8_masked_decode_matches_double(format, mode):
     counts, max_m, k = [0, 1, 3, 16, 5], 16, 4160
     x = random_x(len(counts), max_m, k, dtype=BF16).to(E4M3)
-    x_scale = random_x_scale(mode, len(counts), max_m)  # [G, max_m] per token
+    x_scale = random_x_scale(mode, len(counts), max_m, k=k)  # [G, max_m] per token, [G, max_m, blocks]
     counts_t = torch.tensor(counts, device="cuda", dtype=I32)
     out = nan_like((len(counts), max_m, N), F32)
     if format == "int4":
-        qweight, scales, z = random_int4(len(counts), N, k, 128, F16, True)  # W4A8: float16 scales too
-        assert gemmkit.grouped_int4_mm(x, qweight, scales, counts=counts_t, zeros=z, x_scale=x_scale, out=out) is out
-        weights = experts_int4(qweight, scales, z, 128, k)
+        group = 32 if mode == "mx" else 128  # mx exponents go with weights in groups of 32 of K
+        qweight, scales, z = random_int4(len(counts), N, k, group, F16, True)  # W4A8: float16 scales too
+        assert gemmkit.grouped_int4_mm(x, qweight, scales, counts=counts_t, zeros=z, group=group, x_scale=x_scale,
+                                       out=out) is out
+        weights = experts_int4(qweight, scales, z, group, k)
     else:
         weight, e = random_mxfp4(len(counts), N, k)
         assert gemmkit.grouped_mxfp4_mm(x, weight, e, counts=counts_t, x_scale=x_scale, out=out) is out
@@ -653,13 +836,19 @@ def test_w4a8_masked_decode_matches_double(format, mode):
 
 
 @gpu
-def test_w4a8_activations_quantized_by_gemmkit():
-    sizes, k = [64, 0, 100, 3], 2048
-    xb = random_x(sum(sizes), k, dtype=BF16)
-    q, x_scale = gemmkit.quantize(xb, mode="rowwise")  # [M_total, 1] float32
+@pytest.mark.parametrize("mode", ["rowwise", "block", "mx"])
+@pytest.mark.parametrize("layout", ["contiguous", "masked"])
+def test_w4a8_activations_quantized_by_gemmkit(mode, layout):
+    # quantize()'s scales as they come (float32 [..., 1] or [..., 32] 1x128 blocks, float8_e8m0fnu
+    # [..., 64] exponents), for groups starting at rows 61 and 161 or masked.
+    sizes, k = [61, 0, 100, 3], 2048
+    masked = layout == "masked"
+    xb = random_x(len(sizes), 100, k, dtype=BF16) if masked else random_x(sum(sizes), k, dtype=BF16)
+    q, x_scale = gemmkit.quantize(xb, mode=mode)
     weight, e = random_mxfp4(len(sizes), N, k)
-    d = gemmkit.grouped_mxfp4_mm(q, weight, e, offs_of(sizes), x_scale=x_scale)
-    assert d.dtype == BF16 and d.shape == (sum(sizes), N)
+    groups_of = {"counts": torch.tensor(sizes, device="cuda", dtype=I32)} if masked else {"offs": offs_of(sizes)}
+    d = gemmkit.grouped_mxfp4_mm(q, weight, e, x_scale=x_scale, out=nan_like((*q.shape[:-1], N), BF16), **groups_of)
+    assert d.dtype == BF16 and d.shape == (*q.shape[:-1], N)
     expect_groups(d, q, experts_mxfp4(weight, e, k), sizes, x_scale)
 
 
