@@ -245,6 +245,8 @@ TEST(GroupedLowbitValidate, TakesFourBitWeightsWithPerGroupScales) {
       {.in = e4m3, .zeros = true, .scale_a = ScaleMode::block, .k = 1000},  // 1x128 activation blocks
       {.in = e4m3, .weights = e2m1, .scale_a = ScaleMode::mx, .k = 2880},   // A8W4 in MX
       {.in = e4m3, .group = 32, .scale_a = ScaleMode::mx},
+      {.in = e2m1, .weights = e2m1, .scale_a = ScaleMode::mx},  // FP4 x FP4: widened to e4m3 first
+      {.in = e2m1, .group = 32, .zeros = true, .scale_a = ScaleMode::mx},
   };
   for (const Lowbit& w : cases) {
     for (bool masked_groups : {false, true}) {
