@@ -52,7 +52,9 @@ inline constexpr int64_t kMaxGroups = 1024;
 // checkpoint's [G, N, K/2] bytes), with scale_b and its zero points as gemm() takes them for one
 // matrix (gemm.h), batched by group ([G, ceil(K/group), N]); A bf16 or f16, or e4m3 with scale_a
 // none, tensor, rowwise, 1x128 blocks, or mx exponents against weights in groups of 32 (e2m1, u4
-// with group 32), each covering A's rows as for 16-bit weights; a fused epilogue
+// with group 32), each covering A's rows as for 16-bit weights; or e2m1 (MXFP4 activations, FP4 x
+// FP4) with mx exponents against weights in groups of 32, widened to e4m3 in the stream's scratch
+// first, as gemm() does; a fused epilogue
 // (options.epilogue) as with 16-bit weights, its tensors in D's orientation ([G, 1, N] one a
 // group, [M_total, 1] or masked [G, max_m, 1] one a token). The kernel runs them transposed,
 // each group's tokens as columns, and hands the epilogue D's element: a group with no tokens reads

@@ -2,7 +2,8 @@
 // experts' weights B [G, K, N] K-contiguous (a checkpoint's [G, N, K/2] bytes), u4 in groups along
 // K with per-group scales [G, ceil(K/group), N] (and zero points), or e2m1 with ue8m0 scales
 // [G, ceil(K/32), N]; against bf16 or f16 activations (W4A16) or e4m3 ones (W4A8: A's scales none,
-// tensor, rowwise, 1x128 blocks, or mx exponents against weights in groups of 32). A table of cases, contiguous and masked: empty groups, groups of one token,
+// tensor, rowwise, 1x128 blocks, or mx exponents against weights in groups of 32), or e2m1 ones with
+// mx exponents (FP4 x FP4). A table of cases, contiguous and masked: empty groups, groups of one token,
 // M_total off every multiple, N odd, K with a partial last group (1000, 4097, 2880), decode
 // (max_m 1 and 16, G = 8 and 128), prefill-sized groups (M_total 1001 and 4095, G = 8), one group,
 // unowned rows zeroed. Fresh random inputs, D NaN-poisoned; each group against the double-precision
@@ -104,6 +105,11 @@ const std::vector<GroupedCase> kCases = {
     {.rows = kEdgeRows, .n = 2880, .k = 2880, .in = e4m3, .scales = mx, .weights = e2m1},
     {.layout = masked, .rows = {200, 0, 1, 77}, .n = 511, .k = 1000, .in = e4m3, .out = f16, .scales = mx,
      .weights = u4, .group = 32, .zeros = true},
+    // FP4 x FP4: e2m1 activations with mx exponents, widened to e4m3 first, against e2m1 and u4 in
+    // groups of 32.
+    {.rows = kEdgeRows, .n = 1001, .k = 2880, .in = e2m1, .scales = mx, .weights = e2m1},
+    {.layout = masked, .rows = {3, 130, 0, 64}, .n = 257, .k = 1000, .in = e2m1, .out = f16, .scales = mx,
+     .weights = u4, .group = 32, .zeros = true},
     // Decode: masked, max_m 1 and 16 (rows past the counts untouched), G = 8 and 128; contiguous,
     // 0 to 2 tokens in each of 128 groups.
     {.layout = masked, .rows = uneven_rows(8, 1), .n = 4095, .k = 2880, .extra_rows = 0, .weights = u4, .group = 128,
@@ -119,6 +125,8 @@ const std::vector<GroupedCase> kCases = {
      .weights = u4, .group = 128},
     {.rows = uneven_rows(128, 2), .n = 1001, .k = 2880, .in = e4m3, .scales = block, .weights = u4, .group = 128},
     {.rows = uneven_rows(32, 3), .n = 511, .k = 1000, .in = e4m3, .scales = mx, .weights = e2m1},
+    {.layout = masked, .rows = uneven_rows(8, 16), .n = 511, .k = 4097, .in = e2m1, .scales = mx, .extra_rows = 2,
+     .weights = e2m1},
     {.rows = uneven_rows(128, 2), .n = 1001, .k = 2880, .weights = u4, .group = 128, .zeros = true},
     // Prefill-sized groups, G = 8: M_total 4095 and 1001; masked up to 512 rows a group.
     {.rows = {0, 517, 1, 1200, 33, 0, 900, 1444}, .n = 2880, .k = 2880, .weights = u4, .group = 128, .zeros = true},
