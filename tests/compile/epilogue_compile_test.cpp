@@ -169,11 +169,11 @@ TEST(FusedEpilogue, ReductionsCompileWithoutSpills) {
 // group's tokens the kernel's columns, D stored directly up to the group's column end), where the
 // epilogue takes the kernel's rows and columns swapped (kEpilogueTransposed). Each grouped config
 // of the widening cases (compile_cases.h: decode's narrow tiles and prefill's, W4A16 and W4A8,
-// contiguous and masked), with in turn a per-expert bias and activation, a router weight with
-// the activation's input kept, and a backward's reductions (along N, along the tokens, a group's),
-// compiles, narrow tiles (three CTAs an SM with an epilogue) without spills. Wide ones with the
-// backward's reductions spill (128x128 and 128x160, 32 to 344 bytes, NVRTC 13.0), which the plan
-// meets by narrowing the tile (dispatch/plan.cpp).
+// contiguous and masked), with each of a per-expert bias and activation, a router weight with the
+// activation's input kept, and a backward's reductions (along N, along the tokens, a group's),
+// compiles, tiles at most 16 wide (three CTAs an SM with an epilogue) without spills. Wider ones
+// with the backward's reductions spill (64x32 e2m1 x bf16 16 bytes; 128x128 and 128x160, 32 to
+// 344 bytes; NVRTC 13.0), which the plan meets by narrowing the tile (dispatch/plan.cpp).
 TEST(FusedEpilogue, GroupedFourBitKernelsCompile) {
   using DType::bf16, DType::f32;
   const std::vector<std::pair<std::string, codegen::EpilogueTypes>> epilogues = {
@@ -181,29 +181,32 @@ TEST(FusedEpilogue, GroupedFourBitKernelsCompile) {
       {"h = acc + bias[n]; pre[m, n] = h; h * route[m]", {{bf16, f32}, {bf16}}},
       {"dh = acc * dgelu(pre[m, n]); db[n] = sum(dh); ra[m] = amax(dh); ta[] = amax(dh); dh", {{bf16}, {f32, f32, f32}}},
   };
-  size_t next = 0;
+  size_t compiled_cases = 0;
   for (const testing::CompileCase& c : testing::widen_cases()) {
     if (!c.config.group_along_n) continue;
-    const auto& [text, types] = epilogues[next++ % epilogues.size()];
-    const epilogue::Program program = epilogue::parse(text);
-    KernelConfig k = c.config;
-    k.epilogue = codegen::interned_epilogue(program, epilogue::canonical(program), types);
-    k.epilogue_transposed = true;
-    ASSERT_TRUE(tile_takes_epilogue({k.tile_m, k.tile_n}, k)) << c.what;
-    k.stages = max_stages(k, DeviceLimits{}.smem_per_block);
-    try {
-      const runtime::CompiledKernel compiled = runtime::compile_kernel(codegen::gemm_source(k), codegen::gemm_kernel_name(k));
-      EXPECT_FALSE(compiled.cubin.empty()) << c.what << " " << text;
-      // Narrow tiles have no narrower one for the plan to go to: they must not spill.
-      const runtime::PtxasReport& r = compiled.report;
-      if (is_narrow({k.tile_m, k.tile_n})) {
-        EXPECT_EQ(r.spill_store_bytes + r.spill_load_bytes + r.stack_bytes, 0) << c.what << " " << text;
+    for (const auto& [text, types] : epilogues) {
+      const epilogue::Program program = epilogue::parse(text);
+      KernelConfig k = c.config;
+      k.epilogue = codegen::interned_epilogue(program, epilogue::canonical(program), types);
+      k.epilogue_transposed = true;
+      ASSERT_TRUE(tile_takes_epilogue({k.tile_m, k.tile_n}, k)) << c.what;
+      k.stages = max_stages(k, DeviceLimits{}.smem_per_block);
+      try {
+        const runtime::CompiledKernel compiled =
+            runtime::compile_kernel(codegen::gemm_source(k), codegen::gemm_kernel_name(k));
+        EXPECT_FALSE(compiled.cubin.empty()) << c.what << " " << text;
+        // Where the plan can narrow the tile no further, it must not spill.
+        const runtime::PtxasReport& r = compiled.report;
+        if (k.tile_n <= 16) {
+          EXPECT_EQ(r.spill_store_bytes + r.spill_load_bytes + r.stack_bytes, 0) << c.what << " " << text;
+        }
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << c.what << " " << text << ": " << e.what();
       }
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << c.what << " " << text << ": " << e.what();
+      ++compiled_cases;
     }
   }
-  EXPECT_GT(next, 0u) << "no grouped 4-bit cases";
+  EXPECT_GT(compiled_cases, 0u) << "no grouped 4-bit cases";
 }
 
 // Dual GEMMs (SwiGLU: kDual) on every tile width the cost model gives them, clustered (each CTA

@@ -96,9 +96,10 @@ inline TensorView matrix_of(const TensorView& t, int64_t g) {
                             t.col_stride());
 }
 
-// Rows [first, first + count) of a matrix view.
+// Rows [first, first + count) of a matrix view (a 4-bit view's rows an even number of elements
+// apart: two a byte).
 inline TensorView rows_of(const TensorView& t, int64_t first, int64_t count) {
-  const int64_t offset = first * t.row_stride() * dtype_size(t.dtype);
+  const int64_t offset = first * t.row_stride() * dtype_bits(t.dtype) / 8;
   return TensorView::matrix(static_cast<char*>(t.data) + offset, t.dtype, count, t.cols(), t.row_stride(),
                             t.col_stride());
 }
@@ -311,7 +312,8 @@ class GroupedProblem {
       s.zeros = c.zeros;
       s.group_scale_type = c.group_scales;
     }
-    if (c.layout_ab[0] == 'N') {  // A's rows K apart: padded to a multiple of 16 bytes
+    if (c.layout_ab[0] == 'N' && !is_4bit(c.in)) {  // A's rows K apart: padded to a multiple of 16 bytes
+      // (MXFP4 activations are widened into a copy first, which TMA reads)
       const int64_t per_16_bytes = 16 / dtype_size(c.in);
       s.pad_a = (per_16_bytes - c.k % per_16_bytes) % per_16_bytes;
     }
