@@ -7,7 +7,8 @@
 // grouped GEMM (16-bit fwd, dgrad and masked rows), each after an empty kernel it cannot overlap
 // and between two events; the medians are reported. A row with 4-bit weights, for which cuBLAS
 // has no grouped GEMM, then times gemmkit's grouped GEMM of the same groups in 16-bit (W4A16) or
-// FP8 scaled as its A is (W4A8) on buffer sets of its own, its starred baseline, as a dense
+// FP8 scaled as its A is (W4A8; mx for MXFP4 activations, FP4 x FP4, else 16-bit) on buffer sets
+// of its own, its starred baseline, as a dense
 // line's stand-ins are timed (bench.cpp).
 #include <cmath>
 #include <cstdio>
@@ -49,7 +50,8 @@ Scale batched(Scale scale) {
 // of every group's rows at once (the compute floor), and `groups`, batched one matrix per group,
 // whose B holds the weights [G, K, N] (4-bit: packed along K, with their scales [G, ceil(K/g),
 // N] and zero points). Contiguous groups have their rows in dense's A and D; masked ones in
-// groups' ([G, max_m, ...]), with A's scales alike and B's from `groups`. wgrad
+// groups' ([G, max_m, ...]), with A's scales alike (FP8's, and MXFP4 activations' codes with their
+// exponents, as a dense line's buffers make them: bench_spec) and B's from `groups`. wgrad
 // rows read x = dD and y = X from dense's A (stored [M, N]) and B ([M, K]) and write groups' D,
 // with groups' scales (FP8: one set a group).
 struct GroupedSet {
@@ -77,7 +79,7 @@ struct GroupedSet {
     d = masked ? as_batch(rows.d()) : rows.d();
     b = as_batch(groups.b());
     options = rows.options(nullptr);
-    if (masked && is_fp8(dense_spec.in)) options.scale_a = batched(options.scale_a);
+    if (masked && dense_spec.scale_a != ScaleMode::none) options.scale_a = batched(options.scale_a);
     if (dense_spec.scale_b != ScaleMode::none) options.scale_b = batched(groups.options(nullptr).scale_b);
   }
 };
@@ -264,7 +266,9 @@ int time_row(const GroupedProblem& p, GroupedRecord& record, cudaStream_t stream
 }
 
 // A row with 4-bit weights: gemmkit's grouped GEMM of the same groups (grouped_stand_in) in FP8
-// scaled as the row's A is (W4A8) or in 16-bit (W4A16, and W4A8 where the FP8 one is rejected),
+// scaled as the row's A is (W4A8; FP4 x FP4 in mx, as a dense e2m1 line's FP8 stand-in: gemmkit
+// widens MXFP4 activations to e4m3 and runs A8W4 in MX) or in 16-bit (W4A16, and W4A8 or FP4 x
+// FP4 where the FP8 one is rejected, as mx FP8 may be, the note saying so),
 // timed as the row is on buffer sets of its own, our side's config left to the heuristic as on a
 // dense line's stand-ins, and set as the row's baseline (set_grouped_stand_in). Where neither
 // runs, the row has no baseline and its note says why.
@@ -283,7 +287,7 @@ void time_stand_in(const GroupedProblem& p, GroupedRecord& record, cudaStream_t 
     }
     return r.ours_us;
   };
-  const double fp8_us = p.dense.w4a8() ? median_of(grouped_stand_in(p, true)) : NAN;
+  const double fp8_us = p.dense.w4a8() || p.dense.fp4x4() ? median_of(grouped_stand_in(p, true)) : NAN;
   if (!std::isnan(fp8_us)) {
     set_grouped_stand_in(record, fp8_us, std::string(scale_mode_name(p.dense.mode_a)) + " scales");
   } else {

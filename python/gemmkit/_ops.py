@@ -159,8 +159,10 @@ _lib.define("w4_mm_out(Tensor x, Tensor w, Tensor scales, Tensor? zeros, Tensor(
 # masked [G, max_m, 1] or [G, max_m]) or 1x128 blocks ([M_total, ceil(K/128)]; masked [G, max_m,
 # ceil(K/128)]), or, against weights in groups of 32 of K (mxfp4, int4 with group 32),
 # float8_e8m0fnu or uint8 exponents ([M_total, ceil(K/32)]; masked [G, max_m, ceil(K/32)], mx).
+# Against those weights x may also be MXFP4 activations, [M_total, K/2] or [G, max_m, K/2] bytes
+# (uint8 or float4_e2m1fn_x2; K = 2 * x.size(-1), _torch.x_k) with such exponents.
 # Checked by _torch.check_grouped_w4 (in the fake implementations too). x's rows and N of out_dtype
-# (None: x's; bfloat16 for e4m3 x), the rows no group owns not written. Not differentiable: the
+# (None: x's; bfloat16 for e4m3 and MXFP4 x), the rows no group owns not written. Not differentiable: the
 # backward raises.
 _lib.define("grouped_w4_mm(Tensor x, Tensor w, Tensor scales, Tensor? zeros, Tensor sizes, str layout, str format, "
             "int group, ScalarType? out_dtype, int max_sms, Tensor? x_scale=None) -> Tensor")

@@ -163,8 +163,9 @@ def launch_w4(x, w, scales, zeros, format, group, out, x_scale=None):
 
 
 def grouped_w4_output_shape(x, w):
-    """[M_total, N] for contiguous groups (x [M_total, K]), [G, max_m, N] for masked ones (x [G,
-    max_m, K]); w the experts' 4-bit weights as bytes [G, N, ceil(K/2)]."""
+    """[M_total, N] for contiguous groups (x [M_total, K], or MXFP4 x's [M_total, K/2] bytes),
+    [G, max_m, N] for masked ones (x [G, max_m, K] or [G, max_m, K/2]); w the experts' 4-bit
+    weights as bytes [G, N, ceil(K/2)]."""
     return (*x.shape[:-1], w.size(1))
 
 
@@ -185,9 +186,14 @@ def launch_grouped_w4(x, w, scales, zeros, sizes, layout, format, group, out, ma
     mode its dtype and shape say (grouped_x_scale_mode: one for all, one a row, 1x128 blocks or mx
     exponents, each over x's rows); masked rowwise [G, max_m] ones get their column back, [G,
     max_m, 1], as scaled_grouped_mm's; mx exponents in uint8 are read as float8_e8m0fnu, as
-    launch_w4's. x is copied first where TMA cannot read it K-major. Through a fused epilogue
-    where one is given, as launch_grouped. Checked by check_grouped_w4."""
-    x = tma_readable(x, (-1,))
+    launch_w4's. MXFP4 activations x [M_total, K/2] or [G, max_m, K/2] (FP4_X) are viewed in C++
+    as A, M_total x K or G x max_m x K of e2m1 (packed_activation_view_of, as launch_w4's), their
+    x_scale mx; grouped_gemm widens them to e4m3 first, reading them as they lie. Any other x is
+    copied first where TMA cannot read it K-major. Through a fused epilogue where one is given, as
+    launch_grouped. Checked by check_grouped_w4."""
+    packed = x.dtype in FP4_X
+    if not packed:
+        x = tma_readable(x, (-1,))
     if format == "mxfp4":
         scales = as_e8m0(scales).transpose(-1, -2)
     mode_a = _C.ScaleMode.none
@@ -201,7 +207,7 @@ def launch_grouped_w4(x, w, scales, zeros, sizes, layout, format, group, out, ma
             x_scale = x_scale.unsqueeze(-1)
     _C.grouped_gemm_4bit_tensors(x, w, out, W4_FORMATS[format], scales, zeros, group, sizes.contiguous(),
                                  LAYOUTS[layout], False, torch._C._cuda_getCurrentRawStream(out.get_device()), mode_a,
-                                 x_scale, max_sms, epilogue, epilogue_pairs)
+                                 x_scale, max_sms, epilogue, epilogue_pairs, packed)
 
 
 def new_quantize_w4_outputs(w, format, group, zeros, scales_dtype):
@@ -764,35 +770,57 @@ def check_x_scale_dtype(x_scale, format, group, k, forms, grouped=False):
                         (" (or float8_e8m0fnu or uint8 mx exponents)" if mx else ""))
 
 
+def takes_x_scale(x, x_scale):
+    """Whether x takes x_scale (e4m3 or MXFP4 x); for 16-bit x, ValueError naming x_scale where one
+    is given (check_x_scale, check_grouped_x_scale)."""
+    if x.dtype == W4A8_X or x.dtype in FP4_X:
+        return True
+    if x_scale is not None:
+        raise ValueError(f"x_scale: given with {x.dtype} x; expected None (scales go with float8_e4m3fn x or MXFP4 x)")
+    return False
+
+
+def check_fp4_x_scale(x, x_scale, format, group, forms, grouped=False):
+    """What MXFP4 activations x [..., K/2] (FP4_X) need, bar x_scale's shape (check_x_scale,
+    check_grouped_x_scale: `grouped`): weights of `format` and `group` in groups of 32 of K
+    (mx_groups: gemm() and grouped_gemm() take no others), and x_scale a CUDA tensor of mx
+    exponents (X_SCALE_MX); ValueError naming group, or x_scale with its expected forms (the text
+    `forms()` gives), TypeError for x_scale's dtype."""
+    k = x_k(x)
+    if not mx_groups(format, group, k):
+        products = "grouped_mxfp4_mm, or grouped_int4_mm" if grouped else "mxfp4_mm, or int4_mm"
+        raise ValueError(f"group: {group} with MXFP4 activations x ({x.dtype}, K = 2 * {x.size(-1)} = {k}), against "
+                         f"{int4_groups(group, k)}; expected 32 with K > 32: MXFP4 x goes only with weights in groups "
+                         f"of 32 of K ({products} with group=32)")
+    if x_scale is None:
+        raise ValueError(f"x_scale: None with MXFP4 activations x ({x.dtype}); expected their {forms()}")
+    _check_cuda_tensor(x_scale, "x_scale")
+    if x_scale.dtype not in X_SCALE_MX:
+        raise TypeError(f"x_scale: dtype {x_scale.dtype} with MXFP4 activations x; expected float8_e8m0fnu or uint8 "
+                        "(mx exponents, one per 32 of K)")
+
+
 def check_x_scale(x, x_scale, format, group):
     """x_scale for x [M, K] (check_w4): None for 16-bit x; for e4m3 x float32 of a shape
     x_scale_mode knows, or, against weights of `format` and `group` in groups of 32 of K
     (mx_groups), float8_e8m0fnu or uint8 exponents [M, ceil(K/32)] (mx); for MXFP4 x [M, K/2]
-    (FP4_X) those exponents alone, and the weights in groups of 32 of K (gemm() takes no others)."""
-    packed = x.dtype in FP4_X
-    if x.dtype != W4A8_X and not packed:
-        if x_scale is not None:
-            raise ValueError(f"x_scale: given with {x.dtype} x; expected None (scales go with float8_e4m3fn x or "
-                             "MXFP4 x)")
+    (FP4_X) those exponents alone, and the weights in groups of 32 of K (check_fp4_x_scale)."""
+    if not takes_x_scale(x, x_scale):
         return
+    packed = x.dtype in FP4_X
     k = x_k(x)
-    mx = mx_groups(format, group, k)
-    if packed and not mx:
-        raise ValueError(f"group: {group} with MXFP4 activations x ({x.dtype}, K = 2 * {x.size(1)} = {k}), against "
-                         f"{int4_groups(group, k)}; expected 32 with K > 32: MXFP4 x goes only with weights in groups "
-                         "of 32 of K (mxfp4_mm, or int4_mm with group=32)")
     exponents = mx_form("...", None, k, "MXFP4" if packed else "MXFP8")
     forms = exponents if packed else (
         f"one element (tensor), [..., 1] or [M] (one a row of x: rowwise) or [..., ceil(K/128)] = [..., "
-        f"{-(-k // X_SCALE_BLOCK)}] (1x128 blocks), the leading dimensions x's" + (f"; or {exponents}" if mx else ""))
-    if x_scale is None:
-        raise ValueError(f"x_scale: None with MXFP4 activations x ({x.dtype}); expected their {forms}" if packed
-                         else f"x_scale: None with float8_e4m3fn x; expected x's float32 scales: {forms}")
-    _check_cuda_tensor(x_scale, "x_scale")
-    if packed and x_scale.dtype not in X_SCALE_MX:  # (mx holds: no exponents are refused for their weights)
-        raise TypeError(f"x_scale: dtype {x_scale.dtype} with MXFP4 activations x; expected float8_e8m0fnu or uint8 "
-                        "(mx exponents, one per 32 of K)")
-    check_x_scale_dtype(x_scale, format, group, k, lambda: forms)
+        f"{-(-k // X_SCALE_BLOCK)}] (1x128 blocks), the leading dimensions x's" +
+        (f"; or {exponents}" if mx_groups(format, group, k) else ""))
+    if packed:
+        check_fp4_x_scale(x, x_scale, format, group, lambda: forms)
+    elif x_scale is None:
+        raise ValueError(f"x_scale: None with float8_e4m3fn x; expected x's float32 scales: {forms}")
+    else:
+        _check_cuda_tensor(x_scale, "x_scale")
+        check_x_scale_dtype(x_scale, format, group, k, lambda: forms)
     if x_scale_mode(x_scale, x.size(0), k) is None:
         raise ValueError(f"x_scale: shape {list(x_scale.shape)}; expected {forms}")
 
@@ -810,9 +838,7 @@ def check_w4(x, w, scales, zeros, format, group, x_scale=None):
     _check_cuda_tensor(x, "x")
     if x.dim() != 2:
         raise ValueError(f"x: {x.dim()} dimensions; expected 2, [M, K]")
-    _check_w4_x_dtype(x)
-    if x.dtype in FP4_X:
-        check_bytes_along_k(x, "x")
+    _check_w4_x(x)
     check_x_scale(x, x_scale, format, group)
     _check_w4_weights(x, w, scales, zeros, format, group)
 
@@ -822,14 +848,14 @@ def _check_w4_format(format):
         raise ValueError(f"format: {format!r}; expected 'int4' or 'mxfp4'")
 
 
-def _check_w4_x_dtype(x, grouped=False):
-    """x's dtype: 16-bit, e4m3, or (not `grouped`: gemm() alone widens them) MXFP4 activations."""
-    if x.dtype in FP4_X and not grouped:
-        return
-    if x.dtype not in (torch.bfloat16, torch.float16, W4A8_X):
+def _check_w4_x(x):
+    """x's dtype, 16-bit, e4m3, or MXFP4 activations (FP4_X), whose bytes along K lie contiguous
+    (check_w4, check_grouped_w4)."""
+    if x.dtype in FP4_X:
+        check_bytes_along_k(x, "x")
+    elif x.dtype not in (torch.bfloat16, torch.float16, W4A8_X):
         raise TypeError(f"x: dtype {x.dtype} is not supported; expected bfloat16 or float16, or float8_e4m3fn with "
-                        "x_scale" + (" (the grouped products take no MXFP4 activations yet)" if grouped
-                                     else f", or MXFP4 activations ({FP4_X_NAMES} [..., K/2]) with x_scale"))
+                        f"x_scale, or MXFP4 activations ({FP4_X_NAMES} [..., K/2]) with x_scale")
 
 
 def check_bytes_along_k(t, name):
@@ -891,34 +917,38 @@ def _check_w4_weights(x, w, scales, zeros, format, group, grouped=False):
 
 def grouped_x_scale_mode(x_scale, x):
     """The mode of x_scale, the scales of e4m3 x of grouped rows (grouped_int4_mm's and
-    grouped_mxfp4_mm's, W4A8; x [M_total, K] or [G, max_m, K]), by its dtype and shape as
-    x_scale_mode's over x's rows (rows_scale_mode): float32 'tensor' (one element), 'rowwise' (one
-    a row of x: [M_total, 1] or [M_total], masked [G, max_m, 1] or [G, max_m]) or 'block' (x's
-    rows by ceil(K/128): 1x128 blocks); float8_e8m0fnu or uint8 exponents 'mx' (x's rows by
-    ceil(K/32)); None for any other shape."""
-    return rows_scale_mode(x_scale, tuple(x.shape[:-1]), x.size(-1))
+    grouped_mxfp4_mm's, W4A8; x [M_total, K] or [G, max_m, K]; MXFP4 x's [..., K/2] bytes, x_k),
+    by its dtype and shape as x_scale_mode's over x's rows (rows_scale_mode): float32 'tensor' (one
+    element), 'rowwise' (one a row of x: [M_total, 1] or [M_total], masked [G, max_m, 1] or [G,
+    max_m]) or 'block' (x's rows by ceil(K/128): 1x128 blocks); float8_e8m0fnu or uint8 exponents
+    'mx' (x's rows by ceil(K/32)); None for any other shape."""
+    return rows_scale_mode(x_scale, tuple(x.shape[:-1]), x_k(x))
 
 
 def check_grouped_x_scale(x, x_scale, format, group):
     """x_scale for grouped x (check_grouped_w4): None for 16-bit x; for e4m3 x float32, one for
     all, one a row or 1x128 blocks of x's rows, or, against weights of `format` and `group` in
     groups of 32 of K (mx_groups, as check_x_scale takes them), float8_e8m0fnu or uint8 exponents
-    of x's rows by ceil(K/32) (grouped_x_scale_mode)."""
-    if x.dtype != W4A8_X:
-        if x_scale is not None:
-            raise ValueError(f"x_scale: given with {x.dtype} x; expected None (scales go with float8_e4m3fn x)")
+    of x's rows by ceil(K/32) (grouped_x_scale_mode); for MXFP4 x [M_total, K/2] or [G, max_m,
+    K/2] (FP4_X) those exponents alone, and the weights in groups of 32 of K (check_fp4_x_scale)."""
+    if not takes_x_scale(x, x_scale):
         return
-    k = x.size(-1)
+    packed, k = x.dtype in FP4_X, x_k(x)
 
     def forms():  # the text, made where an error needs it (not while torch.compile traces)
         rows, lead = list(x.shape[:-1]), "M_total" if x.dim() == 2 else "G, max_m"
+        if packed:
+            return mx_form(lead, rows, k, "MXFP4")
         mx = f"; or {mx_form(lead, rows, k)}" if mx_groups(format, group, k) else ""
         return (f"one element (tensor), one a row of x (rowwise), [{lead}, 1] or [{lead}] = {rows + [1]} or {rows}, "
                 f"or 1x128 blocks of x's rows (block), [{lead}, ceil(K/128)] = {rows + [-(-k // X_SCALE_BLOCK)]}{mx}")
-    if x_scale is None:
+    if packed:
+        check_fp4_x_scale(x, x_scale, format, group, forms, grouped=True)
+    elif x_scale is None:
         raise ValueError(f"x_scale: None with float8_e4m3fn x; expected x's float32 scales: {forms()}")
-    _check_cuda_tensor(x_scale, "x_scale")
-    check_x_scale_dtype(x_scale, format, group, k, forms, grouped=True)
+    else:
+        _check_cuda_tensor(x_scale, "x_scale")
+        check_x_scale_dtype(x_scale, format, group, k, forms, grouped=True)
     if grouped_x_scale_mode(x_scale, x) is None:
         raise ValueError(f"x_scale: shape {list(x_scale.shape)}; expected {forms()}")
 
@@ -927,7 +957,8 @@ def check_grouped_w4(x, w, scales, zeros, sizes, layout, format, group, x_scale=
     """The operands of a grouped product with 4-bit weights (grouped_int4_mm, grouped_mxfp4_mm,
     torch.ops.gemmkit.grouped_w4_mm): x [M_total, K] with `sizes` the groups' cumulative row ends
     (layout 'contiguous'), or [G, max_m, K] with each group's row count ('masked'), bfloat16 or
-    float16, or float8_e4m3fn with x_scale (check_grouped_x_scale); the experts' weights w [G, N,
+    float16, or float8_e4m3fn with x_scale (check_grouped_x_scale), or MXFP4 activations, x's rows
+    by K/2 bytes (FP4_X, the bytes along K contiguous) with mx x_scale; the experts' weights w [G, N,
     ceil(K/2)] as bytes and their scales (and int4's zeros) as check_w4 takes one matrix's, each
     with G first: int4's [G, ceil(K/group), N], MXFP4's [G, N, ceil(K/32)]; sizes 1-D int32 or
     int64, one a group. TypeError for a dtype, ValueError for anything else, naming the
@@ -940,7 +971,7 @@ def check_grouped_w4(x, w, scales, zeros, sizes, layout, format, group, x_scale=
     if x.dim() != 2 + masked:
         raise ValueError(f"x: {x.dim()} dimensions; expected " + ("3, [G, max_m, K] (masked groups, counts)" if masked
                                                                   else "2, [M_total, K] (contiguous groups, offs)"))
-    _check_w4_x_dtype(x, grouped=True)
+    _check_w4_x(x)
     check_grouped_x_scale(x, x_scale, format, group)
     _check_w4_weights(x, w, scales, zeros, format, group, grouped=True)
     w_name = "qweight" if format == "int4" else "weight"
@@ -1850,9 +1881,15 @@ def grouped_int4_mm(x, qweight, scales, offs=None, *, counts=None, zeros=None, g
     instead (A8W4 in MX: MXFP8 activations), float8_e8m0fnu or uint8 [M_total, ceil(K/32)] or
     masked [G, max_m, ceil(K/32)] (quantize(x, mode="mx")), each 2^(e - 127) for 32 of K of a
     row; refused, naming x_scale, against other groups.
-    -> x's dtype (e4m3 x: bfloat16), or out_dtype's (bfloat16, float16 or float32); out= a tensor
-    of the output's shape to write, returned. max_sms caps the SMs the kernel runs on (0: all of
-    them). Each group's product is int4_mm's (its roundings and sums). Not differentiable: a call
+    With group=32 and K > 32 x may also be MXFP4 activations (FP4 x FP4), as int4_mm takes them
+    over x's rows: [M_total, K/2], masked [G, max_m, K/2], of uint8 (or torch.float4_e2m1fn_x2),
+    two e2m1 codes a byte along K (K = 2 * x.size(-1): even K only), the bytes of a row
+    contiguous, with x_scale required, their float8_e8m0fnu or uint8 exponents [M_total,
+    ceil(K/32)], masked [G, max_m, ceil(K/32)]; refused, naming group, against other groups.
+    -> x's dtype (e4m3 and MXFP4 x: bfloat16), or out_dtype's (bfloat16, float16 or float32); out=
+    a tensor of the output's shape to write, returned. max_sms caps the SMs the kernel runs on (0:
+    all of them). Each group's product is int4_mm's (its roundings and sums; MXFP4 x widened
+    exactly to e4m3 first, a copy in scratch each call). Not differentiable: a call
     on inputs that require grad runs, but its backward raises RuntimeError (out= refuses them).
     A traced call is one operator, torch.ops.gemmkit.grouped_w4_mm (grouped_w4_mm_out with out=),
     format 'int4', with x_scale as its keyword argument.
@@ -1876,8 +1913,9 @@ def grouped_mxfp4_mm(x, weight, scales, offs=None, *, counts=None, x_scale=None,
     """mxfp4_mm for mixture-of-experts layers (gpt-oss's experts): each group's rows of x times its
     MXFP4 weights W_g [N, K], all in one launch, the groups (x [M_total, K] with offs, or [G,
     max_m, K] with counts), x and x_scale (W4A8: float32 scales, or mx exponents, MXFP4's blocks
-    being 32 of K), the output, out=, out_dtype, max_sms and a fused epilogue with its tensors as
-    grouped_int4_mm takes them. The experts' weights as mxfp4_mm takes one matrix's,
+    being 32 of K; or MXFP4 activations, FP4 x FP4, x [M_total, K/2] or [G, max_m, K/2] bytes of
+    e2m1 codes with their exponents, as quantize_mxfp4 makes them), the output, out=, out_dtype,
+    max_sms and a fused epilogue with its tensors as grouped_int4_mm takes them. The experts' weights as mxfp4_mm takes one matrix's,
     each with G first: weight [G, N, ceil(K/2)] of uint8 (or torch.float4_e2m1fn_x2), scales [G, N,
     ceil(K/32)] of float8_e8m0fnu or uint8 (gpt-oss's [E, N, K/32]), read as their transpose;
     W_g[n, k] = v * 2^(e - 127), e = scales[g, n, k // 32]. Each group's product is mxfp4_mm's.

@@ -12,7 +12,7 @@
 // (packed_weight_view_of, also bound for tests), with group or MX scales and, for an e4m3 A
 // (W4A8), A's scales in mode_a, or MXFP4 activations' [M, K/2] bytes as an e2m1 A
 // (packed_activation_view_of, FP4 x FP4); grouped_gemm_4bit_tensors() the same for grouped_gemm()
-// (a 16-bit or e4m3 A), the experts' [G, N, ceil(K/2)] bytes with their scales [G, ...];
+// (a 16-bit, e4m3 or e2m1 A), the experts' [G, N, ceil(K/2)] bytes with their scales [G, ...];
 // quantize_4bit_tensors() makes such weights from [N, K] ones with the same views (quantize_int4,
 // quantize_mxfp4).
 // set_scratch_allocator() makes two Python callables (torch's caching allocator, from
@@ -65,6 +65,15 @@ gemmkit::GemmOptions gemm_options(float alpha, float beta, std::optional<TensorV
 std::optional<TensorView> optional_view(nb::handle tensor, const char* name) {
   if (tensor.is_none()) return std::nullopt;
   return gemmkit::python::view_of(tensor, name);
+}
+
+// The views of a product with 4-bit weights of `dtype` (gemm_4bit_tensors, grouped_gemm_4bit_tensors):
+// A, x as it is or, with packed_x, MXFP4 activations' bytes as e2m1 codes (packed_activation_view_of:
+// M x K, or masked G x max_m x K), and B = W^T, the weights' bytes w for A's K (packed_weight_view_of).
+std::pair<TensorView, TensorView> w4_operands(nb::handle x, nb::handle w, DType dtype, bool packed_x) {
+  const TensorView va =
+      packed_x ? gemmkit::python::packed_activation_view_of(x, "x") : gemmkit::python::view_of(x, "x");
+  return {va, gemmkit::python::packed_weight_view_of(w, dtype, va.cols(), dtype == DType::u4 ? "qweight" : "weight")};
 }
 
 // The options of a product with 4-bit weights of `dtype`: u4 with group scales (and zero points;
@@ -352,10 +361,7 @@ NB_MODULE(_gemmkit, m) {
       "gemm_4bit_tensors",
       [](nb::handle x, nb::handle w, nb::handle d, DType dtype, nb::handle scales, nb::handle zeros, int64_t group,
          uintptr_t stream, ScaleMode mode_a, nb::handle scale_a, bool packed_x) {
-        const TensorView va =
-            packed_x ? gemmkit::python::packed_activation_view_of(x, "x") : gemmkit::python::view_of(x, "x");
-        const char* w_name = dtype == DType::u4 ? "qweight" : "weight";
-        const TensorView vb = gemmkit::python::packed_weight_view_of(w, dtype, va.cols(), w_name);
+        const auto [va, vb] = w4_operands(x, w, dtype, packed_x);
         const TensorView vd = gemmkit::python::view_of(d, "out");
         const gemmkit::GemmOptions options = w4_options(dtype, scales, zeros, group, stream, mode_a, scale_a);
         nb::gil_scoped_release unlocked;
@@ -375,10 +381,9 @@ NB_MODULE(_gemmkit, m) {
       "grouped_gemm_4bit_tensors",
       [](nb::handle x, nb::handle w, nb::handle d, DType dtype, nb::handle scales, nb::handle zeros, int64_t group,
          nb::handle sizes, GroupLayout layout, bool check, uintptr_t stream, ScaleMode mode_a, nb::handle scale_a,
-         int max_sms, const std::string& epilogue, nb::handle epilogue_tensors) {
-        const TensorView va = gemmkit::python::view_of(x, "x");
+         int max_sms, const std::string& epilogue, nb::handle epilogue_tensors, bool packed_x) {
+        const auto [va, vb] = w4_operands(x, w, dtype, packed_x);
         const char* w_name = dtype == DType::u4 ? "qweight" : "weight";
-        const TensorView vb = gemmkit::python::packed_weight_view_of(w, dtype, va.cols(), w_name);
         if (vb.rank != 3) {
           throw nb::value_error((std::string(w_name) + ": 2 dimensions; expected 3, [G, N, ceil(K/2)] bytes").c_str());
         }
@@ -394,14 +399,16 @@ NB_MODULE(_gemmkit, m) {
       nb::arg("x"), nb::arg("w"), nb::arg("d"), nb::arg("dtype"), nb::arg("scales"), nb::arg("zeros").none(),
       nb::arg("group"), nb::arg("sizes"), nb::arg("layout"), nb::arg("check"), nb::arg("stream"),
       nb::arg("mode_a") = ScaleMode::none, nb::arg("scale_a") = nb::none(), nb::arg("max_sms") = 0,
-      nb::arg("epilogue") = "", nb::arg("epilogue_tensors") = nb::none(),
+      nb::arg("epilogue") = "", nb::arg("epilogue_tensors") = nb::none(), nb::arg("packed_x") = false,
       "grouped_gemm() of 4-bit weights on framework tensors, as gemm_4bit_tensors for each group: d = x_g @ W_g^T "
       "for each group's rows of x ([M_total, K] contiguous, `sizes` the ends; [G, max_m, K] masked, the counts), "
       "the experts' weights W [G, N, K] given as w, their [G, N, ceil(K/2)] bytes (packed_weight_view_of: B = W^T, "
       "G x K x N of `dtype`); u4's group scales and optional zero points [G, ceil(K/group), N], e2m1's ue8m0 scales "
       "[G, ceil(K/32), N], any strides; an e4m3 x (W4A8) scaled by scale_a in mode_a (tensor, rowwise, block: "
-      "1x128, or mx exponents against weights in groups of 32), viewed as gemm_tensors' scale_a; with a fused "
-      "epilogue's text and (name, tensor, index) triples, as grouped_gemm_tensors'");
+      "1x128, or mx exponents against weights in groups of 32), viewed as gemm_tensors' scale_a; with packed_x, x "
+      "is MXFP4 activations, [M_total, K/2] or masked [G, max_m, K/2] bytes of e2m1 codes "
+      "(packed_activation_view_of), scaled by scale_a in mode mx (FP4 x FP4); with a fused epilogue's text and "
+      "(name, tensor, index) triples, as grouped_gemm_tensors'");
   m.def(
       "quantize_4bit_tensors",
       [](nb::handle w, nb::handle q, nb::handle scales, nb::handle zeros, DType dtype, int64_t group,

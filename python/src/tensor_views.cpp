@@ -112,12 +112,16 @@ TensorView packed_weight_view_of(nb::handle bytes, DType dtype, int64_t k, const
 
 TensorView packed_activation_view_of(nb::handle bytes, const char* name) {
   const nb::tuple shape = nb::tuple(bytes.attr(names().shape));
-  if (shape.size() != 2) {
+  if (shape.size() != 2 && shape.size() != 3) {
     throw nb::value_error((std::string(name) + ": " + std::to_string(shape.size()) +
-                           " dimensions; expected 2, [M, K/2] bytes of MXFP4 activations")
+                           " dimensions; expected 2, [M, K/2] bytes of MXFP4 activations, or 3, [G, max_m, K/2]")
                               .c_str());
   }
-  const TensorView t = packed_weight_view_of(bytes, DType::e2m1, 2 * nb::cast<int64_t>(shape[1]), name);
+  const TensorView t = packed_weight_view_of(bytes, DType::e2m1, 2 * nb::cast<int64_t>(shape[shape.size() - 1]), name);
+  if (t.rank == 3) {  // G x K x max_m: each group's rows, its bytes' batch stride apart
+    return TensorView::batched(t.data, t.dtype, t.batch(), t.cols(), t.rows(), t.batch_stride(), t.col_stride(),
+                               t.row_stride());
+  }
   return TensorView::matrix(t.data, t.dtype, t.cols(), t.rows(), t.col_stride(), t.row_stride());
 }
 

@@ -34,8 +34,9 @@ TensorView packed_weight_view_of(nanobind::handle bytes, DType dtype, int64_t k,
 // The M x K e2m1 view of MXFP4 activations A that a 2-D tensor of bytes holds, [M, K/2], two codes
 // a byte along K as 4-bit weights are packed (K = 2 * the bytes' columns: an even K): the
 // transpose of packed_weight_view_of's view of the same bytes, strides in nibbles {2 * the bytes'
-// row stride, 1}. Raises ValueError naming `name` for another number of dimensions, or bytes along
-// K that are not contiguous.
+// row stride, 1}. A 3-D tensor, [G, max_m, K/2] (a grouped GEMM's masked rows), gives the G x
+// max_m x K view, batch stride 2 * the bytes' batch stride. Raises ValueError naming `name` for
+// another number of dimensions, or bytes along K that are not contiguous.
 TensorView packed_activation_view_of(nanobind::handle bytes, const char* name);
 
 // The view of an operand's scales: as view_of, except that a single scale may have any shape (a

@@ -30,8 +30,9 @@ double grouped_set_bytes(const GroupedProblem& p);
 
 // A row with 4-bit weights, for which no cuBLAS grouped GEMM exists: the same groups (G, rows,
 // N, K, op, distribution and epilogue) with the types of the dense line's stand-ins
-// (bench/suite.h), 16-bit (dense16_problem: W4A16's A type, bf16 for W4A8) or, where `fp8`, e4m3
-// with A scaled as the row's A is (fp8_problem: W4A8's mode_a for both operands), which gemmkit
+// (bench/suite.h), 16-bit (dense16_problem: W4A16's A type, bf16 for W4A8 and FP4 x FP4) or,
+// where `fp8`, e4m3 with A scaled as the row's A is (fp8_problem: W4A8's mode_a for both
+// operands; mx for an e2m1 A), which gemmkit
 // bench times through gemmkit's own grouped GEMM as the row's baseline.
 GroupedProblem grouped_stand_in(const GroupedProblem& p, bool fp8);
 

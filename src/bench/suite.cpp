@@ -233,7 +233,7 @@ bool read_mode(const std::string& field, const std::string& dtype, SuiteProblem&
   const auto mode = mode_of(field);
   const bool named = mode || lower(field) == scale_mode_name(ScaleMode::group);
   const std::string or_batch = batch ? " (or a batch)" : "";
-  if (p.fp4x4()) {  // MXFP4 activations: mx, the only mode, may be named (grouped lines take no e2m1 A)
+  if (p.fp4x4()) {  // MXFP4 activations: mx, the only mode, may be named (dense and grouped lines)
     if (mode == ScaleMode::mx) return true;
     if (!named && batch && numeric(field)) return false;
     fail(where, std::string(named ? "" : "unknown ") + "scaling mode " + quoted(field) + " for the e2m1 activations of " +
@@ -391,9 +391,12 @@ double GroupedProblem::bytes() const {
   const double a = dtype_size(dense.in_dtype), b = dtype_size(dense.b_dtype()), d = dtype_size(dense.out_dtype);
   // wgrad reads dD [M, N] and X [M, K] and writes a [N, K] gradient per group.
   if (op == GroupedOp::wgrad) return total * (double(n) * a + double(k) * b) + busy * double(n) * double(k) * d;
-  // Each busy group's weights: 4-bit ones packed, with their scales and zero points.
+  // Each busy group's weights: 4-bit ones packed, with their scales and zero points; MXFP4
+  // activations packed with their exponents, as gemm_bytes counts them.
   const double weights = weight_bytes(dense.n, dense.k, dense.b_dtype(), dense.group, dense.zeros);
-  return total * double(dense.k) * a + busy * weights + total * double(dense.n) * d;
+  const double x = is_4bit(dense.in_dtype) ? weight_bytes(int64_t(total), dense.k, dense.in_dtype)
+                                           : total * double(dense.k) * a;
+  return x + busy * weights + total * double(dense.n) * d;
 }
 
 GroupDist parse_dist(const std::string& field, const std::string& where) {
@@ -440,15 +443,17 @@ GroupedProblem parse_grouped(const std::vector<std::string>& fields, const std::
   p.n = parse_int(fields[4], "N", 0, where);
   p.k = parse_int(fields[5], "K", 0, where);
   parse_dtype(fields[6], p.dense, where);
-  if (p.dense.fp4x4())
-    fail(where, "e2m1 activations " + quoted(fields[6]) + " on a grouped line; expected bf16, f16 or e4m3 "
-                "activations (grouped_gemm takes no MXFP4 activations)");
   // 4-bit weights are packed along K, the contraction of the forward's weights [G, N, K] only.
   if (p.dense.w4() && p.op != GroupedOp::fwd && p.op != GroupedOp::masked)
     fail(where, "4-bit weights " + quoted(fields[6]) + " on a grouped " + quoted(fields[1]) +
                     " line; expected fwd or masked (the weights [G, N, K], two codes a byte along K, are the "
                     "forward's B only)");
   p.dense.k = p.k;  // the weights' K, which a W4A8 line's mx needs in groups of 32 (the shape is set below)
+  // MXFP4 activations (FP4 x FP4), as on dense lines: against weights in groups of 32 of K only.
+  if (p.dense.fp4x4() && !groups_of_32(p.dense))
+    fail(where, "e2m1 activations " + quoted(fields[6]) + " with K = " + std::to_string(p.k) +
+                    ", which one group of int4g32 covers; expected K > 32 (or mxfp4 weights), as grouped_gemm takes "
+                    "it");
   if (fields.size() == 9) read_mode(fields[7], fields[6], p.dense, true, false, where);
   p.dist = parse_dist(fields.back(), where);
   // Checked as if every group had all M rows: masked A and D are that, contiguous ones less.

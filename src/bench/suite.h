@@ -122,9 +122,10 @@ struct GroupedProblem {
   SuiteProblem dense;
 
   int64_t groups() const { return int64_t(rows.size()); }
-  // What every group's GEMM reads and writes at the least: the rows of A and D the groups own,
-  // and the weights of each group that has rows (4-bit ones packed, with their scales and zero
-  // points, as weight_bytes counts them; FP8 scales left out), in bytes.
+  // What every group's GEMM reads and writes at the least: the rows of A and D the groups own
+  // (MXFP4 activations packed with their exponents, as gemm_bytes counts an e2m1 A), and the
+  // weights of each group that has rows (4-bit ones packed, with their scales and zero points, as
+  // weight_bytes counts them; FP8 scales left out), in bytes.
   double bytes() const;
 };
 
@@ -135,7 +136,9 @@ struct GroupedProblem {
 // e4m3,w4:int4g128z) go on fwd and masked lines only, each group's weights as a dense line's
 // [N, K] (the format sets B's scales, a set per group); a W4A8 line's mode field is A's (tensor,
 // rowwise, block, or against weights in groups of 32 of K, mxfp4 or int4g32 with K > 32, mx;
-// rowwise by default), as on dense lines; e2m1 activations are refused. Errors as parse_problem()'s.
+// rowwise by default), as on dense lines; e2m1 activations (MXFP4, FP4 x FP4: e2m1,w4:mxfp4 or
+// e2m1,w4:int4g32[z] with K > 32) as on dense lines too, their mode mx (the field may name it).
+// Errors as parse_problem()'s.
 GroupedProblem parse_grouped(const std::vector<std::string>& fields, const std::string& where);
 
 // A distribution as a line names it: balanced, skew:R (R > 0), zipf:S (S >= 0), random:SEED or

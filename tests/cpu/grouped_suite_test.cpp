@@ -126,6 +126,15 @@ TEST(GroupedSuite, TakesFourBitWeightsAsDenseLinesSpellThem) {
        ScaleMode::group, ScaleMode::mx, 32, true},
       {"grouped fwd 8 128 64 33 e4m3,w4:int4g32:f32 mx balanced", "e4m3,w4:int4g32:f32 mx", DType::e4m3, DType::u4,
        ScaleMode::group, ScaleMode::mx, 32, false},  // K = 33: two groups of 32
+      // MXFP4 activations (FP4 x FP4) against weights in groups of 32 of K, mx named or not, as on dense lines.
+      {"grouped masked 128 4 5760 2880 e2m1,w4:mxfp4 balanced", "e2m1,w4:mxfp4 mx", DType::e2m1, DType::e2m1,
+       ScaleMode::mx, ScaleMode::mx, 32, false},
+      {"grouped fwd 128 4096 2880 2880 E2M1,W4:MXFP4 MX random:1", "e2m1,w4:mxfp4 mx", DType::e2m1, DType::e2m1,
+       ScaleMode::mx, ScaleMode::mx, 32, false},
+      {"grouped fwd 8 128 4096 7168 e2m1,w4:int4g32z mx routed:1", "e2m1,w4:int4g32z mx", DType::e2m1, DType::u4,
+       ScaleMode::group, ScaleMode::mx, 32, true},
+      {"grouped masked 8 16 64 34 e2m1,w4:int4g32:f32 balanced", "e2m1,w4:int4g32:f32 mx", DType::e2m1, DType::u4,
+       ScaleMode::group, ScaleMode::mx, 32, false},  // K = 34: two groups of 32
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.line);
@@ -159,6 +168,11 @@ TEST(GroupedSuite, FourBitBytesCountThePackedWeightsOfBusyGroups) {
   EXPECT_DOUBLE_EQ(mx.bytes(), double(rows) * 2880 + double(busy) * (5760.0 * 2880 / 2 + 5760.0 * 90) +
                                    double(rows) * 5760 * 2);
   EXPECT_DOUBLE_EQ(weight_bytes(5760, 2880, DType::e2m1), 5760.0 * 2880 / 2 + 5760.0 * 90);
+  // MXFP4 activations: half a byte an element and a ue8m0 exponent per 32 of K a row, as e2m1 weights.
+  const GroupedProblem fp4 = grouped("grouped masked 128 1 5760 2880 e2m1,w4:mxfp4 random:1");
+  EXPECT_EQ(fp4.rows, mx.rows);
+  EXPECT_DOUBLE_EQ(fp4.bytes(), double(rows) * (2880.0 / 2 + 90) + double(busy) * (5760.0 * 2880 / 2 + 5760.0 * 90) +
+                                    double(rows) * 5760 * 2);
   // u4 in groups of 128 with zero points: bf16 scales and zeros per 128 of K (ceil(200 / 128) = 2).
   const GroupedProblem int4 = grouped("grouped fwd 2 10 64 200 bf16,w4:int4g128z skew:1000");
   EXPECT_EQ(int4.rows, (std::vector<int64_t>{10, 0}));
@@ -207,6 +221,20 @@ TEST(GroupedSuite, BadFourBitLinesNameTheToken) {
        "block or mx"},
       {"grouped masked 8 4 64 64 e4m3,w4:int4g128 2 balanced",
        "unknown scaling mode '2' for the e4m3 activations of 'e4m3,w4:int4g128'"},
+      // MXFP4 activations: mx their only mode, against weights in groups of 32 of K, forward only.
+      {"grouped masked 8 4 64 64 e2m1,w4:mxfp4 rowwise balanced",
+       "scaling mode 'rowwise' for the e2m1 activations of 'e2m1,w4:mxfp4'; expected mx (MXFP4 activations: one "
+       "ue8m0 exponent per 32 of K)"},
+      {"grouped fwd 8 64 64 64 e2m1,w4:int4g32 rows balanced",
+       "unknown scaling mode 'rows' for the e2m1 activations of 'e2m1,w4:int4g32'; expected mx"},
+      {"grouped masked 8 4 64 256 e2m1,w4:int4g128 balanced",
+       "4-bit weight format 'int4g128' with e2m1 activations in dtype 'e2m1,w4:int4g128'; expected mxfp4, int4g32 or "
+       "int4g32z (MXFP4 activations' exponents cover 32 of K, as the weights' scales must)"},
+      {"grouped masked 8 4 64 32 e2m1,w4:int4g32 balanced",  // one group covers K, as grouped_gemm has it
+       "e2m1 activations 'e2m1,w4:int4g32' with K = 32, which one group of int4g32 covers; expected K > 32 (or mxfp4 "
+       "weights), as grouped_gemm takes it"},
+      {"grouped wgrad 8 64 64 64 e2m1,w4:mxfp4 balanced",
+       "4-bit weights 'e2m1,w4:mxfp4' on a grouped 'wgrad' line; expected fwd or masked"},
   };
   for (const auto& [line, message] : cases) {
     SCOPED_TRACE(line);

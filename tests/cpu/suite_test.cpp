@@ -790,10 +790,6 @@ TEST(Suite, Fp4x4LinesRefuseWhatGemmDoesNot) {
   EXPECT_EQ(parse_error("1 2 3 NT e2m1,w4:mxfp4:e4m3"),
             "test.txt:1: output type 'e4m3' in dtype 'e2m1,w4:mxfp4:e4m3'; expected bf16, f16 or f32 after 4-bit "
             "weights (A,w4:FORMAT:OUT)");
-  // Grouped lines take no MXFP4 activations (grouped_gemm does not).
-  EXPECT_EQ(parse_error("grouped masked 128 1 5760 2880 e2m1,w4:mxfp4 balanced"),
-            "test.txt:1: e2m1 activations 'e2m1,w4:mxfp4' on a grouped line; expected bf16, f16 or e4m3 activations "
-            "(grouped_gemm takes no MXFP4 activations)");
   // e2m1 is no operand type outside a w4 dtype, nor a B of 8-bit A.
   for (const char* dtype : {"e2m1", "e2m1:bf16", "e2m1,e2m1", "e4m3,e2m1"}) {
     SCOPED_TRACE(dtype);

@@ -1,7 +1,8 @@
 """gemmkit.grouped_int4_mm and gemmkit.grouped_mxfp4_mm: grouped products (mixture-of-experts
 layers) with 4-bit weights, the experts' W [G, N, K] stored as [G, N, ceil(K/2)] bytes, over
 grouped_mm's contiguous (offs) and masked (counts) groups. Without a GPU: the binding's view of
-the experts' bytes (G x K x N nibbles), the launch's arguments as the C++ checks see them (CPU
+the experts' bytes (G x K x N nibbles) and of masked MXFP4 activations (G x max_m x K codes),
+the launch's arguments as the C++ checks see them (CPU
 tensors, refused only for their memory; W4A8's 1x128 blocks and mx exponents skipped, saying
 so, where the library's grouped_gemm takes none yet) and as the launch hands them over (the
 mode and the view of x_scale), the operator's fake implementation under fake CUDA tensors
@@ -11,7 +12,9 @@ and the operator under opcheck with a double-precision CPU stand-in. On an sm_90
 tests skip, saying so, elsewhere): each group against the double-precision product of its
 weights dequantised exactly, within the bounds of test_lowbit.py (lowbit_reference.py), W4A16
 and W4A8 (x's scales one, one a row, 1x128 blocks, or mx exponents against weights in groups of
-32 of K: not yet run on a GPU), over groups that start off every multiple of 4; outputs
+32 of K: not yet run on a GPU) and FP4 x FP4 (MXFP4 activations, x's codes and exponents
+dequantised exactly, within the FP8 bound: not yet run on a GPU), over groups that start off
+every multiple of 4; outputs
 NaN-filled first, so that rows no group owns are seen to stay untouched; a fused epilogue (a
 per-expert bias, a router weight, an auxiliary output, a reduction) against the epilogue in
 double on each group's product (not yet run on a GPU); then torch.compile, CUDA graphs replayed
@@ -22,7 +25,7 @@ import functools
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
-from fake_cuda import cuda, on_stream_zero, refused_for_memory_alone  # noqa: E402
+from fake_cuda import DEVICE_REFUSALS, cuda, on_stream_zero, refused_for_memory_alone  # noqa: E402
 from gpu_reference import HALF_ULP, capture, expect_near, nan_like, offs_of, spans  # noqa: E402
 from lowbit_reference import (expect_close, expect_close_fp8, int4_weights, mxfp4_weights,  # noqa: E402
                               scaled_x)
@@ -184,6 +187,78 @@ def test_the_library_takes_the_w4a8_blocks_and_mx_exponents(cpu_launch):
                            torch.zeros(groups, 16, 130, dtype=U8).view(E8M0))]
     for call in calls:
         refused_for_memory_alone(call)
+
+
+def test_the_binding_views_masked_mxfp4_activations_as_g_x_max_m_x_k_codes():
+    storage = torch.zeros(3, 5, 40, dtype=U8)
+    x = storage[:, :, 3:35]  # G = 3, max_m = 5, 32 bytes a row (K = 64), rows 40 bytes apart, groups 200
+    v = _gemmkit.packed_activation_view_of(x, "x")
+    assert (v.data, v.dtype, v.shape, v.strides) == (x.data_ptr(), DType.e2m1, [3, 5, 64], [400, 80, 1])
+    v = _gemmkit.packed_activation_view_of(x[::2], "x")  # every other group
+    assert (v.shape, v.strides) == ([2, 5, 64], [800, 80, 1])
+    if FLOAT4 is not None:
+        assert _gemmkit.packed_activation_view_of(x.view(FLOAT4), "x").shape == [3, 5, 64]
+    with pytest.raises(ValueError, match=r"^x: strides \[160, 1, 5\]; expected the bytes along K contiguous"):
+        _gemmkit.packed_activation_view_of(torch.zeros(3, 32, 5, dtype=U8).transpose(1, 2), "x")
+
+
+def fp4_operands(groups, n, k):
+    """CPU MXFP4 x [100, K/2] (a slice of wider rows, 8 bytes in: not as TMA would read it) and
+    masked xm [G, 16, K/2] of uint8 codes, their uint8 exponents [100, ceil(K/32)] and [G, 16,
+    ceil(K/32)], offs, outputs, MXFP4 weights' codes and exponents, and int4 scales in groups of
+    32 (bfloat16)."""
+    x, xm = torch.zeros(100, k // 2 + 24, dtype=U8)[:, 8:8 + k // 2], torch.zeros(groups, 16, k // 2, dtype=U8)
+    ex, exm = torch.zeros(100, -(-k // 32), dtype=U8), torch.zeros(groups, 16, -(-k // 32), dtype=U8)
+    offs, out, outm = torch.tensor([0, 30, 30, 90], dtype=I32), torch.zeros(100, n), torch.zeros(groups, 16, n)
+    weight, e = torch.zeros(groups, n, k // 2, dtype=U8), torch.zeros(groups, n, -(-k // 32), dtype=U8)
+    return x, xm, ex, exm, offs, out, outm, weight, e, torch.zeros(groups, -(-k // 32), n, dtype=BF16)
+
+
+def test_the_fp4_launch_passes_x_as_e2m1_codes_with_mx_exponents(launched):
+    groups, n, k = 4, 64, 4160  # 2080 bytes of x a row, 130 exponents
+    x, xm, ex, exm, offs, out, outm, weight, e, s32 = fp4_operands(groups, n, k)
+    cases = [  # MXFP4 and int4 in groups of 32; exponents uint8 or float8_e8m0fnu, row-major or M-contiguous
+        (x, weight, e, None, offs, "contiguous", "mxfp4", 32, out, 0, ex),
+        (xm, weight, e, None, offs, "masked", "mxfp4", 32, outm, 0, exm.view(E8M0)),
+        (x, weight, s32, s32, offs, "contiguous", "int4", 32, out, 0, ex.t().contiguous().t()),
+        (xm, weight, s32, None, offs, "masked", "int4", 32, outm, 0, exm)]
+    if FLOAT4 is not None:  # torch's MXFP4 dtype
+        cases.append((x.view(FLOAT4), weight, e, None, offs, "contiguous", "mxfp4", 32, out, 0, ex))
+    for args in cases:
+        _torch.launch_grouped_w4(*args)
+        call = launched[-1]
+        # The codes as they lie (grouped_gemm widens them first: no copy for TMA), flagged as MXFP4 x.
+        assert call[0] is args[0] and call[16] is True
+        mode_a, scale_a = call[11:13]
+        assert mode_a == _gemmkit.ScaleMode.mx and scale_a.dtype == E8M0
+        assert tuple(scale_a.shape) == tuple(args[-1].shape) and scale_a.stride() == args[-1].stride()
+        assert scale_a.data_ptr() == args[-1].data_ptr()
+    # With a fused epilogue too; other x is not flagged.
+    _torch.launch_grouped_w4(xm, weight, e, None, offs, "masked", "mxfp4", 32, outm, 0, exm, "acc * route[m]",
+                             [("route", torch.zeros(groups, 16, 1), "m")])
+    assert launched[-1][16] is True and launched[-1][14] == "acc * route[m]"
+    _torch.launch_grouped_w4(torch.zeros(100, k, dtype=BF16), weight, e, None, offs, "contiguous", "mxfp4", 32, out,
+                             0)
+    assert launched[-1][16] is False
+
+
+def test_the_library_takes_mxfp4_activations(cpu_launch):
+    # Through the binding (x's bytes viewed as e2m1 codes) to grouped_gemm's checks, which refuse
+    # the CPU memory alone; skipped where this library's grouped_gemm refuses e2m1 activations.
+    groups, n, k = 4, 64, 4160
+    x, xm, ex, exm, offs, out, outm, weight, e, s32 = fp4_operands(groups, n, k)
+    with pytest.raises((RuntimeError, ValueError)) as error:
+        cpu_launch(x, weight, e, None, offs, "contiguous", "mxfp4", 32, out, 0, ex)
+    text = str(error.value)
+    if not (text.startswith(DEVICE_REFUSALS) or "is not device memory" in text) and "e2m1" in text:
+        pytest.skip(f"this library's grouped_gemm takes no e2m1 activations: {text}")
+    for call in [lambda: cpu_launch(xm, weight, e, None, offs, "masked", "mxfp4", 32, outm, 0, exm.view(E8M0)),
+                 lambda: cpu_launch(x, weight, s32, s32, offs, "contiguous", "int4", 32, out, 0, ex),
+                 lambda: cpu_launch(xm, weight, s32, None, offs, "masked", "int4", 32, outm, 0, exm)]:
+        refused_for_memory_alone(call)
+    # grouped_gemm's own checks of an e2m1 A (check_grouped_w4 refuses these first).
+    with pytest.raises(ValueError, match=r"^scale_a: mode none for e2m1 activations A; expected mx"):
+        cpu_launch(x, weight, e, None, offs, "contiguous", "mxfp4", 32, out, 0)
 
 
 # --- without a GPU: the operator under fake tensors, as torch.compile traces it --------------------
@@ -371,12 +446,8 @@ def test_errors_name_the_argument(fake):
         (ValueError, r"^x: 1 dimensions; expected 2, \[M_total, K\] with offs, or 3, \[G, max_m, K\] with counts$",
          lambda: gemmkit.grouped_int4_mm(x[0], qweight, scales, offs)),
         (TypeError, r"^x: dtype torch.float32 is not supported; expected bfloat16 or float16, or float8_e4m3fn with "
-                    r"x_scale \(the grouped products take no MXFP4 activations yet\)$",
+                    r"x_scale, or MXFP4 activations \(uint8",
          lambda: gemmkit.grouped_int4_mm(x.float(), qweight, scales, offs)),
-        (TypeError, r"^x: dtype torch.uint8 is not supported; expected .* \(the grouped products take no MXFP4 "
-                    r"activations yet\)$",  # int4_mm and mxfp4_mm take them (FP4 x FP4)
-         lambda: gemmkit.grouped_mxfp4_mm(cuda(100, k // 2, dtype=U8), weight, e, offs,
-                                          x_scale=cuda(100, k // 32, dtype=U8))),
         (TypeError, r"^offs: dtype torch.float32 is not supported; expected int32 or int64$",
          lambda: gemmkit.grouped_int4_mm(x, qweight, scales, offs.float())),
         (ValueError, r"^offs: 3 values; expected one a group, G = 4 \(qweight's first dimension\)$",
@@ -447,7 +518,8 @@ def test_errors_name_the_argument(fake):
          lambda: gemmkit.grouped_int4_mm(x8, qweight, scales, offs)),
         (ValueError, r"^x_scale: None with float8_e4m3fn x; expected x's float32 scales: " + mx_forms,
          lambda: gemmkit.grouped_mxfp4_mm(x8, weight, e, offs)),
-        (ValueError, r"^x_scale: given with torch.bfloat16 x; expected None \(scales go with float8_e4m3fn x\)$",
+        (ValueError, r"^x_scale: given with torch.bfloat16 x; expected None \(scales go with float8_e4m3fn x or "
+                     r"MXFP4 x\)$",
          lambda: gemmkit.grouped_int4_mm(x, qweight, scales, offs, x_scale=rows)),
         (TypeError, r"^x_scale: dtype torch.bfloat16; expected float32$",
          lambda: gemmkit.grouped_int4_mm(x8, qweight, scales, offs, x_scale=cuda(100, 1))),
@@ -512,6 +584,135 @@ def test_errors_name_the_argument(fake):
     for error, message, call in cases:
         with pytest.raises(error, match=message):
             call()
+
+
+def fp4_args(*rows, k, x_dtype=U8, scale_dtype=U8):
+    """Fake CUDA MXFP4 activations x [*rows, k/2] and their exponents [*rows, ceil(k/32)]."""
+    return cuda(*rows, k // 2, dtype=x_dtype), cuda(*rows, -(-k // 32), dtype=scale_dtype)
+
+
+def test_fp4_fake_shapes_dtypes_and_x_scale_modes(fake):
+    groups, n, k = 4, 264, 4160  # 2080 bytes of x a row, 130 exponents
+    offs = cuda(groups, dtype=I32)
+    x, ex = fp4_args(100, k=k)
+    xm, exm = fp4_args(groups, 16, k=k, scale_dtype=E8M0)
+    weight, e = mxfp4_args(groups, n, k)
+    q32, s32, z32 = int4_args(groups, n, k, 32, zeros=True)
+    for d, shape, dtype in [
+            (gemmkit.grouped_mxfp4_mm(x, weight, e, offs, x_scale=ex), (100, n), BF16),  # bfloat16, as for e4m3 x
+            (gemmkit.grouped_mxfp4_mm(xm, weight, e, counts=offs, x_scale=exm, out_dtype=F32), (groups, 16, n), F32),
+            (gemmkit.grouped_mxfp4_mm(x, weight, e, offs.long(), x_scale=cuda(130, 100, dtype=U8).t()), (100, n),
+             BF16),  # M-contiguous exponents
+            (gemmkit.grouped_int4_mm(x, q32, s32, offs, zeros=z32, group=32, x_scale=ex.view(E8M0)), (100, n), BF16),
+            (gemmkit.grouped_int4_mm(xm, q32, s32.half(), counts=offs, group=32, x_scale=exm, out_dtype=F16),
+             (groups, 16, n), F16),
+            (torch.ops.gemmkit.grouped_w4_mm(x, weight, e, None, offs, "contiguous", "mxfp4", 32, None, 0, x_scale=ex),
+             (100, n), BF16),
+            (gemmkit.grouped_mxfp4_mm(x, weight, e, offs, x_scale=ex, max_sms=8, epilogue="acc * route[m]",
+                                      route=cuda(100, dtype=F32)), (100, n), BF16),
+            (gemmkit.grouped_mxfp4_mm(*fp4_args(100, k=20)[:1], *mxfp4_args(groups, n, 20), offs,
+                                      x_scale=fp4_args(100, k=20)[1]), (100, n), BF16)]:  # K = 20: one exponent a row
+        assert isinstance(d, torch._subclasses.fake_tensor.FakeTensor)
+        assert tuple(d.shape) == shape and d.dtype == dtype and d.device.type == "cuda"
+    if FLOAT4 is not None:
+        d = gemmkit.grouped_mxfp4_mm(x.view(FLOAT4), weight.view(FLOAT4), e, offs, x_scale=ex)
+        assert tuple(d.shape) == (100, n) and d.dtype == BF16
+    out = cuda(groups, 16, n, dtype=F32)
+    assert gemmkit.grouped_int4_mm(xm, q32, s32, counts=offs, zeros=z32, group=32, x_scale=exm, out=out) is out
+    # x_scale's mode over x's rows by K = 2 * x.size(-1): ceil(K/32) = 130 exponents a row, not 65.
+    assert [_torch.grouped_x_scale_mode(cuda(shape, dtype=U8), t) for t, shape in (
+        (x, (100, 130)), (x, (100, 65)), (xm, (groups, 16, 130)), (xm, (100, 130)))] == ["mx", None, "mx", None]
+
+
+def test_a_traced_fp4_call_carries_the_codes_and_exponents(fake):
+    weight, e = mxfp4_args(4, 96, 1000)
+    args = (cuda(4, 25, 500, dtype=U8), weight, e, cuda(4, dtype=I64), cuda(4, 25, 32, dtype=U8))  # K = 1000
+    graph, _ = torch._dynamo.export(lambda x, w, e, c, xs: gemmkit.grouped_mxfp4_mm(x, w, e, counts=c, x_scale=xs,
+                                                                                    out_dtype=F32))(*args)
+    calls = [node for node in graph.graph.nodes if node.target in GROUPED_W4_MM]
+    assert [node.args[5:] for node in calls] == [("masked", "mxfp4", 32, torch.float32, 0)]
+    codes, exponents = calls[0].args[0].meta["example_value"], calls[0].kwargs["x_scale"].meta["example_value"]
+    assert (codes.shape, codes.dtype, exponents.shape, exponents.dtype) == ((4, 25, 500), U8, (4, 25, 32), U8)
+    d = graph(*args)
+    assert tuple(d.shape) == (4, 25, 96) and d.dtype == F32
+    q32, s32, _ = int4_args(4, 96, 1000, 32)
+    graph, _ = torch._dynamo.export(lambda x, q, s, o, xs, out: gemmkit.grouped_int4_mm(
+        x, q, s, o, group=32, x_scale=xs, out=out))(cuda(100, 500, dtype=U8), q32, s32, cuda(4, dtype=I32),
+                                                    cuda(100, 32, dtype=E8M0), cuda(100, 96))
+    assert [node.args[6:] for node in graph.graph.nodes if node.target in GROUPED_W4_MM_OUT] == [
+        ("contiguous", "int4", 32, 0)]
+
+
+def test_fp4_errors_name_the_argument(fake):
+    groups, n, k = 4, 64, 256  # 128 bytes of x a row, 8 exponents
+    offs = cuda(groups, dtype=I32)
+    x, ex = fp4_args(100, k=k)
+    xm, exm = fp4_args(groups, 16, k=k)
+    weight, e = mxfp4_args(groups, n, k)
+    qweight, scales, _ = int4_args(groups, n, k)
+    q32, s32, _ = int4_args(groups, n, k, 32)
+    exponents = r"float8_e8m0fnu or uint8 exponents \[{}, ceil\(K/32\)\] = \[{}\] \(mx, MXFP4: 2\^\(e - 127\) per 32 of K\)$"
+    forms, masked_forms = exponents.format("M_total", "100, 8"), exponents.format("G, max_m", "4, 16, 8")
+    groups_of_32 = (r"; expected 32 with K > 32: MXFP4 x goes only with weights in groups of 32 of K "
+                    r"\(grouped_mxfp4_mm, or grouped_int4_mm with group=32\)$")
+    cases = [
+        (ValueError, r"^x_scale: None with MXFP4 activations x \(torch.uint8\); expected their " + forms,
+         lambda: gemmkit.grouped_mxfp4_mm(x, weight, e, offs)),
+        (ValueError, r"^x_scale: None with MXFP4 activations x \(torch.uint8\); expected their " + masked_forms,
+         lambda: gemmkit.grouped_int4_mm(xm, q32, s32, counts=offs, group=32)),
+        (ValueError, r"^x_scale: None with MXFP4 activations x",
+         lambda: torch.ops.gemmkit.grouped_w4_mm(x, weight, e, None, offs, "contiguous", "mxfp4", 32, None, 0)),
+        (TypeError, r"^x_scale: dtype torch.float32 with MXFP4 activations x; expected float8_e8m0fnu or uint8 \(mx "
+                    r"exponents, one per 32 of K\)$",  # a float32 mode's scales (tensor, rowwise, block)
+         lambda: gemmkit.grouped_mxfp4_mm(x, weight, e, offs, x_scale=cuda(100, 1, dtype=F32))),
+        (TypeError, r"^x_scale: dtype torch.int8 with MXFP4 activations x",
+         lambda: gemmkit.grouped_mxfp4_mm(x, weight, e, offs, x_scale=ex.view(torch.int8))),
+        (ValueError, r"^x_scale: shape \[100, 4\]; expected " + forms,  # ceil(x.size(-1)/32): K is twice the bytes
+         lambda: gemmkit.grouped_mxfp4_mm(x, weight, e, offs, x_scale=ex[:, :4])),
+        (ValueError, r"^x_scale: shape \[100, 2\]; expected " + forms,  # 1x128 blocks' shape, in exponents
+         lambda: gemmkit.grouped_mxfp4_mm(x, weight, e, offs, x_scale=ex[:, :2])),
+        (ValueError, r"^x_scale: shape \[4, 16, 8\]; expected " + forms,  # masked exponents with contiguous x
+         lambda: gemmkit.grouped_mxfp4_mm(x, weight, e, offs, x_scale=exm)),
+        (ValueError, r"^x_scale: shape \[4, 16\]; expected " + masked_forms,
+         lambda: gemmkit.grouped_mxfp4_mm(xm, weight, e, counts=offs, x_scale=exm[..., 0])),
+        (ValueError, r"^group: 128 with MXFP4 activations x \(torch.uint8, K = 2 \* 128 = 256\), against int4 weights "
+                     r"in groups of 128" + groups_of_32,  # grouped_int4_mm's default group
+         lambda: gemmkit.grouped_int4_mm(x, qweight, scales, offs, x_scale=ex)),
+        (ValueError, r"^group: 64 with MXFP4 activations x \(torch.uint8, K = 2 \* 128 = 256\), against int4 weights "
+                     r"in groups of 64" + groups_of_32,
+         lambda: gemmkit.grouped_int4_mm(xm, qweight, cuda(groups, 4, n), counts=offs, group=64, x_scale=exm)),
+        (ValueError, r"^group: 32 with MXFP4 activations x \(torch.uint8, K = 2 \* 16 = 32\), against int4 weights in "
+                     r"groups of 32, one covering all of K = 32" + groups_of_32,  # one group a column
+         lambda: gemmkit.grouped_int4_mm(cuda(100, 16, dtype=U8), *int4_args(groups, n, 32, 32)[:2], offs, group=32,
+                                         x_scale=cuda(100, 1, dtype=U8))),
+        (ValueError, r"^x: strides \[1, 100\]; expected the bytes along K contiguous \(stride 1\)$",
+         lambda: gemmkit.grouped_mxfp4_mm(cuda(128, 100, dtype=U8).t(), weight, e, offs, x_scale=ex)),
+        (ValueError, r"^x: strides \[2048, 1, 16\]; expected the bytes along K contiguous \(stride 1\)$",
+         lambda: gemmkit.grouped_int4_mm(cuda(groups, 128, 16, dtype=U8).transpose(1, 2), q32, s32, counts=offs,
+                                         group=32, x_scale=exm)),
+        (ValueError, r"^weight: shape \[4, 64, 128\]; expected \[G, N, ceil\(K/2\)\] = \[G, N, 64\] bytes for x's "
+                     r"K = 128 \(2 \* x's 64 bytes: MXFP4 x has an even K\)$",  # x's codes for K = 128, weights for 256
+         lambda: gemmkit.grouped_mxfp4_mm(x[:, :64], weight, e, offs, x_scale=ex[:, :4])),
+        (ValueError, r"^qweight: shape \[4, 64, 128\]; expected \[G, N, ceil\(K/2\)\] = \[G, N, 256\] bytes for x's "
+                     r"K = 512",
+         lambda: gemmkit.grouped_int4_mm(cuda(100, 256, dtype=U8), q32, cuda(groups, 16, n), offs, group=32,
+                                         x_scale=cuda(100, 16, dtype=U8))),
+        (TypeError, r"^scales: dtype torch.float32; expected bfloat16 or float16 with MXFP4 x$",
+         lambda: gemmkit.grouped_int4_mm(x, q32, s32.float(), offs, group=32, x_scale=ex)),
+        (TypeError, r"^x: dtype torch.int8 is not supported; expected bfloat16 or float16, or float8_e4m3fn with "
+                    r"x_scale, or MXFP4 activations \(uint8",
+         lambda: gemmkit.grouped_mxfp4_mm(x.view(torch.int8), weight, e, offs, x_scale=ex)),
+        (ValueError, r"^out: shape \[100, 128\]; expected x's rows and N, \[100, 64\]$",
+         lambda: gemmkit.grouped_mxfp4_mm(x, weight, e, offs, x_scale=ex, out=cuda(100, 128))),
+        (ValueError, r"^x: 2 dimensions; expected 3, \[G, max_m, K\] \(masked groups, counts\)$",
+         lambda: torch.ops.gemmkit.grouped_w4_mm(x, weight, e, None, offs, "masked", "mxfp4", 32, None, 0,
+                                                 x_scale=ex)),
+    ]
+    for error, message, call in cases:
+        with pytest.raises(error, match=message):
+            call()
+    with pytest.raises(ValueError, match="^x_scale: on cpu; expected a CUDA tensor$"):
+        gemmkit.grouped_mxfp4_mm(x, weight, e, offs, x_scale=torch.zeros(100, 8, dtype=U8))
 
 
 def test_an_epilogue_that_autograd_would_track_is_refused(fake):
@@ -669,11 +870,11 @@ def experts_mxfp4(weight, e, k):
     return [mxfp4_weights(weight[g], e[g], k) for g in range(weight.size(0))]
 
 
-def expect_groups(d, x, weights, sizes, x_scale=None):
+def expect_groups(d, x, weights, sizes, x_scale=None, exact_x=False):
     """Each group's rows of d (contiguous: `sizes` its rows in order, the rows past them NaN;
     masked: `sizes` the counts, the rows past each NaN) against its product in double, W4A16's
     bounds, or W4A8's with x_scale (one, or over x's rows: one a row, 1x128 blocks or mx
-    exponents)."""
+    exponents) or where `exact_x` (x the activations' values in double: MXFP4 x dequantised)."""
     masked = d.dim() == 3
     for g, rows in enumerate(sizes):
         if masked:
@@ -683,7 +884,9 @@ def expect_groups(d, x, weights, sizes, x_scale=None):
             start = sum(sizes[:g])
             got, xg, past = d[start:start + rows], x[start:start + rows], d[:0]
             sg = None if x_scale is None else x_scale if x_scale.numel() == 1 else x_scale[start:start + rows]
-        if x_scale is None:
+        if exact_x:  # widened exactly to e4m3, then multiplied as A8W4 in MX: the FP8 products' bound
+            expect_close_fp8(got, xg, weights[g])
+        elif x_scale is None:
             expect_close(got, xg, weights[g])
         else:
             expect_close_fp8(got, scaled_x(xg, sg), weights[g])
@@ -850,6 +1053,88 @@ def test_w4a8_activations_quantized_by_gemmkit(mode, layout):
     d = gemmkit.grouped_mxfp4_mm(q, weight, e, x_scale=x_scale, out=nan_like((*q.shape[:-1], N), BF16), **groups_of)
     assert d.dtype == BF16 and d.shape == (*q.shape[:-1], N)
     expect_groups(d, q, experts_mxfp4(weight, e, k), sizes, x_scale)
+
+
+def random_fp4_x(*rows, k):
+    """MXFP4 activations: random codes [*rows, k/2] (every e2m1 value, both zeros) and uint8
+    exponents [*rows, ceil(k/32)] of 0.5 and 1 (126 and 127)."""
+    return (torch.randint(0, 256, (*rows, k // 2), device="cuda", dtype=U8),
+            torch.randint(126, 128, (*rows, -(-k // 32)), device="cuda", dtype=U8))
+
+
+def fp4_values(x, x_scale):
+    """MXFP4 x [..., K/2] with its exponents [..., ceil(K/32)] as [..., K] in double."""
+    k = 2 * x.size(-1)
+    values = mxfp4_weights(x.reshape(-1, x.size(-1)), x_scale.reshape(-1, x_scale.size(-1)), k)
+    return values.view(*x.shape[:-1], k)
+
+
+def fp4_experts(weights, groups, k):
+    """(call, W): a product of MXFP4 x against random experts, 'mxfp4' or 'int4 zeros' (int4 in
+    groups of 32 with zero points), call(x, **keywords), and the experts' weights in double."""
+    if weights == "mxfp4":
+        weight, e = random_mxfp4(groups, N, k)
+        return functools.partial(gemmkit.grouped_mxfp4_mm, weight=weight, scales=e), experts_mxfp4(weight, e, k)
+    qweight, scales, z = random_int4(groups, N, k, 32, BF16, True)
+    return (functools.partial(gemmkit.grouped_int4_mm, qweight=qweight, scales=scales, zeros=z, group=32),
+            experts_int4(qweight, scales, z, 32, k))
+
+
+@gpu
+@pytest.mark.parametrize("weights", ["mxfp4", "int4 zeros"])
+@pytest.mark.parametrize("k", [4160, 4112])  # 130 and 128.5 blocks of 32 (MXFP4 x: an even K)
+def test_fp4_x_fp4_contiguous_matches_double(weights, k):
+    # FP4 x FP4: SIZES' groups start at rows 37, 38, 168 and 173 (off every multiple of 16), empty
+    # groups first, between and last; exponents uint8 row-major and float8_e8m0fnu M-contiguous,
+    # codes uint8 and float4_e2m1fn_x2, and rows padded (a slice of wider random bytes).
+    m = sum(SIZES) + 11
+    x, x_scale = random_fp4_x(m, k=k)
+    xs = fp4_values(x, x_scale)
+    run, w = fp4_experts(weights, len(SIZES), k)
+    padded = torch.randint(0, 256, (m, k // 2 + 48), device="cuda", dtype=U8)
+    padded[:, 16:16 + k // 2] = x
+    inputs = [(x, x_scale), (x, x_scale.view(E8M0).t().contiguous().t()), (padded[:, 16:16 + k // 2], x_scale)]
+    if FLOAT4 is not None:
+        inputs.append((x.view(FLOAT4), x_scale.view(E8M0)))
+    for codes, exponents in inputs:
+        out = nan_like((m, N), BF16)
+        assert run(codes, offs=offs_of(SIZES), x_scale=exponents, out=out) is out
+        expect_groups(out, xs, w, SIZES, exact_x=True)
+    d = run(x, offs=offs_of(SIZES, I64), x_scale=x_scale, out_dtype=F32)
+    assert d.shape == (m, N) and d.dtype == F32
+
+
+@gpu
+@pytest.mark.parametrize("weights", ["mxfp4", "int4 zeros"])
+def test_fp4_x_fp4_masked_decode_matches_double(weights):
+    counts, max_m, k = [0, 1, 3, 16, 5], 16, 4160
+    x, x_scale = random_fp4_x(len(counts), max_m, k=k)
+    xs = fp4_values(x, x_scale)
+    run, w = fp4_experts(weights, len(counts), k)
+    counts_t = torch.tensor(counts, device="cuda", dtype=I32)
+    inputs = [(x, x_scale.view(E8M0))] + ([(x.view(FLOAT4), x_scale)] if FLOAT4 is not None else [])
+    for codes, exponents in inputs:
+        out = nan_like((len(counts), max_m, N), F32)
+        assert run(codes, counts=counts_t, x_scale=exponents, out=out) is out
+        expect_groups(out, xs, w, counts, exact_x=True)
+
+
+@gpu
+@pytest.mark.parametrize("layout", ["contiguous", "masked"])
+def test_fp4_activations_quantized_by_gemmkit(layout):
+    # quantize_mxfp4's codes and exponents (M-contiguous, as it returns them), for groups starting
+    # at rows 61 and 161 or masked.
+    sizes, k = [61, 0, 100, 3], 2048
+    masked = layout == "masked"
+    xb = random_x(len(sizes) * 100 if masked else sum(sizes), k, dtype=BF16)
+    q, x_scale = gemmkit.quantize_mxfp4(xb)
+    if masked:
+        q, x_scale = q.view(len(sizes), 100, k // 2), x_scale.contiguous().view(len(sizes), 100, k // 32)
+    weight, e = random_mxfp4(len(sizes), N, k)
+    groups_of = {"counts": torch.tensor(sizes, device="cuda", dtype=I32)} if masked else {"offs": offs_of(sizes)}
+    d = gemmkit.grouped_mxfp4_mm(q, weight, e, x_scale=x_scale, out=nan_like((*q.shape[:-1], N), BF16), **groups_of)
+    assert d.dtype == BF16 and d.shape == (*q.shape[:-1], N)
+    expect_groups(d, fp4_values(q, x_scale), experts_mxfp4(weight, e, k), sizes, exact_x=True)
 
 
 @gpu

@@ -148,8 +148,9 @@ def test_the_binding_views_mxfp4_activations_as_m_x_k_codes():
     assert (v.data, v.dtype, v.shape, v.strides) == (x.data_ptr(), DType.e2m1, [5, 64], [80, 1])
     if FLOAT4 is not None:
         assert _gemmkit.packed_activation_view_of(x.view(FLOAT4), "x").shape == [5, 64]
-    with pytest.raises(ValueError, match=r"^x: 3 dimensions; expected 2, \[M, K/2\] bytes of MXFP4 activations$"):
-        _gemmkit.packed_activation_view_of(storage.view(5, 4, 10), "x")
+    with pytest.raises(ValueError, match=r"^x: 4 dimensions; expected 2, \[M, K/2\] bytes of MXFP4 activations, or "
+                                         r"3, \[G, max_m, K/2\]$"):
+        _gemmkit.packed_activation_view_of(storage.view(5, 2, 2, 10), "x")
     with pytest.raises(ValueError, match=r"^x: strides \[1, 5\]; expected the bytes along K contiguous"):
         _gemmkit.packed_activation_view_of(torch.zeros(32, 5, dtype=U8).t(), "x")
 
