@@ -38,7 +38,7 @@ constexpr bool kCoarseB = kInnerB && !kMxB && kScaleMNB > 1;  // B scales in 128
 constexpr int kRowAlignA = scale_box_alignment(kScaleA);  // 16 bytes of A's 1-wide scales
 constexpr int kBoxRowsA = kTileM + (kGrouped ? kRowAlignA : 0);
 constexpr int kColAlignB = kGroupedN ? scale_box_alignment(kScaleB) : 1;  // B's, where tiles start at any column
-constexpr int kBoxColsB = kTileN + (kGroupedN ? kColAlignB : 0);           // one half's for a dual GEMM
+constexpr int kBoxColsB = kHalfN + (kGroupedN ? kColAlignB : 0);           // a dual GEMM's: one half's
 constexpr int kBlocksHalf = b_scale_blocks(kHalfN);  // 128-column blocks one operand's columns at any column touch
 constexpr int kBlocksB = kDual ? 2 * kBlocksHalf : kBlocksHalf;
 constexpr int kStageWordsA = stage_scale_words_a(kScaleA, kScaleMNA, kTileM, kGrouped);
@@ -158,13 +158,12 @@ constexpr bool kPromoteReadsStage = kInnerB && !kMxB && kScaleMNB == 1;
 // exponents (`scales`: four columns of one granule each, in B's box or B2's) into four floats
 // each, granule g's box column c at `floats` + 4 * (g * kMxRow + c); the warpgroup meets at a
 // barrier before reading them.
-constexpr int kHalfBoxB = kHalfN + (kGroupedN ? kColAlignB : 0);  // a half's box: four rows of as many bytes
-constexpr int kMxRow = kDual ? kTileN : kBoxColsB;
+constexpr int kMxRow = kDual ? kTileN : kBoxColsB;  // floats a granule: the halves side by side, or the box
 __device__ __forceinline__ void convert_mx_scales(u32 floats, u32 scales, int t) {
 #pragma unroll
   for (int word_at = t; word_at < kStageWordsB; word_at += 128) {
-    const int half = word_at / kHalfBoxB, w = word_at % kHalfBoxB;
-    const int g = 4 * w / kHalfBoxB, c = half * kHalfN + 4 * w % kHalfBoxB;
+    const int half = word_at / kBoxColsB, w = word_at % kBoxColsB;
+    const int g = 4 * w / kBoxColsB, c = half * kHalfN + 4 * w % kBoxColsB;
     const u32 word = ld_shared_u32(scales + kScaleOffsetB + half * kScaleHalfB + 4 * w);
     asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(floats + 4 * (g * kMxRow + c)),
                  "f"(ue8m0_to_float(word)), "f"(ue8m0_to_float(word >> 8)), "f"(ue8m0_to_float(word >> 16)),

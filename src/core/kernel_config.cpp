@@ -24,8 +24,8 @@ sm90::SmemShape smem_shape(const KernelConfig& c) {
   const bool widen_a = is_4bit(c.in);
   return {c.tile_m, c.tile_n, c.stages, c.b_k_major, c.tma_store ? c.store_buffers : c.row_store() ? 1 : 0,
           c.realign_a, c.realign_b, widen_a ? 0 : int(c.scale_a), int(c.scale_b), c.scale_a_mn, c.scale_b_mn,
-          c.group_capacity, c.grouped() && c.group_along_n, c.dual, widen_a ? c.tile_m : 0, widen_a ? c.tile_k() / 2 : 0, c.in == DType::u4 ? 2 : 1,
-          c.widen_groups(), c.zeros};
+          c.group_capacity, c.grouped() && c.group_along_n, c.dual, widen_a ? c.tile_m : 0,
+          widen_a ? c.tile_k() / 2 : 0, c.in == DType::u4 ? 2 : 1, c.widen_groups(), c.zeros};
 }
 
 auto key(const KernelConfig& c) {

@@ -106,7 +106,8 @@ struct KernelConfig : KernelFacts, KernelKnobs {
   // CTAs' warps fill its gaps; one elsewhere. Each gets a quarter of the registers and shared
   // memory, 96 registers a thread with a producer warp instead of a warpgroup (threads(); three
   // CTAs with a producer warpgroup ran 1-15 % slower on lowbit's decode rows, H200: see
-  // docs/experiments.md). Three with a fused epilogue, whose registers do not fit beside a fourth.
+  // docs/experiments.md). Three with a fused epilogue, or grouped with B's mx exponents, whose
+  // registers do not fit beside a fourth.
   int ctas_per_sm() const;
   // Where TMA cannot store D: whether D is still written through shared memory, a row at a time
   // (epilogue.cuh, store_tile_rows), where its columns are contiguous. Tiles of 128 rows or more

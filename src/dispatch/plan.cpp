@@ -252,11 +252,6 @@ Plan make_plan(const Problem& normalized, const KernelConfig* forced, cudaStream
 
 namespace {
 
-// An e4m3 D that no such kernel computes (K = 0, or coordinates past TMA's reach: the fallback
-// kernel's problems; a staged operand's scratch that cannot grow while the stream is captured):
-// the GEMM into f32 values in stream-ordered scratch, D's matrices dense, then quantize() of
-// them into D and its scales, the same rule. A grouped problem's values start as zeros, so that
-// rows no group owns quantise to zeros with scale 1.
 // Runs `queue(scratch)` with `bytes` of stream-ordered scratch, given back after the work it
 // queued on `stream` (also where it throws); `what` names the scratch in errors.
 template <typename Queue>
@@ -275,6 +270,11 @@ void with_stream_scratch(size_t bytes, const char* what, cudaStream_t stream, Qu
   checked(cudaFreeAsync(scratch, stream), "cudaFreeAsync");
 }
 
+// An e4m3 D that no such kernel computes (K = 0, or coordinates past TMA's reach: the fallback
+// kernel's problems; a staged operand's scratch that cannot grow while the stream is captured):
+// the GEMM into f32 values in stream-ordered scratch, D's matrices dense, then quantize() of
+// them into D and its scales, the same rule. A grouped problem's values start as zeros, so that
+// rows no group owns quantise to zeros with scale 1.
 void run_then_quantize(const Problem& p, cudaStream_t stream) {
   const int64_t matrices = p.d_batch();
   const size_t bytes = size_t(matrices * p.m * p.n) * sizeof(float);
